@@ -1,0 +1,187 @@
+//! Servers behind the Arctic API. The HTTP surface, the job table, the sampling state machine
+//! and the error rules live once in `server`; what a backend computes lives behind `Engine`
+//! (mock: scripted and simulated; torch: a real model, feature `torch`).
+
+pub mod mock;
+pub mod server;
+#[cfg(feature = "torch")]
+pub mod torch;
+
+use serde_json::{Map, Value};
+
+use crate::wire::api::JobConfig;
+use crate::wire::Tensor;
+
+/// An engine failure with the HTTP status the server answers (400, 404, 409, 422 or 500).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{detail}")]
+pub struct EngineError {
+    pub status: u16,
+    pub detail: String,
+}
+
+impl EngineError {
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        Self {
+            status: 400,
+            detail: detail.into(),
+        }
+    }
+    pub fn unprocessable(detail: impl Into<String>) -> Self {
+        Self {
+            status: 422,
+            detail: detail.into(),
+        }
+    }
+    pub fn internal(detail: impl Into<String>) -> Self {
+        Self {
+            status: 500,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// A result with the duration the engine reports for it, if it models time (the mock does;
+/// a real engine leaves it `None` and the driver measures wall time).
+#[derive(Debug, Clone)]
+pub struct Timed<T> {
+    pub value: T,
+    pub sim_seconds: Option<f64>,
+}
+
+impl<T> Timed<T> {
+    pub fn untimed(value: T) -> Self {
+        Self {
+            value,
+            sim_seconds: None,
+        }
+    }
+}
+
+/// The decoded body of `/forward` and `/forward-backward`.
+#[derive(Debug, Clone)]
+pub struct ModelBatch {
+    /// `batch`: tensors in verl's padded layout (`input_ids`, `attention_mask`, `prompts`, ...).
+    pub batch: Vec<(String, Tensor)>,
+    /// `meta`: the flat per-call settings.
+    pub meta: Map<String, Value>,
+    /// `processing.post`.
+    pub post: Vec<String>,
+    /// `processing.loss_fn`; the server maps an ABSENT key to `grpo`, `null` to `None`.
+    pub loss_fn: Option<String>,
+}
+
+impl ModelBatch {
+    pub fn tensor(&self, name: &str) -> Option<&Tensor> {
+        self.batch.iter().find(|(k, _)| k == name).map(|(_, t)| t)
+    }
+}
+
+/// What `/forward` returns: `batch.logprobs [B,S]` (+ `entropy`), metrics and `avg_loss`.
+#[derive(Debug, Clone)]
+pub struct ForwardOutput {
+    pub logprobs: Tensor,
+    pub entropy: Option<Tensor>,
+    pub metrics: Map<String, Value>,
+    pub avg_loss: Option<f64>,
+}
+
+/// What `/forward-backward` returns: token-mean metrics (`actor/pg_loss`, ...) and `avg_loss`.
+#[derive(Debug, Clone)]
+pub struct ForwardBackwardOutput {
+    pub metrics: Map<String, Value>,
+    pub avg_loss: f64,
+}
+
+/// What `/step` returns inside `metrics`.
+#[derive(Debug, Clone)]
+pub struct StepOutput {
+    pub last_lr: f64,
+    pub grad_norm: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub prompts: Vec<String>,
+    /// `sampling_params` as sent (`n`, `temperature`, `top_p`, `max_tokens`, `seed`, ...).
+    pub sampling_params: Map<String, Value>,
+}
+
+/// One entry of `/generate`'s `results`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Completion {
+    pub text: String,
+    pub token_ids: Vec<i64>,
+    pub finish_reason: String,
+    pub prompt_len: usize,
+    pub generation_len: usize,
+    pub prefix_cache_len: usize,
+}
+
+/// The compute side of an Arctic-compatible server. The server has already checked the job
+/// exists and has the right type and state before calling. Calls may come from several
+/// threads; engines synchronise internally.
+pub trait Engine: Send + Sync + 'static {
+    /// Called once per `/initialize` after the server's own checks.
+    fn create_job(&self, job_id: u64, config: &JobConfig) -> Result<(), EngineError>;
+    fn destroy_job(&self, job_id: u64);
+    fn forward(&self, job_id: u64, batch: &ModelBatch)
+        -> Result<Timed<ForwardOutput>, EngineError>;
+    fn forward_backward(
+        &self,
+        job_id: u64,
+        batch: &ModelBatch,
+    ) -> Result<Timed<ForwardBackwardOutput>, EngineError>;
+    fn step(
+        &self,
+        job_id: u64,
+        learning_rate: Option<f64>,
+    ) -> Result<Timed<StepOutput>, EngineError>;
+    fn generate(
+        &self,
+        job_id: u64,
+        request: &GenerateRequest,
+    ) -> Result<Timed<Vec<Completion>>, EngineError>;
+    /// Copy the training job's weights into each target sampling job.
+    fn weight_sync(&self, source: u64, targets: &[u64]) -> Result<Timed<()>, EngineError>;
+    /// `/save`: returns `{path, hf_path, global_step}`.
+    fn save(&self, job_id: u64, request: &Value) -> Result<Value, EngineError>;
+    /// `/load-checkpoint`: returns `{path, global_step}`.
+    fn load_checkpoint(&self, job_id: u64, request: &Value) -> Result<Value, EngineError>;
+    /// `/weight-norm`: `(norm, number of parameters)` of one job's weights.
+    fn weight_norm(&self, job_id: u64) -> Result<(f64, u64), EngineError>;
+}
+
+/// Used by engines to build the `[B,S]` f32 tensors they return.
+pub fn f32_tensor(shape: Vec<usize>, values: &[f32]) -> Tensor {
+    let mut data = Vec::with_capacity(values.len() * 4);
+    for v in values {
+        data.extend_from_slice(&v.to_le_bytes());
+    }
+    Tensor {
+        dtype: crate::wire::DType::F32,
+        shape,
+        data: bytes::Bytes::from(data),
+    }
+}
+
+pub mod torch_spec;
+
+pub use mock::MockScript;
+pub use torch_spec::TorchSpec;
+
+/// The scenario's `backend` block: which server sits behind the proxy.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum BackendSpec {
+    /// The scripted mock, in-process on an ephemeral port.
+    Mock(MockScript),
+    /// The embedded libtorch backend (feature `torch`), in-process.
+    Torch(TorchSpec),
+    /// A running Arctic server.
+    Remote { url: String },
+    /// A recorded cassette, served back in order.
+    Replay { cassette: String },
+    /// The trainer brings its own backend.
+    None,
+}

@@ -1,0 +1,1 @@
+//! The Arctic HTTP server: routes, job table, sampling state machine, error rules.

@@ -1,0 +1,1 @@
+//! The libtorch engine (feature `torch`).

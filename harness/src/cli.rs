@@ -1,0 +1,137 @@
+//! The command line (fixed interface, see docs/architecture.md).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rlharness",
+    version,
+    about = "Reproducible smoke and convergence scenarios for LLM RL training integrations",
+    after_help = "Exit codes: 0 passed (skips included), 1 a check failed, 2 invalid input, \
+                  3 the run failed (crash, hang, timeout), 4 no golden yet (a pending one was written)."
+)]
+pub struct Cli {
+    /// More log output (repeat for more); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate scenario files (default: scenarios/) and lint backend YAML files.
+    Check { paths: Vec<PathBuf> },
+    /// List the scenarios, their tags and requirements, and whether they can run here.
+    List {
+        #[arg(default_value = "scenarios")]
+        root: PathBuf,
+    },
+    /// Run scenarios and judge them against their goldens and rules.
+    Run(RunArgs),
+    /// Serve an Arctic-compatible backend standalone.
+    Serve(ServeArgs),
+    /// A standalone recording proxy in front of any Arctic server.
+    Proxy(ProxyArgs),
+    /// Review pending goldens: status, accept, reject.
+    Golden {
+        #[command(subcommand)]
+        action: GoldenAction,
+        /// The golden store.
+        #[arg(long, default_value = "golden", global = true)]
+        golden: PathBuf,
+    },
+    /// Re-judge a stored run against its golden, or against a second run.
+    Compare {
+        run: PathBuf,
+        run2: Option<PathBuf>,
+        #[arg(long, default_value = "golden")]
+        golden: PathBuf,
+    },
+    /// Prove every knob reaches the server: the propagation matrix.
+    Propagate {
+        scenario: PathBuf,
+        #[arg(long, default_value = "reports")]
+        out: PathBuf,
+        /// Override scenario values for every run of the matrix.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    #[arg(required = true)]
+    pub scenarios: Vec<PathBuf>,
+    /// Where run directories go: OUT/<scenario>/<run-id>/.
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+    /// The golden store.
+    #[arg(long, default_value = "golden")]
+    pub golden: PathBuf,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Override a scenario value, e.g. `--set config.actor_rollout_ref.actor.optim.lr=1e-5`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Write the run's series as a pending golden (`.new`) for review, even if one exists.
+    #[arg(long)]
+    pub update_golden: bool,
+    /// The hardware key of the golden (default: derived from the device, e.g. `cpu`, `h200`).
+    #[arg(long)]
+    pub hardware: Option<String>,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ServeKind {
+    Mock,
+    Torch,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    pub kind: ServeKind,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 7000)]
+    pub port: u16,
+    /// A scenario whose backend block scripts the server (mock curves, torch model).
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    #[arg(long)]
+    pub upstream: String,
+    #[arg(long, default_value = "127.0.0.1:7001")]
+    pub listen: String,
+    /// Folder for wire.jsonl and server_config.json.
+    #[arg(long)]
+    pub record: PathBuf,
+    /// Largest request or response body, in bytes.
+    #[arg(long, default_value_t = 2 * 1024 * 1024 * 1024)]
+    pub body_limit: u64,
+    /// Upstream time-out per request, in seconds.
+    #[arg(long, default_value_t = 1800)]
+    pub timeout_s: u64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GoldenAction {
+    /// List pending goldens with a diff summary.
+    Status,
+    /// Accept pending goldens (all, or those of the named scenarios).
+    Accept { scenarios: Vec<String> },
+    /// Reject pending goldens (all, or those of the named scenarios).
+    Reject { scenarios: Vec<String> },
+}

@@ -1,0 +1,65 @@
+//! Exit codes of the `rlharness` binary (fixed interface, see docs/architecture.md).
+
+/// Documented exit codes. Scripts and CI depend on these numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExitStatus {
+    /// 0: all checks passed (skips included).
+    Passed = 0,
+    /// 1: a check failed (regression, or a verdict other than the expected one).
+    CheckFailed = 1,
+    /// 2: invalid input (CLI, scenario, golden file).
+    InvalidInput = 2,
+    /// 3: the run itself failed (driver or backend crash, hang, timeout, interrupt).
+    RunFailed = 3,
+    /// 4: no golden yet; a pending `.new` golden was written.
+    NoGolden = 4,
+}
+
+impl ExitStatus {
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// When several scenarios run, the worst status wins: 2 > 3 > 1 > 4 > 0.
+    pub fn severity(self) -> u8 {
+        match self {
+            ExitStatus::Passed => 0,
+            ExitStatus::NoGolden => 1,
+            ExitStatus::CheckFailed => 2,
+            ExitStatus::RunFailed => 3,
+            ExitStatus::InvalidInput => 4,
+        }
+    }
+
+    pub fn worst(self, other: ExitStatus) -> ExitStatus {
+        if other.severity() > self.severity() {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// An error that knows which exit code it maps to. Library errors convert into this at the
+/// command boundary (`app`), so `main` only prints and exits.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CommandError {
+    pub status: ExitStatus,
+    pub message: String,
+}
+
+impl CommandError {
+    pub fn new(status: ExitStatus, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ExitStatus::InvalidInput, message)
+    }
+    pub fn run_failed(message: impl Into<String>) -> Self {
+        Self::new(ExitStatus::RunFailed, message)
+    }
+}

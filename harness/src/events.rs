@@ -1,0 +1,27 @@
+//! One event type joins the runner to its observers (metrics writer, progress bar, watchdog,
+//! reporters). No observer reaches into the runner.
+
+use crate::metrics::StepMetrics;
+
+#[derive(Debug, Clone)]
+pub enum RunEvent {
+    /// The driver is about to start step `step` of `total`.
+    StepStarted { step: u64, total: u64 },
+    /// One training step finished with these metrics.
+    Step(StepMetrics),
+    /// A request went through the proxy (route, status, duration in seconds).
+    Request {
+        route: String,
+        status: u16,
+        duration_s: f64,
+    },
+    /// Something worth telling the user that does not stop the run.
+    Warning(String),
+}
+
+pub type EventSender = tokio::sync::mpsc::UnboundedSender<RunEvent>;
+pub type EventReceiver = tokio::sync::mpsc::UnboundedReceiver<RunEvent>;
+
+pub fn channel() -> (EventSender, EventReceiver) {
+    tokio::sync::mpsc::unbounded_channel()
+}

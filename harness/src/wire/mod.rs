@@ -1,0 +1,6 @@
+//! The Arctic RL wire: the DSSST1 binary frame and the HTTP API types.
+
+pub mod api;
+pub mod dssst1;
+
+pub use dssst1::{decode, encode, DType, Node, Tensor, WireError};
