@@ -8,6 +8,43 @@ use std::path::{Path, PathBuf};
 
 use crate::fsx;
 
+pub mod flops;
+
+pub use flops::{promised_peak_flops, ModelShape};
+
+/// The declared model: a preset name (`qwen3-0.6b`) or an explicit shape.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum ModelSpec {
+    Preset(String),
+    Shape(ModelShape),
+}
+
+impl ModelSpec {
+    pub fn shape(&self) -> Option<ModelShape> {
+        match self {
+            ModelSpec::Preset(name) => ModelShape::preset(name),
+            ModelSpec::Shape(s) => Some(*s),
+        }
+    }
+}
+
+/// The scenario's `metrics` block: what MFU is computed against, and which metrics the
+/// watchdog watches for non-finite values.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSpec {
+    /// The model shape for verl's FLOP formula (`perf/mfu/actor`).
+    #[serde(default)]
+    pub model: Option<ModelSpec>,
+    /// The device whose promised peak divides MFU (`h200`, `a100`, ...).
+    #[serde(default)]
+    pub device: Option<String>,
+    /// Metrics whose NaN or infinity aborts the run.
+    #[serde(default)]
+    pub watch: Vec<String>,
+}
+
 /// The metrics of one training step (steps start at 1, like verl's).
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct StepMetrics {
