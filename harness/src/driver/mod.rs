@@ -1,5 +1,10 @@
 //! Drivers: the builtin GRPO client of the Arctic API, and (later) external commands.
 
+pub mod builtin;
+pub mod client;
+pub mod grpo;
+pub mod translate;
+
 use crate::task::scorer::ScorerConfig;
 use crate::task::ArithConfig;
 
@@ -18,6 +23,28 @@ pub struct BuiltinDriverSpec {
     pub task: TaskSpec,
     #[serde(default)]
     pub scorer: ScorerConfig,
+    /// Bugs to plant on purpose, so the harness's own tests prove it would notice them.
+    #[serde(default)]
+    pub plant: Vec<Plant>,
+}
+
+/// A deliberate driver bug (self-tests of the harness).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Plant {
+    /// Never sync weights to the sampler: the reward stays flat.
+    SkipWeightSync,
+    /// The Arctic integration's original bug: under ZoRRo the logits knobs travel only in
+    /// `meta`, never in `ds_worker_config`, where the ZoRRo server reads them.
+    LogitsInMetaOnly,
+    /// Drop one key from every call's `meta`.
+    DropMetaKey(String),
+}
+
+impl BuiltinDriverSpec {
+    pub fn planted(&self, p: &Plant) -> bool {
+        self.plant.contains(p)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]

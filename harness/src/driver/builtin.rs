@@ -1,0 +1,773 @@
+//! The builtin GRPO driver: an Arctic API client that trains the way verl does through the
+//! Arctic adapter. Each step: wake, generate `n` per prompt, score, sleep, old log-probs by
+//! `/forward`, reference log-probs with KL, GRPO advantages, per epoch and mini-batch one
+//! `/forward-backward` and one `/step`, the four-call weight sync, sleep.
+
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use serde_json::{json, Map, Value};
+
+use super::client::{ArcticClient, ClientError, Reply};
+use super::grpo::group_advantages;
+use super::translate::{BatchShape, Translation};
+use super::BuiltinDriverSpec;
+use crate::events::{EventSender, RunEvent};
+use crate::metrics::{ModelShape, StepMetrics};
+use crate::task::{ArithTask, CharTokenizer, Problem, PAD_ID};
+use crate::wire::api::JobType;
+use crate::wire::{Node, Tensor};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("step {step}: {source}")]
+    Backend {
+        step: u64,
+        #[source]
+        source: ClientError,
+    },
+    #[error("start-up: {0}")]
+    Startup(#[source] ClientError),
+    #[error("step {step}: {message}")]
+    Protocol { step: u64, message: String },
+    #[error("{0}")]
+    Config(String),
+}
+
+impl DriverError {
+    pub fn step(&self) -> Option<u64> {
+        match self {
+            DriverError::Backend { step, .. } | DriverError::Protocol { step, .. } => Some(*step),
+            _ => None,
+        }
+    }
+    pub fn route(&self) -> Option<&str> {
+        match self {
+            DriverError::Backend { source, .. } | DriverError::Startup(source) => {
+                Some(source.route())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What a driver run needs besides the translated config.
+#[derive(Debug, Clone)]
+pub struct DriverRun {
+    pub seed: u64,
+    pub steps: u64,
+    pub spec: BuiltinDriverSpec,
+    pub translation: Translation,
+    /// For `perf/mfu/actor`: the declared model and the device's promised peak.
+    pub model: Option<ModelShape>,
+    pub peak_flops: Option<f64>,
+    /// Number of GPUs the throughput is divided by (`trainer.n_gpus_per_node x nnodes`).
+    pub n_gpus: f64,
+}
+
+struct Jobs {
+    sampling: u64,
+    log_prob: Option<u64>,
+    training: u64,
+}
+
+/// One rollout: prompt and response token ids and its score.
+struct Sample {
+    prompt: Vec<i64>,
+    response: Vec<i64>,
+    score: f64,
+    truncated: bool,
+}
+
+/// Time of a phase: the sum of backend-reported durations when every call reported one,
+/// else the wall time of the phase.
+struct Phase {
+    started: Instant,
+    reported: f64,
+    all_reported: bool,
+    calls: usize,
+}
+
+impl Phase {
+    fn start() -> Self {
+        Self {
+            started: Instant::now(),
+            reported: 0.0,
+            all_reported: true,
+            calls: 0,
+        }
+    }
+    fn add<T>(&mut self, r: &Reply<T>) {
+        self.calls += 1;
+        self.reported += r.seconds;
+        self.all_reported &= r.reported;
+    }
+    fn seconds(&self) -> f64 {
+        if self.calls > 0 && self.all_reported {
+            self.reported
+        } else {
+            self.started.elapsed().as_secs_f64()
+        }
+    }
+}
+
+pub async fn run(client: &ArcticClient, run: &DriverRun, events: &EventSender) -> Result<(), DriverError> {
+    let mut run = run.clone();
+    apply_plants(&mut run);
+    let run = &run;
+    let t = &run.translation;
+    let task = match &run.spec.task {
+        super::TaskSpec::Arith(cfg) => ArithTask::new(cfg.clone()).map_err(DriverError::Config)?,
+    };
+    client.health().await.map_err(DriverError::Startup)?;
+    let jobs = create_jobs(client, t).await?;
+    for step in 1..=run.steps {
+        let _ = events.send(RunEvent::StepStarted {
+            step,
+            total: run.steps,
+        });
+        let metrics = one_step(client, run, &task, &jobs, step)
+            .await
+            .map_err(|e| match e {
+                StepError::Client(source) => DriverError::Backend { step, source },
+                StepError::Protocol(message) => DriverError::Protocol { step, message },
+            })?;
+        let _ = events.send(RunEvent::Step(metrics));
+    }
+    // Tear down in reverse creation order, as the adapter does at shutdown.
+    let step = run.steps;
+    let teardown = [
+        Some((jobs.training, JobType::Training)),
+        jobs.log_prob.map(|j| (j, JobType::LogProb)),
+        Some((jobs.sampling, JobType::Sampling)),
+    ];
+    for (job, kind) in teardown.into_iter().flatten() {
+        client
+            .destroy(job, kind.as_str())
+            .await
+            .map_err(|source| DriverError::Backend { step, source })?;
+    }
+    Ok(())
+}
+
+/// Rewrite the translation the way a buggy adapter would (see `Plant`).
+fn apply_plants(run: &mut DriverRun) {
+    for p in run.spec.plant.clone() {
+        match p {
+            super::Plant::SkipWeightSync => {}
+            super::Plant::LogitsInMetaOnly => {
+                for job in &mut run.translation.jobs {
+                    if let Some(Value::Object(dwc)) = job.ds_worker_config.as_mut() {
+                        dwc.retain(|k, _| !k.starts_with("logits_"));
+                    }
+                }
+            }
+            super::Plant::DropMetaKey(key) => {
+                run.translation.meta.remove(&key);
+            }
+        }
+    }
+}
+
+async fn create_jobs(client: &ArcticClient, t: &Translation) -> Result<Jobs, DriverError> {
+    let (mut sampling, mut log_prob, mut training) = (None, None, None);
+    for job in &t.jobs {
+        let id = client.initialize(job).await.map_err(DriverError::Startup)?;
+        match job.job_type {
+            JobType::Sampling => sampling = Some(id),
+            JobType::LogProb => log_prob = Some(id),
+            JobType::Training => training = Some(id),
+        }
+    }
+    match (sampling, training) {
+        (Some(sampling), Some(training)) => Ok(Jobs {
+            sampling,
+            log_prob,
+            training,
+        }),
+        _ => Err(DriverError::Config(
+            "the translation must create a sampling and a training job".into(),
+        )),
+    }
+}
+
+enum StepError {
+    Client(ClientError),
+    Protocol(String),
+}
+
+impl From<ClientError> for StepError {
+    fn from(e: ClientError) -> Self {
+        StepError::Client(e)
+    }
+}
+
+fn wire_err(e: crate::wire::WireError) -> StepError {
+    StepError::Protocol(format!("cannot build a request frame: {e}"))
+}
+
+fn protocol(msg: impl Into<String>) -> StepError {
+    StepError::Protocol(msg.into())
+}
+
+async fn one_step(
+    client: &ArcticClient,
+    run: &DriverRun,
+    task: &ArithTask,
+    jobs: &Jobs,
+    step: u64,
+) -> Result<StepMetrics, StepError> {
+    let t = &run.translation;
+    let shape = t.shape;
+    let step_started = Instant::now();
+    let mut m = StepMetrics::new(step);
+
+    // 1-3: wake, generate n per prompt (one prompt a request), score.
+    let mut gen = Phase::start();
+    if t.colocate {
+        let r = client.wake(jobs.sampling, None).await?;
+        gen.add(&r);
+    }
+    let problems = task.batch(run.seed, step, shape.prompts);
+    let replies = generate_all(client, jobs.sampling, &problems, &t.sampling_params).await?;
+    let mut samples = Vec::with_capacity(shape.prompts * shape.n);
+    for (problem, reply) in problems.iter().zip(replies) {
+        gen.add(&reply);
+        let results = reply.body;
+        if results.len() != shape.n {
+            return Err(protocol(format!(
+                "/generate returned {} results for n = {}",
+                results.len(),
+                shape.n
+            )));
+        }
+        let prompt = CharTokenizer::encode(&problem.prompt).map_err(protocol)?;
+        if prompt.len() > shape.max_prompt_len {
+            return Err(protocol(format!(
+                "prompt of {} tokens exceeds data.max_prompt_length = {}",
+                prompt.len(),
+                shape.max_prompt_len
+            )));
+        }
+        for r in results {
+            let mut response = r.token_ids;
+            let truncated = response.len() >= shape.max_response_len;
+            response.truncate(shape.max_response_len);
+            let score = run.spec.scorer.score(&r.text, &problem.ground_truth());
+            samples.push(Sample {
+                prompt: prompt.clone(),
+                response,
+                score,
+                truncated,
+            });
+        }
+    }
+    if t.colocate {
+        let r = client.sleep(jobs.sampling, 1).await?;
+        gen.add(&r);
+    }
+    m.insert("timing_s/gen", gen.seconds());
+
+    let batch = PaddedBatch::build(&samples, &shape);
+
+    // 4: old log-probs (forward-only: `loss_fn` must be an explicit null).
+    let mut old = Phase::start();
+    let fwd = client
+        .forward(jobs.training, &batch.frame(&t.meta, None, ForwardKind::OldLogProb, t)?)
+        .await?;
+    old.add(&fwd);
+    let (old_logp, entropy) = batch.response_logprobs(&fwd.body, t.zorro)?;
+    m.insert("timing_s/old_log_prob", old.seconds());
+    if let Some(e) = entropy {
+        m.insert("actor/entropy", batch.masked_mean(&e));
+    }
+
+    // 5: reference log-probs when KL is on.
+    let ref_logp = if t.use_kl_loss {
+        let job = jobs.log_prob.ok_or_else(|| {
+            protocol("actor.use_kl_loss needs a reference engine, but remote_backend.log_prob_gpus = 0")
+        })?;
+        let mut phase = Phase::start();
+        let r = client
+            .forward(job, &batch.frame(&t.meta, None, ForwardKind::OldLogProb, t)?)
+            .await?;
+        phase.add(&r);
+        m.insert("timing_s/ref", phase.seconds());
+        Some(batch.response_logprobs(&r.body, t.zorro)?.0)
+    } else {
+        None
+    };
+
+    // 6: GRPO advantages.
+    let scores: Vec<f64> = samples.iter().map(|s| s.score).collect();
+    let adv = group_advantages(&scores, shape.n, t.norm_adv_by_std);
+    let update = UpdateTensors {
+        old_logp,
+        ref_logp,
+        advantages: adv.clone(),
+    };
+
+    // 7: per epoch and mini-batch, one forward-backward and one step.
+    let mut upd = Phase::start();
+    let mut fb_metrics: Map<String, Value> = Map::new();
+    let mut fb_count = 0usize;
+    let (mut grad_norms, mut last_lr) = (Vec::new(), None);
+    let per_mini = shape.mini_batch_prompts * shape.n;
+    for _epoch in 0..shape.ppo_epochs {
+        for mb in 0..shape.mini_batches() {
+            let lo = mb * per_mini;
+            let hi = ((mb + 1) * per_mini).min(samples.len());
+            let frame = batch
+                .slice(lo, hi)
+                .frame(&t.meta, Some(&update.slice(&batch, lo, hi)), ForwardKind::Update, t)?;
+            let r = client.forward_backward(jobs.training, &frame).await?;
+            upd.add(&r);
+            accumulate_metrics(&mut fb_metrics, &r.body)?;
+            fb_count += 1;
+            let s = client.step(jobs.training).await?;
+            upd.add(&s);
+            let sm = s.body.get("metrics").cloned().unwrap_or(Value::Null);
+            if let Some(g) = sm.get("grad_norm").and_then(mean_of) {
+                grad_norms.push(g);
+            } else if sm.get("grad_norm").is_some_and(Value::is_null) {
+                grad_norms.push(f64::NAN);
+            }
+            last_lr = sm.get("last_lr").and_then(mean_of).or(last_lr);
+        }
+    }
+    let update_s = upd.seconds();
+    m.insert("timing_s/update_actor", update_s);
+    for (k, v) in &fb_metrics {
+        if let Some(sum) = v.as_f64() {
+            let name = if k.starts_with("actor/") {
+                k.clone()
+            } else {
+                format!("actor/{k}")
+            };
+            m.insert(name, sum / fb_count.max(1) as f64);
+        }
+    }
+    if !grad_norms.is_empty() {
+        m.insert(
+            "actor/grad_norm",
+            grad_norms.iter().sum::<f64>() / grad_norms.len() as f64,
+        );
+    }
+    if let Some(lr) = last_lr {
+        m.insert("actor/lr", lr);
+    }
+
+    // 8: weight sync (wake weights, weight-sync, wake kv_cache, reset prefix cache); 9: sleep.
+    let mut sync = Phase::start();
+    if !run.spec.planted(&super::Plant::SkipWeightSync) {
+        let r = client.wake(jobs.sampling, Some(&["weights"])).await?;
+        sync.add(&r);
+        let r = client
+            .operation(
+                jobs.training,
+                "weight-sync",
+                jobs.training,
+                "training",
+                json!({"source_sub_job_id": jobs.training, "target_sub_job_ids": [jobs.sampling]}),
+            )
+            .await?;
+        sync.add(&r);
+        let r = client.wake(jobs.sampling, Some(&["kv_cache"])).await?;
+        sync.add(&r);
+        let r = client
+            .operation(jobs.sampling, "reset-prefix-cache", jobs.sampling, "sampling", json!({}))
+            .await?;
+        sync.add(&r);
+    }
+    if t.colocate {
+        let r = client.sleep(jobs.sampling, 1).await?;
+        sync.add(&r);
+    }
+    m.insert("timing_s/update_weights", sync.seconds());
+
+    // Metrics in verl's names.
+    let all_reported = gen.all_reported && old.all_reported && upd.all_reported && sync.all_reported;
+    let step_s = if all_reported {
+        m.values
+            .iter()
+            .filter(|(k, _)| k.starts_with("timing_s/"))
+            .map(|(_, v)| v)
+            .sum()
+    } else {
+        step_started.elapsed().as_secs_f64()
+    };
+    m.insert("timing_s/step", step_s);
+    stats(&mut m, "critic/score", &scores);
+    stats(&mut m, "critic/rewards", &scores);
+    let token_adv = batch.token_values(&adv);
+    stats(&mut m, "critic/advantages", &token_adv);
+    stats(&mut m, "critic/returns", &token_adv);
+    let resp_lens: Vec<f64> = samples.iter().map(|s| s.response.len() as f64).collect();
+    let prompt_lens: Vec<f64> = samples.iter().map(|s| s.prompt.len() as f64).collect();
+    stats(&mut m, "response_length", &resp_lens);
+    m.insert(
+        "response_length/clip_ratio",
+        samples.iter().filter(|s| s.truncated).count() as f64 / samples.len().max(1) as f64,
+    );
+    stats(&mut m, "prompt_length", &prompt_lens);
+    m.insert(
+        "prompt_length/clip_ratio",
+        samples
+            .iter()
+            .filter(|s| s.prompt.len() >= shape.max_prompt_len)
+            .count() as f64
+            / samples.len().max(1) as f64,
+    );
+    let seqlens: Vec<u64> = samples
+        .iter()
+        .map(|s| (s.prompt.len() + s.response.len()) as u64)
+        .collect();
+    let total_tokens: u64 = seqlens.iter().sum();
+    m.insert("perf/total_num_tokens", total_tokens as f64);
+    m.insert("perf/time_per_step", step_s);
+    if step_s > 0.0 {
+        m.insert("perf/throughput", total_tokens as f64 / (step_s * run.n_gpus.max(1.0)));
+    }
+    if let (Some(model), Some(peak)) = (run.model, run.peak_flops) {
+        if update_s > 0.0 {
+            // verl's forwarder: naive tokens, the whole remote update_actor call, every epoch.
+            let flops = model.training_flops(&seqlens) * shape.ppo_epochs as f64;
+            m.insert("perf/mfu/actor", flops / update_s / peak);
+        }
+    }
+    m.insert("training/global_step", step as f64);
+    m.insert("training/epoch", 0.0);
+    Ok(m)
+}
+
+/// Generate for every prompt, one request a prompt, a bounded number in flight.
+async fn generate_all(
+    client: &ArcticClient,
+    job: u64,
+    problems: &[Problem],
+    sampling_params: &Map<String, Value>,
+) -> Result<Vec<Reply<Vec<GenResult>>>, StepError> {
+    let futs = problems.iter().map(|p| {
+        let req = Node::Json(json!({
+            "prompts": [p.prompt],
+            "sampling_params": sampling_params,
+            "strict": true,
+        }));
+        async move {
+            let r = client.generate(job, &req).await?;
+            let results = parse_generate(&r.body)?;
+            Ok::<_, StepError>(Reply {
+                body: results,
+                seconds: r.seconds,
+                reported: r.reported,
+            })
+        }
+    });
+    let replies: Vec<_> = futures_util::stream::iter(futs).buffered(16).collect().await;
+    replies.into_iter().collect()
+}
+
+struct GenResult {
+    text: String,
+    token_ids: Vec<i64>,
+}
+
+fn parse_generate(node: &Node) -> Result<Vec<GenResult>, StepError> {
+    let v = node
+        .to_json()
+        .ok_or_else(|| protocol("/generate response holds tensors where JSON was expected"))?;
+    let results = v
+        .get("results")
+        .and_then(Value::as_array)
+        .ok_or_else(|| protocol("/generate response has no `results` list"))?;
+    results
+        .iter()
+        .map(|r| {
+            let text = r
+                .get("text")
+                .and_then(Value::as_str)
+                .ok_or_else(|| protocol("/generate result without `text`"))?
+                .to_string();
+            let token_ids = match r.get("token_ids").and_then(Value::as_array) {
+                Some(ids) => ids
+                    .iter()
+                    .map(|i| i.as_i64().ok_or_else(|| protocol("non-integer token id")))
+                    .collect::<Result<Vec<_>, _>>()?,
+                None => CharTokenizer::encode(&text).map_err(protocol)?,
+            };
+            Ok(GenResult { text, token_ids })
+        })
+        .collect()
+}
+
+fn mean_of(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        // Per-rank lists when the job has more than one rank.
+        Value::Array(items) => {
+            let xs: Vec<f64> = items.iter().filter_map(Value::as_f64).collect();
+            (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+        }
+        _ => None,
+    }
+}
+
+/// Sum each numeric metric of a `/forward-backward` response into `acc`.
+fn accumulate_metrics(acc: &mut Map<String, Value>, body: &Node) -> Result<(), StepError> {
+    let metrics = body
+        .get("metrics")
+        .and_then(Node::to_json)
+        .ok_or_else(|| protocol("/forward-backward response has no `metrics`"))?;
+    let Value::Object(map) = metrics else {
+        return Err(protocol("/forward-backward `metrics` is not an object"));
+    };
+    for (k, v) in map {
+        // A null is a non-finite value written by a Python peer.
+        let x = if v.is_null() { Some(f64::NAN) } else { mean_of(&v) };
+        if let Some(x) = x {
+            let prev = acc.get(&k).and_then(Value::as_f64).unwrap_or(0.0);
+            let sum = prev + x;
+            acc.insert(
+                k,
+                serde_json::Number::from_f64(sum).map_or(Value::Null, Value::Number),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn stats(m: &mut StepMetrics, prefix: &str, xs: &[f64]) {
+    if xs.is_empty() {
+        return;
+    }
+    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+    let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    m.insert(format!("{prefix}/mean"), mean);
+    m.insert(format!("{prefix}/max"), max);
+    m.insert(format!("{prefix}/min"), min);
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum ForwardKind {
+    OldLogProb,
+    Update,
+}
+
+/// Per-sequence response-aligned values for an update.
+struct UpdateTensors {
+    old_logp: Vec<Vec<f32>>,
+    ref_logp: Option<Vec<Vec<f32>>>,
+    advantages: Vec<f64>,
+}
+
+impl UpdateTensors {
+    fn slice(&self, _batch: &PaddedBatch, lo: usize, hi: usize) -> UpdateTensors {
+        UpdateTensors {
+            old_logp: self.old_logp[lo..hi].to_vec(),
+            ref_logp: self.ref_logp.as_ref().map(|r| r[lo..hi].to_vec()),
+            advantages: self.advantages[lo..hi].to_vec(),
+        }
+    }
+}
+
+/// verl's padded layout: prompts LEFT-padded to P, responses RIGHT-padded to R, S = P + R.
+#[derive(Clone)]
+struct PaddedBatch {
+    p: usize,
+    r: usize,
+    prompts: Vec<Vec<i64>>,
+    responses: Vec<Vec<i64>>,
+}
+
+impl PaddedBatch {
+    fn build(samples: &[Sample], shape: &BatchShape) -> Self {
+        Self {
+            p: shape.max_prompt_len,
+            r: shape.max_response_len,
+            prompts: samples.iter().map(|s| s.prompt.clone()).collect(),
+            responses: samples.iter().map(|s| s.response.clone()).collect(),
+        }
+    }
+
+    fn slice(&self, lo: usize, hi: usize) -> PaddedBatch {
+        PaddedBatch {
+            p: self.p,
+            r: self.r,
+            prompts: self.prompts[lo..hi].to_vec(),
+            responses: self.responses[lo..hi].to_vec(),
+        }
+    }
+
+    fn b(&self) -> usize {
+        self.prompts.len()
+    }
+
+    fn s(&self) -> usize {
+        self.p + self.r
+    }
+
+    /// A `[B,S]` tensor with `f(i, t)` at response column `P + t` (t < response length),
+    /// zero elsewhere ("left-zero-padded to [B,S]").
+    fn response_plane<T: Copy + Default>(&self, f: impl Fn(usize, usize) -> T) -> Vec<T> {
+        let (b, s) = (self.b(), self.s());
+        let mut out = vec![T::default(); b * s];
+        for i in 0..b {
+            for t in 0..self.responses[i].len() {
+                out[i * s + self.p + t] = f(i, t);
+            }
+        }
+        out
+    }
+
+    fn frame(
+        &self,
+        meta: &Map<String, Value>,
+        update: Option<&UpdateTensors>,
+        kind: ForwardKind,
+        t: &Translation,
+    ) -> Result<Node, StepError> {
+        let (b, s, p, r) = (self.b(), self.s(), self.p, self.r);
+        let mut input_ids = vec![PAD_ID; b * s];
+        let mut mask = vec![0i64; b * s];
+        let mut prompts = vec![PAD_ID; b * p];
+        let mut responses = vec![PAD_ID; b * r];
+        for i in 0..b {
+            let pr = &self.prompts[i];
+            let off = p - pr.len();
+            for (j, &tok) in pr.iter().enumerate() {
+                input_ids[i * s + off + j] = tok;
+                mask[i * s + off + j] = 1;
+                prompts[i * p + off + j] = tok;
+            }
+            for (j, &tok) in self.responses[i].iter().enumerate() {
+                input_ids[i * s + p + j] = tok;
+                mask[i * s + p + j] = 1;
+                responses[i * r + j] = tok;
+            }
+        }
+        let mut tensors = vec![
+            ("input_ids".to_string(), Tensor::from_i64(vec![b, s], &input_ids).map_err(wire_err)?),
+            ("attention_mask".to_string(), Tensor::from_i64(vec![b, s], &mask).map_err(wire_err)?),
+            ("prompts".to_string(), Tensor::from_i64(vec![b, p], &prompts).map_err(wire_err)?),
+        ];
+        if !t.drop_position_ids {
+            let mut pos = vec![0i64; b * s];
+            for i in 0..b {
+                let mut c = 0i64;
+                for j in 0..s {
+                    c += mask[i * s + j];
+                    pos[i * s + j] = (c - 1).max(0);
+                }
+            }
+            tensors.push(("position_ids".into(), Tensor::from_i64(vec![b, s], &pos).map_err(wire_err)?));
+        }
+        let processing = match kind {
+            ForwardKind::OldLogProb => {
+                json!({"post": ["compute_entropy_and_logprobs"], "loss_fn": null})
+            }
+            ForwardKind::Update => json!({
+                "post": ["apply_temperature", "compute_entropy_and_logprobs"],
+                "loss_fn": "verl_grpo",
+            }),
+        };
+        let mut meta = meta.clone();
+        if let Some(u) = update {
+            tensors.push(("responses".into(), Tensor::from_i64(vec![b, r], &responses).map_err(wire_err)?));
+            let rmask = self.response_plane(|_, _| 1i64);
+            tensors.push(("response_mask".into(), Tensor::from_i64(vec![b, s], &rmask).map_err(wire_err)?));
+            tensors.push(("loss_mask".into(), Tensor::from_i64(vec![b, s], &rmask).map_err(wire_err)?));
+            let old = self.response_plane(|i, t| u.old_logp[i].get(t).copied().unwrap_or(0.0));
+            tensors.push(("old_log_probs".into(), Tensor::from_f32(vec![b, s], &old).map_err(wire_err)?));
+            let adv = self.response_plane(|i, _| u.advantages[i] as f32);
+            tensors.push(("advantages".into(), Tensor::from_f32(vec![b, s], &adv).map_err(wire_err)?));
+            if let Some(rl) = &u.ref_logp {
+                let rp = self.response_plane(|i, t| rl[i].get(t).copied().unwrap_or(0.0));
+                tensors.push(("ref_log_prob".into(), Tensor::from_f32(vec![b, s], &rp).map_err(wire_err)?));
+            }
+            let tokens: usize = self.responses.iter().map(Vec::len).sum();
+            meta.insert("batch_num_tokens".into(), json!(tokens));
+        }
+        Ok(Node::Dict(vec![
+            (
+                "batch".into(),
+                Node::Dict(
+                    tensors
+                        .into_iter()
+                        .map(|(k, tensor)| {
+                            (
+                                k,
+                                Node::Tensor {
+                                    tensor,
+                                    scalar: false,
+                                },
+                            )
+                        })
+                        .collect(),
+                ),
+            ),
+            ("meta".into(), Node::Json(Value::Object(meta))),
+            ("processing".into(), Node::Json(processing)),
+        ]))
+    }
+
+    /// Response-aligned log-probs (and entropy) out of a `/forward` reply's `[B,S]` planes:
+    /// column `P-1+t` without ZoRRo, `P+t` with it.
+    #[allow(clippy::type_complexity)]
+    fn response_logprobs(
+        &self,
+        reply: &Node,
+        zorro: bool,
+    ) -> Result<(Vec<Vec<f32>>, Option<Vec<Vec<f32>>>), StepError> {
+        let batch = reply
+            .get("batch")
+            .ok_or_else(|| protocol("/forward response has no `batch`"))?;
+        let plane = |name: &str| -> Result<Option<Vec<Vec<f32>>>, StepError> {
+            let Some(Node::Tensor { tensor, .. }) = batch.get(name) else {
+                return Ok(None);
+            };
+            if tensor.shape != [self.b(), self.s()] {
+                return Err(protocol(format!(
+                    "/forward `{name}` has shape {:?}, expected [{}, {}]",
+                    tensor.shape,
+                    self.b(),
+                    self.s()
+                )));
+            }
+            let flat = tensor.to_f32_vec();
+            let shift = if zorro { self.p } else { self.p - 1 };
+            Ok(Some(
+                (0..self.b())
+                    .map(|i| {
+                        (0..self.responses[i].len())
+                            .map(|t| flat[i * self.s() + shift + t])
+                            .collect()
+                    })
+                    .collect(),
+            ))
+        };
+        let logp = plane("logprobs")?.ok_or_else(|| protocol("/forward response has no `batch.logprobs`"))?;
+        Ok((logp, plane("entropy")?))
+    }
+
+    fn masked_mean(&self, per_seq: &[Vec<f32>]) -> f64 {
+        let (sum, n) = per_seq
+            .iter()
+            .flatten()
+            .fold((0.0f64, 0usize), |(s, n), &x| (s + x as f64, n + 1));
+        if n == 0 {
+            0.0
+        } else {
+            sum / n as f64
+        }
+    }
+
+    /// A per-sequence value repeated over its response tokens (verl's token-level stats).
+    fn token_values(&self, per_seq: &[f64]) -> Vec<f64> {
+        per_seq
+            .iter()
+            .zip(&self.responses)
+            .flat_map(|(&v, r)| std::iter::repeat_n(v, r.len()))
+            .collect()
+    }
+}

@@ -1,0 +1,460 @@
+//! The Arctic adapter's translation of a verl-style config into JobConfigs and per-call `meta`,
+//! following every row of the knob reference (`arctic-knobs.md`). The driver sends exactly
+//! this; the propagation check compares it with what the server consumes.
+
+use serde_json::{json, Map, Value};
+
+use crate::wire::api::{JobConfig, JobType};
+
+/// Read a dotted path from a JSON tree.
+pub fn lookup<'a>(tree: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = tree;
+    for part in path.split('.') {
+        cur = cur.as_object()?.get(part)?;
+    }
+    Some(cur)
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("config key `{key}`: {message}")]
+pub struct TranslateError {
+    pub key: String,
+    pub message: String,
+}
+
+/// Typed access to the resolved config tree with errors that name the key.
+#[derive(Debug, Clone, Copy)]
+pub struct Cfg<'a>(pub &'a Value);
+
+impl<'a> Cfg<'a> {
+    pub fn raw(&self, path: &str) -> Option<&'a Value> {
+        lookup(self.0, path).filter(|v| !v.is_null())
+    }
+    fn err(path: &str, expected: &str, v: &Value) -> TranslateError {
+        TranslateError {
+            key: path.to_string(),
+            message: format!("expected {expected}, found {v}"),
+        }
+    }
+    pub fn f64_or(&self, path: &str, default: f64) -> Result<f64, TranslateError> {
+        match self.raw(path) {
+            None => Ok(default),
+            Some(v) => v.as_f64().ok_or_else(|| Self::err(path, "a number", v)),
+        }
+    }
+    pub fn u64_or(&self, path: &str, default: u64) -> Result<u64, TranslateError> {
+        match self.raw(path) {
+            None => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| Self::err(path, "a non-negative integer", v)),
+        }
+    }
+    pub fn opt_u64(&self, path: &str) -> Result<Option<u64>, TranslateError> {
+        match self.raw(path) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| Self::err(path, "a non-negative integer", v)),
+        }
+    }
+    pub fn bool_or(&self, path: &str, default: bool) -> Result<bool, TranslateError> {
+        match self.raw(path) {
+            None => Ok(default),
+            Some(v) => v.as_bool().ok_or_else(|| Self::err(path, "true or false", v)),
+        }
+    }
+    pub fn str_or(&self, path: &str, default: &str) -> Result<String, TranslateError> {
+        match self.raw(path) {
+            None => Ok(default.to_string()),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(v) => Err(Self::err(path, "a string", v)),
+        }
+    }
+    pub fn value_or(&self, path: &str, default: Value) -> Value {
+        self.raw(path).cloned().unwrap_or(default)
+    }
+}
+
+/// Everything the driver derives from the config once, at start-up.
+#[derive(Debug, Clone)]
+pub struct Translation {
+    /// In creation order: sampling, log_prob (when `log_prob_gpus > 0`), training.
+    pub jobs: Vec<JobConfig>,
+    /// The flat `meta` object sent with every `/forward` and `/forward-backward`.
+    pub meta: Map<String, Value>,
+    /// `sampling_params` of every `/generate`.
+    pub sampling_params: Map<String, Value>,
+    pub shape: BatchShape,
+    pub zorro: bool,
+    pub colocate: bool,
+    pub use_kl_loss: bool,
+    pub training_gpus: u64,
+    pub log_prob_gpus: u64,
+    pub drop_position_ids: bool,
+    pub norm_adv_by_std: bool,
+    pub entropy_coeff: f64,
+}
+
+/// Batch sizing of one training step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchShape {
+    /// Prompts per step (`data.train_batch_size`).
+    pub prompts: usize,
+    /// Rollouts per prompt (`actor_rollout_ref.rollout.n`).
+    pub n: usize,
+    /// Prompts per PPO mini-batch (`actor.ppo_mini_batch_size`).
+    pub mini_batch_prompts: usize,
+    pub ppo_epochs: usize,
+    pub max_prompt_len: usize,
+    pub max_response_len: usize,
+}
+
+impl BatchShape {
+    pub fn mini_batches(&self) -> usize {
+        self.prompts.div_ceil(self.mini_batch_prompts).max(1)
+    }
+    /// forward-backward + step pairs per training step.
+    pub fn updates_per_step(&self) -> usize {
+        self.ppo_epochs * self.mini_batches()
+    }
+}
+
+const A: &str = "actor_rollout_ref.actor";
+const R: &str = "actor_rollout_ref.rollout";
+const RB: &str = "remote_backend";
+
+/// Translate the resolved `config` tree (plain JSON) for a run of `total_steps` steps.
+pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, TranslateError> {
+    let c = Cfg(config);
+    let p = |s: &str| s.to_string();
+    let model = c.str_or("actor_rollout_ref.model.path", "")?;
+    if model.is_empty() {
+        return Err(TranslateError {
+            key: p("actor_rollout_ref.model.path"),
+            message: "required (the model every job loads)".into(),
+        });
+    }
+    let n = c.u64_or(&format!("{R}.n"), 1)?.max(1);
+    let prompts = c.u64_or("data.train_batch_size", 1)?.max(1);
+    let mini = c.u64_or(&format!("{A}.ppo_mini_batch_size"), prompts)?.max(1);
+    let micro = c.opt_u64(&format!("{A}.ppo_micro_batch_size_per_gpu"))?.unwrap_or(1).max(1);
+    let epochs = c.u64_or(&format!("{A}.ppo_epochs"), 1)?.max(1);
+    let max_prompt = c.u64_or("data.max_prompt_length", 512)?;
+    let max_response = c.u64_or("data.max_response_length", 512)?;
+    let training_gpus = c.u64_or(&format!("{RB}.training_gpus"), 1)?;
+    let log_prob_gpus = c.u64_or(&format!("{RB}.log_prob_gpus"), 0)?;
+    let zorro = c.bool_or(&format!("{RB}.train.zorro_train.enable"), false)?;
+    let colocate = c.bool_or(&format!("{RB}.colocate"), true)?;
+    let temperature = c.f64_or(&format!("{R}.temperature"), 1.0)?;
+    let seed = c.value_or(&format!("{RB}.train.determinism.seed"), json!(42));
+    let full_det = c.bool_or(&format!("{RB}.train.determinism.full"), false)?;
+
+    // ds_config: the deepspeed block verbatim, merged with sizing, optimizer, scheduler, clip.
+    let train_batch_size = mini * n;
+    let mut ds = match c.raw(&format!("{RB}.train.deepspeed")) {
+        Some(Value::Object(m)) => m.clone(),
+        Some(v) => {
+            return Err(Cfg::err(&format!("{RB}.train.deepspeed"), "a mapping", v));
+        }
+        None => Map::new(),
+    };
+    ds.insert("train_batch_size".into(), json!(train_batch_size));
+    ds.insert("train_micro_batch_size_per_gpu".into(), json!(micro));
+    ds.insert(
+        "gradient_accumulation_steps".into(),
+        json!((train_batch_size / (micro * training_gpus.max(1))).max(1)),
+    );
+    let lr = c.f64_or(&format!("{A}.optim.lr"), 1e-6)?;
+    ds.insert(
+        "optimizer".into(),
+        json!({"type": "AdamW", "params": {
+            "lr": lr,
+            "weight_decay": c.f64_or(&format!("{A}.optim.weight_decay"), 0.01)?,
+            "betas": c.value_or(&format!("{A}.optim.betas"), json!([0.9, 0.999])),
+            "eps": 1e-8,
+        }}),
+    );
+    let clip = match c.raw(&format!("{A}.optim.clip_grad")) {
+        Some(_) => c.f64_or(&format!("{A}.optim.clip_grad"), 1.0)?,
+        None => c.f64_or(&format!("{A}.grad_clip"), 1.0)?,
+    };
+    if clip > 0.0 {
+        ds.insert("gradient_clipping".into(), json!(clip));
+    }
+    let horizon = c
+        .opt_u64(&format!("{A}.optim.total_training_steps"))?
+        .filter(|&s| s > 0)
+        .or(c.opt_u64("trainer.total_training_steps")?.filter(|&s| s > 0))
+        .unwrap_or(total_steps)
+        * epochs
+        * prompts.div_ceil(mini);
+    let warmup_ratio = c.f64_or(&format!("{A}.optim.lr_warmup_steps_ratio"), 0.0)?;
+    let warmup = (warmup_ratio * horizon as f64) as u64;
+    let sched_type = c.str_or(&format!("{A}.optim.lr_scheduler_type"), "constant")?;
+    if sched_type == "cosine" {
+        ds.insert(
+            "scheduler".into(),
+            json!({"type": "WarmupCosineLR", "params": {
+                "total_num_steps": horizon,
+                "warmup_num_steps": warmup,
+                "warmup_min_ratio": 0.0,
+                "cos_min_ratio": c.f64_or(&format!("{A}.optim.min_lr_ratio"), 0.0)?,
+                "warmup_type": "linear",
+            }}),
+        );
+    } else if warmup > 0 {
+        ds.insert(
+            "scheduler".into(),
+            json!({"type": "WarmupLR", "params": {
+                "warmup_min_lr": 0.0,
+                "warmup_max_lr": lr,
+                "warmup_num_steps": warmup,
+                "warmup_type": "linear",
+            }}),
+        );
+    }
+    if let Some(sp) = c.opt_u64(&format!("{A}.fsdp_config.ulysses_sequence_parallel_size"))? {
+        ds.insert("sequence_parallel_size".into(), json!(sp));
+    }
+
+    // ds_worker_config: model knobs always; ZoRRo and logits keys with ZoRRo.
+    let mut dwc = Map::new();
+    dwc.insert(
+        "attn_implementation".into(),
+        c.value_or(
+            "actor_rollout_ref.model.override_config.attn_implementation",
+            json!("flash_attention_2"),
+        ),
+    );
+    dwc.insert(
+        "use_liger".into(),
+        c.value_or("actor_rollout_ref.model.use_liger", json!(false)),
+    );
+    dwc.insert(
+        "enable_gradient_checkpointing".into(),
+        c.value_or("actor_rollout_ref.model.enable_gradient_checkpointing", json!(true)),
+    );
+    let logits = |k: &str, d: Value| c.value_or(&format!("{RB}.train.logits.{k}"), d);
+    let max_token_len = c.value_or(&format!("{A}.ppo_max_token_len_per_gpu"), json!(16384));
+    if zorro {
+        dwc.insert("zorro_train_enable".into(), json!(true));
+        dwc.insert("response_len".into(), json!(max_response));
+        dwc.insert("max_token_len".into(), max_token_len.clone());
+        dwc.insert("rollout_n".into(), json!(n));
+        dwc.insert("temperature".into(), json!(temperature));
+        dwc.insert("use_unpad".into(), json!(true));
+        dwc.insert("logits_optimization".into(), logits("optimization", json!("none")));
+        dwc.insert(
+            "logits_optimization_peak_mem_size_in_gib".into(),
+            logits("optimization_peak_mem_size_in_gib", json!(4)),
+        );
+        dwc.insert("logits_compute_in_fp32".into(), logits("compute_in_fp32", json!(false)));
+        dwc.insert(
+            "logits_compute_from_fp32_inputs".into(),
+            logits("compute_from_fp32_inputs", json!(false)),
+        );
+    }
+
+    // vllm_config of the sampling job.
+    let mut vllm = Map::new();
+    vllm.insert(
+        "tensor_parallel_size".into(),
+        c.value_or(&format!("{RB}.sampling_tp_size"), json!(1)),
+    );
+    vllm.insert(
+        "max_model_len".into(),
+        c.raw(&format!("{R}.max_model_len"))
+            .cloned()
+            .unwrap_or(json!(max_prompt + max_response)),
+    );
+    for k in [
+        "gpu_memory_utilization",
+        "max_num_seqs",
+        "enforce_eager",
+        "enable_chunked_prefill",
+        "quantization",
+    ] {
+        if let Some(v) = lookup(config, &format!("{R}.{k}")) {
+            vllm.insert(k.into(), v.clone());
+        }
+    }
+
+    let base = |job_type: JobType| JobConfig {
+        model_name: model.clone(),
+        job_type,
+        ds_config: None,
+        training_config: None,
+        log_prob_config: None,
+        ds_worker_config: None,
+        vllm_config: None,
+        checkpoint_path: None,
+        arctic_inference_config: None,
+        full_determinism: false,
+        seed: seed.as_i64().unwrap_or(42),
+        cuda_ipc: false,
+        low_memory: false,
+        extra: Map::new(),
+    };
+    let mut jobs = Vec::new();
+    let mut sampling = base(JobType::Sampling);
+    sampling.vllm_config = Some(Value::Object(vllm));
+    sampling.arctic_inference_config = Some(c.value_or(&format!("{RB}.rollout"), json!({})));
+    jobs.push(sampling);
+    if log_prob_gpus > 0 {
+        let mut lp = base(JobType::LogProb);
+        let mut zero = ds
+            .get("zero_optimization")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        if let Some(z) = zero.as_object_mut() {
+            z.remove("offload_optimizer");
+        }
+        let mut lds = Map::new();
+        lds.insert("train_micro_batch_size_per_gpu".into(), json!(micro));
+        lds.insert("zero_optimization".into(), zero);
+        if let Some(sp) = ds.get("sequence_parallel_size") {
+            lds.insert("sequence_parallel_size".into(), sp.clone());
+        }
+        lp.ds_config = Some(Value::Object(lds));
+        lp.full_determinism = full_det;
+        jobs.push(lp);
+    }
+    let mut training = base(JobType::Training);
+    training.ds_config = Some(Value::Object(ds));
+    training.ds_worker_config = Some(Value::Object(dwc));
+    training.checkpoint_path = Some(c.str_or("trainer.default_local_dir", "checkpoints")?);
+    training.full_determinism = full_det;
+    training.cuda_ipc = c.bool_or(&format!("{RB}.weight_sync.cuda_ipc"), false)?;
+    training.low_memory = c.bool_or(&format!("{RB}.weight_sync.low_memory"), false)?;
+    jobs.push(training);
+
+    // Per-call meta, as the adapter sends it.
+    let actor = c.value_or(A, json!({}));
+    let mut meta = Map::new();
+    meta.insert("zorro_train_enable".into(), json!(zorro));
+    meta.insert(
+        "zorro_train_max_rollouts".into(),
+        c.value_or(&format!("{RB}.train.zorro_train.max_rollouts"), json!(n)),
+    );
+    meta.insert("rollout_n".into(), json!(n));
+    meta.insert(
+        "load_balancer".into(),
+        c.value_or(&format!("{RB}.train.load_balancer"), json!(true)),
+    );
+    meta.insert("logits_optimization".into(), logits("optimization", json!("none")));
+    meta.insert(
+        "logits_optimization_peak_mem_size_in_gib".into(),
+        logits("optimization_peak_mem_size_in_gib", json!(4)),
+    );
+    meta.insert("logits_compute_in_fp32".into(), logits("compute_in_fp32", json!(false)));
+    let drop_position_ids = c.bool_or(&format!("{RB}.comms.drop_position_ids"), true)?;
+    meta.insert("drop_position_ids".into(), json!(drop_position_ids));
+    meta.insert("global_batch_size".into(), json!(train_batch_size));
+    meta.insert("max_token_len_per_gpu".into(), max_token_len);
+    meta.insert("temperature".into(), json!(temperature));
+    meta.insert("max_prompt_len".into(), json!(max_prompt));
+    meta.insert("max_response_len".into(), json!(max_response));
+    meta.insert("pad_token_id".into(), json!(crate::task::PAD_ID));
+    meta.insert("calculate_entropy".into(), json!(true));
+    meta.insert(
+        "policy_loss_config".into(),
+        actor.get("policy_loss").cloned().unwrap_or(json!({})),
+    );
+    meta.insert("actor_config".into(), actor);
+    meta.insert("rollout_is_weights".into(), Value::Null);
+
+    let mut sampling_params = Map::new();
+    sampling_params.insert("n".into(), json!(n));
+    sampling_params.insert("temperature".into(), json!(temperature));
+    sampling_params.insert("top_p".into(), c.value_or(&format!("{R}.top_p"), json!(1.0)));
+    sampling_params.insert("max_tokens".into(), json!(max_response));
+
+    Ok(Translation {
+        jobs,
+        meta,
+        sampling_params,
+        shape: BatchShape {
+            prompts: prompts as usize,
+            n: n as usize,
+            mini_batch_prompts: mini as usize,
+            ppo_epochs: epochs as usize,
+            max_prompt_len: max_prompt as usize,
+            max_response_len: max_response as usize,
+        },
+        zorro,
+        colocate,
+        use_kl_loss: c.bool_or(&format!("{A}.use_kl_loss"), false)?,
+        training_gpus,
+        log_prob_gpus,
+        drop_position_ids,
+        norm_adv_by_std: c.bool_or("algorithm.norm_adv_by_std_in_grpo", true)?,
+        entropy_coeff: c.f64_or(&format!("{A}.entropy_coeff"), 0.0)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worked expectation of the knob reference: GSM8K recipe, Qwen3-1.7B, ZoRRo on.
+    #[test]
+    fn worked_expectation_of_the_knob_reference() {
+        let cfg = json!({
+            "data": {"train_batch_size": 32, "max_prompt_length": 1024, "max_response_length": 1024},
+            "actor_rollout_ref": {
+                "model": {"path": "Qwen/Qwen3-1.7B"},
+                "actor": {"ppo_mini_batch_size": 32, "ppo_micro_batch_size_per_gpu": 8,
+                          "ppo_max_token_len_per_gpu": 16384, "ppo_epochs": 1,
+                          "optim": {"lr": 1e-6, "betas": [0.9, 0.95], "lr_warmup_steps_ratio": 0.05}},
+                "rollout": {"n": 8, "temperature": 1.0}
+            },
+            "remote_backend": {"colocate": true, "training_gpus": 1, "log_prob_gpus": 0,
+                "weight_sync": {"cuda_ipc": true},
+                "train": {"zorro_train": {"enable": true, "max_rollouts": 8},
+                          "logits": {"optimization": "memory"},
+                          "deepspeed": {"zero_optimization": {"stage": 2}}}}
+        });
+        let t = translate(&cfg, 10).unwrap();
+        assert_eq!(t.jobs.len(), 2, "no log_prob job with log_prob_gpus = 0");
+        assert_eq!(t.jobs[0].job_type, JobType::Sampling);
+        let train = &t.jobs[1];
+        let ds = train.ds_config.as_ref().unwrap();
+        assert_eq!(ds["train_batch_size"], 256);
+        assert_eq!(ds["train_micro_batch_size_per_gpu"], 8);
+        assert_eq!(ds["gradient_accumulation_steps"], 32);
+        assert_eq!(ds["optimizer"]["params"]["lr"], 1e-6);
+        assert_eq!(ds["zero_optimization"]["stage"], 2);
+        assert_eq!(ds["scheduler"]["type"], "WarmupLR");
+        let dwc = train.ds_worker_config.as_ref().unwrap();
+        assert_eq!(dwc["zorro_train_enable"], true);
+        assert_eq!(dwc["response_len"], 1024);
+        assert_eq!(dwc["max_token_len"], 16384);
+        assert_eq!(dwc["rollout_n"], 8);
+        assert_eq!(dwc["temperature"], 1.0);
+        assert_eq!(dwc["use_unpad"], true);
+        assert_eq!(dwc["logits_optimization"], "memory");
+        assert!(train.cuda_ipc);
+        assert_eq!(t.shape.updates_per_step(), 1);
+        assert_eq!(t.meta["global_batch_size"], 256);
+    }
+
+    #[test]
+    fn without_zorro_the_logits_knobs_travel_only_in_meta() {
+        let cfg = json!({
+            "actor_rollout_ref": {"model": {"path": "m"}},
+            "remote_backend": {"log_prob_gpus": 1, "train": {"logits": {"compute_in_fp32": true}}}
+        });
+        let t = translate(&cfg, 5).unwrap();
+        let kinds: Vec<_> = t.jobs.iter().map(|j| j.job_type).collect();
+        assert_eq!(kinds, vec![JobType::Sampling, JobType::LogProb, JobType::Training]);
+        let dwc = t.jobs[2].ds_worker_config.as_ref().unwrap();
+        assert!(dwc.get("logits_compute_in_fp32").is_none());
+        assert_eq!(t.meta["logits_compute_in_fp32"], true);
+        let err = translate(&json!({"data": {"train_batch_size": "x"}, "actor_rollout_ref": {"model": {"path": "m"}}}), 1)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("data.train_batch_size"), "{err}");
+    }
+}

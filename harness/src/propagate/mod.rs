@@ -1,0 +1,1 @@
+//! The knob propagation checker: manifests, wire diffs, verdicts, the matrix.

@@ -1,0 +1,463 @@
+//! `rlharness run` for one scenario: plan, start the backend and the recording proxy, drive,
+//! stream metrics, watch for hangs, then judge and report. Whatever happens, the run directory
+//! is left valid: `run.json` says how the run ended and `metrics.csv` holds every finished step.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::backend::BackendSpec;
+use crate::driver::builtin::{self, DriverRun};
+use crate::driver::client::ArcticClient;
+use crate::driver::{translate, DriverSpec};
+use crate::error::{CommandError, ExitStatus};
+use crate::events::{self, RunEvent};
+use crate::fsx;
+use crate::metrics::{promised_peak_flops, MetricTable, MetricsCsvWriter, StepMetrics};
+use crate::plan::RunPlan;
+
+/// Options of `rlharness run` that apply to every scenario.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub out: PathBuf,
+    pub golden: PathBuf,
+    pub seed: Option<u64>,
+    pub steps: Option<u64>,
+    pub set: Vec<String>,
+    pub update_golden: bool,
+    pub hardware: Option<String>,
+    pub progress: bool,
+    /// `CI=true`: never write a golden.
+    pub ci: bool,
+    /// Put the run exactly here instead of `OUT/<scenario>/<run-id>/` (propagation runs).
+    pub run_dir: Option<PathBuf>,
+}
+
+/// How the run itself ended (before judging).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    Completed,
+    /// Driver or backend failure: the reason, the step and the route if known.
+    Failed {
+        reason: String,
+        step: Option<u64>,
+        route: Option<String>,
+    },
+    /// A watchdog fired: no step within `timeouts.step`, or past `timeouts.run`.
+    Hang { reason: String, step: u64 },
+    /// Ctrl-C.
+    Interrupted { step: u64 },
+}
+
+impl RunEnd {
+    pub fn status(&self) -> &'static str {
+        match self {
+            RunEnd::Completed => "completed",
+            RunEnd::Failed { .. } => "failed",
+            RunEnd::Hang { .. } => "hang",
+            RunEnd::Interrupted { .. } => "interrupted",
+        }
+    }
+    pub fn reason(&self) -> Option<String> {
+        match self {
+            RunEnd::Completed => None,
+            RunEnd::Failed { reason, .. } | RunEnd::Hang { reason, .. } => Some(reason.clone()),
+            RunEnd::Interrupted { step } => Some(format!("interrupted (Ctrl-C) during step {step}")),
+        }
+    }
+}
+
+/// What one executed scenario produced.
+#[derive(Debug)]
+pub struct Executed {
+    pub plan: RunPlan,
+    pub run_dir: PathBuf,
+    pub end: RunEnd,
+    pub metrics: MetricTable,
+    /// Built-in sanity failures (e.g. an MFU outside (0, 1]) as (step, metric, value).
+    pub insane: Vec<(u64, String, f64)>,
+    pub started: chrono::DateTime<chrono::Utc>,
+    pub ended: chrono::DateTime<chrono::Utc>,
+}
+
+/// A backend running in-process, with what stops it.
+struct RunningBackend {
+    url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl RunningBackend {
+    async fn shutdown(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
+    let engine: Arc<dyn crate::backend::Engine> = match &plan.scenario.backend {
+        BackendSpec::Mock(script) => Arc::new(crate::backend::mock::MockEngine::new(
+            script.clone(),
+            plan.seed(),
+        )),
+        #[cfg(feature = "torch")]
+        BackendSpec::Torch(spec) => Arc::new(
+            crate::backend::torch::TorchEngine::new(spec, plan.seed())
+                .map_err(|e| CommandError::run_failed(format!("torch backend: {e}")))?,
+        ),
+        #[cfg(not(feature = "torch"))]
+        BackendSpec::Torch(_) => {
+            return Err(CommandError::invalid(
+                "backend `torch` needs a build with the cargo feature `torch`",
+            ))
+        }
+        BackendSpec::Remote { url } => {
+            return Ok(RunningBackend {
+                url: url.trim_end_matches('/').to_string(),
+                stop: None,
+                task: None,
+            })
+        }
+        BackendSpec::Replay { .. } | BackendSpec::None => {
+            return Err(CommandError::invalid(format!(
+                "backend kind {:?} is not supported by `run` yet",
+                plan.scenario.backend
+            )))
+        }
+    };
+    let cfg = plan.scenario.config.to_json();
+    let gpus = |k: &str, d: u64| {
+        translate::lookup(&cfg, &format!("remote_backend.{k}"))
+            .and_then(Value::as_u64)
+            .unwrap_or(d)
+    };
+    let opts = crate::backend::server::ServerOptions {
+        training_gpus: gpus("training_gpus", 1),
+        sampling_gpus: gpus("sampling_gpus", 1),
+        log_prob_gpus: gpus("log_prob_gpus", 0),
+        ..Default::default()
+    };
+    let (router, _handle) = crate::backend::server::router(engine, opts);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| CommandError::run_failed(format!("cannot bind the backend port: {e}")))?;
+    let addr: SocketAddr = listener
+        .local_addr()
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let _ = crate::backend::server::serve(listener, router, async move {
+            let _ = rx.await;
+        })
+        .await;
+    });
+    Ok(RunningBackend {
+        url: format!("http://{addr}"),
+        stop: Some(tx),
+        task: Some(task),
+    })
+}
+
+/// Create `OUT/<scenario>/<run-id>/` and point `OUT/<scenario>/latest` at it.
+pub fn create_run_dir(out: &Path, scenario: &str, plan_hash: &str) -> Result<PathBuf, CommandError> {
+    let base = out.join(scenario);
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
+    let short = &plan_hash[..plan_hash.len().min(8)];
+    let mut dir = base.join(format!("{stamp}-{short}"));
+    let mut k = 1;
+    while dir.exists() {
+        k += 1;
+        dir = base.join(format!("{stamp}-{short}-{k}"));
+    }
+    fsx::create_dir_all(&dir).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    let latest = base.join("latest");
+    let _ = std::fs::remove_file(&latest);
+    #[cfg(unix)]
+    if let Some(name) = dir.file_name() {
+        let _ = std::os::unix::fs::symlink(name, &latest);
+    }
+    Ok(dir)
+}
+
+/// Progress: a bar on a terminal, one plain line per step otherwise (CI logs).
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    plain: bool,
+    name: String,
+}
+
+impl Progress {
+    fn new(name: &str, total: u64, enabled: bool) -> Self {
+        let tty = std::io::stderr().is_terminal();
+        let bar = (enabled && tty).then(|| {
+            let b = indicatif::ProgressBar::new(total);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{prefix:.bold} [{bar:30}] step {pos}/{len} {msg} (ETA {eta})",
+            ) {
+                b.set_style(style.progress_chars("=> "));
+            }
+            b.set_prefix(name.to_string());
+            b
+        });
+        Self {
+            bar,
+            plain: enabled && !tty,
+            name: name.to_string(),
+        }
+    }
+
+    fn step(&self, m: &StepMetrics, total: u64) {
+        let reward = m.get("critic/rewards/mean");
+        let msg = match reward {
+            Some(r) => format!("reward {r:.3}"),
+            None => String::new(),
+        };
+        if let Some(b) = &self.bar {
+            b.set_position(m.step);
+            b.set_message(msg);
+        } else if self.plain {
+            let mfu = m
+                .get("perf/mfu/actor")
+                .map(|v| format!(" mfu {v:.3}"))
+                .unwrap_or_default();
+            eprintln!("{}: step {}/{} {msg}{mfu}", self.name, m.step, total);
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// Run one planned scenario to its end (not judged yet).
+pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, CommandError> {
+    let started = chrono::Utc::now();
+    let name = plan.scenario.name.clone();
+    let run_dir = match &opts.run_dir {
+        Some(d) => {
+            fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
+            d.clone()
+        }
+        None => create_run_dir(&opts.out, &name, &plan.plan_hash)?,
+    };
+    write_manifest(&run_dir, &plan, opts, "running", None, started, None)?;
+
+    let mut csv = MetricsCsvWriter::create(&run_dir.join("metrics.csv"))
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    let steps = plan.steps();
+    let timeouts = plan.scenario.timeouts.clone();
+
+    let backend = start_backend(&plan).await?;
+    let (tx, mut rx) = events::channel();
+    let proxy_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| CommandError::run_failed(format!("cannot bind the proxy port: {e}")))?;
+    let request_timeout = timeouts.request.unwrap_or(Duration::from_secs(1800));
+    let proxy = crate::proxy::start(
+        proxy_listener,
+        crate::proxy::ProxyConfig {
+            upstream: backend.url.clone(),
+            record_dir: run_dir.clone(),
+            body_limit: 4 << 30,
+            request_timeout,
+        },
+        Some(tx.clone()),
+    )
+    .await
+    .map_err(|e| CommandError::run_failed(format!("cannot start the recording proxy: {e}")))?;
+
+    let driver_task = match &plan.scenario.driver {
+        DriverSpec::Builtin(spec) => {
+            let cfg = plan.scenario.config.to_json();
+            let translation = translate::translate(&cfg, steps)
+                .map_err(|e| CommandError::invalid(format!("{}: {e}", plan.scenario.path.display())))?;
+            let metrics = &plan.scenario.metrics;
+            let n_gpus = translate::Cfg(&cfg).f64_or("trainer.n_gpus_per_node", 1.0).unwrap_or(1.0)
+                * translate::Cfg(&cfg).f64_or("trainer.nnodes", 1.0).unwrap_or(1.0);
+            let run = DriverRun {
+                seed: plan.seed(),
+                steps,
+                spec: spec.clone(),
+                translation,
+                model: metrics.model.as_ref().and_then(|m| m.shape()),
+                peak_flops: metrics.device.as_deref().and_then(promised_peak_flops),
+                n_gpus,
+            };
+            let client = ArcticClient::new(&format!("http://{}", proxy.addr), request_timeout)
+                .map_err(|e| CommandError::run_failed(e.to_string()))?;
+            let tx = tx.clone();
+            tokio::spawn(async move { builtin::run(&client, &run, &tx).await })
+        }
+    };
+    drop(tx);
+
+    let progress = Progress::new(&name, steps, opts.progress);
+    let run_started = Instant::now();
+    let mut last_activity = Instant::now();
+    let mut current_step = 1u64;
+    let mut insane = Vec::new();
+    let mut driver_task = driver_task;
+    let step_limit = timeouts.step;
+    let run_limit = timeouts.run;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+
+    let end = loop {
+        let now = Instant::now();
+        let step_deadline = step_limit.map(|d| last_activity + d);
+        let run_deadline = run_limit.map(|d| run_started + d);
+        let deadline = match (step_deadline, run_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let sleep = tokio::time::sleep_until(
+            deadline
+                .unwrap_or(now + Duration::from_secs(3600 * 24 * 365))
+                .into(),
+        );
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Some(RunEvent::StepStarted { step, .. }) => {
+                    current_step = step;
+                }
+                Some(RunEvent::Step(mut m)) => {
+                    last_activity = Instant::now();
+                    // An MFU outside (0, 1] is a failed check, never a plotted number.
+                    if let Some(v) = m.get("perf/mfu/actor") {
+                        if !(v > 0.0 && v <= 1.0) {
+                            m.values.remove("perf/mfu/actor");
+                            insane.push((m.step, "perf/mfu/actor".to_string(), v));
+                        }
+                    }
+                    progress.step(&m, steps);
+                    if let Err(e) = csv.push(m) {
+                        break RunEnd::Failed { reason: e.to_string(), step: Some(current_step), route: None };
+                    }
+                }
+                Some(RunEvent::Request { .. }) => {
+                    last_activity = Instant::now();
+                }
+                Some(RunEvent::Warning(w)) => {
+                    tracing::warn!("{w}");
+                }
+                None => {
+                    // Every sender is gone: the driver ended; its result decides.
+                    break match (&mut driver_task).await {
+                        Ok(Ok(())) => RunEnd::Completed,
+                        Ok(Err(e)) => RunEnd::Failed { reason: e.to_string(), step: e.step(), route: e.route().map(str::to_string) },
+                        Err(e) => RunEnd::Failed { reason: format!("the driver crashed: {e}"), step: Some(current_step), route: None },
+                    };
+                }
+            },
+            res = &mut driver_task => {
+                // Drain metrics the driver sent before it ended.
+                while let Ok(ev) = rx.try_recv() {
+                    if let RunEvent::Step(m) = ev {
+                        progress.step(&m, steps);
+                        let _ = csv.push(m);
+                    }
+                }
+                break match res {
+                    Ok(Ok(())) => RunEnd::Completed,
+                    Ok(Err(e)) => RunEnd::Failed { reason: e.to_string(), step: e.step(), route: e.route().map(str::to_string) },
+                    Err(e) => RunEnd::Failed { reason: format!("the driver crashed: {e}"), step: Some(current_step), route: None },
+                };
+            }
+            _ = sleep => {
+                let activity = proxy.last_activity().unwrap_or_else(|| "none".into());
+                let why = if run_deadline.is_some_and(|d| Instant::now() >= d) {
+                    format!("run exceeded timeouts.run = {:?}", run_limit.unwrap_or_default())
+                } else {
+                    format!("no new step within timeouts.step = {:?}", step_limit.unwrap_or_default())
+                };
+                driver_task.abort();
+                break RunEnd::Hang { reason: format!("hang at step {current_step} ({why}; last activity: {activity})"), step: current_step };
+            }
+            _ = &mut ctrl_c => {
+                driver_task.abort();
+                break RunEnd::Interrupted { step: current_step };
+            }
+        }
+    };
+    progress.finish();
+    proxy.shutdown().await;
+    backend.shutdown().await;
+    let ended = chrono::Utc::now();
+    let metrics = csv.into_table();
+    write_manifest(&run_dir, &plan, opts, end.status(), end.reason(), started, Some(ended))?;
+    Ok(Executed {
+        plan,
+        run_dir,
+        end,
+        metrics,
+        insane,
+        started,
+        ended,
+    })
+}
+
+/// `run.json`: written at start (status `running`) and again at the end, atomically.
+pub fn write_manifest(
+    dir: &Path,
+    plan: &RunPlan,
+    opts: &RunOptions,
+    status: &str,
+    reason: Option<String>,
+    started: chrono::DateTime<chrono::Utc>,
+    ended: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<(), CommandError> {
+    let manifest = json!({
+        "scenario": plan.scenario.name,
+        "scenario_path": plan.scenario.path,
+        "status": status,
+        "reason": reason,
+        "seed": plan.seed(),
+        "steps": plan.steps(),
+        "harness_version": env!("CARGO_PKG_VERSION"),
+        "git_commit": git_commit(),
+        "host": hostname(),
+        "started": started.to_rfc3339(),
+        "ended": ended.map(|e| e.to_rfc3339()),
+        "scenario_hash": plan.scenario_hash,
+        "plan_hash": plan.plan_hash,
+        "golden_root": opts.golden,
+        "plan": plan.to_json(),
+    });
+    let text = serde_json::to_string_pretty(&manifest).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    fsx::write_atomic(&dir.join("run.json"), text.as_bytes())
+        .map_err(|e| CommandError::run_failed(e.to_string()))
+}
+
+pub fn git_commit() -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The exit status a finished run maps to before judging.
+pub fn end_status(end: &RunEnd) -> ExitStatus {
+    match end {
+        RunEnd::Completed => ExitStatus::Passed,
+        _ => ExitStatus::RunFailed,
+    }
+}
