@@ -86,7 +86,12 @@ impl ArcticClient {
         &self.base
     }
 
-    async fn call(&self, method: &str, route: &str, body: Body) -> Result<Reply<Payload>, ClientError> {
+    async fn call(
+        &self,
+        method: &str,
+        route: &str,
+        body: Body,
+    ) -> Result<Reply<Payload>, ClientError> {
         let url = format!("{}{}", self.base, route);
         let mut req = match method {
             "GET" => self.http.get(&url),
@@ -123,7 +128,9 @@ impl ArcticClient {
                     Value::String(s) => s,
                     other => other.to_string(),
                 })
-                .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned());
+                .unwrap_or_else(|| {
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned()
+                });
             return Err(ClientError::Status {
                 route: route.to_string(),
                 status,
@@ -171,7 +178,12 @@ impl ArcticClient {
         }
     }
 
-    async fn json(&self, method: &str, route: &str, body: Body) -> Result<Reply<Value>, ClientError> {
+    async fn json(
+        &self,
+        method: &str,
+        route: &str,
+        body: Body,
+    ) -> Result<Reply<Value>, ClientError> {
         let r = self.call(method, route, body).await?;
         match r.body {
             Payload::Json(v) => Ok(Reply {
@@ -232,14 +244,19 @@ impl ArcticClient {
     }
 
     pub async fn generate(&self, job: u64, request: &Node) -> Result<Reply<Node>, ClientError> {
-        self.frame(&format!("/generate?job_id={job}"), request).await
+        self.frame(&format!("/generate?job_id={job}"), request)
+            .await
     }
 
     pub async fn forward(&self, job: u64, request: &Node) -> Result<Reply<Node>, ClientError> {
         self.frame(&format!("/forward?job_id={job}"), request).await
     }
 
-    pub async fn forward_backward(&self, job: u64, request: &Node) -> Result<Reply<Node>, ClientError> {
+    pub async fn forward_backward(
+        &self,
+        job: u64,
+        request: &Node,
+    ) -> Result<Reply<Node>, ClientError> {
         self.frame(&format!("/forward-backward?job_id={job}"), request)
             .await
     }

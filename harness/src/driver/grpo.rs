@@ -11,8 +11,8 @@ pub fn group_advantages(scores: &[f64], n: usize, norm_by_std: bool) -> Vec<f64>
             (0.0, 1.0)
         } else {
             let mean = group.iter().sum::<f64>() / group.len() as f64;
-            let var = group.iter().map(|s| (s - mean).powi(2)).sum::<f64>()
-                / (group.len() as f64 - 1.0);
+            let var =
+                group.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / (group.len() as f64 - 1.0);
             (mean, var.sqrt())
         };
         for s in group {

@@ -62,7 +62,9 @@ impl<'a> Cfg<'a> {
     pub fn bool_or(&self, path: &str, default: bool) -> Result<bool, TranslateError> {
         match self.raw(path) {
             None => Ok(default),
-            Some(v) => v.as_bool().ok_or_else(|| Self::err(path, "true or false", v)),
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| Self::err(path, "true or false", v)),
         }
     }
     pub fn str_or(&self, path: &str, default: &str) -> Result<String, TranslateError> {
@@ -138,8 +140,13 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
     }
     let n = c.u64_or(&format!("{R}.n"), 1)?.max(1);
     let prompts = c.u64_or("data.train_batch_size", 1)?.max(1);
-    let mini = c.u64_or(&format!("{A}.ppo_mini_batch_size"), prompts)?.max(1);
-    let micro = c.opt_u64(&format!("{A}.ppo_micro_batch_size_per_gpu"))?.unwrap_or(1).max(1);
+    let mini = c
+        .u64_or(&format!("{A}.ppo_mini_batch_size"), prompts)?
+        .max(1);
+    let micro = c
+        .opt_u64(&format!("{A}.ppo_micro_batch_size_per_gpu"))?
+        .unwrap_or(1)
+        .max(1);
     let epochs = c.u64_or(&format!("{A}.ppo_epochs"), 1)?.max(1);
     let max_prompt = c.u64_or("data.max_prompt_length", 512)?;
     let max_response = c.u64_or("data.max_response_length", 512)?;
@@ -186,7 +193,9 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
     let horizon = c
         .opt_u64(&format!("{A}.optim.total_training_steps"))?
         .filter(|&s| s > 0)
-        .or(c.opt_u64("trainer.total_training_steps")?.filter(|&s| s > 0))
+        .or(c
+            .opt_u64("trainer.total_training_steps")?
+            .filter(|&s| s > 0))
         .unwrap_or(total_steps)
         * epochs
         * prompts.div_ceil(mini);
@@ -234,7 +243,10 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
     );
     dwc.insert(
         "enable_gradient_checkpointing".into(),
-        c.value_or("actor_rollout_ref.model.enable_gradient_checkpointing", json!(true)),
+        c.value_or(
+            "actor_rollout_ref.model.enable_gradient_checkpointing",
+            json!(true),
+        ),
     );
     let logits = |k: &str, d: Value| c.value_or(&format!("{RB}.train.logits.{k}"), d);
     let max_token_len = c.value_or(&format!("{A}.ppo_max_token_len_per_gpu"), json!(16384));
@@ -245,12 +257,18 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
         dwc.insert("rollout_n".into(), json!(n));
         dwc.insert("temperature".into(), json!(temperature));
         dwc.insert("use_unpad".into(), json!(true));
-        dwc.insert("logits_optimization".into(), logits("optimization", json!("none")));
+        dwc.insert(
+            "logits_optimization".into(),
+            logits("optimization", json!("none")),
+        );
         dwc.insert(
             "logits_optimization_peak_mem_size_in_gib".into(),
             logits("optimization_peak_mem_size_in_gib", json!(4)),
         );
-        dwc.insert("logits_compute_in_fp32".into(), logits("compute_in_fp32", json!(false)));
+        dwc.insert(
+            "logits_compute_in_fp32".into(),
+            logits("compute_in_fp32", json!(false)),
+        );
         dwc.insert(
             "logits_compute_from_fp32_inputs".into(),
             logits("compute_from_fp32_inputs", json!(false)),
@@ -343,12 +361,18 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
         "load_balancer".into(),
         c.value_or(&format!("{RB}.train.load_balancer"), json!(true)),
     );
-    meta.insert("logits_optimization".into(), logits("optimization", json!("none")));
+    meta.insert(
+        "logits_optimization".into(),
+        logits("optimization", json!("none")),
+    );
     meta.insert(
         "logits_optimization_peak_mem_size_in_gib".into(),
         logits("optimization_peak_mem_size_in_gib", json!(4)),
     );
-    meta.insert("logits_compute_in_fp32".into(), logits("compute_in_fp32", json!(false)));
+    meta.insert(
+        "logits_compute_in_fp32".into(),
+        logits("compute_in_fp32", json!(false)),
+    );
     let drop_position_ids = c.bool_or(&format!("{RB}.comms.drop_position_ids"), true)?;
     meta.insert("drop_position_ids".into(), json!(drop_position_ids));
     meta.insert("global_batch_size".into(), json!(train_batch_size));
@@ -368,7 +392,10 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
     let mut sampling_params = Map::new();
     sampling_params.insert("n".into(), json!(n));
     sampling_params.insert("temperature".into(), json!(temperature));
-    sampling_params.insert("top_p".into(), c.value_or(&format!("{R}.top_p"), json!(1.0)));
+    sampling_params.insert(
+        "top_p".into(),
+        c.value_or(&format!("{R}.top_p"), json!(1.0)),
+    );
     sampling_params.insert("max_tokens".into(), json!(max_response));
 
     Ok(Translation {
@@ -448,7 +475,10 @@ mod tests {
         });
         let t = translate(&cfg, 5).unwrap();
         let kinds: Vec<_> = t.jobs.iter().map(|j| j.job_type).collect();
-        assert_eq!(kinds, vec![JobType::Sampling, JobType::LogProb, JobType::Training]);
+        assert_eq!(
+            kinds,
+            vec![JobType::Sampling, JobType::LogProb, JobType::Training]
+        );
         let dwc = t.jobs[2].ds_worker_config.as_ref().unwrap();
         assert!(dwc.get("logits_compute_in_fp32").is_none());
         assert_eq!(t.meta["logits_compute_in_fp32"], true);
