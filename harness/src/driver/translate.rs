@@ -443,7 +443,7 @@ mod tests {
                           "logits": {"optimization": "memory"},
                           "deepspeed": {"zero_optimization": {"stage": 2}}}}
         });
-        let t = translate(&cfg, 10).unwrap();
+        let t = translate(&cfg, 100).unwrap();
         assert_eq!(t.jobs.len(), 2, "no log_prob job with log_prob_gpus = 0");
         assert_eq!(t.jobs[0].job_type, JobType::Sampling);
         let train = &t.jobs[1];
