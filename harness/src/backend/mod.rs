@@ -150,6 +150,18 @@ pub trait Engine: Send + Sync + 'static {
     fn load_checkpoint(&self, job_id: u64, request: &Value) -> Result<Value, EngineError>;
     /// `/weight-norm`: `(norm, number of parameters)` of one job's weights.
     fn weight_norm(&self, job_id: u64) -> Result<(f64, u64), EngineError>;
+    /// `/log-probs` on a log_prob job: the `results` subtree of the answer. The verl adapter
+    /// never calls it, so engines without a reference model may keep this refusal.
+    fn log_probs(
+        &self,
+        job_id: u64,
+        request: &Value,
+    ) -> Result<Timed<crate::wire::Node>, EngineError> {
+        let _ = request;
+        Err(EngineError::bad_request(format!(
+            "/log-probs: this engine does not serve log-probs (job {job_id})"
+        )))
+    }
 }
 
 /// Used by engines to build the `[B,S]` f32 tensors they return.

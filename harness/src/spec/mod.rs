@@ -1,1 +1,664 @@
-//! spec
+//! Scenario files: strict parsing with file:line:col errors, the verl-style config layering
+//! (defaults, includes, `--set`, `${}` interpolation) and provenance of every value.
+//!
+//! Typed passes (style habit 2): YAML becomes a spanned tree (`yaml`), top-level `--set`
+//! overrides edit that tree, the `config` block is layered into a [`ConfigTree`] (`config`),
+//! and every other block is deserialized into its module's own serde type (`de`). Errors
+//! are collected across blocks, so one `check` shows every problem of a file.
+
+pub mod check;
+pub mod config;
+pub mod de;
+pub mod error;
+pub mod lint;
+pub mod yaml;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use config::{ConfigTree, Resolved};
+pub use error::{SpecError, SpecErrors};
+pub use yaml::{Origin, Pos, SpannedNode, SpannedValue};
+
+use config::Override;
+use yaml::join_path;
+
+/// A scenario, validated, with its config resolved.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub path: PathBuf,
+    pub name: String,
+    pub description: String,
+    pub tags: Vec<String>,
+    pub requires: Requires,
+    pub seed: u64,
+    pub steps: u64,
+    pub driver: crate::driver::DriverSpec,
+    pub backend: crate::backend::BackendSpec,
+    pub metrics: crate::metrics::MetricsSpec,
+    pub checks: crate::compare::ChecksSpec,
+    pub timeouts: Timeouts,
+    pub expected_verdict: Option<crate::compare::ExpectedVerdict>,
+    /// The resolved verl-style tree, every leaf with its origin.
+    pub config: ConfigTree,
+    /// Origins of every value outside `config`, by dotted path (`seed`, `backend.url`, ...).
+    /// Absent keys took the built-in default of their type.
+    pub origins: BTreeMap<String, Origin>,
+    /// Every file the scenario was built from: the scenario, the defaults file, then includes.
+    pub sources: Vec<PathBuf>,
+    /// The `--set` arguments applied, in order.
+    pub overrides: Vec<String>,
+}
+
+/// What a scenario needs from the machine; a scenario whose needs are unmet is skipped with
+/// the reasons from [`Requires::unmet`], never failed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Requires {
+    /// Cargo features of this build (`torch`).
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// Number of GPUs visible to `nvidia-smi`.
+    #[serde(default)]
+    pub gpus: u32,
+    /// A substring of a GPU's name (case-insensitive), e.g. `H200`.
+    #[serde(default)]
+    pub gpu_name: Option<String>,
+    /// Executables that must be on PATH.
+    #[serde(default)]
+    pub commands: Vec<String>,
+    /// Python modules that `python3` must find.
+    #[serde(default)]
+    pub python_modules: Vec<String>,
+}
+
+/// Cargo features this build was compiled with, by name.
+fn feature_enabled(name: &str) -> bool {
+    match name {
+        "torch" => cfg!(feature = "torch"),
+        _ => false,
+    }
+}
+
+/// The names of the GPUs `nvidia-smi` lists, or why none could be listed.
+pub fn detect_gpus() -> Result<Vec<String>, String> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=name", "--format=csv,noheader"])
+        .output()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => "nvidia-smi not found".to_string(),
+            _ => format!("nvidia-smi failed to start: {e}"),
+        })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("nvidia-smi failed: {}", stderr.trim()));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+/// Whether an executable is on PATH (or, for a name with a `/`, exists as given).
+pub fn command_available(name: &str) -> bool {
+    if name.contains('/') {
+        return Path::new(name).is_file();
+    }
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
+        .unwrap_or(false)
+}
+
+fn python_module_available(name: &str) -> Result<bool, String> {
+    let status = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import importlib.util,sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)",
+            name,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => "python3 not found".to_string(),
+            _ => format!("python3 failed to start: {e}"),
+        })?;
+    Ok(status.success())
+}
+
+impl Requires {
+    /// Why this machine cannot run the scenario, in words; empty when it can.
+    pub fn unmet(&self) -> Vec<String> {
+        let mut reasons = Vec::new();
+        for f in &self.features {
+            if !feature_enabled(f) {
+                reasons.push(format!("needs cargo feature `{f}` (this build lacks it)"));
+            }
+        }
+        if self.gpus > 0 || self.gpu_name.is_some() {
+            match detect_gpus() {
+                Err(why) => reasons.push(format!(
+                    "needs {} GPU{}, found 0 ({why})",
+                    self.gpus.max(1),
+                    if self.gpus.max(1) == 1 { "" } else { "s" }
+                )),
+                Ok(names) => {
+                    if (names.len() as u64) < u64::from(self.gpus) {
+                        reasons.push(format!(
+                            "needs {} GPU{}, found {}",
+                            self.gpus,
+                            if self.gpus == 1 { "" } else { "s" },
+                            names.len()
+                        ));
+                    }
+                    if let Some(want) = &self.gpu_name {
+                        let w = want.to_lowercase();
+                        if !names.iter().any(|n| n.to_lowercase().contains(&w)) {
+                            let found = if names.is_empty() {
+                                "none".to_string()
+                            } else {
+                                names.join(", ")
+                            };
+                            reasons.push(format!("needs a GPU named like `{want}`, found: {found}"));
+                        }
+                    }
+                }
+            }
+        }
+        for c in &self.commands {
+            if !command_available(c) {
+                reasons.push(format!("needs command `{c}` on PATH"));
+            }
+        }
+        for m in &self.python_modules {
+            match python_module_available(m) {
+                Ok(true) => {}
+                Ok(false) => reasons.push(format!("needs python module `{m}`")),
+                Err(why) => reasons.push(format!("needs python module `{m}` ({why})")),
+            }
+        }
+        reasons
+    }
+
+    /// A one-line summary for `list` ("1 GPU (H200), feature torch, python verl"); `-` if none.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if self.gpus > 0 || self.gpu_name.is_some() {
+            let n = self.gpus.max(1);
+            let mut s = format!("{n} GPU{}", if n == 1 { "" } else { "s" });
+            if let Some(name) = &self.gpu_name {
+                s.push_str(&format!(" ({name})"));
+            }
+            parts.push(s);
+        }
+        parts.extend(self.features.iter().map(|f| format!("feature {f}")));
+        parts.extend(self.commands.iter().map(|c| format!("command {c}")));
+        parts.extend(self.python_modules.iter().map(|m| format!("python {m}")));
+        if parts.is_empty() {
+            "-".to_string()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// Time limits. In YAML each is seconds (`90`, `0.5`) or a string with a unit (`"90s"`,
+/// `"10m"`, `"1h"`, `"500ms"`); absent means no limit of that kind.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    /// One training step.
+    #[serde(default, deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub step: Option<Duration>,
+    /// The whole run.
+    #[serde(default, deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub run: Option<Duration>,
+    /// One HTTP request to the backend.
+    #[serde(default, deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub request: Option<Duration>,
+}
+
+fn ser_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_f64(d.as_secs_f64()),
+        None => s.serialize_none(),
+    }
+}
+
+/// Parse `90`, `1.5s`, `500ms`, `10m`, `1h` into a duration.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}: expected a number with a unit such as 90s, 10m, 1h or 500ms"))?;
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "ms" => 0.001,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "invalid duration {text:?}: unknown unit `{other}` (expected ms, s, m or h)"
+            ))
+        }
+    };
+    seconds(value * scale)
+}
+
+fn seconds(x: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(x)
+        .map_err(|_| format!("invalid duration {x}: expected a finite, non-negative number of seconds"))
+}
+
+fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Option<Duration>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("seconds as a number, or a string such as \"90s\", \"10m\", \"1h\"")
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(V)
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(Some(Duration::from_secs(v)))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            u64::try_from(v)
+                .map(|s| Some(Duration::from_secs(s)))
+                .map_err(|_| E::custom(format!("invalid duration {v}: expected a non-negative number of seconds")))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            seconds(v).map(Some).map_err(E::custom)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            parse_duration(v).map(Some).map_err(E::custom)
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// The top-level keys of a scenario file.
+pub const TOP_LEVEL_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "tags",
+    "requires",
+    "seed",
+    "steps",
+    "driver",
+    "backend",
+    "metrics",
+    "checks",
+    "timeouts",
+    "expected_verdict",
+    "config",
+];
+
+/// Apply a `--set` outside `config` to the scenario's spanned tree. Missing mappings on the
+/// way are created: the typed blocks' own schemas (`deny_unknown_fields`) judge the keys.
+fn apply_top_override(root: &mut SpannedNode, ov: &Override) -> Result<(), SpecError> {
+    let pos = ov.pos();
+    let mut node = root;
+    let mut path = String::new();
+    for (i, seg) in ov.segments.iter().enumerate() {
+        let last = i + 1 == ov.segments.len();
+        if matches!(node.value, SpannedValue::Null) {
+            node.value = SpannedValue::Map(Vec::new());
+        }
+        let here = path.clone();
+        path = join_path(&path, seg);
+        node = match &mut node.value {
+            SpannedValue::Map(entries) => {
+                let idx = match entries.iter().position(|(k, _, _)| k == seg) {
+                    Some(idx) => idx,
+                    None => {
+                        let placeholder = SpannedNode {
+                            value: SpannedValue::Null,
+                            origin: ov.value.origin.clone(),
+                            pos: pos.clone(),
+                        };
+                        entries.push((seg.clone(), pos.clone(), placeholder));
+                        entries.len() - 1
+                    }
+                };
+                &mut entries[idx].2
+            }
+            SpannedValue::Seq(items) => {
+                let len = items.len();
+                match seg.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
+                    Some(n) => n,
+                    None => {
+                        return Err(SpecError::at(
+                            &pos,
+                            path,
+                            format!("`{here}` is a sequence of {len}; expected an index below {len}"),
+                        ))
+                    }
+                }
+            }
+            other => {
+                return Err(SpecError::at(
+                    &pos,
+                    path,
+                    format!("cannot set a key inside `{here}`: it is {}, not a mapping", other.kind()),
+                ))
+            }
+        };
+        if last {
+            *node = ov.value.clone();
+        }
+    }
+    Ok(())
+}
+
+fn collect_origins(node: &SpannedNode, path: &str, out: &mut BTreeMap<String, Origin>) {
+    match &node.value {
+        SpannedValue::Map(entries) if !entries.is_empty() => {
+            for (k, _, child) in entries {
+                collect_origins(child, &join_path(path, k), out);
+            }
+        }
+        _ => {
+            out.insert(path.to_string(), node.origin.clone());
+        }
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Load, layer, override, interpolate and validate one scenario file. `overrides` are
+/// `--set KEY=VALUE` arguments; KEY is a dotted path from the scenario root. Every error found
+/// is returned, not only the first.
+pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, SpecErrors> {
+    let text = crate::fsx::read_to_string(path).map_err(|e| SpecError::file(path, e.to_string()))?;
+    let mut root = yaml::parse(&text, path)?;
+    let mut errors = Vec::new();
+    if !root.is_map() {
+        return Err(SpecError::at(
+            &root.pos,
+            "",
+            format!(
+                "expected a mapping with the scenario's keys ({}), found {}",
+                TOP_LEVEL_KEYS.join(", "),
+                root.value.kind()
+            ),
+        )
+        .into());
+    }
+
+    // Overrides: config ones go to the layering, the rest edit the tree now.
+    let mut parsed = Vec::new();
+    for arg in overrides {
+        match Override::parse(arg) {
+            Ok(o) => parsed.push(o),
+            Err(e) => errors.push(e),
+        }
+    }
+    let mut config_overrides = Vec::new();
+    for ov in &parsed {
+        if ov.segments[0] == "config" {
+            config_overrides.push((ov, ov.segments[1..].to_vec()));
+        } else if !TOP_LEVEL_KEYS.contains(&ov.segments[0].as_str()) {
+            let hint = error::closest(&ov.segments[0], TOP_LEVEL_KEYS.iter().copied())
+                .map(|c| format!("; did you mean `{c}`?"))
+                .unwrap_or_default();
+            errors.push(SpecError::at(
+                &ov.pos(),
+                ov.key(),
+                format!(
+                    "unknown top-level key `{}`{hint} (config knobs are set as `config.<path>`)",
+                    ov.segments[0]
+                ),
+            ));
+        } else if let Err(e) = apply_top_override(&mut root, ov) {
+            errors.push(e);
+        }
+    }
+
+    // Unknown top-level keys, all of them.
+    if let SpannedValue::Map(entries) = &root.value {
+        for (k, kpos, _) in entries {
+            if !TOP_LEVEL_KEYS.contains(&k.as_str()) {
+                let hint = match error::closest(k, TOP_LEVEL_KEYS.iter().copied()) {
+                    Some(c) => format!("did you mean `{c}`?"),
+                    None => format!("expected one of: {}", TOP_LEVEL_KEYS.join(", ")),
+                };
+                errors.push(SpecError::at(kpos, k.clone(), format!("unknown key `{k}`; {hint}")));
+            }
+        }
+    }
+
+    let root_dir = config::scenarios_root(path);
+    let config_node = root.get("config").cloned();
+    let layered = config::layer_config(&root_dir, config_node, &config_overrides, &mut errors);
+
+    // Typed blocks, each on its own so one file shows all its errors.
+    fn field<'a, T: Deserialize<'a>>(
+        root: &'a SpannedNode,
+        key: &str,
+        errors: &mut Vec<SpecError>,
+    ) -> Option<T> {
+        let node = root.get(key)?;
+        match de::from_node::<T>(node, key) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        }
+    }
+    fn required<'a, T: Deserialize<'a>>(
+        root: &'a SpannedNode,
+        key: &str,
+        what: &str,
+        errors: &mut Vec<SpecError>,
+    ) -> Option<T> {
+        if root.get(key).is_none() {
+            errors.push(SpecError::at(
+                &root.pos,
+                key,
+                format!("missing required key `{key}` ({what})"),
+            ));
+            return None;
+        }
+        field(root, key, errors)
+    }
+    let name: Option<String> = required(&root, "name", "the scenario's name, used for its report and golden folders", &mut errors);
+    let description: Option<String> = required(&root, "description", "one sentence on what the scenario proves", &mut errors);
+    let tags: Option<Vec<String>> = field(&root, "tags", &mut errors);
+    let requires: Option<Requires> = field(&root, "requires", &mut errors);
+    let seed: Option<u64> = required(&root, "seed", "the run's random seed", &mut errors);
+    let steps: Option<u64> = required(&root, "steps", "the number of training steps", &mut errors);
+    let driver: Option<crate::driver::DriverSpec> = required(&root, "driver", "e.g. `{kind: builtin}`", &mut errors);
+    let backend: Option<crate::backend::BackendSpec> = required(&root, "backend", "e.g. `{kind: mock}`", &mut errors);
+    let metrics: Option<crate::metrics::MetricsSpec> = field(&root, "metrics", &mut errors);
+    let checks: Option<crate::compare::ChecksSpec> = field(&root, "checks", &mut errors);
+    let timeouts: Option<Timeouts> = field(&root, "timeouts", &mut errors);
+    let expected_verdict: Option<Option<crate::compare::ExpectedVerdict>> =
+        field(&root, "expected_verdict", &mut errors);
+
+    if let (Some(n), Some(node)) = (&name, root.get("name")) {
+        if !valid_name(n) {
+            errors.push(SpecError::at(
+                &node.pos,
+                "name",
+                format!("invalid name {n:?}: expected letters, digits, `-`, `_` or `.` (it names folders)"),
+            ));
+        }
+    }
+    if let (Some(0), Some(node)) = (steps, root.get("steps")) {
+        errors.push(SpecError::at(&node.pos, "steps", "expected at least 1 step, found 0"));
+    }
+
+    if !errors.is_empty() {
+        return Err(SpecErrors(errors));
+    }
+    let (
+        Some(name),
+        Some(description),
+        Some(seed),
+        Some(steps),
+        Some(driver),
+        Some(backend),
+        Some(layered),
+    ) = (name, description, seed, steps, driver, backend, layered)
+    else {
+        return Err(SpecError::at(&root.pos, "", "internal: scenario incomplete without an error").into());
+    };
+
+    let mut origins = BTreeMap::new();
+    if let SpannedValue::Map(entries) = &root.value {
+        for (k, _, child) in entries {
+            if k != "config" {
+                collect_origins(child, k, &mut origins);
+            }
+        }
+    }
+    let mut sources = vec![path.to_path_buf()];
+    sources.extend(layered.sources);
+    Ok(Scenario {
+        path: path.to_path_buf(),
+        name,
+        description,
+        tags: tags.unwrap_or_default(),
+        requires: requires.unwrap_or_default(),
+        seed,
+        steps,
+        driver,
+        backend,
+        metrics: metrics.unwrap_or_default(),
+        checks: checks.unwrap_or_default(),
+        timeouts: timeouts.unwrap_or_default(),
+        expected_verdict: expected_verdict.flatten(),
+        config: layered.tree,
+        origins,
+        sources,
+        overrides: overrides.to_vec(),
+    })
+}
+
+/// Folders under a scenarios root that hold layer files, not scenarios.
+const NOT_SCENARIO_DIRS: &[&str] = &["backends", "defaults"];
+
+fn is_yaml(p: &Path) -> bool {
+    p.extension()
+        .is_some_and(|e| e == "yaml" || e == "yml")
+}
+
+/// The scenario files under the given paths: files as given, folders searched recursively
+/// for `*.yaml`/`*.yml`, skipping `backends/` and `defaults/` folders (layer files) and
+/// hidden entries. Sorted, without duplicates.
+pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, SpecError> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), SpecError> {
+        let entries = std::fs::read_dir(dir)
+            .map_err(|e| SpecError::file(dir, format!("cannot read folder: {e}")))?;
+        let mut children = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| SpecError::file(dir, format!("cannot read folder: {e}")))?;
+            children.push(entry.path());
+        }
+        children.sort();
+        for p in children {
+            let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            if name.starts_with('.') {
+                continue;
+            }
+            if p.is_dir() {
+                if !NOT_SCENARIO_DIRS.contains(&name.as_str()) {
+                    walk(&p, out)?;
+                }
+            } else if is_yaml(&p) {
+                out.push(p);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            walk(p, &mut out)?;
+        } else if p.is_file() {
+            out.push(p.clone());
+        } else {
+            return Err(SpecError::file(p, "no such scenario file or folder"));
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2.5").unwrap(), Duration::from_millis(2500));
+        assert!(parse_duration("10 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn timeouts_read_numbers_and_strings() {
+        let node = yaml::parse("step: 90\nrun: \"10m\"\nrequest: 0.5\n", Path::new("t.yaml")).unwrap();
+        let t: Timeouts = de::from_node(&node, "timeouts").unwrap();
+        assert_eq!(t.step, Some(Duration::from_secs(90)));
+        assert_eq!(t.run, Some(Duration::from_secs(600)));
+        assert_eq!(t.request, Some(Duration::from_millis(500)));
+        let node = yaml::parse("step: -1\n", Path::new("t.yaml")).unwrap();
+        let e = de::from_node::<Timeouts>(&node, "timeouts").unwrap_err();
+        assert_eq!((e.line, e.key_path.as_str()), (1, "timeouts.step"));
+        let node = yaml::parse("stepp: 1\n", Path::new("t.yaml")).unwrap();
+        assert!(de::from_node::<Timeouts>(&node, "timeouts").is_err());
+    }
+
+    #[test]
+    fn requires_reports_missing_things() {
+        let r = Requires {
+            features: vec!["no_such_feature".into()],
+            commands: vec!["definitely-not-a-command-rlh".into(), "sh".into()],
+            ..Default::default()
+        };
+        let unmet = r.unmet();
+        assert!(unmet.contains(&"needs cargo feature `no_such_feature` (this build lacks it)".to_string()), "{unmet:?}");
+        assert!(unmet.contains(&"needs command `definitely-not-a-command-rlh` on PATH".to_string()), "{unmet:?}");
+        assert_eq!(unmet.len(), 2, "{unmet:?}");
+        assert_eq!(Requires::default().unmet(), Vec::<String>::new());
+        assert_eq!(r.summary(), "feature no_such_feature, command definitely-not-a-command-rlh, command sh");
+    }
+
+    #[test]
+    fn names_must_be_folder_safe() {
+        assert!(valid_name("smoke-mock_1.2"));
+        assert!(!valid_name("a/b"));
+        assert!(!valid_name(""));
+        assert!(!valid_name(".."));
+    }
+}

@@ -1,0 +1,197 @@
+//! Reading and building the DSSST1 trees of the binary routes: typed views of the tensors a
+//! client sent (any dtype the frame carries, checked against its shape) and the small JSON
+//! conversions every route needs. Shared by the server and the engines.
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use crate::wire::{DType, Node, Tensor};
+
+/// Number of elements a shape holds (`[]` is a scalar: 1).
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+fn check_len(t: &Tensor, name: &str) -> Result<usize, String> {
+    let n = numel(&t.shape);
+    let want = n * t.dtype.size();
+    if t.data.len() != want {
+        return Err(format!(
+            "tensor {name} of dtype {} and shape {:?} needs {want} bytes but carries {}",
+            t.dtype.name(),
+            t.shape,
+            t.data.len()
+        ));
+    }
+    Ok(n)
+}
+
+/// The elements of any tensor as `f64` (integers and booleans converted).
+pub fn tensor_f64(t: &Tensor, name: &str) -> Result<Vec<f64>, String> {
+    let n = check_len(t, name)?;
+    let d = &t.data[..];
+    let mut out = Vec::with_capacity(n);
+    let w = t.dtype.size();
+    for i in 0..n {
+        let b = &d[i * w..(i + 1) * w];
+        let v = match t.dtype {
+            DType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+            DType::F64 => f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+            DType::BF16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f64(),
+            DType::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
+            DType::I64 => {
+                i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64
+            }
+            DType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+            DType::U8 | DType::Bool => b[0] as f64,
+        };
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// The elements of an integer or boolean tensor as `i64`; a float tensor is an error, since
+/// token ids and masks must be exact.
+pub fn tensor_i64(t: &Tensor, name: &str) -> Result<Vec<i64>, String> {
+    let n = check_len(t, name)?;
+    let d = &t.data[..];
+    let w = t.dtype.size();
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let b = &d[i * w..(i + 1) * w];
+        let v = match t.dtype {
+            DType::I64 => i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+            DType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64,
+            DType::U8 | DType::Bool => b[0] as i64,
+            other => {
+                return Err(format!(
+                    "tensor {name} must hold integers, got dtype {}",
+                    other.name()
+                ))
+            }
+        };
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// An `I64` tensor.
+pub fn i64_tensor(shape: Vec<usize>, values: &[i64]) -> Tensor {
+    let mut data = Vec::with_capacity(values.len() * 8);
+    for v in values {
+        data.extend_from_slice(&v.to_le_bytes());
+    }
+    Tensor {
+        dtype: DType::I64,
+        shape,
+        data: Bytes::from(data),
+    }
+}
+
+/// The JSON value of a node without tensors; `None` when a tensor sits somewhere inside.
+pub fn node_to_json(node: &Node) -> Option<Value> {
+    match node {
+        Node::Tensor { .. } => None,
+        Node::Json(v) => Some(v.clone()),
+        Node::Dict(entries) => {
+            let mut m = Map::new();
+            for (k, v) in entries {
+                m.insert(k.clone(), node_to_json(v)?);
+            }
+            Some(Value::Object(m))
+        }
+        Node::List(items) | Node::Tuple(items) => items
+            .iter()
+            .map(node_to_json)
+            .collect::<Option<Vec<_>>>()
+            .map(Value::Array),
+    }
+}
+
+/// The top-level entries of an object-shaped tree: a `d` node, or a `j` node holding an object
+/// (a body without tensors). `what` names the body in the error.
+pub fn object_entries(node: Node, what: &str) -> Result<Vec<(String, Node)>, String> {
+    match node {
+        Node::Dict(entries) => Ok(entries),
+        Node::Json(Value::Object(m)) => {
+            Ok(m.into_iter().map(|(k, v)| (k, Node::Json(v))).collect())
+        }
+        other => Err(format!(
+            "{what} must be an object, got {}",
+            node_kind(&other)
+        )),
+    }
+}
+
+/// A short name of a node's kind for error messages.
+pub fn node_kind(node: &Node) -> &'static str {
+    match node {
+        Node::Tensor { .. } => "a tensor",
+        Node::Json(Value::Object(_)) => "a JSON object",
+        Node::Json(Value::Array(_)) => "a JSON array",
+        Node::Json(Value::Null) => "null",
+        Node::Json(_) => "a JSON scalar",
+        Node::Dict(_) => "an object with tensors",
+        Node::List(_) => "a list with tensors",
+        Node::Tuple(_) => "a tuple",
+    }
+}
+
+/// Describe a tensor for error messages: `F32 [2, 8]`.
+pub fn describe(t: &Tensor) -> String {
+    format!("{} {:?}", t.dtype.name(), t.shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::f32_tensor;
+
+    #[test]
+    fn reads_every_dtype_it_promises() {
+        let t = f32_tensor(vec![2], &[1.5, -2.0]);
+        assert_eq!(tensor_f64(&t, "x").unwrap(), vec![1.5, -2.0]);
+        assert!(tensor_i64(&t, "x").unwrap_err().contains("integers"));
+        let i = i64_tensor(vec![3], &[1, -2, 3]);
+        assert_eq!(tensor_i64(&i, "ids").unwrap(), vec![1, -2, 3]);
+        assert_eq!(tensor_f64(&i, "ids").unwrap(), vec![1.0, -2.0, 3.0]);
+        let bf = Tensor {
+            dtype: DType::BF16,
+            shape: vec![1],
+            data: Bytes::from(half::bf16::from_f32(0.5).to_le_bytes().to_vec()),
+        };
+        assert_eq!(tensor_f64(&bf, "b").unwrap(), vec![0.5]);
+    }
+
+    #[test]
+    fn short_data_is_an_error_naming_the_tensor() {
+        let t = Tensor {
+            dtype: DType::I64,
+            shape: vec![2, 2],
+            data: Bytes::from(vec![0u8; 8]),
+        };
+        let e = tensor_i64(&t, "batch.input_ids").unwrap_err();
+        assert!(
+            e.contains("batch.input_ids") && e.contains("32 bytes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn json_object_roots_split_into_entries() {
+        let n = Node::Json(serde_json::json!({"a": 1, "b": [2]}));
+        let e = object_entries(n, "body").unwrap();
+        assert_eq!(e.len(), 2);
+        assert!(object_entries(Node::Json(Value::Null), "body")
+            .unwrap_err()
+            .contains("body must be an object, got null"));
+        let d = Node::Dict(vec![(
+            "x".into(),
+            Node::Tensor {
+                tensor: f32_tensor(vec![1], &[1.0]),
+                scalar: false,
+            },
+        )]);
+        assert_eq!(node_to_json(&d), None);
+    }
+}

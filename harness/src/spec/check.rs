@@ -1,0 +1,272 @@
+//! `rlharness check` and `rlharness list` as library functions: they compute an outcome and
+//! render it to text; the binary prints and picks the exit code (2 on any check error).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::config::scenarios_root;
+use super::lint::{layer_files, lint_file, LintIssue};
+use super::{discover, load_scenario, SpecError};
+
+/// What kind of file a report is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    Scenario,
+    /// A backend or defaults file (linted for verl's config format).
+    LayerFile,
+}
+
+/// One problem found by `check`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Diagnostic {
+    Spec(SpecError),
+    Lint(LintIssue),
+}
+
+/// The outcome of one file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileReport {
+    pub path: PathBuf,
+    pub kind: FileKind,
+    pub errors: Vec<Diagnostic>,
+}
+
+/// The outcome of `check`. An error that is about no single file (a path that does not exist)
+/// is a report of its own with that path.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CheckOutcome {
+    pub files: Vec<FileReport>,
+}
+
+impl CheckOutcome {
+    pub fn is_ok(&self) -> bool {
+        self.files.iter().all(|f| f.errors.is_empty())
+    }
+
+    pub fn error_count(&self) -> usize {
+        self.files.iter().map(|f| f.errors.len()).sum()
+    }
+}
+
+/// Validate every scenario under `paths` (default `scenarios/` when empty) and lint the layer
+/// files (`backends/`, `defaults/`) of every scenarios root involved.
+pub fn check(paths: &[PathBuf]) -> CheckOutcome {
+    let default_paths = [PathBuf::from("scenarios")];
+    let paths: &[PathBuf] = if paths.is_empty() {
+        &default_paths
+    } else {
+        paths
+    };
+    let mut outcome = CheckOutcome::default();
+    let mut roots = BTreeSet::new();
+    let mut scenario_files = Vec::new();
+    for p in paths {
+        match discover(std::slice::from_ref(p)) {
+            Ok(found) => {
+                if p.is_dir() {
+                    // A folder given directly is a root itself if it holds layer folders.
+                    let root = if p.file_name().is_some_and(|n| n == "scenarios") {
+                        p.clone()
+                    } else {
+                        scenarios_root(&p.join("x.yaml"))
+                    };
+                    roots.insert(root);
+                }
+                scenario_files.extend(found);
+            }
+            Err(e) => outcome.files.push(FileReport {
+                path: p.clone(),
+                kind: FileKind::Scenario,
+                errors: vec![Diagnostic::Spec(e)],
+            }),
+        }
+    }
+    scenario_files.sort();
+    scenario_files.dedup();
+    for file in scenario_files {
+        roots.insert(scenarios_root(&file));
+        let errors = match load_scenario(&file, &[]) {
+            Ok(_) => Vec::new(),
+            Err(errs) => errs.0.into_iter().map(Diagnostic::Spec).collect(),
+        };
+        outcome.files.push(FileReport {
+            path: file,
+            kind: FileKind::Scenario,
+            errors,
+        });
+    }
+    for root in roots {
+        for file in layer_files(&root) {
+            let mut errors: Vec<Diagnostic> =
+                lint_file(&file).into_iter().map(Diagnostic::Lint).collect();
+            // A layer file must also parse; its semantic errors show through the scenarios.
+            if let Err(e) = super::config::load_layer_file(&file) {
+                errors.push(Diagnostic::Spec(e));
+            }
+            outcome.files.push(FileReport {
+                path: file,
+                kind: FileKind::LayerFile,
+                errors,
+            });
+        }
+    }
+    outcome
+}
+
+/// Compiler-like text: one `error: file:line:col: key.path: message` per problem, then a
+/// summary line.
+pub fn render_check(outcome: &CheckOutcome) -> String {
+    let mut out = String::new();
+    for f in &outcome.files {
+        for d in &f.errors {
+            match d {
+                Diagnostic::Spec(e) => {
+                    let _ = writeln!(out, "error: {e}");
+                }
+                Diagnostic::Lint(i) => {
+                    let _ = writeln!(out, "error: {i}");
+                }
+            }
+        }
+    }
+    let scenarios = outcome
+        .files
+        .iter()
+        .filter(|f| f.kind == FileKind::Scenario)
+        .count();
+    let layers = outcome.files.len() - scenarios;
+    let errors = outcome.error_count();
+    let bad = outcome.files.iter().filter(|f| !f.errors.is_empty()).count();
+    if errors == 0 {
+        let _ = writeln!(
+            out,
+            "ok: {scenarios} scenario{} and {layers} backend/defaults file{} valid",
+            plural(scenarios),
+            plural(layers)
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "{errors} error{} in {bad} file{} ({scenarios} scenario{} and {layers} backend/defaults file{} checked)",
+            plural(errors),
+            plural(bad),
+            plural(scenarios),
+            plural(layers)
+        );
+    }
+    out
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// One line of `list`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListEntry {
+    pub path: PathBuf,
+    pub name: String,
+    pub tags: Vec<String>,
+    /// `Requires::summary`.
+    pub requires: String,
+    /// `Err(reasons)` when it cannot run here (unmet requirements, or the file is invalid).
+    pub runnable: Result<(), Vec<String>>,
+}
+
+/// The scenarios under `root` and whether each can run on this machine.
+pub fn list(root: &Path) -> Vec<ListEntry> {
+    let files = match discover(&[root.to_path_buf()]) {
+        Ok(f) => f,
+        Err(e) => {
+            return vec![ListEntry {
+                path: root.to_path_buf(),
+                name: "-".into(),
+                tags: Vec::new(),
+                requires: "-".into(),
+                runnable: Err(vec![e.to_string()]),
+            }]
+        }
+    };
+    files
+        .into_iter()
+        .map(|path| match load_scenario(&path, &[]) {
+            Ok(s) => {
+                let unmet = s.requires.unmet();
+                ListEntry {
+                    name: s.name,
+                    tags: s.tags,
+                    requires: s.requires.summary(),
+                    runnable: if unmet.is_empty() { Ok(()) } else { Err(unmet) },
+                    path,
+                }
+            }
+            Err(errs) => ListEntry {
+                name: path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().to_string())
+                    .unwrap_or_default(),
+                tags: Vec::new(),
+                requires: "-".into(),
+                runnable: Err(vec![format!(
+                    "invalid scenario ({} error{}; run `rlharness check`)",
+                    errs.len(),
+                    plural(errs.len())
+                )]),
+                path,
+            },
+        })
+        .collect()
+}
+
+/// A table: name, tags, requirements, and `yes` or `no: reasons`.
+pub fn render_list(entries: &[ListEntry]) -> String {
+    let rows: Vec<[String; 4]> = entries
+        .iter()
+        .map(|e| {
+            [
+                e.name.clone(),
+                if e.tags.is_empty() {
+                    "-".into()
+                } else {
+                    e.tags.join(",")
+                },
+                e.requires.clone(),
+                match &e.runnable {
+                    Ok(()) => "yes".into(),
+                    Err(reasons) => format!("no: {}", reasons.join("; ")),
+                },
+            ]
+        })
+        .collect();
+    let header = ["SCENARIO", "TAGS", "REQUIRES", "RUNNABLE"];
+    let mut widths = header.map(str::len);
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: [&str; 4]| {
+        let _ = writeln!(
+            out,
+            "{:w0$}  {:w1$}  {:w2$}  {}",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        );
+    };
+    line(header);
+    for r in &rows {
+        line([r[0].as_str(), r[1].as_str(), r[2].as_str(), r[3].as_str()]);
+    }
+    out
+}

@@ -1,0 +1,580 @@
+//! A serde `Deserializer` over a spanned node, so every block of a scenario is a plain
+//! `#[derive(Deserialize)] #[serde(deny_unknown_fields)]` type owned by its module, and every
+//! serde error comes out with the file, line, column and key path of the offending node.
+//!
+//! Positions: each node attaches its own position to an error that has none yet, so the
+//! innermost node wins. Internally tagged and untagged enums are the exception: serde buffers
+//! their whole mapping into its private `Content` before picking a variant, so errors from the
+//! variant's fields surface at the enclosing mapping without a position. For those, the
+//! mapping searches its own subtree for the node the message names (the unknown key, the
+//! unknown variant, or the value described as "invalid type: string \"x\"") and points there;
+//! the first match in document order wins, and the mapping itself is the fallback.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
+
+use super::yaml::{join_path, Pos, SpannedNode, SpannedValue};
+use super::SpecError;
+
+/// A serde error on its way out: position and key path are filled in by the innermost node
+/// that sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeError {
+    pub message: String,
+    pub at: Option<(Pos, String)>,
+}
+
+impl fmt::Display for DeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DeError {}
+
+impl de::Error for DeError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        DeError {
+            message: msg.to_string(),
+            at: None,
+        }
+    }
+}
+
+impl DeError {
+    fn into_spec(self, fallback: &SpannedNode, path: &str) -> SpecError {
+        let (pos, key_path) = self
+            .at
+            .unwrap_or_else(|| (fallback.pos.clone(), path.to_string()));
+        SpecError::at(&pos, key_path, self.message)
+    }
+}
+
+/// Deserialize a typed value from a node. `path` is the node's key path (for messages).
+pub fn from_node<'a, T: de::Deserialize<'a>>(
+    node: &'a SpannedNode,
+    path: &str,
+) -> Result<T, SpecError> {
+    T::deserialize(NodeDe {
+        node,
+        path: path.to_string(),
+    })
+    .map_err(|e| e.into_spec(node, path))
+}
+
+/// A deserializer over one node, knowing its key path.
+pub struct NodeDe<'a> {
+    pub node: &'a SpannedNode,
+    pub path: String,
+}
+
+impl<'a> NodeDe<'a> {
+    fn locate<T>(&self, r: Result<T, DeError>) -> Result<T, DeError> {
+        r.map_err(|mut e| {
+            if e.at.is_none() {
+                e.at = Some(
+                    refine(self.node, &self.path, &e.message)
+                        .unwrap_or_else(|| (self.node.pos.clone(), self.path.clone())),
+                );
+            }
+            e
+        })
+    }
+
+    fn visit_any<V: Visitor<'a>>(&self, visitor: V) -> Result<V::Value, DeError> {
+        match &self.node.value {
+            SpannedValue::Null => visitor.visit_unit(),
+            SpannedValue::Bool(b) => visitor.visit_bool(*b),
+            SpannedValue::Int(i) => visitor.visit_i64(*i),
+            SpannedValue::Float(x) => visitor.visit_f64(*x),
+            SpannedValue::Str(s) => visitor.visit_borrowed_str(s),
+            SpannedValue::Seq(items) => visitor.visit_seq(SeqDe {
+                items: items.iter(),
+                index: 0,
+                path: &self.path,
+            }),
+            SpannedValue::Map(entries) => visitor.visit_map(MapDe {
+                entries: entries.iter(),
+                value: None,
+                path: &self.path,
+            }),
+        }
+    }
+}
+
+/// How serde describes a node in "invalid type" messages (`serde::de::Unexpected`).
+fn unexpected_text(node: &SpannedNode) -> String {
+    match &node.value {
+        SpannedValue::Null => "unit value".into(),
+        SpannedValue::Bool(b) => format!("boolean `{b}`"),
+        SpannedValue::Int(i) => format!("integer `{i}`"),
+        SpannedValue::Float(x) => format!("{}", de::Unexpected::Float(*x)),
+        SpannedValue::Str(s) => format!("string {s:?}"),
+        SpannedValue::Seq(_) => "sequence".into(),
+        SpannedValue::Map(_) => "map".into(),
+    }
+}
+
+fn backticked<'m>(message: &'m str, prefix: &str) -> Option<&'m str> {
+    let rest = message.strip_prefix(prefix)?.strip_prefix('`')?;
+    rest.split('`').next()
+}
+
+/// Find the node inside `root`'s subtree that an error message names (see the module doc).
+fn refine(root: &SpannedNode, path: &str, message: &str) -> Option<(Pos, String)> {
+    if !matches!(root.value, SpannedValue::Map(_) | SpannedValue::Seq(_)) {
+        return None;
+    }
+    enum Want<'m> {
+        Key(&'m str),
+        Unexpected(&'m str),
+    }
+    let want = if let Some(key) = backticked(message, "unknown field ") {
+        Want::Key(key)
+    } else if let Some(v) = backticked(message, "unknown variant ") {
+        return find(root, path, &mut |n| {
+            matches!(&n.value, SpannedValue::Str(s) if s == v)
+        });
+    } else if let Some(rest) = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+    {
+        Want::Unexpected(rest.split(", expected").next()?)
+    } else {
+        return None;
+    };
+    match want {
+        Want::Key(key) => find_key(root, path, key),
+        Want::Unexpected(text) => {
+            // Serde says "integer" for both signs and floats print with a decimal point; compare
+            // on serde's own rendering. Prefer a strict descendant; the root is the fallback.
+            find(root, path, &mut |n| unexpected_text(n) == text)
+        }
+    }
+}
+
+fn children<'n>(node: &'n SpannedNode, path: &str) -> Vec<(Option<&'n Pos>, String, &'n SpannedNode)> {
+    match &node.value {
+        SpannedValue::Map(entries) => entries
+            .iter()
+            .map(|(k, kpos, n)| (Some(kpos), join_path(path, k), n))
+            .collect(),
+        SpannedValue::Seq(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (None, format!("{path}[{i}]"), n))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn find(
+    node: &SpannedNode,
+    path: &str,
+    pred: &mut dyn FnMut(&SpannedNode) -> bool,
+) -> Option<(Pos, String)> {
+    for (_, child_path, child) in children(node, path) {
+        if pred(child) {
+            return Some((child.pos.clone(), child_path));
+        }
+        if let Some(hit) = find(child, &child_path, pred) {
+            return Some(hit);
+        }
+    }
+    None
+}
+
+fn find_key(node: &SpannedNode, path: &str, key: &str) -> Option<(Pos, String)> {
+    for (kpos, child_path, child) in children(node, path) {
+        if let Some(kpos) = kpos {
+            if child_path.rsplit('.').next() == Some(key) {
+                return Some((kpos.clone(), child_path));
+            }
+        }
+        if let Some(hit) = find_key(child, &child_path, key) {
+            return Some(hit);
+        }
+    }
+    None
+}
+
+macro_rules! forward_located {
+    ($($method:ident)*) => {
+        $(
+            fn $method<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, DeError> {
+                let r = self.visit_any(visitor);
+                self.locate(r)
+            }
+        )*
+    };
+}
+
+impl<'a> de::Deserializer<'a> for NodeDe<'a> {
+    type Error = DeError;
+
+    forward_located! {
+        deserialize_any deserialize_bool deserialize_i8 deserialize_i16 deserialize_i32
+        deserialize_i64 deserialize_i128 deserialize_u8 deserialize_u16 deserialize_u32
+        deserialize_u64 deserialize_u128 deserialize_char deserialize_str deserialize_string
+        deserialize_bytes deserialize_byte_buf deserialize_seq deserialize_map
+        deserialize_identifier
+    }
+
+    fn deserialize_f32<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, DeError> {
+        self.deserialize_f64(visitor)
+    }
+
+    fn deserialize_f64<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, DeError> {
+        let r = match self.node.value {
+            // `lr: 1` is a float knob written as an integer literal.
+            SpannedValue::Int(i) => visitor.visit_f64(i as f64),
+            _ => self.visit_any(visitor),
+        };
+        self.locate(r)
+    }
+
+    fn deserialize_option<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, DeError> {
+        let r = match self.node.value {
+            SpannedValue::Null => visitor.visit_none(),
+            _ => visitor.visit_some(NodeDe {
+                node: self.node,
+                path: self.path.clone(),
+            }),
+        };
+        self.locate(r)
+    }
+
+    fn deserialize_unit<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, DeError> {
+        let r = self.visit_any(visitor);
+        self.locate(r)
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'a>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        self.deserialize_unit(visitor)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'a>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        let path = self.path.clone();
+        let r = visitor.visit_newtype_struct(NodeDe {
+            node: self.node,
+            path,
+        });
+        self.locate(r)
+    }
+
+    fn deserialize_tuple<V: Visitor<'a>>(self, _len: usize, visitor: V) -> Result<V::Value, DeError> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'a>>(
+        self,
+        _name: &'static str,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_struct<V: Visitor<'a>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        self.deserialize_map(visitor)
+    }
+
+    fn deserialize_enum<V: Visitor<'a>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        let r = match &self.node.value {
+            SpannedValue::Str(s) => visitor.visit_enum(s.as_str().into_deserializer()),
+            SpannedValue::Map(entries) if entries.len() == 1 => {
+                let (key, key_pos, value) = &entries[0];
+                visitor.visit_enum(EnumDe {
+                    key,
+                    key_pos,
+                    value,
+                    path: join_path(&self.path, key),
+                })
+            }
+            other => Err(DeError {
+                message: format!(
+                    "invalid type: {}, expected a variant name or a mapping with one key",
+                    other.kind()
+                ),
+                at: None,
+            }),
+        };
+        self.locate(r)
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, DeError> {
+        visitor.visit_unit()
+    }
+}
+
+struct SeqDe<'a, 'p> {
+    items: std::slice::Iter<'a, SpannedNode>,
+    index: usize,
+    path: &'p str,
+}
+
+impl<'a> de::SeqAccess<'a> for SeqDe<'a, '_> {
+    type Error = DeError;
+
+    fn next_element_seed<T: DeserializeSeed<'a>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, DeError> {
+        let Some(node) = self.items.next() else {
+            return Ok(None);
+        };
+        let path = format!("{}[{}]", self.path, self.index);
+        self.index += 1;
+        seed.deserialize(NodeDe { node, path }).map(Some)
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.items.len())
+    }
+}
+
+struct MapDe<'a, 'p> {
+    entries: std::slice::Iter<'a, (String, Pos, SpannedNode)>,
+    value: Option<(&'a SpannedNode, String)>,
+    path: &'p str,
+}
+
+impl<'a> de::MapAccess<'a> for MapDe<'a, '_> {
+    type Error = DeError;
+
+    fn next_key_seed<K: DeserializeSeed<'a>>(&mut self, seed: K) -> Result<Option<K::Value>, DeError> {
+        let Some((key, key_pos, node)) = self.entries.next() else {
+            return Ok(None);
+        };
+        let path = join_path(self.path, key);
+        let k = seed
+            .deserialize(KeyDe { key })
+            .map_err(|mut e: DeError| {
+                if e.at.is_none() {
+                    e.at = Some((key_pos.clone(), path.clone()));
+                }
+                e
+            })?;
+        self.value = Some((node, path));
+        Ok(Some(k))
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'a>>(&mut self, seed: V) -> Result<V::Value, DeError> {
+        match self.value.take() {
+            Some((node, path)) => seed.deserialize(NodeDe { node, path }),
+            None => Err(de::Error::custom("value requested before its key")),
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.entries.len())
+    }
+}
+
+/// A mapping key: always a string (the YAML layer rejects other keys).
+struct KeyDe<'a> {
+    key: &'a str,
+}
+
+impl<'de> de::Deserializer<'de> for KeyDe<'de> {
+    type Error = DeError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        visitor.visit_borrowed_str(self.key)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map struct enum identifier ignored_any
+    }
+}
+
+struct EnumDe<'a> {
+    key: &'a str,
+    key_pos: &'a Pos,
+    value: &'a SpannedNode,
+    path: String,
+}
+
+impl<'a> de::EnumAccess<'a> for EnumDe<'a> {
+    type Error = DeError;
+    type Variant = NodeDe<'a>;
+
+    fn variant_seed<V: DeserializeSeed<'a>>(self, seed: V) -> Result<(V::Value, NodeDe<'a>), DeError> {
+        let key_pos = self.key_pos.clone();
+        let path = self.path.clone();
+        let v = seed.deserialize(KeyDe { key: self.key }).map_err(|mut e| {
+            if e.at.is_none() {
+                e.at = Some((key_pos, path));
+            }
+            e
+        })?;
+        Ok((
+            v,
+            NodeDe {
+                node: self.value,
+                path: self.path,
+            },
+        ))
+    }
+}
+
+impl<'a> de::VariantAccess<'a> for NodeDe<'a> {
+    type Error = DeError;
+
+    fn unit_variant(self) -> Result<(), DeError> {
+        <() as de::Deserialize>::deserialize(self)
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'a>>(self, seed: T) -> Result<T::Value, DeError> {
+        seed.deserialize(self)
+    }
+
+    fn tuple_variant<V: Visitor<'a>>(self, _len: usize, visitor: V) -> Result<V::Value, DeError> {
+        de::Deserializer::deserialize_seq(self, visitor)
+    }
+
+    fn struct_variant<V: Visitor<'a>>(
+        self,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        de::Deserializer::deserialize_map(self, visitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde::Deserialize;
+
+    use super::*;
+    use crate::spec::yaml::parse;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct Optim {
+        lr: f64,
+        #[serde(default)]
+        betas: Vec<f64>,
+        steps: Option<u64>,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+    enum Backend {
+        Mock(Inner),
+        Remote { url: String },
+        None,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq, Default)]
+    #[serde(deny_unknown_fields)]
+    struct Inner {
+        #[serde(default)]
+        offset: f64,
+        #[serde(default)]
+        name: String,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct Top {
+        optim: Optim,
+        backend: Backend,
+        #[serde(default)]
+        mode: Option<Mode>,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(rename_all = "snake_case")]
+    enum Mode {
+        Fast,
+        Slow { factor: u32 },
+    }
+
+    fn de(text: &str) -> Result<Top, SpecError> {
+        let node = parse(text, Path::new("s.yaml")).unwrap();
+        from_node(&node, "")
+    }
+
+    #[test]
+    fn reads_structs_enums_and_int_as_float() {
+        let top = de("optim: {lr: 1, betas: [0.9, 1]}\nbackend: {kind: mock, offset: -0.5}\nmode: {slow: {factor: 2}}\n").unwrap();
+        assert_eq!(top.optim.lr, 1.0);
+        assert_eq!(top.optim.betas, vec![0.9, 1.0]);
+        assert_eq!(top.optim.steps, None);
+        assert_eq!(top.backend, Backend::Mock(Inner { offset: -0.5, name: String::new() }));
+        assert_eq!(top.mode, Some(Mode::Slow { factor: 2 }));
+        let top = de("optim: {lr: 1}\nbackend: {kind: none}\nmode: fast\n").unwrap();
+        assert_eq!(top.backend, Backend::None);
+        assert_eq!(top.mode, Some(Mode::Fast));
+    }
+
+    #[test]
+    fn unknown_field_points_at_the_key() {
+        let e = de("optim:\n  lr: 1\n  lrr: 2\nbackend: {kind: none}\n").unwrap_err();
+        assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 3, "optim.lrr"));
+        assert!(e.message.starts_with("unknown field `lrr`, expected one of"), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_points_at_the_value() {
+        let e = de("optim:\n  lr: 1\n  steps: many\nbackend: {kind: none}\n").unwrap_err();
+        assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 10, "optim.steps"));
+        assert_eq!(e.message, "invalid type: string \"many\", expected u64");
+        let e = de("optim:\n  lr: 1\n  betas: [0.9, x]\nbackend: {kind: none}\n").unwrap_err();
+        assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 17, "optim.betas[1]"));
+    }
+
+    #[test]
+    fn internally_tagged_enum_errors_point_inside_the_mapping() {
+        let text = "optim: {lr: 1}\nbackend:\n  kind: mock\n  ofset: 1\n";
+        let e = de(text).unwrap_err();
+        assert_eq!((e.line, e.col, e.key_path.as_str()), (4, 3, "backend.ofset"));
+        assert!(e.message.contains("unknown field `ofset`"), "{e}");
+
+        let text = "optim: {lr: 1}\nbackend:\n  kind: mock\n  offset: lots\n";
+        let e = de(text).unwrap_err();
+        assert_eq!((e.line, e.col, e.key_path.as_str()), (4, 11, "backend.offset"));
+        assert!(e.message.contains("invalid type: string \"lots\""), "{e}");
+
+        let text = "optim: {lr: 1}\nbackend:\n  kind: mok\n";
+        let e = de(text).unwrap_err();
+        assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 9, "backend.kind"));
+        assert!(e.message.contains("unknown variant `mok`"), "{e}");
+
+        let text = "optim: {lr: 1}\nbackend:\n  url: x\n";
+        let e = de(text).unwrap_err();
+        assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 3, "backend"));
+        assert!(e.message.contains("missing field `kind`"), "{e}");
+    }
+
+    #[test]
+    fn missing_field_points_at_the_mapping() {
+        let e = de("optim:\n  betas: []\nbackend: {kind: none}\n").unwrap_err();
+        assert_eq!((e.line, e.key_path.as_str()), (2, "optim"));
+        assert!(e.message.contains("missing field `lr`"), "{e}");
+    }
+}

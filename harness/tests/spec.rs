@@ -1,0 +1,434 @@
+//! Scenario files end to end: strict errors with positions, layering, includes, overrides,
+//! interpolation, provenance, the RunPlan, `check`, `list` and the backend-file lint.
+
+use std::path::{Path, PathBuf};
+
+use rlharness::plan::RunPlan;
+use rlharness::spec::check::{check, list, render_check, render_list, Diagnostic};
+use rlharness::spec::lint::lint_file;
+use rlharness::spec::{discover, load_scenario, Origin, Scenario, SpecError, SpecErrors};
+use serde_json::json;
+
+fn shipped(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(rel)
+}
+
+/// A scenarios root in a tempdir with the shipped defaults and Arctic backend files.
+struct Root {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Root {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("scenarios");
+        std::fs::create_dir_all(root.join("defaults")).unwrap();
+        std::fs::create_dir_all(root.join("backends")).unwrap();
+        for rel in ["defaults/verl.yaml", "backends/arctic.yaml"] {
+            std::fs::copy(shipped(rel), root.join(rel)).unwrap();
+        }
+        Root { _dir: dir, root }
+    }
+
+    fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// A minimal valid scenario with the given `config:` body (already indented by 2).
+    fn scenario(&self, rel: &str, config: &str) -> PathBuf {
+        let text = format!(
+            "name: t\ndescription: a test scenario\nseed: 1\nsteps: 2\ndriver: {{kind: builtin}}\nbackend: {{kind: mock}}\nconfig:\n{config}"
+        );
+        self.write(rel, &text)
+    }
+}
+
+fn load(p: &Path, sets: &[&str]) -> Result<Scenario, SpecErrors> {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    load_scenario(p, &sets)
+}
+
+fn only_error(r: Result<Scenario, SpecErrors>) -> SpecError {
+    let errs = r.expect_err("expected an error");
+    assert_eq!(errs.len(), 1, "{errs}");
+    errs.0.into_iter().next().unwrap()
+}
+
+#[test]
+fn valid_scenario_layers_defaults_includes_and_file_values() {
+    let r = Root::new();
+    let p = r.scenario(
+        "smoke.yaml",
+        "  actor_rollout_ref:\n    rollout:\n      n: 8\n    actor:\n      optim:\n        lr: 1.0e-5\n  remote_backend:\n    include: backends/arctic.yaml\n    train:\n      zorro_train:\n        enable: true\n",
+    );
+    let s = load(&p, &[]).unwrap();
+    let c = &s.config;
+    assert_eq!(c.get("actor_rollout_ref.rollout.n").unwrap().value, json!(8));
+    assert_eq!(
+        c.get("actor_rollout_ref.rollout.n").unwrap().origin,
+        Origin::File { path: p.clone(), line: 10, col: 10 }
+    );
+    // From the defaults file.
+    let epochs = c.get("actor_rollout_ref.actor.ppo_epochs").unwrap();
+    assert_eq!(epochs.value, json!(1));
+    assert!(matches!(&epochs.origin, Origin::Default { path, .. } if path.ends_with("defaults/verl.yaml")));
+    assert!(epochs.origin.to_string().starts_with("default ("), "{}", epochs.origin);
+    // From the included file, overridden by a sibling key.
+    assert_eq!(c.get("remote_backend.colocate").unwrap().value, json!(true));
+    assert!(c.get("remote_backend.colocate").unwrap().origin.to_string().contains("backends/arctic.yaml:"));
+    assert_eq!(c.get("remote_backend.train.zorro_train.enable").unwrap().value, json!(true));
+    // Interpolation keeps the type and points to where the value comes from.
+    let mr = c.get("remote_backend.train.zorro_train.max_rollouts").unwrap();
+    assert_eq!(mr.value, json!(8));
+    match &mr.origin {
+        Origin::Interpolated { from, origin } => {
+            assert_eq!(from, "actor_rollout_ref.rollout.n");
+            assert!(matches!(**origin, Origin::File { line: 10, .. }));
+        }
+        other => panic!("expected an interpolated origin, got {other}"),
+    }
+    // Embedded interpolation of the defaults file is stringified.
+    assert_eq!(
+        c.get("trainer.default_local_dir").unwrap().value,
+        json!("checkpoints/verl_examples/gsm8k")
+    );
+    // Subtrees, typed access, JSON.
+    assert_eq!(c.get("actor_rollout_ref.actor.optim.betas").unwrap().value, json!([0.9, 0.999]));
+    assert!(c.get("remote_backend.train").unwrap().value.is_object());
+    assert_eq!(c.get_as::<f64>("actor_rollout_ref.actor.optim.lr").unwrap(), Some(1e-5));
+    assert_eq!(c.get_as::<u64>("no.such.key").unwrap(), None);
+    let e = c.get_as::<u64>("actor_rollout_ref.model.path").unwrap_err();
+    assert_eq!(e.key_path, "config.actor_rollout_ref.model.path");
+    assert!(e.file.ends_with("defaults/verl.yaml"), "{e}");
+    assert_eq!(c.to_json()["data"]["max_prompt_length"], json!(512));
+    let leaves = c.leaves();
+    assert!(leaves.windows(2).all(|w| w[0].0 < w[1].0));
+    assert!(leaves.iter().any(|(k, _)| k == "remote_backend.train.deepspeed.zero_optimization.offload_param.device"));
+    // Sources: scenario, defaults, include.
+    assert_eq!(s.sources.len(), 3);
+    assert_eq!(s.origins["seed"], Origin::File { path: p.clone(), line: 3, col: 7 });
+    assert_eq!(s.origins["backend.kind"].to_string(), format!("{}:6:11", p.display()));
+}
+
+#[test]
+fn misspelled_config_key_names_file_line_col_and_path() {
+    let r = Root::new();
+    let p = r.scenario("bad.yaml", "  actor_rollout_ref:\n    actor:\n      ppo_epoch: 2\n");
+    let e = only_error(load(&p, &[]));
+    assert_eq!(e.file, p);
+    assert_eq!((e.line, e.col), (10, 7));
+    assert_eq!(e.key_path, "config.actor_rollout_ref.actor.ppo_epoch");
+    assert!(e.message.contains("unknown key `ppo_epoch`"), "{e}");
+    assert!(e.message.contains("did you mean `ppo_epochs`?"), "{e}");
+    let shown = e.to_string();
+    assert!(shown.starts_with(&format!("{}:10:7: config.actor_rollout_ref.actor.ppo_epoch: ", p.display())), "{shown}");
+}
+
+#[test]
+fn misspelled_top_level_and_block_keys_are_all_reported() {
+    let r = Root::new();
+    let p = r.write(
+        "bad.yaml",
+        "name: t\ndescription: d\nseed: 1\nsteps: 2\nsteeps: 3\ndriver: {kind: builtin, tsk: {}}\nbackend: {kind: mock}\ntimeouts: {step: soon}\n",
+    );
+    let errs = load(&p, &[]).unwrap_err();
+    let got: Vec<(usize, String)> = errs.iter().map(|e| (e.line, e.key_path.clone())).collect();
+    assert_eq!(
+        got,
+        vec![(5, "steeps".into()), (6, "driver.tsk".into()), (8, "timeouts.step".into())],
+        "{errs}"
+    );
+    assert!(errs.0[0].message.contains("did you mean `steps`?"));
+    assert!(errs.0[1].message.contains("unknown field `tsk`"));
+    assert!(errs.0[2].message.contains("unknown unit"), "{}", errs.0[2]);
+}
+
+#[test]
+fn wrong_type_says_what_was_expected() {
+    let r = Root::new();
+    let p = r.write(
+        "bad.yaml",
+        "name: t\ndescription: d\nseed: one\nsteps: 2\ndriver: {kind: builtin}\nbackend: {kind: mock}\n",
+    );
+    let e = only_error(load(&p, &[]));
+    assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 7, "seed"));
+    assert_eq!(e.message, "invalid type: string \"one\", expected u64");
+
+    let p = r.scenario("bad2.yaml", "  actor_rollout_ref:\n    actor:\n      optim: 3\n");
+    let e = only_error(load(&p, &[]));
+    assert_eq!((e.line, e.key_path.as_str()), (10, "config.actor_rollout_ref.actor.optim"));
+    assert!(e.message.starts_with("expected a mapping (with keys lr, weight_decay"), "{e}");
+}
+
+#[test]
+fn internally_tagged_backend_error_points_at_the_inner_key() {
+    let r = Root::new();
+    let p = r.write(
+        "bad.yaml",
+        "name: t\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\nbackend:\n  kind: remote\n  ulr: http://x\n",
+    );
+    let errs = load(&p, &[]).unwrap_err();
+    let e = &errs.0[0];
+    assert_eq!((e.line, e.col, e.key_path.as_str()), (8, 3, "backend.ulr"), "{errs}");
+    assert!(e.message.contains("unknown field `ulr`"), "{e}");
+
+    let p = r.write(
+        "bad2.yaml",
+        "name: t\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\nbackend:\n  kind: remote\n  url: 7\n",
+    );
+    let e = only_error(load(&p, &[]));
+    assert_eq!((e.line, e.col, e.key_path.as_str()), (8, 8, "backend.url"));
+    assert!(e.message.contains("invalid type: integer `7`, expected a string"), "{e}");
+}
+
+#[test]
+fn bad_interpolations_are_errors_with_position() {
+    let r = Root::new();
+    let p = r.scenario("missing.yaml", "  trainer:\n    experiment_name: run-${data.no_such}\n");
+    let e = only_error(load(&p, &[]));
+    assert_eq!((e.line, e.col, e.key_path.as_str()), (9, 22, "config.trainer.experiment_name"));
+    assert!(e.message.contains("`data.no_such`, which does not exist"), "{e}");
+
+    let p = r.scenario(
+        "cycle.yaml",
+        "  trainer:\n    project_name: ${trainer.experiment_name}\n    experiment_name: ${trainer.project_name}\n",
+    );
+    let errs = load(&p, &[]).unwrap_err();
+    assert!(errs.iter().any(|e| e.message.contains("interpolation cycle")), "{errs}");
+    assert!(errs.iter().all(|e| e.file == p && e.line >= 9), "{errs}");
+}
+
+#[test]
+fn missing_include_names_the_include_key() {
+    let r = Root::new();
+    let p = r.scenario("inc.yaml", "  remote_backend:\n    include: backends/nope.yaml\n");
+    let e = only_error(load(&p, &[]));
+    assert_eq!((e.line, e.col), (9, 5));
+    assert_eq!(e.key_path, "config.remote_backend.include");
+    assert!(e.message.contains("included file `backends/nope.yaml` not found"), "{e}");
+}
+
+#[test]
+fn included_file_keys_are_checked_against_the_include() {
+    let r = Root::new();
+    let p = r.scenario(
+        "inc.yaml",
+        "  remote_backend:\n    include: backends/arctic.yaml\n    train:\n      zoro_train: {enable: true}\n",
+    );
+    let e = only_error(load(&p, &[]));
+    assert_eq!(e.key_path, "config.remote_backend.train.zoro_train");
+    assert!(e.message.contains("did you mean `zorro_train`?"), "{e}");
+}
+
+#[test]
+fn scenarios_in_subfolders_include_relative_to_the_root() {
+    let r = Root::new();
+    let p = r.scenario("deep/er/x.yaml", "  remote_backend:\n    include: backends/arctic.yaml\n");
+    let s = load(&p, &[]).unwrap();
+    assert_eq!(s.config.get("remote_backend.comms.protocol").unwrap().value, json!("ray"));
+}
+
+#[test]
+fn set_overrides_apply_with_provenance() {
+    let r = Root::new();
+    let p = r.scenario(
+        "s.yaml",
+        "  actor_rollout_ref:\n    rollout:\n      n: 4\n  remote_backend:\n    include: backends/arctic.yaml\n",
+    );
+    let s = load(
+        &p,
+        &[
+            "steps=5",
+            "config.actor_rollout_ref.rollout.n=16",
+            "config.actor_rollout_ref.actor.optim.betas=[0.9, 0.95]",
+            "backend.kind=remote",
+            "backend.url=http://127.0.0.1:7000",
+            "+config.trainer.extra_knob='x'",
+        ],
+    )
+    .unwrap();
+    assert_eq!(s.steps, 5);
+    assert_eq!(s.origins["steps"], Origin::Set { arg: "steps=5".into() });
+    assert_eq!(
+        s.backend,
+        rlharness::backend::BackendSpec::Remote { url: "http://127.0.0.1:7000".into() }
+    );
+    let n = s.config.get("actor_rollout_ref.rollout.n").unwrap();
+    assert_eq!(n.value, json!(16));
+    assert_eq!(n.origin.to_string(), "--set config.actor_rollout_ref.rollout.n=16");
+    // The interpolation follows the override.
+    let mr = s.config.get("remote_backend.train.zorro_train.max_rollouts").unwrap();
+    assert_eq!(mr.value, json!(16));
+    assert_eq!(
+        mr.origin.to_string(),
+        "${actor_rollout_ref.rollout.n} <- --set config.actor_rollout_ref.rollout.n=16"
+    );
+    assert_eq!(s.config.get("actor_rollout_ref.actor.optim.betas").unwrap().value, json!([0.9, 0.95]));
+    assert_eq!(s.config.get("trainer.extra_knob").unwrap().value, json!("x"));
+    // The root mapping keeps its own provenance.
+    assert!(matches!(s.config.get("").unwrap().origin, Origin::Default { .. }));
+}
+
+#[test]
+fn bad_set_overrides_are_errors() {
+    let r = Root::new();
+    let p = r.scenario("s.yaml", "  data:\n    train_batch_size: 8\n");
+    let e = only_error(load(&p, &["config.actor_rollout_ref.actor.optim.lrr=1"]));
+    assert_eq!(e.file, PathBuf::from("--set config.actor_rollout_ref.actor.optim.lrr=1"));
+    assert_eq!(e.key_path, "config.actor_rollout_ref.actor.optim.lrr");
+    assert!(e.message.contains("did you mean `lr`?") && e.message.contains("`+`"), "{e}");
+    let e = only_error(load(&p, &["+config.data.train_batch_size=3"]));
+    assert!(e.message.contains("already exists"), "{e}");
+    let e = only_error(load(&p, &["stepz=3"]));
+    assert!(e.message.contains("did you mean `steps`?"), "{e}");
+    let e = only_error(load(&p, &["steps=many"]));
+    assert_eq!(e.key_path, "steps");
+    assert_eq!(e.file, PathBuf::from("--set steps=many"));
+    let e = only_error(load(&p, &["backend.ofset=1"]));
+    assert!(e.message.contains("unknown field `ofset`"), "{e}");
+    let e = only_error(load(&p, &["seed"]));
+    assert!(e.message.contains("KEY=VALUE"), "{e}");
+    // ++ adds or replaces.
+    let s = load(&p, &["++config.data.train_batch_size=3", "++config.data.new_one=1"]).unwrap();
+    assert_eq!(s.config.get("data.train_batch_size").unwrap().value, json!(3));
+}
+
+#[test]
+fn run_plan_hashes_origins_and_differing_knobs() {
+    let r = Root::new();
+    let p = r.scenario(
+        "s.yaml",
+        "  actor_rollout_ref:\n    rollout:\n      n: 8\n    actor:\n      ppo_epochs: 1\n  remote_backend:\n    include: backends/arctic.yaml\n",
+    );
+    let s = load(&p, &[]).unwrap();
+    let plan = RunPlan::new(s.clone(), Some(9), None);
+    assert_eq!(plan.scenario.seed, 9);
+    assert_eq!(plan.origins["seed"].to_string(), "--set seed=9");
+    assert_eq!(plan.scenario_hash.len(), 64);
+    let j = plan.to_json();
+    assert_eq!(j["seed"], json!(9));
+    assert_eq!(j["origins"]["seed"], json!("--set seed=9"));
+    assert_eq!(j["config"]["actor_rollout_ref.rollout.n"]["value"], json!(8));
+    assert_eq!(j["config"]["actor_rollout_ref.rollout.n"]["default"], json!(1));
+    assert_eq!(
+        j["config"]["actor_rollout_ref.rollout.n"]["origin"],
+        json!(format!("{}:10:10", p.display()))
+    );
+    let diff = plan.knobs_differing_from_defaults();
+    let paths: Vec<&str> = diff.iter().map(|d| d.0.as_str()).collect();
+    // ppo_epochs is set to its default value: not a difference. max_rollouts follows n.
+    assert_eq!(
+        paths,
+        vec!["actor_rollout_ref.rollout.n", "remote_backend.train.zorro_train.max_rollouts"],
+        "{diff:?}"
+    );
+    assert_eq!(diff[0].1, json!(1));
+    assert_eq!(diff[0].2, json!(8));
+
+    // Same values from a different file layout: same plan hash, other scenario hash.
+    let same = load(&p, &[]).unwrap();
+    assert_eq!(RunPlan::new(same, Some(9), None).plan_hash, plan.plan_hash);
+    let changed = load(&p, &["config.actor_rollout_ref.rollout.n=4"]).unwrap();
+    assert_ne!(RunPlan::new(changed, Some(9), None).plan_hash, plan.plan_hash);
+    let p2 = r.write(
+        "s2.yaml",
+        &format!("# a comment changes the file, not the plan\n{}", std::fs::read_to_string(&p).unwrap()),
+    );
+    let moved = RunPlan::new(load(&p2, &[]).unwrap(), Some(9), None);
+    assert_eq!(moved.plan_hash, plan.plan_hash);
+    assert_ne!(moved.scenario_hash, plan.scenario_hash);
+}
+
+#[test]
+fn discover_skips_layer_folders() {
+    let r = Root::new();
+    r.scenario("a.yaml", "  {}\n");
+    r.scenario("sub/b.yml", "  {}\n");
+    r.write("notes.txt", "x");
+    r.write("backends/other.yaml", "# x\na: 1\n");
+    let found = discover(&[r.root.clone()]).unwrap();
+    let rel: Vec<String> = found
+        .iter()
+        .map(|p| p.strip_prefix(&r.root).unwrap().display().to_string())
+        .collect();
+    assert_eq!(rel, vec!["a.yaml", "sub/b.yml"]);
+    let e = discover(&[r.root.join("nope")]).unwrap_err();
+    assert!(e.message.contains("no such scenario"), "{e}");
+}
+
+#[test]
+fn shipped_layer_files_pass_the_lint() {
+    for rel in ["defaults/verl.yaml", "backends/arctic.yaml"] {
+        let issues = lint_file(&shipped(rel));
+        assert!(issues.is_empty(), "{rel}: {issues:?}");
+    }
+}
+
+#[test]
+fn check_reports_scenario_errors_and_lint_issues() {
+    let r = Root::new();
+    r.scenario("good.yaml", "  data:\n    train_batch_size: 8\n");
+    r.scenario("bad.yaml", "  data:\n    train_batch_sise: 8\n");
+    r.write("backends/sloppy.yaml", "# A.\na: 1  # inline\nb: 2\n");
+    let outcome = check(std::slice::from_ref(&r.root));
+    assert!(!outcome.is_ok());
+    assert_eq!(outcome.error_count(), 4, "{}", render_check(&outcome));
+    let text = render_check(&outcome);
+    let bad = r.root.join("bad.yaml");
+    assert!(
+        text.contains(&format!("error: {}:9:5: config.data.train_batch_sise: unknown key", bad.display())),
+        "{text}"
+    );
+    let sloppy = r.root.join("backends/sloppy.yaml");
+    assert!(text.contains(&format!("error: {}:2: inline comment", sloppy.display())), "{text}");
+    assert!(text.contains(&format!("error: {}:2: field `a` must be followed by a blank line", sloppy.display())), "{text}");
+    assert!(text.contains(&format!("error: {}:3: field `b` has no comment", sloppy.display())), "{text}");
+    assert!(text.trim_end().ends_with("4 errors in 2 files (2 scenarios and 3 backend/defaults files checked)"), "{text}");
+    let lint_count = outcome
+        .files
+        .iter()
+        .flat_map(|f| &f.errors)
+        .filter(|d| matches!(d, Diagnostic::Lint(_)))
+        .count();
+    assert_eq!(lint_count, 3);
+
+    std::fs::remove_file(r.root.join("bad.yaml")).unwrap();
+    std::fs::remove_file(r.root.join("backends/sloppy.yaml")).unwrap();
+    let outcome = check(std::slice::from_ref(&r.root));
+    assert!(outcome.is_ok(), "{}", render_check(&outcome));
+    assert_eq!(render_check(&outcome), "ok: 1 scenario and 2 backend/defaults files valid\n");
+}
+
+#[test]
+fn list_shows_runnability() {
+    let r = Root::new();
+    r.scenario("plain.yaml", "  {}\n");
+    r.write(
+        "needs.yaml",
+        "name: needs\ndescription: d\ntags: [gpu]\nrequires: {commands: [definitely-not-a-command-rlh]}\nseed: 1\nsteps: 1\ndriver: {kind: builtin}\nbackend: {kind: mock}\n",
+    );
+    r.write("broken.yaml", "name: [\n");
+    let entries = list(&r.root);
+    assert_eq!(entries.len(), 3);
+    let by_file = |f: &str| entries.iter().find(|e| e.path.ends_with(f)).unwrap();
+    assert_eq!(by_file("plain.yaml").runnable, Ok(()));
+    assert_eq!(
+        by_file("needs.yaml").runnable,
+        Err(vec!["needs command `definitely-not-a-command-rlh` on PATH".to_string()])
+    );
+    assert!(by_file("broken.yaml").runnable.is_err());
+    let table = render_list(&entries);
+    assert!(table.starts_with("SCENARIO"), "{table}");
+    assert!(table.contains("command definitely-not-a-command-rlh"), "{table}");
+}
+
+#[test]
+fn shipped_scenarios_are_valid() {
+    let root = shipped("");
+    let outcome = check(&[root]);
+    assert!(outcome.is_ok(), "{}", render_check(&outcome));
+}
