@@ -134,7 +134,15 @@ pub fn type_name(v: &Value) -> &'static str {
 
 /// The families of wire locations the recorded wire is read into (see `wire.rs`).
 pub const LOCATION_FAMILIES: &[&str] = &[
-    "job", "meta", "batch", "processing", "generate", "route", "routes", "status", "srv",
+    "job",
+    "meta",
+    "batch",
+    "processing",
+    "generate",
+    "route",
+    "routes",
+    "status",
+    "srv",
     "http_errors",
 ];
 
@@ -151,7 +159,10 @@ pub enum ManifestError {
     #[error("knob manifest {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("knob manifest {path}: {}", problems.join("; "))]
-    Invalid { path: PathBuf, problems: Vec<String> },
+    Invalid {
+        path: PathBuf,
+        problems: Vec<String>,
+    },
 }
 
 /// Read, parse and validate a manifest file.
@@ -172,55 +183,15 @@ pub fn load(path: &Path) -> Result<KnobManifest, ManifestError> {
     }
 }
 
-/// Parse manifest text (no semantic validation). The YAML goes through plain JSON values, so
-/// serde's `deny_unknown_fields` judges every key.
+/// Parse manifest text (no semantic validation) through the scenario loader's spanned
+/// deserializer, so an unknown key or a wrong type is reported with its file, line and column.
 pub fn parse(text: &str, path: &Path) -> Result<KnobManifest, ManifestError> {
-    let err = |message: String| ManifestError::Parse {
+    let err = |e: crate::spec::SpecError| ManifestError::Parse {
         path: path.to_path_buf(),
-        message,
+        message: e.to_string(),
     };
-    let docs = yaml_rust2::YamlLoader::load_from_str(text).map_err(|e| err(e.to_string()))?;
-    let doc = match docs.as_slice() {
-        [one] => one,
-        [] => return Err(err("the file is empty".into())),
-        _ => return Err(err("expected one YAML document, found several".into())),
-    };
-    let json = yaml_to_json(doc).map_err(err)?;
-    serde_json::from_value(json).map_err(|e| err(e.to_string()))
-}
-
-fn yaml_to_json(y: &yaml_rust2::Yaml) -> Result<Value, String> {
-    use yaml_rust2::Yaml;
-    Ok(match y {
-        Yaml::Null => Value::Null,
-        Yaml::Boolean(b) => Value::Bool(*b),
-        Yaml::Integer(i) => Value::from(*i),
-        Yaml::Real(s) => {
-            let x: f64 = s
-                .parse()
-                .map_err(|_| format!("invalid number `{s}`"))?;
-            serde_json::Number::from_f64(x)
-                .map(Value::Number)
-                .ok_or_else(|| format!("non-finite number `{s}` has no JSON form"))?
-        }
-        Yaml::String(s) => Value::String(s.clone()),
-        Yaml::Array(items) => Value::Array(items.iter().map(yaml_to_json).collect::<Result<_, _>>()?),
-        Yaml::Hash(h) => {
-            let mut m = serde_json::Map::new();
-            for (k, v) in h {
-                let key = match k {
-                    Yaml::String(s) => s.clone(),
-                    Yaml::Integer(i) => i.to_string(),
-                    Yaml::Boolean(b) => b.to_string(),
-                    other => return Err(format!("unsupported mapping key {other:?}")),
-                };
-                m.insert(key, yaml_to_json(v)?);
-            }
-            Value::Object(m)
-        }
-        Yaml::Alias(_) => return Err("YAML aliases are not supported".into()),
-        Yaml::BadValue => return Err("invalid YAML value".into()),
-    })
+    let node = crate::spec::yaml::parse(text, path).map_err(err)?;
+    crate::spec::de::from_node::<KnobManifest>(&node, "").map_err(err)
 }
 
 fn known_location(loc: &str) -> bool {
@@ -235,13 +206,19 @@ pub fn validate(m: &KnobManifest) -> Vec<String> {
     let families = LOCATION_FAMILIES.join(", ");
     for v in &m.volatile {
         if !known_location(v) {
-            problems.push(format!("volatile `{v}`: not a wire location (families: {families})"));
+            problems.push(format!(
+                "volatile `{v}`: not a wire location (families: {families})"
+            ));
         }
     }
     for (i, k) in m.knobs.iter().enumerate() {
         let name = &k.path;
         if let Some(first) = seen.insert(k.path.clone(), i) {
-            problems.push(format!("knob `{name}`: listed twice (entries {} and {})", first + 1, i + 1));
+            problems.push(format!(
+                "knob `{name}`: listed twice (entries {} and {})",
+                first + 1,
+                i + 1
+            ));
         }
         if k.path.is_empty() || k.path.split('.').any(str::is_empty) {
             problems.push(format!("knob `{name}`: expected a dotted config path"));
@@ -255,11 +232,15 @@ pub fn validate(m: &KnobManifest) -> Vec<String> {
             ));
         }
         if k.tries.iter().any(Value::is_null) {
-            problems.push(format!("knob `{name}`: `try` holds null, which removes the key rather than changing it"));
+            problems.push(format!(
+                "knob `{name}`: `try` holds null, which removes the key rather than changing it"
+            ));
         }
         for loc in k.sent_to.iter().chain(&k.effects) {
             if !known_location(loc) {
-                problems.push(format!("knob `{name}`: `{loc}` is not a wire location (families: {families})"));
+                problems.push(format!(
+                    "knob `{name}`: `{loc}` is not a wire location (families: {families})"
+                ));
             }
         }
         for c in &k.consumers {
@@ -271,7 +252,10 @@ pub fn validate(m: &KnobManifest) -> Vec<String> {
             }
             for cond in c.when.keys() {
                 if cond == &k.path {
-                    problems.push(format!("knob `{name}`: consumer `{}` depends on the knob itself", c.at));
+                    problems.push(format!(
+                        "knob `{name}`: consumer `{}` depends on the knob itself",
+                        c.at
+                    ));
                 }
             }
         }
@@ -338,17 +322,12 @@ pub fn coverage(backend_yaml_leaves: &[String], manifest: &KnobManifest) -> Vec<
 
 /// Leaf paths of a YAML mapping (scalars, sequences, empty mappings), for [`coverage`].
 pub fn yaml_leaves(text: &str, path: &Path) -> Result<Vec<(String, Value)>, ManifestError> {
-    let err = |message: String| ManifestError::Parse {
+    let node = crate::spec::yaml::parse(text, path).map_err(|e| ManifestError::Parse {
         path: path.to_path_buf(),
-        message,
-    };
-    let docs = yaml_rust2::YamlLoader::load_from_str(text).map_err(|e| err(e.to_string()))?;
-    let json = match docs.first() {
-        Some(d) => yaml_to_json(d).map_err(err)?,
-        None => Value::Object(Default::default()),
-    };
+        message: e.to_string(),
+    })?;
     let mut out = Vec::new();
-    flatten_leaves(&json, "", &mut out);
+    flatten_leaves(&node.to_json(), "", &mut out);
     Ok(out)
 }
 
@@ -356,7 +335,11 @@ fn flatten_leaves(v: &Value, path: &str, out: &mut Vec<(String, Value)>) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, child) in m {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
                 flatten_leaves(child, &p, out);
             }
         }
@@ -399,7 +382,8 @@ pub fn json_equal(a: &Value, b: &Value) -> bool {
         }
         (Value::Object(x), Value::Object(y)) => {
             x.len() == y.len()
-                && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
         }
         _ => a == b,
     }
@@ -435,7 +419,10 @@ knobs:
         let k = &m.knobs[0];
         assert_eq!(k.tries, vec![json!(true)]);
         assert_eq!(k.consumers[0].value_type, Some(ValueType::Bool));
-        assert_eq!(k.conditions["remote_backend.train.zorro_train.enable"], vec![json!(true), json!(false)]);
+        assert_eq!(
+            k.conditions["remote_backend.train.zorro_train.enable"],
+            vec![json!(true), json!(false)]
+        );
     }
 
     #[test]
@@ -456,19 +443,29 @@ knobs:
         let m = parse(&bad, Path::new("k.yaml")).unwrap();
         let p = validate(&m);
         assert!(p.iter().any(|s| s.contains("equals the default")), "{p:?}");
-        assert!(p.iter().any(|s| s.contains("`jobs.training") && s.contains("not a wire location")), "{p:?}");
+        assert!(
+            p.iter()
+                .any(|s| s.contains("`jobs.training") && s.contains("not a wire location")),
+            "{p:?}"
+        );
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("k.yaml");
         std::fs::write(&f, bad).unwrap();
         let e = load(&f).unwrap_err().to_string();
         assert!(e.contains("compute_in_fp32") && e.contains("k.yaml"), "{e}");
-        assert!(load(&dir.path().join("missing.yaml")).unwrap_err().to_string().contains("missing.yaml"));
+        assert!(load(&dir.path().join("missing.yaml"))
+            .unwrap_err()
+            .to_string()
+            .contains("missing.yaml"));
     }
 
     #[test]
     fn coverage_finds_both_directions() {
         let m = parse(GOOD, Path::new("k.yaml")).unwrap();
-        let leaves = vec!["train.logits.compute_in_fp32".to_string(), "colocate".to_string()];
+        let leaves = vec![
+            "train.logits.compute_in_fp32".to_string(),
+            "colocate".to_string(),
+        ];
         let p = coverage(&leaves, &m);
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].contains("remote_backend.colocate"), "{p:?}");
@@ -480,5 +477,34 @@ knobs:
     fn numbers_compare_by_value() {
         assert!(json_equal(&json!(4), &json!(4.0)));
         assert!(!json_equal(&json!([1, 2]), &json!([1])));
+    }
+}
+
+#[cfg(test)]
+mod shipped {
+    use super::*;
+
+    fn scenarios() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
+    }
+
+    /// The Arctic manifest loads, validates, covers every key of the backend YAML both ways,
+    /// and states the same defaults as the YAML.
+    #[test]
+    fn arctic_manifest_covers_the_backend_yaml() {
+        let m = load(&scenarios().join("backends/arctic.knobs.yaml")).unwrap();
+        let yaml_path = scenarios().join(&m.backend_yaml);
+        let text = std::fs::read_to_string(&yaml_path).unwrap();
+        let leaves = yaml_leaves(&text, &yaml_path).unwrap();
+        let paths: Vec<String> = leaves.iter().map(|(p, _)| p.clone()).collect();
+        assert_eq!(coverage(&paths, &m), Vec::<String>::new());
+        assert_eq!(default_drift(&leaves, &m), Vec::<String>::new());
+    }
+
+    #[test]
+    fn parse_errors_carry_line_and_column() {
+        let text = "backend: arctic\nbackend_yaml: b.yaml\nbackend_prefix: rb\nknobs:\n  - path: a\n    default: 1\n    try: [2]\n    consumer: []\n";
+        let e = parse(text, Path::new("k.yaml")).unwrap_err().to_string();
+        assert!(e.contains("k.yaml:8") && e.contains("consumer"), "{e}");
     }
 }

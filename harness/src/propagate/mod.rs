@@ -7,6 +7,7 @@
 //! `render` writes the matrix.
 
 pub mod manifest;
+pub mod render;
 pub mod verdict;
 pub mod wire;
 

@@ -47,7 +47,9 @@ fn headline(k: &KnobResult) -> String {
         }
     }
     match k.verdict {
-        KnobVerdict::Consumed | KnobVerdict::ConsumedUnderCondition => format!("read at {}", at.join(", ")),
+        KnobVerdict::Consumed | KnobVerdict::ConsumedUnderCondition => {
+            format!("read at {}", at.join(", "))
+        }
         _ => k.evidence().first().cloned().unwrap_or_default(),
     }
 }
@@ -102,7 +104,10 @@ fn esc(s: &str) -> String {
 pub fn html(r: &PropagationReport) -> String {
     let mut s = String::new();
     s.push_str("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n");
-    s.push_str(&format!("<title>Knob propagation: {}</title>\n", esc(&r.scenario)));
+    s.push_str(&format!(
+        "<title>Knob propagation: {}</title>\n",
+        esc(&r.scenario)
+    ));
     s.push_str(
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}\
          td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}\
@@ -118,9 +123,15 @@ pub fn html(r: &PropagationReport) -> String {
         r.seconds,
         r.flagged()
     ));
-    s.push_str("<table>\n<tr><th>knob</th><th>verdict</th><th>flagged</th><th>evidence</th></tr>\n");
+    s.push_str(
+        "<table>\n<tr><th>knob</th><th>verdict</th><th>flagged</th><th>evidence</th></tr>\n",
+    );
     for k in &r.knobs {
-        let mut items: Vec<String> = k.problems.iter().map(|p| format!("<li>{}</li>", esc(p))).collect();
+        let mut items: Vec<String> = k
+            .problems
+            .iter()
+            .map(|p| format!("<li>{}</li>", esc(p)))
+            .collect();
         items.extend(k.evidence().iter().map(|e| format!("<li>{}</li>", esc(e))));
         if let Some(r) = &k.allowed_noop {
             items.push(format!("<li>allowed no-op: {}</li>", esc(r)));
@@ -192,7 +203,11 @@ mod tests {
             runs: 3,
             seconds: 1.25,
             knobs: vec![
-                judge_knob(&m.knobs[0], vec![cell(CellVerdict::Consumed, &["meta.b"])], None),
+                judge_knob(
+                    &m.knobs[0],
+                    vec![cell(CellVerdict::Consumed, &["meta.b"])],
+                    None,
+                ),
                 judge_knob(&m.knobs[1], vec![cell(CellVerdict::NotSent, &[])], None),
             ],
         }
@@ -201,7 +216,10 @@ mod tests {
     #[test]
     fn markdown_lists_every_knob_and_details_the_flagged() {
         let md = markdown(&report());
-        assert!(md.contains("| `a.b` | consumed | ok | read at meta.b |"), "{md}");
+        assert!(
+            md.contains("| `a.b` | consumed | ok | read at meta.b |"),
+            "{md}"
+        );
         assert!(md.contains("| `a.c` | not sent | **FLAGGED** |"), "{md}");
         assert!(md.contains("### `a.c`: not sent"), "{md}");
         assert!(md.contains("1 flagged"), "{md}");

@@ -62,7 +62,11 @@ impl Trial {
     /// The overrides of the perturbed run, sorted.
     pub fn overrides(&self, m: &KnobManifest) -> Vec<String> {
         let mut o = condition_overrides(&self.condition);
-        o.push(format!("++config.{}={}", m.knobs[self.knob].path, set_value(&self.value)));
+        o.push(format!(
+            "++config.{}={}",
+            m.knobs[self.knob].path,
+            set_value(&self.value)
+        ));
         o.sort();
         o
     }
@@ -237,7 +241,11 @@ pub fn judge_cell(
                 .all(|(k, v)| condition_holds(m, k, v, wire, config))
         })
         .collect();
-    let changed = |pattern: &str| changes.iter().any(|ch| pattern_matches(pattern, &ch.location));
+    let changed = |pattern: &str| {
+        changes
+            .iter()
+            .any(|ch| pattern_matches(pattern, &ch.location))
+    };
     let consumed: Vec<&super::manifest::Consumer> =
         active.iter().copied().filter(|c| changed(&c.at)).collect();
     let named = |loc: &str| {
@@ -460,7 +468,10 @@ pub fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>) -> Kn
             format!(
                 "{}: no condition tried makes the server read it{}",
                 verdict.label(),
-                k.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
+                k.note
+                    .as_ref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
             ),
         );
     }
@@ -545,7 +556,11 @@ knobs:
 
     fn manifest() -> KnobManifest {
         let m = manifest::parse(MANIFEST, Path::new("t.yaml")).unwrap();
-        assert!(manifest::validate(&m).is_empty(), "{:?}", manifest::validate(&m));
+        assert!(
+            manifest::validate(&m).is_empty(),
+            "{:?}",
+            manifest::validate(&m)
+        );
         m
     }
 
@@ -561,7 +576,10 @@ knobs:
         Trial {
             knob,
             value,
-            condition: cond.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            condition: cond
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
         }
     }
 
@@ -577,13 +595,20 @@ knobs:
         let fp32: Vec<_> = plan.trials.iter().filter(|t| t.knob == 0).collect();
         assert_eq!(fp32.len(), 2);
         assert_eq!(
-            fp32[0].overrides(&m),
+            fp32[1].overrides(&m),
             vec![
                 "++config.remote_backend.train.logits.compute_in_fp32=true".to_string(),
                 "++config.remote_backend.train.zorro_train.enable=false".to_string()
             ]
         );
-        assert_eq!(fp32[0].baseline_overrides(), vec!["++config.remote_backend.train.zorro_train.enable=false".to_string()]);
+        assert_eq!(
+            fp32[0].condition["remote_backend.train.zorro_train.enable"],
+            json!(true)
+        );
+        assert_eq!(
+            fp32[1].baseline_overrides(),
+            vec!["++config.remote_backend.train.zorro_train.enable=false".to_string()]
+        );
         assert_eq!(plan.trials.iter().filter(|t| t.knob == 1).count(), 2);
         assert_eq!(plan.not_exercised.len(), 1);
         assert_eq!(plan.not_exercised[0].0, 5);
@@ -593,20 +618,45 @@ knobs:
     fn consumed_under_a_condition_only_is_not_flagged() {
         let m = manifest();
         let base_on = snap(&[
-            ("job.training.ds_worker_config.logits_compute_in_fp32", json!(false)),
+            (
+                "job.training.ds_worker_config.logits_compute_in_fp32",
+                json!(false),
+            ),
             ("meta.logits_compute_in_fp32", json!(false)),
         ]);
         let pert_on = snap(&[
-            ("job.training.ds_worker_config.logits_compute_in_fp32", json!(true)),
+            (
+                "job.training.ds_worker_config.logits_compute_in_fp32",
+                json!(true),
+            ),
             ("meta.logits_compute_in_fp32", json!(true)),
         ]);
         let base_off = snap(&[("meta.logits_compute_in_fp32", json!(false))]);
         let pert_off = snap(&[("meta.logits_compute_in_fp32", json!(true))]);
         let key = "remote_backend.train.zorro_train.enable";
-        let c_on = judge_cell(&m, &trial(0, json!(true), &[(key, json!(true))]), &base_on, Observed::Ran { wire: &pert_on, config: &cfg(true) });
-        let c_off = judge_cell(&m, &trial(0, json!(true), &[(key, json!(false))]), &base_off, Observed::Ran { wire: &pert_off, config: &cfg(false) });
+        let c_on = judge_cell(
+            &m,
+            &trial(0, json!(true), &[(key, json!(true))]),
+            &base_on,
+            Observed::Ran {
+                wire: &pert_on,
+                config: &cfg(true),
+            },
+        );
+        let c_off = judge_cell(
+            &m,
+            &trial(0, json!(true), &[(key, json!(false))]),
+            &base_off,
+            Observed::Ran {
+                wire: &pert_off,
+                config: &cfg(false),
+            },
+        );
         assert_eq!(c_on.verdict, CellVerdict::Consumed);
-        assert_eq!(c_on.consumed_at, vec!["job.training.ds_worker_config.logits_compute_in_fp32"]);
+        assert_eq!(
+            c_on.consumed_at,
+            vec!["job.training.ds_worker_config.logits_compute_in_fp32"]
+        );
         assert_eq!(c_off.verdict, CellVerdict::Consumed);
         let r = judge_knob(&m.knobs[0], vec![c_on, c_off], None);
         assert_eq!(r.verdict, KnobVerdict::Consumed);
@@ -620,14 +670,37 @@ knobs:
         // The DWC copy is missing: only meta changes.
         let base = snap(&[("meta.logits_compute_in_fp32", json!(false))]);
         let pert = snap(&[("meta.logits_compute_in_fp32", json!(true))]);
-        let on = judge_cell(&m, &trial(0, json!(true), &[(key, json!(true))]), &base, Observed::Ran { wire: &pert, config: &cfg(true) });
+        let on = judge_cell(
+            &m,
+            &trial(0, json!(true), &[(key, json!(true))]),
+            &base,
+            Observed::Ran {
+                wire: &pert,
+                config: &cfg(true),
+            },
+        );
         assert_eq!(on.verdict, CellVerdict::SentNotConsumed);
-        assert!(on.problems[0].contains("did not change"), "{:?}", on.problems);
-        let off = judge_cell(&m, &trial(0, json!(true), &[(key, json!(false))]), &base, Observed::Ran { wire: &pert, config: &cfg(false) });
+        assert!(
+            on.problems[0].contains("did not change"),
+            "{:?}",
+            on.problems
+        );
+        let off = judge_cell(
+            &m,
+            &trial(0, json!(true), &[(key, json!(false))]),
+            &base,
+            Observed::Ran {
+                wire: &pert,
+                config: &cfg(false),
+            },
+        );
         assert_eq!(off.verdict, CellVerdict::Consumed);
         let r = judge_knob(&m.knobs[0], vec![on, off], None);
         assert_eq!(r.verdict, KnobVerdict::ConsumedUnderCondition);
-        assert_eq!(r.verdict_text(), format!("consumed under a condition only ({key}=false)"));
+        assert_eq!(
+            r.verdict_text(),
+            format!("consumed under a condition only ({key}=false)")
+        );
         assert!(r.flagged);
     }
 
@@ -636,13 +709,50 @@ knobs:
         let m = manifest();
         let at = "job.training.ds_worker_config.logits_optimization_peak_mem_size_in_gib";
         let base = snap(&[(at, json!(4))]);
-        let ok = judge_cell(&m, &trial(1, json!(8), &[]), &base, Observed::Ran { wire: &snap(&[(at, json!(8))]), config: &cfg(true) });
+        let ok = judge_cell(
+            &m,
+            &trial(1, json!(8), &[]),
+            &base,
+            Observed::Ran {
+                wire: &snap(&[(at, json!(8))]),
+                config: &cfg(true),
+            },
+        );
         assert!(ok.problems.is_empty(), "{:?}", ok.problems);
-        let float = judge_cell(&m, &trial(1, json!(2.5), &[]), &base, Observed::Ran { wire: &snap(&[(at, json!(2.5))]), config: &cfg(true) });
+        let float = judge_cell(
+            &m,
+            &trial(1, json!(2.5), &[]),
+            &base,
+            Observed::Ran {
+                wire: &snap(&[(at, json!(2.5))]),
+                config: &cfg(true),
+            },
+        );
         assert_eq!(float.verdict, CellVerdict::Consumed);
-        assert!(float.problems.iter().any(|p| p.contains("type mismatch") && p.contains("declares int") && p.contains("float 2.5")), "{:?}", float.problems);
-        let wrong = judge_cell(&m, &trial(1, json!(8), &[]), &base, Observed::Ran { wire: &snap(&[(at, json!(9))]), config: &cfg(true) });
-        assert!(wrong.problems.iter().any(|p| p.contains("not the value tried")), "{:?}", wrong.problems);
+        assert!(
+            float.problems.iter().any(|p| p.contains("type mismatch")
+                && p.contains("declares int")
+                && p.contains("float 2.5")),
+            "{:?}",
+            float.problems
+        );
+        let wrong = judge_cell(
+            &m,
+            &trial(1, json!(8), &[]),
+            &base,
+            Observed::Ran {
+                wire: &snap(&[(at, json!(9))]),
+                config: &cfg(true),
+            },
+        );
+        assert!(
+            wrong
+                .problems
+                .iter()
+                .any(|p| p.contains("not the value tried")),
+            "{:?}",
+            wrong.problems
+        );
         let r = judge_knob(&m.knobs[1], vec![ok, float], None);
         assert_eq!(r.verdict, KnobVerdict::Consumed);
         assert!(r.flagged);
@@ -651,36 +761,109 @@ knobs:
     #[test]
     fn sent_but_not_consumed_not_sent_and_unexpected() {
         let m = manifest();
-        let base = snap(&[("meta.actor_config.clip_ratio", json!(0.2)), ("meta.batch_num_tokens", json!(10))]);
-        let pert = snap(&[("meta.actor_config.clip_ratio", json!(0.3)), ("meta.batch_num_tokens", json!(11))]);
-        let c = judge_cell(&m, &trial(2, json!(0.3), &[]), &base, Observed::Ran { wire: &pert, config: &cfg(true) });
+        let base = snap(&[
+            ("meta.actor_config.clip_ratio", json!(0.2)),
+            ("meta.batch_num_tokens", json!(10)),
+        ]);
+        let pert = snap(&[
+            ("meta.actor_config.clip_ratio", json!(0.3)),
+            ("meta.batch_num_tokens", json!(11)),
+        ]);
+        let c = judge_cell(
+            &m,
+            &trial(2, json!(0.3), &[]),
+            &base,
+            Observed::Ran {
+                wire: &pert,
+                config: &cfg(true),
+            },
+        );
         assert_eq!(c.verdict, CellVerdict::SentNotConsumed);
         assert_eq!(c.changes.len(), 1, "volatile batch_num_tokens is ignored");
         let r = judge_knob(&m.knobs[2], vec![c], None);
         assert_eq!(r.verdict, KnobVerdict::SentNotConsumed);
-        assert!(r.flagged && r.problems[0].contains("fixed 0.2"), "{:?}", r.problems);
+        assert!(
+            r.flagged && r.problems[0].contains("fixed 0.2"),
+            "{:?}",
+            r.problems
+        );
 
-        let c = judge_cell(&m, &trial(3, json!(4096), &[]), &base, Observed::Ran { wire: &base, config: &cfg(true) });
+        let c = judge_cell(
+            &m,
+            &trial(3, json!(4096), &[]),
+            &base,
+            Observed::Ran {
+                wire: &base,
+                config: &cfg(true),
+            },
+        );
         assert_eq!(c.verdict, CellVerdict::NotSent);
         let r = judge_knob(&m.knobs[3], vec![c], None);
         assert_eq!((r.verdict, r.flagged), (KnobVerdict::NotSent, true));
 
-        let odd = snap(&[("meta.actor_config.clip_ratio", json!(0.2)), ("route./step", json!(2))]);
-        let c = judge_cell(&m, &trial(3, json!(4096), &[]), &base, Observed::Ran { wire: &odd, config: &cfg(true) });
+        let odd = snap(&[
+            ("meta.actor_config.clip_ratio", json!(0.2)),
+            ("route./step", json!(2)),
+        ]);
+        let c = judge_cell(
+            &m,
+            &trial(3, json!(4096), &[]),
+            &base,
+            Observed::Ran {
+                wire: &odd,
+                config: &cfg(true),
+            },
+        );
         assert_eq!(c.verdict, CellVerdict::UnexpectedEffect);
-        assert!(c.problems.iter().any(|p| p.contains("route./step: absent -> 2")), "{:?}", c.problems);
+        assert!(
+            c.problems
+                .iter()
+                .any(|p| p.contains("route./step: absent -> 2")),
+            "{:?}",
+            c.problems
+        );
     }
 
     #[test]
     fn a_wire_condition_gates_the_seed() {
         let m = manifest();
         let key = "remote_backend.train.determinism.full";
-        let base_on = snap(&[("job.training.seed", json!(42)), ("job.training.full_determinism", json!(true))]);
-        let pert_on = snap(&[("job.training.seed", json!(7)), ("job.training.full_determinism", json!(true))]);
-        let base_off = snap(&[("job.training.seed", json!(42)), ("job.sampling.seed", json!(42)), ("job.training.full_determinism", json!(false))]);
-        let pert_off = snap(&[("job.training.seed", json!(7)), ("job.sampling.seed", json!(7)), ("job.training.full_determinism", json!(false))]);
-        let on = judge_cell(&m, &trial(4, json!(7), &[(key, json!(true))]), &base_on, Observed::Ran { wire: &pert_on, config: &cfg(true) });
-        let off = judge_cell(&m, &trial(4, json!(7), &[(key, json!(false))]), &base_off, Observed::Ran { wire: &pert_off, config: &cfg(true) });
+        let base_on = snap(&[
+            ("job.training.seed", json!(42)),
+            ("job.training.full_determinism", json!(true)),
+        ]);
+        let pert_on = snap(&[
+            ("job.training.seed", json!(7)),
+            ("job.training.full_determinism", json!(true)),
+        ]);
+        let base_off = snap(&[
+            ("job.training.seed", json!(42)),
+            ("job.sampling.seed", json!(42)),
+            ("job.training.full_determinism", json!(false)),
+        ]);
+        let pert_off = snap(&[
+            ("job.training.seed", json!(7)),
+            ("job.sampling.seed", json!(7)),
+            ("job.training.full_determinism", json!(false)),
+        ]);
+        let on = judge_cell(
+            &m,
+            &trial(4, json!(7), &[(key, json!(true))]),
+            &base_on,
+            Observed::Ran {
+                wire: &pert_on,
+                config: &cfg(true),
+            },
+        );
+        let off = judge_cell(
+            &m,
+            &trial(4, json!(7), &[(key, json!(false))]),
+            &base_off,
+            Observed::Ran {
+                wire: &pert_off,
+                config: &cfg(true),
+            },
+        );
         assert_eq!(on.verdict, CellVerdict::Consumed);
         assert_eq!(off.verdict, CellVerdict::SentNotConsumed);
         assert!(off.problems.is_empty(), "{:?}", off.problems);
@@ -695,22 +878,51 @@ knobs:
         let m = manifest();
         let base = snap(&[("meta.load_balancer", json!(true))]);
         let pert = snap(&[("meta.load_balancer", json!(false))]);
-        let c = judge_cell(&m, &trial(5, json!(false), &[]), &base, Observed::Ran { wire: &pert, config: &cfg(true) });
+        let c = judge_cell(
+            &m,
+            &trial(5, json!(false), &[]),
+            &base,
+            Observed::Ran {
+                wire: &pert,
+                config: &cfg(true),
+            },
+        );
         let r = judge_knob(&m.knobs[5], vec![c], None);
         assert_eq!(r.verdict, KnobVerdict::Consumed);
-        assert!(r.flagged && r.problems[0].starts_with("default mismatch"), "{:?}", r.problems);
+        assert!(
+            r.flagged && r.problems[0].starts_with("default mismatch"),
+            "{:?}",
+            r.problems
+        );
 
-        let c = judge_cell(&m, &trial(6, json!("draft"), &[]), &base, Observed::Ran { wire: &base, config: &cfg(true) });
+        let c = judge_cell(
+            &m,
+            &trial(6, json!("draft"), &[]),
+            &base,
+            Observed::Ran {
+                wire: &base,
+                config: &cfg(true),
+            },
+        );
         let r = judge_knob(&m.knobs[6], vec![c], None);
         assert_eq!(r.verdict_text(), "not sent (allowed no-op)");
         assert!(!r.flagged, "{:?}", r.problems);
 
-        let c = judge_cell(&m, &trial(2, json!(0.3), &[]), &base, Observed::Failed("step 1: /step 500".into()));
+        let c = judge_cell(
+            &m,
+            &trial(2, json!(0.3), &[]),
+            &base,
+            Observed::Failed("step 1: /step 500".into()),
+        );
         let r = judge_knob(&m.knobs[2], vec![c], None);
         assert_eq!(r.verdict, KnobVerdict::RunFailed);
         assert!(r.flagged && r.problems.iter().any(|p| p.contains("/step 500")));
 
-        let r = judge_knob(&m.knobs[6], vec![], Some("every `try` value equals the scenario's value"));
+        let r = judge_knob(
+            &m.knobs[6],
+            vec![],
+            Some("every `try` value equals the scenario's value"),
+        );
         assert_eq!((r.verdict, r.flagged), (KnobVerdict::NotExercised, true));
     }
 }

@@ -114,7 +114,10 @@ impl WireSnapshot {
             let route = normalize_route(r.get("route").and_then(Value::as_str).unwrap_or("?"));
             sequence.push(route.clone());
             *counts.entry(route.clone()).or_default() += 1;
-            if r.get("status").and_then(Value::as_u64).is_some_and(|s| s >= 400) {
+            if r.get("status")
+                .and_then(Value::as_u64)
+                .is_some_and(|s| s >= 400)
+            {
                 errors += 1;
             }
             let request = r.get("request");
@@ -123,13 +126,20 @@ impl WireSnapshot {
                     if let Some(meta) = request.and_then(|q| find_key(q, "meta", 4)) {
                         flatten_into(&mut w, meta, "meta");
                     }
-                    if let Some(Value::Object(batch)) = request.and_then(|q| find_key(q, "batch", 4)) {
+                    if let Some(Value::Object(batch)) =
+                        request.and_then(|q| find_key(q, "batch", 4))
+                    {
                         for (name, t) in batch {
-                            let dtype = t.get("dtype").cloned().unwrap_or_else(|| Value::String("json".into()));
+                            let dtype = t
+                                .get("dtype")
+                                .cloned()
+                                .unwrap_or_else(|| Value::String("json".into()));
                             w.add(format!("batch.{name}"), dtype);
                         }
                     }
-                    if let Some(Value::Object(p)) = request.and_then(|q| find_key(q, "processing", 4)) {
+                    if let Some(Value::Object(p)) =
+                        request.and_then(|q| find_key(q, "processing", 4))
+                    {
                         for (k, v) in p {
                             w.add(format!("processing.{k}"), v.clone());
                         }
@@ -142,11 +152,11 @@ impl WireSnapshot {
                 }
                 "/initialize" => {
                     if let Some(body) = request.and_then(|q| find_object_with(q, "model_name", 4)) {
-                        initialized.push(body.clone());
+                        initialized.push(Value::Object(body.clone()));
                     }
                 }
                 "/status" => {
-                    if let Some(Value::Object(resp)) = r
+                    if let Some(resp) = r
                         .get("response")
                         .and_then(|q| find_object_with(q, "training_gpus", 4))
                     {
@@ -223,7 +233,13 @@ pub fn normalize_route(route: &str) -> String {
     let path = route.split('?').next().unwrap_or(route);
     let path = path
         .split_once(' ')
-        .map(|(method, p)| if method.chars().all(|c| c.is_ascii_uppercase()) { p } else { path })
+        .map(|(method, p)| {
+            if method.chars().all(|c| c.is_ascii_uppercase()) {
+                p
+            } else {
+                path
+            }
+        })
         .unwrap_or(path);
     match path.strip_prefix("/job/") {
         Some(rest) if !rest.is_empty() && !rest.starts_with('{') => "/job/{job_id}".to_string(),
@@ -240,7 +256,11 @@ fn run_length(seq: &[String]) -> String {
             j += 1;
         }
         let n = j - i;
-        out.push(if n == 1 { seq[i].clone() } else { format!("{} x{n}", seq[i]) });
+        out.push(if n == 1 {
+            seq[i].clone()
+        } else {
+            format!("{} x{n}", seq[i])
+        });
         i = j;
     }
     out.join(", ")
@@ -348,7 +368,11 @@ fn short(v: &Value) -> String {
 
 /// Every location whose values differ, except those matching a volatile pattern.
 pub fn diff(baseline: &WireSnapshot, perturbed: &WireSnapshot, volatile: &[String]) -> Vec<Change> {
-    let mut keys: Vec<&String> = baseline.locations.keys().chain(perturbed.locations.keys()).collect();
+    let mut keys: Vec<&String> = baseline
+        .locations
+        .keys()
+        .chain(perturbed.locations.keys())
+        .collect();
     keys.sort();
     keys.dedup();
     keys.into_iter()
@@ -393,12 +417,21 @@ mod tests {
     #[test]
     fn reads_every_family() {
         let w = WireSnapshot::from_records(&records(), None, Some(&json!({"colocate": true})));
-        assert_eq!(w.single("job.training.ds_worker_config.use_liger"), Some(&json!(false)));
-        assert_eq!(w.single("job.sampling.vllm_config.max_model_len"), Some(&json!(32)));
+        assert_eq!(
+            w.single("job.training.ds_worker_config.use_liger"),
+            Some(&json!(false))
+        );
+        assert_eq!(
+            w.single("job.sampling.vllm_config.max_model_len"),
+            Some(&json!(32))
+        );
         assert_eq!(w.single("meta.actor_config.clip_ratio"), Some(&json!(0.2)));
         assert_eq!(w.single("meta.batch_num_tokens"), Some(&json!(77)));
         assert_eq!(w.single("batch.advantages"), Some(&json!("F32")));
-        assert_eq!(w.locations["processing.loss_fn"], vec![Value::Null, json!("verl_grpo")]);
+        assert_eq!(
+            w.locations["processing.loss_fn"],
+            vec![Value::Null, json!("verl_grpo")]
+        );
         assert_eq!(w.single("generate.sampling_params.n"), Some(&json!(5)));
         assert_eq!(w.single("route./generate"), Some(&json!(2)));
         assert_eq!(w.single("route./job/{job_id}"), Some(&json!(1)));
@@ -412,10 +445,13 @@ mod tests {
 
     #[test]
     fn server_config_wins_over_initialize_requests() {
-        let sc = json!({"training": {"model_name": "m", "seed": 7}, "sampling": [{"model_name": "m"}]});
+        let sc =
+            json!({"training": {"model_name": "m", "seed": 7}, "sampling": [{"model_name": "m"}]});
         let w = WireSnapshot::from_records(&records(), Some(&sc), None);
         assert_eq!(w.single("job.training.seed"), Some(&json!(7)));
-        assert!(!w.locations.contains_key("job.training.ds_worker_config.use_liger"));
+        assert!(!w
+            .locations
+            .contains_key("job.training.ds_worker_config.use_liger"));
         assert_eq!(w.single("job.sampling.model_name"), Some(&json!("m")));
     }
 
@@ -435,10 +471,16 @@ mod tests {
     #[test]
     fn load_run_names_the_bad_line() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("wire.jsonl"), "{\"route\": \"/health\"}\nnot json\n").unwrap();
+        std::fs::write(
+            dir.path().join("wire.jsonl"),
+            "{\"route\": \"/health\"}\nnot json\n",
+        )
+        .unwrap();
         let e = WireSnapshot::load_run(dir.path()).unwrap_err().to_string();
         assert!(e.contains("wire.jsonl:2"), "{e}");
-        let e = WireSnapshot::load_run(&dir.path().join("nope")).unwrap_err().to_string();
+        let e = WireSnapshot::load_run(&dir.path().join("nope"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("nope"), "{e}");
         std::fs::write(dir.path().join("wire.jsonl"), "{\"route\": \"/health\"}\n").unwrap();
         std::fs::write(dir.path().join("server_config.json"), "{").unwrap();
@@ -449,8 +491,14 @@ mod tests {
     #[test]
     fn patterns() {
         assert!(pattern_matches("job.*.seed", "job.training.seed"));
-        assert!(pattern_matches("job.training.ds_config", "job.training.ds_config.scheduler.type"));
-        assert!(!pattern_matches("job.training.ds_config.x", "job.training.ds_config"));
+        assert!(pattern_matches(
+            "job.training.ds_config",
+            "job.training.ds_config.scheduler.type"
+        ));
+        assert!(!pattern_matches(
+            "job.training.ds_config.x",
+            "job.training.ds_config"
+        ));
         assert!(!pattern_matches("meta.rollout_n", "meta.rollout_nn"));
         assert_eq!(normalize_route("/forward?job_id=2"), "/forward");
         assert_eq!(normalize_route("POST /job/3"), "/job/{job_id}");
