@@ -133,9 +133,11 @@ fn refine(root: &SpannedNode, path: &str, message: &str) -> Option<(Pos, String)
     let want = if let Some(key) = backticked(message, "unknown field ") {
         Want::Key(key)
     } else if let Some(v) = backticked(message, "unknown variant ") {
-        return find(root, path, &mut |n| {
-            matches!(&n.value, SpannedValue::Str(s) if s == v)
-        });
+        return find(
+            root,
+            path,
+            &mut |n| matches!(&n.value, SpannedValue::Str(s) if s == v),
+        );
     } else if let Some(rest) = message
         .strip_prefix("invalid type: ")
         .or_else(|| message.strip_prefix("invalid value: "))
@@ -154,7 +156,10 @@ fn refine(root: &SpannedNode, path: &str, message: &str) -> Option<(Pos, String)
     }
 }
 
-fn children<'n>(node: &'n SpannedNode, path: &str) -> Vec<(Option<&'n Pos>, String, &'n SpannedNode)> {
+fn children<'n>(
+    node: &'n SpannedNode,
+    path: &str,
+) -> Vec<(Option<&'n Pos>, String, &'n SpannedNode)> {
     match &node.value {
         SpannedValue::Map(entries) => entries
             .iter()
@@ -271,7 +276,11 @@ impl<'a> de::Deserializer<'a> for NodeDe<'a> {
         self.locate(r)
     }
 
-    fn deserialize_tuple<V: Visitor<'a>>(self, _len: usize, visitor: V) -> Result<V::Value, DeError> {
+    fn deserialize_tuple<V: Visitor<'a>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
         self.deserialize_seq(visitor)
     }
 
@@ -361,19 +370,20 @@ struct MapDe<'a, 'p> {
 impl<'a> de::MapAccess<'a> for MapDe<'a, '_> {
     type Error = DeError;
 
-    fn next_key_seed<K: DeserializeSeed<'a>>(&mut self, seed: K) -> Result<Option<K::Value>, DeError> {
+    fn next_key_seed<K: DeserializeSeed<'a>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, DeError> {
         let Some((key, key_pos, node)) = self.entries.next() else {
             return Ok(None);
         };
         let path = join_path(self.path, key);
-        let k = seed
-            .deserialize(KeyDe { key })
-            .map_err(|mut e: DeError| {
-                if e.at.is_none() {
-                    e.at = Some((key_pos.clone(), path.clone()));
-                }
-                e
-            })?;
+        let k = seed.deserialize(KeyDe { key }).map_err(|mut e: DeError| {
+            if e.at.is_none() {
+                e.at = Some((key_pos.clone(), path.clone()));
+            }
+            e
+        })?;
         self.value = Some((node, path));
         Ok(Some(k))
     }
@@ -420,7 +430,10 @@ impl<'a> de::EnumAccess<'a> for EnumDe<'a> {
     type Error = DeError;
     type Variant = NodeDe<'a>;
 
-    fn variant_seed<V: DeserializeSeed<'a>>(self, seed: V) -> Result<(V::Value, NodeDe<'a>), DeError> {
+    fn variant_seed<V: DeserializeSeed<'a>>(
+        self,
+        seed: V,
+    ) -> Result<(V::Value, NodeDe<'a>), DeError> {
         let key_pos = self.key_pos.clone();
         let path = self.path.clone();
         let v = seed.deserialize(KeyDe { key: self.key }).map_err(|mut e| {
@@ -525,7 +538,13 @@ mod tests {
         assert_eq!(top.optim.lr, 1.0);
         assert_eq!(top.optim.betas, vec![0.9, 1.0]);
         assert_eq!(top.optim.steps, None);
-        assert_eq!(top.backend, Backend::Mock(Inner { offset: -0.5, name: String::new() }));
+        assert_eq!(
+            top.backend,
+            Backend::Mock(Inner {
+                offset: -0.5,
+                name: String::new()
+            })
+        );
         assert_eq!(top.mode, Some(Mode::Slow { factor: 2 }));
         let top = de("optim: {lr: 1}\nbackend: {kind: none}\nmode: fast\n").unwrap();
         assert_eq!(top.backend, Backend::None);
@@ -536,7 +555,11 @@ mod tests {
     fn unknown_field_points_at_the_key() {
         let e = de("optim:\n  lr: 1\n  lrr: 2\nbackend: {kind: none}\n").unwrap_err();
         assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 3, "optim.lrr"));
-        assert!(e.message.starts_with("unknown field `lrr`, expected one of"), "{e}");
+        assert!(
+            e.message
+                .starts_with("unknown field `lrr`, expected one of"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -545,19 +568,28 @@ mod tests {
         assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 10, "optim.steps"));
         assert_eq!(e.message, "invalid type: string \"many\", expected u64");
         let e = de("optim:\n  lr: 1\n  betas: [0.9, x]\nbackend: {kind: none}\n").unwrap_err();
-        assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 17, "optim.betas[1]"));
+        assert_eq!(
+            (e.line, e.col, e.key_path.as_str()),
+            (3, 17, "optim.betas[1]")
+        );
     }
 
     #[test]
     fn internally_tagged_enum_errors_point_inside_the_mapping() {
         let text = "optim: {lr: 1}\nbackend:\n  kind: mock\n  ofset: 1\n";
         let e = de(text).unwrap_err();
-        assert_eq!((e.line, e.col, e.key_path.as_str()), (4, 3, "backend.ofset"));
+        assert_eq!(
+            (e.line, e.col, e.key_path.as_str()),
+            (4, 3, "backend.ofset")
+        );
         assert!(e.message.contains("unknown field `ofset`"), "{e}");
 
         let text = "optim: {lr: 1}\nbackend:\n  kind: mock\n  offset: lots\n";
         let e = de(text).unwrap_err();
-        assert_eq!((e.line, e.col, e.key_path.as_str()), (4, 11, "backend.offset"));
+        assert_eq!(
+            (e.line, e.col, e.key_path.as_str()),
+            (4, 11, "backend.offset")
+        );
         assert!(e.message.contains("invalid type: string \"lots\""), "{e}");
 
         let text = "optim: {lr: 1}\nbackend:\n  kind: mok\n";

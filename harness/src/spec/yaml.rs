@@ -55,7 +55,11 @@ impl fmt::Display for Pos {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Origin {
     /// Written in a scenario file.
-    File { path: PathBuf, line: usize, col: usize },
+    File {
+        path: PathBuf,
+        line: usize,
+        col: usize,
+    },
     /// From a layer below the scenario: the defaults file or an included backend file.
     Default { path: PathBuf, line: usize },
     /// From a `--set KEY=VALUE` argument (`arg` is `KEY=VALUE`). `--seed N` and `--steps N` are
@@ -520,9 +524,15 @@ mod tests {
         assert_eq!(resolve_plain_scalar("True"), SpannedValue::Bool(true));
         assert_eq!(resolve_plain_scalar("yes"), SpannedValue::Str("yes".into()));
         assert_eq!(resolve_plain_scalar("inf"), SpannedValue::Str("inf".into()));
-        assert_eq!(resolve_plain_scalar("1.2.3"), SpannedValue::Str("1.2.3".into()));
+        assert_eq!(
+            resolve_plain_scalar("1.2.3"),
+            SpannedValue::Str("1.2.3".into())
+        );
         let quoted = p("a: '1'").unwrap();
-        assert_eq!(quoted.get("a").unwrap().value, SpannedValue::Str("1".into()));
+        assert_eq!(
+            quoted.get("a").unwrap().value,
+            SpannedValue::Str("1".into())
+        );
     }
 
     #[test]
