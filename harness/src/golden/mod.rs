@@ -1,1 +1,832 @@
-//! golden
+//! The golden store: accepted baselines as plain files in plain folders.
+//!
+//! Layout: `<root>/<scenario>/<hardware>/metrics.csv` (the accepted series) and `golden.yaml`
+//! (a provenance header and a snapshot of the rules). A run never overwrites them: it writes a
+//! pending pair beside them, `metrics.csv.new` and `golden.yaml.new`, which `accept` renames
+//! over the accepted files and `reject` deletes (the bless flow of insta). With `CI=true` the
+//! store refuses to write anything.
+
+use std::path::{Path, PathBuf};
+
+use crate::compare::ChecksSpec;
+use crate::error::{CommandError, ExitStatus};
+use crate::fsx;
+use crate::metrics::{MetricTable, MetricsError};
+
+pub const METRICS_FILE: &str = "metrics.csv";
+pub const HEADER_FILE: &str = "golden.yaml";
+pub const PENDING_SUFFIX: &str = ".new";
+
+/// Where an accepted series came from.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Provenance {
+    /// RFC 3339.
+    pub date: String,
+    pub harness_version: String,
+    pub git_commit: Option<String>,
+    pub device: String,
+    pub seed: Option<u64>,
+    pub threads: Option<u64>,
+    pub torch_version: Option<String>,
+}
+
+/// An accepted (or pending) baseline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Golden {
+    pub scenario: String,
+    pub hardware: String,
+    pub table: MetricTable,
+    pub provenance: Provenance,
+    /// The rules in force when it was blessed.
+    pub rules: Option<ChecksSpec>,
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GoldenError {
+    #[error(transparent)]
+    Fs(#[from] fsx::FsError),
+    #[error("invalid golden series: {0}")]
+    Metrics(#[from] MetricsError),
+    #[error("invalid golden header {path}: {message}")]
+    Header { path: PathBuf, message: String },
+    #[error(
+        "refusing to write a golden for {scenario} on {hardware}: CI=true, and CI never writes \
+         goldens; run it locally and commit the accepted golden"
+    )]
+    CiRefused { scenario: String, hardware: String },
+    #[error("invalid {what} `{name}`: use letters, digits, `-`, `_`, `.`, and `/` between parts")]
+    BadName { what: &'static str, name: String },
+    #[error("no pending golden matches {0}")]
+    NoPending(String),
+    #[error("{path} has a pending series but no {missing}")]
+    TornPending {
+        path: PathBuf,
+        missing: &'static str,
+    },
+}
+
+impl GoldenError {
+    pub fn exit_status(&self) -> ExitStatus {
+        match self {
+            GoldenError::Fs(_) => ExitStatus::RunFailed,
+            _ => ExitStatus::InvalidInput,
+        }
+    }
+}
+
+impl From<GoldenError> for CommandError {
+    fn from(e: GoldenError) -> Self {
+        CommandError::new(e.exit_status(), e.to_string())
+    }
+}
+
+/// A pending golden waiting for review.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    pub scenario: String,
+    pub hardware: String,
+    pub dir: PathBuf,
+    pub diff_summary: String,
+}
+
+/// The golden key of a device: an override wins; a known accelerator name maps to its model
+/// (`NVIDIA H200` -> `h200`, `NVIDIA A100-SXM4-80GB` -> `a100`); CPUs map to `cpu`.
+pub fn hardware_key(device: &str, override_key: Option<&str>) -> String {
+    if let Some(k) = override_key.map(str::trim).filter(|k| !k.is_empty()) {
+        return slug(k);
+    }
+    let d = device.to_lowercase();
+    let tokens: Vec<&str> = d
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .collect();
+    const KNOWN: &[&str] = &[
+        "gb200", "b200", "b100", "h200", "h100", "h800", "h20", "gh200", "a100", "a800", "a10g",
+        "a10", "a6000", "l40s", "l40", "l4", "v100", "t4", "mi300x", "mi250x", "mi250",
+    ];
+    for t in &tokens {
+        if KNOWN.contains(t) {
+            return (*t).to_string();
+        }
+    }
+    if tokens.is_empty() || tokens[0] == "cpu" || d.starts_with("cpu") {
+        return "cpu".into();
+    }
+    slug(&d)
+}
+
+fn slug(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.to_lowercase().chars() {
+        if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+            out.push(c);
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    let t = out.trim_matches('-').to_string();
+    if t.is_empty() {
+        "unknown".into()
+    } else {
+        t
+    }
+}
+
+fn check_name(what: &'static str, name: &str, allow_slash: bool) -> Result<(), GoldenError> {
+    let ok = !name.is_empty()
+        && name.split('/').all(|part| {
+            !part.is_empty()
+                && part != "."
+                && part != ".."
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        })
+        && (allow_slash || !name.contains('/'))
+        && !name.starts_with('_');
+    if ok {
+        Ok(())
+    } else {
+        Err(GoldenError::BadName {
+            what,
+            name: name.to_string(),
+        })
+    }
+}
+
+fn pending_path(dir: &Path, file: &str) -> PathBuf {
+    dir.join(format!("{file}{PENDING_SUFFIX}"))
+}
+
+#[derive(Debug, Clone)]
+pub struct GoldenStore {
+    root: PathBuf,
+    ci: bool,
+}
+
+impl GoldenStore {
+    /// A store at `root`; writes are refused when the environment says `CI=true`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+        Self::with_ci(root, ci)
+    }
+
+    /// Tests pass the CI flag directly instead of racing on the process environment.
+    pub fn with_ci(root: impl Into<PathBuf>, ci: bool) -> Self {
+        Self {
+            root: root.into(),
+            ci,
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn is_ci(&self) -> bool {
+        self.ci
+    }
+
+    pub fn dir(&self, scenario: &str, hardware: &str) -> Result<PathBuf, GoldenError> {
+        check_name("scenario name", scenario, true)?;
+        check_name("hardware key", hardware, false)?;
+        Ok(self.root.join(scenario).join(hardware))
+    }
+
+    /// The accepted golden, or `None` when there is none yet.
+    pub fn load(&self, scenario: &str, hardware: &str) -> Result<Option<Golden>, GoldenError> {
+        let dir = self.dir(scenario, hardware)?;
+        let csv = dir.join(METRICS_FILE);
+        if !csv.exists() {
+            return Ok(None);
+        }
+        read_golden(scenario, hardware, &dir, &csv, &dir.join(HEADER_FILE)).map(Some)
+    }
+
+    /// Write the run's series as a pending golden for review. Returns the pending series path.
+    pub fn write_pending(
+        &self,
+        scenario: &str,
+        hardware: &str,
+        table: &MetricTable,
+        provenance: &Provenance,
+        rules: Option<&ChecksSpec>,
+    ) -> Result<PathBuf, GoldenError> {
+        let dir = self.dir(scenario, hardware)?;
+        if self.ci {
+            return Err(GoldenError::CiRefused {
+                scenario: scenario.into(),
+                hardware: hardware.into(),
+            });
+        }
+        let header = render_header(scenario, hardware, table, provenance, rules);
+        // The header goes first: a pending series is only ever seen with its header.
+        fsx::write_atomic(&pending_path(&dir, HEADER_FILE), header.as_bytes())?;
+        let csv = pending_path(&dir, METRICS_FILE);
+        fsx::write_atomic(&csv, table.to_csv().as_bytes())?;
+        Ok(csv)
+    }
+
+    /// Every pending golden under the root, sorted, with a summary of what it changes.
+    pub fn pending(&self) -> Result<Vec<Pending>, GoldenError> {
+        let mut dirs = Vec::new();
+        find_pending(&self.root, &mut dirs)?;
+        dirs.sort();
+        let mut out = Vec::new();
+        for dir in dirs {
+            let rel = dir.strip_prefix(&self.root).unwrap_or(&dir);
+            let parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            let Some((hw, scen)) = parts.split_last() else {
+                continue;
+            };
+            if scen.is_empty() {
+                continue;
+            }
+            let scenario = scen.join("/");
+            let diff_summary = diff_summary(&dir)?;
+            out.push(Pending {
+                scenario,
+                hardware: hw.clone(),
+                dir,
+                diff_summary,
+            });
+        }
+        Ok(out)
+    }
+
+    fn select(&self, filter: &[String]) -> Result<Vec<Pending>, GoldenError> {
+        let all = self.pending()?;
+        if filter.is_empty() {
+            return Ok(all);
+        }
+        let chosen: Vec<Pending> = all
+            .into_iter()
+            .filter(|p| {
+                filter.iter().any(|f| {
+                    let f = f.trim_end_matches('/');
+                    *f == p.scenario || *f == format!("{}/{}", p.scenario, p.hardware)
+                })
+            })
+            .collect();
+        if chosen.is_empty() {
+            return Err(GoldenError::NoPending(filter.join(", ")));
+        }
+        Ok(chosen)
+    }
+
+    /// Make pending goldens the accepted ones (all, or those whose scenario or
+    /// `scenario/hardware` is named).
+    pub fn accept(&self, filter: &[String]) -> Result<Vec<Pending>, GoldenError> {
+        let chosen = self.select(filter)?;
+        if self.ci {
+            if let Some(p) = chosen.first() {
+                return Err(GoldenError::CiRefused {
+                    scenario: p.scenario.clone(),
+                    hardware: p.hardware.clone(),
+                });
+            }
+        }
+        for p in &chosen {
+            let header = pending_path(&p.dir, HEADER_FILE);
+            if !header.exists() {
+                return Err(GoldenError::TornPending {
+                    path: p.dir.clone(),
+                    missing: "golden.yaml.new",
+                });
+            }
+            // Validate before replacing anything: a broken pending file must not win.
+            read_golden(
+                &p.scenario,
+                &p.hardware,
+                &p.dir,
+                &pending_path(&p.dir, METRICS_FILE),
+                &header,
+            )?;
+            fsx::rename(&header, &p.dir.join(HEADER_FILE))?;
+            fsx::rename(
+                &pending_path(&p.dir, METRICS_FILE),
+                &p.dir.join(METRICS_FILE),
+            )?;
+        }
+        Ok(chosen)
+    }
+
+    /// Delete pending goldens (all, or the named ones); the accepted ones stay.
+    pub fn reject(&self, filter: &[String]) -> Result<Vec<Pending>, GoldenError> {
+        let chosen = self.select(filter)?;
+        for p in &chosen {
+            for f in [METRICS_FILE, HEADER_FILE] {
+                let path = pending_path(&p.dir, f);
+                if path.exists() {
+                    fsx::remove_file(&path)?;
+                }
+            }
+        }
+        Ok(chosen)
+    }
+}
+
+fn find_pending(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), GoldenError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(fsx::FsError {
+                action: "list",
+                path: dir.to_path_buf(),
+                source,
+            }
+            .into())
+        }
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if path.is_dir() {
+            // `_snapshots` and other `_` folders hold report snapshots, not goldens.
+            if !name.starts_with('_') && !name.starts_with('.') {
+                find_pending(&path, out)?;
+            }
+        } else if name == format!("{METRICS_FILE}{PENDING_SUFFIX}") {
+            out.push(dir.to_path_buf());
+        }
+    }
+    Ok(())
+}
+
+fn read_golden(
+    scenario: &str,
+    hardware: &str,
+    dir: &Path,
+    csv: &Path,
+    header: &Path,
+) -> Result<Golden, GoldenError> {
+    let table = MetricTable::read_csv(csv)?;
+    let (provenance, rules) = if header.exists() {
+        parse_header(&fsx::read_to_string(header)?, header)?
+    } else {
+        return Err(GoldenError::Header {
+            path: header.to_path_buf(),
+            message: "the file is missing (every golden needs its provenance header)".into(),
+        });
+    };
+    Ok(Golden {
+        scenario: scenario.into(),
+        hardware: hardware.into(),
+        table,
+        provenance,
+        rules,
+        dir: dir.to_path_buf(),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// golden.yaml: written by a small emitter (every scalar is a JSON string or number, which YAML
+// reads as the same value; the rules snapshot is one line of JSON, a YAML flow mapping), read
+// back with yaml-rust2.
+
+fn yaml_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+fn yaml_opt_str(s: Option<&str>) -> String {
+    s.map(yaml_str).unwrap_or_else(|| "null".into())
+}
+
+fn yaml_opt_u64(v: Option<u64>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "null".into())
+}
+
+pub fn render_header(
+    scenario: &str,
+    hardware: &str,
+    table: &MetricTable,
+    p: &Provenance,
+    rules: Option<&ChecksSpec>,
+) -> String {
+    let rules_json = rules
+        .and_then(|r| serde_json::to_string(r).ok())
+        .unwrap_or_else(|| "null".into());
+    format!(
+        "# rlharness golden: the accepted series of {scenario} on {hardware} lies in metrics.csv.\n\
+         # Review changes with `rlharness golden status|accept|reject`; do not edit by hand.\n\
+         scenario: {}\n\
+         hardware: {}\n\
+         steps: {}\n\
+         metrics: {}\n\
+         provenance:\n  \
+           date: {}\n  \
+           harness_version: {}\n  \
+           git_commit: {}\n  \
+           device: {}\n  \
+           seed: {}\n  \
+           threads: {}\n  \
+           torch_version: {}\n\
+         rules: {rules_json}\n",
+        yaml_str(scenario),
+        yaml_str(hardware),
+        table.len(),
+        table.columns().len(),
+        yaml_str(&p.date),
+        yaml_str(&p.harness_version),
+        yaml_opt_str(p.git_commit.as_deref()),
+        yaml_str(&p.device),
+        yaml_opt_u64(p.seed),
+        yaml_opt_u64(p.threads),
+        yaml_opt_str(p.torch_version.as_deref()),
+    )
+}
+
+fn yaml_to_json(y: &yaml_rust2::Yaml) -> serde_json::Value {
+    use serde_json::Value;
+    use yaml_rust2::Yaml;
+    match y {
+        Yaml::Real(s) => s
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number)
+            .unwrap_or_else(|| Value::String(s.clone())),
+        Yaml::Integer(i) => Value::from(*i),
+        Yaml::String(s) => Value::String(s.clone()),
+        Yaml::Boolean(b) => Value::Bool(*b),
+        Yaml::Array(a) => Value::Array(a.iter().map(yaml_to_json).collect()),
+        Yaml::Hash(h) => Value::Object(
+            h.iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Yaml::String(s) => s.clone(),
+                        Yaml::Integer(i) => i.to_string(),
+                        Yaml::Real(r) => r.clone(),
+                        Yaml::Boolean(b) => b.to_string(),
+                        _ => String::new(),
+                    };
+                    (key, yaml_to_json(v))
+                })
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
+}
+
+pub fn parse_header(
+    text: &str,
+    path: &Path,
+) -> Result<(Provenance, Option<ChecksSpec>), GoldenError> {
+    let herr = |message: String| GoldenError::Header {
+        path: path.to_path_buf(),
+        message,
+    };
+    let docs = yaml_rust2::YamlLoader::load_from_str(text).map_err(|e| herr(e.to_string()))?;
+    let doc = docs
+        .first()
+        .ok_or_else(|| herr("the file is empty".into()))?;
+    let v = yaml_to_json(doc);
+    let prov = v
+        .get("provenance")
+        .ok_or_else(|| herr("no `provenance` section".into()))?;
+    let provenance: Provenance =
+        serde_json::from_value(prov.clone()).map_err(|e| herr(format!("provenance: {e}")))?;
+    let rules = match v.get("rules") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(r) => Some(
+            serde_json::from_value::<ChecksSpec>(r.clone())
+                .map_err(|e| herr(format!("rules: {e}")))?,
+        ),
+    };
+    Ok((provenance, rules))
+}
+
+/// What a pending golden changes relative to the accepted one.
+fn diff_summary(dir: &Path) -> Result<String, GoldenError> {
+    let new = MetricTable::read_csv(&pending_path(dir, METRICS_FILE))?;
+    let old_path = dir.join(METRICS_FILE);
+    if !old_path.exists() {
+        return Ok(format!(
+            "new golden: {} steps, {} metrics",
+            new.len(),
+            new.columns().len()
+        ));
+    }
+    let old = MetricTable::read_csv(&old_path)?;
+    Ok(summarize_change(&old, &new))
+}
+
+/// `20 -> 15 steps; 3 of 34 metrics changed (largest: critic/rewards/mean |Δ| 0.012 at step 7);
+/// added: x; removed: y`.
+pub fn summarize_change(old: &MetricTable, new: &MetricTable) -> String {
+    let (oc, nc) = (old.columns(), new.columns());
+    let added: Vec<&String> = nc.iter().filter(|c| !oc.contains(c)).collect();
+    let removed: Vec<&String> = oc.iter().filter(|c| !nc.contains(c)).collect();
+    let mut changed: Vec<(String, f64, u64)> = Vec::new();
+    for c in nc.iter().filter(|c| oc.contains(c)) {
+        let o = old.series(c);
+        let mut worst: Option<(f64, u64)> = None;
+        let mut differs = false;
+        for (s, v) in new.series(c) {
+            let Ok(i) = o.binary_search_by_key(&s, |(os, _)| *os) else {
+                continue;
+            };
+            let ov = o[i].1;
+            let same = ov == v || (ov.is_nan() && v.is_nan());
+            if !same {
+                differs = true;
+                let d = (v - ov).abs();
+                let d = if d.is_nan() { f64::INFINITY } else { d };
+                if worst.is_none_or(|(w, _)| d > w) {
+                    worst = Some((d, s));
+                }
+            }
+        }
+        if differs {
+            if let Some((d, s)) = worst {
+                changed.push((c.clone(), d, s));
+            }
+        }
+    }
+    let mut parts = Vec::new();
+    if old.steps() != new.steps() {
+        parts.push(format!("{} -> {} steps", old.len(), new.len()));
+    } else {
+        parts.push(format!("{} steps", new.len()));
+    }
+    if changed.is_empty() {
+        parts.push("no value changed".into());
+    } else {
+        changed.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let (m, d, s) = &changed[0];
+        parts.push(format!(
+            "{} of {} metrics changed (largest: {m} |Δ| {} at step {s})",
+            changed.len(),
+            nc.len(),
+            crate::metrics::format_value(*d)
+        ));
+    }
+    if !added.is_empty() {
+        parts.push(format!(
+            "added: {}",
+            added
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !removed.is_empty() {
+        parts.push(format!(
+            "removed: {}",
+            removed
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    parts.join("; ")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands (the CLI calls these).
+
+/// `rlharness golden status`: exit 0 when nothing is pending, 4 when something waits for review.
+pub fn golden_status(root: &Path) -> Result<(String, ExitStatus), CommandError> {
+    let store = GoldenStore::new(root);
+    let pending = store.pending()?;
+    if pending.is_empty() {
+        return Ok((
+            format!("no pending goldens under {}\n", root.display()),
+            ExitStatus::Passed,
+        ));
+    }
+    let mut out = format!("{} pending golden(s):\n", pending.len());
+    for p in &pending {
+        out.push_str(&format!(
+            "  {}/{}: {}\n",
+            p.scenario, p.hardware, p.diff_summary
+        ));
+    }
+    out.push_str("review with `rlharness golden accept [SCENARIO...]` or `reject [SCENARIO...]`\n");
+    Ok((out, ExitStatus::NoGolden))
+}
+
+fn listing(verb: &str, done: &[Pending]) -> String {
+    let mut out = String::new();
+    for p in done {
+        out.push_str(&format!(
+            "{verb} {}/{}: {}\n",
+            p.scenario, p.hardware, p.diff_summary
+        ));
+    }
+    if done.is_empty() {
+        out.push_str("no pending goldens\n");
+    }
+    out
+}
+
+/// `rlharness golden accept [SCENARIO...]`.
+pub fn golden_accept(
+    root: &Path,
+    scenarios: &[String],
+) -> Result<(String, ExitStatus), CommandError> {
+    let done = GoldenStore::new(root).accept(scenarios)?;
+    Ok((listing("accepted", &done), ExitStatus::Passed))
+}
+
+/// `rlharness golden reject [SCENARIO...]`.
+pub fn golden_reject(
+    root: &Path,
+    scenarios: &[String],
+) -> Result<(String, ExitStatus), CommandError> {
+    let done = GoldenStore::new(root).reject(scenarios)?;
+    Ok((listing("rejected", &done), ExitStatus::Passed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::StepMetrics;
+
+    fn table(values: &[f64]) -> MetricTable {
+        let mut t = MetricTable::new();
+        for (i, v) in values.iter().enumerate() {
+            let mut m = StepMetrics::new(i as u64 + 1);
+            m.insert("critic/rewards/mean", *v);
+            m.insert("perf/mfu/actor", 0.25);
+            t.push(m);
+        }
+        t
+    }
+
+    fn prov() -> Provenance {
+        Provenance {
+            date: "2026-01-02T03:04:05Z".into(),
+            harness_version: "0.1.0".into(),
+            git_commit: Some("abc123".into()),
+            device: "NVIDIA H200".into(),
+            seed: Some(7),
+            threads: Some(2),
+            torch_version: None,
+        }
+    }
+
+    fn rules() -> ChecksSpec {
+        serde_json::from_str(
+            r#"{"golden": {"critic/rewards/mean": {"window": 5, "abs": 0.05, "direction": "higher_is_better"}}, "expect": ["max(perf/mfu/actor) <= 1"]}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn hardware_keys() {
+        assert_eq!(hardware_key("cpu", None), "cpu");
+        assert_eq!(hardware_key("CPU (x86_64, 16 threads)", None), "cpu");
+        assert_eq!(hardware_key("NVIDIA H200", None), "h200");
+        assert_eq!(hardware_key("NVIDIA H100 80GB HBM3", None), "h100");
+        assert_eq!(hardware_key("NVIDIA A100-SXM4-80GB", None), "a100");
+        assert_eq!(
+            hardware_key("NVIDIA GeForce RTX 4090", None),
+            "nvidia-geforce-rtx-4090"
+        );
+        assert_eq!(hardware_key("NVIDIA H200", Some("h200-nvl")), "h200-nvl");
+        assert_eq!(hardware_key("cpu", Some("  My Box ")), "my-box");
+        assert_eq!(hardware_key("", None), "cpu");
+    }
+
+    #[test]
+    fn missing_golden_then_pending_then_accept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = GoldenStore::with_ci(dir.path(), false);
+        assert!(store.load("smoke/mock", "cpu").unwrap().is_none());
+        let path = store
+            .write_pending(
+                "smoke/mock",
+                "cpu",
+                &table(&[0.1, 0.2]),
+                &prov(),
+                Some(&rules()),
+            )
+            .unwrap();
+        assert!(path.ends_with("smoke/mock/cpu/metrics.csv.new"));
+        // Pending is not accepted: a run still sees no golden.
+        assert!(store.load("smoke/mock", "cpu").unwrap().is_none());
+        let pending = store.pending().unwrap();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].scenario, "smoke/mock");
+        assert_eq!(pending[0].hardware, "cpu");
+        assert_eq!(pending[0].diff_summary, "new golden: 2 steps, 2 metrics");
+        let (text, status) = golden_status(dir.path()).unwrap();
+        assert_eq!(status, ExitStatus::NoGolden);
+        assert!(text.contains("smoke/mock/cpu: new golden"), "{text}");
+
+        let accepted = store.accept(&[]).unwrap();
+        assert_eq!(accepted.len(), 1);
+        let g = store.load("smoke/mock", "cpu").unwrap().unwrap();
+        assert_eq!(g.table, table(&[0.1, 0.2]));
+        assert_eq!(g.provenance, prov());
+        assert_eq!(g.rules, Some(rules()));
+        assert!(store.pending().unwrap().is_empty());
+        let header = fsx::read_to_string(&g.dir.join(HEADER_FILE)).unwrap();
+        assert!(header.starts_with("# rlharness golden"), "{header}");
+        assert!(header.contains("device: \"NVIDIA H200\""), "{header}");
+
+        // A second run writes a pending change beside the accepted golden; reject drops it.
+        store
+            .write_pending("smoke/mock", "cpu", &table(&[0.1, 0.5, 0.6]), &prov(), None)
+            .unwrap();
+        let p = store.pending().unwrap();
+        assert!(
+            p[0].diff_summary.contains("2 -> 3 steps")
+                && p[0]
+                    .diff_summary
+                    .contains("largest: critic/rewards/mean |Δ| 0.3 at step 2"),
+            "{}",
+            p[0].diff_summary
+        );
+        assert!(matches!(
+            store.reject(&["other".to_string()]),
+            Err(GoldenError::NoPending(_))
+        ));
+        let rejected = store.reject(&["smoke/mock/cpu".to_string()]).unwrap();
+        assert_eq!(rejected.len(), 1);
+        assert!(store.pending().unwrap().is_empty());
+        let g = store.load("smoke/mock", "cpu").unwrap().unwrap();
+        assert_eq!(g.table.len(), 2, "reject keeps the accepted golden");
+        let (text, status) = golden_status(dir.path()).unwrap();
+        assert_eq!(status, ExitStatus::Passed);
+        assert!(text.contains("no pending"));
+    }
+
+    #[test]
+    fn ci_never_writes_a_golden() {
+        let dir = tempfile::tempdir().unwrap();
+        let ci = GoldenStore::with_ci(dir.path(), true);
+        let e = ci
+            .write_pending("s", "cpu", &table(&[0.1]), &prov(), None)
+            .unwrap_err();
+        assert!(matches!(e, GoldenError::CiRefused { .. }));
+        assert!(e.to_string().contains("CI=true"), "{e}");
+        assert!(!dir.path().join("s").exists());
+        // Accepting under CI is refused too.
+        GoldenStore::with_ci(dir.path(), false)
+            .write_pending("s", "cpu", &table(&[0.1]), &prov(), None)
+            .unwrap();
+        assert!(matches!(ci.accept(&[]), Err(GoldenError::CiRefused { .. })));
+        assert!(!dir.path().join("s/cpu/metrics.csv").exists());
+    }
+
+    #[test]
+    fn bad_names_and_bad_files_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = GoldenStore::with_ci(dir.path(), false);
+        for (s, h) in [
+            ("../x", "cpu"),
+            ("a", "c/d"),
+            ("", "cpu"),
+            ("_snapshots", "cpu"),
+        ] {
+            assert!(
+                matches!(store.load(s, h), Err(GoldenError::BadName { .. })),
+                "{s} {h}"
+            );
+        }
+        let gdir = dir.path().join("s/cpu");
+        fsx::write_atomic(&gdir.join(METRICS_FILE), b"step,x\n1,abc\n").unwrap();
+        let e = store.load("s", "cpu").unwrap_err().to_string();
+        assert!(e.contains("metrics.csv") && e.contains("line 2"), "{e}");
+        fsx::write_atomic(&gdir.join(METRICS_FILE), b"step,x\n1,2\n").unwrap();
+        let e = store.load("s", "cpu").unwrap_err().to_string();
+        assert!(e.contains("golden.yaml") && e.contains("missing"), "{e}");
+        fsx::write_atomic(&gdir.join(HEADER_FILE), b"provenance: [1, 2\n").unwrap();
+        let e = store.load("s", "cpu").unwrap_err();
+        assert_eq!(e.exit_status(), ExitStatus::InvalidInput);
+        assert!(e.to_string().contains("golden.yaml"), "{e}");
+        fsx::write_atomic(
+            &gdir.join(HEADER_FILE),
+            b"provenance: {date: x, harness_version: y, device: z}\nrules: {expect: [\"max(x) <\"]}\n",
+        )
+        .unwrap();
+        let e = store.load("s", "cpu").unwrap_err().to_string();
+        assert!(e.contains("rules") && e.contains("column"), "{e}");
+        // A torn pending (series without header) is refused on accept, not half-applied.
+        fsx::write_atomic(&gdir.join("metrics.csv.new"), b"step,x\n1,3\n").unwrap();
+        assert!(matches!(
+            store.accept(&[]),
+            Err(GoldenError::TornPending { .. })
+        ));
+    }
+
+    #[test]
+    fn header_round_trips_odd_strings() {
+        let mut p = prov();
+        p.device = "weird: \"quoted\" # not a comment\n".into();
+        p.git_commit = None;
+        let text = render_header("s", "cpu", &table(&[1.0]), &p, None);
+        let (back, rules) = parse_header(&text, Path::new("golden.yaml")).unwrap();
+        assert_eq!(back, p);
+        assert_eq!(rules, None);
+    }
+}

@@ -1,1 +1,918 @@
-//! report
+//! Reports: one `Report` model, pure renderers (Markdown, HTML with inline plots, SVG plots,
+//! JUnit, verdict.json), and one place that writes files (`write_reports`).
+
+use std::path::{Path, PathBuf};
+
+use crate::compare::{
+    judge, judge_tables, match_expected, ExpectedOutcome, ExpectedVerdict, Outcome, RuleStatus,
+    RunOutcome, RunStatus, Verdict,
+};
+use crate::error::{CommandError, ExitStatus};
+use crate::fsx;
+use crate::golden::{Golden, GoldenStore, Provenance};
+use crate::metrics::MetricTable;
+
+mod html;
+mod junit;
+pub mod manifest;
+mod markdown;
+mod plots;
+
+pub use html::render_html;
+pub use junit::render_junit;
+pub use manifest::{KnobDiff, ManifestError, RunManifest};
+pub use markdown::render_markdown;
+pub use plots::{render_overlay, render_plots};
+
+/// Facts about the run that the reports show (paths and times are volatile: snapshot tests
+/// redact them).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunInfo {
+    pub run_id: String,
+    pub dir: String,
+    pub scenario_path: String,
+    pub hardware: String,
+    pub status: Option<RunStatus>,
+    pub reason: Option<String>,
+    pub failed_step: Option<u64>,
+    pub seed: Option<u64>,
+    pub steps: Option<u64>,
+    pub harness_version: String,
+    pub git_commit: Option<String>,
+    pub host: String,
+    pub device: String,
+    pub threads: Option<u64>,
+    pub torch_version: Option<String>,
+    pub started: Option<String>,
+    pub ended: Option<String>,
+}
+
+impl RunInfo {
+    pub fn from_manifest(m: &RunManifest, dir: &Path) -> RunInfo {
+        RunInfo {
+            run_id: dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            dir: dir.display().to_string(),
+            scenario_path: m.scenario_path.clone(),
+            hardware: m.hardware.clone(),
+            status: Some(m.status),
+            reason: m.reason.clone(),
+            failed_step: m.failed_step,
+            seed: Some(m.seed),
+            steps: Some(m.steps),
+            harness_version: m.harness_version.clone(),
+            git_commit: m.git_commit.clone(),
+            host: m.host.clone(),
+            device: m.device.clone(),
+            threads: m.threads,
+            torch_version: m.torch_version.clone(),
+            started: Some(m.started.clone()),
+            ended: m.ended.clone(),
+        }
+    }
+}
+
+/// The series a run was judged against.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reference {
+    /// `golden` or the other run's id.
+    pub label: String,
+    pub table: MetricTable,
+    pub provenance: Option<Provenance>,
+}
+
+impl Reference {
+    pub fn from_golden(g: &Golden) -> Reference {
+        Reference {
+            label: "golden".into(),
+            table: g.table.clone(),
+            provenance: Some(g.provenance.clone()),
+        }
+    }
+}
+
+/// Everything every renderer needs about one scenario's run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub scenario: String,
+    pub run: RunInfo,
+    /// `None` when the scenario was skipped or never judged.
+    pub verdict: Option<Verdict>,
+    pub expected: Option<ExpectedVerdict>,
+    pub metrics: MetricTable,
+    pub reference: Option<Reference>,
+    pub knobs: Vec<KnobDiff>,
+    pub skipped: Option<String>,
+    pub trainer_tail: Option<String>,
+    /// The pending golden this run wrote, if any.
+    pub pending_golden: Option<String>,
+}
+
+/// The verdict in one line, shared by every renderer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Headline {
+    Passed,
+    ExpectedFailure,
+    Failed,
+    RunFailed,
+    NoGolden,
+    Skipped,
+}
+
+impl Report {
+    /// A skipped scenario: its requirements are not met here.
+    pub fn skipped(scenario: &str, reason: &str) -> Report {
+        Report {
+            scenario: scenario.into(),
+            run: RunInfo {
+                status: Some(RunStatus::Skipped),
+                reason: Some(reason.into()),
+                ..RunInfo::default()
+            },
+            verdict: None,
+            expected: None,
+            metrics: MetricTable::new(),
+            reference: None,
+            knobs: Vec::new(),
+            skipped: Some(reason.into()),
+            trainer_tail: None,
+            pending_golden: None,
+        }
+    }
+
+    /// A judged (or failed) run from its manifest.
+    pub fn from_run(
+        dir: &Path,
+        manifest: &RunManifest,
+        metrics: MetricTable,
+        reference: Option<Reference>,
+        verdict: Option<Verdict>,
+    ) -> Report {
+        Report {
+            scenario: manifest.scenario.clone(),
+            run: RunInfo::from_manifest(manifest, dir),
+            verdict,
+            expected: manifest.expected_verdict.clone(),
+            metrics,
+            reference,
+            knobs: manifest.knobs.clone(),
+            skipped: None,
+            trainer_tail: None,
+            pending_golden: manifest.pending_golden.clone(),
+        }
+    }
+
+    fn run_outcome(&self) -> RunOutcome {
+        RunOutcome {
+            status: self.run.status.unwrap_or(RunStatus::Completed),
+            reason: self.run.reason.clone(),
+            step: self.run.failed_step,
+        }
+    }
+
+    /// The strict match against `expected_verdict`, when the scenario declares one.
+    pub fn expected_match(&self) -> Option<Result<(), String>> {
+        let e = self.expected.as_ref()?;
+        Some(match_expected(
+            self.verdict.as_ref(),
+            &self.run_outcome(),
+            e,
+        ))
+    }
+
+    fn run_broke(&self) -> bool {
+        matches!(
+            self.run.status,
+            Some(RunStatus::Failed | RunStatus::TimedOut | RunStatus::Interrupted)
+        )
+    }
+
+    pub fn headline(&self) -> Headline {
+        if self.skipped.is_some() {
+            return Headline::Skipped;
+        }
+        if let Some(m) = self.expected_match() {
+            return match m {
+                Ok(()) => {
+                    if self
+                        .expected
+                        .as_ref()
+                        .is_some_and(|e| e.outcome == ExpectedOutcome::Passed)
+                    {
+                        Headline::Passed
+                    } else {
+                        Headline::ExpectedFailure
+                    }
+                }
+                Err(_) if self.run_broke() => Headline::RunFailed,
+                Err(_) if self.is_no_golden() => Headline::NoGolden,
+                Err(_) => Headline::Failed,
+            };
+        }
+        if self.run_broke() {
+            return Headline::RunFailed;
+        }
+        if self.is_no_golden() {
+            return Headline::NoGolden;
+        }
+        match (&self.verdict, self.run.status) {
+            (_, Some(RunStatus::Aborted)) => Headline::Failed,
+            (Some(v), _) if v.outcome == Outcome::Passed => Headline::Passed,
+            (Some(_), _) => Headline::Failed,
+            (None, _) => Headline::Failed,
+        }
+    }
+
+    fn is_no_golden(&self) -> bool {
+        self.pending_golden.is_some()
+            || self
+                .verdict
+                .as_ref()
+                .is_some_and(|v| v.outcome == Outcome::NoGolden)
+    }
+
+    /// The scenario's exit status: skipped 0; a broken run 3 (unless the scenario expects the
+    /// failure); a pending golden 4; a declared verdict 0 when matched, else 1; otherwise the
+    /// verdict's own status (an aborted run is at least 1).
+    pub fn exit_status(&self) -> ExitStatus {
+        match self.headline() {
+            Headline::Skipped | Headline::Passed | Headline::ExpectedFailure => ExitStatus::Passed,
+            Headline::RunFailed => ExitStatus::RunFailed,
+            Headline::NoGolden => ExitStatus::NoGolden,
+            Headline::Failed => ExitStatus::CheckFailed,
+        }
+    }
+
+    /// "passed", "regressed", "run failed: ...": the one-line summary.
+    pub fn summary(&self) -> String {
+        match self.headline() {
+            Headline::Skipped => format!(
+                "skipped: {}",
+                self.skipped.as_deref().unwrap_or("requirements not met")
+            ),
+            Headline::RunFailed => format!(
+                "run {}{}",
+                self.run.status.map(RunStatus::as_str).unwrap_or("failed"),
+                self.run
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
+            Headline::NoGolden => match &self.pending_golden {
+                Some(p) => format!("no golden yet: pending golden written to {p}"),
+                None => "no golden yet".into(),
+            },
+            Headline::ExpectedFailure => format!(
+                "expected failure: {} as declared",
+                self.verdict
+                    .as_ref()
+                    .map(|v| v.outcome.as_str())
+                    .unwrap_or_else(|| self.run.status.map(RunStatus::as_str).unwrap_or("failed"))
+            ),
+            Headline::Passed => "passed".into(),
+            Headline::Failed => {
+                if let Some(Err(why)) = self.expected_match() {
+                    return format!("verdict does not match the declared one: {why}");
+                }
+                let outcome = self
+                    .verdict
+                    .as_ref()
+                    .map(|v| v.outcome.as_str())
+                    .unwrap_or("not judged");
+                if self.run.status == Some(RunStatus::Aborted) {
+                    format!(
+                        "aborted{}: {outcome}",
+                        self.run
+                            .reason
+                            .as_deref()
+                            .map(|r| format!(" ({r})"))
+                            .unwrap_or_default()
+                    )
+                } else {
+                    outcome.to_string()
+                }
+            }
+        }
+    }
+
+    /// The checked metrics, in rule order (plots and per-metric tables follow it).
+    pub fn checked_metrics(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        if let Some(v) = &self.verdict {
+            for r in &v.rules {
+                for m in &r.metrics {
+                    if !out.contains(m) {
+                        out.push(m.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Number formatting shared by the renderers.
+
+/// Short, stable text for a value in a table: 4 decimals, or scientific when tiny or huge.
+pub(crate) fn num(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "∞" } else { "-∞" }.into();
+    }
+    let a = v.abs();
+    if a != 0.0 && !(1e-3..1e6).contains(&a) {
+        return format!("{v:.3e}");
+    }
+    let s = format!("{v:.4}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
+}
+
+pub(crate) fn opt_num(v: Option<f64>) -> String {
+    v.map(num).unwrap_or_else(|| "–".into())
+}
+
+pub(crate) fn band_text(b: &crate::compare::Band) -> String {
+    let lo = b.lo.map(num).unwrap_or_else(|| "-∞".into());
+    let hi = b.hi.map(num).unwrap_or_else(|| "∞".into());
+    format!("[{lo}, {hi}]")
+}
+
+pub(crate) fn status_text(s: RuleStatus) -> &'static str {
+    match s {
+        RuleStatus::Pass => "pass",
+        RuleStatus::Regressed => "regressed",
+        RuleStatus::Improved => "improved",
+        RuleStatus::Missing => "missing",
+    }
+}
+
+/// A file name for a metric's plot: `critic/rewards/mean` -> `critic_rewards_mean.svg`.
+pub fn plot_file_name(metric: &str) -> String {
+    let mut s: String = metric
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    s.push_str(".svg");
+    s
+}
+
+// ---------------------------------------------------------------------------------------------
+// verdict.json
+
+#[derive(serde::Serialize)]
+struct VerdictDoc<'a> {
+    scenario: &'a str,
+    exit_code: i32,
+    summary: String,
+    outcome: Option<Outcome>,
+    run: RunDoc<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expected: Option<&'a ExpectedVerdict>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expected_match: Option<ExpectedMatchDoc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grid_mismatch: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reference: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pending_golden: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skipped: Option<&'a str>,
+    rules: &'a [crate::compare::RuleVerdict],
+}
+
+#[derive(serde::Serialize)]
+struct ExpectedMatchDoc {
+    matched: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    why: Option<String>,
+}
+
+#[derive(serde::Serialize)]
+struct RunDoc<'a> {
+    dir: &'a str,
+    status: Option<RunStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failed_step: Option<u64>,
+    hardware: &'a str,
+    seed: Option<u64>,
+    steps: Option<u64>,
+    steps_recorded: usize,
+    harness_version: &'a str,
+    git_commit: Option<&'a str>,
+    host: &'a str,
+    device: &'a str,
+    started: Option<&'a str>,
+    ended: Option<&'a str>,
+}
+
+pub fn render_verdict_json(r: &Report) -> String {
+    let doc = VerdictDoc {
+        scenario: &r.scenario,
+        exit_code: r.exit_status().code(),
+        summary: r.summary(),
+        outcome: r.verdict.as_ref().map(|v| v.outcome),
+        run: RunDoc {
+            dir: &r.run.dir,
+            status: r.run.status,
+            reason: r.run.reason.as_deref(),
+            failed_step: r.run.failed_step,
+            hardware: &r.run.hardware,
+            seed: r.run.seed,
+            steps: r.run.steps,
+            steps_recorded: r.metrics.len(),
+            harness_version: &r.run.harness_version,
+            git_commit: r.run.git_commit.as_deref(),
+            host: &r.run.host,
+            device: &r.run.device,
+            started: r.run.started.as_deref(),
+            ended: r.run.ended.as_deref(),
+        },
+        expected: r.expected.as_ref(),
+        expected_match: r.expected_match().map(|m| ExpectedMatchDoc {
+            matched: m.is_ok(),
+            why: m.err(),
+        }),
+        grid_mismatch: r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_deref()),
+        reference: r.reference.as_ref().map(|g| g.label.as_str()),
+        pending_golden: r.pending_golden.as_deref(),
+        skipped: r.skipped.as_deref(),
+        rules: r
+            .verdict
+            .as_ref()
+            .map(|v| v.rules.as_slice())
+            .unwrap_or(&[]),
+    };
+    // Serializing plain data to a String cannot fail.
+    let mut s =
+        serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    s.push('\n');
+    s
+}
+
+// ---------------------------------------------------------------------------------------------
+// The one place that writes.
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Fs(#[from] fsx::FsError),
+}
+
+/// Write every report of one scenario into `dir`: verdict.json, report.md, report.html,
+/// junit.xml and plots/*.svg (atomically, file by file).
+pub fn write_reports(dir: &Path, r: &Report) -> Result<(), ReportError> {
+    fsx::write_atomic(&dir.join("verdict.json"), render_verdict_json(r).as_bytes())?;
+    fsx::write_atomic(&dir.join("report.md"), render_markdown(r).as_bytes())?;
+    fsx::write_atomic(&dir.join("report.html"), render_html(r).as_bytes())?;
+    fsx::write_atomic(
+        &dir.join("junit.xml"),
+        render_junit(std::slice::from_ref(r)).as_bytes(),
+    )?;
+    for (name, svg) in render_plots(r) {
+        fsx::write_atomic(&dir.join("plots").join(name), svg.as_bytes())?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// `rlharness compare RUN [RUN2]`
+
+fn load_run(dir: &Path) -> Result<(RunManifest, MetricTable), CommandError> {
+    let m = RunManifest::read(dir).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let t = MetricTable::read_csv(&dir.join(manifest::METRICS_FILE))
+        .map_err(|e| CommandError::invalid(format!("invalid run series: {e}")))?;
+    Ok((m, t))
+}
+
+/// Where `compare` writes: beside the run, never over the run's own reports.
+pub fn compare_out_dir(run: &Path, run2: Option<&Path>) -> PathBuf {
+    match run2 {
+        None => run.join("compare").join("golden"),
+        Some(b) => run.join("compare").join(
+            b.canonicalize()
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| "run2".into()),
+        ),
+    }
+}
+
+/// Re-judge a stored run against its golden (or against a second run) with the checks recorded
+/// in its `run.json`, write the reports under `RUN/compare/...`, print the Markdown, and return
+/// the exit status the verdict calls for.
+pub fn compare_command(
+    run: &Path,
+    run2: Option<&Path>,
+    golden_root: &Path,
+) -> Result<ExitStatus, CommandError> {
+    let (manifest, table) = load_run(run)?;
+    let out = compare_out_dir(run, run2);
+    let (reference, verdict, overlays) = match run2 {
+        Some(b) => {
+            let (m2, t2) = load_run(b)?;
+            let verdict = judge_tables(&table, Some(&t2), &manifest.checks);
+            let mut metrics = manifest.checks.metrics();
+            if metrics.is_empty() {
+                let cols = t2.columns();
+                metrics = table
+                    .columns()
+                    .into_iter()
+                    .filter(|c| cols.contains(c))
+                    .collect();
+            }
+            let label_a = run
+                .canonicalize()
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| "run".into());
+            let label_b = compare_out_dir(run, Some(b))
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "run2".into());
+            let overlays: Vec<(String, String)> = metrics
+                .iter()
+                .map(|m| {
+                    (
+                        format!("overlay_{}", plot_file_name(m)),
+                        render_overlay(&table, &t2, m, &label_a, &label_b),
+                    )
+                })
+                .collect();
+            let reference = Reference {
+                label: format!("{label_b} ({})", m2.scenario),
+                table: t2,
+                provenance: None,
+            };
+            (Some(reference), verdict, overlays)
+        }
+        None => {
+            let store = GoldenStore::new(golden_root);
+            let golden = store.load(&manifest.scenario, &manifest.hardware)?;
+            let verdict = judge(&table, golden.as_ref(), &manifest.checks);
+            (
+                golden.as_ref().map(Reference::from_golden),
+                verdict,
+                Vec::new(),
+            )
+        }
+    };
+    let mut report = Report::from_run(run, &manifest, table, reference, Some(verdict));
+    // A re-judgement writes no golden: the pending state of the original run does not apply.
+    report.pending_golden = None;
+    write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    for (name, svg) in overlays {
+        fsx::write_atomic(&out.join("plots").join(name), svg.as_bytes())
+            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    }
+    print!("{}", render_markdown(&report));
+    println!("\nreports written to {}", out.display());
+    Ok(report.exit_status())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::ChecksSpec;
+    use crate::metrics::StepMetrics;
+
+    fn series(values: &[(&str, &[f64])]) -> MetricTable {
+        let mut t = MetricTable::new();
+        let n = values.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
+        for i in 0..n {
+            let mut m = StepMetrics::new(i as u64 + 1);
+            for (name, v) in values {
+                if let Some(x) = v.get(i) {
+                    m.insert(*name, *x);
+                }
+            }
+            t.push(m);
+        }
+        t
+    }
+
+    fn manifest(checks: &str, expected: Option<&str>) -> RunManifest {
+        RunManifest {
+            scenario: "smoke/mock-gsm8k-grpo".into(),
+            scenario_path: "scenarios/smoke/mock-gsm8k-grpo.yaml".into(),
+            hardware: "cpu".into(),
+            status: RunStatus::Completed,
+            reason: None,
+            failed_step: None,
+            seed: 7,
+            steps: 6,
+            checks: serde_json::from_str(checks).unwrap(),
+            expected_verdict: expected.map(|e| serde_json::from_str(e).unwrap()),
+            harness_version: "0.1.0".into(),
+            git_commit: Some(format!("{:x}", 0xdead_beef_u32)),
+            host: std::env::var("HOSTNAME").unwrap_or_else(|_| "host-a".into()),
+            device: "cpu".into(),
+            threads: Some(2),
+            torch_version: None,
+            started: chrono::Utc::now().to_rfc3339(),
+            ended: Some(chrono::Utc::now().to_rfc3339()),
+            plan_hash: "p".into(),
+            scenario_hash: "s".into(),
+            knobs: vec![KnobDiff {
+                key: "config.actor_rollout_ref.actor.optim.lr".into(),
+                default: Some("1e-6".into()),
+                value: "1e-5".into(),
+                origin: "--set".into(),
+            }],
+            pending_golden: None,
+        }
+    }
+
+    const CHECKS: &str = r#"{"golden": {
+        "critic/rewards/mean": {"window": 3, "abs": 0.05, "direction": "higher_is_better"},
+        "perf/mfu/actor": {"rel": 0.05, "direction": "higher_is_better", "improvement_limit": 0.2}},
+      "expect": ["mean(critic/rewards/mean, last 3) >= mean(critic/rewards/mean, first 3) + 0.2",
+                 "all(actor/grad_norm, finite)"]}"#;
+
+    fn golden() -> Reference {
+        Reference {
+            label: "golden".into(),
+            table: series(&[
+                ("critic/rewards/mean", &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6]),
+                ("perf/mfu/actor", &[0.25; 6]),
+            ]),
+            provenance: Some(Provenance {
+                date: "2026-01-02T03:04:05Z".into(),
+                harness_version: "0.1.0".into(),
+                git_commit: Some("0123abc".into()),
+                device: "cpu".into(),
+                seed: Some(7),
+                threads: Some(2),
+                torch_version: None,
+            }),
+        }
+    }
+
+    /// A run whose reward regresses in the second window and whose grad norm goes NaN.
+    fn regressed(dir: &Path) -> Report {
+        let run = series(&[
+            ("critic/rewards/mean", &[0.1, 0.2, 0.3, 0.2, 0.25, 0.3]),
+            ("perf/mfu/actor", &[0.25, 0.26, 0.25, 0.255, 0.25, 0.25]),
+            ("actor/grad_norm", &[1.0, 0.9, f64::NAN, 0.8, 0.7, 0.7]),
+        ]);
+        let m = manifest(CHECKS, None);
+        let g = golden();
+        let verdict = judge_tables(&run, Some(&g.table), &m.checks);
+        let mut r = Report::from_run(dir, &m, run, Some(g), Some(verdict));
+        r.trainer_tail = Some("(TaskRunner pid=1) step:6 - critic/rewards/mean:0.3\n".into());
+        r
+    }
+
+    /// Paths, times, host and commit change from run to run: snapshots see placeholders.
+    fn redact(text: &str, r: &Report) -> String {
+        let mut t = text.to_string();
+        let mut pairs: Vec<(String, &str)> = vec![(r.run.dir.clone(), "[dir]")];
+        for s in [&r.run.started, &r.run.ended].into_iter().flatten() {
+            pairs.push((s.clone(), "[time]"));
+        }
+        pairs.push((r.run.host.clone(), "[host]"));
+        if let Some(c) = &r.run.git_commit {
+            pairs.push((c.clone(), "[commit]"));
+        }
+        for (from, to) in pairs {
+            if !from.is_empty() {
+                t = t.replace(&from, to);
+            }
+        }
+        t
+    }
+
+    fn snapshot(name: &str, text: &str) {
+        let mut settings = insta::Settings::clone_current();
+        settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../golden/_snapshots"));
+        settings.set_prepend_module_to_snapshot(false);
+        settings.bind(|| insta::assert_snapshot!(name, text));
+    }
+
+    #[test]
+    fn regressed_run_reports() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = regressed(&dir.path().join("20260102-030405-1"));
+        assert_eq!(r.exit_status(), ExitStatus::CheckFailed);
+        let md = render_markdown(&r);
+        assert!(
+            md.starts_with("## ❌ smoke/mock-gsm8k-grpo: regressed"),
+            "{md}"
+        );
+        snapshot("report_regressed.md", &redact(&md, &r));
+        snapshot(
+            "verdict_regressed.json",
+            &redact(&render_verdict_json(&r), &r),
+        );
+        snapshot(
+            "junit_regressed.xml",
+            &redact(&render_junit(&[r.clone()]), &r),
+        );
+    }
+
+    #[test]
+    fn expected_failure_and_skipped_reports() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = regressed(&dir.path().join("run-1"));
+        r.expected = Some(
+            serde_json::from_str(
+                r#"{"outcome": "regressed", "rules": ["critic/rewards/mean",
+                    "mean(critic/rewards/mean, last 3) >= mean(critic/rewards/mean, first 3) + 0.2",
+                    "all(actor/grad_norm, finite)"]}"#,
+            )
+            .unwrap(),
+        );
+        assert_eq!(r.expected_match(), Some(Ok(())));
+        assert_eq!(r.exit_status(), ExitStatus::Passed);
+        let skipped = Report::skipped("gpu/torch-h200", "needs a CUDA device");
+        assert_eq!(skipped.exit_status(), ExitStatus::Passed);
+        let md = render_markdown(&r);
+        assert!(
+            md.contains("expected failure: regressed as declared"),
+            "{md}"
+        );
+        snapshot("report_expected_failure.md", &redact(&md, &r));
+        snapshot("report_skipped.md", &render_markdown(&skipped));
+        let junit = render_junit(&[r.clone(), skipped.clone()]);
+        snapshot("junit_expected_and_skipped.xml", &redact(&junit, &r));
+
+        // Parse the JUnit back: well-formed, one suite per scenario, statuses as intended.
+        let back = quick_junit::Report::deserialize_from_str(&junit).unwrap();
+        assert_eq!(back.test_suites.len(), 2);
+        let s0 = &back.test_suites[0];
+        assert_eq!(s0.name.as_str(), "smoke/mock-gsm8k-grpo");
+        assert_eq!(s0.failures, 0);
+        assert!(s0
+            .test_cases
+            .iter()
+            .any(|c| c.name.as_str() == "expected verdict"));
+        let s1 = &back.test_suites[1];
+        assert_eq!(s1.test_cases.len(), 1);
+        assert!(matches!(
+            s1.test_cases[0].status,
+            quick_junit::TestCaseStatus::Skipped { .. }
+        ));
+
+        // An unexpected pass of a declared failure is a failure.
+        let mut passed = regressed(&dir.path().join("run-2"));
+        passed.verdict = Some(judge_tables(
+            &passed.reference.as_ref().unwrap().table.clone(),
+            Some(&passed.reference.as_ref().unwrap().table),
+            &ChecksSpec::default(),
+        ));
+        passed.expected = r.expected.clone();
+        assert_eq!(passed.exit_status(), ExitStatus::CheckFailed);
+        assert!(render_markdown(&passed).contains("not matched"));
+    }
+
+    #[test]
+    fn junit_failures_carry_the_evidence() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = regressed(&dir.path().join("run-1"));
+        let junit = render_junit(std::slice::from_ref(&r));
+        let back = quick_junit::Report::deserialize_from_str(&junit).unwrap();
+        let suite = &back.test_suites[0];
+        let case = suite
+            .test_cases
+            .iter()
+            .find(|c| c.name.as_str() == "golden:critic/rewards/mean")
+            .unwrap();
+        match &case.status {
+            quick_junit::TestCaseStatus::NonSuccess { message, .. } => {
+                let m = message.as_ref().unwrap().as_str();
+                assert!(
+                    m.contains("at steps 4..6") && m.contains("band [0.45, ∞]"),
+                    "{m}"
+                );
+            }
+            other => panic!("expected a failure, got {other:?}"),
+        }
+        assert_eq!(suite.failures, 3);
+    }
+
+    #[test]
+    fn html_is_self_contained_with_inline_plots() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = regressed(&dir.path().join("run-1"));
+        let html = render_html(&r);
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert_eq!(
+            html.matches("<svg").count(),
+            3,
+            "one plot per checked metric"
+        );
+        assert!(!html.contains("src=\"http") && !html.contains("href=\"http"));
+        assert!(!html.contains("<script"));
+        assert!(html.contains("config.actor_rollout_ref.actor.optim.lr"));
+        assert!(html.contains("&lt;") || !r.scenario.contains('<'));
+    }
+
+    #[test]
+    fn plots_shade_the_band_and_mark_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = regressed(&dir.path().join("run-1"));
+        let plots = render_plots(&r);
+        let names: Vec<&str> = plots.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "critic_rewards_mean.svg",
+                "perf_mfu_actor.svg",
+                "actor_grad_norm.svg"
+            ]
+        );
+        let (_, reward) = &plots[0];
+        assert!(
+            reward.starts_with("<svg"),
+            "{}",
+            &reward[..80.min(reward.len())]
+        );
+        // Band rectangles in the band colour, and the failure marks in red.
+        assert!(reward.contains("#4285F4"), "band colour");
+        assert!(reward.contains("#D62728"), "failure colour");
+        // The passing MFU plot has a band but no failure mark.
+        assert!(plots[1].1.contains("#4285F4") && !plots[1].1.contains("#D62728"));
+        // The NaN step of the grad norm is marked.
+        assert!(plots[2].1.contains("#D62728"));
+        let overlay = render_overlay(
+            &r.metrics,
+            &r.reference.as_ref().unwrap().table,
+            "critic/rewards/mean",
+            "a",
+            "b",
+        );
+        assert!(overlay.contains("<svg") && overlay.contains("critic/rewards/mean"));
+    }
+
+    #[test]
+    fn write_reports_writes_every_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = dir.path().join("run-1");
+        let r = regressed(&run_dir);
+        write_reports(&run_dir, &r).unwrap();
+        for f in [
+            "verdict.json",
+            "report.md",
+            "report.html",
+            "junit.xml",
+            "plots/critic_rewards_mean.svg",
+            "plots/perf_mfu_actor.svg",
+        ] {
+            assert!(run_dir.join(f).is_file(), "{f}");
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&fsx::read_to_string(&run_dir.join("verdict.json")).unwrap())
+                .unwrap();
+        assert_eq!(v["exit_code"], 1);
+        assert_eq!(v["outcome"], "regressed");
+    }
+
+    #[test]
+    fn exit_status_precedence() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = regressed(&dir.path().join("run-1"));
+        r.run.status = Some(RunStatus::Failed);
+        r.run.reason = Some("backend exited with status 1".into());
+        assert_eq!(r.exit_status(), ExitStatus::RunFailed);
+        assert!(r.summary().contains("backend exited"));
+        r.expected =
+            Some(serde_json::from_str(r#"{"outcome": "failed", "reason": "exited"}"#).unwrap());
+        assert_eq!(r.exit_status(), ExitStatus::Passed);
+        let mut r = regressed(&dir.path().join("run-2"));
+        r.pending_golden = Some("golden/x/cpu/metrics.csv.new".into());
+        assert_eq!(r.exit_status(), ExitStatus::NoGolden);
+        let mut r = regressed(&dir.path().join("run-3"));
+        r.run.status = Some(RunStatus::Aborted);
+        r.verdict.as_mut().unwrap().outcome = Outcome::Passed;
+        assert_eq!(r.exit_status(), ExitStatus::CheckFailed);
+    }
+
+    #[test]
+    fn numbers_read_well() {
+        assert_eq!(num(0.30000000000000004), "0.3");
+        assert_eq!(num(1e-6), "1.000e-6");
+        assert_eq!(num(-0.00001), "-1.000e-5");
+        assert_eq!(num(12.0), "12");
+        assert_eq!(num(f64::NAN), "NaN");
+        assert_eq!(num(-0.0), "0");
+    }
+}

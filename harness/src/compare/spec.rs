@@ -1,0 +1,441 @@
+//! The scenario's `checks` block and `expected_verdict`: serde types that validate while they
+//! deserialize, so the spec loader's file:line errors cover bad rules and bad expressions.
+
+use std::fmt;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::expr::{parse_expr, Expr};
+
+/// Which way a metric is allowed to move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Any move outside the band fails (losses, rewards of a deterministic backend).
+    #[default]
+    TwoSided,
+    /// Only a drop fails (MFU, throughput).
+    HigherIsBetter,
+    /// Only a rise fails (step time, memory).
+    LowerIsBetter,
+}
+
+/// An inclusive range of step numbers, open at either end: `"2.."`, `"..10"`, `"3..7"`, `"5"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StepRange {
+    pub from: Option<u64>,
+    pub to: Option<u64>,
+}
+
+impl StepRange {
+    pub fn contains(&self, step: u64) -> bool {
+        self.from.is_none_or(|a| step >= a) && self.to.is_none_or(|b| step <= b)
+    }
+
+    pub fn parse(s: &str) -> Result<StepRange, String> {
+        let s = s.trim();
+        let num = |t: &str| -> Result<Option<u64>, String> {
+            let t = t.trim();
+            if t.is_empty() {
+                Ok(None)
+            } else {
+                t.parse()
+                    .map(Some)
+                    .map_err(|_| format!("`{t}` is not a step number"))
+            }
+        };
+        let r = match s.split_once("..") {
+            Some((a, b)) => StepRange {
+                from: num(a)?,
+                to: num(b)?,
+            },
+            None => {
+                let n = num(s)?.ok_or("an empty step range")?;
+                StepRange {
+                    from: Some(n),
+                    to: Some(n),
+                }
+            }
+        };
+        if let (Some(a), Some(b)) = (r.from, r.to) {
+            if a > b {
+                return Err(format!(
+                    "empty step range `{s}`: the start is after the end"
+                ));
+            }
+        }
+        Ok(r)
+    }
+}
+
+impl fmt::Display for StepRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.from, self.to) {
+            (Some(a), Some(b)) if a == b => write!(f, "{a}"),
+            (a, b) => {
+                if let Some(a) = a {
+                    write!(f, "{a}")?;
+                }
+                f.write_str("..")?;
+                if let Some(b) = b {
+                    write!(f, "{b}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Serialize for StepRange {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for StepRange {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = StepRange;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a step range such as \"2..\", \"..10\", \"3..7\" or a step number")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<StepRange, E> {
+                StepRange::parse(v).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<StepRange, E> {
+                Ok(StepRange {
+                    from: Some(v),
+                    to: Some(v),
+                })
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<StepRange, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format!("step {v} is negative")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One metric's rule against the golden series.
+///
+/// The band at a point is `golden ± max(abs, rel·|golden|)` (a rule with neither compares
+/// exactly, which suits deterministic backends); `direction` opens the side that cannot fail;
+/// `improvement_limit` (a fraction of |golden|) closes it again so a change too good to be
+/// true is reported `improved` and fails until blessed. A point is one step, or with `window`
+/// the mean of `window` consecutive compared steps (a trailing shorter window counts too).
+/// `budget` points may fall outside the band (per kind: regressed, improved) before the rule
+/// fails. `fail_fast` lets the runner stop as soon as the rule can no longer pass.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, try_from = "RawGoldenRule")]
+pub struct GoldenRule {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abs: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rel: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<StepRange>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub budget: u64,
+    #[serde(skip_serializing_if = "is_two_sided")]
+    pub direction: Direction,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub improvement_limit: Option<f64>,
+    #[serde(skip_serializing_if = "is_false")]
+    pub fail_fast: bool,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+fn is_false(v: &bool) -> bool {
+    !*v
+}
+fn is_two_sided(d: &Direction) -> bool {
+    *d == Direction::TwoSided
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGoldenRule {
+    #[serde(default)]
+    abs: Option<f64>,
+    #[serde(default)]
+    rel: Option<f64>,
+    #[serde(default)]
+    window: Option<u64>,
+    #[serde(default)]
+    steps: Option<StepRange>,
+    #[serde(default)]
+    budget: u64,
+    #[serde(default)]
+    direction: Direction,
+    #[serde(default)]
+    improvement_limit: Option<f64>,
+    #[serde(default)]
+    fail_fast: bool,
+}
+
+impl TryFrom<RawGoldenRule> for GoldenRule {
+    type Error = String;
+    fn try_from(r: RawGoldenRule) -> Result<Self, String> {
+        for (name, v) in [
+            ("abs", r.abs),
+            ("rel", r.rel),
+            ("improvement_limit", r.improvement_limit),
+        ] {
+            if let Some(v) = v {
+                if !v.is_finite() || v < 0.0 {
+                    return Err(format!("`{name}` must be a finite number >= 0, got {v}"));
+                }
+            }
+        }
+        if r.window == Some(0) {
+            return Err("`window` must be at least 1 step".into());
+        }
+        if r.improvement_limit.is_some() && r.direction == Direction::TwoSided {
+            return Err(
+                "`improvement_limit` needs `direction: higher_is_better` or \
+                        `lower_is_better` (a two-sided rule already fails on any move)"
+                    .into(),
+            );
+        }
+        Ok(GoldenRule {
+            abs: r.abs,
+            rel: r.rel,
+            window: r.window,
+            steps: r.steps,
+            budget: r.budget,
+            direction: r.direction,
+            improvement_limit: r.improvement_limit,
+            fail_fast: r.fail_fast,
+        })
+    }
+}
+
+/// The golden rules in the order the scenario lists them (a report reads in that order).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GoldenRules(pub Vec<(String, GoldenRule)>);
+
+impl GoldenRules {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &GoldenRule)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v))
+    }
+    pub fn get(&self, metric: &str) -> Option<&GoldenRule> {
+        self.0.iter().find(|(k, _)| k == metric).map(|(_, r)| r)
+    }
+}
+
+impl Serialize for GoldenRules {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+impl<'de> Deserialize<'de> for GoldenRules {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = GoldenRules;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map from metric name to rule")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<GoldenRules, A::Error> {
+                let mut out: Vec<(String, GoldenRule)> = Vec::new();
+                while let Some(k) = m.next_key::<String>()? {
+                    if out.iter().any(|(x, _)| *x == k) {
+                        return Err(de::Error::custom(format!(
+                            "metric `{k}` has two golden rules"
+                        )));
+                    }
+                    let v = m.next_value::<GoldenRule>()?;
+                    out.push((k, v));
+                }
+                Ok(GoldenRules(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A convergence expression over the run alone. Written as a plain string, or as a map
+/// `{expr: "...", name: short-name, fail_fast: true}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expectation {
+    pub src: String,
+    pub expr: Expr,
+    pub name: Option<String>,
+    pub fail_fast: bool,
+}
+
+impl Expectation {
+    pub fn parse(src: &str) -> Result<Expectation, String> {
+        let expr = parse_expr(src).map_err(|e| format!("invalid expression `{src}`: {e}"))?;
+        Ok(Expectation {
+            src: src.to_string(),
+            expr,
+            name: None,
+            fail_fast: false,
+        })
+    }
+
+    /// The rule id in verdicts: `expect:<name>` or `expect:<source>`.
+    pub fn id(&self) -> String {
+        format!("expect:{}", self.name.as_deref().unwrap_or(&self.src))
+    }
+}
+
+impl Serialize for Expectation {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        if self.name.is_none() && !self.fail_fast {
+            return s.serialize_str(&self.src);
+        }
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("expr", &self.src)?;
+        if let Some(n) = &self.name {
+            m.serialize_entry("name", n)?;
+        }
+        if self.fail_fast {
+            m.serialize_entry("fail_fast", &true)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Expectation {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Expectation;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an expression string, or a map with `expr`, `name`, `fail_fast`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Expectation, E> {
+                Expectation::parse(v).map_err(E::custom)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Expectation, A::Error> {
+                let mut src: Option<String> = None;
+                let mut name = None;
+                let mut fail_fast = false;
+                while let Some(k) = m.next_key::<String>()? {
+                    match k.as_str() {
+                        "expr" => src = Some(m.next_value()?),
+                        "name" => name = Some(m.next_value()?),
+                        "fail_fast" => fail_fast = m.next_value()?,
+                        other => {
+                            return Err(de::Error::unknown_field(
+                                other,
+                                &["expr", "name", "fail_fast"],
+                            ))
+                        }
+                    }
+                }
+                let src = src.ok_or_else(|| de::Error::missing_field("expr"))?;
+                let mut e = Expectation::parse(&src).map_err(de::Error::custom)?;
+                e.name = name;
+                e.fail_fast = fail_fast;
+                Ok(e)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The scenario's `checks` block: rules against the golden, and expressions over the run.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChecksSpec {
+    #[serde(default, skip_serializing_if = "GoldenRules::is_empty")]
+    pub golden: GoldenRules,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expect: Vec<Expectation>,
+}
+
+/// One rule of a `ChecksSpec`, for code that walks all of them (fail fast, reports).
+#[derive(Debug, Clone, Copy)]
+pub enum RuleRef<'a> {
+    Golden(&'a str, &'a GoldenRule),
+    Expect(&'a Expectation),
+}
+
+impl RuleRef<'_> {
+    pub fn id(&self) -> String {
+        match self {
+            RuleRef::Golden(m, _) => format!("golden:{m}"),
+            RuleRef::Expect(e) => e.id(),
+        }
+    }
+    pub fn fail_fast(&self) -> bool {
+        match self {
+            RuleRef::Golden(_, r) => r.fail_fast,
+            RuleRef::Expect(e) => e.fail_fast,
+        }
+    }
+}
+
+impl ChecksSpec {
+    pub fn is_empty(&self) -> bool {
+        self.golden.is_empty() && self.expect.is_empty()
+    }
+
+    pub fn rules(&self) -> Vec<RuleRef<'_>> {
+        let mut v: Vec<RuleRef<'_>> = self
+            .golden
+            .iter()
+            .map(|(m, r)| RuleRef::Golden(m, r))
+            .collect();
+        v.extend(self.expect.iter().map(RuleRef::Expect));
+        v
+    }
+
+    /// Every metric a rule or an expression reads, golden rules first, without repeats.
+    pub fn metrics(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.golden.iter().map(|(m, _)| m.to_string()).collect();
+        for e in &self.expect {
+            for m in e.expr.metrics() {
+                if !out.contains(&m) {
+                    out.push(m);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// What a scenario expects to happen (a strict expected failure, like a strict xfail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpectedOutcome {
+    Passed,
+    Regressed,
+    Improved,
+    Missing,
+    GridMismatch,
+    /// The run itself fails (driver or backend fault, watchdog abort, time-out).
+    Failed,
+}
+
+/// `expected_verdict: {outcome: regressed, rules: [critic/rewards/mean]}`. `rules` (when
+/// given) must be exactly the rules that do not pass; `reason` is a case-insensitive substring
+/// of the run's failure reason (or of a failing rule's evidence); `step` is the step the run
+/// failed at (or the first failing step of the failing rules).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedVerdict {
+    pub outcome: ExpectedOutcome,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+}

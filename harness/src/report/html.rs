@@ -1,0 +1,200 @@
+//! `report.html`: one self-contained file (inline CSS and SVG, no external assets) with the
+//! same content as `report.md`, plus the plots.
+
+use super::markdown::{html_escape as esc, status_icon};
+use super::{band_text, opt_num, render_plots, status_text, Headline, Report};
+
+const STYLE: &str = "body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;\
+color:#222;max-width:1100px}h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:2rem}\
+table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ddd;padding:.25rem .5rem;\
+text-align:left;vertical-align:top}th{background:#f5f5f5}td.n{text-align:right;\
+font-variant-numeric:tabular-nums}.pass{color:#1a7f37}.fail{color:#cf222e}.warn{color:#9a6700}\
+.note{background:#fff8c5;padding:.5rem .75rem;border-left:4px solid #d4a72c}\
+figure{margin:1rem 0}pre{background:#f6f8fa;padding:.75rem;overflow:auto}code{font-size:.9em}";
+
+fn class(h: Headline) -> &'static str {
+    match h {
+        Headline::Passed | Headline::ExpectedFailure | Headline::Skipped => "pass",
+        Headline::NoGolden => "warn",
+        Headline::Failed | Headline::RunFailed => "fail",
+    }
+}
+
+pub fn render_html(r: &Report) -> String {
+    let mut o = String::new();
+    let h = r.headline();
+    o.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+    o.push_str(&format!(
+        "<title>{}: {}</title><style>{STYLE}</style></head><body>\n",
+        esc(&r.scenario),
+        esc(&r.summary())
+    ));
+    o.push_str(&format!(
+        "<h1 class=\"{}\">{}: {}</h1>\n<p>Exit status {}.</p>\n",
+        class(h),
+        esc(&r.scenario),
+        esc(&r.summary()),
+        r.exit_status().code()
+    ));
+    if let Some(m) = r.expected_match() {
+        let declared = r
+            .expected
+            .as_ref()
+            .and_then(|e| serde_json::to_string(e).ok())
+            .unwrap_or_default();
+        match m {
+            Ok(()) => o.push_str(&format!(
+                "<p class=\"note\">Declared verdict <code>{}</code> matched.</p>\n",
+                esc(&declared)
+            )),
+            Err(why) => o.push_str(&format!(
+                "<p class=\"note\">Declared verdict <code>{}</code> <b>not matched</b>: {}</p>\n",
+                esc(&declared),
+                esc(&why)
+            )),
+        }
+    }
+    if let Some(g) = r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_ref()) {
+        o.push_str(&format!(
+            "<p class=\"note\"><b>Step grid mismatch:</b> {}</p>\n",
+            esc(g)
+        ));
+    }
+    if r.skipped.is_some() {
+        o.push_str("</body></html>\n");
+        return o;
+    }
+    let reference = r
+        .reference
+        .as_ref()
+        .map(|g| g.label.clone())
+        .unwrap_or_else(|| "golden".into());
+    if let Some(v) = &r.verdict {
+        if !v.rules.is_empty() {
+            o.push_str("<h2>Rules</h2>\n<table><tr><th>rule</th><th>status</th><th>at</th>");
+            o.push_str(&format!(
+                "<th>value</th><th>{}</th><th>band</th><th>margin</th><th>evidence</th></tr>\n",
+                esc(&reference)
+            ));
+            for x in &v.rules {
+                let e = &x.evidence;
+                let cls = match x.status {
+                    crate::compare::RuleStatus::Pass => "pass",
+                    crate::compare::RuleStatus::Improved => "warn",
+                    _ => "fail",
+                };
+                o.push_str(&format!(
+                    "<tr><td><code>{}</code></td><td class=\"{cls}\">{} {}</td><td>{}</td>\
+                     <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td>\
+                     <td class=\"n\">{}</td><td>{}</td></tr>\n",
+                    esc(&x.rule),
+                    status_icon(x.status),
+                    status_text(x.status),
+                    esc(e.step_or_window.as_deref().unwrap_or("–")),
+                    opt_num(e.value),
+                    opt_num(e.golden),
+                    e.band.as_ref().map(band_text).unwrap_or_else(|| "–".into()),
+                    opt_num(e.margin),
+                    esc(&e.message)
+                ));
+            }
+            o.push_str("</table>\n");
+        }
+    }
+    let plots = render_plots(r);
+    if !plots.is_empty() {
+        o.push_str("<h2>Metrics</h2>\n");
+        let metrics = r.checked_metrics();
+        for (m, (_, svg)) in metrics.iter().zip(plots.iter()) {
+            o.push_str(&format!(
+                "<figure><figcaption><code>{}</code></figcaption>\n",
+                esc(m)
+            ));
+            // plotters writes an XML prolog-free <svg> element: safe to inline as is.
+            o.push_str(svg.trim());
+            o.push_str("\n</figure>\n");
+        }
+    }
+    // The Markdown's run and config sections, as HTML tables.
+    o.push_str("<h2>Run</h2>\n<table>\n");
+    let row = |k: &str, v: &str| format!("<tr><th>{}</th><td>{}</td></tr>\n", esc(k), esc(v));
+    if !r.run.scenario_path.is_empty() {
+        o.push_str(&row("scenario", &r.run.scenario_path));
+    }
+    if !r.run.dir.is_empty() {
+        o.push_str(&row("run directory", &r.run.dir));
+    }
+    if let Some(s) = r.run.status {
+        let mut t = s.as_str().to_string();
+        if let Some(step) = r.run.failed_step {
+            t.push_str(&format!(" at step {step}"));
+        }
+        if let Some(reason) = &r.run.reason {
+            t.push_str(&format!(": {reason}"));
+        }
+        o.push_str(&row("status", &t));
+    }
+    o.push_str(&row(
+        "steps",
+        &format!(
+            "{} recorded{}",
+            r.metrics.len(),
+            r.run
+                .steps
+                .map(|s| format!(" of {s} planned"))
+                .unwrap_or_default()
+        ),
+    ));
+    if let Some(seed) = r.run.seed {
+        o.push_str(&row("seed", &seed.to_string()));
+    }
+    o.push_str(&row(
+        "hardware",
+        &format!("{} (device {})", r.run.hardware, r.run.device),
+    ));
+    o.push_str(&row(
+        "harness",
+        &format!(
+            "{} {}",
+            r.run.harness_version,
+            r.run.git_commit.as_deref().unwrap_or("")
+        ),
+    ));
+    if !r.run.host.is_empty() {
+        o.push_str(&row("host", &r.run.host));
+    }
+    if let Some(s) = &r.run.started {
+        o.push_str(&row(
+            "time",
+            &format!("{s} → {}", r.run.ended.as_deref().unwrap_or("?")),
+        ));
+    }
+    if let Some(p) = &r.pending_golden {
+        o.push_str(&row("pending golden", p));
+    }
+    o.push_str("</table>\n<h2>Config (differs from defaults)</h2>\n");
+    if r.knobs.is_empty() {
+        o.push_str("<p>Every knob has its default value.</p>\n");
+    } else {
+        o.push_str("<table><tr><th>key</th><th>default</th><th>value</th><th>origin</th></tr>\n");
+        for k in &r.knobs {
+            o.push_str(&format!(
+                "<tr><td><code>{}</code></td><td><code>{}</code></td><td><code>{}</code></td>\
+                 <td>{}</td></tr>\n",
+                esc(&k.key),
+                esc(k.default.as_deref().unwrap_or("–")),
+                esc(&k.value),
+                esc(&k.origin)
+            ));
+        }
+        o.push_str("</table>\n");
+    }
+    if let Some(tail) = &r.trainer_tail {
+        o.push_str(&format!(
+            "<details><summary>trainer output (last lines)</summary><pre>{}</pre></details>\n",
+            esc(tail)
+        ));
+    }
+    o.push_str("</body></html>\n");
+    o
+}

@@ -1,0 +1,104 @@
+//! `run.json`: the manifest of a run directory. The runner writes exactly this struct; `compare`
+//! reads it back to re-judge a stored run without running anything.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::compare::RunStatus;
+use crate::compare::{ChecksSpec, ExpectedVerdict};
+use crate::fsx;
+
+pub const MANIFEST_FILE: &str = "run.json";
+pub const METRICS_FILE: &str = "metrics.csv";
+
+/// A scenario value that differs from its default, and where the value came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KnobDiff {
+    /// Dotted path, e.g. `config.actor_rollout_ref.actor.optim.lr`.
+    pub key: String,
+    /// The default, as text (`None` when the knob has no default).
+    pub default: Option<String>,
+    pub value: String,
+    /// `scenarios/x.yaml:12:5`, `--set`, `backends/arctic.yaml:3:1`, ...
+    pub origin: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunManifest {
+    /// The scenario's name (the golden store's first key).
+    pub scenario: String,
+    /// The scenario file, relative to where the harness ran.
+    pub scenario_path: String,
+    /// The golden hardware key (`cpu`, `h200`, ...).
+    pub hardware: String,
+    pub status: RunStatus,
+    /// Why the run ended as it did when it did not complete (or why it was skipped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The step the run failed or stopped at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_step: Option<u64>,
+    pub seed: u64,
+    /// Planned steps.
+    pub steps: u64,
+    #[serde(default)]
+    pub checks: ChecksSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_verdict: Option<ExpectedVerdict>,
+    pub harness_version: String,
+    #[serde(default)]
+    pub git_commit: Option<String>,
+    pub host: String,
+    /// The device as reported (`cpu`, `NVIDIA H200`).
+    pub device: String,
+    #[serde(default)]
+    pub threads: Option<u64>,
+    #[serde(default)]
+    pub torch_version: Option<String>,
+    /// RFC 3339.
+    pub started: String,
+    #[serde(default)]
+    pub ended: Option<String>,
+    pub plan_hash: String,
+    pub scenario_hash: String,
+    /// Knobs that differ from the defaults.
+    #[serde(default)]
+    pub knobs: Vec<KnobDiff>,
+    /// Set when this run wrote a pending golden (the path of its `metrics.csv.new`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_golden: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error(transparent)]
+    Fs(#[from] fsx::FsError),
+    #[error("invalid run manifest {path}: {source}")]
+    Json {
+        path: std::path::PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl RunManifest {
+    pub fn read(dir: &Path) -> Result<RunManifest, ManifestError> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = fsx::read_to_string(&path)?;
+        serde_json::from_str(&text).map_err(|source| ManifestError::Json { path, source })
+    }
+
+    pub fn write(&self, dir: &Path) -> Result<(), ManifestError> {
+        let path = dir.join(MANIFEST_FILE);
+        let mut text =
+            serde_json::to_string_pretty(self).map_err(|source| ManifestError::Json {
+                path: path.clone(),
+                source,
+            })?;
+        text.push('\n');
+        fsx::write_atomic(&path, text.as_bytes())?;
+        Ok(())
+    }
+}

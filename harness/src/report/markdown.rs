@@ -1,0 +1,321 @@
+//! `report.md`: sized for a CI step summary. The verdict first, then the rules, a table per
+//! checked metric (folded), the run, and the knobs that differ from the defaults.
+
+use super::{band_text, num, opt_num, status_text, Headline, Report};
+use crate::compare::RuleStatus;
+
+fn icon(h: Headline) -> &'static str {
+    match h {
+        Headline::Passed => "✅",
+        Headline::ExpectedFailure => "✅",
+        Headline::Failed => "❌",
+        Headline::RunFailed => "💥",
+        Headline::NoGolden => "🆕",
+        Headline::Skipped => "⏭️",
+    }
+}
+
+pub(crate) fn status_icon(s: RuleStatus) -> &'static str {
+    match s {
+        RuleStatus::Pass => "✅",
+        RuleStatus::Regressed => "❌",
+        RuleStatus::Improved => "⚠️",
+        RuleStatus::Missing => "❓",
+    }
+}
+
+/// Table cells cannot hold `|` or newlines.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+fn code(s: &str) -> String {
+    format!("`{}`", cell(s).replace('`', "'"))
+}
+
+pub fn render_markdown(r: &Report) -> String {
+    let mut out = String::new();
+    let h = r.headline();
+    out.push_str(&format!(
+        "## {} {}: {}\n\n",
+        icon(h),
+        r.scenario,
+        r.summary()
+    ));
+    out.push_str(&format!("Exit status {}.", r.exit_status().code()));
+    if let Some(v) = &r.verdict {
+        let failing: Vec<String> = v
+            .failing()
+            .map(|x| format!("{} {}", code(&x.rule), status_text(x.status)))
+            .collect();
+        out.push_str(&format!(
+            " {} rules, {} pass{}",
+            v.rules.len(),
+            v.rules.len() - failing.len(),
+            if failing.is_empty() {
+                ".".to_string()
+            } else {
+                format!("; failing: {}.", failing.join(", "))
+            }
+        ));
+    }
+    out.push_str("\n\n");
+    if let Some(e) = &r.expected {
+        let declared = serde_json::to_string(e).unwrap_or_default();
+        match r.expected_match() {
+            Some(Ok(())) => out.push_str(&format!(
+                "> Declared verdict {} matched.\n\n",
+                code(&declared)
+            )),
+            Some(Err(why)) => out.push_str(&format!(
+                "> **Declared verdict {} not matched:** {}\n\n",
+                code(&declared),
+                cell(&why)
+            )),
+            None => {}
+        }
+    }
+    if let Some(g) = r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_ref()) {
+        out.push_str(&format!("> **Step grid mismatch:** {g}\n\n"));
+    }
+    if r.skipped.is_some() {
+        return out;
+    }
+
+    let reference = r
+        .reference
+        .as_ref()
+        .map(|g| g.label.clone())
+        .unwrap_or_else(|| "golden".into());
+    if let Some(v) = &r.verdict {
+        if !v.rules.is_empty() {
+            out.push_str("### Rules\n\n");
+            out.push_str(&format!(
+                "| rule | status | at | value | {reference} | band | margin | evidence |\n\
+                 |---|---|---|---:|---:|---|---:|---|\n"
+            ));
+            for x in &v.rules {
+                let e = &x.evidence;
+                out.push_str(&format!(
+                    "| {} | {} {} | {} | {} | {} | {} | {} | {} |\n",
+                    code(&x.rule),
+                    status_icon(x.status),
+                    status_text(x.status),
+                    cell(e.step_or_window.as_deref().unwrap_or("–")),
+                    opt_num(e.value),
+                    opt_num(e.golden),
+                    e.band.as_ref().map(band_text).unwrap_or_else(|| "–".into()),
+                    opt_num(e.margin),
+                    cell(&e.message),
+                ));
+            }
+            out.push('\n');
+        }
+    }
+
+    let metrics = r.checked_metrics();
+    if !metrics.is_empty() {
+        out.push_str("### Metrics\n\n");
+        for m in &metrics {
+            out.push_str(&metric_section(r, m, &reference));
+        }
+    }
+
+    out.push_str("### Run\n\n| | |\n|---|---|\n");
+    let row = |k: &str, v: String| format!("| {k} | {} |\n", cell(&v));
+    if !r.run.scenario_path.is_empty() {
+        out.push_str(&row("scenario", code(&r.run.scenario_path)));
+    }
+    if !r.run.dir.is_empty() {
+        out.push_str(&row("run directory", code(&r.run.dir)));
+    }
+    if let Some(s) = r.run.status {
+        let mut t = s.as_str().to_string();
+        if let Some(step) = r.run.failed_step {
+            t.push_str(&format!(" at step {step}"));
+        }
+        if let Some(reason) = &r.run.reason {
+            t.push_str(&format!(": {reason}"));
+        }
+        out.push_str(&row("status", t));
+    }
+    out.push_str(&row(
+        "steps",
+        format!(
+            "{} recorded{}",
+            r.metrics.len(),
+            r.run
+                .steps
+                .map(|s| format!(" of {s} planned"))
+                .unwrap_or_default()
+        ),
+    ));
+    if let Some(seed) = r.run.seed {
+        out.push_str(&row("seed", seed.to_string()));
+    }
+    let mut hw = format!("{} (device {}", r.run.hardware, code(&r.run.device));
+    if let Some(t) = r.run.threads {
+        hw.push_str(&format!(", {t} threads"));
+    }
+    if let Some(t) = &r.run.torch_version {
+        hw.push_str(&format!(", torch {t}"));
+    }
+    hw.push(')');
+    out.push_str(&row("hardware", hw));
+    out.push_str(&row(
+        "harness",
+        format!(
+            "{}{}",
+            r.run.harness_version,
+            r.run
+                .git_commit
+                .as_deref()
+                .map(|c| format!(" ({})", code(c)))
+                .unwrap_or_default()
+        ),
+    ));
+    if !r.run.host.is_empty() {
+        out.push_str(&row("host", r.run.host.clone()));
+    }
+    if let Some(s) = &r.run.started {
+        out.push_str(&row(
+            "time",
+            format!("{s} → {}", r.run.ended.as_deref().unwrap_or("?")),
+        ));
+    }
+    if let Some(p) = r.reference.as_ref().and_then(|g| g.provenance.as_ref()) {
+        out.push_str(&row(
+            "golden",
+            format!(
+                "blessed {} with harness {}{} on {}, seed {}",
+                p.date,
+                p.harness_version,
+                p.git_commit
+                    .as_deref()
+                    .map(|c| format!(" ({c})"))
+                    .unwrap_or_default(),
+                p.device,
+                p.seed.map(|s| s.to_string()).unwrap_or_else(|| "–".into())
+            ),
+        ));
+    }
+    if let Some(p) = &r.pending_golden {
+        out.push_str(&row("pending golden", code(p)));
+    }
+    out.push('\n');
+
+    out.push_str("### Config (differs from defaults)\n\n");
+    if r.knobs.is_empty() {
+        out.push_str("Every knob has its default value.\n\n");
+    } else {
+        out.push_str("| key | default | value | origin |\n|---|---|---|---|\n");
+        for k in &r.knobs {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                code(&k.key),
+                k.default.as_deref().map(code).unwrap_or_else(|| "–".into()),
+                code(&k.value),
+                cell(&k.origin)
+            ));
+        }
+        out.push('\n');
+    }
+    if let Some(tail) = &r.trainer_tail {
+        out.push_str("<details><summary>trainer output (last lines)</summary>\n\n```text\n");
+        out.push_str(&tail.replace("```", "'''"));
+        if !tail.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str("```\n\n</details>\n");
+    }
+    out
+}
+
+/// A folded table for one metric: the golden rule's points when it has one, otherwise a short
+/// summary of the run's series.
+fn metric_section(r: &Report, metric: &str, reference: &str) -> String {
+    let mut out = String::new();
+    let v = r.verdict.as_ref();
+    let rule = v.and_then(|v| v.rule(&format!("golden:{metric}")));
+    let worst = v
+        .map(|v| {
+            v.rules
+                .iter()
+                .filter(|x| x.metrics.iter().any(|m| m == metric))
+                .map(|x| x.status)
+                .max_by_key(|s| match s {
+                    RuleStatus::Pass => 0,
+                    RuleStatus::Improved => 1,
+                    RuleStatus::Missing => 2,
+                    RuleStatus::Regressed => 3,
+                })
+                .unwrap_or(RuleStatus::Pass)
+        })
+        .unwrap_or(RuleStatus::Pass);
+    let series = r.metrics.series(metric);
+    let last = series.last().map(|(_, v)| num(*v)).unwrap_or("–".into());
+    out.push_str(&format!(
+        "<details><summary>{} <code>{}</code>: {}, {} steps, last {}</summary>\n\n",
+        status_icon(worst),
+        html_escape(metric),
+        status_text(worst),
+        series.len(),
+        last
+    ));
+    match rule {
+        Some(rule) if !rule.points.is_empty() => {
+            out.push_str(&format!(
+                "| at | value | {reference} | band | margin | |\n|---|---:|---:|---|---:|---|\n"
+            ));
+            for p in &rule.points {
+                let margin = {
+                    let v = p.value.unwrap_or(f64::NAN);
+                    (v - p.band.lo()).min(p.band.hi() - v)
+                };
+                out.push_str(&format!(
+                    "| {} | {} | {} | {} | {} | {} |\n",
+                    p.at(),
+                    opt_num(p.value),
+                    opt_num(p.golden),
+                    band_text(&p.band),
+                    num(margin),
+                    status_icon(p.status)
+                ));
+            }
+        }
+        _ => {
+            let vals: Vec<f64> = series.iter().map(|(_, v)| *v).collect();
+            if vals.is_empty() {
+                out.push_str("The run has no value of this metric.\n");
+            } else {
+                use crate::compare::expr::{aggregate, AggFn};
+                out.push_str("| first | last | min | max | mean |\n|---:|---:|---:|---:|---:|\n");
+                out.push_str(&format!(
+                    "| {} | {} | {} | {} | {} |\n",
+                    num(vals[0]),
+                    num(vals[vals.len() - 1]),
+                    num(aggregate(AggFn::Min, &vals)),
+                    num(aggregate(AggFn::Max, &vals)),
+                    num(aggregate(AggFn::Mean, &vals)),
+                ));
+            }
+        }
+    }
+    out.push_str("\n</details>\n\n");
+    out
+}
+
+pub(crate) fn html_escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            _ => o.push(c),
+        }
+    }
+    o
+}

@@ -1,0 +1,143 @@
+//! The judging half end to end on stored data: a run directory and a golden store in a temp
+//! folder, re-judged by `compare_command` as `rlharness compare` does.
+
+use std::path::Path;
+
+use rlharness::compare::RunStatus;
+use rlharness::error::ExitStatus;
+use rlharness::golden::{GoldenStore, Provenance};
+use rlharness::metrics::{MetricTable, StepMetrics};
+use rlharness::report::{compare_command, RunManifest};
+
+fn table(rewards: &[f64]) -> MetricTable {
+    let mut t = MetricTable::new();
+    for (i, v) in rewards.iter().enumerate() {
+        let mut m = StepMetrics::new(i as u64 + 1);
+        m.insert("critic/rewards/mean", *v);
+        m.insert("perf/mfu/actor", 0.3);
+        t.push(m);
+    }
+    t
+}
+
+fn write_run(dir: &Path, rewards: &[f64]) {
+    let manifest: RunManifest = serde_json::from_value(serde_json::json!({
+        "scenario": "smoke/mock",
+        "scenario_path": "scenarios/smoke/mock.yaml",
+        "hardware": "cpu",
+        "status": "completed",
+        "seed": 1,
+        "steps": rewards.len(),
+        "checks": {
+            "golden": {"critic/rewards/mean": {"window": 2, "abs": 0.05,
+                                               "direction": "higher_is_better"}},
+            "expect": ["max(perf/mfu/actor) <= 1"]
+        },
+        "harness_version": "0.1.0",
+        "git_commit": null,
+        "host": "h",
+        "device": "cpu",
+        "threads": 2,
+        "torch_version": null,
+        "started": "2026-01-01T00:00:00Z",
+        "ended": "2026-01-01T00:01:00Z",
+        "plan_hash": "p",
+        "scenario_hash": "s",
+        "knobs": []
+    }))
+    .unwrap();
+    assert_eq!(manifest.status, RunStatus::Completed);
+    manifest.write(dir).unwrap();
+    rlharness::fsx::write_atomic(&dir.join("metrics.csv"), table(rewards).to_csv().as_bytes())
+        .unwrap();
+}
+
+fn bless(root: &Path, rewards: &[f64]) {
+    let store = GoldenStore::with_ci(root, false);
+    let prov = Provenance {
+        date: "2026-01-01T00:00:00Z".into(),
+        harness_version: "0.1.0".into(),
+        device: "cpu".into(),
+        ..Provenance::default()
+    };
+    store
+        .write_pending("smoke/mock", "cpu", &table(rewards), &prov, None)
+        .unwrap();
+    store.accept(&[]).unwrap();
+}
+
+#[test]
+fn compare_rejudges_a_stored_run_against_its_golden() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, golden) = (tmp.path().join("run"), tmp.path().join("golden"));
+    write_run(&run, &[0.1, 0.2, 0.3, 0.4]);
+
+    // No golden yet: 4, and nothing is written into the store.
+    assert_eq!(
+        compare_command(&run, None, &golden).unwrap(),
+        ExitStatus::NoGolden
+    );
+    assert!(!golden.exists());
+
+    bless(&golden, &[0.1, 0.2, 0.3, 0.4]);
+    assert_eq!(
+        compare_command(&run, None, &golden).unwrap(),
+        ExitStatus::Passed
+    );
+    let out = run.join("compare/golden");
+    for f in ["verdict.json", "report.md", "report.html", "junit.xml"] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+    // The run's own files are untouched.
+    assert!(!run.join("verdict.json").exists());
+
+    // A golden from a better run: the stored run now regresses in its second window.
+    bless(&golden, &[0.1, 0.2, 0.6, 0.7]);
+    assert_eq!(
+        compare_command(&run, None, &golden).unwrap(),
+        ExitStatus::CheckFailed
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
+    assert_eq!(v["outcome"], "regressed");
+    assert_eq!(v["rules"][0]["evidence"]["step_or_window"], "steps 3..4");
+}
+
+#[test]
+fn compare_two_runs_writes_overlays() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    write_run(&a, &[0.1, 0.2, 0.3, 0.4]);
+    write_run(&b, &[0.1, 0.2, 0.3, 0.4, 0.5]);
+    let status = compare_command(&a, Some(&b), &tmp.path().join("golden")).unwrap();
+    // Same values on the common steps, but b has a step a lacks.
+    assert_eq!(status, ExitStatus::CheckFailed);
+    let out = a.join("compare/b");
+    assert!(out.join("plots/overlay_critic_rewards_mean.svg").is_file());
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("grid mismatch") && md.contains("not in the run: 5"),
+        "{md}"
+    );
+}
+
+#[test]
+fn compare_reports_bad_input_as_invalid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let e = compare_command(&run, None, tmp.path()).unwrap_err();
+    assert_eq!(e.status, ExitStatus::InvalidInput);
+    assert!(e.message.contains("run.json"), "{}", e.message);
+    write_run(&run, &[0.1]);
+    std::fs::write(run.join("metrics.csv"), "step,x\n1,zz\n").unwrap();
+    let e = compare_command(&run, None, tmp.path()).unwrap_err();
+    assert_eq!(e.status, ExitStatus::InvalidInput);
+    assert!(
+        e.message.contains("metrics.csv") && e.message.contains("line 2"),
+        "{}",
+        e.message
+    );
+    std::fs::write(run.join("run.json"), "{\"scenario\": 1}").unwrap();
+    let e = compare_command(&run, None, tmp.path()).unwrap_err();
+    assert!(e.message.contains("invalid run manifest"), "{}", e.message);
+}
