@@ -44,7 +44,13 @@ enum RunResult {
 fn slug(s: &str) -> String {
     let mut out: String = s
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '=' | ',') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '=' | ',') {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     out.truncate(120);
     out
@@ -56,7 +62,11 @@ fn run_label(overrides: &[String]) -> String {
     }
     overrides
         .iter()
-        .map(|o| o.trim_start_matches('+').trim_start_matches("config.").to_string())
+        .map(|o| {
+            o.trim_start_matches('+')
+                .trim_start_matches("config.")
+                .to_string()
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -64,20 +74,13 @@ fn run_label(overrides: &[String]) -> String {
 /// Run the matrix of `scenario` and write `propagation.{md,html,junit.xml}` under
 /// `out/<scenario>/propagate-<stamp>/`. Exit: 0 nothing flagged, 1 something flagged, 2 a bad
 /// manifest or scenario, 3 a run failed.
-pub async fn propagate_command(scenario: &Path, out: &Path, set: &[String]) -> Result<ExitStatus, CommandError> {
+pub async fn propagate_command(
+    scenario: &Path,
+    out: &Path,
+    set: &[String],
+) -> Result<ExitStatus, CommandError> {
     let (report, dir, failed) = run_matrix(scenario, out, set).await?;
-    let md = render::markdown(&report);
-    let junit = render::junit(&report)
-        .map_err(|e| CommandError::run_failed(format!("cannot render the JUnit report: {e}")))?;
-    let write = |name: &str, bytes: &[u8]| {
-        fsx::write_atomic(&dir.join(name), bytes).map_err(|e| CommandError::run_failed(e.to_string()))
-    };
-    write("propagation.md", md.as_bytes())?;
-    write("propagation.html", render::html(&report).as_bytes())?;
-    write("propagation.junit.xml", junit.as_bytes())?;
-    let json = serde_json::to_string_pretty(&report)
-        .map_err(|e| CommandError::run_failed(format!("cannot serialise the matrix: {e}")))?;
-    write("propagation.json", json.as_bytes())?;
+    let md = write_reports(&report, &dir)?;
     println!("{md}");
     println!("reports: {}", dir.display());
     let mut status = if report.flagged() > 0 {
@@ -91,6 +94,24 @@ pub async fn propagate_command(scenario: &Path, out: &Path, set: &[String]) -> R
     Ok(status)
 }
 
+/// Write `propagation.{md,html,junit.xml,json}` into `dir`; returns the Markdown.
+pub fn write_reports(report: &PropagationReport, dir: &Path) -> Result<String, CommandError> {
+    let md = render::markdown(report);
+    let junit = render::junit(report)
+        .map_err(|e| CommandError::run_failed(format!("cannot render the JUnit report: {e}")))?;
+    let json = serde_json::to_string_pretty(report)
+        .map_err(|e| CommandError::run_failed(format!("cannot serialise the matrix: {e}")))?;
+    let write = |name: &str, bytes: &[u8]| {
+        fsx::write_atomic(&dir.join(name), bytes)
+            .map_err(|e| CommandError::run_failed(e.to_string()))
+    };
+    write("propagation.md", md.as_bytes())?;
+    write("propagation.html", render::html(report).as_bytes())?;
+    write("propagation.junit.xml", junit.as_bytes())?;
+    write("propagation.json", json.as_bytes())?;
+    Ok(md)
+}
+
 /// Plan, run and judge; returns the report, its folder and whether any perturbed run failed.
 pub async fn run_matrix(
     scenario: &Path,
@@ -102,7 +123,8 @@ pub async fn run_matrix(
     let base = crate::spec::load_scenario(scenario, set).map_err(invalid)?;
     let base_config = base.config.to_json();
     let mpath = manifest_path(scenario, &base_config)?;
-    let m: KnobManifest = manifest::load(&mpath).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let m: KnobManifest =
+        manifest::load(&mpath).map_err(|e| CommandError::invalid(e.to_string()))?;
     let plan = verdict::plan_matrix(&m, &base_config);
 
     // Distinct runs by their override sets: baselines (per condition) and trials.
@@ -137,8 +159,16 @@ pub async fn run_matrix(
         let s = match crate::spec::load_scenario(scenario, &args) {
             Ok(s) => s,
             Err(e) => {
-                let msg = format!("the scenario does not load with {}: {e}", overrides.join(" "));
-                if !plan.trials.iter().zip(&trial_runs).any(|(_, (_, p))| *p == i) {
+                let msg = format!(
+                    "the scenario does not load with {}: {e}",
+                    overrides.join(" ")
+                );
+                if !plan
+                    .trials
+                    .iter()
+                    .zip(&trial_runs)
+                    .any(|(_, (_, p))| *p == i)
+                {
                     return Err(CommandError::invalid(msg));
                 }
                 results[i] = Some(RunResult::Failed(msg));
@@ -209,7 +239,11 @@ pub async fn run_matrix(
                     run_label(&runs[*b])
                 )))
             }
-            None => return Err(CommandError::run_failed("internal: a baseline run has no result")),
+            None => {
+                return Err(CommandError::run_failed(
+                    "internal: a baseline run has no result",
+                ))
+            }
         };
         let observed = match result(*p) {
             Some(RunResult::Ran { wire, config }) => Observed::Ran { wire, config },
@@ -221,8 +255,11 @@ pub async fn run_matrix(
         };
         cells[t.knob].push(judge_cell(&m, t, baseline, observed));
     }
-    let not_exercised: BTreeMap<usize, &str> =
-        plan.not_exercised.iter().map(|(i, why)| (*i, why.as_str())).collect();
+    let not_exercised: BTreeMap<usize, &str> = plan
+        .not_exercised
+        .iter()
+        .map(|(i, why)| (*i, why.as_str()))
+        .collect();
     let knobs = m
         .knobs
         .iter()

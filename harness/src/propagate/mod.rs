@@ -6,6 +6,7 @@
 //! should land; `wire` reads a run directory into comparable locations; `verdict` classifies;
 //! `render` writes the matrix.
 
+pub mod command;
 pub mod manifest;
 pub mod render;
 pub mod verdict;
