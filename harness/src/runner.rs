@@ -48,9 +48,14 @@ pub enum RunEnd {
         route: Option<String>,
     },
     /// A watchdog fired: no step within `timeouts.step`, or past `timeouts.run`.
-    Hang { reason: String, step: u64 },
+    Hang {
+        reason: String,
+        step: u64,
+    },
     /// Ctrl-C.
-    Interrupted { step: u64 },
+    Interrupted {
+        step: u64,
+    },
 }
 
 impl RunEnd {
@@ -66,7 +71,9 @@ impl RunEnd {
         match self {
             RunEnd::Completed => None,
             RunEnd::Failed { reason, .. } | RunEnd::Hang { reason, .. } => Some(reason.clone()),
-            RunEnd::Interrupted { step } => Some(format!("interrupted (Ctrl-C) during step {step}")),
+            RunEnd::Interrupted { step } => {
+                Some(format!("interrupted (Ctrl-C) during step {step}"))
+            }
         }
     }
 }
@@ -87,6 +94,8 @@ pub struct Executed {
 /// A backend running in-process, with what stops it.
 struct RunningBackend {
     url: String,
+    /// The start-up flags of an in-process server (what `--training-gpus` etc. would be).
+    flags: Option<Value>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -104,13 +113,13 @@ impl RunningBackend {
 
 async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
     let engine: Arc<dyn crate::backend::Engine> = match &plan.scenario.backend {
-        BackendSpec::Mock(script) => Arc::new(crate::backend::mock::MockEngine::new(
-            script.clone(),
-            plan.seed(),
-        )),
+        BackendSpec::Mock(script) => Arc::new(
+            crate::backend::mock::MockEngine::new(script.clone(), plan.scenario.seed)
+                .map_err(|e| CommandError::invalid(format!("mock backend: {e}")))?,
+        ),
         #[cfg(feature = "torch")]
         BackendSpec::Torch(spec) => Arc::new(
-            crate::backend::torch::TorchEngine::new(spec, plan.seed())
+            crate::backend::torch::TorchEngine::new(spec, plan.scenario.seed)
                 .map_err(|e| CommandError::run_failed(format!("torch backend: {e}")))?,
         ),
         #[cfg(not(feature = "torch"))]
@@ -122,6 +131,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
         BackendSpec::Remote { url } => {
             return Ok(RunningBackend {
                 url: url.trim_end_matches('/').to_string(),
+                flags: None,
                 stop: None,
                 task: None,
             })
@@ -137,7 +147,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
     let gpus = |k: &str, d: u64| {
         translate::lookup(&cfg, &format!("remote_backend.{k}"))
             .and_then(Value::as_u64)
-            .unwrap_or(d)
+            .unwrap_or(d) as u32
     };
     let opts = crate::backend::server::ServerOptions {
         training_gpus: gpus("training_gpus", 1),
@@ -145,6 +155,11 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
         log_prob_gpus: gpus("log_prob_gpus", 0),
         ..Default::default()
     };
+    let flags = json!({
+        "training_gpus": opts.training_gpus,
+        "sampling_gpus": opts.sampling_gpus,
+        "log_prob_gpus": opts.log_prob_gpus,
+    });
     let (router, _handle) = crate::backend::server::router(engine, opts);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -161,13 +176,18 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
     });
     Ok(RunningBackend {
         url: format!("http://{addr}"),
+        flags: Some(flags),
         stop: Some(tx),
         task: Some(task),
     })
 }
 
 /// Create `OUT/<scenario>/<run-id>/` and point `OUT/<scenario>/latest` at it.
-pub fn create_run_dir(out: &Path, scenario: &str, plan_hash: &str) -> Result<PathBuf, CommandError> {
+pub fn create_run_dir(
+    out: &Path,
+    scenario: &str,
+    plan_hash: &str,
+) -> Result<PathBuf, CommandError> {
     let base = out.join(scenario);
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
     let short = &plan_hash[..plan_hash.len().min(8)];
@@ -254,10 +274,18 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
 
     let mut csv = MetricsCsvWriter::create(&run_dir.join("metrics.csv"))
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
-    let steps = plan.steps();
+    let steps = plan.scenario.steps;
     let timeouts = plan.scenario.timeouts.clone();
 
     let backend = start_backend(&plan).await?;
+    if let Some(flags) = &backend.flags {
+        // What the server was started with, for the propagation check (`srv.*`).
+        fsx::write_atomic(
+            &run_dir.join("server_flags.json"),
+            flags.to_string().as_bytes(),
+        )
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    }
     let (tx, mut rx) = events::channel();
     let proxy_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -279,13 +307,18 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
     let driver_task = match &plan.scenario.driver {
         DriverSpec::Builtin(spec) => {
             let cfg = plan.scenario.config.to_json();
-            let translation = translate::translate(&cfg, steps)
-                .map_err(|e| CommandError::invalid(format!("{}: {e}", plan.scenario.path.display())))?;
+            let translation = translate::translate(&cfg, steps).map_err(|e| {
+                CommandError::invalid(format!("{}: {e}", plan.scenario.path.display()))
+            })?;
             let metrics = &plan.scenario.metrics;
-            let n_gpus = translate::Cfg(&cfg).f64_or("trainer.n_gpus_per_node", 1.0).unwrap_or(1.0)
-                * translate::Cfg(&cfg).f64_or("trainer.nnodes", 1.0).unwrap_or(1.0);
+            let n_gpus = translate::Cfg(&cfg)
+                .f64_or("trainer.n_gpus_per_node", 1.0)
+                .unwrap_or(1.0)
+                * translate::Cfg(&cfg)
+                    .f64_or("trainer.nnodes", 1.0)
+                    .unwrap_or(1.0);
             let run = DriverRun {
-                seed: plan.seed(),
+                seed: plan.scenario.seed,
                 steps,
                 spec: spec.clone(),
                 translation,
@@ -394,7 +427,15 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
     backend.shutdown().await;
     let ended = chrono::Utc::now();
     let metrics = csv.into_table();
-    write_manifest(&run_dir, &plan, opts, end.status(), end.reason(), started, Some(ended))?;
+    write_manifest(
+        &run_dir,
+        &plan,
+        opts,
+        end.status(),
+        end.reason(),
+        started,
+        Some(ended),
+    )?;
     Ok(Executed {
         plan,
         run_dir,
@@ -421,8 +462,8 @@ pub fn write_manifest(
         "scenario_path": plan.scenario.path,
         "status": status,
         "reason": reason,
-        "seed": plan.seed(),
-        "steps": plan.steps(),
+        "seed": plan.scenario.seed,
+        "steps": plan.scenario.steps,
         "harness_version": env!("CARGO_PKG_VERSION"),
         "git_commit": git_commit(),
         "host": hostname(),
@@ -433,7 +474,8 @@ pub fn write_manifest(
         "golden_root": opts.golden,
         "plan": plan.to_json(),
     });
-    let text = serde_json::to_string_pretty(&manifest).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    let text = serde_json::to_string_pretty(&manifest)
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
     fsx::write_atomic(&dir.join("run.json"), text.as_bytes())
         .map_err(|e| CommandError::run_failed(e.to_string()))
 }

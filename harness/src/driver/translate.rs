@@ -190,12 +190,18 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
     if clip > 0.0 {
         ds.insert("gradient_clipping".into(), json!(clip));
     }
-    let horizon = c
-        .opt_u64(&format!("{A}.optim.total_training_steps"))?
-        .filter(|&s| s > 0)
-        .or(c
-            .opt_u64("trainer.total_training_steps")?
-            .filter(|&s| s > 0))
+    // verl writes -1 (or null) for "let the trainer fill it in": only a positive count counts.
+    let positive = |path: &str| -> Result<Option<u64>, TranslateError> {
+        match c.raw(path) {
+            None => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .map(|i| u64::try_from(i).ok().filter(|&s| s > 0))
+                .ok_or_else(|| Cfg::err(path, "an integer", v)),
+        }
+    };
+    let horizon = positive(&format!("{A}.optim.total_training_steps"))?
+        .or(positive("trainer.total_training_steps")?)
         .unwrap_or(total_steps)
         * epochs
         * prompts.div_ceil(mini);
