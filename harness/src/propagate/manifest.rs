@@ -372,6 +372,34 @@ pub fn default_drift(leaves: &[(String, Value)], manifest: &KnobManifest) -> Vec
     problems
 }
 
+/// Everything `rlharness check` reports about one manifest file: parse and validation
+/// errors, then static coverage against its backend YAML (both directions) and default drift.
+/// The backend YAML is found relative to the folder above the manifest's (`scenarios/`).
+pub fn check_file(path: &Path) -> Vec<String> {
+    let m = match load(path) {
+        Ok(m) => m,
+        Err(e) => return vec![e.to_string()],
+    };
+    let root = path
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| Path::new("."));
+    let yaml_path = root.join(&m.backend_yaml);
+    let text = match crate::fsx::read_to_string(&yaml_path) {
+        Ok(t) => t,
+        Err(e) => return vec![format!("knob manifest {}: {e}", path.display())],
+    };
+    match yaml_leaves(&text, &yaml_path) {
+        Ok(leaves) => {
+            let paths: Vec<String> = leaves.iter().map(|(p, _)| p.clone()).collect();
+            let mut problems = coverage(&paths, &m);
+            problems.extend(default_drift(&leaves, &m));
+            problems
+        }
+        Err(e) => vec![e.to_string()],
+    }
+}
+
 /// Equality where `4` and `4.0` are the same number (YAML writers differ on that); types are
 /// judged separately.
 pub fn json_equal(a: &Value, b: &Value) -> bool {
@@ -499,6 +527,27 @@ mod shipped {
         let paths: Vec<String> = leaves.iter().map(|(p, _)| p.clone()).collect();
         assert_eq!(coverage(&paths, &m), Vec::<String>::new());
         assert_eq!(default_drift(&leaves, &m), Vec::<String>::new());
+        assert_eq!(
+            check_file(&scenarios().join("backends/arctic.knobs.yaml")),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn check_file_reports_a_key_missing_from_the_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("backends")).unwrap();
+        std::fs::write(dir.path().join("backends/x.yaml"), "a: 1\nb:\n  c: true\n").unwrap();
+        let manifest = dir.path().join("backends/x.knobs.yaml");
+        std::fs::write(
+            &manifest,
+            "backend: x\nbackend_yaml: backends/x.yaml\nbackend_prefix: rb\nknobs:\n  - {path: rb.a, default: 2, try: [3], consumers: [{at: meta.a}]}\n",
+        )
+        .unwrap();
+        let p = check_file(&manifest);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("`rb.b.c` has no entry"), "{p:?}");
+        assert!(p[1].contains("default 2 differs from 1"), "{p:?}");
     }
 
     #[test]
