@@ -10,7 +10,9 @@ use rlharness::spec::{discover, load_scenario, Origin, Scenario, SpecError, Spec
 use serde_json::json;
 
 fn shipped(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios")
+        .join(rel)
 }
 
 /// A scenarios root in a tempdir with the shipped defaults and Arctic backend files.
@@ -67,22 +69,47 @@ fn valid_scenario_layers_defaults_includes_and_file_values() {
     );
     let s = load(&p, &[]).unwrap();
     let c = &s.config;
-    assert_eq!(c.get("actor_rollout_ref.rollout.n").unwrap().value, json!(8));
+    assert_eq!(
+        c.get("actor_rollout_ref.rollout.n").unwrap().value,
+        json!(8)
+    );
     assert_eq!(
         c.get("actor_rollout_ref.rollout.n").unwrap().origin,
-        Origin::File { path: p.clone(), line: 10, col: 10 }
+        Origin::File {
+            path: p.clone(),
+            line: 10,
+            col: 10
+        }
     );
     // From the defaults file.
     let epochs = c.get("actor_rollout_ref.actor.ppo_epochs").unwrap();
     assert_eq!(epochs.value, json!(1));
-    assert!(matches!(&epochs.origin, Origin::Default { path, .. } if path.ends_with("defaults/verl.yaml")));
-    assert!(epochs.origin.to_string().starts_with("default ("), "{}", epochs.origin);
+    assert!(
+        matches!(&epochs.origin, Origin::Default { path, .. } if path.ends_with("defaults/verl.yaml"))
+    );
+    assert!(
+        epochs.origin.to_string().starts_with("default ("),
+        "{}",
+        epochs.origin
+    );
     // From the included file, overridden by a sibling key.
     assert_eq!(c.get("remote_backend.colocate").unwrap().value, json!(true));
-    assert!(c.get("remote_backend.colocate").unwrap().origin.to_string().contains("backends/arctic.yaml:"));
-    assert_eq!(c.get("remote_backend.train.zorro_train.enable").unwrap().value, json!(true));
+    assert!(c
+        .get("remote_backend.colocate")
+        .unwrap()
+        .origin
+        .to_string()
+        .contains("backends/arctic.yaml:"));
+    assert_eq!(
+        c.get("remote_backend.train.zorro_train.enable")
+            .unwrap()
+            .value,
+        json!(true)
+    );
     // Interpolation keeps the type and points to where the value comes from.
-    let mr = c.get("remote_backend.train.zorro_train.max_rollouts").unwrap();
+    let mr = c
+        .get("remote_backend.train.zorro_train.max_rollouts")
+        .unwrap();
     assert_eq!(mr.value, json!(8));
     match &mr.origin {
         Origin::Interpolated { from, origin } => {
@@ -97,9 +124,15 @@ fn valid_scenario_layers_defaults_includes_and_file_values() {
         json!("checkpoints/verl_examples/gsm8k")
     );
     // Subtrees, typed access, JSON.
-    assert_eq!(c.get("actor_rollout_ref.actor.optim.betas").unwrap().value, json!([0.9, 0.999]));
+    assert_eq!(
+        c.get("actor_rollout_ref.actor.optim.betas").unwrap().value,
+        json!([0.9, 0.999])
+    );
     assert!(c.get("remote_backend.train").unwrap().value.is_object());
-    assert_eq!(c.get_as::<f64>("actor_rollout_ref.actor.optim.lr").unwrap(), Some(1e-5));
+    assert_eq!(
+        c.get_as::<f64>("actor_rollout_ref.actor.optim.lr").unwrap(),
+        Some(1e-5)
+    );
     assert_eq!(c.get_as::<u64>("no.such.key").unwrap(), None);
     let e = c.get_as::<u64>("actor_rollout_ref.model.path").unwrap_err();
     assert_eq!(e.key_path, "config.actor_rollout_ref.model.path");
@@ -107,17 +140,35 @@ fn valid_scenario_layers_defaults_includes_and_file_values() {
     assert_eq!(c.to_json()["data"]["max_prompt_length"], json!(512));
     let leaves = c.leaves();
     assert!(leaves.windows(2).all(|w| w[0].0 < w[1].0));
-    assert!(leaves.iter().any(|(k, _)| k == "remote_backend.train.deepspeed.zero_optimization.offload_param.device"));
+    assert!(
+        leaves
+            .iter()
+            .any(|(k, _)| k
+                == "remote_backend.train.deepspeed.zero_optimization.offload_param.device")
+    );
     // Sources: scenario, defaults, include.
     assert_eq!(s.sources.len(), 3);
-    assert_eq!(s.origins["seed"], Origin::File { path: p.clone(), line: 3, col: 7 });
-    assert_eq!(s.origins["backend.kind"].to_string(), format!("{}:6:11", p.display()));
+    assert_eq!(
+        s.origins["seed"],
+        Origin::File {
+            path: p.clone(),
+            line: 3,
+            col: 7
+        }
+    );
+    assert_eq!(
+        s.origins["backend.kind"].to_string(),
+        format!("{}:6:17", p.display())
+    );
 }
 
 #[test]
 fn misspelled_config_key_names_file_line_col_and_path() {
     let r = Root::new();
-    let p = r.scenario("bad.yaml", "  actor_rollout_ref:\n    actor:\n      ppo_epoch: 2\n");
+    let p = r.scenario(
+        "bad.yaml",
+        "  actor_rollout_ref:\n    actor:\n      ppo_epoch: 2\n",
+    );
     let e = only_error(load(&p, &[]));
     assert_eq!(e.file, p);
     assert_eq!((e.line, e.col), (10, 7));
@@ -125,7 +176,13 @@ fn misspelled_config_key_names_file_line_col_and_path() {
     assert!(e.message.contains("unknown key `ppo_epoch`"), "{e}");
     assert!(e.message.contains("did you mean `ppo_epochs`?"), "{e}");
     let shown = e.to_string();
-    assert!(shown.starts_with(&format!("{}:10:7: config.actor_rollout_ref.actor.ppo_epoch: ", p.display())), "{shown}");
+    assert!(
+        shown.starts_with(&format!(
+            "{}:10:7: config.actor_rollout_ref.actor.ppo_epoch: ",
+            p.display()
+        )),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -139,12 +196,16 @@ fn misspelled_top_level_and_block_keys_are_all_reported() {
     let got: Vec<(usize, String)> = errs.iter().map(|e| (e.line, e.key_path.clone())).collect();
     assert_eq!(
         got,
-        vec![(5, "steeps".into()), (6, "driver.tsk".into()), (8, "timeouts.step".into())],
+        vec![
+            (5, "steeps".into()),
+            (6, "driver.tsk".into()),
+            (8, "timeouts.step".into())
+        ],
         "{errs}"
     );
     assert!(errs.0[0].message.contains("did you mean `steps`?"));
     assert!(errs.0[1].message.contains("unknown field `tsk`"));
-    assert!(errs.0[2].message.contains("unknown unit"), "{}", errs.0[2]);
+    assert!(errs.0[2].message.contains("invalid duration \"soon\""), "{}", errs.0[2]);
 }
 
 #[test]
@@ -158,10 +219,20 @@ fn wrong_type_says_what_was_expected() {
     assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 7, "seed"));
     assert_eq!(e.message, "invalid type: string \"one\", expected u64");
 
-    let p = r.scenario("bad2.yaml", "  actor_rollout_ref:\n    actor:\n      optim: 3\n");
+    let p = r.scenario(
+        "bad2.yaml",
+        "  actor_rollout_ref:\n    actor:\n      optim: 3\n",
+    );
     let e = only_error(load(&p, &[]));
-    assert_eq!((e.line, e.key_path.as_str()), (10, "config.actor_rollout_ref.actor.optim"));
-    assert!(e.message.starts_with("expected a mapping (with keys lr, weight_decay"), "{e}");
+    assert_eq!(
+        (e.line, e.key_path.as_str()),
+        (10, "config.actor_rollout_ref.actor.optim")
+    );
+    assert!(
+        e.message
+            .starts_with("expected a mapping (with keys lr, weight_decay"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -173,7 +244,11 @@ fn internally_tagged_backend_error_points_at_the_inner_key() {
     );
     let errs = load(&p, &[]).unwrap_err();
     let e = &errs.0[0];
-    assert_eq!((e.line, e.col, e.key_path.as_str()), (8, 3, "backend.ulr"), "{errs}");
+    assert_eq!(
+        (e.line, e.col, e.key_path.as_str()),
+        (8, 3, "backend.ulr"),
+        "{errs}"
+    );
     assert!(e.message.contains("unknown field `ulr`"), "{e}");
 
     let p = r.write(
@@ -182,34 +257,58 @@ fn internally_tagged_backend_error_points_at_the_inner_key() {
     );
     let e = only_error(load(&p, &[]));
     assert_eq!((e.line, e.col, e.key_path.as_str()), (8, 8, "backend.url"));
-    assert!(e.message.contains("invalid type: integer `7`, expected a string"), "{e}");
+    assert!(
+        e.message
+            .contains("invalid type: integer `7`, expected a string"),
+        "{e}"
+    );
 }
 
 #[test]
 fn bad_interpolations_are_errors_with_position() {
     let r = Root::new();
-    let p = r.scenario("missing.yaml", "  trainer:\n    experiment_name: run-${data.no_such}\n");
+    let p = r.scenario(
+        "missing.yaml",
+        "  trainer:\n    experiment_name: run-${data.no_such}\n",
+    );
     let e = only_error(load(&p, &[]));
-    assert_eq!((e.line, e.col, e.key_path.as_str()), (9, 22, "config.trainer.experiment_name"));
-    assert!(e.message.contains("`data.no_such`, which does not exist"), "{e}");
+    assert_eq!(
+        (e.line, e.col, e.key_path.as_str()),
+        (9, 22, "config.trainer.experiment_name")
+    );
+    assert!(
+        e.message.contains("`data.no_such`, which does not exist"),
+        "{e}"
+    );
 
     let p = r.scenario(
         "cycle.yaml",
         "  trainer:\n    project_name: ${trainer.experiment_name}\n    experiment_name: ${trainer.project_name}\n",
     );
     let errs = load(&p, &[]).unwrap_err();
-    assert!(errs.iter().any(|e| e.message.contains("interpolation cycle")), "{errs}");
+    assert!(
+        errs.iter()
+            .any(|e| e.message.contains("interpolation cycle")),
+        "{errs}"
+    );
     assert!(errs.iter().all(|e| e.file == p && e.line >= 9), "{errs}");
 }
 
 #[test]
 fn missing_include_names_the_include_key() {
     let r = Root::new();
-    let p = r.scenario("inc.yaml", "  remote_backend:\n    include: backends/nope.yaml\n");
+    let p = r.scenario(
+        "inc.yaml",
+        "  remote_backend:\n    include: backends/nope.yaml\n",
+    );
     let e = only_error(load(&p, &[]));
     assert_eq!((e.line, e.col), (9, 5));
     assert_eq!(e.key_path, "config.remote_backend.include");
-    assert!(e.message.contains("included file `backends/nope.yaml` not found"), "{e}");
+    assert!(
+        e.message
+            .contains("included file `backends/nope.yaml` not found"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -227,9 +326,15 @@ fn included_file_keys_are_checked_against_the_include() {
 #[test]
 fn scenarios_in_subfolders_include_relative_to_the_root() {
     let r = Root::new();
-    let p = r.scenario("deep/er/x.yaml", "  remote_backend:\n    include: backends/arctic.yaml\n");
+    let p = r.scenario(
+        "deep/er/x.yaml",
+        "  remote_backend:\n    include: backends/arctic.yaml\n",
+    );
     let s = load(&p, &[]).unwrap();
-    assert_eq!(s.config.get("remote_backend.comms.protocol").unwrap().value, json!("ray"));
+    assert_eq!(
+        s.config.get("remote_backend.comms.protocol").unwrap().value,
+        json!("ray")
+    );
 }
 
 #[test]
@@ -252,25 +357,50 @@ fn set_overrides_apply_with_provenance() {
     )
     .unwrap();
     assert_eq!(s.steps, 5);
-    assert_eq!(s.origins["steps"], Origin::Set { arg: "steps=5".into() });
+    assert_eq!(
+        s.origins["steps"],
+        Origin::Set {
+            arg: "steps=5".into()
+        }
+    );
     assert_eq!(
         s.backend,
-        rlharness::backend::BackendSpec::Remote { url: "http://127.0.0.1:7000".into() }
+        rlharness::backend::BackendSpec::Remote {
+            url: "http://127.0.0.1:7000".into()
+        }
     );
     let n = s.config.get("actor_rollout_ref.rollout.n").unwrap();
     assert_eq!(n.value, json!(16));
-    assert_eq!(n.origin.to_string(), "--set config.actor_rollout_ref.rollout.n=16");
+    assert_eq!(
+        n.origin.to_string(),
+        "--set config.actor_rollout_ref.rollout.n=16"
+    );
     // The interpolation follows the override.
-    let mr = s.config.get("remote_backend.train.zorro_train.max_rollouts").unwrap();
+    let mr = s
+        .config
+        .get("remote_backend.train.zorro_train.max_rollouts")
+        .unwrap();
     assert_eq!(mr.value, json!(16));
     assert_eq!(
         mr.origin.to_string(),
         "${actor_rollout_ref.rollout.n} <- --set config.actor_rollout_ref.rollout.n=16"
     );
-    assert_eq!(s.config.get("actor_rollout_ref.actor.optim.betas").unwrap().value, json!([0.9, 0.95]));
-    assert_eq!(s.config.get("trainer.extra_knob").unwrap().value, json!("x"));
-    // The root mapping keeps its own provenance.
-    assert!(matches!(s.config.get("").unwrap().origin, Origin::Default { .. }));
+    assert_eq!(
+        s.config
+            .get("actor_rollout_ref.actor.optim.betas")
+            .unwrap()
+            .value,
+        json!([0.9, 0.95])
+    );
+    assert_eq!(
+        s.config.get("trainer.extra_knob").unwrap().value,
+        json!("x")
+    );
+    // The root mapping keeps the provenance of the scenario's `config` (its first key), not of a `--set`.
+    assert!(matches!(
+        s.config.get("").unwrap().origin,
+        Origin::File { line: 8, .. }
+    ));
 }
 
 #[test]
@@ -278,9 +408,15 @@ fn bad_set_overrides_are_errors() {
     let r = Root::new();
     let p = r.scenario("s.yaml", "  data:\n    train_batch_size: 8\n");
     let e = only_error(load(&p, &["config.actor_rollout_ref.actor.optim.lrr=1"]));
-    assert_eq!(e.file, PathBuf::from("--set config.actor_rollout_ref.actor.optim.lrr=1"));
+    assert_eq!(
+        e.file,
+        PathBuf::from("--set config.actor_rollout_ref.actor.optim.lrr=1")
+    );
     assert_eq!(e.key_path, "config.actor_rollout_ref.actor.optim.lrr");
-    assert!(e.message.contains("did you mean `lr`?") && e.message.contains("`+`"), "{e}");
+    assert!(
+        e.message.contains("did you mean `lr`?") && e.message.contains("`+`"),
+        "{e}"
+    );
     let e = only_error(load(&p, &["+config.data.train_batch_size=3"]));
     assert!(e.message.contains("already exists"), "{e}");
     let e = only_error(load(&p, &["stepz=3"]));
@@ -293,8 +429,18 @@ fn bad_set_overrides_are_errors() {
     let e = only_error(load(&p, &["seed"]));
     assert!(e.message.contains("KEY=VALUE"), "{e}");
     // ++ adds or replaces.
-    let s = load(&p, &["++config.data.train_batch_size=3", "++config.data.new_one=1"]).unwrap();
-    assert_eq!(s.config.get("data.train_batch_size").unwrap().value, json!(3));
+    let s = load(
+        &p,
+        &[
+            "++config.data.train_batch_size=3",
+            "++config.data.new_one=1",
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        s.config.get("data.train_batch_size").unwrap().value,
+        json!(3)
+    );
 }
 
 #[test]
@@ -312,8 +458,14 @@ fn run_plan_hashes_origins_and_differing_knobs() {
     let j = plan.to_json();
     assert_eq!(j["seed"], json!(9));
     assert_eq!(j["origins"]["seed"], json!("--set seed=9"));
-    assert_eq!(j["config"]["actor_rollout_ref.rollout.n"]["value"], json!(8));
-    assert_eq!(j["config"]["actor_rollout_ref.rollout.n"]["default"], json!(1));
+    assert_eq!(
+        j["config"]["actor_rollout_ref.rollout.n"]["value"],
+        json!(8)
+    );
+    assert_eq!(
+        j["config"]["actor_rollout_ref.rollout.n"]["default"],
+        json!(1)
+    );
     assert_eq!(
         j["config"]["actor_rollout_ref.rollout.n"]["origin"],
         json!(format!("{}:10:10", p.display()))
@@ -323,7 +475,10 @@ fn run_plan_hashes_origins_and_differing_knobs() {
     // ppo_epochs is set to its default value: not a difference. max_rollouts follows n.
     assert_eq!(
         paths,
-        vec!["actor_rollout_ref.rollout.n", "remote_backend.train.zorro_train.max_rollouts"],
+        vec![
+            "actor_rollout_ref.rollout.n",
+            "remote_backend.train.zorro_train.max_rollouts"
+        ],
         "{diff:?}"
     );
     assert_eq!(diff[0].1, json!(1));
@@ -333,10 +488,16 @@ fn run_plan_hashes_origins_and_differing_knobs() {
     let same = load(&p, &[]).unwrap();
     assert_eq!(RunPlan::new(same, Some(9), None).plan_hash, plan.plan_hash);
     let changed = load(&p, &["config.actor_rollout_ref.rollout.n=4"]).unwrap();
-    assert_ne!(RunPlan::new(changed, Some(9), None).plan_hash, plan.plan_hash);
+    assert_ne!(
+        RunPlan::new(changed, Some(9), None).plan_hash,
+        plan.plan_hash
+    );
     let p2 = r.write(
         "s2.yaml",
-        &format!("# a comment changes the file, not the plan\n{}", std::fs::read_to_string(&p).unwrap()),
+        &format!(
+            "# a comment changes the file, not the plan\n{}",
+            std::fs::read_to_string(&p).unwrap()
+        ),
     );
     let moved = RunPlan::new(load(&p2, &[]).unwrap(), Some(9), None);
     assert_eq!(moved.plan_hash, plan.plan_hash);
@@ -380,14 +541,36 @@ fn check_reports_scenario_errors_and_lint_issues() {
     let text = render_check(&outcome);
     let bad = r.root.join("bad.yaml");
     assert!(
-        text.contains(&format!("error: {}:9:5: config.data.train_batch_sise: unknown key", bad.display())),
+        text.contains(&format!(
+            "error: {}:9:5: config.data.train_batch_sise: unknown key",
+            bad.display()
+        )),
         "{text}"
     );
     let sloppy = r.root.join("backends/sloppy.yaml");
-    assert!(text.contains(&format!("error: {}:2: inline comment", sloppy.display())), "{text}");
-    assert!(text.contains(&format!("error: {}:2: field `a` must be followed by a blank line", sloppy.display())), "{text}");
-    assert!(text.contains(&format!("error: {}:3: field `b` has no comment", sloppy.display())), "{text}");
-    assert!(text.trim_end().ends_with("4 errors in 2 files (2 scenarios and 3 backend/defaults files checked)"), "{text}");
+    assert!(
+        text.contains(&format!("error: {}:2: inline comment", sloppy.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "error: {}:2: field `a` must be followed by a blank line",
+            sloppy.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "error: {}:3: field `b` has no comment",
+            sloppy.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.trim_end()
+            .ends_with("4 errors in 2 files (2 scenarios and 3 backend/defaults files checked)"),
+        "{text}"
+    );
     let lint_count = outcome
         .files
         .iter()
@@ -400,7 +583,10 @@ fn check_reports_scenario_errors_and_lint_issues() {
     std::fs::remove_file(r.root.join("backends/sloppy.yaml")).unwrap();
     let outcome = check(std::slice::from_ref(&r.root));
     assert!(outcome.is_ok(), "{}", render_check(&outcome));
-    assert_eq!(render_check(&outcome), "ok: 1 scenario and 2 backend/defaults files valid\n");
+    assert_eq!(
+        render_check(&outcome),
+        "ok: 1 scenario and 2 backend/defaults files valid\n"
+    );
 }
 
 #[test]
@@ -418,12 +604,17 @@ fn list_shows_runnability() {
     assert_eq!(by_file("plain.yaml").runnable, Ok(()));
     assert_eq!(
         by_file("needs.yaml").runnable,
-        Err(vec!["needs command `definitely-not-a-command-rlh` on PATH".to_string()])
+        Err(vec![
+            "needs command `definitely-not-a-command-rlh` on PATH".to_string()
+        ])
     );
     assert!(by_file("broken.yaml").runnable.is_err());
     let table = render_list(&entries);
     assert!(table.starts_with("SCENARIO"), "{table}");
-    assert!(table.contains("command definitely-not-a-command-rlh"), "{table}");
+    assert!(
+        table.contains("command definitely-not-a-command-rlh"),
+        "{table}"
+    );
 }
 
 #[test]

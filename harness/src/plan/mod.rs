@@ -48,15 +48,29 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
 }
 
 impl RunPlan {
-    pub fn new(mut scenario: Scenario, seed_override: Option<u64>, steps_override: Option<u64>) -> Self {
+    pub fn new(
+        mut scenario: Scenario,
+        seed_override: Option<u64>,
+        steps_override: Option<u64>,
+    ) -> Self {
         let mut origins = scenario.origins.clone();
         if let Some(seed) = seed_override {
             scenario.seed = seed;
-            origins.insert("seed".into(), Origin::Set { arg: format!("seed={seed}") });
+            origins.insert(
+                "seed".into(),
+                Origin::Set {
+                    arg: format!("seed={seed}"),
+                },
+            );
         }
         if let Some(steps) = steps_override {
             scenario.steps = steps;
-            origins.insert("steps".into(), Origin::Set { arg: format!("steps={steps}") });
+            origins.insert(
+                "steps".into(),
+                Origin::Set {
+                    arg: format!("steps={steps}"),
+                },
+            );
         }
         let mut hasher = Sha256::new();
         for source in &scenario.sources {
@@ -138,7 +152,10 @@ impl RunPlan {
                 "overrides".into(),
                 Value::Array(s.overrides.iter().cloned().map(Value::String).collect()),
             );
-            m.insert("scenario_hash".into(), Value::String(self.scenario_hash.clone()));
+            m.insert(
+                "scenario_hash".into(),
+                Value::String(self.scenario_hash.clone()),
+            );
             m.insert("plan_hash".into(), Value::String(self.plan_hash.clone()));
         }
         v

@@ -137,7 +137,11 @@ pub fn render_check(outcome: &CheckOutcome) -> String {
         .count();
     let layers = outcome.files.len() - scenarios;
     let errors = outcome.error_count();
-    let bad = outcome.files.iter().filter(|f| !f.errors.is_empty()).count();
+    let bad = outcome
+        .files
+        .iter()
+        .filter(|f| !f.errors.is_empty())
+        .count();
     if errors == 0 {
         let _ = writeln!(
             out,

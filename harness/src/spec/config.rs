@@ -209,7 +209,10 @@ impl Layering {
     }
 
     fn error(&mut self, pos: &Pos, path: &str, message: String) {
-        push_unique(&mut self.errors, SpecError::at(pos, join_path("config", path), message));
+        push_unique(
+            &mut self.errors,
+            SpecError::at(pos, join_path("config", path), message),
+        );
     }
 
     /// Apply `over` onto `base` at `path`. With `strict`, keys must exist in `base` (the
@@ -340,8 +343,10 @@ impl Layering {
                     match &item.value {
                         SpannedValue::Str(s) => out.push((s.as_str(), &item.pos)),
                         other => {
-                            let message =
-                                format!("expected an include path (a string), found {}", other.kind());
+                            let message = format!(
+                                "expected an include path (a string), found {}",
+                                other.kind()
+                            );
                             self.error(&item.pos, &join_path(path, "include"), message);
                         }
                     }
@@ -619,7 +624,9 @@ fn parse_template(s: &str) -> Result<Vec<Part>, String> {
             rest = r;
         } else if let Some(r) = rest.strip_prefix("${") {
             let Some(end) = r.find('}') else {
-                return Err(format!("unterminated interpolation in {s:?}: expected `}}`"));
+                return Err(format!(
+                    "unterminated interpolation in {s:?}: expected `}}`"
+                ));
             };
             let reference = r[..end].trim();
             if reference.contains("${") {
@@ -716,7 +723,11 @@ impl<'a> Resolver<'a> {
                 .map(|p| dotted(p))
                 .collect();
             chain.push(dotted(path));
-            let at = self.root.lookup(from).map(|n| n.pos.clone()).unwrap_or_else(|| self.root.pos.clone());
+            let at = self
+                .root
+                .lookup(from)
+                .map(|n| n.pos.clone())
+                .unwrap_or_else(|| self.root.pos.clone());
             return Err(SpecError::at(
                 &at,
                 join_path("config", &dotted(from)),
@@ -771,7 +782,11 @@ impl<'a> Resolver<'a> {
     fn resolve_leaf_inner(&mut self, path: &[String]) -> Result<SpannedNode, SpecError> {
         let root = self.root;
         let Some(node) = root.lookup(path) else {
-            return Err(SpecError::at(&root.pos, dotted(path), "internal: missing node"));
+            return Err(SpecError::at(
+                &root.pos,
+                dotted(path),
+                "internal: missing node",
+            ));
         };
         let SpannedValue::Str(template) = &node.value else {
             return Ok(node.clone());
@@ -928,7 +943,9 @@ pub fn layer_config(
             SpannedValue::Null => {}
             other => {
                 let message = format!("expected a mapping, found {}", other.kind());
-                layering.errors.push(SpecError::at(&cfg.pos, "config", message));
+                layering
+                    .errors
+                    .push(SpecError::at(&cfg.pos, "config", message));
             }
         }
     }
@@ -975,12 +992,25 @@ mod tests {
     fn missing_target_and_cycles_are_errors_with_positions() {
         let (_, errs) = resolve("a: 1\nb: ${a.x}\n");
         assert_eq!(errs.len(), 1);
-        assert_eq!((errs[0].line, errs[0].col, errs[0].key_path.as_str()), (2, 4, "config.b"));
-        assert!(errs[0].message.contains("`a.x`, which does not exist"), "{}", errs[0]);
+        assert_eq!(
+            (errs[0].line, errs[0].col, errs[0].key_path.as_str()),
+            (2, 4, "config.b")
+        );
+        assert!(
+            errs[0].message.contains("`a.x`, which does not exist"),
+            "{}",
+            errs[0]
+        );
 
         let (_, errs) = resolve("a: ${b}\nb: ${c}\nc: ${a}\n");
         assert_eq!(errs.len(), 1, "{errs:?}");
-        assert!(errs[0].message.contains("interpolation cycle: a -> b -> c -> a"), "{}", errs[0]);
+        assert!(
+            errs[0]
+                .message
+                .contains("interpolation cycle: a -> b -> c -> a"),
+            "{}",
+            errs[0]
+        );
 
         let (_, errs) = resolve("a: ${oc.env:HOME}\nb: ${x\nc: \\${not}\n");
         assert_eq!(errs.len(), 2, "{errs:?}");
@@ -992,7 +1022,10 @@ mod tests {
     fn escaped_dollar_is_literal() {
         let (n, errs) = resolve("c: \\${not}\n");
         assert!(errs.is_empty());
-        assert_eq!(n.get("c").unwrap().value, SpannedValue::Str("${not}".into()));
+        assert_eq!(
+            n.get("c").unwrap().value,
+            SpannedValue::Str("${not}".into())
+        );
     }
 
     #[test]
@@ -1002,8 +1035,14 @@ mod tests {
         assert_eq!(o.value.to_json(), serde_json::json!([1, 2]));
         assert_eq!(o.value.origin.to_string(), "--set config.a.b=[1, 2]");
         assert_eq!(Override::parse("+x=1").unwrap().plus, 1);
-        assert_eq!(Override::parse("++x='1'").unwrap().value.to_json(), serde_json::json!("1"));
-        assert_eq!(Override::parse("x=").unwrap().value.to_json(), serde_json::json!(""));
+        assert_eq!(
+            Override::parse("++x='1'").unwrap().value.to_json(),
+            serde_json::json!("1")
+        );
+        assert_eq!(
+            Override::parse("x=").unwrap().value.to_json(),
+            serde_json::json!("")
+        );
         assert!(Override::parse("noequals").is_err());
         assert!(Override::parse("a..b=1").is_err());
         assert!(Override::parse("a=[1").is_err());
@@ -1020,6 +1059,10 @@ mod tests {
         assert!(e.message.contains("did you mean `lr`"), "{e}");
         l.errors.clear();
         l.apply(&mut base, node("a: 3\n"), "", true);
-        assert!(l.errors[0].message.contains("expected a mapping"), "{}", l.errors[0]);
+        assert!(
+            l.errors[0].message.contains("expected a mapping"),
+            "{}",
+            l.errors[0]
+        );
     }
 }

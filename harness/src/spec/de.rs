@@ -56,11 +56,26 @@ pub fn from_node<'a, T: de::Deserialize<'a>>(
     node: &'a SpannedNode,
     path: &str,
 ) -> Result<T, SpecError> {
-    T::deserialize(NodeDe {
+    let r = T::deserialize(NodeDe {
         node,
         path: path.to_string(),
+    });
+    located(node, path, r).map_err(|e| e.into_spec(node, path))
+}
+
+/// Give an error without a position the position of `node`, or of the node inside it that
+/// the message names. Called both inside a node's deserializer and around each call that
+/// deserializes a node, because serde finishes tagged enums after the deserializer returned.
+fn located<T>(node: &SpannedNode, path: &str, r: Result<T, DeError>) -> Result<T, DeError> {
+    r.map_err(|mut e| {
+        if e.at.is_none() {
+            e.at = Some(
+                refine(node, path, &e.message)
+                    .unwrap_or_else(|| (node.pos.clone(), path.to_string())),
+            );
+        }
+        e
     })
-    .map_err(|e| e.into_spec(node, path))
 }
 
 /// A deserializer over one node, knowing its key path.
@@ -71,15 +86,7 @@ pub struct NodeDe<'a> {
 
 impl<'a> NodeDe<'a> {
     fn locate<T>(&self, r: Result<T, DeError>) -> Result<T, DeError> {
-        r.map_err(|mut e| {
-            if e.at.is_none() {
-                e.at = Some(
-                    refine(self.node, &self.path, &e.message)
-                        .unwrap_or_else(|| (self.node.pos.clone(), self.path.clone())),
-                );
-            }
-            e
-        })
+        located(self.node, &self.path, r)
     }
 
     fn visit_any<V: Visitor<'a>>(&self, visitor: V) -> Result<V::Value, DeError> {
@@ -133,9 +140,11 @@ fn refine(root: &SpannedNode, path: &str, message: &str) -> Option<(Pos, String)
     let want = if let Some(key) = backticked(message, "unknown field ") {
         Want::Key(key)
     } else if let Some(v) = backticked(message, "unknown variant ") {
-        return find(root, path, &mut |n| {
-            matches!(&n.value, SpannedValue::Str(s) if s == v)
-        });
+        return find(
+            root,
+            path,
+            &mut |n| matches!(&n.value, SpannedValue::Str(s) if s == v),
+        );
     } else if let Some(rest) = message
         .strip_prefix("invalid type: ")
         .or_else(|| message.strip_prefix("invalid value: "))
@@ -154,7 +163,10 @@ fn refine(root: &SpannedNode, path: &str, message: &str) -> Option<(Pos, String)
     }
 }
 
-fn children<'n>(node: &'n SpannedNode, path: &str) -> Vec<(Option<&'n Pos>, String, &'n SpannedNode)> {
+fn children<'n>(
+    node: &'n SpannedNode,
+    path: &str,
+) -> Vec<(Option<&'n Pos>, String, &'n SpannedNode)> {
     match &node.value {
         SpannedValue::Map(entries) => entries
             .iter()
@@ -271,7 +283,11 @@ impl<'a> de::Deserializer<'a> for NodeDe<'a> {
         self.locate(r)
     }
 
-    fn deserialize_tuple<V: Visitor<'a>>(self, _len: usize, visitor: V) -> Result<V::Value, DeError> {
+    fn deserialize_tuple<V: Visitor<'a>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
         self.deserialize_seq(visitor)
     }
 
@@ -344,7 +360,11 @@ impl<'a> de::SeqAccess<'a> for SeqDe<'a, '_> {
         };
         let path = format!("{}[{}]", self.path, self.index);
         self.index += 1;
-        seed.deserialize(NodeDe { node, path }).map(Some)
+        let r = seed.deserialize(NodeDe {
+            node,
+            path: path.clone(),
+        });
+        located(node, &path, r).map(Some)
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -361,26 +381,33 @@ struct MapDe<'a, 'p> {
 impl<'a> de::MapAccess<'a> for MapDe<'a, '_> {
     type Error = DeError;
 
-    fn next_key_seed<K: DeserializeSeed<'a>>(&mut self, seed: K) -> Result<Option<K::Value>, DeError> {
+    fn next_key_seed<K: DeserializeSeed<'a>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, DeError> {
         let Some((key, key_pos, node)) = self.entries.next() else {
             return Ok(None);
         };
         let path = join_path(self.path, key);
-        let k = seed
-            .deserialize(KeyDe { key })
-            .map_err(|mut e: DeError| {
-                if e.at.is_none() {
-                    e.at = Some((key_pos.clone(), path.clone()));
-                }
-                e
-            })?;
+        let k = seed.deserialize(KeyDe { key }).map_err(|mut e: DeError| {
+            if e.at.is_none() {
+                e.at = Some((key_pos.clone(), path.clone()));
+            }
+            e
+        })?;
         self.value = Some((node, path));
         Ok(Some(k))
     }
 
     fn next_value_seed<V: DeserializeSeed<'a>>(&mut self, seed: V) -> Result<V::Value, DeError> {
         match self.value.take() {
-            Some((node, path)) => seed.deserialize(NodeDe { node, path }),
+            Some((node, path)) => {
+                let r = seed.deserialize(NodeDe {
+                    node,
+                    path: path.clone(),
+                });
+                located(node, &path, r)
+            }
             None => Err(de::Error::custom("value requested before its key")),
         }
     }
@@ -420,7 +447,10 @@ impl<'a> de::EnumAccess<'a> for EnumDe<'a> {
     type Error = DeError;
     type Variant = NodeDe<'a>;
 
-    fn variant_seed<V: DeserializeSeed<'a>>(self, seed: V) -> Result<(V::Value, NodeDe<'a>), DeError> {
+    fn variant_seed<V: DeserializeSeed<'a>>(
+        self,
+        seed: V,
+    ) -> Result<(V::Value, NodeDe<'a>), DeError> {
         let key_pos = self.key_pos.clone();
         let path = self.path.clone();
         let v = seed.deserialize(KeyDe { key: self.key }).map_err(|mut e| {
@@ -525,7 +555,13 @@ mod tests {
         assert_eq!(top.optim.lr, 1.0);
         assert_eq!(top.optim.betas, vec![0.9, 1.0]);
         assert_eq!(top.optim.steps, None);
-        assert_eq!(top.backend, Backend::Mock(Inner { offset: -0.5, name: String::new() }));
+        assert_eq!(
+            top.backend,
+            Backend::Mock(Inner {
+                offset: -0.5,
+                name: String::new()
+            })
+        );
         assert_eq!(top.mode, Some(Mode::Slow { factor: 2 }));
         let top = de("optim: {lr: 1}\nbackend: {kind: none}\nmode: fast\n").unwrap();
         assert_eq!(top.backend, Backend::None);
@@ -536,7 +572,11 @@ mod tests {
     fn unknown_field_points_at_the_key() {
         let e = de("optim:\n  lr: 1\n  lrr: 2\nbackend: {kind: none}\n").unwrap_err();
         assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 3, "optim.lrr"));
-        assert!(e.message.starts_with("unknown field `lrr`, expected one of"), "{e}");
+        assert!(
+            e.message
+                .starts_with("unknown field `lrr`, expected one of"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -545,19 +585,28 @@ mod tests {
         assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 10, "optim.steps"));
         assert_eq!(e.message, "invalid type: string \"many\", expected u64");
         let e = de("optim:\n  lr: 1\n  betas: [0.9, x]\nbackend: {kind: none}\n").unwrap_err();
-        assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 17, "optim.betas[1]"));
+        assert_eq!(
+            (e.line, e.col, e.key_path.as_str()),
+            (3, 16, "optim.betas[1]")
+        );
     }
 
     #[test]
     fn internally_tagged_enum_errors_point_inside_the_mapping() {
         let text = "optim: {lr: 1}\nbackend:\n  kind: mock\n  ofset: 1\n";
         let e = de(text).unwrap_err();
-        assert_eq!((e.line, e.col, e.key_path.as_str()), (4, 3, "backend.ofset"));
+        assert_eq!(
+            (e.line, e.col, e.key_path.as_str()),
+            (4, 3, "backend.ofset")
+        );
         assert!(e.message.contains("unknown field `ofset`"), "{e}");
 
         let text = "optim: {lr: 1}\nbackend:\n  kind: mock\n  offset: lots\n";
         let e = de(text).unwrap_err();
-        assert_eq!((e.line, e.col, e.key_path.as_str()), (4, 11, "backend.offset"));
+        assert_eq!(
+            (e.line, e.col, e.key_path.as_str()),
+            (4, 11, "backend.offset")
+        );
         assert!(e.message.contains("invalid type: string \"lots\""), "{e}");
 
         let text = "optim: {lr: 1}\nbackend:\n  kind: mok\n";

@@ -116,7 +116,10 @@ pub(crate) fn push_unique(errors: &mut Vec<SpecError>, e: SpecError) {
 }
 
 /// The closest candidate to a misspelled name, for "did you mean" hints.
-pub(crate) fn closest<'c>(name: &str, candidates: impl IntoIterator<Item = &'c str>) -> Option<&'c str> {
+pub(crate) fn closest<'c>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'c str>,
+) -> Option<&'c str> {
     let limit = (name.len() / 3).max(2);
     candidates
         .into_iter()
@@ -157,7 +160,10 @@ mod tests {
     #[test]
     fn closest_suggests_near_names_only() {
         assert_eq!(closest("lrr", ["lr", "betas"]), Some("lr"));
-        assert_eq!(closest("ppo_epoch", ["ppo_epochs", "clip_ratio"]), Some("ppo_epochs"));
+        assert_eq!(
+            closest("ppo_epoch", ["ppo_epochs", "clip_ratio"]),
+            Some("ppo_epochs")
+        );
         assert_eq!(closest("zzzzzz", ["lr", "betas"]), None);
     }
 }

@@ -139,7 +139,10 @@ pub fn layer_files(root: &Path) -> Vec<PathBuf> {
         };
         for entry in entries.flatten() {
             let p = entry.path();
-            let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default();
             let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
             if p.is_file() && yaml && !name.ends_with(".knobs.yaml") && !name.starts_with('.') {
                 out.push(p);
@@ -172,7 +175,10 @@ mod tests {
         let missing_comment = "# A.\na: 1\n\nb: 2\n";
         assert_eq!(
             lint(missing_comment),
-            vec![(4, "field `b` has no comment line directly above it".to_string())]
+            vec![(
+                4,
+                "field `b` has no comment line directly above it".to_string()
+            )]
         );
         let missing_blank = "# A.\na: 1\n# B.\nb: 2\n";
         assert_eq!(
@@ -182,12 +188,18 @@ mod tests {
         let nested = "# T.\ntrain:\n  # X.\n  x: 1\n";
         assert_eq!(
             lint(nested),
-            vec![(2, "field `train` must be followed by a blank line".to_string())]
+            vec![(
+                2,
+                "field `train` must be followed by a blank line".to_string()
+            )]
         );
         let inline = "# A.\na: 1  # one\n";
         assert_eq!(
             lint(inline),
-            vec![(2, "inline comment; move it to its own line above the field".to_string())]
+            vec![(
+                2,
+                "inline comment; move it to its own line above the field".to_string()
+            )]
         );
         let comment_separated_by_blank = "# A.\n\na: 1\n";
         assert_eq!(lint(comment_separated_by_blank).len(), 1);

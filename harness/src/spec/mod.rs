@@ -164,7 +164,8 @@ impl Requires {
                             } else {
                                 names.join(", ")
                             };
-                            reasons.push(format!("needs a GPU named like `{want}`, found: {found}"));
+                            reasons
+                                .push(format!("needs a GPU named like `{want}`, found: {found}"));
                         }
                     }
                 }
@@ -213,13 +214,25 @@ impl Requires {
 #[serde(deny_unknown_fields)]
 pub struct Timeouts {
     /// One training step.
-    #[serde(default, deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    #[serde(
+        default,
+        deserialize_with = "de_duration",
+        serialize_with = "ser_duration"
+    )]
     pub step: Option<Duration>,
     /// The whole run.
-    #[serde(default, deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    #[serde(
+        default,
+        deserialize_with = "de_duration",
+        serialize_with = "ser_duration"
+    )]
     pub run: Option<Duration>,
     /// One HTTP request to the backend.
-    #[serde(default, deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    #[serde(
+        default,
+        deserialize_with = "de_duration",
+        serialize_with = "ser_duration"
+    )]
     pub request: Option<Duration>,
 }
 
@@ -255,8 +268,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn seconds(x: f64) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(x)
-        .map_err(|_| format!("invalid duration {x}: expected a finite, non-negative number of seconds"))
+    Duration::try_from_secs_f64(x).map_err(|_| {
+        format!("invalid duration {x}: expected a finite, non-negative number of seconds")
+    })
 }
 
 fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
@@ -281,7 +295,11 @@ fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration
         fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
             u64::try_from(v)
                 .map(|s| Some(Duration::from_secs(s)))
-                .map_err(|_| E::custom(format!("invalid duration {v}: expected a non-negative number of seconds")))
+                .map_err(|_| {
+                    E::custom(format!(
+                        "invalid duration {v}: expected a non-negative number of seconds"
+                    ))
+                })
         }
         fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
             seconds(v).map(Some).map_err(E::custom)
@@ -347,7 +365,9 @@ fn apply_top_override(root: &mut SpannedNode, ov: &Override) -> Result<(), SpecE
                         return Err(SpecError::at(
                             &pos,
                             path,
-                            format!("`{here}` is a sequence of {len}; expected an index below {len}"),
+                            format!(
+                                "`{here}` is a sequence of {len}; expected an index below {len}"
+                            ),
                         ))
                     }
                 }
@@ -356,7 +376,10 @@ fn apply_top_override(root: &mut SpannedNode, ov: &Override) -> Result<(), SpecE
                 return Err(SpecError::at(
                     &pos,
                     path,
-                    format!("cannot set a key inside `{here}`: it is {}, not a mapping", other.kind()),
+                    format!(
+                        "cannot set a key inside `{here}`: it is {}, not a mapping",
+                        other.kind()
+                    ),
                 ))
             }
         };
@@ -392,7 +415,8 @@ fn valid_name(name: &str) -> bool {
 /// `--set KEY=VALUE` arguments; KEY is a dotted path from the scenario root. Every error found
 /// is returned, not only the first.
 pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, SpecErrors> {
-    let text = crate::fsx::read_to_string(path).map_err(|e| SpecError::file(path, e.to_string()))?;
+    let text =
+        crate::fsx::read_to_string(path).map_err(|e| SpecError::file(path, e.to_string()))?;
     let mut root = yaml::parse(&text, path)?;
     let mut errors = Vec::new();
     if !root.is_map() {
@@ -445,7 +469,11 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
                     Some(c) => format!("did you mean `{c}`?"),
                     None => format!("expected one of: {}", TOP_LEVEL_KEYS.join(", ")),
                 };
-                errors.push(SpecError::at(kpos, k.clone(), format!("unknown key `{k}`; {hint}")));
+                errors.push(SpecError::at(
+                    kpos,
+                    k.clone(),
+                    format!("unknown key `{k}`; {hint}"),
+                ));
             }
         }
     }
@@ -485,14 +513,26 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
         }
         field(root, key, errors)
     }
-    let name: Option<String> = required(&root, "name", "the scenario's name, used for its report and golden folders", &mut errors);
-    let description: Option<String> = required(&root, "description", "one sentence on what the scenario proves", &mut errors);
+    let name: Option<String> = required(
+        &root,
+        "name",
+        "the scenario's name, used for its report and golden folders",
+        &mut errors,
+    );
+    let description: Option<String> = required(
+        &root,
+        "description",
+        "one sentence on what the scenario proves",
+        &mut errors,
+    );
     let tags: Option<Vec<String>> = field(&root, "tags", &mut errors);
     let requires: Option<Requires> = field(&root, "requires", &mut errors);
     let seed: Option<u64> = required(&root, "seed", "the run's random seed", &mut errors);
     let steps: Option<u64> = required(&root, "steps", "the number of training steps", &mut errors);
-    let driver: Option<crate::driver::DriverSpec> = required(&root, "driver", "e.g. `{kind: builtin}`", &mut errors);
-    let backend: Option<crate::backend::BackendSpec> = required(&root, "backend", "e.g. `{kind: mock}`", &mut errors);
+    let driver: Option<crate::driver::DriverSpec> =
+        required(&root, "driver", "e.g. `{kind: builtin}`", &mut errors);
+    let backend: Option<crate::backend::BackendSpec> =
+        required(&root, "backend", "e.g. `{kind: mock}`", &mut errors);
     let metrics: Option<crate::metrics::MetricsSpec> = field(&root, "metrics", &mut errors);
     let checks: Option<crate::compare::ChecksSpec> = field(&root, "checks", &mut errors);
     let timeouts: Option<Timeouts> = field(&root, "timeouts", &mut errors);
@@ -509,7 +549,11 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
         }
     }
     if let (Some(0), Some(node)) = (steps, root.get("steps")) {
-        errors.push(SpecError::at(&node.pos, "steps", "expected at least 1 step, found 0"));
+        errors.push(SpecError::at(
+            &node.pos,
+            "steps",
+            "expected at least 1 step, found 0",
+        ));
     }
 
     if !errors.is_empty() {
@@ -525,7 +569,12 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
         Some(layered),
     ) = (name, description, seed, steps, driver, backend, layered)
     else {
-        return Err(SpecError::at(&root.pos, "", "internal: scenario incomplete without an error").into());
+        return Err(SpecError::at(
+            &root.pos,
+            "",
+            "internal: scenario incomplete without an error",
+        )
+        .into());
     };
 
     let mut origins = BTreeMap::new();
@@ -563,8 +612,7 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
 const NOT_SCENARIO_DIRS: &[&str] = &["backends", "defaults"];
 
 fn is_yaml(p: &Path) -> bool {
-    p.extension()
-        .is_some_and(|e| e == "yaml" || e == "yml")
+    p.extension().is_some_and(|e| e == "yaml" || e == "yml")
 }
 
 /// The scenario files under the given paths: files as given, folders searched recursively
@@ -576,12 +624,16 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, SpecError> {
             .map_err(|e| SpecError::file(dir, format!("cannot read folder: {e}")))?;
         let mut children = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(|e| SpecError::file(dir, format!("cannot read folder: {e}")))?;
+            let entry =
+                entry.map_err(|e| SpecError::file(dir, format!("cannot read folder: {e}")))?;
             children.push(entry.path());
         }
         children.sort();
         for p in children {
-            let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default();
             if name.starts_with('.') {
                 continue;
             }
@@ -621,13 +673,19 @@ mod tests {
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2.5").unwrap(), Duration::from_millis(2500));
-        assert!(parse_duration("10 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("10 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
         assert!(parse_duration("soon").is_err());
     }
 
     #[test]
     fn timeouts_read_numbers_and_strings() {
-        let node = yaml::parse("step: 90\nrun: \"10m\"\nrequest: 0.5\n", Path::new("t.yaml")).unwrap();
+        let node = yaml::parse(
+            "step: 90\nrun: \"10m\"\nrequest: 0.5\n",
+            Path::new("t.yaml"),
+        )
+        .unwrap();
         let t: Timeouts = de::from_node(&node, "timeouts").unwrap();
         assert_eq!(t.step, Some(Duration::from_secs(90)));
         assert_eq!(t.run, Some(Duration::from_secs(600)));
@@ -647,11 +705,22 @@ mod tests {
             ..Default::default()
         };
         let unmet = r.unmet();
-        assert!(unmet.contains(&"needs cargo feature `no_such_feature` (this build lacks it)".to_string()), "{unmet:?}");
-        assert!(unmet.contains(&"needs command `definitely-not-a-command-rlh` on PATH".to_string()), "{unmet:?}");
+        assert!(
+            unmet.contains(
+                &"needs cargo feature `no_such_feature` (this build lacks it)".to_string()
+            ),
+            "{unmet:?}"
+        );
+        assert!(
+            unmet.contains(&"needs command `definitely-not-a-command-rlh` on PATH".to_string()),
+            "{unmet:?}"
+        );
         assert_eq!(unmet.len(), 2, "{unmet:?}");
         assert_eq!(Requires::default().unmet(), Vec::<String>::new());
-        assert_eq!(r.summary(), "feature no_such_feature, command definitely-not-a-command-rlh, command sh");
+        assert_eq!(
+            r.summary(),
+            "feature no_such_feature, command definitely-not-a-command-rlh, command sh"
+        );
     }
 
     #[test]

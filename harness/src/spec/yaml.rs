@@ -55,7 +55,11 @@ impl fmt::Display for Pos {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Origin {
     /// Written in a scenario file.
-    File { path: PathBuf, line: usize, col: usize },
+    File {
+        path: PathBuf,
+        line: usize,
+        col: usize,
+    },
     /// From a layer below the scenario: the defaults file or an included backend file.
     Default { path: PathBuf, line: usize },
     /// From a `--set KEY=VALUE` argument (`arg` is `KEY=VALUE`). `--seed N` and `--steps N` are
@@ -469,11 +473,19 @@ impl MarkedEventReceiver for Builder {
                 }
             }
             Event::SequenceEnd | Event::MappingEnd => {
+                // The parser marks a block collection where it recognised it (after its first
+                // key); the collection starts at its first entry when that comes earlier.
+                let earliest = |pos: Pos, first: Option<&Pos>| match first {
+                    Some(f) if (f.line, f.col) < (pos.line, pos.col) => f.clone(),
+                    _ => pos,
+                };
                 let node = match self.stack.pop() {
                     Some(Frame::Seq { pos, items }) => {
+                        let pos = earliest(pos, items.first().map(|n| &n.pos));
                         SpannedNode::new(SpannedValue::Seq(items), pos)
                     }
                     Some(Frame::Map { pos, entries, .. }) => {
+                        let pos = earliest(pos, entries.first().map(|e| &e.1));
                         SpannedNode::new(SpannedValue::Map(entries), pos)
                     }
                     None => return,
@@ -520,9 +532,15 @@ mod tests {
         assert_eq!(resolve_plain_scalar("True"), SpannedValue::Bool(true));
         assert_eq!(resolve_plain_scalar("yes"), SpannedValue::Str("yes".into()));
         assert_eq!(resolve_plain_scalar("inf"), SpannedValue::Str("inf".into()));
-        assert_eq!(resolve_plain_scalar("1.2.3"), SpannedValue::Str("1.2.3".into()));
+        assert_eq!(
+            resolve_plain_scalar("1.2.3"),
+            SpannedValue::Str("1.2.3".into())
+        );
         let quoted = p("a: '1'").unwrap();
-        assert_eq!(quoted.get("a").unwrap().value, SpannedValue::Str("1".into()));
+        assert_eq!(
+            quoted.get("a").unwrap().value,
+            SpannedValue::Str("1".into())
+        );
     }
 
     #[test]
