@@ -19,7 +19,7 @@ pub mod plan;
 pub mod propagate;
 pub mod proxy;
 pub mod report;
-// pub mod runner; (wired once proxy, server and plan land)
+pub mod runner;
 pub mod spec;
 pub mod task;
 pub mod wire;

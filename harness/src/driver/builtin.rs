@@ -111,7 +111,11 @@ impl Phase {
     }
 }
 
-pub async fn run(client: &ArcticClient, run: &DriverRun, events: &EventSender) -> Result<(), DriverError> {
+pub async fn run(
+    client: &ArcticClient,
+    run: &DriverRun,
+    events: &EventSender,
+) -> Result<(), DriverError> {
     let mut run = run.clone();
     apply_plants(&mut run);
     let run = &run;
@@ -273,7 +277,10 @@ async fn one_step(
     // 4: old log-probs (forward-only: `loss_fn` must be an explicit null).
     let mut old = Phase::start();
     let fwd = client
-        .forward(jobs.training, &batch.frame(&t.meta, None, ForwardKind::OldLogProb, t)?)
+        .forward(
+            jobs.training,
+            &batch.frame(&t.meta, None, ForwardKind::OldLogProb, t)?,
+        )
         .await?;
     old.add(&fwd);
     let (old_logp, entropy) = batch.response_logprobs(&fwd.body, t.zorro)?;
@@ -285,11 +292,16 @@ async fn one_step(
     // 5: reference log-probs when KL is on.
     let ref_logp = if t.use_kl_loss {
         let job = jobs.log_prob.ok_or_else(|| {
-            protocol("actor.use_kl_loss needs a reference engine, but remote_backend.log_prob_gpus = 0")
+            protocol(
+                "actor.use_kl_loss needs a reference engine, but remote_backend.log_prob_gpus = 0",
+            )
         })?;
         let mut phase = Phase::start();
         let r = client
-            .forward(job, &batch.frame(&t.meta, None, ForwardKind::OldLogProb, t)?)
+            .forward(
+                job,
+                &batch.frame(&t.meta, None, ForwardKind::OldLogProb, t)?,
+            )
             .await?;
         phase.add(&r);
         m.insert("timing_s/ref", phase.seconds());
@@ -317,9 +329,12 @@ async fn one_step(
         for mb in 0..shape.mini_batches() {
             let lo = mb * per_mini;
             let hi = ((mb + 1) * per_mini).min(samples.len());
-            let frame = batch
-                .slice(lo, hi)
-                .frame(&t.meta, Some(&update.slice(&batch, lo, hi)), ForwardKind::Update, t)?;
+            let frame = batch.slice(lo, hi).frame(
+                &t.meta,
+                Some(&update.slice(&batch, lo, hi)),
+                ForwardKind::Update,
+                t,
+            )?;
             let r = client.forward_backward(jobs.training, &frame).await?;
             upd.add(&r);
             accumulate_metrics(&mut fb_metrics, &r.body)?;
@@ -375,7 +390,13 @@ async fn one_step(
         let r = client.wake(jobs.sampling, Some(&["kv_cache"])).await?;
         sync.add(&r);
         let r = client
-            .operation(jobs.sampling, "reset-prefix-cache", jobs.sampling, "sampling", json!({}))
+            .operation(
+                jobs.sampling,
+                "reset-prefix-cache",
+                jobs.sampling,
+                "sampling",
+                json!({}),
+            )
             .await?;
         sync.add(&r);
     }
@@ -386,7 +407,8 @@ async fn one_step(
     m.insert("timing_s/update_weights", sync.seconds());
 
     // Metrics in verl's names.
-    let all_reported = gen.all_reported && old.all_reported && upd.all_reported && sync.all_reported;
+    let all_reported =
+        gen.all_reported && old.all_reported && upd.all_reported && sync.all_reported;
     let step_s = if all_reported {
         m.values
             .iter()
@@ -426,7 +448,10 @@ async fn one_step(
     m.insert("perf/total_num_tokens", total_tokens as f64);
     m.insert("perf/time_per_step", step_s);
     if step_s > 0.0 {
-        m.insert("perf/throughput", total_tokens as f64 / (step_s * run.n_gpus.max(1.0)));
+        m.insert(
+            "perf/throughput",
+            total_tokens as f64 / (step_s * run.n_gpus.max(1.0)),
+        );
     }
     if let (Some(model), Some(peak)) = (run.model, run.peak_flops) {
         if update_s > 0.0 {
@@ -447,12 +472,18 @@ async fn generate_all(
     problems: &[Problem],
     sampling_params: &Map<String, Value>,
 ) -> Result<Vec<Reply<Vec<GenResult>>>, StepError> {
-    let futs = problems.iter().map(|p| {
-        let req = Node::Json(json!({
-            "prompts": [p.prompt],
-            "sampling_params": sampling_params,
-            "strict": true,
-        }));
+    let requests: Vec<Node> = problems
+        .iter()
+        .map(|p| {
+            Node::Json(json!({
+                "prompts": [p.prompt],
+                "sampling_params": sampling_params,
+                "strict": true,
+            }))
+        })
+        .collect();
+    let futs = requests.into_iter().map(|req| {
+        let client = client.clone();
         async move {
             let r = client.generate(job, &req).await?;
             let results = parse_generate(&r.body)?;
@@ -463,7 +494,10 @@ async fn generate_all(
             })
         }
     });
-    let replies: Vec<_> = futures_util::stream::iter(futs).buffered(16).collect().await;
+    let replies: Vec<_> = futures_util::stream::iter(futs)
+        .buffered(16)
+        .collect()
+        .await;
     replies.into_iter().collect()
 }
 
@@ -515,15 +549,19 @@ fn mean_of(v: &Value) -> Option<f64> {
 /// Sum each numeric metric of a `/forward-backward` response into `acc`.
 fn accumulate_metrics(acc: &mut Map<String, Value>, body: &Node) -> Result<(), StepError> {
     let metrics = body
-        .get("metrics")
-        .and_then(Node::to_json)
+        .get_json("metrics")
+        .cloned()
         .ok_or_else(|| protocol("/forward-backward response has no `metrics`"))?;
     let Value::Object(map) = metrics else {
         return Err(protocol("/forward-backward `metrics` is not an object"));
     };
     for (k, v) in map {
         // A null is a non-finite value written by a Python peer.
-        let x = if v.is_null() { Some(f64::NAN) } else { mean_of(&v) };
+        let x = if v.is_null() {
+            Some(f64::NAN)
+        } else {
+            mean_of(&v)
+        };
         if let Some(x) = x {
             let prev = acc.get(&k).and_then(Value::as_f64).unwrap_or(0.0);
             let sum = prev + x;
@@ -647,9 +685,18 @@ impl PaddedBatch {
             }
         }
         let mut tensors = vec![
-            ("input_ids".to_string(), Tensor::from_i64(vec![b, s], &input_ids).map_err(wire_err)?),
-            ("attention_mask".to_string(), Tensor::from_i64(vec![b, s], &mask).map_err(wire_err)?),
-            ("prompts".to_string(), Tensor::from_i64(vec![b, p], &prompts).map_err(wire_err)?),
+            (
+                "input_ids".to_string(),
+                Tensor::from_i64(vec![b, s], &input_ids).map_err(wire_err)?,
+            ),
+            (
+                "attention_mask".to_string(),
+                Tensor::from_i64(vec![b, s], &mask).map_err(wire_err)?,
+            ),
+            (
+                "prompts".to_string(),
+                Tensor::from_i64(vec![b, p], &prompts).map_err(wire_err)?,
+            ),
         ];
         if !t.drop_position_ids {
             let mut pos = vec![0i64; b * s];
@@ -660,7 +707,10 @@ impl PaddedBatch {
                     pos[i * s + j] = (c - 1).max(0);
                 }
             }
-            tensors.push(("position_ids".into(), Tensor::from_i64(vec![b, s], &pos).map_err(wire_err)?));
+            tensors.push((
+                "position_ids".into(),
+                Tensor::from_i64(vec![b, s], &pos).map_err(wire_err)?,
+            ));
         }
         let processing = match kind {
             ForwardKind::OldLogProb => {
@@ -673,17 +723,35 @@ impl PaddedBatch {
         };
         let mut meta = meta.clone();
         if let Some(u) = update {
-            tensors.push(("responses".into(), Tensor::from_i64(vec![b, r], &responses).map_err(wire_err)?));
+            tensors.push((
+                "responses".into(),
+                Tensor::from_i64(vec![b, r], &responses).map_err(wire_err)?,
+            ));
             let rmask = self.response_plane(|_, _| 1i64);
-            tensors.push(("response_mask".into(), Tensor::from_i64(vec![b, s], &rmask).map_err(wire_err)?));
-            tensors.push(("loss_mask".into(), Tensor::from_i64(vec![b, s], &rmask).map_err(wire_err)?));
+            tensors.push((
+                "response_mask".into(),
+                Tensor::from_i64(vec![b, s], &rmask).map_err(wire_err)?,
+            ));
+            tensors.push((
+                "loss_mask".into(),
+                Tensor::from_i64(vec![b, s], &rmask).map_err(wire_err)?,
+            ));
             let old = self.response_plane(|i, t| u.old_logp[i].get(t).copied().unwrap_or(0.0));
-            tensors.push(("old_log_probs".into(), Tensor::from_f32(vec![b, s], &old).map_err(wire_err)?));
+            tensors.push((
+                "old_log_probs".into(),
+                Tensor::from_f32(vec![b, s], &old).map_err(wire_err)?,
+            ));
             let adv = self.response_plane(|i, _| u.advantages[i] as f32);
-            tensors.push(("advantages".into(), Tensor::from_f32(vec![b, s], &adv).map_err(wire_err)?));
+            tensors.push((
+                "advantages".into(),
+                Tensor::from_f32(vec![b, s], &adv).map_err(wire_err)?,
+            ));
             if let Some(rl) = &u.ref_logp {
                 let rp = self.response_plane(|i, t| rl[i].get(t).copied().unwrap_or(0.0));
-                tensors.push(("ref_log_prob".into(), Tensor::from_f32(vec![b, s], &rp).map_err(wire_err)?));
+                tensors.push((
+                    "ref_log_prob".into(),
+                    Tensor::from_f32(vec![b, s], &rp).map_err(wire_err)?,
+                ));
             }
             let tokens: usize = self.responses.iter().map(Vec::len).sum();
             meta.insert("batch_num_tokens".into(), json!(tokens));
@@ -746,7 +814,8 @@ impl PaddedBatch {
                     .collect(),
             ))
         };
-        let logp = plane("logprobs")?.ok_or_else(|| protocol("/forward response has no `batch.logprobs`"))?;
+        let logp = plane("logprobs")?
+            .ok_or_else(|| protocol("/forward response has no `batch.logprobs`"))?;
         Ok((logp, plane("entropy")?))
     }
 

@@ -1,6 +1,6 @@
 //! Drivers: the builtin GRPO client of the Arctic API, and (later) external commands.
 
-// pub mod builtin; (needs the codec helpers)
+pub mod builtin;
 pub mod client;
 pub mod grpo;
 pub mod translate;

@@ -341,47 +341,48 @@ fn apply_top_override(root: &mut SpannedNode, ov: &Override) -> Result<(), SpecE
         }
         let here = path.clone();
         path = join_path(&path, seg);
-        node =
-            match &mut node.value {
-                SpannedValue::Map(entries) => {
-                    let idx = match entries.iter().position(|(k, _, _)| k == seg) {
-                        Some(idx) => idx,
-                        None => {
-                            let placeholder = SpannedNode {
-                                value: SpannedValue::Null,
-                                origin: ov.value.origin.clone(),
-                                pos: pos.clone(),
-                            };
-                            entries.push((seg.clone(), pos.clone(), placeholder));
-                            entries.len() - 1
-                        }
-                    };
-                    &mut entries[idx].2
-                }
-                SpannedValue::Seq(items) => {
-                    let len = items.len();
-                    match seg.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
-                        Some(n) => n,
-                        None => return Err(SpecError::at(
+        node = match &mut node.value {
+            SpannedValue::Map(entries) => {
+                let idx = match entries.iter().position(|(k, _, _)| k == seg) {
+                    Some(idx) => idx,
+                    None => {
+                        let placeholder = SpannedNode {
+                            value: SpannedValue::Null,
+                            origin: ov.value.origin.clone(),
+                            pos: pos.clone(),
+                        };
+                        entries.push((seg.clone(), pos.clone(), placeholder));
+                        entries.len() - 1
+                    }
+                };
+                &mut entries[idx].2
+            }
+            SpannedValue::Seq(items) => {
+                let len = items.len();
+                match seg.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
+                    Some(n) => n,
+                    None => {
+                        return Err(SpecError::at(
                             &pos,
                             path,
                             format!(
                                 "`{here}` is a sequence of {len}; expected an index below {len}"
                             ),
-                        )),
+                        ))
                     }
                 }
-                other => {
-                    return Err(SpecError::at(
-                        &pos,
-                        path,
-                        format!(
-                            "cannot set a key inside `{here}`: it is {}, not a mapping",
-                            other.kind()
-                        ),
-                    ))
-                }
-            };
+            }
+            other => {
+                return Err(SpecError::at(
+                    &pos,
+                    path,
+                    format!(
+                        "cannot set a key inside `{here}`: it is {}, not a mapping",
+                        other.kind()
+                    ),
+                ))
+            }
+        };
         if last {
             *node = ov.value.clone();
         }
@@ -720,6 +721,25 @@ mod tests {
             r.summary(),
             "feature no_such_feature, command definitely-not-a-command-rlh, command sh"
         );
+    }
+
+    #[test]
+    fn gpu_requirement_explains_what_was_found() {
+        let r = Requires {
+            gpus: 64,
+            gpu_name: Some("no-such-gpu-model".into()),
+            ..Default::default()
+        };
+        let unmet = r.unmet();
+        match detect_gpus() {
+            Err(why) => assert_eq!(unmet, vec![format!("needs 64 GPUs, found 0 ({why})")]),
+            Ok(names) => {
+                assert_eq!(unmet.len(), 2, "{unmet:?}");
+                assert_eq!(unmet[0], format!("needs 64 GPUs, found {}", names.len()));
+                assert!(unmet[1].starts_with("needs a GPU named like `no-such-gpu-model`"));
+            }
+        }
+        assert_eq!(r.summary(), "64 GPUs (no-such-gpu-model)");
     }
 
     #[test]
