@@ -815,7 +815,7 @@ fn check_batch_shapes(mb: &ModelBatch, route: &str) -> Result<(), ApiError> {
         }
     }
     for (name, t) in &mb.batch {
-        let want = frame::numel(&t.shape) * t.dtype.size();
+        let want = frame::numel(&t.shape).saturating_mul(t.dtype.size());
         if t.data.len() != want {
             return Err(ApiError::unprocessable(format!(
                 "{route}: batch.{name} ({}) needs {want} bytes but carries {}",
