@@ -2,9 +2,32 @@
 //! tensors inside arbitrary JSON (see the project's reference on the frame).
 //!
 //! Decoding borrows tensor bytes from the input `Bytes` (no copy); encoding writes the header
-//! once and copies each tensor once.
+//! once and copies each tensor once into a buffer allocated at its final size.
+//!
+//! Byte compatibility: the container is laid out exactly as the `safetensors` Python package
+//! (which wraps the same Rust crate) writes it: tensors sorted by descending dtype alignment then
+//! by name, a compact JSON header with `__metadata__` first, padded with spaces to a multiple of
+//! 8. The only freedom left is the order of the `__metadata__` keys, which the crate keeps in a
+//! hash map (random per process); we always write `dss` before `op`.
+
+use std::collections::HashSet;
 
 use bytes::Bytes;
+use safetensors::tensor::{Metadata, TensorInfo};
+use safetensors::{Dtype, SafeTensors};
+use serde_json::{Map, Value};
+
+/// Format tag inside the `dss` document.
+pub const FORMAT_VERSION: &str = "DSSST1";
+/// Tensor key of a tensor that is the whole tree.
+pub const ROOT_KEY: &str = "__root__";
+/// Placeholder tensor of a frame that carries no tensor (safetensors needs at least one).
+pub const EMPTY_KEY: &str = "__dss_empty__";
+/// Largest header a reader accepts.
+pub const MAX_HEADER_BYTES: u64 = 64 * 1024 * 1024;
+/// Nesting depth allowed in the `dss` document: the lenient fallback parser has no recursion
+/// limit of its own, so deep garbage must be refused before it reaches it.
+const MAX_DSS_DEPTH: usize = 256;
 
 /// Tensor element types the frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -21,6 +44,17 @@ pub enum DType {
 }
 
 impl DType {
+    pub const ALL: [DType; 8] = [
+        DType::F32,
+        DType::BF16,
+        DType::F16,
+        DType::F64,
+        DType::I64,
+        DType::I32,
+        DType::U8,
+        DType::Bool,
+    ];
+
     pub fn size(self) -> usize {
         match self {
             DType::F64 | DType::I64 => 8,
@@ -43,6 +77,39 @@ impl DType {
             DType::Bool => "BOOL",
         }
     }
+
+    fn to_safetensors(self) -> Dtype {
+        match self {
+            DType::F32 => Dtype::F32,
+            DType::BF16 => Dtype::BF16,
+            DType::F16 => Dtype::F16,
+            DType::F64 => Dtype::F64,
+            DType::I64 => Dtype::I64,
+            DType::I32 => Dtype::I32,
+            DType::U8 => Dtype::U8,
+            DType::Bool => Dtype::BOOL,
+        }
+    }
+
+    fn from_safetensors(dtype: Dtype) -> Option<DType> {
+        Some(match dtype {
+            Dtype::F32 => DType::F32,
+            Dtype::BF16 => DType::BF16,
+            Dtype::F16 => DType::F16,
+            Dtype::F64 => DType::F64,
+            Dtype::I64 => DType::I64,
+            Dtype::I32 => DType::I32,
+            Dtype::U8 => DType::U8,
+            Dtype::BOOL => DType::Bool,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// A dense tensor: little-endian element bytes in row-major order.
@@ -51,6 +118,137 @@ pub struct Tensor {
     pub dtype: DType,
     pub shape: Vec<usize>,
     pub data: Bytes,
+}
+
+/// Number of elements of `shape`, or `None` on overflow (a hostile header can claim anything).
+fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+impl Tensor {
+    /// A tensor whose byte length is checked against its dtype and shape.
+    pub fn new(dtype: DType, shape: Vec<usize>, data: Bytes) -> Result<Tensor, WireError> {
+        let t = Tensor { dtype, shape, data };
+        t.check_len()?;
+        Ok(t)
+    }
+
+    pub fn numel(&self) -> usize {
+        checked_numel(&self.shape).unwrap_or(usize::MAX)
+    }
+
+    /// Bytes the data must have for this dtype and shape.
+    pub fn expected_len(&self) -> Option<usize> {
+        checked_numel(&self.shape)?.checked_mul(self.dtype.size())
+    }
+
+    fn check_len(&self) -> Result<(), WireError> {
+        match self.expected_len() {
+            Some(n) if n == self.data.len() => Ok(()),
+            Some(n) => Err(WireError::Encode(format!(
+                "{} tensor of shape {:?} needs {n} bytes, got {}",
+                self.dtype,
+                self.shape,
+                self.data.len()
+            ))),
+            None => Err(WireError::Encode(format!(
+                "{} tensor of shape {:?} overflows the address space",
+                self.dtype, self.shape
+            ))),
+        }
+    }
+
+    fn from_le<const N: usize, T>(
+        dtype: DType,
+        shape: Vec<usize>,
+        values: &[T],
+        to_bytes: impl Fn(&T) -> [u8; N],
+    ) -> Result<Tensor, WireError> {
+        let mut data = Vec::with_capacity(values.len() * N);
+        for v in values {
+            data.extend_from_slice(&to_bytes(v));
+        }
+        Tensor::new(dtype, shape, Bytes::from(data))
+    }
+
+    pub fn from_f32(shape: impl Into<Vec<usize>>, values: &[f32]) -> Result<Tensor, WireError> {
+        Self::from_le(DType::F32, shape.into(), values, |v| v.to_le_bytes())
+    }
+
+    /// An F32 slice stored as BF16 (round to nearest even), the dtype verl ships log-probs in.
+    pub fn from_f32_as_bf16(
+        shape: impl Into<Vec<usize>>,
+        values: &[f32],
+    ) -> Result<Tensor, WireError> {
+        Self::from_le(DType::BF16, shape.into(), values, |v| {
+            half::bf16::from_f32(*v).to_le_bytes()
+        })
+    }
+
+    pub fn from_f64(shape: impl Into<Vec<usize>>, values: &[f64]) -> Result<Tensor, WireError> {
+        Self::from_le(DType::F64, shape.into(), values, |v| v.to_le_bytes())
+    }
+
+    pub fn from_i64(shape: impl Into<Vec<usize>>, values: &[i64]) -> Result<Tensor, WireError> {
+        Self::from_le(DType::I64, shape.into(), values, |v| v.to_le_bytes())
+    }
+
+    pub fn from_i32(shape: impl Into<Vec<usize>>, values: &[i32]) -> Result<Tensor, WireError> {
+        Self::from_le(DType::I32, shape.into(), values, |v| v.to_le_bytes())
+    }
+
+    pub fn from_bool(shape: impl Into<Vec<usize>>, values: &[bool]) -> Result<Tensor, WireError> {
+        Self::from_le(DType::Bool, shape.into(), values, |v| [u8::from(*v)])
+    }
+
+    /// Every element as f32, whatever the dtype (integers and booleans convert by value, F64
+    /// rounds). Trailing bytes that do not make a whole element are ignored.
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        let d = &self.data[..];
+        match self.dtype {
+            DType::F32 => chunks::<4, _>(d, f32::from_le_bytes),
+            DType::F64 => chunks::<8, _>(d, |b| f64::from_le_bytes(b) as f32),
+            DType::BF16 => chunks::<2, _>(d, |b| half::bf16::from_le_bytes(b).to_f32()),
+            DType::F16 => chunks::<2, _>(d, |b| half::f16::from_le_bytes(b).to_f32()),
+            DType::I64 => chunks::<8, _>(d, |b| i64::from_le_bytes(b) as f32),
+            DType::I32 => chunks::<4, _>(d, |b| i32::from_le_bytes(b) as f32),
+            DType::U8 => d.iter().map(|&b| f32::from(b)).collect(),
+            DType::Bool => d.iter().map(|&b| if b != 0 { 1.0 } else { 0.0 }).collect(),
+        }
+    }
+
+    /// Every element as i64; only integer and boolean tensors qualify (a float tensor here is
+    /// a caller reading the wrong field, not something to round silently).
+    pub fn to_i64_vec(&self) -> Result<Vec<i64>, WireError> {
+        let d = &self.data[..];
+        Ok(match self.dtype {
+            DType::I64 => chunks::<8, _>(d, i64::from_le_bytes),
+            DType::I32 => chunks::<4, _>(d, |b| i64::from(i32::from_le_bytes(b))),
+            DType::U8 => d.iter().map(|&b| i64::from(b)).collect(),
+            DType::Bool => d.iter().map(|&b| i64::from(b != 0)).collect(),
+            dt => {
+                return Err(WireError::Invalid(format!(
+                    "expected an integer tensor, got {dt} of shape {:?}",
+                    self.shape
+                )))
+            }
+        })
+    }
+
+    /// `{"dtype": "BF16", "shape": [B, S]}`: what logs show of a tensor.
+    pub fn summary(&self) -> Value {
+        serde_json::json!({"dtype": self.dtype.name(), "shape": self.shape})
+    }
+}
+
+fn chunks<const N: usize, T>(d: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+    d.chunks_exact(N)
+        .map(|c| {
+            let mut a = [0u8; N];
+            a.copy_from_slice(c);
+            f(a)
+        })
+        .collect()
 }
 
 /// A node of the `dss` tree.
@@ -69,6 +267,110 @@ pub enum Node {
     Tuple(Vec<Node>),
 }
 
+impl From<Tensor> for Node {
+    fn from(tensor: Tensor) -> Node {
+        Node::Tensor {
+            tensor,
+            scalar: false,
+        }
+    }
+}
+
+impl Node {
+    pub fn dict<K: Into<String>>(entries: impl IntoIterator<Item = (K, Node)>) -> Node {
+        Node::Dict(entries.into_iter().map(|(k, v)| (k.into(), v)).collect())
+    }
+
+    pub fn json(value: impl Into<Value>) -> Node {
+        Node::Json(value.into())
+    }
+
+    pub fn tensor(tensor: Tensor) -> Node {
+        Node::from(tensor)
+    }
+
+    /// A 0-dim tensor (Python's `torch.tensor(1.5)`), sent as shape `[1]` with the scalar flag.
+    pub fn scalar(mut tensor: Tensor) -> Node {
+        tensor.shape.clear();
+        Node::Tensor {
+            tensor,
+            scalar: true,
+        }
+    }
+
+    /// The child `key` of a `Dict` node. A tensor-free object arrives as `Json`: use
+    /// [`Node::get_json`] for its fields.
+    pub fn get(&self, key: &str) -> Option<&Node> {
+        match self {
+            Node::Dict(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// The JSON field `key` of a `Json` object, or of a `Dict` whose child is `Json`.
+    pub fn get_json(&self, key: &str) -> Option<&Value> {
+        match self {
+            Node::Json(Value::Object(m)) => m.get(key),
+            Node::Dict(_) => match self.get(key)? {
+                Node::Json(v) => Some(v),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The tensor of a `Tensor` node.
+    pub fn as_tensor(&self) -> Option<&Tensor> {
+        match self {
+            Node::Tensor { tensor, .. } => Some(tensor),
+            _ => None,
+        }
+    }
+
+    /// Whether a tensor sits anywhere below (decides `d`/`l` versus `j` on the wire).
+    pub fn has_tensor(&self) -> bool {
+        match self {
+            Node::Tensor { .. } => true,
+            Node::Json(_) => false,
+            Node::Dict(e) => e.iter().any(|(_, v)| v.has_tensor()),
+            Node::List(v) | Node::Tuple(v) => v.iter().any(Node::has_tensor),
+        }
+    }
+
+    /// The subtree as plain JSON, if it holds no tensor (tuples become arrays).
+    pub fn to_json(&self) -> Option<Value> {
+        match self {
+            Node::Tensor { .. } => None,
+            Node::Json(v) => Some(v.clone()),
+            Node::Dict(e) => {
+                let mut m = Map::with_capacity(e.len());
+                for (k, v) in e {
+                    m.insert(k.clone(), v.to_json()?);
+                }
+                Some(Value::Object(m))
+            }
+            Node::List(v) | Node::Tuple(v) => v
+                .iter()
+                .map(Node::to_json)
+                .collect::<Option<Vec<_>>>()
+                .map(Value::Array),
+        }
+    }
+
+    /// The tree with each tensor rendered as `{"dtype", "shape"}` and every JSON value kept: what
+    /// the recording proxy writes to `wire.jsonl`.
+    pub fn summary(&self) -> Value {
+        match self {
+            Node::Tensor { tensor, .. } => tensor.summary(),
+            Node::Json(v) => v.clone(),
+            Node::Dict(e) => {
+                Value::Object(e.iter().map(|(k, v)| (k.clone(), v.summary())).collect())
+            }
+            Node::List(v) | Node::Tuple(v) => Value::Array(v.iter().map(Node::summary).collect()),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
     #[error("legacy pickle/torch.save payload refused: only DSSST1 frames are accepted")]
@@ -81,12 +383,734 @@ pub enum WireError {
     Encode(String),
 }
 
+fn invalid(msg: impl Into<String>) -> WireError {
+    WireError::Invalid(msg.into())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+struct Collected<'a> {
+    key: String,
+    tensor: &'a Tensor,
+    stored_shape: Vec<usize>,
+}
+
+fn child_path(path: &str, segment: &str) -> String {
+    if path.is_empty() {
+        segment.to_string()
+    } else {
+        format!("{path}.{segment}")
+    }
+}
+
+/// Turns the tree into its `dss` JSON and collects the tensors under their dotted keys.
+fn build_tree<'a>(
+    node: &'a Node,
+    path: &str,
+    out: &mut Vec<Collected<'a>>,
+    keys: &mut HashSet<String>,
+) -> Result<Value, WireError> {
+    Ok(match node {
+        Node::Tensor { tensor, scalar } => {
+            tensor.check_len()?;
+            let key = if path.is_empty() {
+                ROOT_KEY.to_string()
+            } else {
+                path.to_string()
+            };
+            if key == EMPTY_KEY || !keys.insert(key.clone()) {
+                return Err(WireError::Encode(format!(
+                    "two tensors map to the key '{key}' (a dict key containing '.' collides with a nested path)"
+                )));
+            }
+            let stored_shape = if *scalar {
+                if tensor.numel() != 1 {
+                    return Err(WireError::Encode(format!(
+                        "scalar tensor '{key}' has shape {:?}, not one element",
+                        tensor.shape
+                    )));
+                }
+                vec![1]
+            } else {
+                tensor.shape.clone()
+            };
+            let mut tag = vec![Value::from("t"), Value::from(key.clone())];
+            if *scalar {
+                tag.push(serde_json::json!({"scalar": true}));
+            }
+            out.push(Collected {
+                key,
+                tensor,
+                stored_shape,
+            });
+            Value::Array(tag)
+        }
+        Node::Tuple(items) => {
+            let mut v = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                v.push(build_tree(
+                    item,
+                    &child_path(path, &i.to_string()),
+                    out,
+                    keys,
+                )?);
+            }
+            serde_json::json!(["u", v])
+        }
+        Node::Json(v) => serde_json::json!(["j", v]),
+        Node::Dict(_) | Node::List(_) if !node.has_tensor() => {
+            // Tensor-free, so `to_json` cannot fail; the fallback keeps this panic-free anyway.
+            serde_json::json!(["j", node.to_json().unwrap_or(Value::Null)])
+        }
+        Node::Dict(entries) => {
+            let mut v = Vec::with_capacity(entries.len());
+            for (k, item) in entries {
+                v.push(serde_json::json!([
+                    k,
+                    build_tree(item, &child_path(path, k), out, keys)?
+                ]));
+            }
+            serde_json::json!(["d", v])
+        }
+        Node::List(items) => {
+            let mut v = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                v.push(build_tree(
+                    item,
+                    &child_path(path, &i.to_string()),
+                    out,
+                    keys,
+                )?);
+            }
+            serde_json::json!(["l", v])
+        }
+    })
+}
+
 /// Encode a tree as one DSSST1 frame.
-pub fn encode(_root: &Node) -> Result<Vec<u8>, WireError> {
-    unimplemented!("DSSST1 encode")
+pub fn encode(root: &Node) -> Result<Vec<u8>, WireError> {
+    encode_with_op(root, None)
+}
+
+/// Encode a tree with the optional `op` metadata string (chunk descriptors on the hosted path).
+pub fn encode_with_op(root: &Node, op: Option<&str>) -> Result<Vec<u8>, WireError> {
+    let placeholder = Tensor {
+        dtype: DType::U8,
+        shape: vec![1],
+        data: Bytes::from_static(&[0]),
+    };
+    let mut tensors = Vec::new();
+    let tree = build_tree(root, "", &mut tensors, &mut HashSet::new())?;
+    if tensors.is_empty() {
+        tensors.push(Collected {
+            key: EMPTY_KEY.to_string(),
+            tensor: &placeholder,
+            stored_shape: vec![1],
+        });
+    }
+    let dss = serde_json::json!({"v": FORMAT_VERSION, "tree": tree}).to_string();
+
+    // The order the safetensors crate (and so Python) writes: descending dtype, then name.
+    tensors.sort_by(|a, b| {
+        let (da, db) = (
+            a.tensor.dtype.to_safetensors(),
+            b.tensor.dtype.to_safetensors(),
+        );
+        db.cmp(&da).then_with(|| a.key.cmp(&b.key))
+    });
+
+    let mut meta = Map::new();
+    meta.insert("dss".into(), Value::String(dss));
+    if let Some(op) = op {
+        meta.insert("op".into(), Value::String(op.to_string()));
+    }
+    let mut header = Map::with_capacity(tensors.len() + 1);
+    header.insert("__metadata__".into(), Value::Object(meta));
+    let mut offset = 0usize;
+    for c in &tensors {
+        let end = offset + c.tensor.data.len();
+        header.insert(
+            c.key.clone(),
+            serde_json::json!({
+                "dtype": c.tensor.dtype.name(),
+                "shape": c.stored_shape,
+                "data_offsets": [offset, end],
+            }),
+        );
+        offset = end;
+    }
+    let mut header = serde_json::to_vec(&Value::Object(header))
+        .map_err(|e| WireError::Encode(format!("header serialisation: {e}")))?;
+    header.resize(header.len().next_multiple_of(8), b' ');
+    if header.len() as u64 > MAX_HEADER_BYTES {
+        return Err(WireError::HeaderTooLarge(header.len() as u64));
+    }
+
+    let mut out = Vec::with_capacity(8 + header.len() + offset);
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(&header);
+    for c in &tensors {
+        out.extend_from_slice(&c.tensor.data);
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+/// Whether `buf` starts like a pickle (protocol 2..5) or a ZIP (`torch.save`) file. A frame
+/// whose header length happens to begin with the same bytes (0x0280 = 640 does) is told apart by
+/// [`header_extent`]: a real frame has a sane length and its JSON header opens with `{`.
+pub fn is_legacy_payload(buf: &[u8]) -> bool {
+    matches!(buf, [0x80, 2..=5, ..]) || buf.starts_with(b"PK\x03\x04")
+}
+
+/// Length of the whole header (8-byte prefix + JSON) announced by a frame's first 8 bytes,
+/// checked against the reading rules. Lets a streaming reader know how much to keep; `prefix`
+/// may be just those 8 bytes, or more (then the header must open with `{`).
+pub fn header_extent(prefix: &[u8]) -> Result<usize, WireError> {
+    let legacy = is_legacy_payload(prefix);
+    let Some(len_bytes) = prefix.get(..8) else {
+        if legacy {
+            return Err(WireError::LegacyPayload);
+        }
+        return Err(invalid(format!(
+            "{} bytes is shorter than the 8-byte header length",
+            prefix.len()
+        )));
+    };
+    let mut a = [0u8; 8];
+    a.copy_from_slice(len_bytes);
+    let n = u64::from_le_bytes(a);
+    let opens_json = prefix.get(8).is_none_or(|&b| b == b'{');
+    if legacy && (n == 0 || n > MAX_HEADER_BYTES || !opens_json) {
+        return Err(WireError::LegacyPayload);
+    }
+    if n == 0 {
+        return Err(invalid("header length is 0"));
+    }
+    if n > MAX_HEADER_BYTES {
+        return Err(WireError::HeaderTooLarge(n));
+    }
+    // n <= 64 MiB, so this fits in usize on every supported target.
+    Ok(8 + n as usize)
+}
+
+fn check_extent(buf: &[u8]) -> Result<usize, WireError> {
+    let extent = header_extent(buf)?;
+    if extent > buf.len() {
+        if is_legacy_payload(buf) {
+            return Err(WireError::LegacyPayload);
+        }
+        return Err(invalid(format!(
+            "header length {} runs past the end of the {}-byte frame",
+            extent - 8,
+            buf.len()
+        )));
+    }
+    Ok(extent)
+}
+
+/// Parse the `dss` document: strict JSON first; Python's `NaN`/`Infinity` need the lenient
+/// parser, whose non-finite numbers become `null` in `serde_json::Value`.
+fn parse_dss(text: &str) -> Result<Value, WireError> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) => Ok(v),
+        Err(strict) => {
+            if json_depth(text) > MAX_DSS_DEPTH {
+                return Err(invalid(format!(
+                    "dss metadata nests deeper than {MAX_DSS_DEPTH} levels"
+                )));
+            }
+            json5::from_str::<Value>(text)
+                .map_err(|_| invalid(format!("dss metadata is not JSON: {strict}")))
+        }
+    }
+}
+
+/// Maximum bracket nesting outside string literals.
+fn json_depth(text: &str) -> usize {
+    let (mut depth, mut max, mut in_str, mut escaped) = (0usize, 0usize, None::<u8>, false);
+    for &b in text.as_bytes() {
+        if let Some(q) = in_str {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == q {
+                in_str = None;
+            }
+            continue;
+        }
+        match b {
+            b'"' | b'\'' => in_str = Some(b),
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+fn dss_tree(
+    metadata: Option<&std::collections::HashMap<String, String>>,
+) -> Result<Value, WireError> {
+    let dss = metadata
+        .and_then(|m| m.get("dss"))
+        .ok_or_else(|| invalid("__metadata__ has no 'dss' entry"))?;
+    let mut doc = parse_dss(dss)?;
+    match doc.get("v") {
+        Some(Value::String(v)) if v == FORMAT_VERSION => {}
+        Some(v) => {
+            return Err(invalid(format!(
+                "dss version is {v}, expected \"{FORMAT_VERSION}\""
+            )))
+        }
+        None => return Err(invalid("dss metadata has no 'v'")),
+    }
+    match doc.get_mut("tree") {
+        Some(t) => Ok(t.take()),
+        None => Err(invalid("dss metadata has no 'tree'")),
+    }
+}
+
+/// Rebuild the tree; `resolve(key, scalar, at)` yields the node for a `t` entry.
+fn parse_node(
+    v: &Value,
+    at: &str,
+    resolve: &mut dyn FnMut(&str, bool, &str) -> Result<Node, WireError>,
+) -> Result<Node, WireError> {
+    let at_or_root = if at.is_empty() { "<root>" } else { at };
+    let items = v
+        .as_array()
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| invalid(format!("tree node at {at_or_root} is not a tagged array")))?;
+    let tag = items[0].as_str().unwrap_or("");
+    let arg = items.get(1);
+    let list = |what: &str| {
+        arg.and_then(Value::as_array)
+            .ok_or_else(|| invalid(format!("'{what}' node at {at_or_root} needs an array")))
+    };
+    match tag {
+        "t" => {
+            let key = arg
+                .and_then(Value::as_str)
+                .ok_or_else(|| invalid(format!("'t' node at {at_or_root} needs a string key")))?;
+            let scalar = items
+                .get(2)
+                .and_then(|o| o.get("scalar"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            resolve(key, scalar, at_or_root)
+        }
+        "j" => Ok(Node::Json(arg.cloned().unwrap_or(Value::Null))),
+        "d" => {
+            let mut entries = Vec::new();
+            for pair in list("d")? {
+                let (k, child) = match pair.as_array().map(Vec::as_slice) {
+                    Some([Value::String(k), child]) => (k, child),
+                    _ => {
+                        return Err(invalid(format!(
+                            "'d' node at {at_or_root} has an entry that is not [key, node]"
+                        )))
+                    }
+                };
+                entries.push((k.clone(), parse_node(child, &child_path(at, k), resolve)?));
+            }
+            Ok(Node::Dict(entries))
+        }
+        "l" | "u" => {
+            let mut out = Vec::new();
+            for (i, child) in list(tag)?.iter().enumerate() {
+                out.push(parse_node(child, &child_path(at, &i.to_string()), resolve)?);
+            }
+            Ok(if tag == "l" {
+                Node::List(out)
+            } else {
+                Node::Tuple(out)
+            })
+        }
+        other => Err(invalid(format!(
+            "unknown tree tag {other:?} at {at_or_root}"
+        ))),
+    }
+}
+
+fn tensor_shape(key: &str, info: &TensorInfo, scalar: bool) -> Result<Vec<usize>, WireError> {
+    if scalar {
+        if checked_numel(&info.shape) != Some(1) {
+            return Err(invalid(format!(
+                "scalar tensor '{key}' has shape {:?}, not one element",
+                info.shape
+            )));
+        }
+        Ok(Vec::new())
+    } else {
+        Ok(info.shape.clone())
+    }
+}
+
+fn frame_dtype(key: &str, info: &TensorInfo) -> Result<DType, WireError> {
+    DType::from_safetensors(info.dtype).ok_or_else(|| {
+        invalid(format!(
+            "tensor '{key}' has unsupported dtype {:?}",
+            info.dtype
+        ))
+    })
 }
 
 /// Decode one DSSST1 frame; tensor data borrows from `buf`.
-pub fn decode(_buf: Bytes) -> Result<Node, WireError> {
-    unimplemented!("DSSST1 decode")
+pub fn decode(buf: Bytes) -> Result<Node, WireError> {
+    let extent = check_extent(&buf)?;
+    let (_, metadata) = SafeTensors::read_metadata(&buf)
+        .map_err(|e| invalid(format!("safetensors container: {e}")))?;
+    let tree = dss_tree(metadata.metadata().as_ref())?;
+    let mut resolve = |key: &str, scalar: bool, at: &str| -> Result<Node, WireError> {
+        let info = metadata.info(key).ok_or_else(|| {
+            invalid(format!(
+                "tree names tensor '{key}' at {at}, which the frame lacks"
+            ))
+        })?;
+        let dtype = frame_dtype(key, info)?;
+        let shape = tensor_shape(key, info, scalar)?;
+        // read_metadata checked every offset against the buffer.
+        let (s, e) = info.data_offsets;
+        let data = buf.slice(extent + s..extent + e);
+        Ok(Node::Tensor {
+            tensor: Tensor { dtype, shape, data },
+            scalar,
+        })
+    };
+    parse_node(&tree, "", &mut resolve)
+}
+
+/// The [`Node::summary`] of a frame from its header alone (`prefix` holds at least
+/// [`header_extent`] bytes): a proxy can log a 256 MB frame without keeping its tensors.
+pub fn header_summary(prefix: &[u8]) -> Result<Value, WireError> {
+    let extent = header_extent(prefix)?;
+    let header = prefix.get(8..extent).ok_or_else(|| {
+        invalid(format!(
+            "header of {} bytes is cut short at {} bytes",
+            extent - 8,
+            prefix.len() - 8
+        ))
+    })?;
+    let text =
+        std::str::from_utf8(header).map_err(|e| invalid(format!("header is not UTF-8: {e}")))?;
+    let metadata: Metadata =
+        serde_json::from_str(text).map_err(|e| invalid(format!("safetensors container: {e}")))?;
+    let tree = dss_tree(metadata.metadata().as_ref())?;
+    let mut resolve = |key: &str, scalar: bool, at: &str| -> Result<Node, WireError> {
+        let info = metadata.info(key).ok_or_else(|| {
+            invalid(format!(
+                "tree names tensor '{key}' at {at}, which the frame lacks"
+            ))
+        })?;
+        let dtype = frame_dtype(key, info)?;
+        let shape = tensor_shape(key, info, scalar)?;
+        Ok(Node::Json(
+            serde_json::json!({"dtype": dtype.name(), "shape": shape}),
+        ))
+    };
+    Ok(parse_node(&tree, "", &mut resolve)?.summary())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(header: &str, data: &[u8]) -> Bytes {
+        let mut h = header.as_bytes().to_vec();
+        h.resize(h.len().next_multiple_of(8), b' ');
+        let mut out = (h.len() as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(&h);
+        out.extend_from_slice(data);
+        Bytes::from(out)
+    }
+
+    fn sample() -> Node {
+        Node::dict([
+            (
+                "batch",
+                Node::dict([
+                    (
+                        "input_ids",
+                        Node::from(Tensor::from_i64([2, 2], &[1, 2, 3, 4]).unwrap()),
+                    ),
+                    (
+                        "mask",
+                        Node::from(Tensor::from_bool([2, 2], &[true, false, true, true]).unwrap()),
+                    ),
+                ]),
+            ),
+            (
+                "meta",
+                Node::json(serde_json::json!({"temperature": 1.0, "n": 2})),
+            ),
+            (
+                "loss",
+                Node::scalar(Tensor::from_f32(vec![], &[0.5]).unwrap()),
+            ),
+        ])
+    }
+
+    #[test]
+    fn round_trip_keeps_tree_and_borrows_data() {
+        let root = sample();
+        let bytes = Bytes::from(encode(&root).unwrap());
+        let back = decode(bytes.clone()).unwrap();
+        assert_eq!(back, root);
+        let ids = back
+            .get("batch")
+            .and_then(|b| b.get("input_ids"))
+            .and_then(Node::as_tensor);
+        let ids = ids.unwrap();
+        assert_eq!(ids.to_i64_vec().unwrap(), vec![1, 2, 3, 4]);
+        // Zero copy: the tensor bytes live inside the input buffer.
+        let range = bytes.as_ptr() as usize..bytes.as_ptr() as usize + bytes.len();
+        assert!(range.contains(&(ids.data.as_ptr() as usize)));
+        assert_eq!(back.get_json("meta").unwrap()["n"], 2);
+        assert_eq!(
+            back.get("loss").unwrap().as_tensor().unwrap().shape,
+            Vec::<usize>::new()
+        );
+    }
+
+    #[test]
+    fn header_is_padded_and_sorted_like_python() {
+        let bytes = encode(&sample()).unwrap();
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        assert_eq!(n % 8, 0);
+        let header: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+        let keys: Vec<_> = header.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(
+            keys,
+            ["__metadata__", "batch.input_ids", "loss", "batch.mask"]
+        );
+    }
+
+    #[test]
+    fn tensor_free_frame_carries_placeholder_which_decode_drops() {
+        let root = Node::json(serde_json::json!({"prompts": ["a", "b"]}));
+        let bytes = encode(&root).unwrap();
+        assert!(String::from_utf8_lossy(&bytes)
+            .contains("\"__dss_empty__\":{\"dtype\":\"U8\",\"shape\":[1]"));
+        assert_eq!(decode(Bytes::from(bytes)).unwrap(), root);
+    }
+
+    #[test]
+    fn dict_without_tensor_is_written_as_json() {
+        let root = Node::dict([
+            ("a", Node::json(1)),
+            ("b", Node::List(vec![Node::json("x")])),
+        ]);
+        let back = decode(Bytes::from(encode(&root).unwrap())).unwrap();
+        assert_eq!(back, Node::json(serde_json::json!({"a": 1, "b": ["x"]})));
+    }
+
+    #[test]
+    fn tuple_stays_tuple_and_root_tensor_uses_root_key() {
+        let t = Tensor::from_f32([2], &[1.0, 2.0]).unwrap();
+        let root = Node::Tuple(vec![Node::json(1), Node::json("a")]);
+        assert_eq!(decode(Bytes::from(encode(&root).unwrap())).unwrap(), root);
+        let bytes = encode(&Node::from(t.clone())).unwrap();
+        assert!(String::from_utf8_lossy(&bytes).contains("\"__root__\""));
+        assert_eq!(decode(Bytes::from(bytes)).unwrap(), Node::from(t));
+    }
+
+    #[test]
+    fn encode_rejects_bad_lengths_and_colliding_keys() {
+        let bad = Tensor {
+            dtype: DType::F32,
+            shape: vec![3],
+            data: Bytes::from_static(&[0; 8]),
+        };
+        let e = encode(&Node::from(bad)).unwrap_err().to_string();
+        assert!(e.contains("needs 12 bytes"), "{e}");
+        let t = || Node::from(Tensor::from_u8_for_test());
+        let root = Node::dict([("a.b", t()), ("a", Node::dict([("b", t())]))]);
+        let e = encode(&root).unwrap_err().to_string();
+        assert!(e.contains("'a.b'"), "{e}");
+        let e = Tensor::from_f32([2, 2], &[1.0]).unwrap_err().to_string();
+        assert!(e.contains("needs 16 bytes"), "{e}");
+    }
+
+    impl Tensor {
+        fn from_u8_for_test() -> Tensor {
+            Tensor::new(DType::U8, vec![1], Bytes::from_static(&[7])).unwrap()
+        }
+    }
+
+    #[test]
+    fn non_finite_floats_from_python_become_null() {
+        let dss = r#"{"v": "DSSST1", "tree": ["j", {"a": NaN, "b": Infinity, "c": -Infinity, "d": 1.5, "0": "int key"}]}"#;
+        let header = serde_json::json!({
+            "__metadata__": {"dss": dss},
+            "__dss_empty__": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
+        })
+        .to_string();
+        let node = decode(frame(&header, &[0])).unwrap();
+        assert_eq!(
+            node,
+            Node::json(
+                serde_json::json!({"a": null, "b": null, "c": null, "d": 1.5, "0": "int key"})
+            )
+        );
+    }
+
+    #[test]
+    fn refuses_legacy_payloads() {
+        for bytes in [
+            &b"\x80\x02}q\x00."[..],
+            b"\x80\x05\x95",
+            b"PK\x03\x04rest of a zip file",
+            b"\x80\x04",
+        ] {
+            let e = decode(Bytes::copy_from_slice(bytes)).unwrap_err();
+            assert!(matches!(e, WireError::LegacyPayload), "{bytes:?}");
+            assert!(e.to_string().contains("legacy pickle"));
+        }
+    }
+
+    #[test]
+    fn frame_whose_length_looks_like_pickle_is_still_a_frame() {
+        // Header length 0x0280 = 640 starts with the bytes of a protocol-2 pickle.
+        let dss = serde_json::json!({"v": "DSSST1", "tree": ["j", "x".repeat(500)]}).to_string();
+        let mut header = serde_json::json!({
+            "__metadata__": {"dss": dss},
+            "__dss_empty__": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
+        })
+        .to_string();
+        header.push_str(&" ".repeat(640 - header.len()));
+        let f = frame(&header, &[0]);
+        assert_eq!(&f[..2], &[0x80, 0x02]);
+        assert_eq!(decode(f.clone()).unwrap(), Node::json("x".repeat(500)));
+        assert_eq!(header_extent(&f[..8]).unwrap(), 648);
+        assert_eq!(
+            header_summary(&f[..648]).unwrap(),
+            serde_json::json!("x".repeat(500))
+        );
+    }
+
+    #[test]
+    fn refuses_garbage_with_a_reason() {
+        let ok_header = serde_json::json!({
+            "__metadata__": {"dss": r#"{"v":"DSSST1","tree":["t","x"]}"#},
+            "x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
+        })
+        .to_string();
+        let cases: Vec<(Bytes, &str)> = vec![
+            (Bytes::from_static(b"abc"), "shorter than the 8-byte"),
+            (Bytes::from_static(&[0; 16]), "header length is 0"),
+            (
+                Bytes::copy_from_slice(&u64::MAX.to_le_bytes()),
+                "exceeds the 64 MiB",
+            ),
+            (
+                Bytes::copy_from_slice(&[&64u64.to_le_bytes()[..], &b"{}"[..]].concat()),
+                "runs past the end",
+            ),
+            (frame("not json", b""), "safetensors container"),
+            (
+                frame(&ok_header.replace("DSSST1", "DSSST2"), &[0]),
+                "dss version is \"DSSST2\"",
+            ),
+            (
+                frame(&ok_header.replace("\"dss\"", "\"other\""), &[0]),
+                "no 'dss'",
+            ),
+            (
+                frame(
+                    &ok_header.replace("[\\\"t\\\",\\\"x\\\"]", "[\\\"t\\\",\\\"y\\\"]"),
+                    &[0],
+                ),
+                "tensor 'y'",
+            ),
+            (frame(&ok_header, &[0, 0]), "safetensors container"),
+            (
+                frame(
+                    &ok_header.replace("[\\\"t\\\",\\\"x\\\"]", "[\\\"q\\\",1]"),
+                    &[0],
+                ),
+                "unknown tree tag",
+            ),
+            (
+                frame(&ok_header.replace("\"U8\"", "\"I8\""), &[0]),
+                "unsupported dtype",
+            ),
+        ];
+        for (bytes, want) in cases {
+            let e = decode(bytes).unwrap_err().to_string();
+            assert!(e.contains(want), "want {want:?} in {e:?}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_not_overflowed() {
+        let deep = format!(
+            "{{\"v\":\"DSSST1\",\"tree\":[\"j\",{}NaN{}]}}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let header = serde_json::json!({
+            "__metadata__": {"dss": deep},
+            "__dss_empty__": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
+        })
+        .to_string();
+        let e = decode(frame(&header, &[0])).unwrap_err().to_string();
+        assert!(e.contains("nests deeper"), "{e}");
+    }
+
+    #[test]
+    fn header_summary_needs_only_the_header() {
+        let bytes = encode(&sample()).unwrap();
+        let extent = header_extent(&bytes).unwrap();
+        let s = header_summary(&bytes[..extent]).unwrap();
+        assert_eq!(s, sample().summary());
+        assert_eq!(
+            s["batch"]["input_ids"],
+            serde_json::json!({"dtype": "I64", "shape": [2, 2]})
+        );
+        assert_eq!(s["meta"]["temperature"], 1.0);
+        let e = header_summary(&bytes[..extent - 1])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cut short"), "{e}");
+    }
+
+    #[test]
+    fn conversions() {
+        let t = Tensor::from_f32_as_bf16([3], &[1.0, -2.5, 0.1]).unwrap();
+        let v = t.to_f32_vec();
+        assert_eq!(&v[..2], &[1.0, -2.5]);
+        assert!((v[2] - 0.1).abs() < 1e-3);
+        assert!(t
+            .to_i64_vec()
+            .unwrap_err()
+            .to_string()
+            .contains("integer tensor"));
+        let b = Tensor::from_bool([2], &[true, false]).unwrap();
+        assert_eq!(b.to_i64_vec().unwrap(), vec![1, 0]);
+        assert_eq!(b.to_f32_vec(), vec![1.0, 0.0]);
+        assert_eq!(
+            Tensor::from_i32([1], &[-3]).unwrap().to_f32_vec(),
+            vec![-3.0]
+        );
+        assert_eq!(
+            Tensor::from_f64([1], &[2.0]).unwrap().to_f32_vec(),
+            vec![2.0]
+        );
+        let h = Tensor::new(
+            DType::F16,
+            vec![1],
+            Bytes::copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes()),
+        )
+        .unwrap();
+        assert_eq!(h.to_f32_vec(), vec![0.5]);
+        assert_eq!(h.numel(), 1);
+    }
 }
