@@ -929,3 +929,16 @@ async fn log_prob_jobs_forward_and_score() {
     assert_eq!(v["results"][0]["logprobs"], json!({"shape": [6]}));
     assert_eq!(v["results"][0]["token_ids"].as_array().unwrap().len(), 6);
 }
+
+#[tokio::test]
+async fn standalone_server_refuses_an_invalid_script() {
+    let script = MockScript {
+        device: "abacus".into(),
+        ..MockScript::default()
+    };
+    let err = rlharness::backend::mock::serve_mock_standalone("127.0.0.1", 0, script, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("abacus"), "{err}");
+}
