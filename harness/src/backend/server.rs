@@ -370,7 +370,12 @@ async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respo
             .and_then(Value::as_u64);
     }
     let req = Request::from_parts(parts, Body::from(bytes));
-    let resp = next.run(req).await;
+    let mut resp = next.run(req).await;
+    // A simulating engine times every successful call, control routes included, so a mock
+    // run's timings are fully simulated and deterministic.
+    if resp.status().is_success() && !resp.headers().contains_key(SIM_DURATION_HEADER) {
+        add_sim_header(&mut resp, s.engine.control_seconds());
+    }
     let (meta, body) = match resp.extensions().get::<RecordedParts>() {
         Some(p) => (p.meta.clone(), p.body.clone()),
         None => (None, json_body),

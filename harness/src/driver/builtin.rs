@@ -79,8 +79,9 @@ struct Sample {
     truncated: bool,
 }
 
-/// Time of a phase: the sum of backend-reported durations when every call reported one,
-/// else the wall time of the phase.
+/// Time of a phase. A backend that reports durations (the mock's simulated clock) is taken at
+/// its word: the phase is the sum of the reported durations. Otherwise the wall time of the
+/// phase is used, as verl measures it.
 struct Phase {
     started: Instant,
     reported: f64,

@@ -782,6 +782,11 @@ impl Engine for MockEngine {
         })
     }
 
+    fn control_seconds(&self) -> Option<f64> {
+        // A control call is a round trip and a state flip: a millisecond.
+        Some(1e-3)
+    }
+
     fn weight_sync(&self, source: u64, targets: &[u64]) -> Result<Timed<()>, EngineError> {
         let mut jobs = self.jobs();
         let (version, cuda_ipc) = {
