@@ -725,7 +725,7 @@ mod tests {
         );
         snapshot(
             "junit_regressed.xml",
-            &redact(&render_junit(&[r.clone()]), &r),
+            &redact(&render_junit(std::slice::from_ref(&r)), &r),
         );
     }
 
