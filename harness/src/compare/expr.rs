@@ -1377,4 +1377,123 @@ mod tests {
             .unwrap()
             .can_still_hold(&partial, 10));
     }
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn metric() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("critic/rewards/mean".to_string()),
+                Just("val-core/openai/gsm8k/acc/mean@1".to_string()),
+                Just("timing_s/step".to_string()),
+                Just("odd name:1".to_string()),
+            ]
+        }
+
+        fn selection() -> impl Strategy<Value = Selection> {
+            prop_oneof![
+                Just(Selection::All),
+                (1u64..50).prop_map(Selection::Last),
+                (1u64..50).prop_map(Selection::First),
+                (
+                    proptest::option::of(0u64..20),
+                    proptest::option::of(20u64..40)
+                )
+                    .prop_map(|(a, b)| Selection::Steps(a, b)),
+            ]
+        }
+
+        fn cmp_op() -> impl Strategy<Value = CmpOp> {
+            prop_oneof![
+                Just(CmpOp::Lt),
+                Just(CmpOp::Le),
+                Just(CmpOp::Gt),
+                Just(CmpOp::Ge),
+                Just(CmpOp::Eq),
+                Just(CmpOp::Ne),
+            ]
+        }
+
+        fn num() -> impl Strategy<Value = Num> {
+            let agg = prop_oneof![
+                Just(AggFn::Mean),
+                Just(AggFn::Min),
+                Just(AggFn::Max),
+                Just(AggFn::Last),
+                Just(AggFn::First),
+                Just(AggFn::Sum),
+                Just(AggFn::Std),
+            ];
+            let leaf = prop_oneof![
+                (0u32..1000).prop_map(|v| Num::Const(f64::from(v) / 8.0)),
+                (agg, metric(), selection()).prop_map(|(func, metric, sel)| Num::Agg {
+                    func,
+                    metric,
+                    sel
+                }),
+                (metric(), selection()).prop_map(|(metric, sel)| Num::Count {
+                    metric,
+                    pred: Some(Pred::Finite),
+                    sel
+                }),
+            ];
+            leaf.prop_recursive(3, 16, 2, |inner| {
+                let op = prop_oneof![
+                    Just(ArithOp::Add),
+                    Just(ArithOp::Sub),
+                    Just(ArithOp::Mul),
+                    Just(ArithOp::Div),
+                ];
+                prop_oneof![
+                    inner.clone().prop_map(|n| Num::Neg(Box::new(n))),
+                    (op, inner.clone(), inner).prop_map(|(op, a, b)| Num::Bin(
+                        op,
+                        Box::new(a),
+                        Box::new(b)
+                    )),
+                ]
+            })
+        }
+
+        fn expr() -> impl Strategy<Value = Expr> {
+            let leaf = prop_oneof![
+                (num(), cmp_op(), num()).prop_map(|(a, op, b)| Expr::Cmp(a, op, b)),
+                (any::<bool>(), metric(), selection()).prop_map(|(all, metric, sel)| {
+                    Expr::Quant {
+                        all,
+                        metric,
+                        pred: Pred::Finite,
+                        sel,
+                    }
+                }),
+            ];
+            leaf.prop_recursive(3, 12, 3, |inner| {
+                prop_oneof![
+                    inner.clone().prop_map(|e| Expr::Not(Box::new(e))),
+                    proptest::collection::vec(inner.clone(), 2..4).prop_map(Expr::And),
+                    proptest::collection::vec(inner, 2..4).prop_map(Expr::Or),
+                ]
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+
+            /// The printer and the grammar agree: what is displayed parses back to the tree.
+            #[test]
+            fn display_parses_back(e in expr()) {
+                let text = e.to_string();
+                let back = parse_expr(&text).map_err(|err| TestCaseError::fail(format!("{text}: {err}")))?;
+                prop_assert_eq!(back, e, "{}", text);
+            }
+
+            /// Arbitrary input never panics, and an error points inside (or just past) it.
+            #[test]
+            fn garbage_is_an_error_not_a_panic(src in "[ -~]{0,40}") {
+                if let Err(e) = parse_expr(&src) {
+                    prop_assert!(e.column >= 1 && e.column <= src.chars().count() + 1);
+                }
+            }
+        }
+    }
 }
