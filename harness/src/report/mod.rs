@@ -824,6 +824,19 @@ mod tests {
         assert!(!html.contains("<script"));
         assert!(html.contains("config.actor_rollout_ref.actor.optim.lr"));
         assert!(html.contains("&lt;") || !r.scenario.contains('<'));
+        // The plots have their own test; the snapshot keeps the page reviewable without them.
+        let mut page = String::new();
+        let mut rest = html.as_str();
+        while let Some(start) = rest.find("<svg") {
+            page.push_str(&rest[..start]);
+            page.push_str("<svg>[plot]</svg>");
+            rest = rest[start..]
+                .find("</svg>")
+                .map(|end| &rest[start + end + "</svg>".len()..])
+                .unwrap_or("");
+        }
+        page.push_str(rest);
+        snapshot("report_regressed.html", &redact(&page, &r));
     }
 
     #[test]
