@@ -579,13 +579,13 @@ mod tests {
         let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
         let full = m.hidden_states(&ids, &pos, Some(&mask));
         let mut cache = m.new_cache(2, 6);
-        m.extend(
+        let _ = m.extend(
             &mut cache,
             &ids.narrow(1, 0, 4),
             &pos.narrow(1, 0, 4),
             &mask,
         );
-        m.extend(
+        let _ = m.extend(
             &mut cache,
             &ids.narrow(1, 4, 1),
             &pos.narrow(1, 4, 1),
