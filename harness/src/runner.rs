@@ -113,6 +113,8 @@ pub struct Executed {
 /// A backend running in-process, with what stops it.
 struct RunningBackend {
     url: String,
+    /// `(device, threads, torch version)` when the backend computes in-process on a device.
+    runtime: Option<(String, Option<u64>, Option<String>)>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -129,16 +131,27 @@ impl RunningBackend {
 }
 
 async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
+    #[allow(unused_mut)] // assigned only with the `torch` feature
+    let mut runtime = None;
     let engine: Arc<dyn crate::backend::Engine> = match &plan.scenario.backend {
         BackendSpec::Mock(script) => Arc::new(
             crate::backend::mock::MockEngine::new(script.clone(), plan.scenario.seed)
                 .map_err(|e| CommandError::invalid(format!("backend: {e}")))?,
         ),
         #[cfg(feature = "torch")]
-        BackendSpec::Torch(spec) => Arc::new(
-            crate::backend::torch::TorchEngine::new(spec, plan.scenario.seed)
-                .map_err(|e| CommandError::run_failed(format!("torch backend: {e}")))?,
-        ),
+        BackendSpec::Torch(spec) => {
+            // Building the model (and a warm start) is CPU-heavy: off the async threads.
+            let (spec, seed) = (spec.clone(), plan.scenario.seed);
+            let engine = tokio::task::spawn_blocking(move || {
+                crate::backend::torch::TorchEngine::new(&spec, seed)
+            })
+            .await
+            .map_err(|e| CommandError::run_failed(format!("torch backend crashed: {e}")))?
+            .map_err(|e| CommandError::run_failed(format!("torch backend: {e}")))?;
+            let (device, threads, version) = engine.runtime_info();
+            runtime = Some((device, Some(threads as u64), Some(version)));
+            Arc::new(engine)
+        }
         #[cfg(not(feature = "torch"))]
         BackendSpec::Torch(_) => {
             return Err(CommandError::invalid(
@@ -148,6 +161,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
         BackendSpec::Remote { url } => {
             return Ok(RunningBackend {
                 url: url.trim_end_matches('/').to_string(),
+                runtime: None,
                 stop: None,
                 task: None,
             })
@@ -188,6 +202,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
     });
     Ok(RunningBackend {
         url: format!("http://{addr}"),
+        runtime,
         stop: Some(tx),
         task: Some(task),
     })
@@ -284,7 +299,7 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
         }
         None => create_run_dir(&opts.out, &name, &plan.plan_hash)?,
     };
-    let env = RunEnv::for_plan(&plan, opts.hardware.as_deref());
+    let mut env = RunEnv::new(None, opts.hardware.as_deref());
     let mut manifest = manifest_for(&plan, &env, started);
     write_manifest(&run_dir, &manifest)?;
 
@@ -294,6 +309,11 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
     let timeouts = plan.scenario.timeouts.clone();
 
     let backend = start_backend(&plan).await?;
+    if backend.runtime.is_some() {
+        env = RunEnv::new(backend.runtime.clone(), opts.hardware.as_deref());
+        manifest = manifest_for(&plan, &env, started);
+        write_manifest(&run_dir, &manifest)?;
+    }
     let (tx, mut rx) = events::channel();
     let proxy_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -461,14 +481,14 @@ pub struct RunEnv {
 }
 
 impl RunEnv {
-    /// The device a scenario's backend computes on. The mock runs on this CPU (its simulated
-    /// device only shapes the numbers it reports); the torch backend reports its own.
-    pub fn for_plan(plan: &RunPlan, hardware_override: Option<&str>) -> RunEnv {
-        let (device, threads, torch_version) = match &plan.scenario.backend {
-            #[cfg(feature = "torch")]
-            BackendSpec::Torch(spec) => crate::backend::torch::runtime_info(spec),
-            _ => ("cpu".to_string(), None, None),
-        };
+    /// The device a run computes on: what an in-process backend reports (torch), else this
+    /// machine's CPU (the mock's simulated device only shapes the numbers it reports).
+    pub fn new(
+        runtime: Option<(String, Option<u64>, Option<String>)>,
+        hardware_override: Option<&str>,
+    ) -> RunEnv {
+        let (device, threads, torch_version) =
+            runtime.unwrap_or_else(|| ("cpu".to_string(), None, None));
         RunEnv {
             hardware: crate::golden::hardware_key(&device, hardware_override),
             device,
