@@ -51,9 +51,20 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
             Ok(ExitStatus::Passed)
         }
         Command::Serve(args) => serve(args).await,
-        other => Err(CommandError::invalid(format!(
-            "command not available yet: {other:?}"
-        ))),
+        Command::Run(args) => run(args).await,
+        Command::Golden { action, golden } => golden_command(action, &golden),
+        Command::Compare { run, run2, golden } => {
+            crate::report::compare_command(&run, run2.as_deref(), &golden)
+        }
+        Command::Proxy(args) => {
+            crate::proxy::run_standalone(&args)
+                .await
+                .map_err(|e| CommandError::run_failed(format!("proxy: {e}")))?;
+            Ok(ExitStatus::Passed)
+        }
+        Command::Propagate { scenario, out, set } => {
+            crate::propagate::command::propagate_command(&scenario, &out, &set).await
+        }
     }
 }
 
@@ -122,4 +133,162 @@ async fn serve_torch(
     _seed: u64,
 ) -> Result<ExitStatus, CommandError> {
     Err(CommandError::invalid("`serve torch` is not wired yet"))
+}
+
+fn golden_command(
+    action: crate::cli::GoldenAction,
+    root: &std::path::Path,
+) -> Result<ExitStatus, CommandError> {
+    use crate::cli::GoldenAction;
+    let (text, status) = match action {
+        GoldenAction::Status => crate::golden::golden_status(root)?,
+        GoldenAction::Accept { scenarios } => crate::golden::golden_accept(root, &scenarios)?,
+        GoldenAction::Reject { scenarios } => crate::golden::golden_reject(root, &scenarios)?,
+    };
+    print!("{text}");
+    Ok(status)
+}
+
+/// `rlharness run`: every scenario in turn; the worst exit status wins.
+async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, CommandError> {
+    let opts = crate::runner::RunOptions {
+        out: args.out.clone(),
+        golden: args.golden.clone(),
+        seed: args.seed,
+        steps: args.steps,
+        set: args.set.clone(),
+        update_golden: args.update_golden,
+        hardware: args.hardware.clone(),
+        progress: !args.no_progress,
+        ci: std::env::var("CI").is_ok_and(|v| v == "true" || v == "1"),
+        run_dir: None,
+    };
+    let files =
+        crate::spec::discover(&args.scenarios).map_err(|e| CommandError::invalid(e.to_string()))?;
+    if files.is_empty() {
+        return Err(CommandError::invalid("no scenario files given"));
+    }
+    let mut worst = ExitStatus::Passed;
+    for file in files {
+        let status = match run_one(&file, &opts).await {
+            Ok(report) => {
+                println!("{}: {}", report.scenario, report.summary());
+                if !report.run.dir.is_empty() {
+                    println!("  report: {}/report.md", report.run.dir);
+                }
+                report.exit_status()
+            }
+            Err(e) => {
+                eprintln!("error: {}: {e}", file.display());
+                e.status
+            }
+        };
+        worst = worst.worst(status);
+    }
+    Ok(worst)
+}
+
+/// Plan, execute, judge and report one scenario.
+pub async fn run_one(
+    file: &std::path::Path,
+    opts: &crate::runner::RunOptions,
+) -> Result<crate::report::Report, CommandError> {
+    use crate::compare::{judge, Evidence, Outcome, RuleStatus, RuleVerdict};
+    use crate::report::{Reference, Report};
+    let scenario = crate::spec::load_scenario(file, &opts.set)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let plan = crate::plan::RunPlan::new(scenario, opts.seed, opts.steps);
+    let unmet = plan.scenario.requires.unmet();
+    if !unmet.is_empty() {
+        return Ok(Report::skipped(&plan.scenario.name, &unmet.join("; ")));
+    }
+    let executed = crate::runner::execute(plan, opts).await?;
+    let crate::runner::Executed {
+        mut manifest,
+        env,
+        plan,
+        run_dir,
+        end,
+        metrics,
+        insane,
+        ..
+    } = executed;
+    let store = crate::golden::GoldenStore::with_ci(&opts.golden, opts.ci);
+    let golden = store
+        .load(&plan.scenario.name, &env.hardware)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let mut verdict = judge(&metrics, golden.as_ref(), &plan.scenario.checks);
+    // Built-in sanity: an MFU outside (0, 1] is a failed check, never a plotted number.
+    for (step, metric, value) in &insane {
+        verdict.rules.push(RuleVerdict {
+            rule: format!("sanity:0 < {metric} <= 1"),
+            status: RuleStatus::Regressed,
+            evidence: Evidence {
+                step_or_window: Some(format!("step {step}")),
+                value: Some(*value),
+                message: format!(
+                    "{metric} = {value} at step {step} is outside (0, 1]; dropped from the series"
+                ),
+                ..Evidence::default()
+            },
+            metrics: vec![metric.clone()],
+            failing_steps: vec![*step],
+            points: Vec::new(),
+            fail_fast: None,
+        });
+        if verdict.outcome == Outcome::Passed || verdict.outcome == Outcome::NoGolden {
+            verdict.outcome = Outcome::Regressed;
+        }
+    }
+    // The bless flow: a completed run without a golden (or under --update-golden) writes a
+    // pending one for review; CI never writes.
+    let completed = end == crate::runner::RunEnd::Completed;
+    if completed
+        && (golden.is_none() || opts.update_golden)
+        && !plan.scenario.checks.golden.is_empty()
+    {
+        let provenance = crate::golden::Provenance {
+            date: chrono::Utc::now().to_rfc3339(),
+            harness_version: manifest.harness_version.clone(),
+            git_commit: manifest.git_commit.clone(),
+            device: env.device.clone(),
+            seed: Some(plan.scenario.seed),
+            threads: env.threads,
+            torch_version: env.torch_version.clone(),
+        };
+        match store.write_pending(
+            &plan.scenario.name,
+            &env.hardware,
+            &metrics,
+            &provenance,
+            Some(&plan.scenario.checks),
+        ) {
+            Ok(path) => manifest.pending_golden = Some(path.display().to_string()),
+            Err(e) if opts.ci => eprintln!("note: {e}"),
+            Err(e) => return Err(CommandError::invalid(e.to_string())),
+        }
+        if opts.ci && golden.is_none() {
+            verdict.outcome = Outcome::NoGolden;
+        }
+        manifest
+            .write(&run_dir)
+            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    }
+    let reference = golden.as_ref().map(Reference::from_golden);
+    let judged = matches!(end, crate::runner::RunEnd::Completed);
+    let report = Report::from_run(
+        &run_dir,
+        &manifest,
+        metrics,
+        reference,
+        // A run that broke is reported with what it has; its verdict is the failure itself.
+        if judged || !verdict.rules.is_empty() {
+            Some(verdict)
+        } else {
+            None
+        },
+    );
+    crate::report::write_reports(&run_dir, &report)
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    Ok(report)
 }

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::backend::BackendSpec;
+use crate::compare::RunStatus;
 use crate::driver::builtin::{self, DriverRun};
 use crate::driver::client::ArcticClient;
 use crate::driver::{translate, DriverSpec};
@@ -19,6 +20,7 @@ use crate::events::{self, RunEvent};
 use crate::fsx;
 use crate::metrics::{promised_peak_flops, MetricTable, MetricsCsvWriter, StepMetrics};
 use crate::plan::RunPlan;
+use crate::report::{KnobDiff, RunManifest};
 
 /// Options of `rlharness run` that apply to every scenario.
 #[derive(Debug, Clone)]
@@ -67,6 +69,21 @@ impl RunEnd {
             RunEnd::Interrupted { .. } => "interrupted",
         }
     }
+    pub fn run_status(&self) -> RunStatus {
+        match self {
+            RunEnd::Completed => RunStatus::Completed,
+            RunEnd::Failed { .. } => RunStatus::Failed,
+            RunEnd::Hang { .. } => RunStatus::TimedOut,
+            RunEnd::Interrupted { .. } => RunStatus::Interrupted,
+        }
+    }
+    pub fn step(&self) -> Option<u64> {
+        match self {
+            RunEnd::Completed => None,
+            RunEnd::Failed { step, .. } => *step,
+            RunEnd::Hang { step, .. } | RunEnd::Interrupted { step } => Some(*step),
+        }
+    }
     pub fn reason(&self) -> Option<String> {
         match self {
             RunEnd::Completed => None,
@@ -81,6 +98,8 @@ impl RunEnd {
 /// What one executed scenario produced.
 #[derive(Debug)]
 pub struct Executed {
+    pub manifest: RunManifest,
+    pub env: RunEnv,
     pub plan: RunPlan,
     pub run_dir: PathBuf,
     pub end: RunEnd,
@@ -94,7 +113,10 @@ pub struct Executed {
 /// A backend running in-process, with what stops it.
 struct RunningBackend {
     url: String,
-    /// The start-up flags of an in-process server (what `--training-gpus` etc. would be).
+    /// `(device, threads, torch version)` when the backend computes in-process on a device.
+    runtime: Option<(String, Option<u64>, Option<String>)>,
+    /// The start-up flags of an in-process server (what `--training-gpus` etc. would be), so
+    /// the propagation check sees them (`srv.*`).
     flags: Option<Value>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -112,16 +134,27 @@ impl RunningBackend {
 }
 
 async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
+    #[allow(unused_mut)] // assigned only with the `torch` feature
+    let mut runtime = None;
     let engine: Arc<dyn crate::backend::Engine> = match &plan.scenario.backend {
         BackendSpec::Mock(script) => Arc::new(
             crate::backend::mock::MockEngine::new(script.clone(), plan.scenario.seed)
-                .map_err(|e| CommandError::invalid(format!("mock backend: {e}")))?,
+                .map_err(|e| CommandError::invalid(format!("backend: {e}")))?,
         ),
         #[cfg(feature = "torch")]
-        BackendSpec::Torch(spec) => Arc::new(
-            crate::backend::torch::TorchEngine::new(spec, plan.scenario.seed)
-                .map_err(|e| CommandError::run_failed(format!("torch backend: {e}")))?,
-        ),
+        BackendSpec::Torch(spec) => {
+            // Building the model (and a warm start) is CPU-heavy: off the async threads.
+            let (spec, seed) = (spec.clone(), plan.scenario.seed);
+            let engine = tokio::task::spawn_blocking(move || {
+                crate::backend::torch::TorchEngine::new(&spec, seed)
+            })
+            .await
+            .map_err(|e| CommandError::run_failed(format!("torch backend crashed: {e}")))?
+            .map_err(|e| CommandError::run_failed(format!("torch backend: {e}")))?;
+            let (device, threads, version) = engine.runtime_info();
+            runtime = Some((device, Some(threads as u64), Some(version)));
+            Arc::new(engine)
+        }
         #[cfg(not(feature = "torch"))]
         BackendSpec::Torch(_) => {
             return Err(CommandError::invalid(
@@ -131,6 +164,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
         BackendSpec::Remote { url } => {
             return Ok(RunningBackend {
                 url: url.trim_end_matches('/').to_string(),
+                runtime: None,
                 flags: None,
                 stop: None,
                 task: None,
@@ -144,10 +178,11 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
         }
     };
     let cfg = plan.scenario.config.to_json();
-    let gpus = |k: &str, d: u64| {
+    let gpus = |k: &str, d: u32| {
         translate::lookup(&cfg, &format!("remote_backend.{k}"))
             .and_then(Value::as_u64)
-            .unwrap_or(d) as u32
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(d)
     };
     let opts = crate::backend::server::ServerOptions {
         training_gpus: gpus("training_gpus", 1),
@@ -155,7 +190,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
         log_prob_gpus: gpus("log_prob_gpus", 0),
         ..Default::default()
     };
-    let flags = json!({
+    let flags = serde_json::json!({
         "training_gpus": opts.training_gpus,
         "sampling_gpus": opts.sampling_gpus,
         "log_prob_gpus": opts.log_prob_gpus,
@@ -176,6 +211,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
     });
     Ok(RunningBackend {
         url: format!("http://{addr}"),
+        runtime,
         flags: Some(flags),
         stop: Some(tx),
         task: Some(task),
@@ -263,6 +299,9 @@ impl Progress {
 pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, CommandError> {
     let started = chrono::Utc::now();
     let name = plan.scenario.name.clone();
+    // Translation errors are input errors: found before anything starts.
+    let translation = translate::translate(&plan.scenario.config.to_json(), plan.scenario.steps)
+        .map_err(|e| CommandError::invalid(format!("{}: {e}", plan.scenario.path.display())))?;
     let run_dir = match &opts.run_dir {
         Some(d) => {
             fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
@@ -270,7 +309,9 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
         }
         None => create_run_dir(&opts.out, &name, &plan.plan_hash)?,
     };
-    write_manifest(&run_dir, &plan, opts, "running", None, started, None)?;
+    let mut env = RunEnv::new(None, opts.hardware.as_deref());
+    let mut manifest = manifest_for(&plan, &env, started);
+    write_manifest(&run_dir, &manifest)?;
 
     let mut csv = MetricsCsvWriter::create(&run_dir.join("metrics.csv"))
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
@@ -279,12 +320,16 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
 
     let backend = start_backend(&plan).await?;
     if let Some(flags) = &backend.flags {
-        // What the server was started with, for the propagation check (`srv.*`).
         fsx::write_atomic(
             &run_dir.join("server_flags.json"),
             flags.to_string().as_bytes(),
         )
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    }
+    if backend.runtime.is_some() {
+        env = RunEnv::new(backend.runtime.clone(), opts.hardware.as_deref());
+        manifest = manifest_for(&plan, &env, started);
+        write_manifest(&run_dir, &manifest)?;
     }
     let (tx, mut rx) = events::channel();
     let proxy_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -307,9 +352,7 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
     let driver_task = match &plan.scenario.driver {
         DriverSpec::Builtin(spec) => {
             let cfg = plan.scenario.config.to_json();
-            let translation = translate::translate(&cfg, steps).map_err(|e| {
-                CommandError::invalid(format!("{}: {e}", plan.scenario.path.display()))
-            })?;
+            let translation = translation.clone();
             let metrics = &plan.scenario.metrics;
             let n_gpus = translate::Cfg(&cfg)
                 .f64_or("trainer.n_gpus_per_node", 1.0)
@@ -427,16 +470,14 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
     backend.shutdown().await;
     let ended = chrono::Utc::now();
     let metrics = csv.into_table();
-    write_manifest(
-        &run_dir,
-        &plan,
-        opts,
-        end.status(),
-        end.reason(),
-        started,
-        Some(ended),
-    )?;
+    manifest.status = end.run_status();
+    manifest.reason = end.reason();
+    manifest.failed_step = end.step();
+    manifest.ended = Some(ended.to_rfc3339());
+    write_manifest(&run_dir, &manifest)?;
     Ok(Executed {
+        manifest,
+        env,
         plan,
         run_dir,
         end,
@@ -447,36 +488,78 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
     })
 }
 
-/// `run.json`: written at start (status `running`) and again at the end, atomically.
-pub fn write_manifest(
-    dir: &Path,
+/// Facts about where a run ran, for `run.json` and the golden provenance.
+#[derive(Debug, Clone)]
+pub struct RunEnv {
+    pub device: String,
+    pub hardware: String,
+    pub threads: Option<u64>,
+    pub torch_version: Option<String>,
+}
+
+impl RunEnv {
+    /// The device a run computes on: what an in-process backend reports (torch), else this
+    /// machine's CPU (the mock's simulated device only shapes the numbers it reports).
+    pub fn new(
+        runtime: Option<(String, Option<u64>, Option<String>)>,
+        hardware_override: Option<&str>,
+    ) -> RunEnv {
+        let (device, threads, torch_version) =
+            runtime.unwrap_or_else(|| ("cpu".to_string(), None, None));
+        RunEnv {
+            hardware: crate::golden::hardware_key(&device, hardware_override),
+            device,
+            threads,
+            torch_version,
+        }
+    }
+}
+
+/// Build `run.json` for a plan; the runner writes it at start (status `running` is not a
+/// `RunStatus`, so a run in progress reads as `interrupted` until it ends: exactly what a
+/// killed run should say).
+pub fn manifest_for(
     plan: &RunPlan,
-    opts: &RunOptions,
-    status: &str,
-    reason: Option<String>,
+    env: &RunEnv,
     started: chrono::DateTime<chrono::Utc>,
-    ended: Option<chrono::DateTime<chrono::Utc>>,
-) -> Result<(), CommandError> {
-    let manifest = json!({
-        "scenario": plan.scenario.name,
-        "scenario_path": plan.scenario.path,
-        "status": status,
-        "reason": reason,
-        "seed": plan.scenario.seed,
-        "steps": plan.scenario.steps,
-        "harness_version": env!("CARGO_PKG_VERSION"),
-        "git_commit": git_commit(),
-        "host": hostname(),
-        "started": started.to_rfc3339(),
-        "ended": ended.map(|e| e.to_rfc3339()),
-        "scenario_hash": plan.scenario_hash,
-        "plan_hash": plan.plan_hash,
-        "golden_root": opts.golden,
-        "plan": plan.to_json(),
-    });
-    let text = serde_json::to_string_pretty(&manifest)
-        .map_err(|e| CommandError::run_failed(e.to_string()))?;
-    fsx::write_atomic(&dir.join("run.json"), text.as_bytes())
+) -> RunManifest {
+    RunManifest {
+        scenario: plan.scenario.name.clone(),
+        scenario_path: plan.scenario.path.display().to_string(),
+        hardware: env.hardware.clone(),
+        status: RunStatus::Interrupted,
+        reason: Some("the run did not finish (the harness was stopped or killed)".into()),
+        failed_step: None,
+        seed: plan.scenario.seed,
+        steps: plan.scenario.steps,
+        checks: plan.scenario.checks.clone(),
+        expected_verdict: plan.scenario.expected_verdict.clone(),
+        harness_version: env!("CARGO_PKG_VERSION").to_string(),
+        git_commit: git_commit(),
+        host: hostname(),
+        device: env.device.clone(),
+        threads: env.threads,
+        torch_version: env.torch_version.clone(),
+        started: started.to_rfc3339(),
+        ended: None,
+        plan_hash: plan.plan_hash.clone(),
+        scenario_hash: plan.scenario_hash.clone(),
+        knobs: plan
+            .knobs_differing_from_defaults()
+            .into_iter()
+            .map(|(key, default, value, origin)| KnobDiff {
+                key,
+                default: (!default.is_null()).then(|| default.to_string()),
+                value: value.to_string(),
+                origin: origin.to_string(),
+            })
+            .collect(),
+        pending_golden: None,
+    }
+}
+
+fn write_manifest(dir: &Path, m: &RunManifest) -> Result<(), CommandError> {
+    m.write(dir)
         .map_err(|e| CommandError::run_failed(e.to_string()))
 }
 

@@ -607,7 +607,7 @@ async fn legacy_pickle_payloads_are_refused() {
             &router,
             "POST",
             &format!("{route}?job_id={id}"),
-            Body::from("garbage bytes here"),
+            Body::from(&b"\x03\x00\x00\x00\x00\x00\x00\x00abc"[..]),
         )
         .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
@@ -897,4 +897,48 @@ async fn full_session_over_a_real_port() {
     }
     stop_tx.send(()).unwrap();
     server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn log_prob_jobs_forward_and_score() {
+    let (router, _) = app();
+    let lp = post_json(
+        &router,
+        "/initialize",
+        json!({"model_name": "m", "job_type": "log_prob"}),
+    )
+    .await;
+    let id = lp.json()["job_id"].as_u64().unwrap();
+    // Without ds_config the log_prob job runs no DeepSpeed engine to forward.
+    let f = post_frame(
+        &router,
+        &format!("/forward?job_id={id}"),
+        &model_call(batch_node(1, false), json!({"loss_fn": null})),
+    )
+    .await;
+    assert_eq!(f.status, StatusCode::BAD_REQUEST);
+    assert!(f.detail().contains("ds_config"), "{}", f.detail());
+    let r = post_json(
+        &router,
+        &format!("/log-probs?job_id={id}"),
+        json!({"prompts": ["Q:1+1=?\nA:"], "completions": ["#### 2"], "top_k": 1}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let v = r.frame();
+    assert_eq!(v["results"][0]["logprobs"], json!({"shape": [6]}));
+    assert_eq!(v["results"][0]["token_ids"].as_array().unwrap().len(), 6);
+}
+
+#[tokio::test]
+async fn standalone_server_refuses_an_invalid_script() {
+    let script = MockScript {
+        device: "abacus".into(),
+        ..MockScript::default()
+    };
+    let err = rlharness::backend::mock::serve_mock_standalone("127.0.0.1", 0, script, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("abacus"), "{err}");
 }

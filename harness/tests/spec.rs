@@ -158,7 +158,7 @@ fn valid_scenario_layers_defaults_includes_and_file_values() {
     );
     assert_eq!(
         s.origins["backend.kind"].to_string(),
-        format!("{}:6:11", p.display())
+        format!("{}:6:17", p.display())
     );
 }
 
@@ -205,7 +205,11 @@ fn misspelled_top_level_and_block_keys_are_all_reported() {
     );
     assert!(errs.0[0].message.contains("did you mean `steps`?"));
     assert!(errs.0[1].message.contains("unknown field `tsk`"));
-    assert!(errs.0[2].message.contains("unknown unit"), "{}", errs.0[2]);
+    assert!(
+        errs.0[2].message.contains("invalid duration \"soon\""),
+        "{}",
+        errs.0[2]
+    );
 }
 
 #[test]
@@ -396,10 +400,10 @@ fn set_overrides_apply_with_provenance() {
         s.config.get("trainer.extra_knob").unwrap().value,
         json!("x")
     );
-    // The root mapping keeps its own provenance.
+    // The root mapping keeps the provenance of the scenario's `config` (its first key), not of a `--set`.
     assert!(matches!(
         s.config.get("").unwrap().origin,
-        Origin::Default { .. }
+        Origin::File { line: 8, .. }
     ));
 }
 
@@ -511,7 +515,7 @@ fn discover_skips_layer_folders() {
     r.scenario("sub/b.yml", "  {}\n");
     r.write("notes.txt", "x");
     r.write("backends/other.yaml", "# x\na: 1\n");
-    let found = discover(&[r.root.clone()]).unwrap();
+    let found = discover(std::slice::from_ref(&r.root)).unwrap();
     let rel: Vec<String> = found
         .iter()
         .map(|p| p.strip_prefix(&r.root).unwrap().display().to_string())

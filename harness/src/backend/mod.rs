@@ -150,6 +150,11 @@ pub trait Engine: Send + Sync + 'static {
     fn load_checkpoint(&self, job_id: u64, request: &Value) -> Result<Value, EngineError>;
     /// `/weight-norm`: `(norm, number of parameters)` of one job's weights.
     fn weight_norm(&self, job_id: u64) -> Result<(f64, u64), EngineError>;
+    /// The simulated duration of a call that computes nothing (health, sleep, wake, status).
+    /// `None` for a real engine: the driver then measures wall time.
+    fn control_seconds(&self) -> Option<f64> {
+        None
+    }
     /// `/log-probs` on a log_prob job: the `results` subtree of the answer. The verl adapter
     /// never calls it, so engines without a reference model may keep this refusal.
     fn log_probs(

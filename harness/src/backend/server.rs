@@ -370,7 +370,12 @@ async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respo
             .and_then(Value::as_u64);
     }
     let req = Request::from_parts(parts, Body::from(bytes));
-    let resp = next.run(req).await;
+    let mut resp = next.run(req).await;
+    // A simulating engine times every successful call, control routes included, so a mock
+    // run's timings are fully simulated and deterministic.
+    if resp.status().is_success() && !resp.headers().contains_key(SIM_DURATION_HEADER) {
+        add_sim_header(&mut resp, s.engine.control_seconds());
+    }
     let (meta, body) = match resp.extensions().get::<RecordedParts>() {
         Some(p) => (p.meta.clone(), p.body.clone()),
         None => (None, json_body),
@@ -815,7 +820,7 @@ fn check_batch_shapes(mb: &ModelBatch, route: &str) -> Result<(), ApiError> {
         }
     }
     for (name, t) in &mb.batch {
-        let want = frame::numel(&t.shape) * t.dtype.size();
+        let want = frame::numel(&t.shape).saturating_mul(t.dtype.size());
         if t.data.len() != want {
             return Err(ApiError::unprocessable(format!(
                 "{route}: batch.{name} ({}) needs {want} bytes but carries {}",
@@ -1294,4 +1299,53 @@ async fn weight_norm(
         "training_num_params": tp,
         "sampling_num_params": sp,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: WakeTags = WakeTags {
+        weights: true,
+        kv_cache: true,
+    };
+    const WEIGHTS: WakeTags = WakeTags {
+        weights: true,
+        kv_cache: false,
+    };
+    const KV: WakeTags = WakeTags {
+        weights: false,
+        kv_cache: true,
+    };
+
+    #[test]
+    fn wake_follows_the_reference_state_machine() {
+        use SamplingState::*;
+        assert_eq!(
+            wake_transition(Sleeping, WEIGHTS),
+            Ok((WeightsReady, "weights_ready"))
+        );
+        assert_eq!(wake_transition(WeightsReady, KV), Ok((Ready, "ready")));
+        assert_eq!(wake_transition(Sleeping, ALL), Ok((Ready, "ready")));
+        assert_eq!(
+            wake_transition(Ready, WEIGHTS),
+            Ok((Ready, "already_ready"))
+        );
+        assert!(wake_transition(Sleeping, KV)
+            .unwrap_err()
+            .contains("weights"));
+    }
+
+    #[test]
+    fn job_ids_come_from_the_query() {
+        let uri: Uri = "/step?x=1&job_id=12".parse().unwrap();
+        assert_eq!(job_id_from_query(&uri), Ok(Some(12)));
+        let uri: Uri = "/step?job_id=-3".parse().unwrap();
+        assert_eq!(
+            job_id_from_query(&uri).unwrap_err().status,
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+        let uri: Uri = "/step".parse().unwrap();
+        assert_eq!(job_id_from_query(&uri), Ok(None));
+    }
 }

@@ -1,6 +1,202 @@
 //! The scenario's `backend: {kind: torch, ...}` block. Defined without the `torch` feature so
 //! every scenario validates on any build.
+//!
+//! ```yaml
+//! backend:
+//!   kind: torch
+//!   model: {kind: tiny, d_model: 64, layers: 2, heads: 4, kv_heads: 2, ffn: 256}
+//!   device: cpu          # cpu | cuda
+//!   dtype: f32           # f32 | bf16
+//!   threads: 2           # CPU intra-op threads, pinned and recorded
+//!   warm_start: {steps: 300, lr: 0.003, batch: 64, correct_fraction: 0.15}
+//!   cache_dir: target/rlharness-cache
+//! ```
+//! The defaults are the CPU flagship's. `model: {kind: qwen3, preset: qwen3-0.6b}` builds the
+//! real-size Qwen3 shape on random weights for performance scenarios (no warm start).
 
-#[derive(Debug, Clone, PartialEq, Default, serde::Deserialize, serde::Serialize)]
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct TorchSpec {}
+pub struct TorchSpec {
+    #[serde(default)]
+    pub model: ModelSpec,
+    #[serde(default)]
+    pub device: TorchDevice,
+    #[serde(default)]
+    pub dtype: TorchDType,
+    /// Intra-op threads on CPU. Pinned because results are only bit-identical for the same
+    /// seed AND thread count (reduction order depends on it).
+    #[serde(default = "default_threads")]
+    pub threads: usize,
+    #[serde(default)]
+    pub warm_start: WarmStartSpec,
+    /// Where warm-started weights are cached, keyed by a hash of everything that shapes them.
+    /// Relative paths are taken from the working directory.
+    #[serde(default = "default_cache_dir")]
+    pub cache_dir: String,
+}
+
+impl Default for TorchSpec {
+    fn default() -> Self {
+        Self {
+            model: ModelSpec::default(),
+            device: TorchDevice::default(),
+            dtype: TorchDType::default(),
+            threads: default_threads(),
+            warm_start: WarmStartSpec::default(),
+            cache_dir: default_cache_dir(),
+        }
+    }
+}
+
+fn default_threads() -> usize {
+    2
+}
+fn default_cache_dir() -> String {
+    "target/rlharness-cache".into()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TorchDevice {
+    #[default]
+    Cpu,
+    Cuda,
+}
+
+impl TorchDevice {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TorchDevice::Cpu => "cpu",
+            TorchDevice::Cuda => "cuda",
+        }
+    }
+}
+
+/// The dtype of the model weights and activations. With `bf16` the trainer keeps fp32 master
+/// weights and optimizer state, as DeepSpeed's bf16 mode does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TorchDType {
+    #[default]
+    F32,
+    Bf16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// A small Qwen3-style decoder over the arith task's character vocabulary.
+    #[default]
+    Tiny,
+    /// The Qwen3 architecture at a named preset's size, on random weights.
+    Qwen3,
+}
+
+/// The model. Every size field is optional: `tiny` fills the flagship's sizes, `qwen3` the
+/// preset's; a field given here overrides (e.g. fewer `layers` for a smoke run).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    #[serde(default)]
+    pub kind: ModelKind,
+    /// `qwen3-0.6b` or `qwen3-1.7b`; required for `qwen3`, refused for `tiny`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub d_model: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heads: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_heads: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<usize>,
+    /// SwiGLU inner width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ffn: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocab_size: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_theta: Option<f64>,
+}
+
+/// The supervised warm start that stands in for pretraining (tiny model only). It teaches the
+/// answer FORMAT on targets that are right only `correct_fraction` of the time (else a random
+/// number of the same range), so RL starts from a model with the format right and low reward.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmStartSpec {
+    /// Optimizer steps; 0 leaves the random initialisation.
+    #[serde(default = "default_ws_steps")]
+    pub steps: usize,
+    #[serde(default = "default_ws_lr")]
+    pub lr: f64,
+    /// Sequences per step.
+    #[serde(default = "default_ws_batch")]
+    pub batch: usize,
+    #[serde(default = "default_ws_correct")]
+    pub correct_fraction: f64,
+    /// Largest operand of the `a+b` problems it trains on.
+    #[serde(default = "default_ws_max_operand")]
+    pub max_operand: i64,
+}
+
+impl Default for WarmStartSpec {
+    fn default() -> Self {
+        Self {
+            steps: default_ws_steps(),
+            lr: default_ws_lr(),
+            batch: default_ws_batch(),
+            correct_fraction: default_ws_correct(),
+            max_operand: default_ws_max_operand(),
+        }
+    }
+}
+
+fn default_ws_steps() -> usize {
+    300
+}
+fn default_ws_lr() -> f64 {
+    3e-3
+}
+fn default_ws_batch() -> usize {
+    64
+}
+fn default_ws_correct() -> f64 {
+    0.15
+}
+fn default_ws_max_operand() -> i64 {
+    9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_block_takes_flagship_defaults() {
+        let spec: TorchSpec = serde_json::from_str("{}").unwrap();
+        assert_eq!(spec, TorchSpec::default());
+        assert_eq!(spec.threads, 2);
+        assert_eq!(spec.model.kind, ModelKind::Tiny);
+        assert_eq!(spec.device, TorchDevice::Cpu);
+    }
+
+    #[test]
+    fn qwen3_block_parses_and_unknown_keys_are_refused() {
+        let spec: TorchSpec = serde_json::from_str(
+            r#"{"model": {"kind": "qwen3", "preset": "qwen3-0.6b"}, "device": "cuda", "dtype": "bf16"}"#,
+        )
+        .unwrap();
+        assert_eq!(spec.model.kind, ModelKind::Qwen3);
+        assert_eq!(spec.dtype, TorchDType::Bf16);
+        let err = serde_json::from_str::<TorchSpec>(r#"{"model": {"kind": "tiny", "width": 3}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("width"), "{err}");
+        assert!(serde_json::from_str::<TorchSpec>(r#"{"device": "tpu"}"#).is_err());
+    }
+}

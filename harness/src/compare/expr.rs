@@ -354,11 +354,34 @@ fn rule_name(r: &Rule) -> Option<&'static str> {
     })
 }
 
-fn pest_error(e: pest::error::Error<Rule>) -> ExprError {
+fn pest_error(e: pest::error::Error<Rule>, src: &str) -> ExprError {
     let column = match e.line_col {
         pest::error::LineColLocation::Pos((_, c)) => c,
         pest::error::LineColLocation::Span((_, c), _) => c,
     };
+    // Rule-level positions stop where the last rule began (`all(x)` fails "at column 1");
+    // the token attempts know the furthest point the parser reached, which is where the
+    // user's mistake is.
+    if let Some(attempts) = e.parse_attempts() {
+        let at = attempts.max_position;
+        let far = src
+            .get(..at)
+            .map(|p| p.chars().count() + 1)
+            .unwrap_or(column);
+        let mut tokens: Vec<String> = attempts
+            .expected_tokens()
+            .iter()
+            .map(|t| format!("`{t}`"))
+            .collect();
+        tokens.sort();
+        tokens.dedup();
+        if far > column && !tokens.is_empty() {
+            return ExprError {
+                column: far,
+                message: format!("expected {}", tokens.join(" or ")),
+            };
+        }
+    }
     let message = match &e.variant {
         pest::error::ErrorVariant::ParsingError { positives, .. } => {
             let mut names: Vec<&str> = positives.iter().filter_map(rule_name).collect();
@@ -379,7 +402,9 @@ fn pest_error(e: pest::error::Error<Rule>) -> ExprError {
 /// Parse and validate one expression. Errors carry the column so a spec loader can point at
 /// the character inside the YAML string.
 pub fn parse_expr(src: &str) -> Result<Expr, ExprError> {
-    let mut pairs = ExprParser::parse(Rule::expr, src).map_err(pest_error)?;
+    // Token-level attempts make errors point at the furthest character reached.
+    pest::set_error_detail(true);
+    let mut pairs = ExprParser::parse(Rule::expr, src).map_err(|e| pest_error(e, src))?;
     let top = pairs.next().ok_or_else(|| ExprError {
         column: 1,
         message: "empty expression".into(),
@@ -600,11 +625,11 @@ fn build_selection(pair: Pair<'_, Rule>) -> Result<Selection, ExprError> {
 }
 
 fn build_sum(pair: Pair<'_, Rule>) -> Result<Num, ExprError> {
-    build_chain(pair, Rule::product)
+    build_chain(pair)
 }
 
 /// `sum` and `product` are both `operand (op operand)*`, folded left-associatively.
-fn build_chain(pair: Pair<'_, Rule>, _operand: Rule) -> Result<Num, ExprError> {
+fn build_chain(pair: Pair<'_, Rule>) -> Result<Num, ExprError> {
     let mut acc: Option<Num> = None;
     let mut pending: Option<ArithOp> = None;
     for p in inner(pair) {
@@ -618,7 +643,7 @@ fn build_chain(pair: Pair<'_, Rule>, _operand: Rule) -> Result<Num, ExprError> {
                 })
             }
             Rule::product => {
-                let n = build_chain(p, Rule::factor)?;
+                let n = build_chain(p)?;
                 acc = Some(fold(acc, pending.take(), n));
             }
             Rule::factor => {
@@ -740,8 +765,19 @@ impl Ctx<'_> {
     }
 }
 
+/// Evidence text: six significant decimals are plenty to see why a check failed, and hide
+/// binary noise such as `0.6499999999999999`.
 pub fn fmt_num(v: f64) -> String {
-    crate::metrics::format_value(v)
+    let a = v.abs();
+    if !v.is_finite() || a == 0.0 {
+        return crate::metrics::format_value(v);
+    }
+    if (1e-4..1e6).contains(&a) {
+        let s = format!("{v:.6}");
+        let s = s.trim_end_matches('0').trim_end_matches('.');
+        return s.to_string();
+    }
+    format!("{v:.4e}")
 }
 
 impl Expr {
@@ -1217,7 +1253,7 @@ mod tests {
     #[test]
     fn bad_expressions_name_the_column() {
         let cases = [
-            ("max(perf/mfu/actor) <=", 24, "expected a value"),
+            ("max(perf/mfu/actor) <=", 23, "expected a value"),
             ("mean(x, last 0) > 1", 14, "0 steps"),
             ("mean(x, steps 5..2) > 1", 9, "empty step range"),
             ("median(x) > 1", 1, "expected"),
@@ -1236,11 +1272,13 @@ mod tests {
     #[test]
     fn evaluates_windows_and_quantifiers() {
         let t = table("r", &[0.0, 0.1, 0.2, 0.5, 0.6, 0.7]);
-        let e = parse_expr("mean(r, last 2) >= mean(r, first 2) + 0.6").unwrap();
+        let e = parse_expr("mean(r, last 2) >= mean(r, first 2) + 0.5").unwrap();
         let ev = e.evaluate(&t).unwrap();
         assert!(ev.holds);
-        assert_eq!(ev.lhs, Some(0.65));
-        assert!((ev.rhs.unwrap() - 0.65).abs() < 1e-12);
+        assert!((ev.lhs.unwrap() - 0.65).abs() < 1e-12);
+        assert!((ev.rhs.unwrap() - 0.55).abs() < 1e-12);
+        assert_eq!(fmt_num(1e-7), "1.0000e-7");
+        assert_eq!(fmt_num(-2.5), "-2.5");
         assert!(ev.trace[0].starts_with("mean(r, last 2) = 0.65"));
         assert!(
             parse_expr("sum(r, steps 2..3) > 0.29")
@@ -1338,5 +1376,124 @@ mod tests {
         assert!(parse_expr("max(x) <= 1 or mean(x) > 0")
             .unwrap()
             .can_still_hold(&partial, 10));
+    }
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn metric() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("critic/rewards/mean".to_string()),
+                Just("val-core/openai/gsm8k/acc/mean@1".to_string()),
+                Just("timing_s/step".to_string()),
+                Just("odd name:1".to_string()),
+            ]
+        }
+
+        fn selection() -> impl Strategy<Value = Selection> {
+            prop_oneof![
+                Just(Selection::All),
+                (1u64..50).prop_map(Selection::Last),
+                (1u64..50).prop_map(Selection::First),
+                (
+                    proptest::option::of(0u64..20),
+                    proptest::option::of(20u64..40)
+                )
+                    .prop_map(|(a, b)| Selection::Steps(a, b)),
+            ]
+        }
+
+        fn cmp_op() -> impl Strategy<Value = CmpOp> {
+            prop_oneof![
+                Just(CmpOp::Lt),
+                Just(CmpOp::Le),
+                Just(CmpOp::Gt),
+                Just(CmpOp::Ge),
+                Just(CmpOp::Eq),
+                Just(CmpOp::Ne),
+            ]
+        }
+
+        fn num() -> impl Strategy<Value = Num> {
+            let agg = prop_oneof![
+                Just(AggFn::Mean),
+                Just(AggFn::Min),
+                Just(AggFn::Max),
+                Just(AggFn::Last),
+                Just(AggFn::First),
+                Just(AggFn::Sum),
+                Just(AggFn::Std),
+            ];
+            let leaf = prop_oneof![
+                (0u32..1000).prop_map(|v| Num::Const(f64::from(v) / 8.0)),
+                (agg, metric(), selection()).prop_map(|(func, metric, sel)| Num::Agg {
+                    func,
+                    metric,
+                    sel
+                }),
+                (metric(), selection()).prop_map(|(metric, sel)| Num::Count {
+                    metric,
+                    pred: Some(Pred::Finite),
+                    sel
+                }),
+            ];
+            leaf.prop_recursive(3, 16, 2, |inner| {
+                let op = prop_oneof![
+                    Just(ArithOp::Add),
+                    Just(ArithOp::Sub),
+                    Just(ArithOp::Mul),
+                    Just(ArithOp::Div),
+                ];
+                prop_oneof![
+                    inner.clone().prop_map(|n| Num::Neg(Box::new(n))),
+                    (op, inner.clone(), inner).prop_map(|(op, a, b)| Num::Bin(
+                        op,
+                        Box::new(a),
+                        Box::new(b)
+                    )),
+                ]
+            })
+        }
+
+        fn expr() -> impl Strategy<Value = Expr> {
+            let leaf = prop_oneof![
+                (num(), cmp_op(), num()).prop_map(|(a, op, b)| Expr::Cmp(a, op, b)),
+                (any::<bool>(), metric(), selection()).prop_map(|(all, metric, sel)| {
+                    Expr::Quant {
+                        all,
+                        metric,
+                        pred: Pred::Finite,
+                        sel,
+                    }
+                }),
+            ];
+            leaf.prop_recursive(3, 12, 3, |inner| {
+                prop_oneof![
+                    inner.clone().prop_map(|e| Expr::Not(Box::new(e))),
+                    proptest::collection::vec(inner.clone(), 2..4).prop_map(Expr::And),
+                    proptest::collection::vec(inner, 2..4).prop_map(Expr::Or),
+                ]
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+
+            /// The printer and the grammar agree: what is displayed parses back to the tree.
+            #[test]
+            fn display_parses_back(e in expr()) {
+                let text = e.to_string();
+                let back = parse_expr(&text).map_err(|err| TestCaseError::fail(format!("{text}: {err}")))?;
+                prop_assert_eq!(back, e, "{}", text);
+            }
+
+            /// Arbitrary input never panics, and an error points inside (or just past) it.
+            #[test]
+            fn garbage_is_an_error_not_a_panic(src in "[ -~]{0,40}") {
+                if let Err(e) = parse_expr(&src) {
+                    prop_assert!(e.column >= 1 && e.column <= src.chars().count() + 1);
+                }
+            }
+        }
     }
 }

@@ -79,8 +79,9 @@ struct Sample {
     truncated: bool,
 }
 
-/// Time of a phase: the sum of backend-reported durations when every call reported one,
-/// else the wall time of the phase.
+/// Time of a phase. A backend that reports durations (the mock's simulated clock) is taken at
+/// its word: the phase is the sum of the reported durations. Otherwise the wall time of the
+/// phase is used, as verl measures it.
 struct Phase {
     started: Instant,
     reported: f64,
@@ -472,9 +473,7 @@ async fn generate_all(
     problems: &[Problem],
     sampling_params: &Map<String, Value>,
 ) -> Result<Vec<Reply<Vec<GenResult>>>, StepError> {
-    // Owned requests: a closure over `&Problem` would make the future lifetime-generic, which
-    // a spawned driver task cannot hold.
-    let reqs: Vec<Node> = problems
+    let requests: Vec<Node> = problems
         .iter()
         .map(|p| {
             Node::Json(json!({
@@ -484,14 +483,17 @@ async fn generate_all(
             }))
         })
         .collect();
-    let futs = reqs.into_iter().map(|req| async move {
-        let r = client.generate(job, &req).await?;
-        let results = parse_generate(&r.body)?;
-        Ok::<_, StepError>(Reply {
-            body: results,
-            seconds: r.seconds,
-            reported: r.reported,
-        })
+    let futs = requests.into_iter().map(|req| {
+        let client = client.clone();
+        async move {
+            let r = client.generate(job, &req).await?;
+            let results = parse_generate(&r.body)?;
+            Ok::<_, StepError>(Reply {
+                body: results,
+                seconds: r.seconds,
+                reported: r.reported,
+            })
+        }
     });
     let replies: Vec<_> = futures_util::stream::iter(futs)
         .buffered(16)
@@ -547,11 +549,9 @@ fn mean_of(v: &Value) -> Option<f64> {
 
 /// Sum each numeric metric of a `/forward-backward` response into `acc`.
 fn accumulate_metrics(acc: &mut Map<String, Value>, body: &Node) -> Result<(), StepError> {
-    // A response without tensors is one JSON node; with tensors, a dict of nodes.
     let metrics = body
-        .get("metrics")
-        .and_then(Node::to_json)
-        .or_else(|| body.get_json("metrics").cloned())
+        .get_json("metrics")
+        .cloned()
         .ok_or_else(|| protocol("/forward-backward response has no `metrics`"))?;
     let Value::Object(map) = metrics else {
         return Err(protocol("/forward-backward `metrics` is not an object"));

@@ -59,6 +59,16 @@ impl<'a> Cfg<'a> {
                 .ok_or_else(|| Self::err(path, "a non-negative integer", v)),
         }
     }
+    /// A step count where verl writes `-1` or `null` for "unset".
+    pub fn opt_positive(&self, path: &str) -> Result<Option<u64>, TranslateError> {
+        match self.raw(path) {
+            None => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .map(|n| u64::try_from(n).ok().filter(|&n| n > 0))
+                .ok_or_else(|| Self::err(path, "an integer", v)),
+        }
+    }
     pub fn bool_or(&self, path: &str, default: bool) -> Result<bool, TranslateError> {
         match self.raw(path) {
             None => Ok(default),
@@ -190,18 +200,9 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
     if clip > 0.0 {
         ds.insert("gradient_clipping".into(), json!(clip));
     }
-    // verl writes -1 (or null) for "let the trainer fill it in": only a positive count counts.
-    let positive = |path: &str| -> Result<Option<u64>, TranslateError> {
-        match c.raw(path) {
-            None => Ok(None),
-            Some(v) => v
-                .as_i64()
-                .map(|i| u64::try_from(i).ok().filter(|&s| s > 0))
-                .ok_or_else(|| Cfg::err(path, "an integer", v)),
-        }
-    };
-    let horizon = positive(&format!("{A}.optim.total_training_steps"))?
-        .or(positive("trainer.total_training_steps")?)
+    let horizon = c
+        .opt_positive(&format!("{A}.optim.total_training_steps"))?
+        .or(c.opt_positive("trainer.total_training_steps")?)
         .unwrap_or(total_steps)
         * epochs
         * prompts.div_ceil(mini);

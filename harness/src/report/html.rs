@@ -113,6 +113,7 @@ pub fn render_html(r: &Report) -> String {
             // plotters writes an XML prolog-free <svg> element: safe to inline as is.
             o.push_str(svg.trim());
             o.push_str("\n</figure>\n");
+            o.push_str(&points_table(r, m, &reference));
         }
     }
     // The Markdown's run and config sections, as HTML tables.
@@ -169,6 +170,19 @@ pub fn render_html(r: &Report) -> String {
             &format!("{s} → {}", r.run.ended.as_deref().unwrap_or("?")),
         ));
     }
+    if let Some(p) = r.reference.as_ref().and_then(|g| g.provenance.as_ref()) {
+        o.push_str(&row(
+            "golden",
+            &format!(
+                "blessed {} with harness {} {} on {}, seed {}",
+                p.date,
+                p.harness_version,
+                p.git_commit.as_deref().unwrap_or(""),
+                p.device,
+                p.seed.map(|s| s.to_string()).unwrap_or_else(|| "–".into())
+            ),
+        ));
+    }
     if let Some(p) = &r.pending_golden {
         o.push_str(&row("pending golden", p));
     }
@@ -196,5 +210,39 @@ pub fn render_html(r: &Report) -> String {
         ));
     }
     o.push_str("</body></html>\n");
+    o
+}
+
+/// The golden rule's compared points for one metric, as in `report.md`.
+fn points_table(r: &Report, metric: &str, reference: &str) -> String {
+    let Some(rule) = r
+        .verdict
+        .as_ref()
+        .and_then(|v| v.rule(&format!("golden:{metric}")))
+    else {
+        return String::new();
+    };
+    if rule.points.is_empty() {
+        return String::new();
+    }
+    let mut o = format!(
+        "<details><summary>{} points</summary><table><tr><th>at</th><th>value</th><th>{}</th>\
+         <th>band</th><th>status</th></tr>\n",
+        rule.points.len(),
+        esc(reference)
+    );
+    for p in &rule.points {
+        o.push_str(&format!(
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td>\
+             <td>{} {}</td></tr>\n",
+            esc(&p.at()),
+            opt_num(p.value),
+            opt_num(p.golden),
+            band_text(&p.band),
+            status_icon(p.status),
+            status_text(p.status)
+        ));
+    }
+    o.push_str("</table></details>\n");
     o
 }

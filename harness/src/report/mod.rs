@@ -624,7 +624,7 @@ mod tests {
             expected_verdict: expected.map(|e| serde_json::from_str(e).unwrap()),
             harness_version: "0.1.0".into(),
             git_commit: Some(format!("{:x}", 0xdead_beef_u32)),
-            host: std::env::var("HOSTNAME").unwrap_or_else(|_| "host-a".into()),
+            host: "build-host-17".into(),
             device: "cpu".into(),
             threads: Some(2),
             torch_version: None,
@@ -725,7 +725,7 @@ mod tests {
         );
         snapshot(
             "junit_regressed.xml",
-            &redact(&render_junit(&[r.clone()]), &r),
+            &redact(&render_junit(std::slice::from_ref(&r)), &r),
         );
     }
 
@@ -824,6 +824,19 @@ mod tests {
         assert!(!html.contains("<script"));
         assert!(html.contains("config.actor_rollout_ref.actor.optim.lr"));
         assert!(html.contains("&lt;") || !r.scenario.contains('<'));
+        // The plots have their own test; the snapshot keeps the page reviewable without them.
+        let mut page = String::new();
+        let mut rest = html.as_str();
+        while let Some(start) = rest.find("<svg") {
+            page.push_str(&rest[..start]);
+            page.push_str("<svg>[plot]</svg>");
+            rest = rest[start..]
+                .find("</svg>")
+                .map(|end| &rest[start + end + "</svg>".len()..])
+                .unwrap_or("");
+        }
+        page.push_str(rest);
+        snapshot("report_regressed.html", &redact(&page, &r));
     }
 
     #[test]

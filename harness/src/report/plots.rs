@@ -127,6 +127,7 @@ fn draw_metric(
     chart
         .configure_mesh()
         .x_desc("step")
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(e)?;
@@ -275,6 +276,7 @@ pub fn render_overlay(
         chart
             .configure_mesh()
             .x_desc("step")
+            .x_label_formatter(&|x| format!("{x:.0}"))
             .light_line_style(WHITE.mix(0.0))
             .draw()
             .map_err(e)?;

@@ -56,11 +56,26 @@ pub fn from_node<'a, T: de::Deserialize<'a>>(
     node: &'a SpannedNode,
     path: &str,
 ) -> Result<T, SpecError> {
-    T::deserialize(NodeDe {
+    let r = T::deserialize(NodeDe {
         node,
         path: path.to_string(),
+    });
+    located(node, path, r).map_err(|e| e.into_spec(node, path))
+}
+
+/// Give an error without a position the position of `node`, or of the node inside it that
+/// the message names. Called both inside a node's deserializer and around each call that
+/// deserializes a node, because serde finishes tagged enums after the deserializer returned.
+fn located<T>(node: &SpannedNode, path: &str, r: Result<T, DeError>) -> Result<T, DeError> {
+    r.map_err(|mut e| {
+        if e.at.is_none() {
+            e.at = Some(
+                refine(node, path, &e.message)
+                    .unwrap_or_else(|| (node.pos.clone(), path.to_string())),
+            );
+        }
+        e
     })
-    .map_err(|e| e.into_spec(node, path))
 }
 
 /// A deserializer over one node, knowing its key path.
@@ -71,15 +86,7 @@ pub struct NodeDe<'a> {
 
 impl<'a> NodeDe<'a> {
     fn locate<T>(&self, r: Result<T, DeError>) -> Result<T, DeError> {
-        r.map_err(|mut e| {
-            if e.at.is_none() {
-                e.at = Some(
-                    refine(self.node, &self.path, &e.message)
-                        .unwrap_or_else(|| (self.node.pos.clone(), self.path.clone())),
-                );
-            }
-            e
-        })
+        located(self.node, &self.path, r)
     }
 
     fn visit_any<V: Visitor<'a>>(&self, visitor: V) -> Result<V::Value, DeError> {
@@ -353,7 +360,11 @@ impl<'a> de::SeqAccess<'a> for SeqDe<'a, '_> {
         };
         let path = format!("{}[{}]", self.path, self.index);
         self.index += 1;
-        seed.deserialize(NodeDe { node, path }).map(Some)
+        let r = seed.deserialize(NodeDe {
+            node,
+            path: path.clone(),
+        });
+        located(node, &path, r).map(Some)
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -390,7 +401,13 @@ impl<'a> de::MapAccess<'a> for MapDe<'a, '_> {
 
     fn next_value_seed<V: DeserializeSeed<'a>>(&mut self, seed: V) -> Result<V::Value, DeError> {
         match self.value.take() {
-            Some((node, path)) => seed.deserialize(NodeDe { node, path }),
+            Some((node, path)) => {
+                let r = seed.deserialize(NodeDe {
+                    node,
+                    path: path.clone(),
+                });
+                located(node, &path, r)
+            }
             None => Err(de::Error::custom("value requested before its key")),
         }
     }
@@ -570,7 +587,7 @@ mod tests {
         let e = de("optim:\n  lr: 1\n  betas: [0.9, x]\nbackend: {kind: none}\n").unwrap_err();
         assert_eq!(
             (e.line, e.col, e.key_path.as_str()),
-            (3, 17, "optim.betas[1]")
+            (3, 16, "optim.betas[1]")
         );
     }
 

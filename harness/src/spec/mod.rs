@@ -724,6 +724,25 @@ mod tests {
     }
 
     #[test]
+    fn gpu_requirement_explains_what_was_found() {
+        let r = Requires {
+            gpus: 64,
+            gpu_name: Some("no-such-gpu-model".into()),
+            ..Default::default()
+        };
+        let unmet = r.unmet();
+        match detect_gpus() {
+            Err(why) => assert_eq!(unmet, vec![format!("needs 64 GPUs, found 0 ({why})")]),
+            Ok(names) => {
+                assert_eq!(unmet.len(), 2, "{unmet:?}");
+                assert_eq!(unmet[0], format!("needs 64 GPUs, found {}", names.len()));
+                assert!(unmet[1].starts_with("needs a GPU named like `no-such-gpu-model`"));
+            }
+        }
+        assert_eq!(r.summary(), "64 GPUs (no-such-gpu-model)");
+    }
+
+    #[test]
     fn names_must_be_folder_safe() {
         assert!(valid_name("smoke-mock_1.2"));
         assert!(!valid_name("a/b"));

@@ -473,11 +473,19 @@ impl MarkedEventReceiver for Builder {
                 }
             }
             Event::SequenceEnd | Event::MappingEnd => {
+                // The parser marks a block collection where it recognised it (after its first
+                // key); the collection starts at its first entry when that comes earlier.
+                let earliest = |pos: Pos, first: Option<&Pos>| match first {
+                    Some(f) if (f.line, f.col) < (pos.line, pos.col) => f.clone(),
+                    _ => pos,
+                };
                 let node = match self.stack.pop() {
                     Some(Frame::Seq { pos, items }) => {
+                        let pos = earliest(pos, items.first().map(|n| &n.pos));
                         SpannedNode::new(SpannedValue::Seq(items), pos)
                     }
                     Some(Frame::Map { pos, entries, .. }) => {
+                        let pos = earliest(pos, entries.first().map(|e| &e.1));
                         SpannedNode::new(SpannedValue::Map(entries), pos)
                     }
                     None => return,

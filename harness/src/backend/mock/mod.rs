@@ -717,6 +717,14 @@ impl Engine for MockEngine {
                 ))
             })? as usize),
         };
+        // Bounded so a typo in `n` cannot make the mock build billions of completions.
+        const MAX_COMPLETIONS: u64 = 1 << 20;
+        if (request.prompts.len() as u64).saturating_mul(n) > MAX_COMPLETIONS {
+            return Err(unprocessable(format!(
+                "{} prompts x n = {n} exceeds the mock's {MAX_COMPLETIONS} completions a request",
+                request.prompts.len()
+            )));
+        }
         let user_seed = sp.get("seed").and_then(Value::as_u64).unwrap_or(0);
         let mut jobs = self.jobs();
         let j = Self::job_mut(&mut jobs, job_id)?;
@@ -772,6 +780,11 @@ impl Engine for MockEngine {
             value: out,
             sim_seconds: Some(self.cost.generate(prompt_tokens, generated)),
         })
+    }
+
+    fn control_seconds(&self) -> Option<f64> {
+        // A control call is a round trip and a state flip: a millisecond.
+        Some(1e-3)
     }
 
     fn weight_sync(&self, source: u64, targets: &[u64]) -> Result<Timed<()>, EngineError> {

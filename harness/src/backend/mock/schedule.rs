@@ -83,11 +83,19 @@ impl LrSchedule {
                 } else {
                     None
                 };
+                // WarmupLR peaks at the optimizer's own rate unless told otherwise;
+                // WarmupDecayLR keeps DeepSpeed's historical 0.001.
+                let default_max = if decay_total_steps.is_some() {
+                    0.001
+                } else {
+                    base_lr
+                };
                 Ok(LrSchedule::Warmup {
                     min_lr: num(p, "warmup_min_lr", 0.0, ctx)?,
-                    max_lr: num(p, "warmup_max_lr", 0.001, ctx)?,
+                    max_lr: num(p, "warmup_max_lr", default_max, ctx)?,
                     warmup_steps: num(p, "warmup_num_steps", 1000.0, ctx)?.max(2.0),
-                    log: warmup_type(p, ctx)?,
+                    // DeepSpeed warns and falls back to log for an unknown warmup type here.
+                    log: warmup_type(p, ctx).unwrap_or(true),
                     decay_total_steps,
                 })
             }
@@ -193,7 +201,8 @@ mod tests {
         assert!((s.after_steps(6) - 0.5e-6).abs() < 1e-18);
         assert_eq!(s.after_steps(11), 1e-6);
         assert_eq!(s.after_steps(100), 1e-6);
-        let cfg = json!({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 1e-6, "warmup_num_steps": 10}}});
+        let cfg = json!({"optimizer": {"params": {"lr": 1e-6}},
+            "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}});
         let s = LrSchedule::from_ds_config(Some(&cfg)).unwrap();
         let want = 1e-6 * (3.0f64).ln() / (10.0f64).ln();
         assert!((s.after_steps(3) - want).abs() < 1e-18);

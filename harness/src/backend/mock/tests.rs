@@ -378,3 +378,32 @@ fn unknown_jobs_are_not_found() {
     assert_eq!(e.step(7, None).unwrap_err().status, 404);
     assert_eq!(e.weight_norm(7).unwrap_err().status, 404);
 }
+
+#[test]
+fn the_scenario_backend_block_selects_the_mock() {
+    use crate::backend::BackendSpec;
+    let plain: BackendSpec = serde_json::from_value(json!({"kind": "mock"})).unwrap();
+    assert_eq!(plain, BackendSpec::Mock(MockScript::default()));
+    let tuned: BackendSpec = serde_json::from_value(
+        json!({"kind": "mock", "reward": {"offset": -0.1}, "efficiency": {"scale": 0.9}}),
+    )
+    .unwrap();
+    let BackendSpec::Mock(script) = tuned else {
+        panic!("not the mock: {tuned:?}")
+    };
+    assert_eq!(script.reward.offset, -0.1);
+    assert_eq!(script.efficiency.scale, 0.9);
+    assert!(serde_json::from_value::<BackendSpec>(json!({"kind": "mock", "rewrd": {}})).is_err());
+}
+
+#[test]
+fn lower_efficiency_scale_lengthens_simulated_time() {
+    let fast = MockEngine::new(MockScript::default(), 0).unwrap();
+    let mut script = MockScript::default();
+    script.efficiency.scale = 0.9;
+    let slow = MockEngine::new(script, 0).unwrap();
+    let seqlens = [300u64; 16];
+    let ratio =
+        slow.cost_model().forward_backward(&seqlens) / fast.cost_model().forward_backward(&seqlens);
+    assert!((ratio - 1.0 / 0.9).abs() < 1e-9, "{ratio}");
+}

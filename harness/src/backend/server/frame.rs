@@ -8,13 +8,14 @@ use serde_json::{Map, Value};
 use crate::wire::{DType, Node, Tensor};
 
 /// Number of elements a shape holds (`[]` is a scalar: 1).
+/// Saturates instead of overflowing: a hostile shape must not panic the server.
 pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
+    shape.iter().fold(1usize, |a, &d| a.saturating_mul(d))
 }
 
 fn check_len(t: &Tensor, name: &str) -> Result<usize, String> {
     let n = numel(&t.shape);
-    let want = n * t.dtype.size();
+    let want = n.saturating_mul(t.dtype.size());
     if t.data.len() != want {
         return Err(format!(
             "tensor {name} of dtype {} and shape {:?} needs {want} bytes but carries {}",

@@ -1,1 +1,883 @@
-//! The libtorch engine (feature `torch`).
+//! The libtorch engine (feature `torch`): a real model behind the Arctic API. Each job holds
+//! its own copy of the weights, as on the real server: the training job (model + AdamW),
+//! the sampling job (a separate copy, refreshed only by weight sync) and the log_prob job
+//! (the reference copy). Every job starts from the same "pretrained" weights: the cached warm
+//! start for the tiny arith model, or seeded random weights for the Qwen3 shapes.
+//!
+//! Threading: calls may arrive from several threads. Each job sits behind its own mutex;
+//! torch's global generator (model init and sampling draws) behind one more, so a run is
+//! bit-identical for the same seed, thread count and call order.
+
+pub mod batch;
+pub mod convert;
+pub mod grpo;
+pub mod loss;
+pub mod model;
+pub mod optim;
+pub mod sample;
+pub mod settings;
+pub mod warm_start;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{json, Map, Value};
+use tch::{Device, Kind, Tensor};
+
+use self::batch::{place, response_logprobs, Padded};
+use self::loss::{grpo_micro_loss, AggMode, AggTotals, LossSums};
+use self::model::{Decoder, DecoderConfig};
+use self::optim::{AdamW, OptimConfig};
+use self::sample::{Sampled, SamplingParams};
+use self::settings::{CallSettings, WorkerSettings};
+use crate::backend::torch_spec::{ModelKind, TorchDType, TorchDevice, TorchSpec};
+use crate::backend::{
+    Completion, Engine, EngineError, ForwardBackwardOutput, ForwardOutput, GenerateRequest,
+    ModelBatch, StepOutput, Timed,
+};
+use crate::task::{CharTokenizer, EOS_ID, PAD_ID};
+use crate::wire::api::{JobConfig, JobType};
+
+/// The PyTorch version this build links (read from the libtorch install by `build.rs`).
+pub const TORCH_VERSION: &str = env!("RLHARNESS_TORCH_VERSION");
+
+/// Serialises every use of torch's global generator.
+static TORCH_RNG: Mutex<()> = Mutex::new(());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic inside libtorch poisons the lock; the state it guards is still usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a run records about the engine (`run.json`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RuntimeInfo {
+    pub device: String,
+    pub dtype: String,
+    pub threads: usize,
+    pub torch_version: String,
+    pub seed: u64,
+    pub num_parameters: u64,
+    /// For the tiny model: whether the warm start came from the cache.
+    pub warm_start_cached: Option<bool>,
+}
+
+struct Trainer {
+    opt: AdamW,
+    global_step: u64,
+}
+
+struct Job {
+    job_type: JobType,
+    model: Decoder,
+    trainer: Option<Trainer>,
+    worker: WorkerSettings,
+    micro_batch: usize,
+    checkpoint_path: Option<String>,
+}
+
+pub struct TorchEngine {
+    config: DecoderConfig,
+    device: Device,
+    kind: Kind,
+    seed: u64,
+    /// The "pretrained" weights every new job loads.
+    base: Mutex<Decoder>,
+    jobs: Mutex<HashMap<u64, Arc<Mutex<Job>>>>,
+    generate_calls: AtomicU64,
+    info: RuntimeInfo,
+}
+
+/// Makes libtorch's CUDA backend register itself. rustc links with `--as-needed` and drops
+/// `libtorch_cuda.so`, whose static initialisers are what registers CUDA.
+fn register_cuda() -> Result<(), EngineError> {
+    let name = c"libtorch_cuda.so";
+    // SAFETY: dlopen with a valid NUL-terminated name; the handle is kept for the process.
+    let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    if handle.is_null() {
+        // SAFETY: dlerror returns a thread-local C string or null.
+        let why = unsafe {
+            let e = libc::dlerror();
+            if e.is_null() {
+                "unknown error".to_string()
+            } else {
+                std::ffi::CStr::from_ptr(e).to_string_lossy().into_owned()
+            }
+        };
+        return Err(EngineError::internal(format!(
+            "device cuda asked for, but libtorch_cuda.so cannot be loaded: {why}"
+        )));
+    }
+    if !tch::Cuda::is_available() {
+        return Err(EngineError::internal(
+            "device cuda asked for, but torch sees no CUDA device",
+        ));
+    }
+    Ok(())
+}
+
+impl TorchEngine {
+    pub fn new(spec: &TorchSpec, seed: u64) -> Result<TorchEngine, EngineError> {
+        let config = DecoderConfig::from_spec(&spec.model).map_err(EngineError::bad_request)?;
+        if spec.threads == 0 {
+            return Err(EngineError::bad_request(
+                "backend.threads must be at least 1",
+            ));
+        }
+        let device = match spec.device {
+            TorchDevice::Cpu => Device::Cpu,
+            TorchDevice::Cuda => {
+                register_cuda()?;
+                Device::Cuda(0)
+            }
+        };
+        tch::set_num_threads(spec.threads as i32);
+        let kind = match spec.dtype {
+            TorchDType::F32 => Kind::Float,
+            TorchDType::Bf16 => Kind::BFloat16,
+        };
+        let _rng = lock(&TORCH_RNG);
+        let (base, cached) = match spec.model.kind {
+            ModelKind::Tiny => {
+                let (m, cached) = warm_start::pretrained(
+                    &config,
+                    &spec.warm_start,
+                    spec.threads,
+                    Path::new(&spec.cache_dir),
+                    device,
+                    kind,
+                )
+                .map_err(EngineError::internal)?;
+                (m, Some(cached))
+            }
+            ModelKind::Qwen3 => {
+                tch::manual_seed(seed as i64);
+                (Decoder::new_random(config.clone(), device, kind), None)
+            }
+        };
+        let info = RuntimeInfo {
+            device: match device {
+                Device::Cuda(i) => format!("cuda:{i}"),
+                _ => "cpu".into(),
+            },
+            dtype: match kind {
+                Kind::BFloat16 => "bf16".into(),
+                _ => "f32".into(),
+            },
+            threads: tch::get_num_threads() as usize,
+            torch_version: TORCH_VERSION.to_string(),
+            seed,
+            num_parameters: base.num_parameters(),
+            warm_start_cached: cached,
+        };
+        Ok(TorchEngine {
+            config,
+            device,
+            kind,
+            seed,
+            base: Mutex::new(base),
+            jobs: Mutex::new(HashMap::new()),
+            generate_calls: AtomicU64::new(0),
+            info,
+        })
+    }
+
+    /// `(device, threads, torch version)` for `run.json`; `info()` has the rest.
+    pub fn runtime_info(&self) -> (String, usize, String) {
+        (
+            self.info.device.clone(),
+            self.info.threads,
+            self.info.torch_version.clone(),
+        )
+    }
+
+    pub fn info(&self) -> &RuntimeInfo {
+        &self.info
+    }
+
+    pub fn model_config(&self) -> &DecoderConfig {
+        &self.config
+    }
+
+    fn job(&self, job_id: u64) -> Result<Arc<Mutex<Job>>, EngineError> {
+        lock(&self.jobs)
+            .get(&job_id)
+            .cloned()
+            .ok_or_else(|| EngineError {
+                status: 404,
+                detail: format!("job {job_id} not found"),
+            })
+    }
+
+    /// A job's weights, named, detached and on CPU in fp32 (for tests and inspection).
+    pub fn job_weights(&self, job_id: u64) -> Result<Vec<(String, Tensor)>, EngineError> {
+        let job = self.job(job_id)?;
+        let job = lock(&job);
+        let _g = tch::no_grad_guard();
+        Ok(job
+            .model
+            .names
+            .iter()
+            .cloned()
+            .zip(
+                job.model
+                    .params
+                    .iter()
+                    .map(|p| p.detach().to_device(Device::Cpu).to_kind(Kind::Float)),
+            )
+            .collect())
+    }
+
+    /// Sample from a job's model given token ids (no tokenizer); what `generate` does after
+    /// encoding, and what the performance bench calls with random prompts.
+    pub fn generate_ids(
+        &self,
+        job_id: u64,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+    ) -> Result<Vec<Sampled>, EngineError> {
+        let vocab = self.config.vocab_size as i64;
+        for (i, p) in prompts.iter().enumerate() {
+            if p.is_empty() {
+                return Err(EngineError::bad_request(format!("prompt {i} is empty")));
+            }
+            if let Some(bad) = p.iter().find(|&&t| t < 0 || t >= vocab) {
+                return Err(EngineError::bad_request(format!(
+                    "prompt {i} holds token id {bad}, outside the vocabulary of {vocab}"
+                )));
+            }
+        }
+        let job = self.job(job_id)?;
+        let job = lock(&job);
+        let call = self.generate_calls.fetch_add(1, Ordering::SeqCst);
+        let seed = params
+            .seed
+            .unwrap_or_else(|| self.seed.wrapping_mul(1_000_003).wrapping_add(call));
+        let _rng = lock(&TORCH_RNG);
+        tch::manual_seed(seed as i64);
+        let eos = if params.ignore_eos { -1 } else { EOS_ID };
+        guard("generate", || {
+            Ok(sample::sample(&job.model, prompts, params, eos, PAD_ID))
+        })
+    }
+
+    fn forward_impl(&self, job: &Job, batch: &ModelBatch) -> Result<ForwardOutput, EngineError> {
+        let settings = CallSettings::resolve(&job.worker, &batch.meta, &batch.post)?;
+        let x = Padded::from_batch(batch, &settings, self.config.vocab_size, self.device)?;
+        let loss_inputs = match batch.loss_fn.as_deref() {
+            None => None,
+            Some(name @ ("grpo" | "verl_grpo" | "sft" | "sft_ce")) => {
+                Some(LossInputs::read(batch, &x, name, self.device)?)
+            }
+            Some(other) => {
+                return Err(EngineError::bad_request(format!(
+                    "unknown loss_fn {other:?}"
+                )))
+            }
+        };
+        let _g = tch::no_grad_guard();
+        let mut lps = Vec::new();
+        let mut ents = Vec::new();
+        let mb = job.micro_batch.max(1) as i64;
+        let mut start = 0;
+        while start < x.b {
+            let rows = x.rows(start, mb.min(x.b - start));
+            let (lp, ent) = response_logprobs(&job.model, &rows, &settings, settings.want_entropy);
+            lps.push(lp);
+            if let Some(e) = ent {
+                ents.push(e);
+            }
+            start += rows.b;
+        }
+        let lp = Tensor::cat(&lps, 0);
+        let ent = (!ents.is_empty()).then(|| Tensor::cat(&ents, 0));
+        let (metrics, avg_loss) = match &loss_inputs {
+            Some(li) => {
+                let mut sums = LossSums::default();
+                let totals = AggTotals::of(&li.mask);
+                let _ = li.loss(&lp, ent.as_ref(), &settings, totals, &mut sums);
+                (li.metrics(&sums, &settings), Some(sums.loss))
+            }
+            None => (Map::new(), None),
+        };
+        let logprobs = place(&lp, &x, settings.zorro, settings.pad_token_id as f64);
+        let entropy = ent.map(|e| place(&e, &x, settings.zorro, 0.0));
+        Ok(ForwardOutput {
+            logprobs: convert::to_wire_f32(&logprobs)?,
+            entropy: entropy.map(|e| convert::to_wire_f32(&e)).transpose()?,
+            metrics,
+            avg_loss,
+        })
+    }
+
+    fn forward_backward_impl(
+        &self,
+        job: &mut Job,
+        batch: &ModelBatch,
+    ) -> Result<ForwardBackwardOutput, EngineError> {
+        if job.trainer.is_none() {
+            return Err(EngineError::bad_request(
+                "forward-backward needs a training job",
+            ));
+        }
+        let settings = CallSettings::resolve(&job.worker, &batch.meta, &batch.post)?;
+        let loss_name = match batch.loss_fn.as_deref() {
+            None => {
+                return Err(EngineError::bad_request(
+                    "forward-backward needs a loss_fn (got null)",
+                ))
+            }
+            Some(n @ ("grpo" | "verl_grpo" | "sft" | "sft_ce")) => n.to_string(),
+            Some(other) => {
+                return Err(EngineError::bad_request(format!(
+                    "unknown loss_fn {other:?}"
+                )))
+            }
+        };
+        let x = Padded::from_batch(batch, &settings, self.config.vocab_size, self.device)?;
+        let li = LossInputs::read(batch, &x, &loss_name, self.device)?;
+        let totals = AggTotals::of(&li.mask);
+        let mut sums = LossSums::default();
+        let mb = job.micro_batch.max(1) as i64;
+        let mut start = 0;
+        while start < x.b {
+            let n = mb.min(x.b - start);
+            let rows = x.rows(start, n);
+            let part = li.rows(start, n);
+            let (lp, ent) = response_logprobs(
+                &job.model,
+                &rows,
+                &settings,
+                settings.want_entropy || part.needs_entropy(&settings),
+            );
+            let loss = part.loss(&lp, ent.as_ref(), &settings, totals, &mut sums);
+            loss.backward();
+            start += n;
+        }
+        Ok(ForwardBackwardOutput {
+            metrics: li.metrics(&sums, &settings),
+            avg_loss: sums.loss,
+        })
+    }
+
+    fn save_impl(&self, job: &Job, request: &Value) -> Result<Value, EngineError> {
+        let trainer = job
+            .trainer
+            .as_ref()
+            .ok_or_else(|| EngineError::bad_request("save needs a training job"))?;
+        let step = match request.get("step") {
+            None | Some(Value::Null) => trainer.global_step,
+            Some(v) => v.as_u64().ok_or_else(|| {
+                EngineError::bad_request(format!(
+                    "save: step must be a non-negative integer, got {v}"
+                ))
+            })?,
+        };
+        let dir = match request.get("path").and_then(Value::as_str) {
+            Some(p) => PathBuf::from(p),
+            None => {
+                let root = job.checkpoint_path.as_deref().ok_or_else(|| {
+                    EngineError::bad_request(
+                        "save: no path given and the job has no checkpoint_path",
+                    )
+                })?;
+                Path::new(root).join(format!("global_step_{step}"))
+            }
+        };
+        crate::fsx::create_dir_all(&dir).map_err(|e| EngineError::internal(e.to_string()))?;
+        let _g = tch::no_grad_guard();
+        let weights: Vec<(String, Tensor)> = job
+            .model
+            .names
+            .iter()
+            .cloned()
+            .zip(
+                job.model
+                    .params
+                    .iter()
+                    .map(|p| p.detach().to_device(Device::Cpu).contiguous()),
+            )
+            .collect();
+        let model_file = dir.join("model.safetensors");
+        Tensor::write_safetensors(&weights, &model_file).map_err(|e| {
+            EngineError::internal(format!("cannot write {}: {e}", model_file.display()))
+        })?;
+        let mut opt_state = Vec::new();
+        for (k, name) in job.model.names.iter().enumerate() {
+            opt_state.push((
+                format!("exp_avg.{name}"),
+                trainer.opt.m[k].to_device(Device::Cpu),
+            ));
+            opt_state.push((
+                format!("exp_avg_sq.{name}"),
+                trainer.opt.v[k].to_device(Device::Cpu),
+            ));
+            if let Some(m) = trainer.opt.master.get(k) {
+                opt_state.push((format!("master.{name}"), m.to_device(Device::Cpu)));
+            }
+        }
+        let opt_file = dir.join("optimizer.safetensors");
+        Tensor::write_safetensors(&opt_state, &opt_file).map_err(|e| {
+            EngineError::internal(format!("cannot write {}: {e}", opt_file.display()))
+        })?;
+        let state = json!({"global_step": step, "optimizer_steps": trainer.opt.steps});
+        crate::fsx::write_atomic(
+            &dir.join("trainer_state.json"),
+            state.to_string().as_bytes(),
+        )
+        .map_err(|e| EngineError::internal(e.to_string()))?;
+        let export_hf = request
+            .get("export_hf")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let path = dir.display().to_string();
+        Ok(
+            json!({"path": path, "hf_path": if export_hf { Value::String(path.clone()) } else { Value::Null }, "global_step": step}),
+        )
+    }
+
+    fn load_impl(&self, job: &mut Job, request: &Value) -> Result<Value, EngineError> {
+        if job.trainer.is_none() {
+            return Err(EngineError::bad_request(
+                "load-checkpoint needs a training job",
+            ));
+        }
+        let dir = match (
+            request.get("path").and_then(Value::as_str),
+            request.get("step").and_then(Value::as_u64),
+        ) {
+            (Some(p), _) => PathBuf::from(p),
+            (None, step) => {
+                let root = job.checkpoint_path.as_deref().ok_or_else(|| {
+                    EngineError::bad_request(
+                        "load-checkpoint: no path given and the job has no checkpoint_path",
+                    )
+                })?;
+                match step {
+                    Some(s) => Path::new(root).join(format!("global_step_{s}")),
+                    None => latest_checkpoint(Path::new(root))?,
+                }
+            }
+        };
+        let read = |file: &str| -> Result<HashMap<String, Tensor>, EngineError> {
+            let p = dir.join(file);
+            Tensor::read_safetensors(&p)
+                .map(|v| v.into_iter().collect())
+                .map_err(|e| {
+                    EngineError::bad_request(format!(
+                        "cannot read checkpoint file {}: {e}",
+                        p.display()
+                    ))
+                })
+        };
+        let weights = read("model.safetensors")?;
+        let opt = read("optimizer.safetensors")?;
+        let state_path = dir.join("trainer_state.json");
+        let state: Value = serde_json::from_str(
+            &crate::fsx::read_to_string(&state_path)
+                .map_err(|e| EngineError::bad_request(e.to_string()))?,
+        )
+        .map_err(|e| {
+            EngineError::bad_request(format!("{} is not valid JSON: {e}", state_path.display()))
+        })?;
+        let get = |m: &HashMap<String, Tensor>, key: String| {
+            m.get(&key).map(|t| t.shallow_clone()).ok_or_else(|| {
+                EngineError::bad_request(format!("checkpoint {} lacks {key}", dir.display()))
+            })
+        };
+        let names = job.model.names.clone();
+        let new_weights = names
+            .iter()
+            .map(|n| get(&weights, n.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        job.model
+            .copy_from(&new_weights)
+            .map_err(EngineError::bad_request)?;
+        let trainer = job
+            .trainer
+            .as_mut()
+            .ok_or_else(|| EngineError::internal("training job lost its trainer"))?;
+        let _g = tch::no_grad_guard();
+        for (k, n) in names.iter().enumerate() {
+            trainer.opt.m[k].copy_(&get(&opt, format!("exp_avg.{n}"))?.to_device(self.device));
+            trainer.opt.v[k].copy_(&get(&opt, format!("exp_avg_sq.{n}"))?.to_device(self.device));
+            if !trainer.opt.master.is_empty() {
+                trainer.opt.master[k]
+                    .copy_(&get(&opt, format!("master.{n}"))?.to_device(self.device));
+            }
+        }
+        trainer.global_step = state
+            .get("global_step")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        trainer.opt.steps = state
+            .get("optimizer_steps")
+            .and_then(Value::as_u64)
+            .unwrap_or(trainer.global_step);
+        Ok(json!({"path": dir.display().to_string(), "global_step": trainer.global_step}))
+    }
+}
+
+fn latest_checkpoint(root: &Path) -> Result<PathBuf, EngineError> {
+    let entries = std::fs::read_dir(root).map_err(|e| {
+        EngineError::bad_request(format!(
+            "load-checkpoint: cannot list {}: {e}",
+            root.display()
+        ))
+    })?;
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("global_step_")
+                .and_then(|s| s.parse::<u64>().ok())
+                .map(|s| (s, e.path()))
+        })
+        .max_by_key(|(s, _)| *s)
+        .map(|(_, p)| p)
+        .ok_or_else(|| {
+            EngineError::bad_request(format!(
+                "load-checkpoint: no global_step_* checkpoint in {}",
+                root.display()
+            ))
+        })
+}
+
+/// Run torch work, turning a libtorch panic (a shape or device error we did not foresee)
+/// into a 500 instead of tearing down the server thread.
+fn guard<T>(what: &str, f: impl FnOnce() -> Result<T, EngineError>) -> Result<T, EngineError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(EngineError::internal(format!(
+                "{what} failed inside libtorch: {msg}"
+            )))
+        }
+    }
+}
+
+/// The response-side inputs of a loss, `[B,R]`.
+struct LossInputs {
+    name: String,
+    mask: Tensor,
+    old: Option<Tensor>,
+    adv: Option<Tensor>,
+    reference: Option<Tensor>,
+}
+
+impl LossInputs {
+    fn read(
+        batch: &ModelBatch,
+        x: &Padded,
+        name: &str,
+        device: Device,
+    ) -> Result<LossInputs, EngineError> {
+        let mask = match x.response_side(batch, "response_mask", device)? {
+            Some(m) => m,
+            None => match x.response_side(batch, "loss_mask", device)? {
+                Some(m) => m,
+                None => x.mask.narrow(1, x.p, x.r).to_kind(Kind::Float),
+            },
+        };
+        let mask = mask.ne(0.0).to_kind(Kind::Float);
+        let grpo = name == "grpo" || name == "verl_grpo";
+        let need = |t: Option<Tensor>, key: &str| -> Result<Option<Tensor>, EngineError> {
+            match t {
+                Some(t) => Ok(Some(t)),
+                None if grpo => Err(EngineError::unprocessable(format!(
+                    "loss_fn {name} needs batch.{key} (send loss_fn null for log-probs only)"
+                ))),
+                None => Ok(None),
+            }
+        };
+        Ok(LossInputs {
+            name: name.to_string(),
+            old: need(
+                x.response_side(batch, "old_log_probs", device)?,
+                "old_log_probs",
+            )?,
+            adv: need(x.response_side(batch, "advantages", device)?, "advantages")?,
+            reference: x.response_side(batch, "ref_log_prob", device)?,
+            mask,
+        })
+    }
+
+    fn rows(&self, start: i64, n: i64) -> LossInputs {
+        let cut = |t: &Tensor| t.narrow(0, start, n);
+        LossInputs {
+            name: self.name.clone(),
+            mask: cut(&self.mask),
+            old: self.old.as_ref().map(cut),
+            adv: self.adv.as_ref().map(cut),
+            reference: self.reference.as_ref().map(cut),
+        }
+    }
+
+    fn is_grpo(&self) -> bool {
+        self.name == "grpo" || self.name == "verl_grpo"
+    }
+
+    fn needs_entropy(&self, s: &CallSettings) -> bool {
+        self.is_grpo() && s.actor.entropy_coeff != 0.0
+    }
+
+    fn loss(
+        &self,
+        lp: &Tensor,
+        ent: Option<&Tensor>,
+        s: &CallSettings,
+        totals: AggTotals,
+        sums: &mut LossSums,
+    ) -> Tensor {
+        match (&self.old, &self.adv) {
+            (Some(old), Some(adv)) if self.is_grpo() => {
+                let ent_for_loss = if s.actor.entropy_coeff != 0.0 {
+                    ent
+                } else {
+                    ent.filter(|_| s.want_entropy)
+                };
+                grpo_micro_loss(
+                    lp,
+                    ent_for_loss,
+                    old,
+                    adv,
+                    &self.mask,
+                    self.reference.as_ref(),
+                    &s.actor,
+                    totals,
+                    sums,
+                )
+            }
+            _ => {
+                // sft / sft_ce: token-mean negative log-likelihood of the response.
+                let l = loss::aggregate(&lp.neg(), &self.mask, AggMode::TokenMean, totals);
+                sums.loss += l.double_value(&[]);
+                sums.tokens += self.mask.sum(Kind::Float).double_value(&[]);
+                l
+            }
+        }
+    }
+
+    fn metrics(&self, sums: &LossSums, s: &CallSettings) -> Map<String, Value> {
+        let mut m = Map::new();
+        let tokens = sums.tokens.max(1.0);
+        if self.is_grpo() {
+            m.insert("actor/pg_loss".into(), json!(sums.pg_loss));
+            m.insert("actor/ppo_kl".into(), json!(sums.ppo_kl_sum / tokens));
+            m.insert(
+                "actor/pg_clipfrac".into(),
+                json!(sums.clipfrac_sum / tokens),
+            );
+            m.insert(
+                "actor/pg_clipfrac_lower".into(),
+                json!(sums.clipfrac_lower_sum / tokens),
+            );
+            if s.want_entropy || s.actor.entropy_coeff != 0.0 {
+                m.insert("actor/entropy_loss".into(), json!(sums.entropy_loss));
+            }
+            if s.actor.use_kl_loss && self.reference.is_some() {
+                m.insert("kl_loss".into(), json!(sums.kl_loss));
+                m.insert("kl_coef".into(), json!(s.actor.kl_coef));
+            }
+        }
+        m.insert("loss".into(), json!(sums.loss));
+        m
+    }
+}
+
+impl Engine for TorchEngine {
+    fn create_job(&self, job_id: u64, config: &JobConfig) -> Result<(), EngineError> {
+        let worker = WorkerSettings::from_config(config.ds_worker_config.as_ref())?;
+        let ds = match config.job_type {
+            JobType::Training => config.ds_config.as_ref(),
+            JobType::LogProb => config
+                .ds_config
+                .as_ref()
+                .or(config.log_prob_config.as_ref()),
+            JobType::Sampling => None,
+        };
+        let optim = OptimConfig::from_ds_config(ds).map_err(EngineError::bad_request)?;
+        let mut model = lock(&self.base).deep_copy();
+        let trainer = if config.job_type == JobType::Training {
+            model.set_requires_grad(true);
+            Some(Trainer {
+                opt: AdamW::new(optim.clone(), &model.params),
+                global_step: 0,
+            })
+        } else {
+            None
+        };
+        let job = Job {
+            job_type: config.job_type,
+            model,
+            trainer,
+            worker,
+            micro_batch: optim.micro_batch,
+            checkpoint_path: config.checkpoint_path.clone(),
+        };
+        lock(&self.jobs).insert(job_id, Arc::new(Mutex::new(job)));
+        Ok(())
+    }
+
+    fn destroy_job(&self, job_id: u64) {
+        lock(&self.jobs).remove(&job_id);
+    }
+
+    /// Log-probs (and entropy) of the response tokens. Works on any job, so a test can score
+    /// the sampler's copy too; the server only routes training and log_prob jobs here.
+    fn forward(
+        &self,
+        job_id: u64,
+        batch: &ModelBatch,
+    ) -> Result<Timed<ForwardOutput>, EngineError> {
+        let job = self.job(job_id)?;
+        let job = lock(&job);
+        guard("forward", || self.forward_impl(&job, batch)).map(Timed::untimed)
+    }
+
+    fn forward_backward(
+        &self,
+        job_id: u64,
+        batch: &ModelBatch,
+    ) -> Result<Timed<ForwardBackwardOutput>, EngineError> {
+        let job = self.job(job_id)?;
+        let mut job = lock(&job);
+        guard("forward-backward", || {
+            self.forward_backward_impl(&mut job, batch)
+        })
+        .map(Timed::untimed)
+    }
+
+    fn step(
+        &self,
+        job_id: u64,
+        learning_rate: Option<f64>,
+    ) -> Result<Timed<StepOutput>, EngineError> {
+        let job = self.job(job_id)?;
+        let mut job = lock(&job);
+        let job = &mut *job;
+        let trainer = job
+            .trainer
+            .as_mut()
+            .ok_or_else(|| EngineError::bad_request("step needs a training job"))?;
+        if let Some(lr) = learning_rate {
+            if !(lr.is_finite() && lr >= 0.0) {
+                return Err(EngineError::bad_request(format!(
+                    "learning_rate must be a non-negative number, got {lr}"
+                )));
+            }
+        }
+        let (_, norm) = guard("step", || {
+            Ok(trainer.opt.step(&job.model.params, learning_rate))
+        })?;
+        trainer.global_step += 1;
+        Ok(Timed::untimed(StepOutput {
+            last_lr: trainer.opt.next_lr(),
+            grad_norm: Some(norm),
+        }))
+    }
+
+    fn generate(
+        &self,
+        job_id: u64,
+        request: &GenerateRequest,
+    ) -> Result<Timed<Vec<Completion>>, EngineError> {
+        let params = SamplingParams::from_map(&request.sampling_params)?;
+        let prompts = request
+            .prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                CharTokenizer::encode(p)
+                    .map_err(|e| EngineError::bad_request(format!("prompt {i}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let sampled = self.generate_ids(job_id, &prompts, &params)?;
+        let completions = sampled
+            .into_iter()
+            .enumerate()
+            .map(|(k, s)| Completion {
+                text: CharTokenizer::decode(&s.tokens),
+                generation_len: s.tokens.len(),
+                prompt_len: prompts[k / params.n].len(),
+                finish_reason: if s.stopped { "stop" } else { "length" }.into(),
+                token_ids: s.tokens,
+                prefix_cache_len: 0,
+            })
+            .collect();
+        Ok(Timed::untimed(completions))
+    }
+
+    fn weight_sync(&self, source: u64, targets: &[u64]) -> Result<Timed<()>, EngineError> {
+        let src = self.job(source)?;
+        let snapshot: Vec<Tensor> = {
+            let src = lock(&src);
+            if src.job_type != JobType::Training {
+                return Err(EngineError::bad_request(format!(
+                    "weight-sync source {source} is not a training job"
+                )));
+            }
+            let _g = tch::no_grad_guard();
+            src.model.params.iter().map(|p| p.detach().copy()).collect()
+        };
+        for &t in targets {
+            if t == source {
+                return Err(EngineError::bad_request(
+                    "weight-sync target equals its source",
+                ));
+            }
+            let job = self.job(t)?;
+            let mut job = lock(&job);
+            job.model
+                .copy_from(&snapshot)
+                .map_err(EngineError::internal)?;
+        }
+        Ok(Timed::untimed(()))
+    }
+
+    fn save(&self, job_id: u64, request: &Value) -> Result<Value, EngineError> {
+        let job = self.job(job_id)?;
+        let job = lock(&job);
+        guard("save", || self.save_impl(&job, request))
+    }
+
+    fn load_checkpoint(&self, job_id: u64, request: &Value) -> Result<Value, EngineError> {
+        let job = self.job(job_id)?;
+        let mut job = lock(&job);
+        guard("load-checkpoint", || self.load_impl(&mut job, request))
+    }
+
+    fn weight_norm(&self, job_id: u64) -> Result<(f64, u64), EngineError> {
+        let job = self.job(job_id)?;
+        let job = lock(&job);
+        let _g = tch::no_grad_guard();
+        let sq: f64 = job
+            .model
+            .params
+            .iter()
+            .map(|p| {
+                p.to_kind(Kind::Float)
+                    .square()
+                    .sum(Kind::Float)
+                    .double_value(&[])
+            })
+            .sum();
+        Ok((sq.sqrt(), job.model.num_parameters()))
+    }
+}
+
+impl std::fmt::Debug for TorchEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TorchEngine")
+            .field("info", &self.info)
+            .field("kind", &self.kind)
+            .finish()
+    }
+}

@@ -1,0 +1,104 @@
+//! Wire tensors (little-endian bytes) to and from tch tensors, checking sizes first so a bad
+//! payload is a 422, never a panic inside libtorch.
+
+use tch::{Kind, Tensor};
+
+use crate::backend::EngineError;
+use crate::wire::{DType, Tensor as WireTensor};
+
+fn kind_of(dtype: DType) -> Kind {
+    match dtype {
+        DType::F32 => Kind::Float,
+        DType::BF16 => Kind::BFloat16,
+        DType::F16 => Kind::Half,
+        DType::F64 => Kind::Double,
+        DType::I64 => Kind::Int64,
+        DType::I32 => Kind::Int,
+        DType::U8 => Kind::Uint8,
+        DType::Bool => Kind::Bool,
+    }
+}
+
+/// A CPU tch tensor with the wire tensor's dtype and shape. `name` names it in errors.
+pub fn to_tch(name: &str, t: &WireTensor) -> Result<Tensor, EngineError> {
+    let numel: usize = t.shape.iter().product();
+    let want = numel.checked_mul(t.dtype.size()).ok_or_else(|| {
+        EngineError::unprocessable(format!("tensor {name}: shape {:?} overflows", t.shape))
+    })?;
+    if t.data.len() != want {
+        return Err(EngineError::unprocessable(format!(
+            "tensor {name}: {} bytes for {} of shape {:?} (expected {want})",
+            t.data.len(),
+            t.dtype.name(),
+            t.shape
+        )));
+    }
+    let shape: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+    // Both sides are little-endian on every platform libtorch supports here.
+    Ok(Tensor::from_data_size(&t.data, &shape, kind_of(t.dtype)))
+}
+
+/// A 2-D `[B,S]` tensor as the given kind on CPU, with its dims.
+pub fn to_tch_2d(
+    name: &str,
+    t: &WireTensor,
+    kind: Kind,
+) -> Result<(Tensor, i64, i64), EngineError> {
+    if t.shape.len() != 2 {
+        return Err(EngineError::unprocessable(format!(
+            "tensor {name} must be 2-D [B,S], got shape {:?}",
+            t.shape
+        )));
+    }
+    let x = to_tch(name, t)?.to_kind(kind);
+    Ok((x, t.shape[0] as i64, t.shape[1] as i64))
+}
+
+/// A float tensor back to the wire as F32.
+pub fn to_wire_f32(t: &Tensor) -> Result<WireTensor, EngineError> {
+    let t = t
+        .to_device(tch::Device::Cpu)
+        .to_kind(Kind::Float)
+        .contiguous();
+    let shape: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
+    let flat = t.reshape([-1]);
+    let values = Vec::<f32>::try_from(&flat)
+        .map_err(|e| EngineError::internal(format!("cannot read result tensor: {e}")))?;
+    Ok(crate::backend::f32_tensor(shape, &values))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn round_trips_and_rejects_short_data() {
+        let w = crate::backend::f32_tensor(vec![2, 2], &[1.0, -2.0, 3.5, 0.25]);
+        let t = to_tch("x", &w).unwrap();
+        assert_eq!(t.size(), vec![2, 2]);
+        assert_eq!(to_wire_f32(&t).unwrap(), w);
+        let ints = WireTensor {
+            dtype: DType::I64,
+            shape: vec![1, 2],
+            data: Bytes::from([7i64.to_le_bytes(), (-1i64).to_le_bytes()].concat()),
+        };
+        let (t, b, s) = to_tch_2d("ids", &ints, Kind::Int64).unwrap();
+        assert_eq!((b, s), (1, 2));
+        assert_eq!(t.int64_value(&[0, 1]), -1);
+        let short = WireTensor {
+            dtype: DType::F32,
+            shape: vec![3],
+            data: Bytes::from_static(&[0u8; 8]),
+        };
+        let err = to_tch("old_log_probs", &short).unwrap_err();
+        assert_eq!(err.status, 422);
+        assert!(err.detail.contains("old_log_probs"), "{}", err.detail);
+        assert!(to_tch_2d("ids", &w.clone(), Kind::Int64).is_ok());
+        let one_d = crate::backend::f32_tensor(vec![4], &[0.0; 4]);
+        assert!(to_tch_2d("ids", &one_d, Kind::Int64)
+            .unwrap_err()
+            .detail
+            .contains("2-D"));
+    }
+}

@@ -1,0 +1,603 @@
+//! A Qwen3-architecture decoder: RMSNorm (pre-norm, plus per-head q/k norm), rotary position
+//! embeddings, grouped-query attention, SwiGLU MLP, embeddings tied to the output head. The
+//! same code serves the tiny arith model (character vocabulary, small sizes) and the real-size
+//! shapes on random weights, so the CPU learning runs exercise the architecture the GPU
+//! performance runs measure.
+//!
+//! Parameters are plain tensors in a fixed order with HF-style names (`model.layers.0.
+//! self_attn.q_proj.weight`, ...), so saving, weight sync and the optimizer walk one list.
+
+use tch::{Device, Kind, Tensor};
+
+use crate::backend::torch_spec::{ModelKind, ModelSpec};
+use crate::task::CharTokenizer;
+
+/// Resolved sizes of a decoder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecoderConfig {
+    pub vocab_size: usize,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate: usize,
+    pub rope_theta: f64,
+    pub rms_eps: f64,
+}
+
+impl DecoderConfig {
+    /// Qwen3-0.6B's `config.json`.
+    pub fn qwen3_0_6b() -> Self {
+        Self {
+            vocab_size: 151_936,
+            hidden: 1024,
+            layers: 28,
+            heads: 16,
+            kv_heads: 8,
+            head_dim: 128,
+            intermediate: 3072,
+            rope_theta: 1_000_000.0,
+            rms_eps: 1e-6,
+        }
+    }
+
+    /// Qwen3-1.7B's `config.json`.
+    pub fn qwen3_1_7b() -> Self {
+        Self {
+            hidden: 2048,
+            intermediate: 6144,
+            ..Self::qwen3_0_6b()
+        }
+    }
+
+    /// The flagship tiny model: about 100k parameters over the arith characters.
+    pub fn tiny() -> Self {
+        Self {
+            vocab_size: CharTokenizer::vocab_size(),
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 16,
+            intermediate: 192,
+            rope_theta: 10_000.0,
+            rms_eps: 1e-6,
+        }
+    }
+
+    /// Resolve a scenario's model block: the kind's base sizes, then the given overrides.
+    pub fn from_spec(spec: &ModelSpec) -> Result<Self, String> {
+        let mut c = match spec.kind {
+            ModelKind::Tiny => {
+                if let Some(p) = &spec.preset {
+                    return Err(format!(
+                        "model.preset {p:?} is only for kind qwen3; a tiny model is sized by d_model, layers, heads"
+                    ));
+                }
+                Self::tiny()
+            }
+            ModelKind::Qwen3 => match spec.preset.as_deref() {
+                Some("qwen3-0.6b") => Self::qwen3_0_6b(),
+                Some("qwen3-1.7b") => Self::qwen3_1_7b(),
+                Some(other) => {
+                    return Err(format!(
+                        "unknown model.preset {other:?}; known: qwen3-0.6b, qwen3-1.7b"
+                    ))
+                }
+                None => {
+                    return Err(
+                        "model.kind qwen3 needs model.preset (qwen3-0.6b or qwen3-1.7b)".into(),
+                    )
+                }
+            },
+        };
+        if let Some(v) = spec.d_model {
+            c.hidden = v;
+            if spec.head_dim.is_none() && spec.kind == ModelKind::Tiny {
+                c.head_dim = v / spec.heads.unwrap_or(c.heads).max(1);
+            }
+        }
+        if let Some(v) = spec.layers {
+            c.layers = v;
+        }
+        if let Some(v) = spec.heads {
+            c.heads = v;
+            if spec.head_dim.is_none() && spec.kind == ModelKind::Tiny {
+                c.head_dim = c.hidden / v.max(1);
+            }
+        }
+        if let Some(v) = spec.kv_heads {
+            c.kv_heads = v;
+        } else if spec.kind == ModelKind::Tiny && c.heads % c.kv_heads != 0 {
+            c.kv_heads = c.heads;
+        }
+        if let Some(v) = spec.head_dim {
+            c.head_dim = v;
+        }
+        if let Some(v) = spec.ffn {
+            c.intermediate = v;
+        }
+        if let Some(v) = spec.vocab_size {
+            c.vocab_size = v;
+        }
+        if let Some(v) = spec.rope_theta {
+            c.rope_theta = v;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("d_model", self.hidden),
+            ("layers", self.layers),
+            ("heads", self.heads),
+            ("kv_heads", self.kv_heads),
+            ("head_dim", self.head_dim),
+            ("ffn", self.intermediate),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(format!("model.{name} must be at least 1"));
+            }
+        }
+        if self.heads % self.kv_heads != 0 {
+            return Err(format!(
+                "model.heads ({}) must be a multiple of model.kv_heads ({})",
+                self.heads, self.kv_heads
+            ));
+        }
+        if self.head_dim % 2 != 0 {
+            return Err(format!(
+                "model head_dim ({}) must be even for rotary embeddings",
+                self.head_dim
+            ));
+        }
+        if self.vocab_size < CharTokenizer::vocab_size() {
+            return Err(format!(
+                "model.vocab_size ({}) is smaller than the arith tokenizer's {}",
+                self.vocab_size,
+                CharTokenizer::vocab_size()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Parameter names and shapes in the canonical order.
+    pub fn parameter_shapes(&self) -> Vec<(String, Vec<i64>)> {
+        let h = self.hidden as i64;
+        let q = (self.heads * self.head_dim) as i64;
+        let kv = (self.kv_heads * self.head_dim) as i64;
+        let i = self.intermediate as i64;
+        let hd = self.head_dim as i64;
+        let mut out = vec![(
+            "model.embed_tokens.weight".to_string(),
+            vec![self.vocab_size as i64, h],
+        )];
+        for l in 0..self.layers {
+            let p = format!("model.layers.{l}");
+            out.push((format!("{p}.input_layernorm.weight"), vec![h]));
+            out.push((format!("{p}.self_attn.q_proj.weight"), vec![q, h]));
+            out.push((format!("{p}.self_attn.k_proj.weight"), vec![kv, h]));
+            out.push((format!("{p}.self_attn.v_proj.weight"), vec![kv, h]));
+            out.push((format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
+            out.push((format!("{p}.self_attn.q_norm.weight"), vec![hd]));
+            out.push((format!("{p}.self_attn.k_norm.weight"), vec![hd]));
+            out.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
+            out.push((format!("{p}.mlp.gate_proj.weight"), vec![i, h]));
+            out.push((format!("{p}.mlp.up_proj.weight"), vec![i, h]));
+            out.push((format!("{p}.mlp.down_proj.weight"), vec![h, i]));
+        }
+        out.push(("model.norm.weight".to_string(), vec![h]));
+        out
+    }
+}
+
+/// Per-layer indices into the parameter list (fixed by `parameter_shapes`).
+const PER_LAYER: usize = 11;
+
+/// The model's weights. `params[k]` is the tensor named `names[k]`.
+#[derive(Debug)]
+pub struct Decoder {
+    pub config: DecoderConfig,
+    pub names: Vec<String>,
+    pub params: Vec<Tensor>,
+    pub device: Device,
+    pub kind: Kind,
+}
+
+/// Keys and values of one layer for incremental decoding, written in place.
+pub struct LayerCache {
+    k: Tensor,
+    v: Tensor,
+}
+
+/// The KV cache of a batch: preallocated to the longest sequence it will hold.
+pub struct KvCache {
+    layers: Vec<LayerCache>,
+    /// Positions filled so far.
+    pub len: i64,
+}
+
+impl Decoder {
+    /// Random initialisation as HF's Qwen3 does it: normal(0, 0.02) matrices, unit norms.
+    /// Draws from torch's global generator; the caller seeds it.
+    pub fn new_random(config: DecoderConfig, device: Device, kind: Kind) -> Decoder {
+        let _guard = tch::no_grad_guard();
+        let mut names = Vec::new();
+        let mut params = Vec::new();
+        for (name, shape) in config.parameter_shapes() {
+            let t = if shape.len() == 1 {
+                Tensor::ones(shape.as_slice(), (Kind::Float, Device::Cpu))
+            } else {
+                Tensor::randn(shape.as_slice(), (Kind::Float, Device::Cpu)) * 0.02
+            };
+            names.push(name);
+            params.push(t.to_device(device).to_kind(kind));
+        }
+        Decoder {
+            config,
+            names,
+            params,
+            device,
+            kind,
+        }
+    }
+
+    /// A copy with its own storage (the sampler and reference copies of the trainer).
+    pub fn deep_copy(&self) -> Decoder {
+        let _guard = tch::no_grad_guard();
+        Decoder {
+            config: self.config.clone(),
+            names: self.names.clone(),
+            params: self.params.iter().map(|p| p.detach().copy()).collect(),
+            device: self.device,
+            kind: self.kind,
+        }
+    }
+
+    pub fn set_requires_grad(&mut self, on: bool) {
+        self.params = self
+            .params
+            .iter()
+            .map(|p| p.detach().set_requires_grad(on))
+            .collect();
+    }
+
+    /// Overwrite this model's weights with `src`'s (weight sync, checkpoint load).
+    pub fn copy_from(&mut self, src: &[Tensor]) -> Result<(), String> {
+        if src.len() != self.params.len() {
+            return Err(format!(
+                "weight copy: {} tensors for a model of {}",
+                src.len(),
+                self.params.len()
+            ));
+        }
+        let _guard = tch::no_grad_guard();
+        for ((dst, s), name) in self.params.iter_mut().zip(src).zip(&self.names) {
+            if dst.size() != s.size() {
+                return Err(format!(
+                    "weight copy: {name} has shape {:?}, source {:?}",
+                    dst.size(),
+                    s.size()
+                ));
+            }
+            dst.copy_(&s.to_device(self.device).to_kind(self.kind));
+        }
+        Ok(())
+    }
+
+    pub fn num_parameters(&self) -> u64 {
+        self.params.iter().map(|p| p.numel() as u64).sum()
+    }
+
+    fn embed(&self) -> &Tensor {
+        &self.params[0]
+    }
+
+    fn layer(&self, l: usize) -> &[Tensor] {
+        &self.params[1 + l * PER_LAYER..1 + (l + 1) * PER_LAYER]
+    }
+
+    fn final_norm(&self) -> &Tensor {
+        &self.params[self.params.len() - 1]
+    }
+
+    /// The final hidden states `[B,S,H]` for a full (padded) batch. `positions [B,S]` are the
+    /// rotary positions; `key_mask [B,S]` (1 = real token) keeps padding out of attention.
+    /// Without padding the causal flag alone is used, which lets CUDA pick flash attention.
+    pub fn hidden_states(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        key_mask: Option<&Tensor>,
+    ) -> Tensor {
+        let (b, s) = ids.size2().unwrap_or((1, ids.numel() as i64));
+        let mut x = self
+            .embed()
+            .index_select(0, &ids.reshape([-1]))
+            .reshape([b, s, -1]);
+        let (cos, sin) = rope_tables(positions, &self.config, self.kind);
+        let mask = key_mask.map(|m| full_attention_mask(m, s));
+        for l in 0..self.config.layers {
+            x = self.block(
+                l,
+                &x,
+                &cos,
+                &sin,
+                |q, k, v| match &mask {
+                    Some(m) => Tensor::scaled_dot_product_attention(
+                        q,
+                        k,
+                        v,
+                        Some(m),
+                        0.0,
+                        false,
+                        None,
+                        false,
+                    ),
+                    None => Tensor::scaled_dot_product_attention(
+                        q,
+                        k,
+                        v,
+                        None::<&Tensor>,
+                        0.0,
+                        true,
+                        None,
+                        false,
+                    ),
+                },
+                None,
+            );
+        }
+        rms_norm(&x, self.final_norm(), self.config.rms_eps)
+    }
+
+    /// One decoder block. `attend` gets q `[B,nh,S,hd]` and k, v already repeated to `nh`
+    /// heads. With a cache, the new keys/values are written at `cache.len` and attention runs
+    /// over everything cached so far.
+    fn block(
+        &self,
+        l: usize,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        attend: impl Fn(&Tensor, &Tensor, &Tensor) -> Tensor,
+        cache: Option<(&mut LayerCache, i64)>,
+    ) -> Tensor {
+        let w = self.layer(l);
+        let c = &self.config;
+        let (b, s, _) = x.size3().unwrap_or((1, 1, 1));
+        let (nh, nkv, hd) = (c.heads as i64, c.kv_heads as i64, c.head_dim as i64);
+        let h = rms_norm(x, &w[0], c.rms_eps);
+        let q = h.matmul(&w[1].tr()).reshape([b, s, nh, hd]);
+        let k = h.matmul(&w[2].tr()).reshape([b, s, nkv, hd]);
+        let v = h.matmul(&w[3].tr()).reshape([b, s, nkv, hd]);
+        let q = rms_norm(&q, &w[5], c.rms_eps).transpose(1, 2);
+        let k = rms_norm(&k, &w[6], c.rms_eps).transpose(1, 2);
+        let v = v.transpose(1, 2);
+        let q = apply_rope(&q, cos, sin);
+        let k = apply_rope(&k, cos, sin);
+        let (k, v) = match cache {
+            Some((lc, start)) => {
+                lc.k.narrow(2, start, s).copy_(&k);
+                lc.v.narrow(2, start, s).copy_(&v);
+                (lc.k.narrow(2, 0, start + s), lc.v.narrow(2, 0, start + s))
+            }
+            None => (k, v),
+        };
+        let rep = nh / nkv;
+        let (k, v) = if rep > 1 {
+            (
+                k.repeat_interleave_self_int(rep, 1, None),
+                v.repeat_interleave_self_int(rep, 1, None),
+            )
+        } else {
+            (k, v)
+        };
+        let a = attend(&q, &k, &v).transpose(1, 2).reshape([b, s, nh * hd]);
+        let x = x + a.matmul(&w[4].tr());
+        let h = rms_norm(&x, &w[7], c.rms_eps);
+        let gate = h.matmul(&w[8].tr()).silu();
+        let up = h.matmul(&w[9].tr());
+        x + (gate * up).matmul(&w[10].tr())
+    }
+
+    /// Logits `[.., V]` of hidden states through the tied head. `fp32` computes the product
+    /// in fp32 (`logits.compute_in_fp32`); otherwise it runs in the model dtype and is then
+    /// widened, so under bf16 the logits carry bf16 rounding.
+    pub fn logits(&self, hidden: &Tensor, fp32: bool) -> Tensor {
+        if fp32 || self.kind == Kind::Float {
+            hidden
+                .to_kind(Kind::Float)
+                .matmul(&self.embed().to_kind(Kind::Float).tr())
+        } else {
+            hidden.matmul(&self.embed().tr()).to_kind(Kind::Float)
+        }
+    }
+
+    /// An empty cache for `batch` sequences of up to `capacity` tokens.
+    pub fn new_cache(&self, batch: i64, capacity: i64) -> KvCache {
+        let c = &self.config;
+        let shape = [batch, c.kv_heads as i64, capacity, c.head_dim as i64];
+        KvCache {
+            layers: (0..c.layers)
+                .map(|_| LayerCache {
+                    k: Tensor::zeros(shape, (self.kind, self.device)),
+                    v: Tensor::zeros(shape, (self.kind, self.device)),
+                })
+                .collect(),
+            len: 0,
+        }
+    }
+
+    /// Run `ids [B,s]` (at `positions [B,s]`) through the model, appending their keys and
+    /// values to `cache`; returns the last position's hidden state `[B,H]`. `key_mask [B,L]`
+    /// marks which of the `cache.len + s` cached positions are real tokens.
+    pub fn extend(
+        &self,
+        cache: &mut KvCache,
+        ids: &Tensor,
+        positions: &Tensor,
+        key_mask: &Tensor,
+    ) -> Tensor {
+        let (b, s) = ids.size2().unwrap_or((1, 1));
+        let start = cache.len;
+        let total = start + s;
+        let mut x = self
+            .embed()
+            .index_select(0, &ids.reshape([-1]))
+            .reshape([b, s, -1]);
+        let (cos, sin) = rope_tables(positions, &self.config, self.kind);
+        // Query i (absolute start + i) sees real keys up to itself, and always itself so a
+        // padded query row is never empty.
+        let key_ok = key_mask
+            .narrow(1, 0, total)
+            .to_kind(Kind::Bool)
+            .view([b, 1, 1, total]);
+        let qpos = Tensor::arange_start(start, total, (Kind::Int64, self.device)).view([s, 1]);
+        let kpos = Tensor::arange(total, (Kind::Int64, self.device)).view([1, total]);
+        let causal = kpos.le_tensor(&qpos).view([1, 1, s, total]);
+        let diag = kpos.eq_tensor(&qpos).view([1, 1, s, total]);
+        let mask = key_ok.logical_and(&causal).logical_or(&diag);
+        for l in 0..self.config.layers {
+            let lc = &mut cache.layers[l];
+            x = self.block(
+                l,
+                &x,
+                &cos,
+                &sin,
+                |q, k, v| {
+                    Tensor::scaled_dot_product_attention(
+                        q,
+                        k,
+                        v,
+                        Some(&mask),
+                        0.0,
+                        false,
+                        None,
+                        false,
+                    )
+                },
+                Some((lc, start)),
+            );
+        }
+        cache.len = total;
+        let last = x.narrow(1, s - 1, 1).squeeze_dim(1);
+        rms_norm(&last, self.final_norm(), self.config.rms_eps)
+    }
+}
+
+/// `[B,1,S,S]` boolean mask: causal, real keys only, and always the diagonal (so rows of
+/// padding queries are never empty and stay finite).
+fn full_attention_mask(key_mask: &Tensor, s: i64) -> Tensor {
+    let device = key_mask.device();
+    let b = key_mask.size()[0];
+    let causal = Tensor::ones([s, s], (Kind::Bool, device))
+        .tril(0)
+        .view([1, 1, s, s]);
+    let diag = Tensor::eye(s, (Kind::Bool, device)).view([1, 1, s, s]);
+    let keys = key_mask.to_kind(Kind::Bool).view([b, 1, 1, s]);
+    causal.logical_and(&keys).logical_or(&diag)
+}
+
+/// HF's Qwen3RMSNorm: normalise in fp32, scale in the input dtype.
+pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Tensor {
+    let kind = x.kind();
+    let xf = x.to_kind(Kind::Float);
+    let var = xf.square().mean_dim(-1, true, Kind::Float);
+    let normed = (xf * (var + eps).rsqrt()).to_kind(kind);
+    normed * weight
+}
+
+/// cos/sin tables `[B,1,S,hd]` for `positions [B,S]` (HF's `rotate_half` layout), computed in
+/// fp32 and cast to the model dtype.
+fn rope_tables(positions: &Tensor, c: &DecoderConfig, kind: Kind) -> (Tensor, Tensor) {
+    let device = positions.device();
+    let half = (c.head_dim / 2) as i64;
+    let exponents = Tensor::arange(half, (Kind::Float, device)) * (2.0 / c.head_dim as f64);
+    let inv_freq = Tensor::from(c.rope_theta as f32)
+        .to_device(device)
+        .pow(&exponents)
+        .reciprocal();
+    let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.view([1, 1, half]);
+    let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
+    (emb.cos().to_kind(kind), emb.sin().to_kind(kind))
+}
+
+fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    let half = x.size()[3] / 2;
+    let x1 = x.narrow(3, 0, half);
+    let x2 = x.narrow(3, half, half);
+    let rotated = Tensor::cat(&[&x2.neg(), &x1], 3);
+    x * cos + rotated * sin
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_resolution_applies_overrides_and_rejects_bad_shapes() {
+        let tiny = DecoderConfig::from_spec(&ModelSpec::default()).unwrap();
+        assert_eq!(tiny, DecoderConfig::tiny());
+        let spec = ModelSpec {
+            kind: ModelKind::Qwen3,
+            preset: Some("qwen3-0.6b".into()),
+            layers: Some(2),
+            ..ModelSpec::default()
+        };
+        let q = DecoderConfig::from_spec(&spec).unwrap();
+        assert_eq!((q.layers, q.hidden, q.vocab_size), (2, 1024, 151_936));
+        let missing = ModelSpec {
+            kind: ModelKind::Qwen3,
+            ..ModelSpec::default()
+        };
+        assert!(DecoderConfig::from_spec(&missing)
+            .unwrap_err()
+            .contains("preset"));
+        let bad = ModelSpec {
+            heads: Some(3),
+            kv_heads: Some(2),
+            ..ModelSpec::default()
+        };
+        assert!(DecoderConfig::from_spec(&bad)
+            .unwrap_err()
+            .contains("multiple"));
+    }
+
+    #[test]
+    fn incremental_decoding_matches_the_full_forward() {
+        tch::manual_seed(3);
+        let m = Decoder::new_random(DecoderConfig::tiny(), Device::Cpu, Kind::Float);
+        let _g = tch::no_grad_guard();
+        // One left-padded row, one full row.
+        let ids = Tensor::from_slice2(&[[0i64, 0, 5, 6, 7, 8], [4, 5, 6, 7, 8, 9]]);
+        let mask = ids.ne(0).to_kind(Kind::Int64);
+        let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let full = m.hidden_states(&ids, &pos, Some(&mask));
+        let mut cache = m.new_cache(2, 6);
+        let _ = m.extend(
+            &mut cache,
+            &ids.narrow(1, 0, 4),
+            &pos.narrow(1, 0, 4),
+            &mask,
+        );
+        let _ = m.extend(
+            &mut cache,
+            &ids.narrow(1, 4, 1),
+            &pos.narrow(1, 4, 1),
+            &mask,
+        );
+        let last = m.extend(
+            &mut cache,
+            &ids.narrow(1, 5, 1),
+            &pos.narrow(1, 5, 1),
+            &mask,
+        );
+        let diff = (full.select(1, 5) - last).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "{diff}");
+    }
+}
