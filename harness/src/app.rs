@@ -62,9 +62,9 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
                 .map_err(|e| CommandError::run_failed(format!("proxy: {e}")))?;
             Ok(ExitStatus::Passed)
         }
-        other => Err(CommandError::invalid(format!(
-            "command not available yet: {other:?}"
-        ))),
+        Command::Propagate { scenario, out, set } => {
+            crate::propagate::command::propagate_command(&scenario, &out, &set).await
+        }
     }
 }
 

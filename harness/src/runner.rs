@@ -115,6 +115,9 @@ struct RunningBackend {
     url: String,
     /// `(device, threads, torch version)` when the backend computes in-process on a device.
     runtime: Option<(String, Option<u64>, Option<String>)>,
+    /// The start-up flags of an in-process server (what `--training-gpus` etc. would be), so
+    /// the propagation check sees them (`srv.*`).
+    flags: Option<Value>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -162,6 +165,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
             return Ok(RunningBackend {
                 url: url.trim_end_matches('/').to_string(),
                 runtime: None,
+                flags: None,
                 stop: None,
                 task: None,
             })
@@ -186,6 +190,11 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
         log_prob_gpus: gpus("log_prob_gpus", 0),
         ..Default::default()
     };
+    let flags = serde_json::json!({
+        "training_gpus": opts.training_gpus,
+        "sampling_gpus": opts.sampling_gpus,
+        "log_prob_gpus": opts.log_prob_gpus,
+    });
     let (router, _handle) = crate::backend::server::router(engine, opts);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -203,6 +212,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
     Ok(RunningBackend {
         url: format!("http://{addr}"),
         runtime,
+        flags: Some(flags),
         stop: Some(tx),
         task: Some(task),
     })
@@ -309,6 +319,13 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
     let timeouts = plan.scenario.timeouts.clone();
 
     let backend = start_backend(&plan).await?;
+    if let Some(flags) = &backend.flags {
+        fsx::write_atomic(
+            &run_dir.join("server_flags.json"),
+            flags.to_string().as_bytes(),
+        )
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    }
     if backend.runtime.is_some() {
         env = RunEnv::new(backend.runtime.clone(), opts.hardware.as_deref());
         manifest = manifest_for(&plan, &env, started);

@@ -1,0 +1,559 @@
+//! Knob manifests: for each knob of a backend block (and each trainer knob its adapter
+//! translates), where the adapter writes it and where the server reads it, under which
+//! condition. The manifest is the expectation the propagation matrix is judged against, so it
+//! is data, validated as strictly as a scenario: unknown keys, a knob without a perturbation, a
+//! consumer whose wire location has no known family, are all errors.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A whole manifest file (`scenarios/backends/<backend>.knobs.yaml`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KnobManifest {
+    /// The backend this manifest describes (`arctic`).
+    pub backend: String,
+    /// The backend YAML whose every leaf must have an entry (relative to the scenarios root).
+    pub backend_yaml: String,
+    /// Where the backend block sits in a scenario's `config` (`remote_backend`).
+    pub backend_prefix: String,
+    /// Wire locations that carry data rather than configuration (token counts, ...): a change
+    /// there is never evidence for or against a knob.
+    #[serde(default)]
+    pub volatile: Vec<String>,
+    pub knobs: Vec<Knob>,
+}
+
+/// One knob: a dotted path from the scenario's `config` root.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Knob {
+    pub path: String,
+    /// The value the backend YAML (or the trainer's defaults) gives it; `null` when unset.
+    pub default: Value,
+    /// Perturbations, each valid for the server. The matrix runs those that differ from the
+    /// scenario's own value, so a second value covers scenarios that already set the first.
+    #[serde(rename = "try")]
+    pub tries: Vec<Value>,
+    /// Every wire location the adapter writes the knob to (whether or not anything reads it).
+    #[serde(default)]
+    pub sent_to: Vec<String>,
+    /// Where the server reads it, and when.
+    #[serde(default)]
+    pub consumers: Vec<Consumer>,
+    /// Wire changes the knob causes on purpose that are not reads of its value (call counts).
+    #[serde(default)]
+    pub effects: Vec<String>,
+    /// The server's own default when the key is absent; absent when the reference gives none.
+    #[serde(default)]
+    pub server_default: Option<Value>,
+    /// Why the knob may change nothing the server reads (forward-compatible knobs).
+    #[serde(default)]
+    pub allowed_noop: Option<String>,
+    /// Interaction pairs: run the knob under each value of each listed knob.
+    #[serde(default)]
+    pub conditions: BTreeMap<String, Vec<Value>>,
+    /// Free text for the report (why a consumer is conditional, what the server ignores).
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// One reader of a knob on the server side.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Consumer {
+    /// The wire location (`job.training.ds_worker_config.logits_compute_in_fp32`); a prefix of
+    /// a location names its whole subtree.
+    pub at: String,
+    /// Conditions for the read: config paths (`remote_backend.train.zorro_train.enable`) or
+    /// wire locations (`job.training.full_determinism`), each with the value it must have.
+    #[serde(default)]
+    pub when: BTreeMap<String, Value>,
+    /// The JSON type the consumer declares.
+    #[serde(default, rename = "type")]
+    pub value_type: Option<ValueType>,
+    /// The location holds a value computed from the knob (a product, a sum), not the knob
+    /// itself: a change is enough, equality is not expected.
+    #[serde(default)]
+    pub derived: bool,
+}
+
+/// JSON types a consumer can declare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueType {
+    Bool,
+    Int,
+    Float,
+    Number,
+    String,
+    List,
+    Object,
+}
+
+impl ValueType {
+    pub fn matches(self, v: &Value) -> bool {
+        match self {
+            ValueType::Bool => v.is_boolean(),
+            ValueType::Int => v.is_i64() || v.is_u64(),
+            ValueType::Float => v.is_f64(),
+            ValueType::Number => v.is_number(),
+            ValueType::String => v.is_string(),
+            ValueType::List => v.is_array(),
+            ValueType::Object => v.is_object(),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueType::Bool => "bool",
+            ValueType::Int => "int",
+            ValueType::Float => "float",
+            ValueType::Number => "number",
+            ValueType::String => "string",
+            ValueType::List => "list",
+            ValueType::Object => "object",
+        }
+    }
+}
+
+/// The JSON type name of a value, in the words of [`ValueType`].
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "string",
+        Value::Array(_) => "list",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The families of wire locations the recorded wire is read into (see `wire.rs`).
+pub const LOCATION_FAMILIES: &[&str] = &[
+    "job",
+    "meta",
+    "batch",
+    "processing",
+    "generate",
+    "route",
+    "routes",
+    "status",
+    "srv",
+    "http_errors",
+];
+
+/// Whether a condition key names a wire location rather than a config path.
+pub fn is_wire_location(key: &str) -> bool {
+    let first = key.split('.').next().unwrap_or(key);
+    LOCATION_FAMILIES.contains(&first)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("failed to read knob manifest {path}: {message}")]
+    Read { path: PathBuf, message: String },
+    #[error("knob manifest {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("knob manifest {path}: {}", problems.join("; "))]
+    Invalid {
+        path: PathBuf,
+        problems: Vec<String>,
+    },
+}
+
+/// Read, parse and validate a manifest file.
+pub fn load(path: &Path) -> Result<KnobManifest, ManifestError> {
+    let text = crate::fsx::read_to_string(path).map_err(|e| ManifestError::Read {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let manifest = parse(&text, path)?;
+    let problems = validate(&manifest);
+    if problems.is_empty() {
+        Ok(manifest)
+    } else {
+        Err(ManifestError::Invalid {
+            path: path.to_path_buf(),
+            problems,
+        })
+    }
+}
+
+/// Parse manifest text (no semantic validation) through the scenario loader's spanned
+/// deserializer, so an unknown key or a wrong type is reported with its file, line and column.
+pub fn parse(text: &str, path: &Path) -> Result<KnobManifest, ManifestError> {
+    let err = |e: crate::spec::SpecError| ManifestError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let node = crate::spec::yaml::parse(text, path).map_err(err)?;
+    crate::spec::de::from_node::<KnobManifest>(&node, "").map_err(err)
+}
+
+fn known_location(loc: &str) -> bool {
+    let first = loc.split('.').next().unwrap_or(loc);
+    LOCATION_FAMILIES.contains(&first)
+}
+
+/// Semantic checks: what serde cannot see. Every problem names the knob.
+pub fn validate(m: &KnobManifest) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut seen = BTreeMap::new();
+    let families = LOCATION_FAMILIES.join(", ");
+    for v in &m.volatile {
+        if !known_location(v) {
+            problems.push(format!(
+                "volatile `{v}`: not a wire location (families: {families})"
+            ));
+        }
+    }
+    for (i, k) in m.knobs.iter().enumerate() {
+        let name = &k.path;
+        if let Some(first) = seen.insert(k.path.clone(), i) {
+            problems.push(format!(
+                "knob `{name}`: listed twice (entries {} and {})",
+                first + 1,
+                i + 1
+            ));
+        }
+        if k.path.is_empty() || k.path.split('.').any(str::is_empty) {
+            problems.push(format!("knob `{name}`: expected a dotted config path"));
+        }
+        if k.tries.is_empty() {
+            problems.push(format!("knob `{name}`: `try` needs at least one value"));
+        } else if k.tries.iter().all(|t| t == &k.default) {
+            problems.push(format!(
+                "knob `{name}`: every `try` value equals the default {}; a perturbation must differ from it",
+                k.default
+            ));
+        }
+        if k.tries.iter().any(Value::is_null) {
+            problems.push(format!(
+                "knob `{name}`: `try` holds null, which removes the key rather than changing it"
+            ));
+        }
+        for loc in k.sent_to.iter().chain(&k.effects) {
+            if !known_location(loc) {
+                problems.push(format!(
+                    "knob `{name}`: `{loc}` is not a wire location (families: {families})"
+                ));
+            }
+        }
+        for c in &k.consumers {
+            if !known_location(&c.at) {
+                problems.push(format!(
+                    "knob `{name}`: consumer `{}` is not a wire location (families: {families})",
+                    c.at
+                ));
+            }
+            for cond in c.when.keys() {
+                if cond == &k.path {
+                    problems.push(format!(
+                        "knob `{name}`: consumer `{}` depends on the knob itself",
+                        c.at
+                    ));
+                }
+            }
+        }
+        if k.consumers.is_empty() && k.allowed_noop.is_none() && k.note.is_none() {
+            problems.push(format!(
+                "knob `{name}`: no consumer, no `allowed_noop` reason and no `note` saying why nothing reads it"
+            ));
+        }
+        if matches!(&k.allowed_noop, Some(r) if r.trim().is_empty()) {
+            problems.push(format!("knob `{name}`: `allowed_noop` needs a reason"));
+        }
+        for (cond, values) in &k.conditions {
+            if cond == &k.path {
+                problems.push(format!("knob `{name}`: conditioned on itself"));
+            }
+            if is_wire_location(cond) {
+                problems.push(format!(
+                    "knob `{name}`: condition `{cond}` must be a config path (a run sets it)"
+                ));
+            }
+            if values.is_empty() {
+                problems.push(format!("knob `{name}`: condition `{cond}` lists no values"));
+            }
+        }
+    }
+    problems
+}
+
+/// Static coverage: every leaf of the backend YAML (paths relative to the backend block) has
+/// a manifest entry, and every manifest entry under the backend prefix is a leaf of the YAML.
+/// An entry may also name a subtree (a whole `deepspeed` block passed verbatim).
+pub fn coverage(backend_yaml_leaves: &[String], manifest: &KnobManifest) -> Vec<String> {
+    let prefix = format!("{}.", manifest.backend_prefix);
+    let entries: Vec<&str> = manifest
+        .knobs
+        .iter()
+        .filter_map(|k| k.path.strip_prefix(&prefix))
+        .collect();
+    let mut problems = Vec::new();
+    for leaf in backend_yaml_leaves {
+        let covered = entries
+            .iter()
+            .any(|e| leaf == e || leaf.starts_with(&format!("{e}.")));
+        if !covered {
+            problems.push(format!(
+                "{}: `{}{leaf}` has no entry in the {} knob manifest",
+                manifest.backend_yaml, prefix, manifest.backend
+            ));
+        }
+    }
+    for e in &entries {
+        let exists = backend_yaml_leaves
+            .iter()
+            .any(|leaf| leaf == e || leaf.starts_with(&format!("{e}.")));
+        if !exists {
+            problems.push(format!(
+                "{} knob manifest: `{prefix}{e}` is not a key of {}",
+                manifest.backend, manifest.backend_yaml
+            ));
+        }
+    }
+    problems
+}
+
+/// Leaf paths of a YAML mapping (scalars, sequences, empty mappings), for [`coverage`].
+pub fn yaml_leaves(text: &str, path: &Path) -> Result<Vec<(String, Value)>, ManifestError> {
+    let node = crate::spec::yaml::parse(text, path).map_err(|e| ManifestError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let mut out = Vec::new();
+    flatten_leaves(&node.to_json(), "", &mut out);
+    Ok(out)
+}
+
+fn flatten_leaves(v: &Value, path: &str, out: &mut Vec<(String, Value)>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, child) in m {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                flatten_leaves(child, &p, out);
+            }
+        }
+        other => {
+            if !path.is_empty() {
+                out.push((path.to_string(), other.clone()));
+            }
+        }
+    }
+}
+
+/// Whether the manifest's `default` of each backend knob matches the backend YAML's value
+/// (interpolations such as `${actor_rollout_ref.rollout.n}` are compared as written).
+pub fn default_drift(leaves: &[(String, Value)], manifest: &KnobManifest) -> Vec<String> {
+    let prefix = format!("{}.", manifest.backend_prefix);
+    let mut problems = Vec::new();
+    for k in &manifest.knobs {
+        let Some(rel) = k.path.strip_prefix(&prefix) else {
+            continue;
+        };
+        if let Some((_, v)) = leaves.iter().find(|(p, _)| p == rel) {
+            if !json_equal(v, &k.default) {
+                problems.push(format!(
+                    "{} knob manifest: `{}` default {} differs from {} in {}",
+                    manifest.backend, k.path, k.default, v, manifest.backend_yaml
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Everything `rlharness check` reports about one manifest file: parse and validation
+/// errors, then static coverage against its backend YAML (both directions) and default drift.
+/// The backend YAML is found relative to the folder above the manifest's (`scenarios/`).
+pub fn check_file(path: &Path) -> Vec<String> {
+    let m = match load(path) {
+        Ok(m) => m,
+        Err(e) => return vec![e.to_string()],
+    };
+    let root = path
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| Path::new("."));
+    let yaml_path = root.join(&m.backend_yaml);
+    let text = match crate::fsx::read_to_string(&yaml_path) {
+        Ok(t) => t,
+        Err(e) => return vec![format!("knob manifest {}: {e}", path.display())],
+    };
+    match yaml_leaves(&text, &yaml_path) {
+        Ok(leaves) => {
+            let paths: Vec<String> = leaves.iter().map(|(p, _)| p.clone()).collect();
+            let mut problems = coverage(&paths, &m);
+            problems.extend(default_drift(&leaves, &m));
+            problems
+        }
+        Err(e) => vec![e.to_string()],
+    }
+}
+
+/// Equality where `4` and `4.0` are the same number (YAML writers differ on that); types are
+/// judged separately.
+pub fn json_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_equal(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const GOOD: &str = r#"
+backend: arctic
+backend_yaml: backends/arctic.yaml
+backend_prefix: remote_backend
+volatile: [meta.batch_num_tokens]
+knobs:
+  - path: remote_backend.train.logits.compute_in_fp32
+    default: false
+    try: [true]
+    sent_to: [meta.logits_compute_in_fp32, job.training.ds_worker_config.logits_compute_in_fp32]
+    consumers:
+      - at: job.training.ds_worker_config.logits_compute_in_fp32
+        when: {remote_backend.train.zorro_train.enable: true}
+        type: bool
+    server_default: false
+    conditions: {remote_backend.train.zorro_train.enable: [true, false]}
+"#;
+
+    #[test]
+    fn parses_a_good_manifest() {
+        let m = parse(GOOD, Path::new("k.yaml")).unwrap();
+        assert!(validate(&m).is_empty(), "{:?}", validate(&m));
+        let k = &m.knobs[0];
+        assert_eq!(k.tries, vec![json!(true)]);
+        assert_eq!(k.consumers[0].value_type, Some(ValueType::Bool));
+        assert_eq!(
+            k.conditions["remote_backend.train.zorro_train.enable"],
+            vec![json!(true), json!(false)]
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let bad = GOOD.replace("server_default: false", "server_defualt: false");
+        let e = parse(&bad, Path::new("k.yaml")).unwrap_err().to_string();
+        assert!(e.contains("server_defualt") && e.contains("k.yaml"), "{e}");
+        let bad = GOOD.replace("type: bool", "type: boolean");
+        let e = parse(&bad, Path::new("k.yaml")).unwrap_err().to_string();
+        assert!(e.contains("boolean"), "{e}");
+    }
+
+    #[test]
+    fn semantic_problems_name_the_knob() {
+        let bad = GOOD
+            .replace("try: [true]", "try: [false]")
+            .replace("at: job.training", "at: jobs.training");
+        let m = parse(&bad, Path::new("k.yaml")).unwrap();
+        let p = validate(&m);
+        assert!(p.iter().any(|s| s.contains("equals the default")), "{p:?}");
+        assert!(
+            p.iter()
+                .any(|s| s.contains("`jobs.training") && s.contains("not a wire location")),
+            "{p:?}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("k.yaml");
+        std::fs::write(&f, bad).unwrap();
+        let e = load(&f).unwrap_err().to_string();
+        assert!(e.contains("compute_in_fp32") && e.contains("k.yaml"), "{e}");
+        assert!(load(&dir.path().join("missing.yaml"))
+            .unwrap_err()
+            .to_string()
+            .contains("missing.yaml"));
+    }
+
+    #[test]
+    fn coverage_finds_both_directions() {
+        let m = parse(GOOD, Path::new("k.yaml")).unwrap();
+        let leaves = vec![
+            "train.logits.compute_in_fp32".to_string(),
+            "colocate".to_string(),
+        ];
+        let p = coverage(&leaves, &m);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("remote_backend.colocate"), "{p:?}");
+        let p = coverage(&["colocate".to_string()], &m);
+        assert!(p.iter().any(|s| s.contains("is not a key of")), "{p:?}");
+    }
+
+    #[test]
+    fn numbers_compare_by_value() {
+        assert!(json_equal(&json!(4), &json!(4.0)));
+        assert!(!json_equal(&json!([1, 2]), &json!([1])));
+    }
+}
+
+#[cfg(test)]
+mod shipped {
+    use super::*;
+
+    fn scenarios() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
+    }
+
+    /// The Arctic manifest loads, validates, covers every key of the backend YAML both ways,
+    /// and states the same defaults as the YAML.
+    #[test]
+    fn arctic_manifest_covers_the_backend_yaml() {
+        let m = load(&scenarios().join("backends/arctic.knobs.yaml")).unwrap();
+        let yaml_path = scenarios().join(&m.backend_yaml);
+        let text = std::fs::read_to_string(&yaml_path).unwrap();
+        let leaves = yaml_leaves(&text, &yaml_path).unwrap();
+        let paths: Vec<String> = leaves.iter().map(|(p, _)| p.clone()).collect();
+        assert_eq!(coverage(&paths, &m), Vec::<String>::new());
+        assert_eq!(default_drift(&leaves, &m), Vec::<String>::new());
+        assert_eq!(
+            check_file(&scenarios().join("backends/arctic.knobs.yaml")),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn check_file_reports_a_key_missing_from_the_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("backends")).unwrap();
+        std::fs::write(dir.path().join("backends/x.yaml"), "a: 1\nb:\n  c: true\n").unwrap();
+        let manifest = dir.path().join("backends/x.knobs.yaml");
+        std::fs::write(
+            &manifest,
+            "backend: x\nbackend_yaml: backends/x.yaml\nbackend_prefix: rb\nknobs:\n  - {path: rb.a, default: 2, try: [3], consumers: [{at: meta.a}]}\n",
+        )
+        .unwrap();
+        let p = check_file(&manifest);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("`rb.b.c` has no entry"), "{p:?}");
+        assert!(p[1].contains("default 2 differs from 1"), "{p:?}");
+    }
+
+    #[test]
+    fn parse_errors_carry_line_and_column() {
+        let text = "backend: arctic\nbackend_yaml: b.yaml\nbackend_prefix: rb\nknobs:\n  - path: a\n    default: 1\n    try: [2]\n    consumer: []\n";
+        let e = parse(text, Path::new("k.yaml")).unwrap_err().to_string();
+        assert!(e.contains("k.yaml:8") && e.contains("consumer"), "{e}");
+    }
+}

@@ -1,0 +1,244 @@
+//! The propagation matrix in Markdown, HTML and JUnit: pure functions of one report value.
+
+use serde::Serialize;
+
+use super::verdict::{KnobResult, KnobVerdict};
+
+/// Everything the renderers show.
+#[derive(Debug, Clone, Serialize)]
+pub struct PropagationReport {
+    pub scenario: String,
+    pub backend: String,
+    /// Distinct runs executed (baselines included).
+    pub runs: usize,
+    pub seconds: f64,
+    pub knobs: Vec<KnobResult>,
+}
+
+impl PropagationReport {
+    pub fn flagged(&self) -> usize {
+        self.knobs.iter().filter(|k| k.flagged).count()
+    }
+}
+
+fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// The short evidence of a row: the first reason it is flagged, else where it was consumed.
+fn headline(k: &KnobResult) -> String {
+    if let Some(p) = k.problems.first() {
+        let more = k.problems.len() - 1;
+        return if more > 0 {
+            format!("{p} (+{more} more)")
+        } else {
+            p.clone()
+        };
+    }
+    if let Some(r) = &k.allowed_noop {
+        return format!("allowed no-op: {r}");
+    }
+    let mut at: Vec<String> = Vec::new();
+    for c in &k.cells {
+        for a in &c.consumed_at {
+            if !at.contains(a) {
+                at.push(a.clone());
+            }
+        }
+    }
+    match k.verdict {
+        KnobVerdict::Consumed | KnobVerdict::ConsumedUnderCondition => {
+            format!("read at {}", at.join(", "))
+        }
+        _ => k.evidence().first().cloned().unwrap_or_default(),
+    }
+}
+
+pub fn markdown(r: &PropagationReport) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "# Knob propagation: {} ({} backend)\n\n{} knobs, {} runs, {:.1} s; {} flagged.\n\n",
+        r.scenario,
+        r.backend,
+        r.knobs.len(),
+        r.runs,
+        r.seconds,
+        r.flagged()
+    ));
+    s.push_str("| knob | verdict | flagged | evidence |\n|---|---|---|---|\n");
+    for k in &r.knobs {
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            k.path,
+            md_cell(&k.verdict_text()),
+            if k.flagged { "**FLAGGED**" } else { "ok" },
+            md_cell(&headline(k))
+        ));
+    }
+    let flagged: Vec<&KnobResult> = r.knobs.iter().filter(|k| k.flagged).collect();
+    if !flagged.is_empty() {
+        s.push_str("\n## Flagged knobs\n");
+        for k in flagged {
+            s.push_str(&format!("\n### `{}`: {}\n\n", k.path, k.verdict_text()));
+            for p in &k.problems {
+                s.push_str(&format!("- {p}\n"));
+            }
+            for e in k.evidence() {
+                s.push_str(&format!("- evidence: {e}\n"));
+            }
+            if let Some(n) = &k.note {
+                s.push_str(&format!("- note: {n}\n"));
+            }
+        }
+    }
+    s
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+pub fn html(r: &PropagationReport) -> String {
+    let mut s = String::new();
+    s.push_str("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n");
+    s.push_str(&format!(
+        "<title>Knob propagation: {}</title>\n",
+        esc(&r.scenario)
+    ));
+    s.push_str(
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}\
+         td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}\
+         tr.flagged td{background:#fde8e8}tr.ok td{background:#e9f7ec}code{font-size:90%}\
+         ul{margin:0;padding-left:1.2em}</style></head><body>\n",
+    );
+    s.push_str(&format!(
+        "<h1>Knob propagation: {} ({} backend)</h1>\n<p>{} knobs, {} runs, {:.1} s; {} flagged.</p>\n",
+        esc(&r.scenario),
+        esc(&r.backend),
+        r.knobs.len(),
+        r.runs,
+        r.seconds,
+        r.flagged()
+    ));
+    s.push_str(
+        "<table>\n<tr><th>knob</th><th>verdict</th><th>flagged</th><th>evidence</th></tr>\n",
+    );
+    for k in &r.knobs {
+        let mut items: Vec<String> = k
+            .problems
+            .iter()
+            .map(|p| format!("<li>{}</li>", esc(p)))
+            .collect();
+        items.extend(k.evidence().iter().map(|e| format!("<li>{}</li>", esc(e))));
+        if let Some(r) = &k.allowed_noop {
+            items.push(format!("<li>allowed no-op: {}</li>", esc(r)));
+        }
+        s.push_str(&format!(
+            "<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td><ul>{}</ul></td></tr>\n",
+            if k.flagged { "flagged" } else { "ok" },
+            esc(&k.path),
+            esc(&k.verdict_text()),
+            if k.flagged { "FLAGGED" } else { "ok" },
+            items.join("")
+        ));
+    }
+    s.push_str("</table>\n</body></html>\n");
+    s
+}
+
+/// One test case per knob; a flagged knob is a failure whose text holds the evidence.
+pub fn junit(r: &PropagationReport) -> Result<String, quick_junit::SerializeError> {
+    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+    let mut suite = TestSuite::new(format!("propagate.{}", r.scenario));
+    for k in &r.knobs {
+        let status = if k.flagged {
+            let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            st.set_message(format!("{}: {}", k.verdict_text(), headline(k)));
+            st.set_type(k.verdict.label());
+            let mut text: Vec<String> = k.problems.clone();
+            text.extend(k.evidence().into_iter().map(|e| format!("evidence: {e}")));
+            st.set_description(text.join("\n"));
+            st
+        } else {
+            TestCaseStatus::success()
+        };
+        let mut case = TestCase::new(k.path.clone(), status);
+        case.set_classname(format!("propagate.{}", r.backend));
+        suite.add_test_case(case);
+    }
+    let mut report = Report::new("rlharness-propagate");
+    report.set_time(std::time::Duration::from_secs_f64(r.seconds.max(0.0)));
+    report.add_test_suite(suite);
+    report.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::propagate::manifest;
+    use crate::propagate::verdict::{judge_knob, Cell, CellVerdict};
+    use serde_json::json;
+
+    fn report() -> PropagationReport {
+        let m = manifest::parse(
+            "backend: arctic\nbackend_yaml: backends/arctic.yaml\nbackend_prefix: remote_backend\nknobs:\n  - {path: a.b, default: 1, try: [2], consumers: [{at: meta.b}]}\n  - {path: a.c, default: x, try: [y], note: 'nothing reads <it>'}\n",
+            std::path::Path::new("k.yaml"),
+        )
+        .unwrap();
+        let cell = |v: CellVerdict, at: &[&str]| Cell {
+            value: json!(2),
+            condition: Default::default(),
+            verdict: v,
+            changes: vec![],
+            active: vec![],
+            consumed_at: at.iter().map(|s| s.to_string()).collect(),
+            problems: vec![],
+        };
+        PropagationReport {
+            scenario: "s".into(),
+            backend: "arctic".into(),
+            runs: 3,
+            seconds: 1.25,
+            knobs: vec![
+                judge_knob(
+                    &m.knobs[0],
+                    vec![cell(CellVerdict::Consumed, &["meta.b"])],
+                    None,
+                ),
+                judge_knob(&m.knobs[1], vec![cell(CellVerdict::NotSent, &[])], None),
+            ],
+        }
+    }
+
+    #[test]
+    fn markdown_lists_every_knob_and_details_the_flagged() {
+        let md = markdown(&report());
+        assert!(
+            md.contains("| `a.b` | consumed | ok | read at meta.b |"),
+            "{md}"
+        );
+        assert!(md.contains("| `a.c` | not sent | **FLAGGED** |"), "{md}");
+        assert!(md.contains("### `a.c`: not sent"), "{md}");
+        assert!(md.contains("1 flagged"), "{md}");
+    }
+
+    #[test]
+    fn html_escapes() {
+        let h = html(&report());
+        assert!(h.contains("nothing reads &lt;it&gt;"), "{h}");
+        assert!(h.contains("<tr class=\"flagged\">"));
+    }
+
+    #[test]
+    fn junit_has_one_case_per_knob_and_a_failure_per_flag() {
+        let x = junit(&report()).unwrap();
+        let parsed = quick_junit::Report::deserialize_from_str(&x).unwrap();
+        let suite = &parsed.test_suites[0];
+        assert_eq!(suite.test_cases.len(), 2);
+        assert_eq!(suite.failures, 1);
+        assert!(x.contains("a.c") && x.contains("not sent"), "{x}");
+    }
+}

@@ -1,0 +1,928 @@
+//! From wire diffs to verdicts. A trial is one perturbed run: one knob set to one value under
+//! one assignment of its conditions, compared with the baseline run under the same assignment.
+//!
+//! Rules, per trial (a "cell"):
+//! - the changed locations are those whose values differ from the baseline, minus the
+//!   manifest's volatile ones;
+//! - a consumer is active when every `when` holds in the perturbed run (config paths in its
+//!   resolved config, wire locations in its wire);
+//! - **consumed**: an active consumer's location changed; **sent but not consumed**: locations
+//!   changed, all of them named by the manifest, none read by an active consumer; **unexpected
+//!   effect**: something changed that the manifest does not name; **not sent**: nothing changed.
+//!
+//! Per knob, over its cells: **consumed** when every condition consumed it, **consumed under a
+//! condition only** when some did, else the strongest of unexpected effect, sent but not
+//! consumed, not sent. A knob is flagged when it is not consumed (unless the manifest allows a
+//! no-op, with a reason), or when any cell shows a problem: an active consumer that did not get
+//! the value, an unexpected effect, a type the consumer does not declare, a consumer reading a
+//! value other than the one tried, a failed run; or when the YAML default differs from the
+//! server's default for an absent key.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::manifest::{is_wire_location, json_equal, type_name, Knob, KnobManifest};
+use super::wire::{diff, pattern_matches, show, Change, WireSnapshot};
+
+/// An assignment of condition knobs (config path -> value).
+pub type Condition = BTreeMap<String, Value>;
+
+/// `a=1, b=true`, or `-` for none.
+pub fn condition_label(c: &Condition) -> String {
+    if c.is_empty() {
+        return "-".into();
+    }
+    c.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The value of a `--set` override: a YAML flow value (JSON is one).
+pub fn set_value(v: &Value) -> String {
+    v.to_string()
+}
+
+/// One perturbed run of the matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trial {
+    /// Index into `KnobManifest::knobs`.
+    pub knob: usize,
+    pub value: Value,
+    pub condition: Condition,
+}
+
+impl Trial {
+    /// The overrides of its baseline (the condition only), sorted.
+    pub fn baseline_overrides(&self) -> Vec<String> {
+        condition_overrides(&self.condition)
+    }
+    /// The overrides of the perturbed run, sorted.
+    pub fn overrides(&self, m: &KnobManifest) -> Vec<String> {
+        let mut o = condition_overrides(&self.condition);
+        o.push(format!(
+            "++config.{}={}",
+            m.knobs[self.knob].path,
+            set_value(&self.value)
+        ));
+        o.sort();
+        o
+    }
+}
+
+pub fn condition_overrides(c: &Condition) -> Vec<String> {
+    let mut o: Vec<String> = c
+        .iter()
+        .map(|(k, v)| format!("++config.{k}={}", set_value(v)))
+        .collect();
+    o.sort();
+    o
+}
+
+/// What the matrix runs: the trials, and the knobs that have no perturbation left.
+#[derive(Debug, Clone, Default)]
+pub struct MatrixPlan {
+    pub trials: Vec<Trial>,
+    /// (knob index, why nothing runs for it).
+    pub not_exercised: Vec<(usize, String)>,
+}
+
+fn lookup<'a>(tree: &'a Value, path: &str) -> Option<&'a Value> {
+    crate::driver::translate::lookup(tree, path)
+}
+
+/// The trials for a scenario whose resolved config is `config`: each knob, under each
+/// combination of its condition values, with each `try` value that differs from the
+/// scenario's own value (strictly: `4.0` differs from `4`).
+pub fn plan_matrix(m: &KnobManifest, config: &Value) -> MatrixPlan {
+    let mut plan = MatrixPlan::default();
+    for (i, k) in m.knobs.iter().enumerate() {
+        let current = lookup(config, &k.path).cloned().unwrap_or(Value::Null);
+        let values: Vec<&Value> = k.tries.iter().filter(|t| **t != current).collect();
+        if values.is_empty() {
+            plan.not_exercised.push((
+                i,
+                format!("every `try` value equals the scenario's value {current}"),
+            ));
+            continue;
+        }
+        for cond in assignments(&k.conditions) {
+            for v in &values {
+                plan.trials.push(Trial {
+                    knob: i,
+                    value: (*v).clone(),
+                    condition: cond.clone(),
+                });
+            }
+        }
+    }
+    plan
+}
+
+/// Cartesian product of the condition values; one empty assignment without conditions.
+fn assignments(conds: &BTreeMap<String, Vec<Value>>) -> Vec<Condition> {
+    let mut out = vec![Condition::new()];
+    for (k, values) in conds {
+        let mut next = Vec::new();
+        for a in &out {
+            for v in values {
+                let mut b = a.clone();
+                b.insert(k.clone(), v.clone());
+                next.push(b);
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CellVerdict {
+    Consumed,
+    SentNotConsumed,
+    NotSent,
+    UnexpectedEffect,
+    RunFailed,
+}
+
+impl CellVerdict {
+    pub fn label(self) -> &'static str {
+        match self {
+            CellVerdict::Consumed => "consumed",
+            CellVerdict::SentNotConsumed => "sent but not consumed",
+            CellVerdict::NotSent => "not sent",
+            CellVerdict::UnexpectedEffect => "unexpected effect",
+            CellVerdict::RunFailed => "run failed",
+        }
+    }
+}
+
+/// One trial, judged.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub value: Value,
+    pub condition: Condition,
+    pub verdict: CellVerdict,
+    pub changes: Vec<Change>,
+    /// Active consumers (the manifest expects a read here).
+    pub active: Vec<String>,
+    /// Active consumers whose location changed.
+    pub consumed_at: Vec<String>,
+    /// Problems this trial shows (each flags the knob).
+    pub problems: Vec<String>,
+}
+
+/// The perturbed run of a trial, as the judge needs it.
+pub enum Observed<'a> {
+    Ran {
+        wire: &'a WireSnapshot,
+        /// The perturbed run's resolved config (for config-path conditions).
+        config: &'a Value,
+    },
+    Failed(String),
+}
+
+fn condition_holds(
+    m: &KnobManifest,
+    key: &str,
+    want: &Value,
+    wire: &WireSnapshot,
+    config: &Value,
+) -> bool {
+    if is_wire_location(key) {
+        return wire.single(key).is_some_and(|v| json_equal(v, want));
+    }
+    let actual = lookup(config, key).cloned().or_else(|| {
+        m.knobs
+            .iter()
+            .find(|k| k.path == key)
+            .map(|k| k.default.clone())
+    });
+    actual.is_some_and(|v| json_equal(&v, want))
+}
+
+/// Judge one trial against its baseline.
+pub fn judge_cell(
+    m: &KnobManifest,
+    trial: &Trial,
+    baseline: &WireSnapshot,
+    observed: Observed<'_>,
+) -> Cell {
+    let knob = &m.knobs[trial.knob];
+    let (wire, config) = match observed {
+        Observed::Ran { wire, config } => (wire, config),
+        Observed::Failed(reason) => {
+            return Cell {
+                value: trial.value.clone(),
+                condition: trial.condition.clone(),
+                verdict: CellVerdict::RunFailed,
+                changes: Vec::new(),
+                active: Vec::new(),
+                consumed_at: Vec::new(),
+                problems: vec![format!(
+                    "the run with {}={} ({}) failed: {reason}",
+                    knob.path,
+                    trial.value,
+                    condition_label(&trial.condition)
+                )],
+            }
+        }
+    };
+    let changes = diff(baseline, wire, &m.volatile);
+    let active: Vec<&super::manifest::Consumer> = knob
+        .consumers
+        .iter()
+        .filter(|c| {
+            c.when
+                .iter()
+                .all(|(k, v)| condition_holds(m, k, v, wire, config))
+        })
+        .collect();
+    let changed = |pattern: &str| {
+        changes
+            .iter()
+            .any(|ch| pattern_matches(pattern, &ch.location))
+    };
+    let consumed: Vec<&super::manifest::Consumer> =
+        active.iter().copied().filter(|c| changed(&c.at)).collect();
+    let named = |loc: &str| {
+        knob.sent_to
+            .iter()
+            .chain(&knob.effects)
+            .chain(knob.consumers.iter().map(|c| &c.at))
+            .any(|p| pattern_matches(p, loc))
+    };
+    let unexpected: Vec<&Change> = changes.iter().filter(|c| !named(&c.location)).collect();
+    let verdict = if !consumed.is_empty() {
+        CellVerdict::Consumed
+    } else if changes.is_empty() {
+        CellVerdict::NotSent
+    } else if unexpected.is_empty() {
+        CellVerdict::SentNotConsumed
+    } else {
+        CellVerdict::UnexpectedEffect
+    };
+    let cond = condition_label(&trial.condition);
+    let mut problems = Vec::new();
+    if consumed.is_empty() && !active.is_empty() {
+        let reads: Vec<&str> = active.iter().map(|c| c.at.as_str()).collect();
+        problems.push(format!(
+            "{}={} ({cond}): the server reads {} here, but it did not change ({})",
+            knob.path,
+            trial.value,
+            reads.join(", "),
+            verdict.label()
+        ));
+    }
+    for u in &unexpected {
+        problems.push(format!(
+            "{}={} ({cond}): unexpected effect {}",
+            knob.path,
+            trial.value,
+            u.describe()
+        ));
+    }
+    for c in &active {
+        if let (Some(t), Some(values)) = (c.value_type, wire.locations.get(&c.at)) {
+            for v in values.iter().filter(|v| !t.matches(v)) {
+                problems.push(format!(
+                    "type mismatch at {}: the server declares {}, the wire holds {} {v} ({}={}, {cond})",
+                    c.at,
+                    t.name(),
+                    type_name(v),
+                    knob.path,
+                    trial.value
+                ));
+            }
+        }
+    }
+    for c in consumed.iter().filter(|c| !c.derived) {
+        if let Some(values) = wire.locations.get(&c.at) {
+            if !values.iter().any(|v| json_equal(v, &trial.value)) {
+                problems.push(format!(
+                    "{}={} ({cond}): the server reads {} at {}, not the value tried",
+                    knob.path,
+                    trial.value,
+                    show(Some(values)),
+                    c.at
+                ));
+            }
+        }
+    }
+    Cell {
+        value: trial.value.clone(),
+        condition: trial.condition.clone(),
+        verdict,
+        active: active.iter().map(|c| c.at.clone()).collect(),
+        consumed_at: consumed.iter().map(|c| c.at.clone()).collect(),
+        changes,
+        problems,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KnobVerdict {
+    Consumed,
+    ConsumedUnderCondition,
+    SentNotConsumed,
+    NotSent,
+    UnexpectedEffect,
+    NotExercised,
+    RunFailed,
+}
+
+impl KnobVerdict {
+    pub fn label(self) -> &'static str {
+        match self {
+            KnobVerdict::Consumed => "consumed",
+            KnobVerdict::ConsumedUnderCondition => "consumed under a condition only",
+            KnobVerdict::SentNotConsumed => "sent but not consumed",
+            KnobVerdict::NotSent => "not sent",
+            KnobVerdict::UnexpectedEffect => "unexpected effect",
+            KnobVerdict::NotExercised => "not exercised",
+            KnobVerdict::RunFailed => "run failed",
+        }
+    }
+}
+
+/// A knob's row of the matrix.
+#[derive(Debug, Clone, Serialize)]
+pub struct KnobResult {
+    pub path: String,
+    pub verdict: KnobVerdict,
+    /// For a conditional verdict: the assignments under which the server consumed it.
+    pub consumed_when: Vec<Condition>,
+    pub allowed_noop: Option<String>,
+    pub flagged: bool,
+    /// Every reason it is flagged.
+    pub problems: Vec<String>,
+    pub cells: Vec<Cell>,
+    pub note: Option<String>,
+}
+
+impl KnobResult {
+    /// The verdict in words, with the condition for a conditional one.
+    pub fn verdict_text(&self) -> String {
+        match self.verdict {
+            KnobVerdict::ConsumedUnderCondition => {
+                let when: Vec<String> = self.consumed_when.iter().map(condition_label).collect();
+                format!("{} ({})", self.verdict.label(), when.join("; "))
+            }
+            KnobVerdict::SentNotConsumed | KnobVerdict::NotSent if self.allowed_noop.is_some() => {
+                format!("{} (allowed no-op)", self.verdict.label())
+            }
+            v => v.label().to_string(),
+        }
+    }
+
+    /// One line per cell: condition, value, verdict, the locations that changed.
+    pub fn evidence(&self) -> Vec<String> {
+        self.cells
+            .iter()
+            .map(|c| {
+                let mut s = format!(
+                    "[{}] {} -> {}",
+                    condition_label(&c.condition),
+                    c.value,
+                    c.verdict.label()
+                );
+                if !c.consumed_at.is_empty() {
+                    s.push_str(&format!(" at {}", c.consumed_at.join(", ")));
+                }
+                let shown: Vec<String> = c.changes.iter().take(4).map(Change::describe).collect();
+                if !shown.is_empty() {
+                    s.push_str(&format!("; changed {}", shown.join("; ")));
+                    if c.changes.len() > shown.len() {
+                        s.push_str(&format!("; +{} more", c.changes.len() - shown.len()));
+                    }
+                }
+                s
+            })
+            .collect()
+    }
+}
+
+fn default_mismatch(k: &Knob) -> Option<String> {
+    let sd = k.server_default.as_ref()?;
+    let interpolated = k.default.as_str().is_some_and(|s| s.contains("${"));
+    if k.default.is_null() || interpolated || json_equal(&k.default, sd) {
+        return None;
+    }
+    Some(format!(
+        "default mismatch: the YAML default is {}, the server's default for an absent key is {}",
+        k.default, sd
+    ))
+}
+
+/// Combine a knob's cells into its verdict.
+pub fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>) -> KnobResult {
+    let mut problems: Vec<String> = Vec::new();
+    if let Some(d) = default_mismatch(k) {
+        problems.push(d);
+    }
+    for c in &cells {
+        for p in &c.problems {
+            if !problems.contains(p) {
+                problems.push(p.clone());
+            }
+        }
+    }
+    let mut groups: BTreeMap<String, (Condition, Vec<&Cell>)> = BTreeMap::new();
+    for c in cells.iter().filter(|c| c.verdict != CellVerdict::RunFailed) {
+        groups
+            .entry(condition_label(&c.condition))
+            .or_insert_with(|| (c.condition.clone(), Vec::new()))
+            .1
+            .push(c);
+    }
+    let consumed_when: Vec<Condition> = groups
+        .values()
+        .filter(|(_, cs)| cs.iter().any(|c| c.verdict == CellVerdict::Consumed))
+        .map(|(cond, _)| cond.clone())
+        .collect();
+    let any = |v: CellVerdict| cells.iter().any(|c| c.verdict == v);
+    let verdict = if let Some(why) = not_exercised {
+        problems.push(format!("not exercised: {why}"));
+        KnobVerdict::NotExercised
+    } else if groups.is_empty() {
+        KnobVerdict::RunFailed
+    } else if consumed_when.len() == groups.len() {
+        KnobVerdict::Consumed
+    } else if !consumed_when.is_empty() {
+        KnobVerdict::ConsumedUnderCondition
+    } else if any(CellVerdict::UnexpectedEffect) {
+        KnobVerdict::UnexpectedEffect
+    } else if any(CellVerdict::SentNotConsumed) {
+        KnobVerdict::SentNotConsumed
+    } else {
+        KnobVerdict::NotSent
+    };
+    let inert = matches!(verdict, KnobVerdict::SentNotConsumed | KnobVerdict::NotSent);
+    if inert && k.allowed_noop.is_none() {
+        problems.insert(
+            0,
+            format!(
+                "{}: no condition tried makes the server read it{}",
+                verdict.label(),
+                k.note
+                    .as_ref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            ),
+        );
+    }
+    KnobResult {
+        path: k.path.clone(),
+        verdict,
+        consumed_when: if verdict == KnobVerdict::ConsumedUnderCondition {
+            consumed_when
+        } else {
+            Vec::new()
+        },
+        allowed_noop: k.allowed_noop.clone(),
+        flagged: !problems.is_empty(),
+        problems,
+        cells,
+        note: k.note.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::manifest;
+    use super::*;
+    use serde_json::json;
+    use std::path::Path;
+
+    const MANIFEST: &str = r#"
+backend: arctic
+backend_yaml: backends/arctic.yaml
+backend_prefix: remote_backend
+volatile: [meta.batch_num_tokens]
+knobs:
+  - path: remote_backend.train.logits.compute_in_fp32
+    default: false
+    try: [true]
+    sent_to: [meta.logits_compute_in_fp32, job.training.ds_worker_config.logits_compute_in_fp32]
+    consumers:
+      - at: job.training.ds_worker_config.logits_compute_in_fp32
+        when: {remote_backend.train.zorro_train.enable: true}
+        type: bool
+      - at: meta.logits_compute_in_fp32
+        when: {remote_backend.train.zorro_train.enable: false}
+    server_default: false
+    conditions: {remote_backend.train.zorro_train.enable: [true, false]}
+  - path: remote_backend.train.logits.optimization_peak_mem_size_in_gib
+    default: 4
+    try: [8, 2.5]
+    sent_to: [meta.logits_optimization_peak_mem_size_in_gib]
+    consumers:
+      - at: job.training.ds_worker_config.logits_optimization_peak_mem_size_in_gib
+        type: int
+    server_default: 4
+  - path: actor_rollout_ref.actor.clip_ratio
+    default: 0.2
+    try: [0.3]
+    sent_to: [meta.actor_config.clip_ratio]
+    note: parsed, but the loss uses a fixed 0.2
+  - path: actor_rollout_ref.rollout.max_num_batched_tokens
+    default: 8192
+    try: [4096]
+    note: the adapter does not forward it
+  - path: remote_backend.train.determinism.seed
+    default: 42
+    try: [7]
+    sent_to: [job.*.seed]
+    consumers:
+      - at: job.training.seed
+        when: {job.training.full_determinism: true}
+        type: int
+    conditions: {remote_backend.train.determinism.full: [true, false]}
+  - path: remote_backend.train.load_balancer
+    default: true
+    try: [false]
+    sent_to: [meta.load_balancer]
+    consumers: [{at: meta.load_balancer, type: bool}]
+    server_default: false
+  - path: remote_backend.rollout.speculative_decoding.model
+    default: ""
+    try: [draft]
+    allowed_noop: reserved for a later server
+"#;
+
+    fn manifest() -> KnobManifest {
+        let m = manifest::parse(MANIFEST, Path::new("t.yaml")).unwrap();
+        assert!(
+            manifest::validate(&m).is_empty(),
+            "{:?}",
+            manifest::validate(&m)
+        );
+        m
+    }
+
+    fn snap(pairs: &[(&str, Value)]) -> WireSnapshot {
+        let mut w = WireSnapshot::default();
+        for (k, v) in pairs {
+            w.locations.insert(k.to_string(), vec![v.clone()]);
+        }
+        w
+    }
+
+    fn trial(knob: usize, value: Value, cond: &[(&str, Value)]) -> Trial {
+        Trial {
+            knob,
+            value,
+            condition: cond
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        }
+    }
+
+    fn cfg(zorro: bool) -> Value {
+        json!({"remote_backend": {"train": {"zorro_train": {"enable": zorro}}}})
+    }
+
+    #[test]
+    fn plans_conditions_and_skips_values_equal_to_the_scenario() {
+        let m = manifest();
+        let config = json!({"remote_backend": {"train": {"load_balancer": false}}});
+        let plan = plan_matrix(&m, &config);
+        let fp32: Vec<_> = plan.trials.iter().filter(|t| t.knob == 0).collect();
+        assert_eq!(fp32.len(), 2);
+        assert_eq!(
+            fp32[1].overrides(&m),
+            vec![
+                "++config.remote_backend.train.logits.compute_in_fp32=true".to_string(),
+                "++config.remote_backend.train.zorro_train.enable=false".to_string()
+            ]
+        );
+        assert_eq!(
+            fp32[0].condition["remote_backend.train.zorro_train.enable"],
+            json!(true)
+        );
+        assert_eq!(
+            fp32[1].baseline_overrides(),
+            vec!["++config.remote_backend.train.zorro_train.enable=false".to_string()]
+        );
+        assert_eq!(plan.trials.iter().filter(|t| t.knob == 1).count(), 2);
+        assert_eq!(plan.not_exercised.len(), 1);
+        assert_eq!(plan.not_exercised[0].0, 5);
+    }
+
+    #[test]
+    fn consumed_under_a_condition_only_is_not_flagged() {
+        let m = manifest();
+        let base_on = snap(&[
+            (
+                "job.training.ds_worker_config.logits_compute_in_fp32",
+                json!(false),
+            ),
+            ("meta.logits_compute_in_fp32", json!(false)),
+        ]);
+        let pert_on = snap(&[
+            (
+                "job.training.ds_worker_config.logits_compute_in_fp32",
+                json!(true),
+            ),
+            ("meta.logits_compute_in_fp32", json!(true)),
+        ]);
+        let base_off = snap(&[("meta.logits_compute_in_fp32", json!(false))]);
+        let pert_off = snap(&[("meta.logits_compute_in_fp32", json!(true))]);
+        let key = "remote_backend.train.zorro_train.enable";
+        let c_on = judge_cell(
+            &m,
+            &trial(0, json!(true), &[(key, json!(true))]),
+            &base_on,
+            Observed::Ran {
+                wire: &pert_on,
+                config: &cfg(true),
+            },
+        );
+        let c_off = judge_cell(
+            &m,
+            &trial(0, json!(true), &[(key, json!(false))]),
+            &base_off,
+            Observed::Ran {
+                wire: &pert_off,
+                config: &cfg(false),
+            },
+        );
+        assert_eq!(c_on.verdict, CellVerdict::Consumed);
+        assert_eq!(
+            c_on.consumed_at,
+            vec!["job.training.ds_worker_config.logits_compute_in_fp32"]
+        );
+        assert_eq!(c_off.verdict, CellVerdict::Consumed);
+        let r = judge_knob(&m.knobs[0], vec![c_on, c_off], None);
+        assert_eq!(r.verdict, KnobVerdict::Consumed);
+        assert!(!r.flagged, "{:?}", r.problems);
+    }
+
+    #[test]
+    fn the_planted_bug_is_sent_but_not_consumed_under_zorro() {
+        let m = manifest();
+        let key = "remote_backend.train.zorro_train.enable";
+        // The DWC copy is missing: only meta changes.
+        let base = snap(&[("meta.logits_compute_in_fp32", json!(false))]);
+        let pert = snap(&[("meta.logits_compute_in_fp32", json!(true))]);
+        let on = judge_cell(
+            &m,
+            &trial(0, json!(true), &[(key, json!(true))]),
+            &base,
+            Observed::Ran {
+                wire: &pert,
+                config: &cfg(true),
+            },
+        );
+        assert_eq!(on.verdict, CellVerdict::SentNotConsumed);
+        assert!(
+            on.problems[0].contains("did not change"),
+            "{:?}",
+            on.problems
+        );
+        let off = judge_cell(
+            &m,
+            &trial(0, json!(true), &[(key, json!(false))]),
+            &base,
+            Observed::Ran {
+                wire: &pert,
+                config: &cfg(false),
+            },
+        );
+        assert_eq!(off.verdict, CellVerdict::Consumed);
+        let r = judge_knob(&m.knobs[0], vec![on, off], None);
+        assert_eq!(r.verdict, KnobVerdict::ConsumedUnderCondition);
+        assert_eq!(
+            r.verdict_text(),
+            format!("consumed under a condition only ({key}=false)")
+        );
+        assert!(r.flagged);
+    }
+
+    #[test]
+    fn type_and_value_mismatches_are_flagged() {
+        let m = manifest();
+        let at = "job.training.ds_worker_config.logits_optimization_peak_mem_size_in_gib";
+        let base = snap(&[(at, json!(4))]);
+        let ok = judge_cell(
+            &m,
+            &trial(1, json!(8), &[]),
+            &base,
+            Observed::Ran {
+                wire: &snap(&[(at, json!(8))]),
+                config: &cfg(true),
+            },
+        );
+        assert!(ok.problems.is_empty(), "{:?}", ok.problems);
+        let float = judge_cell(
+            &m,
+            &trial(1, json!(2.5), &[]),
+            &base,
+            Observed::Ran {
+                wire: &snap(&[(at, json!(2.5))]),
+                config: &cfg(true),
+            },
+        );
+        assert_eq!(float.verdict, CellVerdict::Consumed);
+        assert!(
+            float.problems.iter().any(|p| p.contains("type mismatch")
+                && p.contains("declares int")
+                && p.contains("float 2.5")),
+            "{:?}",
+            float.problems
+        );
+        let wrong = judge_cell(
+            &m,
+            &trial(1, json!(8), &[]),
+            &base,
+            Observed::Ran {
+                wire: &snap(&[(at, json!(9))]),
+                config: &cfg(true),
+            },
+        );
+        assert!(
+            wrong
+                .problems
+                .iter()
+                .any(|p| p.contains("not the value tried")),
+            "{:?}",
+            wrong.problems
+        );
+        let r = judge_knob(&m.knobs[1], vec![ok, float], None);
+        assert_eq!(r.verdict, KnobVerdict::Consumed);
+        assert!(r.flagged);
+    }
+
+    #[test]
+    fn sent_but_not_consumed_not_sent_and_unexpected() {
+        let m = manifest();
+        let base = snap(&[
+            ("meta.actor_config.clip_ratio", json!(0.2)),
+            ("meta.batch_num_tokens", json!(10)),
+        ]);
+        let pert = snap(&[
+            ("meta.actor_config.clip_ratio", json!(0.3)),
+            ("meta.batch_num_tokens", json!(11)),
+        ]);
+        let c = judge_cell(
+            &m,
+            &trial(2, json!(0.3), &[]),
+            &base,
+            Observed::Ran {
+                wire: &pert,
+                config: &cfg(true),
+            },
+        );
+        assert_eq!(c.verdict, CellVerdict::SentNotConsumed);
+        assert_eq!(c.changes.len(), 1, "volatile batch_num_tokens is ignored");
+        let r = judge_knob(&m.knobs[2], vec![c], None);
+        assert_eq!(r.verdict, KnobVerdict::SentNotConsumed);
+        assert!(
+            r.flagged && r.problems[0].contains("fixed 0.2"),
+            "{:?}",
+            r.problems
+        );
+
+        let c = judge_cell(
+            &m,
+            &trial(3, json!(4096), &[]),
+            &base,
+            Observed::Ran {
+                wire: &base,
+                config: &cfg(true),
+            },
+        );
+        assert_eq!(c.verdict, CellVerdict::NotSent);
+        let r = judge_knob(&m.knobs[3], vec![c], None);
+        assert_eq!((r.verdict, r.flagged), (KnobVerdict::NotSent, true));
+
+        let odd = snap(&[
+            ("meta.actor_config.clip_ratio", json!(0.2)),
+            ("route./step", json!(2)),
+        ]);
+        let c = judge_cell(
+            &m,
+            &trial(3, json!(4096), &[]),
+            &base,
+            Observed::Ran {
+                wire: &odd,
+                config: &cfg(true),
+            },
+        );
+        assert_eq!(c.verdict, CellVerdict::UnexpectedEffect);
+        assert!(
+            c.problems
+                .iter()
+                .any(|p| p.contains("route./step: absent -> 2")),
+            "{:?}",
+            c.problems
+        );
+    }
+
+    #[test]
+    fn a_wire_condition_gates_the_seed() {
+        let m = manifest();
+        let key = "remote_backend.train.determinism.full";
+        let base_on = snap(&[
+            ("job.training.seed", json!(42)),
+            ("job.training.full_determinism", json!(true)),
+        ]);
+        let pert_on = snap(&[
+            ("job.training.seed", json!(7)),
+            ("job.training.full_determinism", json!(true)),
+        ]);
+        let base_off = snap(&[
+            ("job.training.seed", json!(42)),
+            ("job.sampling.seed", json!(42)),
+            ("job.training.full_determinism", json!(false)),
+        ]);
+        let pert_off = snap(&[
+            ("job.training.seed", json!(7)),
+            ("job.sampling.seed", json!(7)),
+            ("job.training.full_determinism", json!(false)),
+        ]);
+        let on = judge_cell(
+            &m,
+            &trial(4, json!(7), &[(key, json!(true))]),
+            &base_on,
+            Observed::Ran {
+                wire: &pert_on,
+                config: &cfg(true),
+            },
+        );
+        let off = judge_cell(
+            &m,
+            &trial(4, json!(7), &[(key, json!(false))]),
+            &base_off,
+            Observed::Ran {
+                wire: &pert_off,
+                config: &cfg(true),
+            },
+        );
+        assert_eq!(on.verdict, CellVerdict::Consumed);
+        assert_eq!(off.verdict, CellVerdict::SentNotConsumed);
+        assert!(off.problems.is_empty(), "{:?}", off.problems);
+        let r = judge_knob(&m.knobs[4], vec![on, off], None);
+        assert_eq!(r.verdict, KnobVerdict::ConsumedUnderCondition);
+        assert!(!r.flagged, "{:?}", r.problems);
+        assert_eq!(r.consumed_when.len(), 1);
+    }
+
+    #[test]
+    fn default_mismatch_allowed_noop_failures_and_not_exercised() {
+        let m = manifest();
+        let base = snap(&[("meta.load_balancer", json!(true))]);
+        let pert = snap(&[("meta.load_balancer", json!(false))]);
+        let c = judge_cell(
+            &m,
+            &trial(5, json!(false), &[]),
+            &base,
+            Observed::Ran {
+                wire: &pert,
+                config: &cfg(true),
+            },
+        );
+        let r = judge_knob(&m.knobs[5], vec![c], None);
+        assert_eq!(r.verdict, KnobVerdict::Consumed);
+        assert!(
+            r.flagged && r.problems[0].starts_with("default mismatch"),
+            "{:?}",
+            r.problems
+        );
+
+        let c = judge_cell(
+            &m,
+            &trial(6, json!("draft"), &[]),
+            &base,
+            Observed::Ran {
+                wire: &base,
+                config: &cfg(true),
+            },
+        );
+        let r = judge_knob(&m.knobs[6], vec![c], None);
+        assert_eq!(r.verdict_text(), "not sent (allowed no-op)");
+        assert!(!r.flagged, "{:?}", r.problems);
+
+        let c = judge_cell(
+            &m,
+            &trial(2, json!(0.3), &[]),
+            &base,
+            Observed::Failed("step 1: /step 500".into()),
+        );
+        let r = judge_knob(&m.knobs[2], vec![c], None);
+        assert_eq!(r.verdict, KnobVerdict::RunFailed);
+        assert!(r.flagged && r.problems.iter().any(|p| p.contains("/step 500")));
+
+        let r = judge_knob(
+            &m.knobs[6],
+            vec![],
+            Some("every `try` value equals the scenario's value"),
+        );
+        assert_eq!((r.verdict, r.flagged), (KnobVerdict::NotExercised, true));
+    }
+}

@@ -1,0 +1,506 @@
+//! A run's recorded wire, read into comparable locations. Two runs that differ in one knob
+//! are compared location by location; the families are:
+//! - `job.<job_type>.<json path>`: each leaf of each JobConfig the backend received;
+//! - `meta.<key path>`: the `meta` of every `/forward` and `/forward-backward`;
+//! - `batch.<tensor>`: the dtype of each tensor those calls carry (presence is what a knob
+//!   such as `drop_position_ids` changes; shapes follow the data, not the config);
+//! - `processing.<key>`: their post-processors and loss function;
+//! - `generate.sampling_params.<key>`: the sampling parameters of every `/generate`;
+//! - `route.<route>`: how many calls each route got; `routes`: the call sequence, run-length
+//!   encoded;
+//! - `status.<key>`: what `GET /status` answered (GPU counts), when the driver asked;
+//! - `srv.<flag>`: the server's start-up flags, when the run recorded them (`server_flags.json`);
+//! - `http_errors`: the number of calls answered with a status of 400 or more.
+//!
+//! A location seen with several values across calls keeps them all (first-seen order).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+/// The wire of one run, by location.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WireSnapshot {
+    pub locations: BTreeMap<String, Vec<Value>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WireLoadError {
+    #[error("failed to read {path}: {message}")]
+    Read { path: PathBuf, message: String },
+    #[error("{path}:{line}: invalid wire record: {message}")]
+    Line {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+impl WireSnapshot {
+    /// One value, when the location was seen with exactly one.
+    pub fn single(&self, loc: &str) -> Option<&Value> {
+        match self.locations.get(loc)?.as_slice() {
+            [v] => Some(v),
+            _ => None,
+        }
+    }
+
+    fn add(&mut self, loc: String, v: Value) {
+        let e = self.locations.entry(loc).or_default();
+        if !e.contains(&v) {
+            e.push(v);
+        }
+    }
+
+    /// Load `wire.jsonl`, `server_config.json` and (if present) `server_flags.json` of a run
+    /// directory.
+    pub fn load_run(dir: &Path) -> Result<WireSnapshot, WireLoadError> {
+        let wire_path = dir.join("wire.jsonl");
+        let text = read(&wire_path)?;
+        let mut records = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(line).map_err(|e| WireLoadError::Line {
+                path: wire_path.clone(),
+                line: i + 1,
+                message: e.to_string(),
+            })?;
+            if !v.is_object() {
+                return Err(WireLoadError::Line {
+                    path: wire_path.clone(),
+                    line: i + 1,
+                    message: "expected a JSON object".into(),
+                });
+            }
+            records.push(v);
+        }
+        let json_file = |name: &str| -> Result<Option<Value>, WireLoadError> {
+            let p = dir.join(name);
+            if !p.exists() {
+                return Ok(None);
+            }
+            let t = read(&p)?;
+            serde_json::from_str(&t)
+                .map(Some)
+                .map_err(|e| WireLoadError::Read {
+                    path: p.clone(),
+                    message: format!("invalid JSON: {e}"),
+                })
+        };
+        let server_config = json_file("server_config.json")?;
+        let server_flags = json_file("server_flags.json")?;
+        Ok(Self::from_records(
+            &records,
+            server_config.as_ref(),
+            server_flags.as_ref(),
+        ))
+    }
+
+    /// Build from parsed `wire.jsonl` records and the optional side files.
+    pub fn from_records(
+        records: &[Value],
+        server_config: Option<&Value>,
+        server_flags: Option<&Value>,
+    ) -> WireSnapshot {
+        let mut w = WireSnapshot::default();
+        let mut sequence: Vec<String> = Vec::new();
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        let mut errors = 0u64;
+        let mut initialized: Vec<Value> = Vec::new();
+        for r in records {
+            let route = normalize_route(r.get("route").and_then(Value::as_str).unwrap_or("?"));
+            sequence.push(route.clone());
+            *counts.entry(route.clone()).or_default() += 1;
+            if r.get("status")
+                .and_then(Value::as_u64)
+                .is_some_and(|s| s >= 400)
+            {
+                errors += 1;
+            }
+            let request = r.get("request");
+            match route.as_str() {
+                "/forward" | "/forward-backward" => {
+                    if let Some(meta) = request.and_then(|q| find_key(q, "meta", 4)) {
+                        flatten_into(&mut w, meta, "meta");
+                    }
+                    if let Some(Value::Object(batch)) =
+                        request.and_then(|q| find_key(q, "batch", 4))
+                    {
+                        for (name, t) in batch {
+                            let dtype = t
+                                .get("dtype")
+                                .cloned()
+                                .unwrap_or_else(|| Value::String("json".into()));
+                            w.add(format!("batch.{name}"), dtype);
+                        }
+                    }
+                    if let Some(Value::Object(p)) =
+                        request.and_then(|q| find_key(q, "processing", 4))
+                    {
+                        for (k, v) in p {
+                            w.add(format!("processing.{k}"), v.clone());
+                        }
+                    }
+                }
+                "/generate" => {
+                    if let Some(sp) = request.and_then(|q| find_key(q, "sampling_params", 4)) {
+                        flatten_into(&mut w, sp, "generate.sampling_params");
+                    }
+                }
+                "/initialize" => {
+                    if let Some(body) = request.and_then(|q| find_object_with(q, "model_name", 4)) {
+                        initialized.push(Value::Object(body.clone()));
+                    }
+                }
+                "/status" => {
+                    if let Some(resp) = r
+                        .get("response")
+                        .and_then(|q| find_object_with(q, "training_gpus", 4))
+                    {
+                        for (k, v) in resp {
+                            if k != "jobs" {
+                                w.add(format!("status.{k}"), v.clone());
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        // JobConfigs: what the backend recorded, else what the proxy saw in `/initialize`.
+        let mut jobs: Vec<Value> = Vec::new();
+        match server_config {
+            Some(Value::Object(by_type)) => {
+                for (job_type, cfg) in by_type {
+                    let list: Vec<&Value> = match cfg {
+                        Value::Array(a) => a.iter().collect(),
+                        other => vec![other],
+                    };
+                    for c in list {
+                        let mut c = c.clone();
+                        if let Value::Object(m) = &mut c {
+                            m.entry("job_type")
+                                .or_insert_with(|| Value::String(job_type.clone()));
+                        }
+                        jobs.push(c);
+                    }
+                }
+            }
+            Some(Value::Array(list)) => jobs.extend(list.iter().cloned()),
+            _ => jobs = initialized,
+        }
+        for job in &jobs {
+            let job_type = job
+                .get("job_type")
+                .and_then(Value::as_str)
+                .unwrap_or("training")
+                .to_string();
+            if let Value::Object(m) = job {
+                for (k, v) in m {
+                    if k == "job_type" {
+                        continue;
+                    }
+                    flatten_into(&mut w, v, &format!("job.{job_type}.{k}"));
+                }
+            }
+        }
+        if let Some(Value::Object(flags)) = server_flags {
+            for (k, v) in flags {
+                w.add(format!("srv.{k}"), v.clone());
+            }
+        }
+        for (route, n) in counts {
+            w.add(format!("route.{route}"), Value::from(n));
+        }
+        w.add("routes".into(), Value::String(run_length(&sequence)));
+        w.add("http_errors".into(), Value::from(errors));
+        w
+    }
+}
+
+fn read(path: &Path) -> Result<String, WireLoadError> {
+    crate::fsx::read_to_string(path).map_err(|e| WireLoadError::Read {
+        path: path.to_path_buf(),
+        message: e.source.to_string(),
+    })
+}
+
+/// `/forward?job_id=2` -> `/forward`; `/job/3` -> `/job/{job_id}`.
+pub fn normalize_route(route: &str) -> String {
+    let path = route.split('?').next().unwrap_or(route);
+    let path = path
+        .split_once(' ')
+        .map(|(method, p)| {
+            if method.chars().all(|c| c.is_ascii_uppercase()) {
+                p
+            } else {
+                path
+            }
+        })
+        .unwrap_or(path);
+    match path.strip_prefix("/job/") {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('{') => "/job/{job_id}".to_string(),
+        _ => path.to_string(),
+    }
+}
+
+fn run_length(seq: &[String]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < seq.len() {
+        let mut j = i + 1;
+        while j < seq.len() && seq[j] == seq[i] {
+            j += 1;
+        }
+        let n = j - i;
+        out.push(if n == 1 {
+            seq[i].clone()
+        } else {
+            format!("{} x{n}", seq[i])
+        });
+        i = j;
+    }
+    out.join(", ")
+}
+
+/// The value under `key` in the body: the proxy may wrap a body (`{"body": ...}`), so the
+/// search goes a few levels down, breadth first, and the shallowest hit wins.
+fn find_key<'a>(v: &'a Value, key: &str, depth: usize) -> Option<&'a Value> {
+    let mut level: Vec<&Value> = vec![v];
+    for _ in 0..=depth {
+        let mut next = Vec::new();
+        for node in level {
+            if let Value::Object(m) = node {
+                if let Some(hit) = m.get(key) {
+                    return Some(hit);
+                }
+                next.extend(m.values().filter(|c| c.is_object()));
+            }
+        }
+        level = next;
+    }
+    None
+}
+
+/// The shallowest object holding `key` (a JobConfig holds `model_name`).
+fn find_object_with<'a>(v: &'a Value, key: &str, depth: usize) -> Option<&'a Map<String, Value>> {
+    let mut level: Vec<&Value> = vec![v];
+    for _ in 0..=depth {
+        let mut next = Vec::new();
+        for node in level {
+            if let Value::Object(m) = node {
+                if m.contains_key(key) {
+                    return Some(m);
+                }
+                next.extend(m.values().filter(|c| c.is_object()));
+            }
+        }
+        level = next;
+    }
+    None
+}
+
+fn flatten_into(w: &mut WireSnapshot, v: &Value, path: &str) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, child) in m {
+                flatten_into(w, child, &format!("{path}.{k}"));
+            }
+        }
+        other => w.add(path.to_string(), other.clone()),
+    }
+}
+
+/// Whether a location pattern names a location: equal, a prefix at a `.` boundary (a
+/// subtree), with `*` matching one whole segment.
+pub fn pattern_matches(pattern: &str, location: &str) -> bool {
+    let p: Vec<&str> = pattern.split('.').collect();
+    let l: Vec<&str> = location.split('.').collect();
+    if p.len() > l.len() {
+        return false;
+    }
+    p.iter().zip(&l).all(|(a, b)| *a == "*" || a == b)
+}
+
+/// One location that differs between two runs.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Change {
+    pub location: String,
+    /// `None`: absent in that run.
+    pub before: Option<Vec<Value>>,
+    pub after: Option<Vec<Value>>,
+}
+
+impl Change {
+    pub fn describe(&self) -> String {
+        format!(
+            "{}: {} -> {}",
+            self.location,
+            show(self.before.as_deref()),
+            show(self.after.as_deref())
+        )
+    }
+}
+
+/// A location's values for a report: `absent`, one value, or `a | b`.
+pub fn show(values: Option<&[Value]>) -> String {
+    match values {
+        None => "absent".into(),
+        Some(vs) => {
+            let parts: Vec<String> = vs.iter().map(short).collect();
+            parts.join(" | ")
+        }
+    }
+}
+
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 60 {
+        let cut: String = s.chars().take(57).collect();
+        format!("{cut}...")
+    } else {
+        s
+    }
+}
+
+/// Every location whose values differ, except those matching a volatile pattern.
+pub fn diff(baseline: &WireSnapshot, perturbed: &WireSnapshot, volatile: &[String]) -> Vec<Change> {
+    let mut keys: Vec<&String> = baseline
+        .locations
+        .keys()
+        .chain(perturbed.locations.keys())
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| !volatile.iter().any(|p| pattern_matches(p, k)))
+        .filter_map(|k| {
+            let b = baseline.locations.get(k);
+            let a = perturbed.locations.get(k);
+            let same = match (b, a) {
+                // Strict: `4` and `4.0` differ, since a type change is a finding too.
+                (Some(x), Some(y)) => x == y,
+                (None, None) => true,
+                _ => false,
+            };
+            (!same).then(|| Change {
+                location: k.clone(),
+                before: b.cloned(),
+                after: a.cloned(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    pub fn records() -> Vec<Value> {
+        vec![
+            json!({"route": "/health", "status": 200}),
+            json!({"route": "/initialize", "status": 200, "request": {"model_name": "m", "job_type": "sampling", "vllm_config": {"max_model_len": 32}}}),
+            json!({"route": "/initialize", "status": 200, "request": {"model_name": "m", "job_type": "training", "ds_worker_config": {"use_liger": false}, "seed": 42}}),
+            json!({"route": "/generate?job_id=1", "job_id": 1, "status": 200, "request": {"body": {"prompts": ["1+1="], "sampling_params": {"n": 5, "temperature": 1.0}}}}),
+            json!({"route": "/generate?job_id=1", "job_id": 1, "status": 200, "request": {"body": {"prompts": ["2+2="], "sampling_params": {"n": 5, "temperature": 1.0}}}}),
+            json!({"route": "/forward?job_id=2", "job_id": 2, "status": 200, "request": {"batch": {"input_ids": {"dtype": "I64", "shape": [5, 32]}}, "meta": {"rollout_n": 5, "actor_config": {"clip_ratio": 0.2}}, "processing": {"post": ["compute_entropy_and_logprobs"], "loss_fn": null}}}),
+            json!({"route": "/forward-backward?job_id=2", "job_id": 2, "status": 200, "request": {"batch": {"input_ids": {"dtype": "I64", "shape": [5, 32]}, "advantages": {"dtype": "F32", "shape": [5, 32]}}, "meta": {"rollout_n": 5, "batch_num_tokens": 77, "actor_config": {"clip_ratio": 0.2}}, "processing": {"post": ["apply_temperature", "compute_entropy_and_logprobs"], "loss_fn": "verl_grpo"}}}),
+            json!({"route": "/step?job_id=2", "job_id": 2, "status": 200}),
+            json!({"route": "/job/2", "job_id": 2, "status": 404}),
+        ]
+    }
+
+    #[test]
+    fn reads_every_family() {
+        let w = WireSnapshot::from_records(&records(), None, Some(&json!({"colocate": true})));
+        assert_eq!(
+            w.single("job.training.ds_worker_config.use_liger"),
+            Some(&json!(false))
+        );
+        assert_eq!(
+            w.single("job.sampling.vllm_config.max_model_len"),
+            Some(&json!(32))
+        );
+        assert_eq!(w.single("meta.actor_config.clip_ratio"), Some(&json!(0.2)));
+        assert_eq!(w.single("meta.batch_num_tokens"), Some(&json!(77)));
+        assert_eq!(w.single("batch.advantages"), Some(&json!("F32")));
+        assert_eq!(
+            w.locations["processing.loss_fn"],
+            vec![Value::Null, json!("verl_grpo")]
+        );
+        assert_eq!(w.single("generate.sampling_params.n"), Some(&json!(5)));
+        assert_eq!(w.single("route./generate"), Some(&json!(2)));
+        assert_eq!(w.single("route./job/{job_id}"), Some(&json!(1)));
+        assert_eq!(w.single("srv.colocate"), Some(&json!(true)));
+        assert_eq!(w.single("http_errors"), Some(&json!(1)));
+        assert_eq!(
+            w.single("routes"),
+            Some(&json!("/health, /initialize x2, /generate x2, /forward, /forward-backward, /step, /job/{job_id}"))
+        );
+    }
+
+    #[test]
+    fn server_config_wins_over_initialize_requests() {
+        let sc =
+            json!({"training": {"model_name": "m", "seed": 7}, "sampling": [{"model_name": "m"}]});
+        let w = WireSnapshot::from_records(&records(), Some(&sc), None);
+        assert_eq!(w.single("job.training.seed"), Some(&json!(7)));
+        assert!(!w
+            .locations
+            .contains_key("job.training.ds_worker_config.use_liger"));
+        assert_eq!(w.single("job.sampling.model_name"), Some(&json!("m")));
+    }
+
+    #[test]
+    fn diff_skips_volatile_and_sees_type_changes() {
+        let a = WireSnapshot::from_records(&records(), None, None);
+        let mut recs = records();
+        recs[6]["request"]["meta"]["batch_num_tokens"] = json!(80);
+        recs[2]["request"]["seed"] = json!(42.0);
+        let b = WireSnapshot::from_records(&recs, None, None);
+        let d = diff(&a, &b, &["meta.batch_num_tokens".to_string()]);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].location, "job.training.seed");
+        assert_eq!(d[0].describe(), "job.training.seed: 42 -> 42.0");
+    }
+
+    #[test]
+    fn load_run_names_the_bad_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("wire.jsonl"),
+            "{\"route\": \"/health\"}\nnot json\n",
+        )
+        .unwrap();
+        let e = WireSnapshot::load_run(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("wire.jsonl:2"), "{e}");
+        let e = WireSnapshot::load_run(&dir.path().join("nope"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nope"), "{e}");
+        std::fs::write(dir.path().join("wire.jsonl"), "{\"route\": \"/health\"}\n").unwrap();
+        std::fs::write(dir.path().join("server_config.json"), "{").unwrap();
+        let e = WireSnapshot::load_run(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("server_config.json"), "{e}");
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(pattern_matches("job.*.seed", "job.training.seed"));
+        assert!(pattern_matches(
+            "job.training.ds_config",
+            "job.training.ds_config.scheduler.type"
+        ));
+        assert!(!pattern_matches(
+            "job.training.ds_config.x",
+            "job.training.ds_config"
+        ));
+        assert!(!pattern_matches("meta.rollout_n", "meta.rollout_nn"));
+        assert_eq!(normalize_route("/forward?job_id=2"), "/forward");
+        assert_eq!(normalize_route("POST /job/3"), "/job/{job_id}");
+    }
+}
