@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The README's test command: formatting, lints, and the whole test suite.
+# The README's test command: formatting, lints (with and without the `torch` feature, since the
+# core harness must build without libtorch), and the whole test suite with the torch backend.
+# Sets up the project-local libtorch first (ci/setup-libtorch.sh; idempotent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash ci/setup-libtorch.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace
+cargo clippy --workspace --all-targets --features torch -- -D warnings
+cargo test --workspace --features torch

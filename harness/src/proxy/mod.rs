@@ -175,7 +175,7 @@ impl Shared {
     }
 }
 
-/// A running proxy.
+/// A running proxy. Dropping the handle without [`ProxyHandle::shutdown`] also stops it.
 pub struct ProxyHandle {
     pub addr: SocketAddr,
     shared: Arc<Shared>,
@@ -550,14 +550,23 @@ async fn exchange(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Proxy
     let body = if small && !lock(&request).is_frame() {
         // Read small JSON bodies whole before forwarding, so the record keeps what the driver
         // sent even when the upstream never reads it (refused, reset).
-        match body.collect().await {
-            Ok(all) => Full::new(all.to_bytes())
+        match tokio::time::timeout_at(deadline, body.collect()).await {
+            Ok(Ok(all)) => Full::new(all.to_bytes())
                 .map_err(|never| -> BoxError { match never {} })
                 .boxed_unsync(),
-            Err(e) => {
+            Ok(Err(e)) => {
                 return ex.reply(
                     StatusCode::BAD_REQUEST,
                     format!("cannot read the request body of {on}: {e}"),
+                )
+            }
+            Err(_) => {
+                return ex.reply(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the request body of {on} did not arrive within {:.1} s",
+                        shared.cfg.request_timeout.as_secs_f64()
+                    ),
                 )
             }
         }
