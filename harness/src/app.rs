@@ -72,11 +72,47 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
 pub fn check(paths: &[std::path::PathBuf]) -> ExitStatus {
     let outcome = crate::spec::check::check(paths);
     print!("{}", crate::spec::check::render_check(&outcome));
-    if outcome.is_ok() {
+    // Knob manifests: validated like a scenario, and covered both ways by their backend YAML.
+    let mut manifest_errors = 0;
+    for manifest in knob_manifests(paths) {
+        let problems = crate::propagate::manifest::check_file(&manifest);
+        for p in &problems {
+            println!("error: {p}");
+        }
+        if problems.is_empty() {
+            println!("ok: knob manifest {} covers its backend", manifest.display());
+        }
+        manifest_errors += problems.len();
+    }
+    if outcome.is_ok() && manifest_errors == 0 {
         ExitStatus::Passed
     } else {
         ExitStatus::InvalidInput
     }
+}
+
+/// `backends/*.knobs.yaml` under each scenarios root that `check` looks at.
+fn knob_manifests(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
+    let default_paths = [std::path::PathBuf::from("scenarios")];
+    let paths = if paths.is_empty() { &default_paths[..] } else { paths };
+    let mut roots = std::collections::BTreeSet::new();
+    for p in paths {
+        let probe = if p.is_dir() { p.join("x.yaml") } else { p.clone() };
+        roots.insert(crate::spec::config::scenarios_root(&probe));
+    }
+    let mut out = Vec::new();
+    for root in roots {
+        if let Ok(entries) = std::fs::read_dir(root.join("backends")) {
+            let mut found: Vec<_> = entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().ends_with(".knobs.yaml"))
+                .collect();
+            found.sort();
+            out.extend(found);
+        }
+    }
+    out
 }
 
 /// The scenario a `serve` or `proxy` command takes its settings from, if one is named.
