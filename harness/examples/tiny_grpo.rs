@@ -30,6 +30,9 @@ fn main() -> anyhow::Result<()> {
             "--n" => run.n = value(i)?.parse()?,
             "--seed" => run.seed = value(i)?.parse()?,
             "--threads" => spec.threads = value(i)?.parse()?,
+            "--ws-steps" => spec.warm_start.steps = value(i)?.parse()?,
+            "--ws-correct" => spec.warm_start.correct_fraction = value(i)?.parse()?,
+            "--ws-lr" => spec.warm_start.lr = value(i)?.parse()?,
             "--entropy-coeff" => run.entropy_coeff = value(i)?.parse()?,
             "--collapse" => {
                 let c = GrpoRun::collapse();

@@ -154,7 +154,7 @@ fn main() -> anyhow::Result<()> {
     let a = parse()?;
     let spec = if a.smoke {
         TorchSpec {
-            model: ModelSpec {
+            model: Box::new(ModelSpec {
                 kind: ModelKind::Qwen3,
                 preset: Some("qwen3-0.6b".into()),
                 layers: Some(2),
@@ -165,16 +165,16 @@ fn main() -> anyhow::Result<()> {
                 ffn: Some(128),
                 vocab_size: Some(512),
                 ..ModelSpec::default()
-            },
+            }),
             ..TorchSpec::default()
         }
     } else {
         TorchSpec {
-            model: ModelSpec {
+            model: Box::new(ModelSpec {
                 kind: ModelKind::Qwen3,
                 preset: Some("qwen3-0.6b".into()),
                 ..ModelSpec::default()
-            },
+            }),
             device: TorchDevice::Cuda,
             dtype: TorchDType::Bf16,
             ..TorchSpec::default()

@@ -699,6 +699,9 @@ fn grpo_learns_the_arith_task_on_cpu() {
     let recs = run_grpo(&engine, &run, |r| eprintln!("{r:?}")).unwrap();
     let first = window_mean(&recs, 0, 5, |r| r.reward_mean);
     let last = window_mean(&recs, recs.len() - 10, recs.len(), |r| r.reward_mean);
-    assert!(first < 0.35, "start near the untrained level, got {first}");
+    assert!(
+        first < 0.3,
+        "start near the warm start's level, got {first}"
+    );
     assert!(last >= 0.6, "final window mean reward {last}");
 }

@@ -8,7 +8,7 @@
 //!   device: cpu          # cpu | cuda
 //!   dtype: f32           # f32 | bf16
 //!   threads: 2           # CPU intra-op threads, pinned and recorded
-//!   warm_start: {steps: 300, lr: 0.003, batch: 64, correct_fraction: 0.15}
+//!   warm_start: {steps: 600, lr: 0.003, batch: 64, correct_fraction: 0.35}
 //!   cache_dir: target/rlharness-cache
 //! ```
 //! The defaults are the CPU flagship's. `model: {kind: qwen3, preset: qwen3-0.6b}` builds the
@@ -19,8 +19,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorchSpec {
+    /// Boxed: the model block is large and `BackendSpec` holds this inline.
     #[serde(default)]
-    pub model: ModelSpec,
+    pub model: Box<ModelSpec>,
     #[serde(default)]
     pub device: TorchDevice,
     #[serde(default)]
@@ -40,7 +41,7 @@ pub struct TorchSpec {
 impl Default for TorchSpec {
     fn default() -> Self {
         Self {
-            model: ModelSpec::default(),
+            model: Box::default(),
             device: TorchDevice::default(),
             dtype: TorchDType::default(),
             threads: default_threads(),
@@ -157,7 +158,7 @@ impl Default for WarmStartSpec {
 }
 
 fn default_ws_steps() -> usize {
-    300
+    600
 }
 fn default_ws_lr() -> f64 {
     3e-3
@@ -166,7 +167,7 @@ fn default_ws_batch() -> usize {
     64
 }
 fn default_ws_correct() -> f64 {
-    0.15
+    0.35
 }
 fn default_ws_max_operand() -> i64 {
     9

@@ -34,12 +34,12 @@ impl Default for GrpoRun {
     /// The CPU flagship's settings.
     fn default() -> Self {
         GrpoRun {
-            steps: 60,
+            steps: 100,
             prompts_per_step: 32,
             n: 8,
             temperature: 1.0,
             max_tokens: 8,
-            lr: 2e-3,
+            lr: 1e-3,
             gradient_clipping: 1.0,
             entropy_coeff: 0.0,
             micro_batch: 256,
@@ -271,7 +271,7 @@ pub fn run_grpo(
         for (i, resp) in responses.iter().enumerate() {
             for t in 0..resp.len() {
                 old_lp[i * s + p + t] = lp[i * s + p - 1 + t];
-                ent_sum += ent.get(i * s + p + t).copied().unwrap_or(0.0) as f64;
+                ent_sum += ent.get(i * s + p - 1 + t).copied().unwrap_or(0.0) as f64;
                 tokens += 1;
             }
         }
