@@ -80,7 +80,10 @@ pub fn check(paths: &[std::path::PathBuf]) -> ExitStatus {
             println!("error: {p}");
         }
         if problems.is_empty() {
-            println!("ok: knob manifest {} covers its backend", manifest.display());
+            println!(
+                "ok: knob manifest {} covers its backend",
+                manifest.display()
+            );
         }
         manifest_errors += problems.len();
     }
@@ -94,10 +97,18 @@ pub fn check(paths: &[std::path::PathBuf]) -> ExitStatus {
 /// `backends/*.knobs.yaml` under each scenarios root that `check` looks at.
 fn knob_manifests(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
     let default_paths = [std::path::PathBuf::from("scenarios")];
-    let paths = if paths.is_empty() { &default_paths[..] } else { paths };
+    let paths = if paths.is_empty() {
+        &default_paths[..]
+    } else {
+        paths
+    };
     let mut roots = std::collections::BTreeSet::new();
     for p in paths {
-        let probe = if p.is_dir() { p.join("x.yaml") } else { p.clone() };
+        let probe = if p.is_dir() {
+            p.join("x.yaml")
+        } else {
+            p.clone()
+        };
         roots.insert(crate::spec::config::scenarios_root(&probe));
     }
     let mut out = Vec::new();

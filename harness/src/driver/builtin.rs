@@ -234,7 +234,15 @@ async fn one_step(
         gen.add(&r);
     }
     let problems = task.batch(run.seed, step, shape.prompts);
-    let replies = generate_all(client, jobs.sampling, &problems, &t.sampling_params).await?;
+    let replies = generate_all(
+        client,
+        run.seed,
+        step,
+        jobs.sampling,
+        &problems,
+        &t.sampling_params,
+    )
+    .await?;
     let mut samples = Vec::with_capacity(shape.prompts * shape.n);
     for (problem, reply) in problems.iter().zip(replies) {
         gen.add(&reply);
@@ -467,18 +475,35 @@ async fn one_step(
 }
 
 /// Generate for every prompt, one request a prompt, a bounded number in flight.
+/// A seed per (run, step, prompt), mixed so neighbouring requests get unrelated streams.
+fn request_seed(seed: u64, step: u64, index: usize) -> u64 {
+    let mut z = seed
+        ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (index as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) >> 1
+}
+
 async fn generate_all(
     client: &ArcticClient,
+    seed: u64,
+    step: u64,
     job: u64,
     problems: &[Problem],
     sampling_params: &Map<String, Value>,
 ) -> Result<Vec<Reply<Vec<GenResult>>>, StepError> {
+    // A per-request sampling seed (vLLM's `SamplingParams.seed`) keeps a run reproducible
+    // although the requests are in flight together and reach the engine in any order.
     let requests: Vec<Node> = problems
         .iter()
-        .map(|p| {
+        .enumerate()
+        .map(|(i, p)| {
+            let mut params = sampling_params.clone();
+            params.insert("seed".into(), json!(request_seed(seed, step, i)));
             Node::Json(json!({
                 "prompts": [p.prompt],
-                "sampling_params": sampling_params,
+                "sampling_params": params,
                 "strict": true,
             }))
         })

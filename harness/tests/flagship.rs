@@ -1,0 +1,79 @@
+//! The torch flagship and its collapse self-test, end to end through `rlharness run`
+//! (feature `torch`): the first passes against its accepted CPU golden and its convergence
+//! rules; the second is caught, and its verdict names the failed convergence rules.
+#![cfg(feature = "torch")]
+
+use std::path::{Path, PathBuf};
+
+use rlharness::app::run_one;
+use rlharness::error::ExitStatus;
+use rlharness::runner::RunOptions;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn opts(out: &Path) -> RunOptions {
+    RunOptions {
+        out: out.to_path_buf(),
+        golden: repo().join("golden"),
+        seed: None,
+        steps: None,
+        set: Vec::new(),
+        update_golden: false,
+        hardware: None,
+        progress: false,
+        ci: true,
+        run_dir: Some(out.join("run")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flagship_learns_and_passes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = run_one(
+        &repo().join("scenarios/tiny-gsm8k-grpo.yaml"),
+        &opts(tmp.path()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        report.exit_status(),
+        ExitStatus::Passed,
+        "{}",
+        report.summary()
+    );
+    let v = report.verdict.unwrap();
+    assert!(v.rule("expect:reward-converges").is_some());
+    assert_eq!(report.run.device, "cpu");
+    assert!(report
+        .run
+        .torch_version
+        .as_deref()
+        .unwrap_or("")
+        .starts_with("2.11"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_collapse_is_caught_by_the_convergence_rules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = run_one(
+        &repo().join("scenarios/tiny-gsm8k-grpo-collapse.yaml"),
+        &opts(tmp.path()),
+    )
+    .await
+    .unwrap();
+    // The scenario declares the failure it expects: exit 0 means the harness caught it.
+    assert_eq!(
+        report.exit_status(),
+        ExitStatus::Passed,
+        "{}",
+        report.summary()
+    );
+    let v = report.verdict.unwrap();
+    let failing: Vec<&str> = v.failing().map(|r| r.rule.as_str()).collect();
+    assert!(
+        failing.contains(&"expect:reward-converges"),
+        "the verdict names the failed convergence rule: {failing:?}"
+    );
+}
