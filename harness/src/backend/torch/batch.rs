@@ -213,7 +213,7 @@ fn logprobs_of(
 ) -> (Tensor, Option<Tensor>) {
     let mut logits = model.logits(h, settings.logits_fp32);
     if let Some(t) = settings.temperature {
-        logits = logits / t;
+        logits /= t;
     }
     // gather - logsumexp keeps only the logits for backward (log_softmax would keep a second
     // vocabulary-sized tensor).

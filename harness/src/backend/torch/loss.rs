@@ -156,7 +156,7 @@ pub fn grpo_micro_loss(
         let ent = aggregate(h, mask, cfg.agg, totals);
         sums.entropy_loss += ent.double_value(&[]);
         if cfg.entropy_coeff != 0.0 {
-            total = total - ent * cfg.entropy_coeff;
+            total -= ent * cfg.entropy_coeff;
         }
     }
     if cfg.use_kl_loss {
@@ -166,7 +166,7 @@ pub fn grpo_micro_loss(
             let kld = (d.exp() - &d - 1.0).clamp(-10.0, 10.0);
             let kl = aggregate(&kld, mask, cfg.agg, totals);
             sums.kl_loss += kl.double_value(&[]);
-            total = total + kl * cfg.kl_coef;
+            total += kl * cfg.kl_coef;
         }
     }
     sums.loss += total.double_value(&[]);

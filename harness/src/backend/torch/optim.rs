@@ -278,7 +278,7 @@ impl AdamW {
             let _ = target_mut.g_add_(&(update * -lr));
             if !self.master.is_empty() {
                 let mut pm = p.shallow_clone();
-                let _ = pm.copy_(&target.to_kind(p.kind()));
+                pm.copy_(&target.to_kind(p.kind()));
             }
             let mut pg = p.grad();
             if pg.defined() {

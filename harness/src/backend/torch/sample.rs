@@ -143,7 +143,7 @@ pub fn sample(
             break;
         }
         hidden = model.extend(&mut cache, &tok.view([b, 1]), &next_pos, &key_mask);
-        next_pos = next_pos + 1;
+        next_pos = next_pos.g_add_scalar(1);
     }
     let all = Tensor::stack(&out, 1).to_device(tch::Device::Cpu);
     let steps = out.len();
@@ -240,7 +240,7 @@ mod tests {
         };
         let t = pick(&logits, &params);
         assert!(t.max().int64_value(&[]) <= 1);
-        assert_eq!(t.eq(1).sum(Kind::Int64).int64_value(&[]) > 0, true);
+        assert!(t.eq(1).sum(Kind::Int64).int64_value(&[]) > 0);
     }
 
     #[test]
