@@ -175,11 +175,49 @@ async fn serve_torch(
 
 #[cfg(feature = "torch")]
 async fn serve_torch(
-    _args: crate::cli::ServeArgs,
-    _scenario: Option<crate::spec::Scenario>,
-    _seed: u64,
+    args: crate::cli::ServeArgs,
+    scenario: Option<crate::spec::Scenario>,
+    seed: u64,
 ) -> Result<ExitStatus, CommandError> {
-    Err(CommandError::invalid("`serve torch` is not wired yet"))
+    let spec = match scenario.map(|s| s.backend) {
+        None => crate::backend::TorchSpec::default(),
+        Some(crate::backend::BackendSpec::Torch(spec)) => spec,
+        Some(other) => {
+            return Err(CommandError::invalid(format!(
+                "`serve torch` needs a scenario with a torch backend, not {other:?}"
+            )))
+        }
+    };
+    // Building the model (and its warm start) is CPU-heavy: off the async threads.
+    let engine =
+        tokio::task::spawn_blocking(move || crate::backend::torch::TorchEngine::new(&spec, seed))
+            .await
+            .map_err(|e| CommandError::run_failed(format!("torch backend crashed: {e}")))?
+            .map_err(|e| CommandError::run_failed(format!("torch backend: {e}")))?;
+    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+        .await
+        .map_err(|e| {
+            CommandError::run_failed(format!("failed to bind {}:{}: {e}", args.host, args.port))
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    let (device, threads, version) = engine.runtime_info();
+    let (router, _handle) = crate::backend::server::router(
+        std::sync::Arc::new(engine),
+        crate::backend::server::ServerOptions::default(),
+    );
+    println!(
+        "torch Arctic server listening on http://{addr} (device {device}, {threads} threads, torch {version})"
+    );
+    crate::backend::server::serve(listener, router, async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    })
+    .await
+    .map_err(|e| CommandError::run_failed(format!("torch server: {e}")))?;
+    Ok(ExitStatus::Passed)
 }
 
 fn golden_command(
