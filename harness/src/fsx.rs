@@ -49,8 +49,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FsError> {
     };
     create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err("create temp file in", dir))?;
+    // No fsync: the rename is what makes a killed run leave the old file or the new one, and
+    // a run rewrites metrics.csv every step, where a sync per step would cost more than a step.
     tmp.write_all(bytes).map_err(err("write", path))?;
-    tmp.as_file().sync_data().map_err(err("sync", path))?;
     tmp.persist(path).map_err(|e| FsError {
         action: "rename into",
         path: path.to_path_buf(),
