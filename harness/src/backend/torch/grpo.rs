@@ -148,19 +148,8 @@ pub fn padded_batch(
 /// verl's GRPO advantage per group of `n`: `(s - mean) / (std + 1e-6)`, std with n-1; a group
 /// of one gets mean 0 and std 1.
 pub fn group_advantages(scores: &[f64], n: usize) -> Vec<f64> {
-    let mut out = Vec::with_capacity(scores.len());
-    for g in scores.chunks(n.max(1)) {
-        let k = g.len() as f64;
-        let (mean, std) = if g.len() < 2 {
-            (0.0, 1.0)
-        } else {
-            let mean = g.iter().sum::<f64>() / k;
-            let var = g.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / (k - 1.0);
-            (mean, var.sqrt())
-        };
-        out.extend(g.iter().map(|s| (s - mean) / (std + 1e-6)));
-    }
-    out
+    // One implementation of verl's GRPO advantage: the driver's.
+    crate::driver::grpo::group_advantages(scores, n, true)
 }
 
 /// A JobConfig as the driver sends it (model name, type, nothing else set).
