@@ -253,6 +253,15 @@ fn main() -> anyhow::Result<()> {
             update_times.push(up);
         }
     }
+    // The old-log-prob pass over the same batch (no gradient): splits forward from backward.
+    let fwd_batch = ModelBatch {
+        loss_fn: None,
+        ..batch.clone()
+    };
+    engine.forward(1, &fwd_batch)?;
+    let t0 = Instant::now();
+    engine.forward(1, &fwd_batch)?;
+    let fwd_s = t0.elapsed().as_secs_f64();
     engine.destroy_job(1);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let shape = ModelShape {
@@ -309,6 +318,7 @@ fn main() -> anyhow::Result<()> {
         "update_flops": flops,
         "forward_backward_seconds": fb_s,
         "update_seconds": up_s,
+        "forward_only_seconds": fwd_s,
         "mfu": mfu,
         "mfu_forward_backward_only": flops / fb_s / peak_flops,
         "peak_device_memory_gib": peak_mem,

@@ -206,6 +206,10 @@ pub struct Decoder {
     pub params: Vec<Tensor>,
     pub device: Device,
     pub kind: Kind,
+    /// Take the fused paths (one QKV and one gate/up GEMM, aten's RMSNorm kernel, GQA inside
+    /// SDPA). On by default on CUDA; the CPU keeps the plain composition, so its bit-exact
+    /// runs and goldens stay. The two agree to rounding (a test runs both).
+    pub fused: bool,
 }
 
 /// Keys and values of one layer for incremental decoding, written in place.
@@ -243,6 +247,7 @@ impl Decoder {
             params,
             device,
             kind,
+            fused: device != Device::Cpu,
         }
     }
 
@@ -255,6 +260,7 @@ impl Decoder {
             params: self.params.iter().map(|p| p.detach().copy()).collect(),
             device: self.device,
             kind: self.kind,
+            fused: self.fused,
         }
     }
 
@@ -327,7 +333,7 @@ impl Decoder {
                 &x,
                 &cos,
                 &sin,
-                |q, k, v| match &mask {
+                |q, k, v, gqa| match &mask {
                     Some(m) => Tensor::scaled_dot_product_attention(
                         q,
                         k,
@@ -336,7 +342,7 @@ impl Decoder {
                         0.0,
                         false,
                         None,
-                        false,
+                        gqa,
                     ),
                     None => Tensor::scaled_dot_product_attention(
                         q,
@@ -346,13 +352,13 @@ impl Decoder {
                         0.0,
                         true,
                         None,
-                        false,
+                        gqa,
                     ),
                 },
                 None,
             );
         }
-        rms_norm(&x, self.final_norm(), self.config.rms_eps)
+        self.norm(&x, self.final_norm())
     }
 
     /// One decoder block. `attend` gets q `[B,nh,S,hd]` and k, v already repeated to `nh`
@@ -364,32 +370,50 @@ impl Decoder {
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        attend: impl Fn(&Tensor, &Tensor, &Tensor) -> Tensor,
-        cache: Option<(&mut LayerCache, i64)>,
+        attend: impl Fn(&Tensor, &Tensor, &Tensor, bool) -> Tensor,
+        cache: Option<(&mut LayerCache, i64, i64)>,
     ) -> Tensor {
         let w = self.layer(l);
         let c = &self.config;
         let (b, s, _) = x.size3().unwrap_or((1, 1, 1));
         let (nh, nkv, hd) = (c.heads as i64, c.kv_heads as i64, c.head_dim as i64);
-        let h = rms_norm(x, &w[0], c.rms_eps);
-        let q = h.matmul(&w[1].tr()).reshape([b, s, nh, hd]);
-        let k = h.matmul(&w[2].tr()).reshape([b, s, nkv, hd]);
-        let v = h.matmul(&w[3].tr()).reshape([b, s, nkv, hd]);
-        let q = rms_norm(&q, &w[5], c.rms_eps).transpose(1, 2);
-        let k = rms_norm(&k, &w[6], c.rms_eps).transpose(1, 2);
+        let fused = self.fused_kernels();
+        let norm = |t: &Tensor, w: &Tensor| self.norm(t, w);
+        let h = norm(x, &w[0]);
+        let (q, k, v) = if fused {
+            // One GEMM for q, k and v: bigger tiles, two fewer launches per layer; the
+            // backward of `cat` only splits the gradient.
+            let qkv = h.matmul(&Tensor::cat(&[&w[1], &w[2], &w[3]], 0).tr());
+            let parts = qkv.split_with_sizes([nh * hd, nkv * hd, nkv * hd], -1);
+            (
+                parts[0].reshape([b, s, nh, hd]),
+                parts[1].reshape([b, s, nkv, hd]),
+                parts[2].reshape([b, s, nkv, hd]),
+            )
+        } else {
+            (
+                h.matmul(&w[1].tr()).reshape([b, s, nh, hd]),
+                h.matmul(&w[2].tr()).reshape([b, s, nkv, hd]),
+                h.matmul(&w[3].tr()).reshape([b, s, nkv, hd]),
+            )
+        };
+        let q = norm(&q, &w[5]).transpose(1, 2);
+        let k = norm(&k, &w[6]).transpose(1, 2);
         let v = v.transpose(1, 2);
         let q = apply_rope(&q, cos, sin);
         let k = apply_rope(&k, cos, sin);
         let (k, v) = match cache {
-            Some((lc, start)) => {
+            Some((lc, start, kv_len)) => {
                 lc.k.narrow(2, start, s).copy_(&k);
                 lc.v.narrow(2, start, s).copy_(&v);
-                (lc.k.narrow(2, 0, start + s), lc.v.narrow(2, 0, start + s))
+                (lc.k.narrow(2, 0, kv_len), lc.v.narrow(2, 0, kv_len))
             }
             None => (k, v),
         };
         let rep = nh / nkv;
-        let (k, v) = if rep > 1 {
+        // On CUDA, SDPA reads the shared key/value heads itself (`enable_gqa`); the CPU
+        // kernels get them repeated, the layout the CPU numbers were recorded with.
+        let (k, v) = if rep > 1 && !fused {
             (
                 k.repeat_interleave_self_int(rep, 1, None),
                 v.repeat_interleave_self_int(rep, 1, None),
@@ -397,12 +421,32 @@ impl Decoder {
         } else {
             (k, v)
         };
-        let a = attend(&q, &k, &v).transpose(1, 2).reshape([b, s, nh * hd]);
+        let a = attend(&q, &k, &v, fused && rep > 1)
+            .transpose(1, 2)
+            .reshape([b, s, nh * hd]);
         let x = x + a.matmul(&w[4].tr());
-        let h = rms_norm(&x, &w[7], c.rms_eps);
-        let gate = h.matmul(&w[8].tr()).silu();
-        let up = h.matmul(&w[9].tr());
-        x + (gate * up).matmul(&w[10].tr())
+        let h = norm(&x, &w[7]);
+        let act = if fused {
+            let gu = h.matmul(&Tensor::cat(&[&w[8], &w[9]], 0).tr());
+            let parts = gu.split(c.intermediate as i64, -1);
+            parts[0].silu() * &parts[1]
+        } else {
+            h.matmul(&w[8].tr()).silu() * h.matmul(&w[9].tr())
+        };
+        x + act.matmul(&w[10].tr())
+    }
+
+    fn fused_kernels(&self) -> bool {
+        self.fused
+    }
+
+    fn norm(&self, x: &Tensor, weight: &Tensor) -> Tensor {
+        if self.fused_kernels() {
+            let d = x.size().last().copied().unwrap_or(1);
+            Tensor::rms_norm(x, [d].as_slice(), Some(weight), Some(self.config.rms_eps))
+        } else {
+            rms_norm(x, weight, self.config.rms_eps)
+        }
     }
 
     /// Logits `[.., V]` of hidden states through the tied head. `fp32` computes the product
@@ -451,16 +495,22 @@ impl Decoder {
             .index_select(0, &ids.reshape([-1]))
             .reshape([b, s, -1]);
         let (cos, sin) = rope_tables(positions, &self.config, self.kind);
+        // On CUDA attention runs over the whole cache, so every decode step has the same
+        // shapes: a new key length per step made each step pay the attention kernel's per-shape
+        // set-up (measured: ~70 ms a step, whatever the batch). Positions not yet written are
+        // masked like future ones. The CPU attends over the filled part only, as recorded.
+        let capacity = cache.layers.first().map_or(total, |lc| lc.k.size()[2]);
+        let kv_len = if self.fused { capacity } else { total };
         // Query i (absolute start + i) sees real keys up to itself, and always itself so a
         // padded query row is never empty.
         let key_ok = key_mask
-            .narrow(1, 0, total)
+            .narrow(1, 0, kv_len)
             .to_kind(Kind::Bool)
-            .view([b, 1, 1, total]);
+            .view([b, 1, 1, kv_len]);
         let qpos = Tensor::arange_start(start, total, (Kind::Int64, self.device)).view([s, 1]);
-        let kpos = Tensor::arange(total, (Kind::Int64, self.device)).view([1, total]);
-        let causal = kpos.le_tensor(&qpos).view([1, 1, s, total]);
-        let diag = kpos.eq_tensor(&qpos).view([1, 1, s, total]);
+        let kpos = Tensor::arange(kv_len, (Kind::Int64, self.device)).view([1, kv_len]);
+        let causal = kpos.le_tensor(&qpos).view([1, 1, s, kv_len]);
+        let diag = kpos.eq_tensor(&qpos).view([1, 1, s, kv_len]);
         let mask = key_ok.logical_and(&causal).logical_or(&diag);
         for l in 0..self.config.layers {
             let lc = &mut cache.layers[l];
@@ -469,7 +519,7 @@ impl Decoder {
                 &x,
                 &cos,
                 &sin,
-                |q, k, v| {
+                |q, k, v, gqa| {
                     Tensor::scaled_dot_product_attention(
                         q,
                         k,
@@ -478,15 +528,15 @@ impl Decoder {
                         0.0,
                         false,
                         None,
-                        false,
+                        gqa,
                     )
                 },
-                Some((lc, start)),
+                Some((lc, start, kv_len)),
             );
         }
         cache.len = total;
         let last = x.narrow(1, s - 1, 1).squeeze_dim(1);
-        rms_norm(&last, self.final_norm(), self.config.rms_eps)
+        self.norm(&last, self.final_norm())
     }
 }
 
@@ -518,10 +568,15 @@ fn rope_tables(positions: &Tensor, c: &DecoderConfig, kind: Kind) -> (Tensor, Te
     let device = positions.device();
     let half = (c.head_dim / 2) as i64;
     let exponents = Tensor::arange(half, (Kind::Float, device)) * (2.0 / c.head_dim as f64);
-    let inv_freq = Tensor::from(c.rope_theta as f32)
-        .to_device(device)
-        .pow(&exponents)
-        .reciprocal();
+    // The base is filled on the device: copying a host scalar would make every decode step
+    // wait for the GPU.
+    let inv_freq = Tensor::full(
+        [0i64; 0].as_slice(),
+        c.rope_theta as f32 as f64,
+        (Kind::Float, device),
+    )
+    .pow(&exponents)
+    .reciprocal();
     let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.view([1, 1, half]);
     let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
     (emb.cos().to_kind(kind), emb.sin().to_kind(kind))
@@ -599,5 +654,37 @@ mod tests {
         );
         let diff = (full.select(1, 5) - last).abs().max().double_value(&[]);
         assert!(diff < 1e-5, "{diff}");
+    }
+
+    #[test]
+    fn fused_paths_agree_with_the_plain_composition() {
+        tch::manual_seed(4);
+        let plain = Decoder::new_random(DecoderConfig::tiny(), Device::Cpu, Kind::Float);
+        let mut fused = plain.deep_copy();
+        fused.fused = true;
+        let ids = Tensor::from_slice2(&[[0i64, 0, 5, 6, 7, 8], [4, 5, 6, 7, 8, 9]]);
+        let mask = ids.ne(0).to_kind(Kind::Int64);
+        let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let _g = tch::no_grad_guard();
+        for key_mask in [Some(&mask), None] {
+            let a = plain.hidden_states(&ids, &pos, key_mask);
+            let b = fused.hidden_states(&ids, &pos, key_mask);
+            let diff = (a - b).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "{diff}");
+        }
+        // A cache with room to spare: the fused path attends over all of it, masked.
+        let room = Tensor::cat(
+            &[&mask, &Tensor::ones([2, 3], (Kind::Int64, Device::Cpu))],
+            1,
+        );
+        let (mut ca, mut cb) = (plain.new_cache(2, 9), fused.new_cache(2, 9));
+        let a = plain.extend(&mut ca, &ids, &pos, &room);
+        let b = fused.extend(&mut cb, &ids, &pos, &room);
+        assert!((a - b).abs().max().double_value(&[]) < 1e-5);
+        let next = Tensor::from_slice2(&[[3i64], [2]]);
+        let npos = Tensor::from_slice2(&[[4i64], [6]]);
+        let a = plain.extend(&mut ca, &next, &npos, &room);
+        let b = fused.extend(&mut cb, &next, &npos, &room);
+        assert!((a - b).abs().max().double_value(&[]) < 1e-5);
     }
 }

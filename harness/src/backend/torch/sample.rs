@@ -133,13 +133,18 @@ pub fn sample(
     let mut out: Vec<Tensor> = Vec::with_capacity(params.max_tokens);
     let mut done = Tensor::zeros([b], (Kind::Bool, device));
     for step in 0..params.max_tokens {
-        let logits = model.logits(&hidden, true);
+        // The head in the model dtype, then widened: what vLLM's sampler does.
+        let logits = model.logits(&hidden, false);
         let tok = pick(&logits, params);
         // Finished rows keep sampling padding; it is cut off below.
         let tok = tok.masked_fill(&done, pad);
         done = done.logical_or(&tok.eq(eos));
         out.push(tok.shallow_clone());
-        if step + 1 == params.max_tokens || done.all().int64_value(&[]) != 0 {
+        // On CUDA, asking whether every row is done waits for the device; asking every 8th
+        // step lets the host queue ahead (extra steps only sample padding, which is cut off).
+        // CPU ops are synchronous anyway, so there every step may end the loop.
+        let check = eos >= 0 && (device == tch::Device::Cpu || step % 8 == 7);
+        if step + 1 == params.max_tokens || (check && done.all().int64_value(&[]) != 0) {
             break;
         }
         hidden = model.extend(&mut cache, &tok.view([b, 1]), &next_pos, &key_mask);

@@ -93,6 +93,7 @@ fn to_target(model: Decoder, device: Device, kind: Kind) -> Decoder {
             .collect(),
         device,
         kind,
+        fused: device != Device::Cpu,
         ..model
     }
 }
