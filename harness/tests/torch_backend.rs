@@ -688,6 +688,44 @@ fn generate_samples_the_task_format_and_respects_max_tokens() {
     );
 }
 
+/// Concurrent generate calls batched into one (as on CUDA) each get their own prompts' rows,
+/// the same rows they get one at a time (greedy, so the seed does not matter).
+#[test]
+fn batched_generate_calls_get_their_own_rows() {
+    let alone = random_engine(TorchDType::F32, 2);
+    let batched =
+        std::sync::Arc::new(random_engine(TorchDType::F32, 2).with_generate_batching(true));
+    for e in [&alone, batched.as_ref()] {
+        e.create_job(1, &job_config(JobType::Sampling)).unwrap();
+    }
+    let params = rlharness::backend::torch::sample::SamplingParams {
+        n: 2,
+        temperature: 0.0,
+        top_p: 1.0,
+        top_k: -1,
+        max_tokens: 6,
+        seed: None,
+        ignore_eos: true,
+    };
+    let calls: Vec<Vec<Vec<i64>>> = (0..6i64)
+        .map(|i| vec![vec![3 + i, 4, 5, 6], vec![7, 8 + i, 9, 10]])
+        .collect();
+    let threads: Vec<_> = calls
+        .iter()
+        .cloned()
+        .map(|prompts| {
+            let (e, p) = (batched.clone(), params.clone());
+            std::thread::spawn(move || e.generate_ids(1, &prompts, &p).unwrap())
+        })
+        .collect();
+    for (prompts, t) in calls.iter().zip(threads) {
+        let got = t.join().unwrap();
+        let want = alone.generate_ids(1, prompts, &params).unwrap();
+        assert_eq!(got.len(), 4);
+        assert_eq!(got, want, "prompts {prompts:?}");
+    }
+}
+
 /// The CPU flagship: reward from the warm start's level to >= 0.6 over the final window.
 /// Slow in the unoptimised test profile; `cargo run --release --features torch --example
 /// tiny_grpo` runs the same loop and prints the curve.

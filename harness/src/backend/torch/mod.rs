@@ -87,7 +87,39 @@ pub struct TorchEngine {
     base: Mutex<Decoder>,
     jobs: Mutex<HashMap<u64, Arc<Mutex<Job>>>>,
     generate_calls: AtomicU64,
+    /// On CUDA, concurrent `/generate` calls ride in one batch, as vLLM batches requests: the
+    /// driver sends one call per prompt, and a GPU decoding 5 rows costs about what 80 cost.
+    gen_queue: Mutex<GenQueue>,
+    batch_generate: bool,
     info: RuntimeInfo,
+}
+
+/// Generate calls waiting for the running batch to end (CUDA only).
+#[derive(Default)]
+struct GenQueue {
+    pending: Vec<PendingGen>,
+    /// A call is serving batches; new calls queue behind it.
+    serving: bool,
+}
+
+struct PendingGen {
+    job_id: u64,
+    prompts: Vec<Vec<i64>>,
+    params: SamplingParams,
+    reply: std::sync::mpsc::Sender<Result<Vec<Sampled>, EngineError>>,
+}
+
+/// Calls batch together when they sample the same way; the seed of the batch is its first
+/// call's.
+fn same_sampling(a: &PendingGen, b: &PendingGen) -> bool {
+    a.job_id == b.job_id
+        && SamplingParams {
+            seed: None,
+            ..a.params.clone()
+        } == SamplingParams {
+            seed: None,
+            ..b.params.clone()
+        }
 }
 
 /// Makes libtorch's CUDA backend register itself. rustc links with `--as-needed` and drops
@@ -180,6 +212,8 @@ impl TorchEngine {
             base: Mutex::new(base),
             jobs: Mutex::new(HashMap::new()),
             generate_calls: AtomicU64::new(0),
+            gen_queue: Mutex::new(GenQueue::default()),
+            batch_generate: device != Device::Cpu,
             info,
         })
     }
@@ -232,6 +266,13 @@ impl TorchEngine {
 
     /// Sample from a job's model given token ids (no tokenizer); what `generate` does after
     /// encoding, and what the performance bench calls with random prompts.
+    /// Batch concurrent generate calls (on by default on CUDA only, where it pays; on the CPU
+    /// each call keeps its own seed, which bit-exact runs rely on).
+    pub fn with_generate_batching(mut self, on: bool) -> TorchEngine {
+        self.batch_generate = on;
+        self
+    }
+
     pub fn generate_ids(
         &self,
         job_id: u64,
@@ -249,6 +290,92 @@ impl TorchEngine {
                 )));
             }
         }
+        if !self.batch_generate {
+            // One call at a time, each under its own seed: bit-exact CPU runs.
+            return self.generate_now(job_id, prompts, params);
+        }
+        let (reply, answer) = std::sync::mpsc::channel();
+        {
+            let mut q = lock(&self.gen_queue);
+            q.pending.push(PendingGen {
+                job_id,
+                prompts: prompts.to_vec(),
+                params: params.clone(),
+                reply,
+            });
+            if !q.serving {
+                q.serving = true;
+                drop(q);
+                self.serve_generate_batches();
+            }
+        }
+        answer.recv().unwrap_or_else(|_| {
+            Err(EngineError::internal(
+                "generate: the batch this call rode in ended without an answer",
+            ))
+        })
+    }
+
+    /// Serve queued generate calls, a batch at a time, until none is left. Waits briefly for
+    /// calls sent together to arrive, so the first of them does not run alone.
+    fn serve_generate_batches(&self) {
+        const SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
+        const MAX_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+        loop {
+            let start = std::time::Instant::now();
+            let mut seen = lock(&self.gen_queue).pending.len();
+            while start.elapsed() < MAX_WAIT {
+                std::thread::sleep(SETTLE);
+                let now = lock(&self.gen_queue).pending.len();
+                if now == seen {
+                    break;
+                }
+                seen = now;
+            }
+            let group: Vec<PendingGen> = {
+                let mut q = lock(&self.gen_queue);
+                if q.pending.is_empty() {
+                    q.serving = false;
+                    return;
+                }
+                let mut pending = std::mem::take(&mut q.pending).into_iter();
+                let Some(first) = pending.next() else {
+                    q.serving = false;
+                    return;
+                };
+                let (mut group, rest): (Vec<_>, Vec<_>) =
+                    pending.partition(|p| same_sampling(p, &first));
+                group.insert(0, first);
+                q.pending = rest;
+                group
+            };
+            let prompts: Vec<Vec<i64>> = group.iter().flat_map(|g| g.prompts.clone()).collect();
+            let first = &group[0];
+            match self.generate_now(first.job_id, &prompts, &first.params) {
+                Ok(mut rows) => {
+                    for g in group.iter().rev() {
+                        let take = g.prompts.len() * g.params.n;
+                        let mine = rows.split_off(rows.len().saturating_sub(take));
+                        let _ = g.reply.send(Ok(mine));
+                    }
+                }
+                Err(e) => {
+                    for g in &group {
+                        let _ = g.reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One sampling call on the job's model, seeded by the call's seed (or the engine's seed
+    /// and a call counter).
+    fn generate_now(
+        &self,
+        job_id: u64,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+    ) -> Result<Vec<Sampled>, EngineError> {
         let job = self.job(job_id)?;
         let job = lock(&job);
         let call = self.generate_calls.fetch_add(1, Ordering::SeqCst);

@@ -321,6 +321,25 @@ impl Decoder {
         key_mask: Option<&Tensor>,
     ) -> Tensor {
         let (b, s) = ids.size2().unwrap_or((1, ids.numel() as i64));
+        if self.fused {
+            if let Some(lead) = key_mask.and_then(leading_padding) {
+                // verl's layout (left-padded prompt, right-padded response): roll each row so
+                // its padding is all on the right. Real tokens then see only real tokens under
+                // the causal flag alone, and CUDA keeps flash attention; rotary positions
+                // travel with their tokens, so the real positions' states are unchanged.
+                let cols = Tensor::arange(s, (Kind::Int64, ids.device())).view([1, s]);
+                let lead = lead.view([b, 1]);
+                let there = (&cols + &lead).remainder(s);
+                let back = (&cols - &lead).remainder(s);
+                let h = self.hidden_states(
+                    &ids.gather(1, &there, false),
+                    &positions.gather(1, &there, false),
+                    None,
+                );
+                let width = h.size()[2];
+                return h.gather(1, &back.unsqueeze(-1).expand([b, s, width], false), false);
+            }
+        }
         let mut x = self
             .embed()
             .index_select(0, &ids.reshape([-1]))
@@ -540,6 +559,28 @@ impl Decoder {
     }
 }
 
+/// Per row, the padding before the first real token `[B]`, when every row's real tokens are
+/// one run (zeros, ones, zeros); `None` otherwise. One host sync.
+fn leading_padding(key_mask: &Tensor) -> Option<Tensor> {
+    let m = key_mask.to_kind(Kind::Int64);
+    let s = m.size()[1];
+    // A row is one run when it rises from 0 to 1 at most once, counting a 1 in column 0.
+    let first = m.narrow(1, 0, 1);
+    let rises = m
+        .narrow(1, 1, s - 1)
+        .gt_tensor(&m.narrow(1, 0, s - 1))
+        .sum_dim_intlist(1, false, Kind::Int64)
+        + first.squeeze_dim(1);
+    if rises.gt(1).any().int64_value(&[]) != 0 {
+        return None;
+    }
+    Some(
+        m.cumsum(1, Kind::Int64)
+            .eq(0)
+            .sum_dim_intlist(1, false, Kind::Int64),
+    )
+}
+
 /// `[B,1,S,S]` boolean mask: causal, real keys only, and always the diagonal (so rows of
 /// padding queries are never empty and stay finite).
 fn full_attention_mask(key_mask: &Tensor, s: i64) -> Tensor {
@@ -666,12 +707,34 @@ mod tests {
         let mask = ids.ne(0).to_kind(Kind::Int64);
         let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
         let _g = tch::no_grad_guard();
+        // Padding states are don't-cares; the real positions must agree.
+        let real = mask.to_kind(Kind::Float).unsqueeze(-1);
         for key_mask in [Some(&mask), None] {
             let a = plain.hidden_states(&ids, &pos, key_mask);
             let b = fused.hidden_states(&ids, &pos, key_mask);
-            let diff = (a - b).abs().max().double_value(&[]);
+            let diff = ((a - b) * &real).abs().max().double_value(&[]);
             assert!(diff < 1e-5, "{diff}");
         }
+        // Right padding too (a response shorter than the batch's), and a row with a hole,
+        // which must take the masked path.
+        let ids2 = Tensor::from_slice2(&[[0i64, 5, 6, 7, 0, 0], [4, 0, 6, 7, 8, 9]]);
+        let mask2 = ids2.ne(0).to_kind(Kind::Int64);
+        let pos2 = (mask2.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        assert!(leading_padding(&mask2).is_none());
+        assert_eq!(
+            Vec::<i64>::try_from(leading_padding(&mask2.narrow(0, 0, 1)).unwrap()).unwrap(),
+            vec![1]
+        );
+        let real2 = mask2.to_kind(Kind::Float).unsqueeze(-1);
+        let a = plain.hidden_states(&ids2, &pos2, Some(&mask2));
+        let b = fused.hidden_states(&ids2, &pos2, Some(&mask2));
+        assert!(((a - b) * &real2).abs().max().double_value(&[]) < 1e-5);
+        let one = ids2.narrow(0, 0, 1);
+        let (m1, p1) = (mask2.narrow(0, 0, 1), pos2.narrow(0, 0, 1));
+        let a = plain.hidden_states(&one, &p1, Some(&m1));
+        let b = fused.hidden_states(&one, &p1, Some(&m1));
+        let r1 = m1.to_kind(Kind::Float).unsqueeze(-1);
+        assert!(((a - b) * &r1).abs().max().double_value(&[]) < 1e-5);
         // A cache with room to spare: the fused path attends over all of it, masked.
         let room = Tensor::cat(
             &[&mask, &Tensor::ones([2, 3], (Kind::Int64, Device::Cpu))],
