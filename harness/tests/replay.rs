@@ -92,11 +92,16 @@ async fn mock_record_then_replay_reproduces_the_run_exactly() {
     let c = Cassette::load(&cassette).unwrap();
     // 3 steps of 16 generates plus forwards, updates, syncs, and the job set-up and teardown.
     assert!(c.exchanges.len() > 60, "{}", c.exchanges.len());
+    // The frames are in the pack, the JSON bodies inline.
+    assert!(c
+        .exchanges
+        .iter()
+        .any(|x| x.entry.request.as_ref().and_then(|b| b.offset).is_some()));
     assert!(c.exchanges.iter().any(|x| x
         .entry
         .request
         .as_ref()
-        .and_then(|b| b.file.as_ref())
+        .and_then(|b| b.json.as_ref())
         .is_some()));
     let recorded = MetricTable::read_csv(&tmp.path().join("record/metrics.csv")).unwrap();
 
@@ -375,12 +380,7 @@ async fn a_corrupt_cassette_is_invalid_input_naming_the_file() {
         let entry = entry.unwrap();
         std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
     }
-    let victim = std::fs::read_dir(&copy)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".resp.dssst1.gz"))
-        .min()
-        .unwrap();
+    let victim = copy.join(rlharness::backend::replay::cassette::PACK_FILE);
     let z = std::fs::read(&victim).unwrap();
     std::fs::write(&victim, &z[..z.len() - 9]).unwrap();
     let set = vec![format!("backend.cassette='{}'", copy.display())];

@@ -1,21 +1,21 @@
 //! The cassette: a run's whole wire traffic, kept so a later run can be served the very same
 //! responses. A person can read it: `index.jsonl` holds one exchange a line in arrival order,
-//! JSON bodies inline, and every DSSST1 (or other binary) body lies beside it as a gzip file.
+//! JSON bodies inline, and every DSSST1 (or other binary) body lies in one gzip stream beside it.
 //!
 //! ```text
 //! cassette/
 //!   cassette.json         what was recorded: scenario, hardware, seed, steps, plan hash, ...
 //!   index.jsonl           {"seq", "group", "method", "path", "query"?, "job_id"?, "job_type"?,
 //!                          "status", "request"?, "response_headers", "response"?, "error"?}
-//!   0012.req.dssst1.gz    request body of exchange 12 (a DSSST1 frame), gzip
-//!   0012.resp.dssst1.gz   its response body
+//!   bodies.gz             the DSSST1 (and other binary) bodies back to back, gzip; a body
+//!                         is `bytes` bytes at `offset` of the uncompressed stream
 //!   recorded_metrics.csv  the recorded run's metrics (what a replay must reproduce)
 //! ```
 //!
 //! A body is `{"content_type"?, "bytes", "json": value}` when its bytes are exactly the compact
 //! serialisation of that JSON (what the Arctic server and the builtin driver send),
 //! `{"content_type"?, "bytes", "text"}` for other UTF-8 text, and otherwise
-//! `{"content_type"?, "bytes", "sha256", "file"}`. So every response replays byte for byte.
+//! `{"content_type"?, "bytes", "sha256", "offset"}`. So every response replays byte for byte.
 //! `group` numbers exchanges that were in flight together (transitively): a replay lets those
 //! arrive in any order, as concurrent requests do.
 
@@ -35,6 +35,7 @@ use crate::fsx::{self, FsError};
 pub const INDEX_FILE: &str = "index.jsonl";
 pub const META_FILE: &str = "cassette.json";
 pub const METRICS_FILE: &str = "recorded_metrics.csv";
+pub const PACK_FILE: &str = "bodies.gz";
 /// Inline text bodies up to this size; larger ones go to a file.
 const INLINE_TEXT_CAP: usize = 64 * 1024;
 
@@ -71,8 +72,9 @@ pub struct BodyRef {
     pub text: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// Where the body starts in the uncompressed `bodies.gz`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<String>,
+    pub offset: Option<u64>,
 }
 
 /// One line of `index.jsonl`.
@@ -129,10 +131,67 @@ fn sha256_hex(bytes: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Keep `bytes` inline when that reproduces them exactly, else in a gzip file of `dir`.
+/// The binary bodies of a cassette: one gzip stream, each body at an offset of the
+/// uncompressed stream. One file compresses better than hundreds of small ones, and its
+/// frames still come out with `zcat bodies.gz | tail -c +$((offset + 1)) | head -c $bytes`.
+struct Pack {
+    path: PathBuf,
+    gz: Option<flate2::write::GzEncoder<std::io::BufWriter<std::fs::File>>>,
+    offset: u64,
+}
+
+impl Pack {
+    fn new(dir: &Path) -> Pack {
+        Pack {
+            path: dir.join(PACK_FILE),
+            gz: None,
+            offset: 0,
+        }
+    }
+
+    fn io(&self, e: std::io::Error) -> CassetteError {
+        CassetteError::Body {
+            path: self.path.clone(),
+            why: format!("cannot write: {e}"),
+        }
+    }
+
+    /// Append a body; its offset.
+    fn append(&mut self, bytes: &[u8]) -> Result<u64, CassetteError> {
+        if self.gz.is_none() {
+            let f = std::fs::File::create(&self.path).map_err(|e| self.io(e))?;
+            self.gz = Some(flate2::write::GzEncoder::new(
+                std::io::BufWriter::new(f),
+                flate2::Compression::best(),
+            ));
+        }
+        let at = self.offset;
+        if let Some(gz) = self.gz.as_mut() {
+            if let Err(e) = gz.write_all(bytes) {
+                return Err(self.io(e));
+            }
+        }
+        self.offset += bytes.len() as u64;
+        Ok(at)
+    }
+
+    fn finish(self) -> Result<(), CassetteError> {
+        if let Some(gz) = self.gz {
+            let path = self.path.clone();
+            gz.finish()
+                .and_then(|mut w| w.flush())
+                .map_err(|e| CassetteError::Body {
+                    path,
+                    why: format!("cannot write: {e}"),
+                })?;
+        }
+        Ok(())
+    }
+}
+
+/// Keep `bytes` inline when that reproduces them exactly, else in the pack.
 fn store_body(
-    dir: &Path,
-    stem: &str,
+    pack: &mut Pack,
     content_type: Option<&str>,
     bytes: &[u8],
 ) -> Result<Option<BodyRef>, CassetteError> {
@@ -145,7 +204,7 @@ fn store_body(
         json: None,
         text: None,
         sha256: None,
-        file: None,
+        offset: None,
     };
     if !is_frame(content_type) {
         if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
@@ -161,85 +220,77 @@ fn store_body(
             }
         }
     }
-    let ext = if is_frame(content_type) {
-        "dssst1"
-    } else {
-        "bin"
-    };
-    let name = format!("{stem}.{ext}.gz");
-    let path = dir.join(&name);
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    gz.write_all(bytes)
-        .and_then(|_| gz.finish())
-        .map_err(|e| CassetteError::Body {
-            path: path.clone(),
-            why: format!("cannot compress: {e}"),
-        })
-        .and_then(|z| fsx::write_atomic(&path, &z).map_err(CassetteError::from))?;
+    body.offset = Some(pack.append(bytes)?);
     body.sha256 = Some(sha256_hex(bytes));
-    body.file = Some(name);
     Ok(Some(body))
+}
+
+/// Read and decompress `bodies.gz` (`None` when the cassette has no binary body).
+fn load_pack(dir: &Path) -> Result<Option<Bytes>, CassetteError> {
+    let path = dir.join(PACK_FILE);
+    let bad = |why: String| CassetteError::Body {
+        path: path.clone(),
+        why,
+    };
+    let z = match std::fs::read(&path) {
+        Ok(z) => z,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(bad(format!("cannot read: {e}"))),
+    };
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(&z[..])
+        .read_to_end(&mut out)
+        .map_err(|e| bad(format!("corrupt or truncated gzip stream: {e}")))?;
+    Ok(Some(Bytes::from(out)))
 }
 
 /// The body's exact bytes back from its description.
 fn load_body(
     dir: &Path,
     body: &BodyRef,
+    pack: Option<&Bytes>,
     line: &dyn Fn(String) -> CassetteError,
 ) -> Result<Bytes, CassetteError> {
-    let bytes = match (&body.json, &body.text, &body.file) {
+    let bytes = match (&body.json, &body.text, body.offset) {
         (Some(v), None, None) => {
             Bytes::from(serde_json::to_vec(v).map_err(|e| line(format!("inline json: {e}")))?)
         }
         (None, Some(t), None) => Bytes::from(t.clone().into_bytes()),
-        (None, None, Some(name)) => {
-            if name.contains('/') || name.contains('\\') || name.starts_with('.') {
-                return Err(line(format!(
-                    "body file name {name:?} must be a plain file name"
-                )));
-            }
-            let path = dir.join(name);
+        (None, None, Some(offset)) => {
+            let path = dir.join(PACK_FILE);
             let bad = |why: String| CassetteError::Body {
                 path: path.clone(),
                 why,
             };
-            let z = std::fs::read(&path).map_err(|e| bad(format!("cannot read: {e}")))?;
-            let mut out = Vec::with_capacity(body.bytes.min(1 << 30) as usize);
-            flate2::read::GzDecoder::new(&z[..])
-                .read_to_end(&mut out)
-                .map_err(|e| bad(format!("corrupt or truncated gzip stream: {e}")))?;
+            let pack = pack.ok_or_else(|| bad("not found".into()))?;
+            let end = offset.saturating_add(body.bytes);
+            if end > pack.len() as u64 {
+                return Err(line(format!(
+                    "body at offset {offset} of {} bytes lies past the end of {PACK_FILE} ({} bytes)",
+                    body.bytes,
+                    pack.len()
+                )));
+            }
+            let out = pack.slice(offset as usize..end as usize);
             if let Some(want) = &body.sha256 {
                 let got = sha256_hex(&out);
                 if &got != want {
                     return Err(bad(format!(
-                        "content does not match its sha256 in {INDEX_FILE} (recorded {want}, found {got})"
+                        "the body at offset {offset} does not match its sha256 in {INDEX_FILE} (recorded {want}, found {got})"
                     )));
                 }
             }
-            Bytes::from(out)
+            out
         }
         _ => {
             return Err(line(
-                "a body needs exactly one of `json`, `text` or `file`".into(),
+                "a body needs exactly one of `json`, `text` or `offset`".into(),
             ))
         }
     };
     if bytes.len() as u64 != body.bytes {
-        let what = match &body.file {
-            Some(name) => {
-                return Err(CassetteError::Body {
-                    path: dir.join(name),
-                    why: format!(
-                        "holds {} bytes, {INDEX_FILE} says {}",
-                        bytes.len(),
-                        body.bytes
-                    ),
-                })
-            }
-            None => "inline body",
-        };
         return Err(line(format!(
-            "{what} serialises to {} bytes, but `bytes` says {}",
+            "inline body serialises to {} bytes, but `bytes` says {}",
             bytes.len(),
             body.bytes
         )));
@@ -348,21 +399,13 @@ impl CassetteWriter {
 fn write_all(dir: &Path, rx: mpsc::Receiver<RecordedExchange>) -> Result<usize, CassetteError> {
     let mut entries = Vec::new();
     let mut first_error = None;
+    let mut pack = Pack::new(dir);
     for ex in rx {
-        let stem = format!("{:04}", ex.seq);
-        let stored = store_body(
-            dir,
-            &format!("{stem}.req"),
-            ex.request_content_type.as_deref(),
-            &ex.request,
-        )
-        .and_then(|req| {
-            let ct = ex.response_headers.get("content-type").map(String::as_str);
-            Ok((
-                req,
-                store_body(dir, &format!("{stem}.resp"), ct, &ex.response)?,
-            ))
-        });
+        let stored = store_body(&mut pack, ex.request_content_type.as_deref(), &ex.request)
+            .and_then(|req| {
+                let ct = ex.response_headers.get("content-type").map(String::as_str);
+                Ok((req, store_body(&mut pack, ct, &ex.response)?))
+            });
         match stored {
             Ok((request, response)) => entries.push(IndexEntry {
                 seq: ex.seq,
@@ -387,6 +430,7 @@ fn write_all(dir: &Path, rx: mpsc::Receiver<RecordedExchange>) -> Result<usize, 
     if let Some(e) = first_error {
         return Err(e);
     }
+    pack.finish()?;
     entries.sort_by_key(|e| e.seq);
     let types = job_types(entries.iter().map(|e| {
         (
@@ -468,6 +512,7 @@ impl Cassette {
                 })
             }
         };
+        let pack = load_pack(dir)?;
         let mut exchanges = Vec::new();
         let mut last_seq = 0;
         for (i, raw) in text.lines().enumerate() {
@@ -493,12 +538,12 @@ impl Cassette {
                 None => None,
                 Some(b) => Some(Body {
                     content_type: b.content_type.clone(),
-                    bytes: load_body(dir, b, &at)?,
+                    bytes: load_body(dir, b, pack.as_ref(), &at)?,
                 }),
             };
             let response = match &entry.response {
                 None => Bytes::new(),
-                Some(b) => load_body(dir, b, &at)?,
+                Some(b) => load_body(dir, b, pack.as_ref(), &at)?,
             };
             exchanges.push(Exchange {
                 line,
@@ -635,16 +680,12 @@ mod tests {
             &frame()[..]
         );
         assert_eq!(&c.exchanges[1].response[..], &frame()[..]);
-        assert_eq!(
-            c.exchanges[1]
-                .entry
-                .response
-                .as_ref()
-                .unwrap()
-                .file
-                .as_deref(),
-            Some("0002.resp.dssst1.gz")
+        let (req, resp) = (
+            c.exchanges[1].entry.request.as_ref().unwrap(),
+            c.exchanges[1].entry.response.as_ref().unwrap(),
         );
+        assert_eq!(req.offset, Some(0));
+        assert_eq!(resp.offset, Some(req.bytes));
         assert_eq!(&c.exchanges[2].response[..], b"{ \"x\": 1.0e-6 }");
         assert!(c.exchanges[2]
             .entry
@@ -667,20 +708,28 @@ mod tests {
     fn a_corrupt_body_file_is_named() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path());
-        let f = dir.path().join("0002.req.dssst1.gz");
+        let f = dir.path().join(PACK_FILE);
         let z = std::fs::read(&f).unwrap();
         std::fs::write(&f, &z[..z.len() / 2]).unwrap();
         let e = Cassette::load(dir.path()).unwrap_err().to_string();
-        assert!(
-            e.contains("0002.req.dssst1.gz") && e.contains("truncated"),
-            "{e}"
-        );
+        assert!(e.contains("bodies.gz") && e.contains("truncated"), "{e}");
+
+        // A body that is not what the index says: named with its offset.
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(&z[..])
+            .read_to_end(&mut raw)
+            .unwrap();
+        let last = raw.len() - 1;
+        raw[last] ^= 1;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&raw).unwrap();
+        std::fs::write(&f, gz.finish().unwrap()).unwrap();
+        let e = Cassette::load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("bodies.gz") && e.contains("sha256"), "{e}");
+
         std::fs::remove_file(&f).unwrap();
         let e = Cassette::load(dir.path()).unwrap_err().to_string();
-        assert!(
-            e.contains("0002.req.dssst1.gz") && e.contains("cannot read"),
-            "{e}"
-        );
+        assert!(e.contains("bodies.gz: not found"), "{e}");
     }
 
     #[test]

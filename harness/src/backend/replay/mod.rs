@@ -281,12 +281,9 @@ fn recorded_view(dir: &Path, x: &cassette::Exchange) -> Result<Value, CassetteEr
     let body = match &x.request {
         None => Value::Null,
         Some(b) => request_view(b.content_type.as_deref(), &b.bytes).map_err(|why| {
-            let file = x.entry.request.as_ref().and_then(|r| r.file.as_ref());
-            CassetteError::Body {
-                path: match file {
-                    Some(f) => dir.join(f),
-                    None => dir.join(format!("{}:{}", cassette::INDEX_FILE, x.line)),
-                },
+            CassetteError::Index {
+                path: dir.join(cassette::INDEX_FILE),
+                line: x.line,
                 why: format!("recorded request {why}"),
             }
         })?,
