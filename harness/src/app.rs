@@ -52,6 +52,7 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
         }
         Command::Serve(args) => serve(args).await,
         Command::Run(args) => run(args).await,
+        Command::Record(args) => record(args).await,
         Command::Golden { action, golden } => golden_command(action, &golden),
         Command::Compare { run, run2, golden } => {
             crate::report::compare_command(&run, run2.as_deref(), &golden)
@@ -296,6 +297,7 @@ pub async fn run_one(
         end,
         metrics,
         insane,
+        replay,
         ..
     } = executed;
     let store = crate::golden::GoldenStore::with_ci(&opts.golden, opts.ci);
@@ -322,6 +324,13 @@ pub async fn run_one(
             fail_fast: None,
         });
         if verdict.outcome == Outcome::Passed || verdict.outcome == Outcome::NoGolden {
+            verdict.outcome = Outcome::Regressed;
+        }
+    }
+    // A replay: every request must match its recording.
+    if let Some(r) = &replay {
+        verdict.rules.push(r.rule_verdict());
+        if !r.passed() && matches!(verdict.outcome, Outcome::Passed | Outcome::NoGolden) {
             verdict.outcome = Outcome::Regressed;
         }
     }
@@ -376,4 +385,96 @@ pub async fn run_one(
     crate::report::write_reports(&run_dir, &report)
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     Ok(report)
+}
+
+/// `rlharness record`: run a scenario through the proxy, keep its whole wire traffic as a
+/// cassette and install it as `GOLDEN/<scenario>/<hardware>/cassette/` (replacing the old one)
+/// once the run completed. The run is not judged: a recording of a few steps is not a
+/// convergence run.
+async fn record(args: crate::cli::RecordArgs) -> Result<ExitStatus, CommandError> {
+    use crate::backend::replay::cassette::{Cassette, META_FILE, METRICS_FILE};
+    let opts = crate::runner::RunOptions {
+        out: args.out.clone(),
+        golden: args.golden.clone(),
+        seed: args.seed,
+        steps: args.steps,
+        set: args.set.clone(),
+        update_golden: false,
+        hardware: args.hardware.clone(),
+        progress: !args.no_progress,
+        ci: true,
+        run_dir: None,
+    };
+    let scenario = crate::spec::load_scenario(&args.scenario, &opts.set)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    if matches!(
+        scenario.backend,
+        crate::backend::BackendSpec::Replay { .. } | crate::backend::BackendSpec::None
+    ) {
+        return Err(CommandError::invalid(format!(
+            "{}: `record` needs a scenario with a backend to record (mock, torch or remote)",
+            args.scenario.display()
+        )));
+    }
+    let plan = crate::plan::RunPlan::new(scenario, opts.seed, opts.steps);
+    let unmet = plan.scenario.requires.unmet();
+    if !unmet.is_empty() {
+        return Err(CommandError::invalid(format!(
+            "{}: cannot record here: {}",
+            args.scenario.display(),
+            unmet.join("; ")
+        )));
+    }
+    let executed = crate::runner::execute_recording(plan, &opts).await?;
+    let recorded = executed.run_dir.join("cassette");
+    if executed.end != crate::runner::RunEnd::Completed {
+        return Err(CommandError::run_failed(format!(
+            "the recording run did not complete ({}); the partial cassette stays in {} and no \
+             cassette was installed",
+            executed
+                .end
+                .reason()
+                .unwrap_or_else(|| executed.end.status().into()),
+            recorded.display()
+        )));
+    }
+    let fail = |e: String| CommandError::run_failed(format!("record: {e}"));
+    let meta = serde_json::json!({
+        "format": "rlharness-cassette/1",
+        "scenario": executed.plan.scenario.name,
+        "hardware": executed.env.hardware,
+        "device": executed.env.device,
+        "seed": executed.plan.scenario.seed,
+        "steps": executed.plan.scenario.steps,
+        "plan_hash": executed.plan.plan_hash,
+        "harness_version": executed.manifest.harness_version,
+        "git_commit": executed.manifest.git_commit,
+        "torch_version": executed.env.torch_version,
+        "recorded": executed.ended.to_rfc3339(),
+    });
+    let text = serde_json::to_string_pretty(&meta).map_err(|e| fail(e.to_string()))?;
+    crate::fsx::write_atomic(&recorded.join(META_FILE), text.as_bytes())
+        .map_err(|e| fail(e.to_string()))?;
+    std::fs::copy(
+        executed.run_dir.join("metrics.csv"),
+        recorded.join(METRICS_FILE),
+    )
+    .map_err(|e| fail(format!("cannot copy the run's metrics.csv: {e}")))?;
+    // What is installed must read back: every body decompressed and checked.
+    let cassette = Cassette::load(&recorded).map_err(|e| fail(e.to_string()))?;
+    let target = opts
+        .golden
+        .join(&executed.plan.scenario.name)
+        .join(&executed.env.hardware)
+        .join("cassette");
+    crate::backend::replay::install_cassette(&recorded, &target).map_err(fail)?;
+    println!(
+        "{}: recorded {} exchanges ({} steps, {:.1} MiB of bodies) into {}",
+        executed.plan.scenario.name,
+        cassette.exchanges.len(),
+        executed.plan.scenario.steps,
+        cassette.body_bytes() as f64 / (1024.0 * 1024.0),
+        target.display()
+    );
+    Ok(ExitStatus::Passed)
 }

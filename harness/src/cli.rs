@@ -31,6 +31,9 @@ pub enum Command {
     },
     /// Run scenarios and judge them against their goldens and rules.
     Run(RunArgs),
+    /// Run a scenario and keep its whole wire traffic as a replay cassette under
+    /// GOLDEN/<scenario>/<hardware>/cassette/.
+    Record(RecordArgs),
     /// Serve an Arctic-compatible backend standalone.
     Serve(ServeArgs),
     /// A standalone recording proxy in front of any Arctic server.
@@ -85,6 +88,29 @@ pub struct RunArgs {
     #[arg(long)]
     pub hardware: Option<String>,
     /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct RecordArgs {
+    pub scenario: PathBuf,
+    /// Where the recording run's directory goes: OUT/<scenario>/<run-id>/.
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+    /// The golden store the cassette is installed into.
+    #[arg(long, default_value = "golden")]
+    pub golden: PathBuf,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Record this many steps (a few keep the cassette small).
+    #[arg(long)]
+    pub steps: Option<u64>,
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// The hardware key (default: derived from the device).
+    #[arg(long)]
+    pub hardware: Option<String>,
     #[arg(long)]
     pub no_progress: bool,
 }

@@ -106,6 +106,8 @@ pub struct Executed {
     pub metrics: MetricTable,
     /// Built-in sanity failures (e.g. an MFU outside (0, 1]) as (step, metric, value).
     pub insane: Vec<(u64, String, f64)>,
+    /// A replay backend's account of the requests it was sent.
+    pub replay: Option<crate::backend::replay::ReplayOutcome>,
     pub started: chrono::DateTime<chrono::Utc>,
     pub ended: chrono::DateTime<chrono::Utc>,
 }
@@ -120,6 +122,7 @@ struct RunningBackend {
     flags: Option<Value>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    replay: Option<crate::backend::replay::ReplayHandle>,
 }
 
 impl RunningBackend {
@@ -168,9 +171,31 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
                 flags: None,
                 stop: None,
                 task: None,
+                replay: None,
             })
         }
-        BackendSpec::Replay { .. } | BackendSpec::None => {
+        BackendSpec::Replay { cassette } => {
+            let dir = crate::backend::replay::resolve_cassette(&plan.scenario.path, cassette);
+            let cassette =
+                tokio::task::spawn_blocking(move || crate::backend::replay::Cassette::load(&dir))
+                    .await
+                    .map_err(|e| {
+                        CommandError::run_failed(format!("loading the cassette crashed: {e}"))
+                    })?
+                    .map_err(|e| CommandError::invalid(format!("backend: {e}")))?;
+            let r = crate::backend::replay::start(cassette)
+                .await
+                .map_err(|e| CommandError::invalid(format!("backend: {e}")))?;
+            return Ok(RunningBackend {
+                url: r.url,
+                runtime: None,
+                flags: None,
+                stop: Some(r.stop),
+                task: Some(r.task),
+                replay: Some(r.handle),
+            });
+        }
+        BackendSpec::None => {
             return Err(CommandError::invalid(format!(
                 "backend kind {:?} is not supported by `run` yet",
                 plan.scenario.backend
@@ -215,6 +240,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
         flags: Some(flags),
         stop: Some(tx),
         task: Some(task),
+        replay: None,
     })
 }
 
@@ -297,6 +323,20 @@ impl Progress {
 
 /// Run one planned scenario to its end (not judged yet).
 pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, CommandError> {
+    execute_with(plan, opts, false).await
+}
+
+/// [`execute`], keeping the whole wire traffic as a cassette in `<run dir>/cassette/`
+/// (`rlharness record`).
+pub async fn execute_recording(plan: RunPlan, opts: &RunOptions) -> Result<Executed, CommandError> {
+    execute_with(plan, opts, true).await
+}
+
+async fn execute_with(
+    plan: RunPlan,
+    opts: &RunOptions,
+    record: bool,
+) -> Result<Executed, CommandError> {
     let started = chrono::Utc::now();
     let name = plan.scenario.name.clone();
     // Translation errors are input errors: found before anything starts.
@@ -336,17 +376,19 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
         .await
         .map_err(|e| CommandError::run_failed(format!("cannot bind the proxy port: {e}")))?;
     let request_timeout = timeouts.request.unwrap_or(Duration::from_secs(1800));
-    let proxy = crate::proxy::start(
-        proxy_listener,
-        crate::proxy::ProxyConfig {
-            upstream: backend.url.clone(),
-            record_dir: run_dir.clone(),
-            body_limit: 4 << 30,
-            request_timeout,
-        },
-        Some(tx.clone()),
-    )
-    .await
+    let proxy_cfg = crate::proxy::ProxyConfig {
+        upstream: backend.url.clone(),
+        record_dir: run_dir.clone(),
+        body_limit: 4 << 30,
+        request_timeout,
+    };
+    let proxy = if record {
+        let writer = crate::backend::replay::CassetteWriter::create(&run_dir.join("cassette"))
+            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+        crate::proxy::start_recording(proxy_listener, proxy_cfg, Some(tx.clone()), writer).await
+    } else {
+        crate::proxy::start(proxy_listener, proxy_cfg, Some(tx.clone())).await
+    }
     .map_err(|e| CommandError::run_failed(format!("cannot start the recording proxy: {e}")))?;
 
     let driver_task = match &plan.scenario.driver {
@@ -467,6 +509,7 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
     };
     progress.finish();
     proxy.shutdown().await;
+    let replay = backend.replay.as_ref().map(|h| h.outcome());
     backend.shutdown().await;
     let ended = chrono::Utc::now();
     let metrics = csv.into_table();
@@ -483,6 +526,7 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
         end,
         metrics,
         insane,
+        replay,
         started,
         ended,
     })

@@ -3,6 +3,7 @@
 //! (mock: scripted and simulated; torch: a real model, feature `torch`).
 
 pub mod mock;
+pub mod replay;
 pub mod server;
 #[cfg(feature = "torch")]
 pub mod torch;

@@ -50,6 +50,8 @@ pub struct Capture {
     pub complete: bool,
     /// Why the stream ended early, if it did.
     pub error: Option<String>,
+    /// The whole body, only when a cassette is recorded (see [`Capture::keep_whole`]).
+    whole: Option<Vec<u8>>,
 }
 
 pub type SharedCapture = Arc<Mutex<Capture>>;
@@ -75,7 +77,23 @@ impl Capture {
             over_limit: false,
             complete: false,
             error: None,
+            whole: None,
         }))
+    }
+
+    /// Keep every byte of the body, not just what the record needs: for a cassette. Off by
+    /// default, so the streaming path holds at most a frame header or a capped JSON body.
+    pub fn keep_whole(&mut self) {
+        self.whole.get_or_insert_with(Vec::new);
+    }
+
+    /// The whole body kept so far (empty unless [`Capture::keep_whole`] was called).
+    pub fn take_whole(&mut self) -> Vec<u8> {
+        self.whole.take().unwrap_or_default()
+    }
+
+    pub fn content_type(&self) -> Option<&str> {
+        self.content_type.as_deref()
     }
 
     pub fn is_frame(&self) -> bool {
@@ -88,6 +106,9 @@ impl Capture {
         if self.total > self.limit {
             self.over_limit = true;
             return false;
+        }
+        if let Some(w) = &mut self.whole {
+            w.extend_from_slice(data);
         }
         let mut rest = data;
         while self.prefix.len() < self.want && !rest.is_empty() {
@@ -374,6 +395,26 @@ mod tests {
             .as_deref()
             .unwrap_or("")
             .contains("limit of 6 bytes"));
+    }
+
+    #[tokio::test]
+    async fn whole_bodies_are_kept_only_when_asked() {
+        let body = vec![Bytes::from_static(b"{\"a\":"), Bytes::from_static(b"1}")];
+        let (cap, _) = pump(body.clone(), Some("application/json"), u64::MAX).await;
+        assert!(
+            lock(&cap).take_whole().is_empty(),
+            "the streaming default keeps nothing extra"
+        );
+
+        let cap = Capture::new(Some("application/octet-stream"), u64::MAX);
+        lock(&cap).keep_whole();
+        let stream = futures_util::stream::iter(
+            body.into_iter()
+                .map(|c| Ok::<_, std::io::Error>(Frame::data(c))),
+        );
+        let tee = TeeBody::new(http_body_util::StreamBody::new(stream), cap.clone());
+        assert!(tee.collect().await.is_ok());
+        assert_eq!(lock(&cap).take_whole(), b"{\"a\":1}");
     }
 
     #[test]

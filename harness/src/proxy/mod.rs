@@ -40,6 +40,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::backend::replay::{CassetteWriter, RecordedExchange};
 use crate::events::{EventSender, RunEvent};
 use crate::fsx::{self, FsError};
 use crate::wire::api::SIM_DURATION_HEADER;
@@ -133,6 +134,14 @@ impl Recorder {
         }
     }
 
+    fn report_cassette(&self, why: String) {
+        let msg = format!("proxy could not write the cassette: {why}");
+        tracing::warn!("{msg}");
+        if let Some(tx) = &self.events {
+            let _ = tx.send(RunEvent::Warning(msg));
+        }
+    }
+
     fn line(&self, record: &Value) {
         let line = record.to_string();
         let mut f = self.wire.lock().unwrap_or_else(|p| p.into_inner());
@@ -167,6 +176,8 @@ struct Shared {
     recorder: Recorder,
     seq: AtomicU64,
     activity: Mutex<Activity>,
+    /// When recording a cassette: whole bodies go here as each exchange completes.
+    cassette: Option<Arc<CassetteWriter>>,
 }
 
 impl Shared {
@@ -189,13 +200,27 @@ impl ProxyHandle {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.server.await;
-        let f = self
-            .shared
-            .recorder
-            .wire
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let _ = f.sync_data();
+        {
+            let f = self
+                .shared
+                .recorder
+                .wire
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let _ = f.sync_data();
+        }
+        if let Some(c) = self.shared.cassette.clone() {
+            // The writer's index is written from its own thread: wait for it off the runtime.
+            let dir = c.dir().to_path_buf();
+            match tokio::task::spawn_blocking(move || c.finish()).await {
+                Ok(Ok(n)) => tracing::info!("cassette of {n} exchanges in {}", dir.display()),
+                Ok(Err(e)) => self.shared.recorder.report_cassette(e.to_string()),
+                Err(e) => self
+                    .shared
+                    .recorder
+                    .report_cassette(format!("the cassette writer crashed: {e}")),
+            }
+        }
     }
 
     /// The oldest request still open (`POST /forward-backward?job_id=3 (in flight 12.0 s)`), or
@@ -245,6 +270,26 @@ pub async fn start(
     cfg: ProxyConfig,
     events: Option<EventSender>,
 ) -> Result<ProxyHandle, ProxyError> {
+    start_with(listener, cfg, events, None).await
+}
+
+/// [`start`], and keep every exchange whole in a cassette (`rlharness record`): the bodies
+/// still stream through, but each is also kept in memory until its exchange completes.
+pub async fn start_recording(
+    listener: TcpListener,
+    cfg: ProxyConfig,
+    events: Option<EventSender>,
+    cassette: Arc<CassetteWriter>,
+) -> Result<ProxyHandle, ProxyError> {
+    start_with(listener, cfg, events, Some(cassette)).await
+}
+
+async fn start_with(
+    listener: TcpListener,
+    cfg: ProxyConfig,
+    events: Option<EventSender>,
+    cassette: Option<Arc<CassetteWriter>>,
+) -> Result<ProxyHandle, ProxyError> {
     let upstream = parse_upstream(&cfg.upstream)?;
     let addr = listener.local_addr().map_err(|source| ProxyError::Bind {
         addr: "the given listener".into(),
@@ -263,6 +308,7 @@ pub async fn start(
         recorder,
         seq: AtomicU64::new(0),
         activity: Mutex::new(Activity::default()),
+        cassette,
     });
     let (stop, stop_rx) = watch::channel(false);
     let server = tokio::spawn(serve(listener, shared.clone(), stop_rx));
@@ -423,6 +469,12 @@ struct Exchange {
     route: String,
     job_id: Value,
     request: SharedCapture,
+    /// For a cassette: the query, the concurrency group, the headers a replay answers with,
+    /// and the body the proxy answered itself with.
+    query: Option<String>,
+    group: u64,
+    response_headers: BTreeMap<String, String>,
+    reply_body: Option<Vec<u8>>,
 }
 
 impl Exchange {
@@ -434,8 +486,8 @@ impl Exchange {
         error: Option<String>,
     ) {
         let duration_s = self.started.elapsed().as_secs_f64();
-        let req = lock(&self.request);
-        let resp = response.map(lock);
+        let mut req = lock(&self.request);
+        let mut resp = response.map(lock);
         let error = error
             .or_else(|| resp.as_ref().and_then(|r| r.error.clone()))
             .or_else(|| req.error.clone().filter(|_| !req.complete));
@@ -459,6 +511,25 @@ impl Exchange {
         );
         if let Some(e) = &error {
             o.insert("error".into(), e.clone().into());
+        }
+        if let Some(c) = &self.shared.cassette {
+            c.push(RecordedExchange {
+                seq: self.seq,
+                group: self.group,
+                method: self.method.to_string(),
+                path: self.route.clone(),
+                query: self.query.clone(),
+                job_id: self.job_id.as_u64(),
+                status,
+                request_content_type: req.content_type().map(str::to_string),
+                request: req.take_whole(),
+                response_headers: self.response_headers.clone(),
+                response: match resp.as_mut() {
+                    Some(r) => r.take_whole(),
+                    None => self.reply_body.clone().unwrap_or_default(),
+                },
+                error: error.clone(),
+            });
         }
         let recorder = &self.shared.recorder;
         recorder.line(&rec);
@@ -486,8 +557,13 @@ impl Exchange {
     }
 
     /// Answer the driver ourselves (limit, upstream failure) and record it.
-    fn reply(self, status: StatusCode, detail: String) -> Response<ProxyBody> {
+    fn reply(mut self, status: StatusCode, detail: String) -> Response<ProxyBody> {
         let resp = detail_response(status, &detail);
+        if self.shared.cassette.is_some() {
+            self.response_headers
+                .insert("content-type".into(), "application/json".into());
+            self.reply_body = Some(json!({ "detail": detail }).to_string().into_bytes());
+        }
         self.finish(status.as_u16(), None, None, Some(detail));
         resp
     }
@@ -509,7 +585,14 @@ async fn exchange(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Proxy
     let limit = shared.cfg.body_limit;
     let (mut parts, body) = req.into_parts();
     let request = Capture::new(content_type(&parts.headers), limit);
-    let ex = Exchange {
+    let group = match &shared.cassette {
+        Some(c) => {
+            lock(&request).keep_whole();
+            c.begin(seq)
+        }
+        None => 0,
+    };
+    let mut ex = Exchange {
         shared: shared.clone(),
         seq,
         started,
@@ -518,6 +601,10 @@ async fn exchange(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Proxy
         route: route.clone(),
         job_id: job_id(&parts.uri),
         request: request.clone(),
+        query: parts.uri.query().map(str::to_string),
+        group,
+        response_headers: BTreeMap::new(),
+        reply_body: None,
     };
     let upstream = &shared.upstream_text;
     let on = format!("{} {}", parts.method, route);
@@ -615,6 +702,14 @@ async fn exchange(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Proxy
     let status = parts.status.as_u16();
     strip_hop_headers(&mut parts.headers);
     let response = Capture::new(content_type(&parts.headers), limit);
+    if shared.cassette.is_some() {
+        lock(&response).keep_whole();
+        for name in [header::CONTENT_TYPE.as_str(), SIM_DURATION_HEADER] {
+            if let Some(v) = parts.headers.get(name).and_then(|v| v.to_str().ok()) {
+                ex.response_headers.insert(name.to_string(), v.to_string());
+            }
+        }
+    }
     let recorded = response.clone();
     let body = TeeBody::new(body, response)
         .with_deadline(deadline, timeout_s)
