@@ -296,6 +296,7 @@ pub async fn run_one(
         end,
         metrics,
         insane,
+        trainer_tail,
         ..
     } = executed;
     let store = crate::golden::GoldenStore::with_ci(&opts.golden, opts.ci);
@@ -361,7 +362,7 @@ pub async fn run_one(
     }
     let reference = golden.as_ref().map(Reference::from_golden);
     let judged = matches!(end, crate::runner::RunEnd::Completed);
-    let report = Report::from_run(
+    let mut report = Report::from_run(
         &run_dir,
         &manifest,
         metrics,
@@ -373,6 +374,7 @@ pub async fn run_one(
             None
         },
     );
+    report.trainer_tail = trainer_tail;
     crate::report::write_reports(&run_dir, &report)
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     Ok(report)

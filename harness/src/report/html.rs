@@ -54,6 +54,9 @@ pub fn render_html(r: &Report) -> String {
             )),
         }
     }
+    for n in &r.notes {
+        o.push_str(&format!("<p class=\"note\"><b>Note:</b> {}</p>\n", esc(n)));
+    }
     if let Some(g) = r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_ref()) {
         o.push_str(&format!(
             "<p class=\"note\"><b>Step grid mismatch:</b> {}</p>\n",

@@ -75,6 +75,9 @@ pub fn render_markdown(r: &Report) -> String {
             None => {}
         }
     }
+    for n in &r.notes {
+        out.push_str(&format!("> **Note:** {}\n\n", cell(n)));
+    }
     if let Some(g) = r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_ref()) {
         out.push_str(&format!("> **Step grid mismatch:** {g}\n\n"));
     }
