@@ -341,6 +341,7 @@ pub async fn run_one(
             seed: Some(plan.scenario.seed),
             threads: env.threads,
             torch_version: env.torch_version.clone(),
+            source: None,
         };
         match store.write_pending(
             &plan.scenario.name,

@@ -449,6 +449,9 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
     let mut current_step = 1u64;
     let mut insane = Vec::new();
     let mut driver_task = driver_task;
+    // Set once the loop has awaited the driver's task (a JoinHandle is polled to completion
+    // only once).
+    let mut driver_done = false;
     let step_limit = timeouts.step;
     let run_limit = timeouts.run;
     let ctrl_c = tokio::signal::ctrl_c();
@@ -523,6 +526,7 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
                 }
                 None => {
                     // Every sender is gone: the driver ended; its result decides.
+                    driver_done = true;
                     break match (&mut driver_task).await {
                         Ok(Ok(())) => RunEnd::Completed,
                         Ok(Err(e)) => RunEnd::Failed { reason: e.to_string(), step: e.step(), route: e.route().map(str::to_string) },
@@ -531,6 +535,7 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
                 }
             },
             res = &mut driver_task => {
+                driver_done = true;
                 // Drain metrics the driver sent before it ended.
                 while let Ok(ev) = rx.try_recv() {
                     if let RunEvent::Step(m) = ev {
@@ -564,9 +569,10 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
     match &trainer {
         Some(t) => {
             t.terminate(TERM_GRACE).await;
-            if tokio::time::timeout(Duration::from_secs(5), &mut driver_task)
-                .await
-                .is_err()
+            if !driver_done
+                && tokio::time::timeout(Duration::from_secs(5), &mut driver_task)
+                    .await
+                    .is_err()
             {
                 driver_task.abort();
             }

@@ -383,8 +383,9 @@ impl Shared {
             m.insert(k, v);
         }
         let _ = self.tx.send(RunEvent::Step(m));
+        // stdout and stderr race: a step may arrive after a later one.
         let _ = self.tx.send(RunEvent::StepStarted {
-            step: step + 1,
+            step: self.next_step(),
             total: 0,
         });
     }

@@ -187,6 +187,16 @@ pub fn render_markdown(r: &Report) -> String {
         ));
     }
     if let Some(p) = r.reference.as_ref().and_then(|g| g.provenance.as_ref()) {
+        if let Some(src) = &p.source {
+            out.push_str(&row("golden", format!("{src} (not a run of this harness)")));
+        }
+    }
+    if let Some(p) = r
+        .reference
+        .as_ref()
+        .and_then(|g| g.provenance.as_ref())
+        .filter(|p| p.source.is_none())
+    {
         out.push_str(&row(
             "golden",
             format!(

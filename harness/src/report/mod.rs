@@ -668,6 +668,7 @@ mod tests {
                 seed: Some(7),
                 threads: Some(2),
                 torch_version: None,
+                source: None,
             }),
         }
     }
