@@ -556,6 +556,21 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Total on any input (the fuzz targets go further): never a panic.
+        #[test]
+        fn parsers_never_panic(s in "\\PC*", prefix in proptest::sample::select(vec![
+            "", "step:", "step:1 - ", "(TaskRunner pid=1) step:2 - a:", "\u{1b}[36m(", "{\"step\":1,\"data\":{",
+            "np.float64(", "\u{1b}]", "(X pid=) step:",
+        ])) {
+            let line = format!("{prefix}{s}");
+            let _ = parse_console_line(&line);
+            let _ = parse_jsonl_line(&line);
+            let _ = parse_python_number(&line);
+            let _ = strip_ansi(&line);
+        }
+    }
+
     #[test]
     fn tail_reads_complete_lines_and_restarts_after_truncation() {
         use std::io::Write;
