@@ -435,10 +435,20 @@ pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, Comma
                 CommandError::run_failed(format!("cannot resolve {}: {e}", run_dir.display()))
             })?;
             let launch = command::launch_for(spec, &plan, &abs_dir, proxy_url.as_deref());
-            let (t, task) = command::start(&launch, tx.clone())
-                .map_err(|e| CommandError::run_failed(e.to_string()))?;
-            trainer = Some(t);
-            task
+            match command::start(&launch, tx.clone()) {
+                Ok((t, task)) => {
+                    trainer = Some(t);
+                    task
+                }
+                // A trainer that cannot start is a failed run with a report, like one that
+                // crashes at once.
+                Err(e) => tokio::spawn(async move {
+                    Err(builtin::DriverError::Trainer {
+                        step: 1,
+                        message: e.to_string(),
+                    })
+                }),
+            }
         }
     };
     drop(tx);

@@ -557,35 +557,99 @@ fn the_qwen3_recipe_reaches_verl_as_the_example_recipes_overrides() {
         .contains(&"trainer.total_training_steps=2".to_string()));
 }
 
+/// `rlharness run ...` as the binary parses and runs it (in-process: the target folder may be
+/// shared with other checkouts, so the built binary is not necessarily this one). `CI=true`
+/// is never set here (the process environment is shared by the tests); nothing is blessed
+/// because the fixture has no golden rules.
 #[test]
-fn the_rlharness_binary_exits_3_on_a_hang_and_0_on_a_clean_fixture() {
+fn rlharness_run_exits_3_on_a_hang_and_0_on_a_clean_fixture() {
+    use clap::Parser;
     let tmp = tempfile::tempdir().unwrap();
     let run = |extra: &[&str]| {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"));
-        cmd.args(["run", "--no-progress", "--out"])
-            .arg(tmp.path())
-            .arg("--golden")
-            .arg(tmp.path().join("golden"))
-            .arg(fixture("verl-console.yaml"))
-            .env("CI", "true");
+        let mut argv: Vec<String> = vec!["rlharness".into(), "run".into(), "--no-progress".into()];
+        argv.push("--out".into());
+        argv.push(tmp.path().display().to_string());
+        argv.push("--golden".into());
+        argv.push(tmp.path().join("golden").display().to_string());
         for a in extra {
-            cmd.args(["--set", a]);
+            argv.push("--set".into());
+            argv.push(a.to_string());
         }
-        cmd.output().unwrap()
+        argv.push(fixture("verl-console.yaml").display().to_string());
+        rlharness::app::main(rlharness::cli::Cli::parse_from(argv))
     };
-    let ok = run(&[]);
+    assert_eq!(run(&[]), ExitStatus::Passed);
     assert_eq!(
-        ok.status.code(),
-        Some(0),
-        "{}{}",
-        String::from_utf8_lossy(&ok.stdout),
-        String::from_utf8_lossy(&ok.stderr)
+        run(&["driver.command.1=hang", "timeouts.step=1"]),
+        ExitStatus::RunFailed
     );
-    let hang = run(&["driver.command.1=hang", "timeouts.step=1"]);
-    assert_eq!(hang.status.code(), Some(3));
-    let out = String::from_utf8_lossy(&hang.stdout);
-    assert!(out.contains("run timed_out: hang at step 3"), "{out}");
     let latest = tmp.path().join("fixture-verl-console/latest");
+    assert_eq!(manifest(&latest).status, RunStatus::TimedOut);
     let child: i32 = read(&latest, "child.pid").trim().parse().unwrap();
     assert!(dead(child), "child {child} still alive");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_fast_golden_rule_stops_the_run_at_the_first_point_outside_its_band() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A golden whose score is far above what the trainer reaches.
+    let mut golden = MetricTable::new();
+    for s in 1..=4 {
+        let mut m = rlharness::metrics::StepMetrics::new(s);
+        m.insert("critic/score/mean", 0.9);
+        golden.push(m);
+    }
+    let store = rlharness::golden::GoldenStore::with_ci(tmp.path().join("golden"), false);
+    let prov = rlharness::golden::Provenance {
+        device: "cpu".into(),
+        ..Default::default()
+    };
+    store
+        .write_pending("fixture-verl-jsonl", "cpu", &golden, &prov, None)
+        .unwrap();
+    store.accept(&[]).unwrap();
+    let report = run_one(
+        &fixture("verl-jsonl.yaml"),
+        &opts(
+            tmp.path(),
+            &["checks.golden={critic/score/mean: {abs: 0.1, fail_fast: true}}"],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        report.exit_status(),
+        ExitStatus::CheckFailed,
+        "{}",
+        report.summary()
+    );
+    let m = manifest(&tmp.path().join("run"));
+    assert_eq!(m.status, RunStatus::Aborted);
+    assert_eq!(m.failed_step, Some(1));
+    assert_eq!(
+        m.reason.as_deref(),
+        Some("fail fast: rule `golden:critic/score/mean` can no longer pass after step 1 of 4")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trainer_that_cannot_start_is_a_failed_run_with_a_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = run_one(
+        &fixture("verl-console.yaml"),
+        &opts(tmp.path(), &["driver.command.0=./no-such-trainer.sh"]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.exit_status(), ExitStatus::RunFailed);
+    let dir = tmp.path().join("run");
+    let m = manifest(&dir);
+    assert_eq!(m.status, RunStatus::Failed);
+    let reason = m.reason.unwrap();
+    assert!(
+        reason.starts_with("step 1: cannot start the trainer `")
+            && reason.contains("no-such-trainer.sh"),
+        "{reason}"
+    );
+    assert!(dir.join("report.md").is_file());
 }
