@@ -298,6 +298,7 @@ pub async fn run_one(
         metrics,
         insane,
         replay,
+        trainer_tail,
         ..
     } = executed;
     let store = crate::golden::GoldenStore::with_ci(&opts.golden, opts.ci);
@@ -349,6 +350,7 @@ pub async fn run_one(
             seed: Some(plan.scenario.seed),
             threads: env.threads,
             torch_version: env.torch_version.clone(),
+            source: None,
         };
         match store.write_pending(
             &plan.scenario.name,
@@ -370,7 +372,7 @@ pub async fn run_one(
     }
     let reference = golden.as_ref().map(Reference::from_golden);
     let judged = matches!(end, crate::runner::RunEnd::Completed);
-    let report = Report::from_run(
+    let mut report = Report::from_run(
         &run_dir,
         &manifest,
         metrics,
@@ -382,6 +384,7 @@ pub async fn run_one(
             None
         },
     );
+    report.trainer_tail = trainer_tail;
     crate::report::write_reports(&run_dir, &report)
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     Ok(report)

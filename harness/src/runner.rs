@@ -14,6 +14,7 @@ use crate::backend::BackendSpec;
 use crate::compare::RunStatus;
 use crate::driver::builtin::{self, DriverRun};
 use crate::driver::client::ArcticClient;
+use crate::driver::command::{self, Trainer};
 use crate::driver::{translate, DriverSpec};
 use crate::error::{CommandError, ExitStatus};
 use crate::events::{self, RunEvent};
@@ -58,6 +59,12 @@ pub enum RunEnd {
     Interrupted {
         step: u64,
     },
+    /// Stopped on purpose by the watchdog: a non-finite watched metric, or a fail-fast rule
+    /// that can no longer pass.
+    Aborted {
+        reason: String,
+        step: u64,
+    },
 }
 
 impl RunEnd {
@@ -67,6 +74,7 @@ impl RunEnd {
             RunEnd::Failed { .. } => "failed",
             RunEnd::Hang { .. } => "hang",
             RunEnd::Interrupted { .. } => "interrupted",
+            RunEnd::Aborted { .. } => "aborted",
         }
     }
     pub fn run_status(&self) -> RunStatus {
@@ -75,19 +83,24 @@ impl RunEnd {
             RunEnd::Failed { .. } => RunStatus::Failed,
             RunEnd::Hang { .. } => RunStatus::TimedOut,
             RunEnd::Interrupted { .. } => RunStatus::Interrupted,
+            RunEnd::Aborted { .. } => RunStatus::Aborted,
         }
     }
     pub fn step(&self) -> Option<u64> {
         match self {
             RunEnd::Completed => None,
             RunEnd::Failed { step, .. } => *step,
-            RunEnd::Hang { step, .. } | RunEnd::Interrupted { step } => Some(*step),
+            RunEnd::Hang { step, .. }
+            | RunEnd::Interrupted { step }
+            | RunEnd::Aborted { step, .. } => Some(*step),
         }
     }
     pub fn reason(&self) -> Option<String> {
         match self {
             RunEnd::Completed => None,
-            RunEnd::Failed { reason, .. } | RunEnd::Hang { reason, .. } => Some(reason.clone()),
+            RunEnd::Failed { reason, .. }
+            | RunEnd::Hang { reason, .. }
+            | RunEnd::Aborted { reason, .. } => Some(reason.clone()),
             RunEnd::Interrupted { step } => {
                 Some(format!("interrupted (Ctrl-C) during step {step}"))
             }
@@ -110,6 +123,8 @@ pub struct Executed {
     pub replay: Option<crate::backend::replay::ReplayOutcome>,
     pub started: chrono::DateTime<chrono::Utc>,
     pub ended: chrono::DateTime<chrono::Utc>,
+    /// An external trainer's last output lines, when the run did not complete.
+    pub trainer_tail: Option<String>,
 }
 
 /// A backend running in-process, with what stops it.
@@ -339,9 +354,16 @@ async fn execute_with(
 ) -> Result<Executed, CommandError> {
     let started = chrono::Utc::now();
     let name = plan.scenario.name.clone();
-    // Translation errors are input errors: found before anything starts.
-    let translation = translate::translate(&plan.scenario.config.to_json(), plan.scenario.steps)
-        .map_err(|e| CommandError::invalid(format!("{}: {e}", plan.scenario.path.display())))?;
+    // Translation errors are input errors: found before anything starts. Only the builtin
+    // driver translates; an external trainer reads the config itself.
+    let translation = match &plan.scenario.driver {
+        DriverSpec::Builtin(_) => Some(
+            translate::translate(&plan.scenario.config.to_json(), plan.scenario.steps).map_err(
+                |e| CommandError::invalid(format!("{}: {e}", plan.scenario.path.display())),
+            )?,
+        ),
+        DriverSpec::Command(_) => None,
+    };
     let run_dir = match &opts.run_dir {
         Some(d) => {
             fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
@@ -349,7 +371,7 @@ async fn execute_with(
         }
         None => create_run_dir(&opts.out, &name, &plan.plan_hash)?,
     };
-    let mut env = RunEnv::new(None, opts.hardware.as_deref());
+    let mut env = RunEnv::new(trainer_device(&plan), opts.hardware.as_deref());
     let mut manifest = manifest_for(&plan, &env, started);
     write_manifest(&run_dir, &manifest)?;
 
@@ -358,43 +380,71 @@ async fn execute_with(
     let steps = plan.scenario.steps;
     let timeouts = plan.scenario.timeouts.clone();
 
-    let backend = start_backend(&plan).await?;
-    if let Some(flags) = &backend.flags {
+    // `backend: none`: the trainer brings its own; no proxy, nothing on the wire to observe.
+    let backend = match &plan.scenario.backend {
+        BackendSpec::None => None,
+        _ => Some(start_backend(&plan).await?),
+    };
+    if let Some(flags) = backend.as_ref().and_then(|b| b.flags.as_ref()) {
         fsx::write_atomic(
             &run_dir.join("server_flags.json"),
             flags.to_string().as_bytes(),
         )
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     }
-    if backend.runtime.is_some() {
-        env = RunEnv::new(backend.runtime.clone(), opts.hardware.as_deref());
+    if let Some(runtime) = backend.as_ref().and_then(|b| b.runtime.clone()) {
+        env = RunEnv::new(Some(runtime), opts.hardware.as_deref());
         manifest = manifest_for(&plan, &env, started);
         write_manifest(&run_dir, &manifest)?;
     }
     let (tx, mut rx) = events::channel();
-    let proxy_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| CommandError::run_failed(format!("cannot bind the proxy port: {e}")))?;
     let request_timeout = timeouts.request.unwrap_or(Duration::from_secs(1800));
-    let proxy_cfg = crate::proxy::ProxyConfig {
-        upstream: backend.url.clone(),
-        record_dir: run_dir.clone(),
-        body_limit: 4 << 30,
-        request_timeout,
+    let proxy = match &backend {
+        None => None,
+        Some(backend) => {
+            let listen = match &plan.scenario.driver {
+                DriverSpec::Builtin(_) => "127.0.0.1:0".to_string(),
+                DriverSpec::Command(c) => c
+                    .proxy_listen
+                    .clone()
+                    .unwrap_or_else(|| command::ARCTIC_CLIENT_ADDR.to_string()),
+            };
+            let proxy_listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| {
+                CommandError::run_failed(format!("cannot bind the proxy port {listen}: {e}"))
+            })?;
+            let proxy_cfg = crate::proxy::ProxyConfig {
+                upstream: backend.url.clone(),
+                record_dir: run_dir.clone(),
+                body_limit: 4 << 30,
+                request_timeout,
+            };
+            let started = if record {
+                let writer =
+                    crate::backend::replay::CassetteWriter::create(&run_dir.join("cassette"))
+                        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+                crate::proxy::start_recording(proxy_listener, proxy_cfg, Some(tx.clone()), writer)
+                    .await
+            } else {
+                crate::proxy::start(proxy_listener, proxy_cfg, Some(tx.clone())).await
+            };
+            Some(started.map_err(|e| {
+                CommandError::run_failed(format!("cannot start the recording proxy: {e}"))
+            })?)
+        }
     };
-    let proxy = if record {
-        let writer = crate::backend::replay::CassetteWriter::create(&run_dir.join("cassette"))
-            .map_err(|e| CommandError::run_failed(e.to_string()))?;
-        crate::proxy::start_recording(proxy_listener, proxy_cfg, Some(tx.clone()), writer).await
-    } else {
-        crate::proxy::start(proxy_listener, proxy_cfg, Some(tx.clone())).await
-    }
-    .map_err(|e| CommandError::run_failed(format!("cannot start the recording proxy: {e}")))?;
+    let proxy_url = proxy.as_ref().map(|p| format!("http://{}", p.addr));
+    manifest.notes = wire_notes(&plan, proxy.is_some());
+    write_manifest(&run_dir, &manifest)?;
 
-    let driver_task = match &plan.scenario.driver {
-        DriverSpec::Builtin(spec) => {
+    let mut trainer: Option<Trainer> = None;
+    let driver_task = match (&plan.scenario.driver, translation) {
+        (DriverSpec::Builtin(spec), Some(translation)) => {
+            let Some(proxy_url) = &proxy_url else {
+                return Err(CommandError::invalid(
+                    "the builtin driver needs a backend (`backend: none` is for command drivers)",
+                ));
+            };
             let cfg = plan.scenario.config.to_json();
-            let translation = translation.clone();
             let metrics = &plan.scenario.metrics;
             let n_gpus = translate::Cfg(&cfg)
                 .f64_or("trainer.n_gpus_per_node", 1.0)
@@ -411,10 +461,36 @@ async fn execute_with(
                 peak_flops: metrics.device.as_deref().and_then(promised_peak_flops),
                 n_gpus,
             };
-            let client = ArcticClient::new(&format!("http://{}", proxy.addr), request_timeout)
+            let client = ArcticClient::new(proxy_url, request_timeout)
                 .map_err(|e| CommandError::run_failed(e.to_string()))?;
             let tx = tx.clone();
             tokio::spawn(async move { builtin::run(&client, &run, &tx).await })
+        }
+        (DriverSpec::Builtin(_), None) => {
+            return Err(CommandError::invalid(
+                "internal: the builtin driver has no translation",
+            ))
+        }
+        (DriverSpec::Command(spec), _) => {
+            // The file logger runs in a Ray actor with another working directory.
+            let abs_dir = std::path::absolute(&run_dir).map_err(|e| {
+                CommandError::run_failed(format!("cannot resolve {}: {e}", run_dir.display()))
+            })?;
+            let launch = command::launch_for(spec, &plan, &abs_dir, proxy_url.as_deref());
+            match command::start(&launch, tx.clone()) {
+                Ok((t, task)) => {
+                    trainer = Some(t);
+                    task
+                }
+                // A trainer that cannot start is a failed run with a report, like one that
+                // crashes at once.
+                Err(e) => tokio::spawn(async move {
+                    Err(builtin::DriverError::Trainer {
+                        step: 1,
+                        message: e.to_string(),
+                    })
+                }),
+            }
         }
     };
     drop(tx);
@@ -425,10 +501,25 @@ async fn execute_with(
     let mut current_step = 1u64;
     let mut insane = Vec::new();
     let mut driver_task = driver_task;
+    // Set once the loop has awaited the driver's task (a JoinHandle is polled to completion
+    // only once).
+    let mut driver_done = false;
     let step_limit = timeouts.step;
     let run_limit = timeouts.run;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
+    let watch = Watchdog::new(&plan, opts, &env.hardware);
+    let last_activity_text = |trainer: Option<&Trainer>| {
+        proxy
+            .as_ref()
+            .and_then(|p| p.last_activity())
+            .or_else(|| {
+                trainer
+                    .and_then(|t| t.last_line())
+                    .map(|l| format!("trainer printed `{l}`"))
+            })
+            .unwrap_or_else(|| "none".into())
+    };
 
     let end = loop {
         let now = Instant::now();
@@ -443,7 +534,10 @@ async fn execute_with(
                 .unwrap_or(now + Duration::from_secs(3600 * 24 * 365))
                 .into(),
         );
+        // Events first: a step or a stalled request the driver reported before it ended
+        // decides over its exit.
         tokio::select! {
+            biased;
             ev = rx.recv() => match ev {
                 Some(RunEvent::StepStarted { step, .. }) => {
                     current_step = step;
@@ -458,18 +552,33 @@ async fn execute_with(
                         }
                     }
                     progress.step(&m, steps);
+                    let step = m.step;
+                    let watched = watch.non_finite(&m);
                     if let Err(e) = csv.push(m) {
                         break RunEnd::Failed { reason: e.to_string(), step: Some(current_step), route: None };
                     }
+                    if let Some(end) = watched.or_else(|| watch.settled_failure(csv.table(), step, steps)) {
+                        break end;
+                    }
                 }
-                Some(RunEvent::Request { .. }) => {
+                Some(RunEvent::Request { route, status, duration_s }) => {
                     last_activity = Instant::now();
+                    // The proxy answers 504 itself when the backend stalls past the limit.
+                    if status == 504 && duration_s + 0.05 >= request_timeout.as_secs_f64() {
+                        break RunEnd::Hang {
+                            reason: format!(
+                                "hang at step {current_step} (a request stalled past timeouts.request = {request_timeout:?}; last activity: {route})"
+                            ),
+                            step: current_step,
+                        };
+                    }
                 }
                 Some(RunEvent::Warning(w)) => {
                     tracing::warn!("{w}");
                 }
                 None => {
                     // Every sender is gone: the driver ended; its result decides.
+                    driver_done = true;
                     break match (&mut driver_task).await {
                         Ok(Ok(())) => RunEnd::Completed,
                         Ok(Err(e)) => RunEnd::Failed { reason: e.to_string(), step: e.step(), route: e.route().map(str::to_string) },
@@ -478,6 +587,7 @@ async fn execute_with(
                 }
             },
             res = &mut driver_task => {
+                driver_done = true;
                 // Drain metrics the driver sent before it ended.
                 while let Ok(ev) = rx.try_recv() {
                     if let RunEvent::Step(m) = ev {
@@ -492,25 +602,65 @@ async fn execute_with(
                 };
             }
             _ = sleep => {
-                let activity = proxy.last_activity().unwrap_or_else(|| "none".into());
+                let activity = last_activity_text(trainer.as_ref());
                 let why = if run_deadline.is_some_and(|d| Instant::now() >= d) {
                     format!("run exceeded timeouts.run = {:?}", run_limit.unwrap_or_default())
                 } else {
                     format!("no new step within timeouts.step = {:?}", step_limit.unwrap_or_default())
                 };
-                driver_task.abort();
                 break RunEnd::Hang { reason: format!("hang at step {current_step} ({why}; last activity: {activity})"), step: current_step };
             }
             _ = &mut ctrl_c => {
-                driver_task.abort();
                 break RunEnd::Interrupted { step: current_step };
             }
         }
     };
+    // Stop the driver whatever ended the run: an external trainer's whole process group goes
+    // (even after a clean exit, Ray workers may linger); the builtin task is aborted.
+    let mut trainer_tail = None;
+    match &trainer {
+        Some(t) => {
+            t.terminate(TERM_GRACE).await;
+            if !driver_done
+                && tokio::time::timeout(Duration::from_secs(5), &mut driver_task)
+                    .await
+                    .is_err()
+            {
+                driver_task.abort();
+            }
+            if end != RunEnd::Completed {
+                trainer_tail = Some(t.tail()).filter(|t| !t.is_empty());
+            }
+        }
+        None => driver_task.abort(),
+    }
+    // Steps the driver finished while it was being stopped are kept.
+    while let Ok(ev) = rx.try_recv() {
+        if let RunEvent::Step(m) = ev {
+            let _ = csv.push(m);
+        }
+    }
     progress.finish();
-    proxy.shutdown().await;
-    let replay = backend.replay.as_ref().map(|h| h.outcome());
-    backend.shutdown().await;
+    if let Some(proxy) = proxy {
+        proxy.shutdown().await;
+    }
+    let replay = backend
+        .as_ref()
+        .and_then(|b| b.replay.as_ref())
+        .map(|h| h.outcome());
+    if let Some(backend) = backend {
+        backend.shutdown().await;
+    }
+    if proxy_url.is_some()
+        && matches!(plan.scenario.driver, DriverSpec::Command(_))
+        && manifest.notes.is_empty()
+        && std::fs::metadata(run_dir.join("wire.jsonl")).is_ok_and(|m| m.len() == 0)
+    {
+        manifest.notes.push(format!(
+            "no wire observed: the trainer sent no request through the recording proxy at {}",
+            proxy_url.as_deref().unwrap_or("?")
+        ));
+    }
     let ended = chrono::Utc::now();
     let metrics = csv.into_table();
     manifest.status = end.run_status();
@@ -529,7 +679,109 @@ async fn execute_with(
         replay,
         started,
         ended,
+        trainer_tail,
     })
+}
+
+/// How long an external trainer's process group gets between TERM and KILL.
+const TERM_GRACE: Duration = Duration::from_secs(3);
+
+/// The watchdog's per-step checks, for every driver: a non-finite value in a watched metric,
+/// and fail-fast rules that can no longer pass.
+struct Watchdog<'a> {
+    plan: &'a RunPlan,
+    /// The golden series, loaded only when a golden rule is marked `fail_fast`.
+    golden: Option<MetricTable>,
+}
+
+impl<'a> Watchdog<'a> {
+    fn new(plan: &'a RunPlan, opts: &RunOptions, hardware: &str) -> Self {
+        let checks = &plan.scenario.checks;
+        let golden = checks
+            .golden
+            .iter()
+            .any(|(_, r)| r.fail_fast)
+            .then(|| {
+                crate::golden::GoldenStore::with_ci(&opts.golden, opts.ci)
+                    .load(&plan.scenario.name, hardware)
+                    .ok()
+                    .flatten()
+                    .map(|g| g.table)
+            })
+            .flatten();
+        Self { plan, golden }
+    }
+
+    /// NaN or infinity in a metric of `metrics.watch`: stop at this step.
+    fn non_finite(&self, m: &StepMetrics) -> Option<RunEnd> {
+        self.plan.scenario.metrics.watch.iter().find_map(|name| {
+            let v = m.get(name)?;
+            (!v.is_finite()).then(|| RunEnd::Aborted {
+                reason: format!(
+                    "watched metric {name} is {} at step {}",
+                    crate::metrics::format_value(v),
+                    m.step
+                ),
+                step: m.step,
+            })
+        })
+    }
+
+    /// Fail fast: the first `fail_fast` rule that the steps so far already fail.
+    fn settled_failure(&self, table: &MetricTable, step: u64, total: u64) -> Option<RunEnd> {
+        let rule = crate::compare::first_settled_failure(
+            &self.plan.scenario.checks,
+            self.golden.as_ref(),
+            table,
+            total,
+        )?;
+        Some(RunEnd::Aborted {
+            reason: format!(
+                "fail fast: rule `{rule}` can no longer pass after step {step} of {total}"
+            ),
+            step,
+        })
+    }
+}
+
+/// The device an external trainer computes on: the first GPU `nvidia-smi` lists when the
+/// scenario requires one (its golden then lives under that GPU's key), else none.
+fn trainer_device(plan: &RunPlan) -> Option<(String, Option<u64>, Option<String>)> {
+    let DriverSpec::Command(_) = plan.scenario.driver else {
+        return None;
+    };
+    let r = &plan.scenario.requires;
+    if r.gpus == 0 && r.gpu_name.is_none() {
+        return None;
+    }
+    let names = crate::spec::detect_gpus().ok()?;
+    names.into_iter().next().map(|n| (n, None, None))
+}
+
+/// What the report must say about the wire when the proxy cannot see the trainer's traffic.
+fn wire_notes(plan: &RunPlan, proxied: bool) -> Vec<String> {
+    let DriverSpec::Command(_) = plan.scenario.driver else {
+        return Vec::new();
+    };
+    if !proxied {
+        return vec![
+            "no wire observed: the trainer brings its own backend (`backend: none`), so no \
+             request passed through the recording proxy"
+                .into(),
+        ];
+    }
+    let protocol = plan
+        .scenario
+        .config
+        .get("remote_backend.comms.protocol")
+        .and_then(|r| r.value.as_str().map(str::to_string));
+    match protocol.as_deref() {
+        Some("http") | None => Vec::new(),
+        Some(other) => vec![format!(
+            "no wire observed: remote_backend.comms.protocol is `{other}`, so the trainer \
+             reaches its Arctic backend over {other} transport, not through the recording proxy"
+        )],
+    }
 }
 
 /// Facts about where a run ran, for `run.json` and the golden provenance.
@@ -599,6 +851,7 @@ pub fn manifest_for(
             })
             .collect(),
         pending_golden: None,
+        notes: Vec::new(),
     }
 }
 

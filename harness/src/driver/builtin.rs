@@ -32,12 +32,17 @@ pub enum DriverError {
     Protocol { step: u64, message: String },
     #[error("{0}")]
     Config(String),
+    /// An external trainer (the command driver) failed; `step` is the step it was on.
+    #[error("step {step}: {message}")]
+    Trainer { step: u64, message: String },
 }
 
 impl DriverError {
     pub fn step(&self) -> Option<u64> {
         match self {
-            DriverError::Backend { step, .. } | DriverError::Protocol { step, .. } => Some(*step),
+            DriverError::Backend { step, .. }
+            | DriverError::Protocol { step, .. }
+            | DriverError::Trainer { step, .. } => Some(*step),
             _ => None,
         }
     }

@@ -1,7 +1,8 @@
-//! Drivers: the builtin GRPO client of the Arctic API, and (later) external commands.
+//! Drivers: the builtin GRPO client of the Arctic API, and external commands (verl).
 
 pub mod builtin;
 pub mod client;
+pub mod command;
 pub mod grpo;
 pub mod translate;
 
@@ -14,6 +15,8 @@ use crate::task::ArithConfig;
 pub enum DriverSpec {
     /// The builtin GRPO driver.
     Builtin(BuiltinDriverSpec),
+    /// An external trainer started as a command (verl's launcher).
+    Command(command::CommandDriverSpec),
 }
 
 #[derive(Debug, Clone, PartialEq, Default, serde::Deserialize, serde::Serialize)]

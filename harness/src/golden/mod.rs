@@ -28,6 +28,10 @@ pub struct Provenance {
     pub seed: Option<u64>,
     pub threads: Option<u64>,
     pub torch_version: Option<String>,
+    /// Where the numbers come from when they are not a run of this harness (a published
+    /// reference such as a README's table). `None` for a blessed run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// An accepted (or pending) baseline.
@@ -426,6 +430,7 @@ pub fn render_header(
            seed: {}\n  \
            threads: {}\n  \
            torch_version: {}\n\
+         {}\
          rules: {rules_json}\n",
         yaml_str(scenario),
         yaml_str(hardware),
@@ -438,6 +443,10 @@ pub fn render_header(
         yaml_opt_u64(p.seed),
         yaml_opt_u64(p.threads),
         yaml_opt_str(p.torch_version.as_deref()),
+        p.source
+            .as_deref()
+            .map(|s| format!("  source: {}\n", yaml_str(s)))
+            .unwrap_or_default(),
     )
 }
 
@@ -670,6 +679,7 @@ mod tests {
             seed: Some(7),
             threads: Some(2),
             torch_version: None,
+            source: None,
         }
     }
 

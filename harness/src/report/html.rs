@@ -54,6 +54,9 @@ pub fn render_html(r: &Report) -> String {
             )),
         }
     }
+    for n in &r.notes {
+        o.push_str(&format!("<p class=\"note\"><b>Note:</b> {}</p>\n", esc(n)));
+    }
     if let Some(g) = r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_ref()) {
         o.push_str(&format!(
             "<p class=\"note\"><b>Step grid mismatch:</b> {}</p>\n",
@@ -170,7 +173,23 @@ pub fn render_html(r: &Report) -> String {
             &format!("{s} → {}", r.run.ended.as_deref().unwrap_or("?")),
         ));
     }
-    if let Some(p) = r.reference.as_ref().and_then(|g| g.provenance.as_ref()) {
+    if let Some(src) = r
+        .reference
+        .as_ref()
+        .and_then(|g| g.provenance.as_ref())
+        .and_then(|p| p.source.as_ref())
+    {
+        o.push_str(&row(
+            "golden",
+            &format!("{src} (not a run of this harness)"),
+        ));
+    }
+    if let Some(p) = r
+        .reference
+        .as_ref()
+        .and_then(|g| g.provenance.as_ref())
+        .filter(|p| p.source.is_none())
+    {
         o.push_str(&row(
             "golden",
             &format!(

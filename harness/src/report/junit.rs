@@ -57,8 +57,15 @@ fn suite(r: &Report) -> TestSuite {
         _ => TestCaseStatus::success(),
     };
     let mut run_case = case("run", run_status);
+    let mut out = String::new();
+    for n in &r.notes {
+        out.push_str(&format!("note: {n}\n"));
+    }
     if let Some(tail) = &r.trainer_tail {
-        run_case.set_system_out(tail.as_str());
+        out.push_str(tail);
+    }
+    if !out.is_empty() {
+        run_case.set_system_out(out);
     }
     suite.add_test_case(run_case);
 

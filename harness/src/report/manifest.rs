@@ -69,6 +69,9 @@ pub struct RunManifest {
     /// Set when this run wrote a pending golden (the path of its `metrics.csv.new`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_golden: Option<String>,
+    /// Facts the report must state about how the run was observed (e.g. "no wire observed").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -75,6 +75,9 @@ pub fn render_markdown(r: &Report) -> String {
             None => {}
         }
     }
+    for n in &r.notes {
+        out.push_str(&format!("> **Note:** {}\n\n", cell(n)));
+    }
     if let Some(g) = r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_ref()) {
         out.push_str(&format!("> **Step grid mismatch:** {g}\n\n"));
     }
@@ -184,6 +187,16 @@ pub fn render_markdown(r: &Report) -> String {
         ));
     }
     if let Some(p) = r.reference.as_ref().and_then(|g| g.provenance.as_ref()) {
+        if let Some(src) = &p.source {
+            out.push_str(&row("golden", format!("{src} (not a run of this harness)")));
+        }
+    }
+    if let Some(p) = r
+        .reference
+        .as_ref()
+        .and_then(|g| g.provenance.as_ref())
+        .filter(|p| p.source.is_none())
+    {
         out.push_str(&row(
             "golden",
             format!(

@@ -108,6 +108,8 @@ pub struct Report {
     pub trainer_tail: Option<String>,
     /// The pending golden this run wrote, if any.
     pub pending_golden: Option<String>,
+    /// Facts about how the run was observed ("no wire observed: ...").
+    pub notes: Vec<String>,
 }
 
 /// The verdict in one line, shared by every renderer.
@@ -139,6 +141,7 @@ impl Report {
             skipped: Some(reason.into()),
             trainer_tail: None,
             pending_golden: None,
+            notes: Vec::new(),
         }
     }
 
@@ -161,6 +164,7 @@ impl Report {
             skipped: None,
             trainer_tail: None,
             pending_golden: manifest.pending_golden.clone(),
+            notes: manifest.notes.clone(),
         }
     }
 
@@ -639,6 +643,7 @@ mod tests {
                 origin: "--set".into(),
             }],
             pending_golden: None,
+            notes: Vec::new(),
         }
     }
 
@@ -663,6 +668,7 @@ mod tests {
                 seed: Some(7),
                 threads: Some(2),
                 torch_version: None,
+                source: None,
             }),
         }
     }

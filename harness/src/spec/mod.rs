@@ -529,8 +529,25 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
     let steps: Option<u64> = required(&root, "steps", "the number of training steps", &mut errors);
     let driver: Option<crate::driver::DriverSpec> =
         required(&root, "driver", "e.g. `{kind: builtin}`", &mut errors);
-    let backend: Option<crate::backend::BackendSpec> =
-        required(&root, "backend", "e.g. `{kind: mock}`", &mut errors);
+    // A trainer that brings its own backend (the command driver) needs no `backend` block.
+    let backend: Option<crate::backend::BackendSpec> = if root.get("backend").is_none()
+        && !matches!(driver, Some(crate::driver::DriverSpec::Builtin(_)))
+    {
+        Some(crate::backend::BackendSpec::None)
+    } else {
+        required(&root, "backend", "e.g. `{kind: mock}`", &mut errors)
+    };
+    if let (Some(crate::driver::DriverSpec::Builtin(_)), Some(crate::backend::BackendSpec::None)) =
+        (&driver, &backend)
+    {
+        let pos = root.get("backend").map_or(&root.pos, |n| &n.pos);
+        errors.push(SpecError::at(
+            pos,
+            "backend",
+            "the builtin driver needs a backend to drive (`mock`, `torch`, `remote` or `replay`); \
+             `none` is for a command driver whose trainer brings its own",
+        ));
+    }
     let metrics: Option<crate::metrics::MetricsSpec> = field(&root, "metrics", &mut errors);
     let checks: Option<crate::compare::ChecksSpec> = field(&root, "checks", &mut errors);
     let timeouts: Option<Timeouts> = field(&root, "timeouts", &mut errors);
