@@ -122,21 +122,47 @@ async fn main() {
     .await
     .expect("start proxy");
 
+    // The floor of any user-space relay: a raw TCP relay (no HTTP, no recording) between the
+    // same client and upstream. What it adds is the cost of moving the bytes through one more
+    // process hop on this machine's cores.
+    let relay = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
+    let relay_addr = relay.local_addr().expect("relay addr");
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = relay.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut outbound) = tokio::net::TcpStream::connect(up_addr).await else {
+                    return;
+                };
+                let _ = inbound.set_nodelay(true);
+                let _ = outbound.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional_with_sizes(
+                    &mut inbound,
+                    &mut outbound,
+                    1 << 20,
+                    1 << 20,
+                )
+                .await;
+            });
+        }
+    });
+
     let c = reqwest::Client::new();
     let direct_url = format!("http://{up_addr}/forward-backward?job_id=1");
     let proxy_url = format!("http://{}/forward-backward?job_id=1", handle.addr);
-    // Warm both paths (connections, page faults).
+    let relay_url = format!("http://{relay_addr}/forward-backward?job_id=1");
+    // Warm every path (connections, page faults).
     send(&c, &direct_url, &body).await;
     send(&c, &proxy_url, &body).await;
-    let (mut direct, mut proxied) = (Vec::new(), Vec::new());
+    send(&c, &relay_url, &body).await;
+    let (mut direct, mut proxied, mut relayed) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..runs {
-        // Alternate which goes first so drift in the machine's load hits both alike.
-        if i % 2 == 0 {
-            direct.push(send(&c, &direct_url, &body).await);
-            proxied.push(send(&c, &proxy_url, &body).await);
-        } else {
-            proxied.push(send(&c, &proxy_url, &body).await);
-            direct.push(send(&c, &direct_url, &body).await);
+        // Rotate which goes first so drift in the machine's load hits all alike.
+        for k in 0..3 {
+            match (i + k) % 3 {
+                0 => direct.push(send(&c, &direct_url, &body).await),
+                1 => proxied.push(send(&c, &proxy_url, &body).await),
+                _ => relayed.push(send(&c, &relay_url, &body).await),
+            }
         }
     }
     handle.shutdown().await;
@@ -163,8 +189,21 @@ async fn main() {
         gb / p,
         proxied.iter().cloned().fold(f64::MAX, f64::min) * 1e3
     );
+    let r = median(relayed.clone());
+    println!(
+        "raw TCP relay {:>9.1} ms  {:>6.2} GB/s   (min {:.1} ms; the floor of any relay here)",
+        r * 1e3,
+        gb / r,
+        relayed.iter().cloned().fold(f64::MAX, f64::min) * 1e3
+    );
     let overhead = (p - d) / d * 100.0;
     println!(
         "proxy overhead: {overhead:+.1}% of the direct time (target <= 2%); {lines} lines recorded"
+    );
+    println!(
+        "raw relay overhead: {:+.1}%; the recording proxy over the raw relay: {:+.1}%; {} cores",
+        (r - d) / d * 100.0,
+        (p - r) / r * 100.0,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
     );
 }
