@@ -212,7 +212,8 @@ fn logprobs_of(
     entropy: bool,
 ) -> (Tensor, Option<Tensor>) {
     let mut logits = model.logits(h, settings.logits_fp32);
-    if let Some(t) = settings.temperature {
+    // Dividing by 1 is exact, and a pass over a vocabulary-wide tensor is not free.
+    if let Some(t) = settings.temperature.filter(|&t| t != 1.0) {
         logits /= t;
     }
     // gather - logsumexp keeps only the logits for backward (log_softmax would keep a second
