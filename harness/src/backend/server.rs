@@ -173,6 +173,16 @@ impl ServerHandle {
             .collect()
     }
 
+    /// Put every sampling engine to sleep, as a server that offloads on its own would: the
+    /// next `/generate` is refused until the job is woken.
+    pub fn put_samplers_to_sleep(&self) {
+        for job in lock(&self.shared.table).jobs.values_mut() {
+            if job.job_type == JobType::Sampling {
+                job.sampling = SamplingState::Sleeping;
+            }
+        }
+    }
+
     /// Forget every job as a crashed and restarted server would: ids start again at 1 and the
     /// engine drops its per-job state.
     pub fn restart(&self) {

@@ -3,6 +3,7 @@
 //! the policy version), and simulating time with a cost model instead of sleeping.
 
 pub mod cost;
+pub mod faults;
 pub mod grpo;
 pub mod policy;
 pub mod schedule;
@@ -153,6 +154,9 @@ pub struct MockScript {
     pub model: ModelSpec,
     #[serde(default)]
     pub response: ResponseShape,
+    /// Scripted faults (see `faults`): none by default, and then absent from the plan.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<faults::FaultSpec>,
 }
 
 impl Default for MockScript {
@@ -164,6 +168,7 @@ impl Default for MockScript {
             device: default_device(),
             model: default_model(),
             response: ResponseShape::default(),
+            faults: Vec::new(),
         }
     }
 }
@@ -222,6 +227,7 @@ impl MockScript {
         if r.syncs_to_plateau == 0 {
             return err("reward.syncs_to_plateau must be at least 1".into());
         }
+        faults::validate(&self.faults).map_err(MockScriptError)?;
         if self.response.min_len == 0 || self.response.min_len > self.response.max_len {
             return err(format!(
                 "response: need 1 <= min_len <= max_len, got {}..{}",
@@ -285,6 +291,11 @@ impl MockEngine {
             cost,
             jobs: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The seed the mock's randomness (and its probabilistic faults) follows.
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     pub fn script(&self) -> &MockScript {
@@ -1001,13 +1012,16 @@ pub async fn serve_mock_standalone(
     script: MockScript,
     seed: u64,
 ) -> std::io::Result<()> {
+    let script_faults = script.faults.clone();
     let engine = MockEngine::new(script, seed)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let listener = tokio::net::TcpListener::bind((host, port))
         .await
         .map_err(|e| std::io::Error::new(e.kind(), format!("failed to bind {host}:{port}: {e}")))?;
     let addr = listener.local_addr()?;
-    let (router, _handle) = server::router(Arc::new(engine), ServerOptions::default());
+    let seed = engine.seed;
+    let (router, handle) = server::router(Arc::new(engine), ServerOptions::default());
+    let router = faults::inject(router, handle, &script_faults, seed);
     println!("mock Arctic server listening on http://{addr}");
     server::serve(listener, router, async {
         // If the signal handler cannot be installed, serve until the process is killed.
