@@ -135,7 +135,10 @@ async fn a_dropped_connection_is_retried_where_idempotent_only() {
         .iter()
         .filter(|(r, _)| r == "/forward-backward")
         .count();
-    assert_eq!(fb, 3, "the cut /forward-backward of step 3 is not sent again");
+    assert_eq!(
+        fb, 3,
+        "the cut /forward-backward of step 3 is not sent again"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

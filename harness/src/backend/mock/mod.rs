@@ -858,8 +858,9 @@ impl Engine for MockEngine {
             "checkpoint_type": request.get("checkpoint_type").cloned().unwrap_or(Value::Null),
         });
         let file = dir.join(CHECKPOINT_FILE);
-        std::fs::write(&file, format!("{state:#}\n"))
-            .map_err(|e| io_error("write checkpoint", &file, e))?;
+        // Atomic, so a server killed mid-save leaves the previous checkpoint or this one.
+        crate::fsx::write_atomic(&file, format!("{state:#}\n").as_bytes())
+            .map_err(|e| EngineError::internal(format!("failed to write checkpoint: {e}")))?;
         let export_hf = request
             .get("export_hf")
             .and_then(Value::as_bool)
@@ -870,7 +871,8 @@ impl Engine for MockEngine {
             let cfg = hf.join("config.json");
             let shape = serde_json::to_value(self.cost.shape)
                 .map_err(|e| EngineError::internal(format!("cannot encode model shape: {e}")))?;
-            std::fs::write(&cfg, format!("{shape:#}\n")).map_err(|e| io_error("write", &cfg, e))?;
+            crate::fsx::write_atomic(&cfg, format!("{shape:#}\n").as_bytes())
+                .map_err(|e| EngineError::internal(format!("failed to write: {e}")))?;
             Value::String(hf.display().to_string())
         } else {
             Value::Null
