@@ -1,7 +1,8 @@
 //! The mock's HTTP handlers on arbitrary requests: the first byte picks the route, the second
 //! the job id and the content type, the rest is the body. The server has a training and an
 //! awake sampling job, so binary and JSON bodies reach the engine. Every request must be
-//! answered (an error status is fine) with a well-formed body, never a panic.
+//! answered (an error status is fine) with a well-formed body, never a panic. `/save` is left
+//! out: it writes wherever its body's `path` says, and the fuzzer would litter the disk.
 #![no_main]
 
 use std::sync::Arc;
@@ -22,7 +23,6 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/forward-backward"),
     ("POST", "/forward"),
     ("POST", "/step"),
-    ("POST", "/save"),
     ("POST", "/load-checkpoint"),
     ("POST", "/generate"),
     ("POST", "/log-probs"),
@@ -62,6 +62,15 @@ async fn send(
     (status, bytes)
 }
 
+/// The training job's checkpoint folder, made once a process.
+fn checkpoints() -> String {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("a temp folder"))
+        .path()
+        .display()
+        .to_string()
+}
+
 fuzz_target!(|data: &[u8]| {
     if data.len() < 2 {
         return;
@@ -77,9 +86,9 @@ fuzz_target!(|data: &[u8]| {
     rt.block_on(async {
         let engine = MockEngine::new(MockScript::default(), 7).expect("the default script");
         let (router, _) = server::router(Arc::new(engine), ServerOptions::default());
-        // No checkpoint_path: /save and /load-checkpoint must refuse rather than write files.
         for cfg in [
             json!({"model_name": "Qwen/Qwen3-0.6B", "job_type": "training",
+                   "checkpoint_path": checkpoints(),
                    "ds_config": {"optimizer": {"type": "AdamW", "params": {"lr": 1e-6}}}}),
             json!({"model_name": "Qwen/Qwen3-0.6B", "job_type": "sampling",
                    "vllm_config": {"max_model_len": 64}}),

@@ -334,6 +334,31 @@ pub fn router(engine: Arc<dyn Engine>, opts: ServerOptions) -> (Router, ServerHa
     (router, ServerHandle { shared })
 }
 
+/// Bind a listening socket with a deep accept queue. `TcpListener::bind` asks for 1024, and a
+/// burst of a thousand connections then overflows it: the kernel drops or resets some of them
+/// before the server ever sees them. The kernel still caps the depth at `net.core.somaxconn`.
+pub async fn bind(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
+    let mut last = None;
+    for a in tokio::net::lookup_host(addr).await? {
+        let socket = if a.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(a).and_then(|()| socket.listen(8192)) {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::AddrNotAvailable,
+            format!("{addr} resolves to no address"),
+        )
+    }))
+}
+
 /// Serve a router on a bound listener until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,

@@ -1017,7 +1017,7 @@ pub async fn serve_mock_standalone(
     let script_faults = script.faults.clone();
     let engine = MockEngine::new(script, seed)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let listener = tokio::net::TcpListener::bind((host, port))
+    let listener = server::bind(&format!("{host}:{port}"))
         .await
         .map_err(|e| std::io::Error::new(e.kind(), format!("failed to bind {host}:{port}: {e}")))?;
     let addr = listener.local_addr()?;
