@@ -159,7 +159,8 @@ impl ServerHandle {
         lock(&self.shared.configs).clone()
     }
 
-    /// Every request answered so far, in order of completion.
+    /// The requests answered so far, in order of completion (the newest 32,768 to 65,536 of
+    /// them on a server that has answered more).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.shared.requests).clone()
     }
@@ -370,6 +371,9 @@ pub async fn serve(
         .await
 }
 
+/// How many answered requests a server remembers for `ServerHandle::requests`.
+const MAX_RECORDED_REQUESTS: usize = 1 << 16;
+
 /// The recorder: buffers the body (bounded), notes route, job id, status and JSON body.
 async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
@@ -415,7 +419,12 @@ async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respo
         Some(p) => (p.meta.clone(), p.body.clone()),
         None => (None, json_body),
     };
-    lock(&s.requests).push(RecordedRequest {
+    let mut recorded = lock(&s.requests);
+    if recorded.len() >= MAX_RECORDED_REQUESTS {
+        // A long-lived standalone server keeps the newest requests only: bounded memory.
+        recorded.drain(..MAX_RECORDED_REQUESTS / 2);
+    }
+    recorded.push(RecordedRequest {
         method,
         route,
         job_id,
@@ -423,6 +432,7 @@ async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respo
         meta,
         body,
     });
+    drop(recorded);
     resp
 }
 
