@@ -9,3 +9,5 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --workspace --all-targets --features torch -- -D warnings
 cargo test --workspace --features torch
+# The fuzz targets (their own workspace) are built, not run: ci/FUZZING.md says how to run them.
+cargo check --manifest-path harness/fuzz/Cargo.toml --bins

@@ -235,7 +235,16 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
         "sampling_gpus": opts.sampling_gpus,
         "log_prob_gpus": opts.log_prob_gpus,
     });
-    let (router, _handle) = crate::backend::server::router(engine, opts);
+    let (router, handle) = crate::backend::server::router(engine, opts);
+    let router = match &plan.scenario.backend {
+        BackendSpec::Mock(script) => crate::backend::mock::faults::inject(
+            router,
+            handle,
+            &script.faults,
+            script.seed.unwrap_or(plan.scenario.seed),
+        ),
+        _ => router,
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| CommandError::run_failed(format!("cannot bind the backend port: {e}")))?;

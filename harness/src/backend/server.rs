@@ -159,7 +159,8 @@ impl ServerHandle {
         lock(&self.shared.configs).clone()
     }
 
-    /// Every request answered so far, in order of completion.
+    /// The requests answered so far, in order of completion (the newest 32,768 to 65,536 of
+    /// them on a server that has answered more).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.shared.requests).clone()
     }
@@ -171,6 +172,16 @@ impl ServerHandle {
             .iter()
             .map(|(id, j)| (*id, j.job_type))
             .collect()
+    }
+
+    /// Put every sampling engine to sleep, as a server that offloads on its own would: the
+    /// next `/generate` is refused until the job is woken.
+    pub fn put_samplers_to_sleep(&self) {
+        for job in lock(&self.shared.table).jobs.values_mut() {
+            if job.job_type == JobType::Sampling {
+                job.sampling = SamplingState::Sleeping;
+            }
+        }
     }
 
     /// Forget every job as a crashed and restarted server would: ids start again at 1 and the
@@ -324,6 +335,31 @@ pub fn router(engine: Arc<dyn Engine>, opts: ServerOptions) -> (Router, ServerHa
     (router, ServerHandle { shared })
 }
 
+/// Bind a listening socket with a deep accept queue. `TcpListener::bind` asks for 1024, and a
+/// burst of a thousand connections then overflows it: the kernel drops or resets some of them
+/// before the server ever sees them. The kernel still caps the depth at `net.core.somaxconn`.
+pub async fn bind(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
+    let mut last = None;
+    for a in tokio::net::lookup_host(addr).await? {
+        let socket = if a.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(a).and_then(|()| socket.listen(8192)) {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::AddrNotAvailable,
+            format!("{addr} resolves to no address"),
+        )
+    }))
+}
+
 /// Serve a router on a bound listener until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -334,6 +370,9 @@ pub async fn serve(
         .with_graceful_shutdown(shutdown)
         .await
 }
+
+/// How many answered requests a server remembers for `ServerHandle::requests`.
+const MAX_RECORDED_REQUESTS: usize = 1 << 16;
 
 /// The recorder: buffers the body (bounded), notes route, job id, status and JSON body.
 async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
@@ -380,7 +419,12 @@ async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respo
         Some(p) => (p.meta.clone(), p.body.clone()),
         None => (None, json_body),
     };
-    lock(&s.requests).push(RecordedRequest {
+    let mut recorded = lock(&s.requests);
+    if recorded.len() >= MAX_RECORDED_REQUESTS {
+        // A long-lived standalone server keeps the newest requests only: bounded memory.
+        recorded.drain(..MAX_RECORDED_REQUESTS / 2);
+    }
+    recorded.push(RecordedRequest {
         method,
         route,
         job_id,
@@ -388,6 +432,7 @@ async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respo
         meta,
         body,
     });
+    drop(recorded);
     resp
 }
 

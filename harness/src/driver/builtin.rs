@@ -30,6 +30,13 @@ pub enum DriverError {
     Startup(#[source] ClientError),
     #[error("step {step}: {message}")]
     Protocol { step: u64, message: String },
+    /// A reply the training cannot go on with (a NaN, a wrong shape): the route is known.
+    #[error("step {step}: {route}: bad reply: {message}")]
+    BadReply {
+        step: u64,
+        route: String,
+        message: String,
+    },
     #[error("{0}")]
     Config(String),
     /// An external trainer (the command driver) failed; `step` is the step it was on.
@@ -42,7 +49,8 @@ impl DriverError {
         match self {
             DriverError::Backend { step, .. }
             | DriverError::Protocol { step, .. }
-            | DriverError::Trainer { step, .. } => Some(*step),
+            | DriverError::Trainer { step, .. }
+            | DriverError::BadReply { step, .. } => Some(*step),
             _ => None,
         }
     }
@@ -51,6 +59,7 @@ impl DriverError {
             DriverError::Backend { source, .. } | DriverError::Startup(source) => {
                 Some(source.route())
             }
+            DriverError::BadReply { route, .. } => Some(route),
             _ => None,
         }
     }
@@ -141,6 +150,11 @@ pub async fn run(
             .map_err(|e| match e {
                 StepError::Client(source) => DriverError::Backend { step, source },
                 StepError::Protocol(message) => DriverError::Protocol { step, message },
+                StepError::BadReply { route, message } => DriverError::BadReply {
+                    step,
+                    route,
+                    message,
+                },
             })?;
         let _ = events.send(RunEvent::Step(metrics));
     }
@@ -204,6 +218,14 @@ async fn create_jobs(client: &ArcticClient, t: &Translation) -> Result<Jobs, Dri
 enum StepError {
     Client(ClientError),
     Protocol(String),
+    BadReply { route: String, message: String },
+}
+
+fn bad_reply(route: &str, message: impl Into<String>) -> StepError {
+    StepError::BadReply {
+        route: route.to_string(),
+        message: message.into(),
+    }
 }
 
 impl From<ClientError> for StepError {
@@ -356,10 +378,22 @@ async fn one_step(
             let s = client.step(jobs.training).await?;
             upd.add(&s);
             let sm = s.body.get("metrics").cloned().unwrap_or(Value::Null);
-            if let Some(g) = sm.get("grad_norm").and_then(mean_of) {
+            // A null is a non-finite value written by a Python peer (`NaN`, `Infinity`).
+            let g = match sm.get("grad_norm") {
+                Some(Value::Null) => Some(f64::NAN),
+                Some(v) => mean_of(v),
+                None => None,
+            };
+            if let Some(g) = g {
+                if !g.is_finite() {
+                    // The optimizer has just applied a non-finite update: every later step
+                    // trains broken weights, so the run stops here with the evidence.
+                    return Err(bad_reply(
+                        "/step",
+                        format!("non-finite grad_norm ({g}) after the optimizer step"),
+                    ));
+                }
                 grad_norms.push(g);
-            } else if sm.get("grad_norm").is_some_and(Value::is_null) {
-                grad_norms.push(f64::NAN);
             }
             last_lr = sm.get("last_lr").and_then(mean_of).or(last_lr);
         }
@@ -516,7 +550,17 @@ async fn generate_all(
     let futs = requests.into_iter().map(|req| {
         let client = client.clone();
         async move {
-            let r = client.generate(job, &req).await?;
+            let r = match client.generate(job, &req).await {
+                // The sampler went to sleep on its own (an engine that offloads under memory
+                // pressure): wake it whole and ask once more. The server refused the request
+                // before generating, so nothing is generated twice.
+                Err(e) if sampler_asleep(&e) => {
+                    tracing::warn!("{e}; waking the sampler and generating again");
+                    client.wake(job, None).await?;
+                    client.generate(job, &req).await?
+                }
+                other => other?,
+            };
             let results = parse_generate(&r.body)?;
             Ok::<_, StepError>(Reply {
                 body: results,
@@ -530,6 +574,16 @@ async fn generate_all(
         .collect()
         .await;
     replies.into_iter().collect()
+}
+
+/// Whether `/generate` was refused because the sampling engine sleeps.
+fn sampler_asleep(e: &ClientError) -> bool {
+    match e {
+        ClientError::Status { status, detail, .. } => {
+            *status == 400 && (detail.contains("SLEEPING") || detail.contains("WEIGHTS_READY"))
+        }
+        _ => false,
+    }
 }
 
 struct GenResult {
@@ -826,24 +880,38 @@ impl PaddedBatch {
                 return Ok(None);
             };
             if tensor.shape != [self.b(), self.s()] {
-                return Err(protocol(format!(
-                    "/forward `{name}` has shape {:?}, expected [{}, {}]",
-                    tensor.shape,
-                    self.b(),
-                    self.s()
-                )));
+                return Err(bad_reply(
+                    "/forward",
+                    format!(
+                        "`batch.{name}` has shape {:?}, expected [{}, {}]",
+                        tensor.shape,
+                        self.b(),
+                        self.s()
+                    ),
+                ));
             }
             let flat = tensor.to_f32_vec();
             let shift = if zorro { self.p } else { self.p - 1 };
-            Ok(Some(
-                (0..self.b())
-                    .map(|i| {
-                        (0..self.responses[i].len())
-                            .map(|t| flat[i * self.s() + shift + t])
-                            .collect()
-                    })
-                    .collect(),
-            ))
+            let rows: Vec<Vec<f32>> = (0..self.b())
+                .map(|i| {
+                    (0..self.responses[i].len())
+                        .map(|t| flat[i * self.s() + shift + t])
+                        .collect()
+                })
+                .collect();
+            // A non-finite value would flow into the loss and the weights unnoticed.
+            for (i, row) in rows.iter().enumerate() {
+                if let Some(t) = row.iter().position(|x| !x.is_finite()) {
+                    return Err(bad_reply(
+                        "/forward",
+                        format!(
+                            "`batch.{name}` holds a non-finite value ({}) at sequence {i}, response token {t}",
+                            row[t]
+                        ),
+                    ));
+                }
+            }
+            Ok(Some(rows))
         };
         let logp = plane("logprobs")?
             .ok_or_else(|| protocol("/forward response has no `batch.logprobs`"))?;

@@ -26,6 +26,35 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// The final error of a call sent `attempts` times.
+    fn after_attempts(self, attempts: u32) -> Self {
+        let note = format!(" (gave up after {attempts} attempts)");
+        match self {
+            ClientError::Status {
+                route,
+                status,
+                detail,
+            } => ClientError::Status {
+                route,
+                status,
+                detail: detail + &note,
+            },
+            ClientError::Transport { route, message } => ClientError::Transport {
+                route,
+                message: message + &note,
+            },
+            other => other,
+        }
+    }
+
+    /// The HTTP status of an error answer.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
     pub fn route(&self) -> &str {
         match self {
             ClientError::Status { route, .. }
@@ -34,6 +63,93 @@ impl ClientError {
             | ClientError::BadResponse { route, .. } => route,
         }
     }
+}
+
+/// Which failed calls the client sends again, and how long it waits in between.
+///
+/// The Arctic API reference does not say what the real client retries, so this is the
+/// harness's own, conservative assumption:
+/// - a request that never reached the server (connection refused or reset before it was
+///   sent) is sent again on any route;
+/// - a 502, 503 or 504, or a connection lost while the answer was coming, is retried on the
+///   idempotent routes only: every GET (health, job and status polls) and the POSTs whose
+///   repetition leaves the server as one call would (`/generate` with its per-request seed,
+///   `/forward`, `/log-probs`, `/weight-norm`, sleep, wake, reset of the prefix cache and the
+///   operations wrapping them, and the weight sync, which copies the same weights again);
+/// - never `/initialize`, `/destroy`, `/forward-backward`, `/step`, `/save` or
+///   `/load-checkpoint` once the server may have applied them: a second gradient
+///   accumulation or optimizer step would silently change the training;
+/// - never a time-out (the server may still be working; a retry doubles the wait), a 4xx or
+///   a 500.
+///
+/// The backoff doubles from `first_backoff` up to `max_backoff`, for at most `attempts`
+/// sends, so a retried call costs a few seconds at most before its error is final.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Sends in all, the first included (1: never retry).
+    pub attempts: u32,
+    pub first_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 4,
+            first_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Never send twice.
+    pub fn none() -> Self {
+        Self {
+            attempts: 1,
+            ..Self::default()
+        }
+    }
+
+    /// The wait before send number `attempt + 1` (`attempt` counts from 1).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(16);
+        self.first_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff)
+    }
+}
+
+/// Whether sending `method route` twice leaves the server as sending it once.
+pub fn idempotent(method: &str, route: &str) -> bool {
+    if method == "GET" {
+        return true;
+    }
+    let path = route.split('?').next().unwrap_or(route);
+    matches!(
+        path,
+        "/health"
+            | "/status"
+            | "/generate"
+            | "/forward"
+            | "/log-probs"
+            | "/weight-norm"
+            | "/sleep-inference"
+            | "/wake-inference"
+            | "/reset-prefix-cache"
+            | "/weight-sync"
+            | "/operation"
+    )
+}
+
+/// How a send failed, for the retry decision.
+enum Failure {
+    /// The request never reached the server.
+    NotSent,
+    /// The server answered 502, 503 or 504, or the connection broke after the request went.
+    Transient,
+    /// Anything else: final.
+    Final,
 }
 
 /// A response body with the time it took.
@@ -50,12 +166,14 @@ pub struct ArcticClient {
     base: String,
     http: reqwest::Client,
     timeout: Duration,
+    retry: RetryPolicy,
 }
 
+#[derive(Clone)]
 enum Body {
     None,
     Json(Value),
-    Frame(Vec<u8>),
+    Frame(Bytes),
 }
 
 enum Payload {
@@ -79,7 +197,14 @@ impl ArcticClient {
             base: base.trim_end_matches('/').to_string(),
             http,
             timeout,
+            retry: RetryPolicy::default(),
         })
+    }
+
+    /// The same client with another retry policy.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
     }
 
     pub fn base(&self) -> &str {
@@ -92,6 +217,42 @@ impl ArcticClient {
         route: &str,
         body: Body,
     ) -> Result<Reply<Payload>, ClientError> {
+        let may_repeat = idempotent(method, route);
+        let mut attempt = 1;
+        loop {
+            let (err, failure) = match self.call_once(method, route, body.clone()).await {
+                Ok(r) => return Ok(r),
+                Err(e) => e,
+            };
+            let retry = match failure {
+                Failure::NotSent => true,
+                Failure::Transient => may_repeat,
+                Failure::Final => false,
+            };
+            if !retry || attempt >= self.retry.attempts {
+                return Err(if attempt > 1 {
+                    err.after_attempts(attempt)
+                } else {
+                    err
+                });
+            }
+            let wait = self.retry.backoff(attempt);
+            tracing::warn!(
+                "{err}; retrying in {:.1} s (attempt {})",
+                wait.as_secs_f64(),
+                attempt + 1
+            );
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+
+    async fn call_once(
+        &self,
+        method: &str,
+        route: &str,
+        body: Body,
+    ) -> Result<Reply<Payload>, (ClientError, Failure)> {
         let url = format!("{}{}", self.base, route);
         let mut req = match method {
             "GET" => self.http.get(&url),
@@ -106,7 +267,16 @@ impl ArcticClient {
                 .body(bytes),
         };
         let started = Instant::now();
-        let resp = req.send().await.map_err(|e| self.transport(route, e))?;
+        let resp = req.send().await.map_err(|e| {
+            let failure = if e.is_connect() {
+                Failure::NotSent
+            } else if e.is_timeout() {
+                Failure::Final
+            } else {
+                Failure::Transient
+            };
+            (self.transport(route, e), failure)
+        })?;
         let status = resp.status().as_u16();
         let sim = resp
             .headers()
@@ -118,7 +288,14 @@ impl ArcticClient {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("application/octet-stream"));
-        let bytes: Bytes = resp.bytes().await.map_err(|e| self.transport(route, e))?;
+        let bytes: Bytes = resp.bytes().await.map_err(|e| {
+            let failure = if e.is_timeout() {
+                Failure::Final
+            } else {
+                Failure::Transient
+            };
+            (self.transport(route, e), failure)
+        })?;
         let wall = started.elapsed().as_secs_f64();
         if !(200..300).contains(&status) {
             let detail = serde_json::from_slice::<Value>(&bytes)
@@ -131,23 +308,39 @@ impl ArcticClient {
                 .unwrap_or_else(|| {
                     String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned()
                 });
-            return Err(ClientError::Status {
-                route: route.to_string(),
-                status,
-                detail,
-            });
+            let failure = if matches!(status, 502..=504) {
+                Failure::Transient
+            } else {
+                Failure::Final
+            };
+            return Err((
+                ClientError::Status {
+                    route: route.to_string(),
+                    status,
+                    detail,
+                },
+                failure,
+            ));
         }
         let body = if is_frame {
-            Payload::Frame(wire::decode(bytes).map_err(|e| ClientError::BadResponse {
-                route: route.to_string(),
-                message: e.to_string(),
+            Payload::Frame(wire::decode(bytes).map_err(|e| {
+                (
+                    ClientError::BadResponse {
+                        route: route.to_string(),
+                        message: e.to_string(),
+                    },
+                    Failure::Final,
+                )
             })?)
         } else {
             Payload::Json(crate::wire::api::parse_json_lenient(&bytes).map_err(|e| {
-                ClientError::BadResponse {
-                    route: route.to_string(),
-                    message: e,
-                }
+                (
+                    ClientError::BadResponse {
+                        route: route.to_string(),
+                        message: e,
+                    },
+                    Failure::Final,
+                )
             })?)
         };
         Ok(Reply {
@@ -203,7 +396,9 @@ impl ArcticClient {
             route: route.to_string(),
             message: e.to_string(),
         })?;
-        let r = self.call("POST", route, Body::Frame(bytes)).await?;
+        let r = self
+            .call("POST", route, Body::Frame(Bytes::from(bytes)))
+            .await?;
         match r.body {
             Payload::Frame(n) => Ok(Reply {
                 body: n,
@@ -322,5 +517,132 @@ impl ArcticClient {
             Body::Json(json!({"job_type": job_type})),
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use axum::http::StatusCode;
+    use axum::routing::{get, post};
+    use axum::Router;
+
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let p = RetryPolicy::default();
+        let waits: Vec<u128> = (1..=6).map(|a| p.backoff(a).as_millis()).collect();
+        assert_eq!(waits, vec![200, 400, 800, 1600, 2000, 2000]);
+        assert_eq!(p.backoff(u32::MAX), p.max_backoff);
+    }
+
+    #[test]
+    fn only_routes_safe_to_repeat_are_idempotent() {
+        for (m, r) in [
+            ("GET", "/job/3"),
+            ("GET", "/health"),
+            ("POST", "/generate?job_id=1"),
+            ("POST", "/forward?job_id=2"),
+            ("POST", "/wake-inference?job_id=1"),
+            ("POST", "/operation?job_id=2"),
+        ] {
+            assert!(idempotent(m, r), "{m} {r}");
+        }
+        for r in [
+            "/initialize",
+            "/destroy?job_id=1",
+            "/forward-backward?job_id=2",
+            "/step?job_id=2",
+            "/save?job_id=2",
+            "/load-checkpoint?job_id=2",
+        ] {
+            assert!(!idempotent("POST", r), "{r}");
+        }
+    }
+
+    /// A server answering 503 to the first `fail` calls of every route, then 200.
+    async fn flaky(fail: u32) -> (String, Arc<AtomicU32>) {
+        let calls = Arc::new(AtomicU32::new(0));
+        let answer = {
+            let calls = calls.clone();
+            move || {
+                let calls = calls.clone();
+                async move {
+                    if calls.fetch_add(1, Ordering::SeqCst) < fail {
+                        (StatusCode::SERVICE_UNAVAILABLE, r#"{"detail": "busy"}"#)
+                    } else {
+                        (
+                            StatusCode::OK,
+                            r#"{"status": "OK", "job_id": 1, "metrics": {}}"#,
+                        )
+                    }
+                }
+            }
+        };
+        let app = Router::new()
+            .route("/health", get(answer.clone()))
+            .route("/step", post(answer));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(l, app).await });
+        (url, calls)
+    }
+
+    fn quick() -> RetryPolicy {
+        RetryPolicy {
+            attempts: 4,
+            first_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(4),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_503_on_an_idempotent_route_is_sent_again_within_the_budget() {
+        let (url, calls) = flaky(2).await;
+        let c = ArcticClient::new(&url, Duration::from_secs(5))
+            .unwrap()
+            .with_retry(quick());
+        c.health().await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+        let (url, calls) = flaky(10).await;
+        let c = ArcticClient::new(&url, Duration::from_secs(5))
+            .unwrap()
+            .with_retry(quick());
+        let e = c.health().await.unwrap_err();
+        assert_eq!(calls.load(Ordering::SeqCst), 4, "bounded: {e}");
+        assert!(e.to_string().contains("gave up after 4 attempts"), "{e}");
+        assert_eq!(e.status(), Some(503));
+    }
+
+    #[tokio::test]
+    async fn a_503_on_step_is_never_sent_twice() {
+        let (url, calls) = flaky(1).await;
+        let c = ArcticClient::new(&url, Duration::from_secs(5))
+            .unwrap()
+            .with_retry(quick());
+        let e = c.step(2).await.unwrap_err();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(e.route(), "/step?job_id=2");
+        assert!(!e.to_string().contains("gave up"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_retried_then_reported() {
+        // A port that was just free: nothing listens there.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        drop(l);
+        let c = ArcticClient::new(&url, Duration::from_secs(5))
+            .unwrap()
+            .with_retry(quick());
+        let e = c.step(2).await.unwrap_err();
+        assert!(
+            matches!(e, ClientError::Transport { .. }) && e.to_string().contains("gave up after 4"),
+            "a request that never left is safe to repeat even on /step: {e}"
+        );
     }
 }

@@ -719,7 +719,7 @@ async fn exchange(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Proxy
 
 /// `rlharness proxy`: listen on `args.listen` until Ctrl-C.
 pub async fn run_standalone(args: &crate::cli::ProxyArgs) -> Result<(), ProxyError> {
-    let listener = TcpListener::bind(&args.listen)
+    let listener = crate::backend::server::bind(&args.listen)
         .await
         .map_err(|source| ProxyError::Bind {
             addr: args.listen.clone(),

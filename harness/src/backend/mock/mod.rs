@@ -3,6 +3,7 @@
 //! the policy version), and simulating time with a cost model instead of sleeping.
 
 pub mod cost;
+pub mod faults;
 pub mod grpo;
 pub mod policy;
 pub mod schedule;
@@ -153,6 +154,9 @@ pub struct MockScript {
     pub model: ModelSpec,
     #[serde(default)]
     pub response: ResponseShape,
+    /// Scripted faults (see `faults`): none by default, and then absent from the plan.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<faults::FaultSpec>,
 }
 
 impl Default for MockScript {
@@ -164,6 +168,7 @@ impl Default for MockScript {
             device: default_device(),
             model: default_model(),
             response: ResponseShape::default(),
+            faults: Vec::new(),
         }
     }
 }
@@ -222,6 +227,7 @@ impl MockScript {
         if r.syncs_to_plateau == 0 {
             return err("reward.syncs_to_plateau must be at least 1".into());
         }
+        faults::validate(&self.faults).map_err(MockScriptError)?;
         if self.response.min_len == 0 || self.response.min_len > self.response.max_len {
             return err(format!(
                 "response: need 1 <= min_len <= max_len, got {}..{}",
@@ -285,6 +291,11 @@ impl MockEngine {
             cost,
             jobs: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The seed the mock's randomness (and its probabilistic faults) follows.
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     pub fn script(&self) -> &MockScript {
@@ -847,8 +858,9 @@ impl Engine for MockEngine {
             "checkpoint_type": request.get("checkpoint_type").cloned().unwrap_or(Value::Null),
         });
         let file = dir.join(CHECKPOINT_FILE);
-        std::fs::write(&file, format!("{state:#}\n"))
-            .map_err(|e| io_error("write checkpoint", &file, e))?;
+        // Atomic, so a server killed mid-save leaves the previous checkpoint or this one.
+        crate::fsx::write_atomic(&file, format!("{state:#}\n").as_bytes())
+            .map_err(|e| EngineError::internal(format!("failed to write checkpoint: {e}")))?;
         let export_hf = request
             .get("export_hf")
             .and_then(Value::as_bool)
@@ -859,7 +871,8 @@ impl Engine for MockEngine {
             let cfg = hf.join("config.json");
             let shape = serde_json::to_value(self.cost.shape)
                 .map_err(|e| EngineError::internal(format!("cannot encode model shape: {e}")))?;
-            std::fs::write(&cfg, format!("{shape:#}\n")).map_err(|e| io_error("write", &cfg, e))?;
+            crate::fsx::write_atomic(&cfg, format!("{shape:#}\n").as_bytes())
+                .map_err(|e| EngineError::internal(format!("failed to write: {e}")))?;
             Value::String(hf.display().to_string())
         } else {
             Value::Null
@@ -1001,13 +1014,16 @@ pub async fn serve_mock_standalone(
     script: MockScript,
     seed: u64,
 ) -> std::io::Result<()> {
+    let script_faults = script.faults.clone();
     let engine = MockEngine::new(script, seed)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let listener = tokio::net::TcpListener::bind((host, port))
+    let listener = server::bind(&format!("{host}:{port}"))
         .await
         .map_err(|e| std::io::Error::new(e.kind(), format!("failed to bind {host}:{port}: {e}")))?;
     let addr = listener.local_addr()?;
-    let (router, _handle) = server::router(Arc::new(engine), ServerOptions::default());
+    let seed = engine.seed;
+    let (router, handle) = server::router(Arc::new(engine), ServerOptions::default());
+    let router = faults::inject(router, handle, &script_faults, seed);
     println!("mock Arctic server listening on http://{addr}");
     server::serve(listener, router, async {
         // If the signal handler cannot be installed, serve until the process is killed.
