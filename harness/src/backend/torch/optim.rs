@@ -200,6 +200,13 @@ pub struct AdamW {
     flat: Option<FlatState>,
 }
 
+struct StepScalars {
+    lr: f64,
+    scale: f64,
+    bc1: f64,
+    bc2: f64,
+}
+
 struct FlatState {
     m: Tensor,
     v: Tensor,
@@ -285,23 +292,14 @@ impl AdamW {
             .sum(Kind::Float)
             .sqrt()
             .double_value(&[]);
+        let StepScalars {
+            lr,
+            scale,
+            bc1,
+            bc2,
+        } = self.advance(norm, lr_override);
         let c = &self.config;
-        let scale = if c.clip > 0.0 {
-            let coef = c.clip / (norm + 1e-6);
-            if coef < 1.0 {
-                coef
-            } else {
-                1.0
-            }
-        } else {
-            1.0
-        };
-        let lr = lr_override.unwrap_or_else(|| c.scheduler.lr_at(self.steps, c.lr));
-        self.steps += 1;
-        let t = self.steps as f64;
         let (b1, b2) = c.betas;
-        let bc1 = 1.0 - b1.powf(t);
-        let bc2 = 1.0 - b2.powf(t);
         for (k, p) in params.iter().enumerate() {
             let g = if scale != 1.0 {
                 &grads[k] * scale
@@ -351,18 +349,17 @@ impl AdamW {
             }
         }
         let norm = grad.square().sum(Kind::Float).sqrt().double_value(&[]);
-        let c = &self.config;
-        let scale = if c.clip > 0.0 {
-            (c.clip / (norm + 1e-6)).min(1.0)
-        } else {
-            1.0
+        let StepScalars {
+            lr,
+            scale,
+            bc1,
+            bc2,
+        } = self.advance(norm, lr_override);
+        let Some(flat) = &self.flat else {
+            return (lr, norm);
         };
-        let lr = lr_override.unwrap_or_else(|| c.scheduler.lr_at(self.steps, c.lr));
-        self.steps += 1;
-        let t = self.steps as f64;
+        let c = &self.config;
         let (b1, b2) = c.betas;
-        let bc1 = 1.0 - b1.powf(t);
-        let bc2 = 1.0 - b2.powf(t);
         if scale != 1.0 {
             let _ = grad.g_mul_scalar_(scale);
         }
@@ -387,6 +384,27 @@ impl AdamW {
             }
         }
         (lr, norm)
+    }
+
+    /// Count one step: its rate, the clipping factor for the gradient's global `norm`, and
+    /// the two bias corrections.
+    fn advance(&mut self, norm: f64, lr_override: Option<f64>) -> StepScalars {
+        let c = &self.config;
+        let scale = if c.clip > 0.0 {
+            (c.clip / (norm + 1e-6)).min(1.0)
+        } else {
+            1.0
+        };
+        let lr = lr_override.unwrap_or_else(|| c.scheduler.lr_at(self.steps, c.lr));
+        self.steps += 1;
+        let t = self.steps as f64;
+        let (b1, b2) = c.betas;
+        StepScalars {
+            lr,
+            scale,
+            bc1: 1.0 - b1.powf(t),
+            bc2: 1.0 - b2.powf(t),
+        }
     }
 
     /// The rate the next step will use (DeepSpeed's `get_last_lr()` after a step).
