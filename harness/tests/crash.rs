@@ -2,16 +2,15 @@
 //! directory: `metrics.csv` with every completed step, `run.json` saying the run was
 //! interrupted, and `rlharness compare` judging it (exit 3: the run itself failed).
 
+mod common;
+
+use common::repo;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rlharness::metrics::MetricTable;
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// A scenarios root in `dir` with the project's layers and a slow mock scenario: every
 /// optimizer step answers 0.3 s late, so the run is still going when it is killed.

@@ -3,41 +3,16 @@
 //! its `expected_verdict` (exit 0), keep the steps before the fault, and (where it retries)
 //! show the retries on the wire.
 
+mod common;
+
+use common::{opts, repo, wire};
 use std::path::{Path, PathBuf};
 
 use rlharness::app::run_one;
 use rlharness::error::ExitStatus;
 use rlharness::metrics::MetricTable;
-use rlharness::runner::RunOptions;
 use rlharness::spec::load_scenario;
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn opts(out: &Path) -> RunOptions {
-    RunOptions {
-        out: out.to_path_buf(),
-        golden: repo().join("golden"),
-        seed: None,
-        steps: None,
-        set: Vec::new(),
-        update_golden: false,
-        hardware: None,
-        progress: false,
-        ci: true,
-        run_dir: Some(out.join("run")),
-    }
-}
-
-fn wire(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("wire.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// (route prefix, status) of every request on the wire, in order.
 fn calls(dir: &Path) -> Vec<(String, u64)> {
@@ -55,7 +30,7 @@ fn calls(dir: &Path) -> Vec<(String, u64)> {
 async fn run_fault(name: &str) -> (PathBuf, tempfile::TempDir) {
     let path = repo().join(format!("scenarios/faults/{name}.yaml"));
     let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(&path, &opts(tmp.path())).await.unwrap();
+    let report = run_one(&path, &opts(tmp.path(), &[])).await.unwrap();
     assert_eq!(
         report.exit_status(),
         ExitStatus::Passed,

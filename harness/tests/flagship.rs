@@ -3,37 +3,19 @@
 //! rules; the second is caught, and its verdict names the failed convergence rules.
 #![cfg(feature = "torch")]
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{opts, repo};
 
 use rlharness::app::run_one;
 use rlharness::error::ExitStatus;
-use rlharness::runner::RunOptions;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn opts(out: &Path) -> RunOptions {
-    RunOptions {
-        out: out.to_path_buf(),
-        golden: repo().join("golden"),
-        seed: None,
-        steps: None,
-        set: Vec::new(),
-        update_golden: false,
-        hardware: None,
-        progress: false,
-        ci: true,
-        run_dir: Some(out.join("run")),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_flagship_learns_and_passes() {
     let tmp = tempfile::tempdir().unwrap();
     let report = run_one(
         &repo().join("scenarios/tiny-gsm8k-grpo.yaml"),
-        &opts(tmp.path()),
+        &opts(tmp.path(), &[]),
     )
     .await
     .unwrap();
@@ -59,7 +41,7 @@ async fn the_collapse_is_caught_by_the_convergence_rules() {
     let tmp = tempfile::tempdir().unwrap();
     let report = run_one(
         &repo().join("scenarios/tiny-gsm8k-grpo-collapse.yaml"),
-        &opts(tmp.path()),
+        &opts(tmp.path(), &[]),
     )
     .await
     .unwrap();

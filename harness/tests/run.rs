@@ -1,45 +1,19 @@
 //! `rlharness run` end to end on the scripted mock: the smoke scenario against its accepted
 //! golden, the regressions the golden must catch, and the failures the harness must survive.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{opts, repo, wire};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use rlharness::app::run_one;
 use rlharness::error::ExitStatus;
 use rlharness::metrics::MetricTable;
-use rlharness::runner::RunOptions;
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn smoke() -> PathBuf {
     repo().join("scenarios/smoke/mock-gsm8k-grpo.yaml")
-}
-
-fn opts(out: &Path, set: &[&str]) -> RunOptions {
-    RunOptions {
-        out: out.to_path_buf(),
-        golden: repo().join("golden"),
-        seed: None,
-        steps: None,
-        set: set.iter().map(|s| s.to_string()).collect(),
-        update_golden: false,
-        hardware: None,
-        progress: false,
-        // Tests never write goldens.
-        ci: true,
-        run_dir: Some(out.join("run")),
-    }
-}
-
-fn wire(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("wire.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn mean(xs: &[(u64, f64)]) -> f64 {
