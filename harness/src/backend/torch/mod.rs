@@ -5,8 +5,12 @@
 //! start for the tiny arith model, or seeded random weights for the Qwen3 shapes.
 //!
 //! Threading: calls may arrive from several threads. Each job sits behind its own mutex;
-//! torch's global generator (model init and sampling draws) behind one more, so a run is
-//! bit-identical for the same seed, thread count and call order.
+//! torch's global generator (model init, CUDA sampling draws) behind one more. On the CPU a
+//! sampling call draws from a stream of its own seed on the host and holds no lock while it
+//! samples, so concurrent `/generate` calls use every core and a run is still bit-identical
+//! for the same seed and thread count, whatever order the calls arrive in. Calls that write
+//! weights (`step`, weight sync, checkpoint load) wait for running samplers on the weight
+//! gate.
 
 pub mod batch;
 pub mod convert;
@@ -21,7 +25,7 @@ pub mod warm_start;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde_json::{json, Map, Value};
 use tch::{Device, Kind, Tensor};
@@ -30,7 +34,7 @@ use self::batch::{place, response_logprobs, Padded};
 use self::loss::{grpo_micro_loss, AggMode, AggTotals, LossSums};
 use self::model::{Decoder, DecoderConfig};
 use self::optim::{AdamW, OptimConfig};
-use self::sample::{Sampled, SamplingParams};
+use self::sample::{Draws, Sampled, SamplingParams};
 use self::settings::{CallSettings, WorkerSettings};
 use crate::backend::torch_spec::{ModelKind, TorchDType, TorchDevice, TorchSpec};
 use crate::backend::{
@@ -49,6 +53,14 @@ static TORCH_RNG: Mutex<()> = Mutex::new(());
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic inside libtorch poisons the lock; the state it guards is still usable.
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read_gate(g: &RwLock<()>) -> RwLockReadGuard<'_, ()> {
+    g.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write_gate(g: &RwLock<()>) -> RwLockWriteGuard<'_, ()> {
+    g.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What a run records about the engine (`run.json`).
@@ -91,6 +103,9 @@ pub struct TorchEngine {
     /// driver sends one call per prompt, and a GPU decoding 5 rows costs about what 80 cost.
     gen_queue: Mutex<GenQueue>,
     batch_generate: bool,
+    /// Held shared by CPU sampling calls (which read weights outside their job's lock) and
+    /// exclusively by every call that writes weights in place.
+    weight_gate: RwLock<()>,
     info: RuntimeInfo,
 }
 
@@ -214,6 +229,7 @@ impl TorchEngine {
             generate_calls: AtomicU64::new(0),
             gen_queue: Mutex::new(GenQueue::default()),
             batch_generate: device != Device::Cpu,
+            weight_gate: RwLock::new(()),
             info,
         })
     }
@@ -369,7 +385,8 @@ impl TorchEngine {
     }
 
     /// One sampling call on the job's model, seeded by the call's seed (or the engine's seed
-    /// and a call counter).
+    /// and a call counter). On CUDA the draws come from torch's generator (the batch stays on
+    /// the device); elsewhere from the call's own host stream, without holding the job's lock.
     fn generate_now(
         &self,
         job_id: u64,
@@ -377,16 +394,33 @@ impl TorchEngine {
         params: &SamplingParams,
     ) -> Result<Vec<Sampled>, EngineError> {
         let job = self.job(job_id)?;
-        let job = lock(&job);
         let call = self.generate_calls.fetch_add(1, Ordering::SeqCst);
         let seed = params
             .seed
             .unwrap_or_else(|| self.seed.wrapping_mul(1_000_003).wrapping_add(call));
+        let eos = if params.ignore_eos { -1 } else { EOS_ID };
+        if self.device == Device::Cpu {
+            let _reading = read_gate(&self.weight_gate);
+            let model = lock(&job).model.share();
+            let mut draws = Draws::host(seed);
+            return guard("generate", || {
+                Ok(sample::sample(
+                    &model, prompts, params, eos, PAD_ID, &mut draws,
+                ))
+            });
+        }
+        let job = lock(&job);
         let _rng = lock(&TORCH_RNG);
         tch::manual_seed(seed as i64);
-        let eos = if params.ignore_eos { -1 } else { EOS_ID };
         guard("generate", || {
-            Ok(sample::sample(&job.model, prompts, params, eos, PAD_ID))
+            Ok(sample::sample(
+                &job.model,
+                prompts,
+                params,
+                eos,
+                PAD_ID,
+                &mut Draws::Torch,
+            ))
         })
     }
 
@@ -888,6 +922,7 @@ impl Engine for TorchEngine {
         learning_rate: Option<f64>,
     ) -> Result<Timed<StepOutput>, EngineError> {
         let job = self.job(job_id)?;
+        let _writing = write_gate(&self.weight_gate);
         let mut job = lock(&job);
         let job = &mut *job;
         let trainer = job
@@ -943,6 +978,7 @@ impl Engine for TorchEngine {
     }
 
     fn weight_sync(&self, source: u64, targets: &[u64]) -> Result<Timed<()>, EngineError> {
+        let _writing = write_gate(&self.weight_gate);
         let src = self.job(source)?;
         let snapshot: Vec<Tensor> = {
             let src = lock(&src);
@@ -976,6 +1012,7 @@ impl Engine for TorchEngine {
     }
 
     fn load_checkpoint(&self, job_id: u64, request: &Value) -> Result<Value, EngineError> {
+        let _writing = write_gate(&self.weight_gate);
         let job = self.job(job_id)?;
         let mut job = lock(&job);
         guard("load-checkpoint", || self.load_impl(&mut job, request))

@@ -264,6 +264,19 @@ impl Decoder {
         }
     }
 
+    /// A handle on the same storage (no copy): what a sampling call reads while the job's
+    /// lock is free for others. Writers of the weights wait on the engine's weight gate.
+    pub fn share(&self) -> Decoder {
+        Decoder {
+            config: self.config.clone(),
+            names: self.names.clone(),
+            params: self.params.iter().map(|p| p.shallow_clone()).collect(),
+            device: self.device,
+            kind: self.kind,
+            fused: self.fused,
+        }
+    }
+
     pub fn set_requires_grad(&mut self, on: bool) {
         self.params = self
             .params

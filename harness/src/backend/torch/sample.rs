@@ -2,6 +2,8 @@
 //! left-padded, one prefill, then one token per step for all sequences until each has sampled
 //! end-of-sequence or `max_tokens`.
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde_json::{Map, Value};
 use tch::{Kind, Tensor};
 
@@ -94,14 +96,31 @@ pub struct Sampled {
     pub stopped: bool,
 }
 
-/// Sample `n` continuations of every prompt (ids, no padding), in prompt-major order. Draws
-/// from torch's global generator: the caller holds the generator lock and has seeded it.
+/// Where the random draws of a sampling call come from.
+pub enum Draws {
+    /// torch's global generator, on the model's device: the caller holds the generator lock
+    /// and has seeded it. Keeps a CUDA batch on the device (no host round trip per token).
+    Torch,
+    /// A stream of the call's own, drawn on the host from the token probabilities. Calls
+    /// sharing no generator can run side by side and still give the same tokens for the same
+    /// seed, whatever their order (the CPU engine serves them on every core this way).
+    Host(Box<ChaCha8Rng>),
+}
+
+impl Draws {
+    pub fn host(seed: u64) -> Draws {
+        Draws::Host(Box::new(ChaCha8Rng::seed_from_u64(seed)))
+    }
+}
+
+/// Sample `n` continuations of every prompt (ids, no padding), in prompt-major order.
 pub fn sample(
     model: &Decoder,
     prompts: &[Vec<i64>],
     params: &SamplingParams,
     eos: i64,
     pad: i64,
+    draws: &mut Draws,
 ) -> Vec<Sampled> {
     let _g = tch::no_grad_guard();
     let device = model.device;
@@ -135,7 +154,7 @@ pub fn sample(
     for step in 0..params.max_tokens {
         // The head in the model dtype, then widened: what vLLM's sampler does.
         let logits = model.logits(&hidden, false);
-        let tok = pick(&logits, params);
+        let tok = pick(&logits, params, draws);
         // Finished rows keep sampling padding; it is cut off below.
         let tok = tok.masked_fill(&done, pad);
         done = done.logical_or(&tok.eq(eos));
@@ -172,7 +191,7 @@ pub fn sample(
 
 /// One token per row from `[B,V]` logits: greedy at temperature 0, else temperature, top-k,
 /// top-p (the smallest set whose mass reaches `top_p`, always at least one token), then a draw.
-fn pick(logits: &Tensor, params: &SamplingParams) -> Tensor {
+fn pick(logits: &Tensor, params: &SamplingParams, draws: &mut Draws) -> Tensor {
     if params.temperature == 0.0 {
         return logits.argmax(-1, false);
     }
@@ -191,10 +210,41 @@ fn pick(logits: &Tensor, params: &SamplingParams) -> Tensor {
         let drop = drop_sorted.scatter(-1, &idx, &drop_sorted);
         logits = logits.masked_fill(&drop, f64::NEG_INFINITY);
     }
-    logits
-        .softmax(-1, Kind::Float)
-        .multinomial(1, false)
-        .squeeze_dim(-1)
+    let probs = logits.softmax(-1, Kind::Float);
+    match draws {
+        Draws::Torch => probs.multinomial(1, false).squeeze_dim(-1),
+        Draws::Host(rng) => host_draw(&probs, rng).to_device(probs.device()),
+    }
+}
+
+/// One inverse-CDF draw per row of `[B,V]` probabilities. Tokens of probability 0 (cut by
+/// top-k or top-p) are never drawn; rounding that leaves the total under `u` falls back to
+/// the last token of positive probability.
+fn host_draw(probs: &Tensor, rng: &mut ChaCha8Rng) -> Tensor {
+    let (b, v) = (probs.size()[0], probs.size()[1] as usize);
+    let flat =
+        Vec::<f32>::try_from(&probs.to_device(tch::Device::Cpu).reshape([-1])).unwrap_or_default();
+    let picks: Vec<i64> = flat
+        .chunks(v.max(1))
+        .take(b as usize)
+        .map(|row| {
+            let total: f64 = row.iter().map(|&p| p as f64).sum();
+            let u = rng.random::<f64>() * total;
+            let mut acc = 0.0;
+            let mut last = 0;
+            for (j, &p) in row.iter().enumerate() {
+                if p > 0.0 {
+                    acc += p as f64;
+                    last = j;
+                    if u < acc {
+                        return j as i64;
+                    }
+                }
+            }
+            last as i64
+        })
+        .collect();
+    Tensor::from_slice(&picks)
 }
 
 #[cfg(test)]
@@ -237,15 +287,44 @@ mod tests {
             seed: None,
             ignore_eos: false,
         };
-        let t = pick(&logits, &params);
+        let t = pick(&logits, &params, &mut Draws::Torch);
+        assert_eq!(t.max().int64_value(&[]), 0);
+        let t = pick(&logits, &params, &mut Draws::host(0));
         assert_eq!(t.max().int64_value(&[]), 0);
         let params = SamplingParams {
             top_p: 0.8,
             ..params
         };
-        let t = pick(&logits, &params);
-        assert!(t.max().int64_value(&[]) <= 1);
-        assert!(t.eq(1).sum(Kind::Int64).int64_value(&[]) > 0);
+        for mut draws in [Draws::Torch, Draws::host(1)] {
+            let t = pick(&logits, &params, &mut draws);
+            assert!(t.max().int64_value(&[]) <= 1);
+            assert!(t.eq(1).sum(Kind::Int64).int64_value(&[]) > 0);
+        }
+    }
+
+    #[test]
+    fn host_draws_follow_the_probabilities_and_repeat_per_seed() {
+        // Probabilities 0.6, 0.3, 0.1, 0: 20,000 draws land within 1.5 points of each, never
+        // on the impossible token, and the same seed draws the same tokens.
+        let probs = Tensor::from_slice(&[0.6f32, 0.3, 0.1, 0.0])
+            .view([1, 4])
+            .repeat([20_000, 1]);
+        let a = host_draw(&probs, &mut ChaCha8Rng::seed_from_u64(7));
+        let b = host_draw(&probs, &mut ChaCha8Rng::seed_from_u64(7));
+        let c = host_draw(&probs, &mut ChaCha8Rng::seed_from_u64(8));
+        assert!(a.equal(&b));
+        assert!(!a.equal(&c));
+        for (tok, want) in [(0, 0.6), (1, 0.3), (2, 0.1), (3, 0.0)] {
+            let share = a
+                .eq(tok)
+                .to_kind(Kind::Float)
+                .mean(Kind::Float)
+                .double_value(&[]);
+            assert!(
+                (share - want).abs() < 0.015,
+                "token {tok}: {share} vs {want}"
+            );
+        }
     }
 
     #[test]
@@ -262,7 +341,7 @@ mod tests {
             ignore_eos: false,
         };
         let prompts = vec![vec![3i64, 4, 5], vec![6i64]];
-        let got = sample(&m, &prompts, &params, -1, 0);
+        let got = sample(&m, &prompts, &params, -1, 0, &mut Draws::Torch);
         assert_eq!(got.len(), 4);
         assert_eq!(got[0], got[1]);
         // Re-derive the first prompt's continuation without a cache.
