@@ -8,7 +8,8 @@
 //! Options: `--smoke`, `--micro-batch N` (sequences per forward/backward, default 8),
 //! `--prompts N` (16), `--n N` (5), `--prompt-len N` (512), `--response-len N` (1024),
 //! `--gen-prompts N` (80), `--gen-prompt-len N` (512), `--gen-tokens N` (256),
-//! `--iters N` (timed update iterations after one warm-up, default 2).
+//! `--iters N` (timed update iterations after one warm-up, default 2), `--autograd-head` (the
+//! vocabulary head through autograd instead of by hand, to compare), `--no-generate`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,6 +28,8 @@ use serde_json::json;
 
 struct Args {
     smoke: bool,
+    autograd_head: bool,
+    no_generate: bool,
     micro_batch: usize,
     prompts: usize,
     n: usize,
@@ -41,6 +44,8 @@ struct Args {
 fn parse() -> anyhow::Result<Args> {
     let mut a = Args {
         smoke: false,
+        autograd_head: false,
+        no_generate: false,
         micro_batch: 8,
         prompts: 16,
         n: 5,
@@ -54,8 +59,14 @@ fn parse() -> anyhow::Result<Args> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {
-        if args[i] == "--smoke" {
-            a.smoke = true;
+        let flag = match args[i].as_str() {
+            "--smoke" => Some(&mut a.smoke),
+            "--autograd-head" => Some(&mut a.autograd_head),
+            "--no-generate" => Some(&mut a.no_generate),
+            _ => None,
+        };
+        if let Some(f) = flag {
+            *f = true;
             i += 1;
             continue;
         }
@@ -180,7 +191,7 @@ fn main() -> anyhow::Result<()> {
             ..TorchSpec::default()
         }
     };
-    let engine = TorchEngine::new(&spec, 0)?;
+    let engine = TorchEngine::new(&spec, 0)?.with_hand_head(!a.autograd_head);
     let cfg = engine.model_config().clone();
     let watch = (!a.smoke)
         .then(mem_get_info)
@@ -278,32 +289,39 @@ fn main() -> anyhow::Result<()> {
     let (fb_s, up_s) = (mean(&fb_times), mean(&update_times));
 
     // Generate: gen_prompts prompts of gen_prompt_len random tokens, gen_tokens each.
-    engine.create_job(2, &job_config(JobType::Sampling))?;
-    let gen_prompts: Vec<Vec<i64>> = (0..a.gen_prompts)
-        .map(|_| {
-            (0..a.gen_prompt_len)
-                .map(|_| rng.random_range(2..vocab))
-                .collect()
-        })
-        .collect();
-    let params = SamplingParams {
-        n: 1,
-        temperature: 1.0,
-        top_p: 1.0,
-        top_k: -1,
-        max_tokens: a.gen_tokens,
-        seed: Some(0),
-        ignore_eos: true,
+    let mut generate = || -> anyhow::Result<(usize, f64)> {
+        engine.create_job(2, &job_config(JobType::Sampling))?;
+        let gen_prompts: Vec<Vec<i64>> = (0..a.gen_prompts)
+            .map(|_| {
+                (0..a.gen_prompt_len)
+                    .map(|_| rng.random_range(2..vocab))
+                    .collect()
+            })
+            .collect();
+        let params = SamplingParams {
+            n: 1,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: -1,
+            max_tokens: a.gen_tokens,
+            seed: Some(0),
+            ignore_eos: true,
+        };
+        let warm = SamplingParams {
+            max_tokens: 4,
+            ..params.clone()
+        };
+        engine.generate_ids(2, &gen_prompts[..gen_prompts.len().min(4)], &warm)?;
+        let t0 = Instant::now();
+        let out = engine.generate_ids(2, &gen_prompts, &params)?;
+        let gen_s = t0.elapsed().as_secs_f64();
+        Ok((out.iter().map(|o| o.tokens.len()).sum(), gen_s))
     };
-    let warm = SamplingParams {
-        max_tokens: 4,
-        ..params.clone()
+    let (gen_tokens, gen_s) = if a.no_generate {
+        (0, f64::NAN)
+    } else {
+        generate()?
     };
-    engine.generate_ids(2, &gen_prompts[..gen_prompts.len().min(4)], &warm)?;
-    let t0 = Instant::now();
-    let out = engine.generate_ids(2, &gen_prompts, &params)?;
-    let gen_s = t0.elapsed().as_secs_f64();
-    let gen_tokens: usize = out.iter().map(|o| o.tokens.len()).sum();
     let peak_mem = watch.map(MemoryWatch::finish);
 
     let mfu = flops / up_s / peak_flops;
@@ -324,12 +342,14 @@ fn main() -> anyhow::Result<()> {
         "peak_device_memory_gib": peak_mem,
         "generate_prompts": a.gen_prompts, "generate_prompt_len": a.gen_prompt_len,
         "generated_tokens": gen_tokens,
-        "generate_seconds": gen_s,
-        "generate_tokens_per_s": tps,
+        "generate_seconds": (!a.no_generate).then_some(gen_s),
+        "generate_tokens_per_s": (!a.no_generate).then_some(tps),
+        "autograd_head": a.autograd_head,
+        "step_seconds": up_s - fb_s,
         "targets": {"mfu": 0.35, "generate_tokens_per_s": 3.0 * 1158.0, "peak_memory_gib": 98.0},
         "pass": {
             "mfu": mfu >= 0.35,
-            "generate": tps >= 3.0 * 1158.0,
+            "generate": (!a.no_generate).then_some(tps >= 3.0 * 1158.0),
             "memory": peak_mem.map(|m| m <= 98.0),
         },
     });

@@ -6,6 +6,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::convert::to_tch_2d;
+use super::head::Entropy;
 use super::model::Decoder;
 use super::settings::{CallSettings, LogitsOpt};
 use crate::backend::{EngineError, ModelBatch};
@@ -153,13 +154,13 @@ impl Padded {
     }
 }
 
-/// Log-probs `[b,R]` of the response tokens, and their entropy (without gradient) when asked.
-/// Keeps the autograd graph when called with gradients enabled.
+/// Log-probs `[b,R]` of the response tokens, and their entropy when asked (differentiated
+/// under `Entropy::WithGrad`). Keeps the autograd graph when called with gradients enabled.
 pub fn response_logprobs(
     model: &Decoder,
     x: &Padded,
     settings: &CallSettings,
-    entropy: bool,
+    entropy: Entropy,
 ) -> (Tensor, Option<Tensor>) {
     let key_mask = x.has_padding.then_some(&x.mask);
     let hidden = model.hidden_states(&x.ids, &x.positions, key_mask);
@@ -209,7 +210,7 @@ fn logprobs_of(
     h: &Tensor,
     targets: &Tensor,
     settings: &CallSettings,
-    entropy: bool,
+    entropy: Entropy,
 ) -> (Tensor, Option<Tensor>) {
     let mut logits = model.logits(h, settings.logits_fp32);
     // Dividing by 1 is exact, and a pass over a vocabulary-wide tensor is not free.
@@ -222,12 +223,19 @@ fn logprobs_of(
         .gather(-1, &targets.unsqueeze(-1), false)
         .squeeze_dim(-1)
         - logits.logsumexp([-1i64].as_slice(), false);
-    let ent = entropy.then(|| {
-        let _g = tch::no_grad_guard();
-        let l = logits.detach();
+    let entropy_of = |l: &Tensor| {
         let logp = l.log_softmax(-1, Kind::Float);
         -(logp.exp() * &logp).sum_dim_intlist([-1i64].as_slice(), false, Kind::Float)
-    });
+    };
+    let ent = match entropy {
+        Entropy::Off => None,
+        Entropy::Value => {
+            let _g = tch::no_grad_guard();
+            Some(entropy_of(&logits.detach()))
+        }
+        // `entropy_coeff != 0`: the entropy bonus is part of the loss, so it is differentiated.
+        Entropy::WithGrad => Some(entropy_of(&logits)),
+    };
     (lp, ent)
 }
 

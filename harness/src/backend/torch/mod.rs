@@ -15,6 +15,7 @@
 pub mod batch;
 pub mod convert;
 pub mod grpo;
+pub mod head;
 pub mod loss;
 pub mod model;
 pub mod optim;
@@ -106,6 +107,9 @@ pub struct TorchEngine {
     /// Held shared by CPU sampling calls (which read weights outside their job's lock) and
     /// exclusively by every call that writes weights in place.
     weight_gate: RwLock<()>,
+    /// On the fused path, do the vocabulary head by hand (`head.rs`); off only to measure
+    /// the autograd head beside it.
+    hand_head: bool,
     info: RuntimeInfo,
 }
 
@@ -230,6 +234,7 @@ impl TorchEngine {
             gen_queue: Mutex::new(GenQueue::default()),
             batch_generate: device != Device::Cpu,
             weight_gate: RwLock::new(()),
+            hand_head: true,
             info,
         })
     }
@@ -286,6 +291,13 @@ impl TorchEngine {
     /// each call keeps its own seed, which bit-exact runs rely on).
     pub fn with_generate_batching(mut self, on: bool) -> TorchEngine {
         self.batch_generate = on;
+        self
+    }
+
+    /// Use the hand-made vocabulary head on the fused path (the default), or autograd's (to
+    /// measure one beside the other).
+    pub fn with_hand_head(mut self, on: bool) -> TorchEngine {
+        self.hand_head = on;
         self
     }
 
@@ -445,7 +457,16 @@ impl TorchEngine {
         let mut start = 0;
         while start < x.b {
             let rows = x.rows(start, mb.min(x.b - start));
-            let (lp, ent) = response_logprobs(&job.model, &rows, &settings, settings.want_entropy);
+            let (lp, ent) = if job.model.fused && self.hand_head {
+                head::response_logprobs(&job.model, &rows, &settings, settings.want_entropy)
+            } else {
+                let entropy = if settings.want_entropy {
+                    head::Entropy::Value
+                } else {
+                    head::Entropy::Off
+                };
+                response_logprobs(&job.model, &rows, &settings, entropy)
+            };
             lps.push(lp);
             if let Some(e) = ent {
                 ents.push(e);
@@ -503,18 +524,34 @@ impl TorchEngine {
         let mut sums = LossSums::default();
         let mb = job.micro_batch.max(1) as i64;
         let mut start = 0;
+        let entropy_grad = li.is_grpo() && settings.actor.entropy_coeff != 0.0;
         while start < x.b {
             let n = mb.min(x.b - start);
             let rows = x.rows(start, n);
             let part = li.rows(start, n);
-            let (lp, ent) = response_logprobs(
-                &job.model,
-                &rows,
-                &settings,
-                settings.want_entropy || part.needs_entropy(&settings),
-            );
-            let loss = part.loss(&lp, ent.as_ref(), &settings, totals, &mut sums);
-            loss.backward();
+            let entropy = if entropy_grad {
+                head::Entropy::WithGrad
+            } else if settings.want_entropy || part.needs_entropy(&settings) {
+                head::Entropy::Value
+            } else {
+                head::Entropy::Off
+            };
+            if job.model.fused && self.hand_head {
+                let chunk = head::chunk_rows(&settings, rows.r, self.config.vocab_size as i64);
+                head::forward_backward(
+                    &job.model,
+                    &rows,
+                    &settings,
+                    entropy,
+                    chunk,
+                    |r0, c, lp, ent| part.rows(r0, c).loss(lp, ent, &settings, totals, &mut sums),
+                )
+                .map_err(EngineError::internal)?;
+            } else {
+                let (lp, ent) = response_logprobs(&job.model, &rows, &settings, entropy);
+                let loss = part.loss(&lp, ent.as_ref(), &settings, totals, &mut sums);
+                loss.backward();
+            }
             start += n;
         }
         Ok(ForwardBackwardOutput {

@@ -316,6 +316,11 @@ impl Decoder {
         &self.params[0]
     }
 
+    /// The output head's weight `[V,H]`: the tied input embedding.
+    pub fn head_weight(&self) -> &Tensor {
+        self.embed()
+    }
+
     fn layer(&self, l: usize) -> &[Tensor] {
         &self.params[1 + l * PER_LAYER..1 + (l + 1) * PER_LAYER]
     }
