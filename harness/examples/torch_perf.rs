@@ -9,7 +9,8 @@
 //! `--prompts N` (16), `--n N` (5), `--prompt-len N` (512), `--response-len N` (1024),
 //! `--gen-prompts N` (80), `--gen-prompt-len N` (512), `--gen-tokens N` (256),
 //! `--iters N` (timed update iterations after one warm-up, default 2), `--autograd-head` (the
-//! vocabulary head through autograd instead of by hand, to compare), `--no-generate`.
+//! vocabulary head through autograd instead of by hand, to compare), `--no-generate`,
+//! `--head-gib N` (`logits_optimization=compute` with this peak, which sizes the head's chunks).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,6 +31,7 @@ struct Args {
     smoke: bool,
     autograd_head: bool,
     no_generate: bool,
+    head_gib: Option<usize>,
     micro_batch: usize,
     prompts: usize,
     n: usize,
@@ -46,6 +48,7 @@ fn parse() -> anyhow::Result<Args> {
         smoke: false,
         autograd_head: false,
         no_generate: false,
+        head_gib: None,
         micro_batch: 8,
         prompts: 16,
         n: 5,
@@ -84,6 +87,7 @@ fn parse() -> anyhow::Result<Args> {
             "--gen-prompt-len" => a.gen_prompt_len = v,
             "--gen-tokens" => a.gen_tokens = v,
             "--iters" => a.iters = v,
+            "--head-gib" => a.head_gib = Some(v),
             other => anyhow::bail!("unknown argument {other}"),
         }
         i += 2;
@@ -207,6 +211,12 @@ fn main() -> anyhow::Result<()> {
         "gradient_clipping": 1.0,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-6, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}},
     }));
+    if let Some(gib) = a.head_gib {
+        training.ds_worker_config = Some(json!({
+            "logits_optimization": "compute",
+            "logits_optimization_peak_mem_size_in_gib": gib,
+        }));
+    }
     engine.create_job(1, &training)?;
     let (b, p, r) = (a.prompts * a.n, a.prompt_len, a.response_len);
     let s = p + r;
@@ -345,6 +355,7 @@ fn main() -> anyhow::Result<()> {
         "generate_seconds": (!a.no_generate).then_some(gen_s),
         "generate_tokens_per_s": (!a.no_generate).then_some(tps),
         "autograd_head": a.autograd_head,
+        "head_gib": a.head_gib,
         "step_seconds": up_s - fb_s,
         "targets": {"mfu": 0.35, "generate_tokens_per_s": 3.0 * 1158.0, "peak_memory_gib": 98.0},
         "pass": {
