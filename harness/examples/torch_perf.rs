@@ -346,7 +346,10 @@ fn main() -> anyhow::Result<()> {
     let mut by_rate = gen_runs.clone();
     by_rate.sort_by(|a, b| (a.0 as f64 / a.1).total_cmp(&(b.0 as f64 / b.1)));
     // The median repeat.
-    let (gen_tokens, gen_s) = by_rate.get(by_rate.len() / 2).copied().unwrap_or((0, f64::NAN));
+    let (gen_tokens, gen_s) = by_rate
+        .get(by_rate.len() / 2)
+        .copied()
+        .unwrap_or((0, f64::NAN));
     let peak_mem = watch.map(MemoryWatch::finish);
 
     let mfu = flops / up_s / peak_flops;
