@@ -428,6 +428,47 @@ fn weight_sync_makes_sampler_and_trainer_agree() {
     let _ = r;
 }
 
+/// `entropy_coeff` is part of the loss and its gradient: with zero advantages the policy
+/// gradient is zero, so only the entropy bonus can move the weights.
+#[test]
+fn entropy_coeff_reaches_the_gradient() {
+    let engine = random_engine(TorchDType::F32, 17);
+    let (prompts, responses) = sample_rows();
+    let (tensors, p, r) = padded_batch(&prompts, &responses);
+    let (b, s) = (3, p + r);
+    let mut norms = Vec::new();
+    for (job, coeff) in [(2u64, 0.0), (3u64, 0.5)] {
+        engine
+            .create_job(job, &job_config(JobType::Training))
+            .unwrap();
+        let old = f32_values(
+            &engine
+                .forward(job, &forward_batch(tensors.clone(), json!({})))
+                .unwrap()
+                .value
+                .logprobs,
+        )
+        .unwrap();
+        let mut batch = grpo_update(&tensors, b, s, p, &old, 0.0);
+        batch.meta.insert(
+            "actor_config".into(),
+            json!({"loss_agg_mode": "token-mean", "entropy_coeff": coeff}),
+        );
+        let fb = engine.forward_backward(job, &batch).unwrap().value;
+        assert!(fb.metrics["actor/entropy_loss"].as_f64().unwrap() > 0.0);
+        norms.push(engine.step(job, None).unwrap().value.grad_norm.unwrap());
+    }
+    assert_eq!(
+        norms[0], 0.0,
+        "zero advantages, no entropy bonus: no gradient"
+    );
+    assert!(
+        norms[1] > 1e-4,
+        "the entropy bonus must move the weights: {norms:?}"
+    );
+    let _ = r;
+}
+
 #[test]
 fn compute_in_fp32_changes_bf16_logprobs() {
     let engine = random_engine(TorchDType::Bf16, 14);
