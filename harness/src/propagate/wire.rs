@@ -59,15 +59,33 @@ impl WireSnapshot {
         let wire_path = dir.join("wire.jsonl");
         let text = read(&wire_path)?;
         let mut records = Vec::new();
+        // The recorder appends whole lines; a run killed mid-write can leave a last line
+        // without its newline. That torn record is dropped (with a warning), not an error:
+        // everything before it is intact.
+        let unterminated = !text.is_empty() && !text.ends_with('\n');
+        let count = text.lines().count();
         for (i, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            let v: Value = serde_json::from_str(line).map_err(|e| WireLoadError::Line {
-                path: wire_path.clone(),
-                line: i + 1,
-                message: e.to_string(),
-            })?;
+            let v: Value = match serde_json::from_str(line) {
+                Ok(v) => v,
+                Err(e) if unterminated && i + 1 == count => {
+                    tracing::warn!(
+                        "{}:{}: dropping a torn last record (the run was cut off while writing it): {e}",
+                        wire_path.display(),
+                        i + 1
+                    );
+                    break;
+                }
+                Err(e) => {
+                    return Err(WireLoadError::Line {
+                        path: wire_path.clone(),
+                        line: i + 1,
+                        message: e.to_string(),
+                    })
+                }
+            };
             if !v.is_object() {
                 return Err(WireLoadError::Line {
                     path: wire_path.clone(),
@@ -482,6 +500,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("nope"), "{e}");
+        // A torn last line (no newline: the writer was killed) is dropped; a whole bad last
+        // line is still an error.
+        std::fs::write(
+            dir.path().join("wire.jsonl"),
+            "{\"route\": \"/health\"}\n{\"route\": \"/gen",
+        )
+        .unwrap();
+        let w = WireSnapshot::load_run(dir.path()).unwrap();
+        assert_eq!(w.single("route./health"), Some(&Value::from(1u64)));
+        assert_eq!(w.single("routes"), Some(&Value::from("/health")));
+        std::fs::write(
+            dir.path().join("wire.jsonl"),
+            "{\"route\": \"/health\"}\n{\"route\": \"/gen\n",
+        )
+        .unwrap();
+        let e = WireSnapshot::load_run(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("wire.jsonl:2"), "{e}");
         std::fs::write(dir.path().join("wire.jsonl"), "{\"route\": \"/health\"}\n").unwrap();
         std::fs::write(dir.path().join("server_config.json"), "{").unwrap();
         let e = WireSnapshot::load_run(dir.path()).unwrap_err().to_string();
