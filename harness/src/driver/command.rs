@@ -403,6 +403,7 @@ pub type TrainerTask = tokio::task::JoinHandle<Result<(), DriverError>>;
 pub struct Trainer {
     pub pgid: i32,
     shared: Arc<Shared>,
+    reaper: Mutex<Option<Reaper>>,
 }
 
 impl Trainer {
@@ -425,6 +426,53 @@ impl Trainer {
     /// no live process is left in the group (or after one more second past KILL).
     pub async fn terminate(&self, grace: Duration) {
         terminate_group(self.pgid, grace).await;
+        if let Some(r) = lock(&self.reaper).take() {
+            r.disarm();
+        }
+    }
+}
+
+/// A watcher outside the harness that stops the trainer's group if the harness dies without
+/// doing so itself (SIGKILL, the OOM killer): a `sh` in its own process group, reading a pipe
+/// whose only writer is the harness. The kernel closes the pipe when the harness dies; on that
+/// end-of-file the watcher sends TERM to the group, then KILL after 3 s. After a clean
+/// teardown the harness writes `done` and the watcher exits without a signal.
+struct Reaper {
+    pipe: std::process::ChildStdin,
+    child: std::process::Child,
+}
+
+/// The watcher's script; `$1` is the group. No `--` before the negative group id: dash's
+/// `kill` takes `--` for a pid and fails ("Illegal number"); `-SIG -PGID` works in dash and bash.
+const REAPER_SCRIPT: &str = r#"if read -r x && [ "$x" = done ]; then exit 0; fi
+kill -TERM "-$1" 2>/dev/null || exit 0
+i=0
+while [ "$i" -lt 30 ] && kill -0 "-$1" 2>/dev/null; do sleep 0.1; i=$((i+1)); done
+kill -KILL "-$1" 2>/dev/null
+exit 0"#;
+
+impl Reaper {
+    fn start(pgid: i32) -> std::io::Result<Reaper> {
+        use std::os::unix::process::CommandExt;
+        // std makes the pipe close-on-exec: no later child holds the writer.
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", REAPER_SCRIPT, "rlharness-reaper", &pgid.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own group: a Ctrl-C at the terminal must not take it down with the harness.
+            .process_group(0)
+            .spawn()?;
+        let pipe = child.stdin.take().expect("stdin was piped");
+        Ok(Reaper { pipe, child })
+    }
+
+    /// The harness stopped the group itself: the watcher exits quietly.
+    fn disarm(mut self) {
+        use std::io::Write;
+        let _ = self.pipe.write_all(b"done\n");
+        drop(self.pipe);
+        let _ = self.child.wait();
     }
 }
 
@@ -481,7 +529,23 @@ pub fn start(
     let jsonl = (launch.metrics_from == MetricsSource::VerlJsonl)
         .then(|| JsonlTail::new(&launch.jsonl_path));
     let task = tokio::spawn(supervise(child, readers, jsonl, shared.clone()));
-    Ok((Trainer { pgid, shared }, task))
+    // Without a watcher a SIGKILL of the harness would leave the trainer running; say so,
+    // but a missing `/bin/sh` is no reason to refuse the run.
+    let reaper = match (pgid > 0).then(|| Reaper::start(pgid)).transpose() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("cannot start the trainer's watcher (/bin/sh): {e}; if rlharness is killed, stop process group {pgid} by hand");
+            None
+        }
+    };
+    Ok((
+        Trainer {
+            pgid,
+            shared,
+            reaper: Mutex::new(reaper),
+        },
+        task,
+    ))
 }
 
 /// Copy one output stream to its log, line by line into the tail and the console parser.
