@@ -5,6 +5,12 @@
 //! pending pair beside them, `metrics.csv.new` and `golden.yaml.new`, which `accept` renames
 //! over the accepted files and `reject` deletes (the bless flow of insta). With `CI=true` the
 //! store refuses to write anything.
+//!
+//! Two renames are not one atomic step, so the header carries `metrics_sha256`, the digest of
+//! the series it was written with. `accept` renames the series first and the header last: a
+//! crash in between leaves `golden.yaml.new` whose digest matches the new `metrics.csv`, which
+//! `load` refuses (the pair disagrees) and `accept` finishes. Headers without the digest (from
+//! before it existed) are read as before.
 
 use std::path::{Path, PathBuf};
 
@@ -67,6 +73,16 @@ pub enum GoldenError {
     TornPending {
         path: PathBuf,
         missing: &'static str,
+    },
+    #[error(
+        "{dir}: metrics.csv does not match golden.yaml (metrics_sha256 {want}, the file has \
+         {got}){hint}"
+    )]
+    Mismatch {
+        dir: PathBuf,
+        want: String,
+        got: String,
+        hint: &'static str,
     },
 }
 
@@ -296,25 +312,25 @@ impl GoldenStore {
         }
         for p in &chosen {
             let header = pending_path(&p.dir, HEADER_FILE);
+            let csv = pending_path(&p.dir, METRICS_FILE);
             if !header.exists() {
                 return Err(GoldenError::TornPending {
                     path: p.dir.clone(),
                     missing: "golden.yaml.new",
                 });
             }
-            // Validate before replacing anything: a broken pending file must not win.
-            read_golden(
-                &p.scenario,
-                &p.hardware,
-                &p.dir,
-                &pending_path(&p.dir, METRICS_FILE),
-                &header,
-            )?;
+            if csv.exists() {
+                // Validate before replacing anything: a broken pending file must not win.
+                read_golden(&p.scenario, &p.hardware, &p.dir, &csv, &header)?;
+                // The series first, the header last (see the module's note).
+                fsx::rename(&csv, &p.dir.join(METRICS_FILE))?;
+            } else if !finishes_an_accept(&p.dir)? {
+                return Err(GoldenError::TornPending {
+                    path: p.dir.clone(),
+                    missing: "metrics.csv.new",
+                });
+            }
             fsx::rename(&header, &p.dir.join(HEADER_FILE))?;
-            fsx::rename(
-                &pending_path(&p.dir, METRICS_FILE),
-                &p.dir.join(METRICS_FILE),
-            )?;
         }
         Ok(chosen)
     }
@@ -332,6 +348,20 @@ impl GoldenStore {
         }
         Ok(chosen)
     }
+}
+
+/// Whether `dir` is an accept cut short: no pending series, and a pending header whose digest
+/// is that of the series already in place.
+fn finishes_an_accept(dir: &Path) -> Result<bool, GoldenError> {
+    let header = pending_path(dir, HEADER_FILE);
+    let accepted = dir.join(METRICS_FILE);
+    if pending_path(dir, METRICS_FILE).exists() || !header.exists() || !accepted.exists() {
+        return Ok(false);
+    }
+    let text = fsx::read_to_string(&header)?;
+    parse_header(&text, &header)?;
+    Ok(header_digest(&text)
+        .is_some_and(|want| fsx::read(&accepted).is_ok_and(|bytes| metrics_digest(&bytes) == want)))
 }
 
 fn find_pending(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), GoldenError> {
@@ -355,7 +385,12 @@ fn find_pending(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), GoldenError> {
             if !name.starts_with('_') && !name.starts_with('.') {
                 find_pending(&path, out)?;
             }
-        } else if name == format!("{METRICS_FILE}{PENDING_SUFFIX}") {
+        } else if (name == format!("{METRICS_FILE}{PENDING_SUFFIX}")
+            || name == format!("{HEADER_FILE}{PENDING_SUFFIX}"))
+            && !out.iter().any(|d| d == dir)
+        {
+            // Either file marks a pending golden: a header alone is an accept cut short, or
+            // a run that died before writing its series (`accept` tells them apart).
             out.push(dir.to_path_buf());
         }
     }
@@ -371,7 +406,26 @@ fn read_golden(
 ) -> Result<Golden, GoldenError> {
     let table = MetricTable::read_csv(csv)?;
     let (provenance, rules) = if header.exists() {
-        parse_header(&fsx::read_to_string(header)?, header)?
+        let text = fsx::read_to_string(header)?;
+        let parsed = parse_header(&text, header)?;
+        if let Some(want) = header_digest(&text) {
+            let got = metrics_digest(&fsx::read(csv)?);
+            if got != want {
+                let accepted = header == dir.join(HEADER_FILE);
+                let hint = if accepted && pending_path(dir, HEADER_FILE).exists() {
+                    "; an interrupted `rlharness golden accept`: run it again to finish"
+                } else {
+                    "; the files were changed by hand or come from different runs"
+                };
+                return Err(GoldenError::Mismatch {
+                    dir: dir.to_path_buf(),
+                    want,
+                    got,
+                    hint,
+                });
+            }
+        }
+        parsed
     } else {
         return Err(GoldenError::Header {
             path: header.to_path_buf(),
@@ -412,6 +466,7 @@ pub fn render_header(
     p: &Provenance,
     rules: Option<&ChecksSpec>,
 ) -> String {
+    let digest = metrics_digest(table.to_csv().as_bytes());
     let rules_json = rules
         .and_then(|r| serde_json::to_string(r).ok())
         .unwrap_or_else(|| "null".into());
@@ -422,6 +477,7 @@ pub fn render_header(
          hardware: {}\n\
          steps: {}\n\
          metrics: {}\n\
+         metrics_sha256: {}\n\
          provenance:\n  \
            date: {}\n  \
            harness_version: {}\n  \
@@ -436,6 +492,7 @@ pub fn render_header(
         yaml_str(hardware),
         table.len(),
         table.columns().len(),
+        yaml_str(&digest),
         yaml_str(&p.date),
         yaml_str(&p.harness_version),
         yaml_opt_str(p.git_commit.as_deref()),
@@ -510,9 +567,37 @@ pub fn parse_header(
     Ok((provenance, rules))
 }
 
+/// The digest a header records for its series: SHA-256 of the CSV bytes, carriage returns
+/// dropped (a checkout with `core.autocrlf` must not break the pair).
+pub fn metrics_digest(csv: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for chunk in csv.split(|&b| b == b'\r') {
+        h.update(chunk);
+    }
+    format!("{:x}", h.finalize())
+}
+
+/// The `metrics_sha256` a header records, if any.
+fn header_digest(text: &str) -> Option<String> {
+    let docs = yaml_rust2::YamlLoader::load_from_str(text).ok()?;
+    docs.first()?["metrics_sha256"].as_str().map(str::to_string)
+}
+
 /// What a pending golden changes relative to the accepted one.
 fn diff_summary(dir: &Path) -> Result<String, GoldenError> {
-    let new = MetricTable::read_csv(&pending_path(dir, METRICS_FILE))?;
+    let pending_csv = pending_path(dir, METRICS_FILE);
+    if !pending_csv.exists() {
+        return Ok(if finishes_an_accept(dir)? {
+            "an accept cut short: the new series is in place, `golden accept` installs its header"
+                .into()
+        } else {
+            "torn: golden.yaml.new without metrics.csv.new (a run died while writing it); \
+             `golden reject` removes it"
+                .into()
+        });
+    }
+    let new = MetricTable::read_csv(&pending_csv)?;
     let old_path = dir.join(METRICS_FILE);
     if !old_path.exists() {
         return Ok(format!(
@@ -827,6 +912,75 @@ mod tests {
             store.accept(&[]),
             Err(GoldenError::TornPending { .. })
         ));
+    }
+
+    #[test]
+    fn an_accept_cut_between_its_two_renames_is_refused_on_load_and_finished_by_accept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = GoldenStore::with_ci(dir.path(), false);
+        store
+            .write_pending("s", "cpu", &table(&[0.1, 0.2]), &prov(), None)
+            .unwrap();
+        store.accept(&[]).unwrap();
+        store
+            .write_pending("s", "cpu", &table(&[0.5, 0.6]), &prov(), None)
+            .unwrap();
+        // The crash: the series was renamed, the header was not.
+        let gdir = dir.path().join("s/cpu");
+        fsx::rename(&gdir.join("metrics.csv.new"), &gdir.join(METRICS_FILE)).unwrap();
+        let e = store.load("s", "cpu").unwrap_err();
+        assert!(matches!(e, GoldenError::Mismatch { .. }), "{e}");
+        assert!(e.to_string().contains("run it again"), "{e}");
+        let pending = store.pending().unwrap();
+        assert_eq!(pending.len(), 1);
+        assert!(pending[0].diff_summary.contains("cut short"), "{pending:?}");
+        store.accept(&["s".into()]).unwrap();
+        let g = store.load("s", "cpu").unwrap().unwrap();
+        assert_eq!(g.table, table(&[0.5, 0.6]));
+        assert!(store.pending().unwrap().is_empty());
+        // A series edited by hand no longer matches its header.
+        fsx::write_atomic(
+            &gdir.join(METRICS_FILE),
+            table(&[0.5, 0.7]).to_csv().as_bytes(),
+        )
+        .unwrap();
+        let e = store.load("s", "cpu").unwrap_err().to_string();
+        assert!(e.contains("by hand") && e.contains("metrics_sha256"), "{e}");
+        // Carriage returns (a checkout with autocrlf) do not break the pair.
+        let crlf = table(&[0.5, 0.6]).to_csv().replace('\n', "\r\n");
+        fsx::write_atomic(&gdir.join(METRICS_FILE), crlf.as_bytes()).unwrap();
+        store.load("s", "cpu").unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_header_left_without_its_series_is_listed_torn_and_never_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = GoldenStore::with_ci(dir.path(), false);
+        store
+            .write_pending("s", "cpu", &table(&[0.1]), &prov(), None)
+            .unwrap();
+        store.accept(&[]).unwrap();
+        store
+            .write_pending("s", "cpu", &table(&[0.9]), &prov(), None)
+            .unwrap();
+        // The run died between the header and the series.
+        let gdir = dir.path().join("s/cpu");
+        fsx::remove_file(&gdir.join("metrics.csv.new")).unwrap();
+        let pending = store.pending().unwrap();
+        assert!(pending[0].diff_summary.starts_with("torn"), "{pending:?}");
+        assert!(matches!(
+            store.accept(&[]),
+            Err(GoldenError::TornPending {
+                missing: "metrics.csv.new",
+                ..
+            })
+        ));
+        assert_eq!(
+            store.load("s", "cpu").unwrap().unwrap().table,
+            table(&[0.1])
+        );
+        store.reject(&[]).unwrap();
+        assert!(store.pending().unwrap().is_empty());
     }
 
     #[test]
