@@ -1,12 +1,16 @@
 //! Only with the `torch` feature: bakes libtorch's library folder (and the CUDA runtime folder
 //! the PyPI wheel keeps beside it) into the rpath of every binary and test binary, so they run
 //! without LD_LIBRARY_PATH (torch-sys's own rpath does not reach them), and records the
-//! PyTorch version for `run.json`. The default build emits nothing.
+//! PyTorch version for `run.json`. Every build records the commit it was built from (when
+//! it is built from a git checkout), so a binary run from another tree (a copied working tree,
+//! an H200 box) still names its code.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    build_commit();
     if std::env::var_os("CARGO_FEATURE_TORCH").is_none() {
         return;
     }
@@ -43,4 +47,30 @@ fn main() {
         println!("cargo:rerun-if-changed={}", p.display());
     }
     println!("cargo:rustc-env=RLHARNESS_TORCH_VERSION={version}");
+}
+
+/// `RLHARNESS_BUILD_COMMIT`: `git rev-parse --short=12 HEAD` of the checkout, rebuilt when HEAD
+/// moves (its reflog changes on every commit, checkout and reset). Nothing outside a checkout.
+fn build_commit() {
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git").args(args).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) else {
+        return;
+    };
+    // Only paths that exist: cargo reruns a build script whose watched file is missing on
+    // every build.
+    for f in ["HEAD", "logs/HEAD"] {
+        let p = Path::new(&git_dir).join(f);
+        if p.exists() {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+    }
+    if let Some(commit) = git(&["rev-parse", "--short=12", "HEAD"]) {
+        println!("cargo:rustc-env=RLHARNESS_BUILD_COMMIT={commit}");
+    }
 }

@@ -345,7 +345,11 @@ pub async fn run_one(
         let provenance = crate::golden::Provenance {
             date: chrono::Utc::now().to_rfc3339(),
             harness_version: manifest.harness_version.clone(),
-            git_commit: manifest.git_commit.clone(),
+            // The code that made the numbers: the binary's commit where it is known.
+            git_commit: manifest
+                .build_commit
+                .clone()
+                .or_else(|| manifest.git_commit.clone()),
             device: env.device.clone(),
             seed: Some(plan.scenario.seed),
             threads: env.threads,

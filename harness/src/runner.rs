@@ -841,6 +841,7 @@ pub fn manifest_for(
         expected_verdict: plan.scenario.expected_verdict.clone(),
         harness_version: env!("CARGO_PKG_VERSION").to_string(),
         git_commit: git_commit(),
+        build_commit: option_env!("RLHARNESS_BUILD_COMMIT").map(str::to_string),
         host: hostname(),
         device: env.device.clone(),
         threads: env.threads,

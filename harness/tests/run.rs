@@ -44,6 +44,20 @@ async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory(
         assert!(dir.join(f).is_file(), "{f} missing");
     }
 
+    // run.json names the code: the binary's commit, when it was built from a checkout.
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if let Some(head) = head {
+        assert_eq!(manifest["build_commit"], serde_json::json!(head));
+    }
+
     // Every metric the driver promises, at every one of the 20 steps.
     let table = MetricTable::read_csv(&dir.join("metrics.csv")).unwrap();
     assert_eq!(table.steps(), (1..=20).collect::<Vec<_>>());

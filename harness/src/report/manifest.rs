@@ -48,8 +48,13 @@ pub struct RunManifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_verdict: Option<ExpectedVerdict>,
     pub harness_version: String,
+    /// The commit of the checkout the run was started in (its scenarios and goldens).
     #[serde(default)]
     pub git_commit: Option<String>,
+    /// The commit the binary was built from; differs from `git_commit` when a binary runs in
+    /// another tree (a copied working tree on a GPU box).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_commit: Option<String>,
     pub host: String,
     /// The device as reported (`cpu`, `NVIDIA H200`).
     pub device: String,

@@ -628,6 +628,7 @@ mod tests {
             expected_verdict: expected.map(|e| serde_json::from_str(e).unwrap()),
             harness_version: "0.1.0".into(),
             git_commit: Some(format!("{:x}", 0xdead_beef_u32)),
+            build_commit: None,
             host: "build-host-17".into(),
             device: "cpu".into(),
             threads: Some(2),
