@@ -18,7 +18,7 @@ pub struct SeqTokens {
     pub entropy: Vec<f64>,
 }
 
-/// verl's `loss_agg_mode`.
+/// verl's `loss_agg_mode` (shared by the mock's and the torch backend's losses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AggMode {
     TokenMean,
@@ -36,7 +36,11 @@ impl AggMode {
             "seq-mean-token-sum" => AggMode::SeqMeanTokenSum,
             "seq-mean-token-mean" => AggMode::SeqMeanTokenMean,
             "seq-mean-token-sum-norm" => AggMode::SeqMeanTokenSumNorm,
-            other => return Err(format!("unknown loss_agg_mode {other:?}")),
+            other => {
+                return Err(format!(
+                    "actor_config.loss_agg_mode {other:?} is not one of token-mean, token-sum, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm"
+                ))
+            }
         })
     }
 }

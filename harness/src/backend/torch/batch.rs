@@ -21,8 +21,10 @@ pub struct Padded {
     /// Where responses start (the prompt width P, or `S - response_len` under ZoRRo).
     pub p: i64,
     pub r: i64,
-    /// Whether any position is padding (selects the masked attention path).
-    pub has_padding: bool,
+    /// Per row, whether any of its positions is padding (selects the masked attention
+    /// path). Read on the host when the batch arrives, so taking a micro-batch's rows does
+    /// not wait for the device.
+    pub padded_rows: Vec<bool>,
 }
 
 impl Padded {
@@ -94,7 +96,11 @@ impl Padded {
             }
             None => (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0),
         };
-        let has_padding = mask.min().int64_value(&[]) == 0;
+        let padded_rows = Vec::<i64>::try_from(mask.amin(1, false))
+            .map_err(|e| EngineError::internal(format!("attention_mask: {e}")))?
+            .into_iter()
+            .map(|m| m == 0)
+            .collect();
         Ok(Padded {
             ids: ids.to_device(device),
             mask: mask.to_device(device),
@@ -103,17 +109,22 @@ impl Padded {
             s,
             p,
             r: s - p,
-            has_padding,
+            padded_rows,
         })
+    }
+
+    /// Whether any position of the batch is padding.
+    pub fn has_padding(&self) -> bool {
+        self.padded_rows.iter().any(|&p| p)
     }
 
     /// Rows `[start, start+len)` of this batch.
     pub fn rows(&self, start: i64, len: i64) -> Padded {
-        let mask = self.mask.narrow(0, start, len);
+        let (a, z) = (start as usize, (start + len) as usize);
         Padded {
             ids: self.ids.narrow(0, start, len),
-            has_padding: mask.min().int64_value(&[]) == 0,
-            mask,
+            padded_rows: self.padded_rows[a..z].to_vec(),
+            mask: self.mask.narrow(0, start, len),
             positions: self.positions.narrow(0, start, len),
             b: len,
             s: self.s,
@@ -162,7 +173,7 @@ pub fn response_logprobs(
     settings: &CallSettings,
     entropy: Entropy,
 ) -> (Tensor, Option<Tensor>) {
-    let key_mask = x.has_padding.then_some(&x.mask);
+    let key_mask = x.has_padding().then_some(&x.mask);
     let hidden = model.hidden_states(&x.ids, &x.positions, key_mask);
     // Position P-1+t predicts response token t (at P+t).
     let h = hidden.narrow(1, x.p - 1, x.r);

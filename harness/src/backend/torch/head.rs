@@ -96,7 +96,7 @@ pub fn response_logprobs(
     entropy: bool,
 ) -> (Tensor, Option<Tensor>) {
     let _g = tch::no_grad_guard();
-    let key_mask = x.has_padding.then_some(&x.mask);
+    let key_mask = x.has_padding().then_some(&x.mask);
     let hidden = model.hidden_states(&x.ids, &x.positions, key_mask);
     let h = hidden.narrow(1, x.p - 1, x.r).contiguous();
     let targets = x.ids.narrow(1, x.p, x.r);
@@ -131,7 +131,7 @@ pub fn forward_backward(
     rows_per_chunk: i64,
     mut loss_of: impl FnMut(i64, i64, &Tensor, Option<&Tensor>) -> Tensor,
 ) -> Result<(), String> {
-    let key_mask = x.has_padding.then_some(&x.mask);
+    let key_mask = x.has_padding().then_some(&x.mask);
     let hidden = model.hidden_states(&x.ids, &x.positions, key_mask);
     let h = hidden.narrow(1, x.p - 1, x.r);
     let hd = h.detach().contiguous();
@@ -249,7 +249,7 @@ mod tests {
             s: 9,
             p: 5,
             r: 4,
-            has_padding: true,
+            padded_rows: vec![false, true, true],
         }
     }
 

@@ -5,36 +5,7 @@ use tch::{Kind, Tensor};
 
 /// The clip ratios the Arctic server uses. It parses `actor_config.clip_ratio*` but its loss
 /// keeps these fixed values; we keep that behaviour so runs match the real server.
-pub const CLIP_LOW: f64 = 0.2;
-pub const CLIP_HIGH: f64 = 0.2;
-pub const CLIP_C: f64 = 3.0;
-
-/// `actor_config.loss_agg_mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AggMode {
-    TokenMean,
-    TokenSum,
-    SeqMeanTokenSum,
-    SeqMeanTokenMean,
-    SeqMeanTokenSumNorm,
-}
-
-impl AggMode {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        Ok(match s {
-            "token-mean" => AggMode::TokenMean,
-            "token-sum" => AggMode::TokenSum,
-            "seq-mean-token-sum" => AggMode::SeqMeanTokenSum,
-            "seq-mean-token-mean" => AggMode::SeqMeanTokenMean,
-            "seq-mean-token-sum-norm" => AggMode::SeqMeanTokenSumNorm,
-            other => {
-                return Err(format!(
-                    "actor_config.loss_agg_mode {other:?} is not one of token-mean, token-sum, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm"
-                ))
-            }
-        })
-    }
-}
+pub use crate::backend::mock::grpo::{AggMode, CLIP_HIGH, CLIP_LOW, CLIP_RATIO_C as CLIP_C};
 
 /// The normalisers of one whole `/forward-backward` call, so that micro-batches add up to the
 /// loss of the full batch.
@@ -105,7 +76,12 @@ impl Default for ActorLoss {
 }
 
 /// Sums over the tokens of a call, for the token-mean metrics the server returns.
-#[derive(Debug, Default, Clone)]
+///
+/// The per-micro-batch values stay on the device until [`LossSums::settle`] reads them all in
+/// one copy: reading each as it is made would drain the GPU's queue several times per
+/// micro-batch. The sums are the same f64 additions, in the same order, as reading each value
+/// at once.
+#[derive(Debug, Default)]
 pub struct LossSums {
     pub pg_loss: f64,
     pub entropy_loss: f64,
@@ -115,6 +91,50 @@ pub struct LossSums {
     pub clipfrac_sum: f64,
     pub clipfrac_lower_sum: f64,
     pub tokens: f64,
+    pending: Vec<(Sum, Tensor)>,
+}
+
+/// Which field of [`LossSums`] a pending value adds to.
+#[derive(Debug, Clone, Copy)]
+pub enum Sum {
+    PgLoss,
+    EntropyLoss,
+    KlLoss,
+    Loss,
+    PpoKl,
+    Clipfrac,
+    ClipfracLower,
+    Tokens,
+}
+
+impl LossSums {
+    /// Adds the scalar `value` to `slot` once the sums are settled.
+    pub fn add(&mut self, slot: Sum, value: &Tensor) {
+        self.pending
+            .push((slot, value.detach().to_kind(Kind::Double).reshape([1])));
+    }
+
+    /// Reads the pending values back (one device-to-host copy) and adds them up.
+    pub fn settle(&mut self) -> Result<(), tch::TchError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let (slots, values): (Vec<Sum>, Vec<Tensor>) = self.pending.drain(..).unzip();
+        let values = Vec::<f64>::try_from(Tensor::f_cat(&values, 0)?.to_device(tch::Device::Cpu))?;
+        for (slot, v) in slots.into_iter().zip(values) {
+            *match slot {
+                Sum::PgLoss => &mut self.pg_loss,
+                Sum::EntropyLoss => &mut self.entropy_loss,
+                Sum::KlLoss => &mut self.kl_loss,
+                Sum::Loss => &mut self.loss,
+                Sum::PpoKl => &mut self.ppo_kl_sum,
+                Sum::Clipfrac => &mut self.clipfrac_sum,
+                Sum::ClipfracLower => &mut self.clipfrac_lower_sum,
+                Sum::Tokens => &mut self.tokens,
+            } += v;
+        }
+        Ok(())
+    }
 }
 
 /// One micro-batch of the loss. Returns the differentiable scalar to back-propagate.
@@ -143,18 +163,23 @@ pub fn grpo_micro_loss(
     let mut total = pg_loss.shallow_clone();
 
     let _g = tch::no_grad_guard();
-    let tok = |t: &Tensor| (t * mask).sum(Kind::Float).double_value(&[]);
-    sums.pg_loss += pg_loss.double_value(&[]);
-    sums.ppo_kl_sum += tok(&neg_kl.neg());
-    sums.clipfrac_sum += tok(&pg2.gt_tensor(&pg1).to_kind(Kind::Float));
-    sums.clipfrac_lower_sum +=
-        tok(&(clip1.gt_tensor(&pg3).logical_and(&negative)).to_kind(Kind::Float));
-    sums.tokens += mask.sum(Kind::Float).double_value(&[]);
+    let tok = |t: &Tensor| (t * mask).sum(Kind::Float);
+    sums.add(Sum::PgLoss, &pg_loss);
+    sums.add(Sum::PpoKl, &tok(&neg_kl.neg()));
+    sums.add(
+        Sum::Clipfrac,
+        &tok(&pg2.gt_tensor(&pg1).to_kind(Kind::Float)),
+    );
+    sums.add(
+        Sum::ClipfracLower,
+        &tok(&(clip1.gt_tensor(&pg3).logical_and(&negative)).to_kind(Kind::Float)),
+    );
+    sums.add(Sum::Tokens, &mask.sum(Kind::Float));
     drop(_g);
 
     if let Some(h) = entropy {
         let ent = aggregate(h, mask, cfg.agg, totals);
-        sums.entropy_loss += ent.double_value(&[]);
+        sums.add(Sum::EntropyLoss, &ent);
         if cfg.entropy_coeff != 0.0 {
             total -= ent * cfg.entropy_coeff;
         }
@@ -165,11 +190,11 @@ pub fn grpo_micro_loss(
             let d = r - logp;
             let kld = (d.exp() - &d - 1.0).clamp(-10.0, 10.0);
             let kl = aggregate(&kld, mask, cfg.agg, totals);
-            sums.kl_loss += kl.double_value(&[]);
+            sums.add(Sum::KlLoss, &kl);
             total += kl * cfg.kl_coef;
         }
     }
-    sums.loss += total.double_value(&[]);
+    sums.add(Sum::Loss, &total);
     total
 }
 
@@ -203,6 +228,7 @@ mod tests {
             totals,
             &mut sums,
         );
+        sums.settle().unwrap();
         let want = (-1.2 + 3.0 - 2.0) / 3.0;
         assert!((loss.double_value(&[]) - want).abs() < 1e-6);
         assert!(

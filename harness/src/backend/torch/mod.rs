@@ -32,7 +32,7 @@ use serde_json::{json, Map, Value};
 use tch::{Device, Kind, Tensor};
 
 use self::batch::{place, response_logprobs, Padded};
-use self::loss::{grpo_micro_loss, AggMode, AggTotals, LossSums};
+use self::loss::{grpo_micro_loss, AggMode, AggTotals, LossSums, Sum};
 use self::model::{Decoder, DecoderConfig};
 use self::optim::{AdamW, OptimConfig};
 use self::sample::{Draws, Sampled, SamplingParams};
@@ -480,6 +480,8 @@ impl TorchEngine {
                 let mut sums = LossSums::default();
                 let totals = AggTotals::of(&li.mask);
                 let _ = li.loss(&lp, ent.as_ref(), &settings, totals, &mut sums);
+                sums.settle()
+                    .map_err(|e| EngineError::internal(e.to_string()))?;
                 (li.metrics(&sums, &settings), Some(sums.loss))
             }
             None => (Map::new(), None),
@@ -554,6 +556,8 @@ impl TorchEngine {
             }
             start += n;
         }
+        sums.settle()
+            .map_err(|e| EngineError::internal(e.to_string()))?;
         Ok(ForwardBackwardOutput {
             metrics: li.metrics(&sums, &settings),
             avg_loss: sums.loss,
@@ -856,8 +860,8 @@ impl LossInputs {
             _ => {
                 // sft / sft_ce: token-mean negative log-likelihood of the response.
                 let l = loss::aggregate(&lp.neg(), &self.mask, AggMode::TokenMean, totals);
-                sums.loss += l.double_value(&[]);
-                sums.tokens += self.mask.sum(Kind::Float).double_value(&[]);
+                sums.add(Sum::Loss, &l);
+                sums.add(Sum::Tokens, &self.mask.sum(Kind::Float));
                 l
             }
         }
