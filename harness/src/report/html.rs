@@ -1,8 +1,9 @@
 //! `report.html`: one self-contained file (inline CSS and SVG, no external assets) with the
 //! same content as `report.md`, plus the plots.
 
-use super::markdown::{html_escape as esc, status_icon};
-use super::{band_text, opt_num, render_plots, status_text, Headline, Report};
+use super::markdown::html_escape as esc;
+use super::{render_plots, run_rows, status_cell, Headline, Piece, PointRow, Report, RuleRow};
+use crate::compare::RuleStatus;
 
 const STYLE: &str = "body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;\
 color:#222;max-width:1100px}h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:2rem}\
@@ -67,38 +68,32 @@ pub fn render_html(r: &Report) -> String {
         o.push_str("</body></html>\n");
         return o;
     }
-    let reference = r
-        .reference
-        .as_ref()
-        .map(|g| g.label.clone())
-        .unwrap_or_else(|| "golden".into());
+    let reference = r.reference_label();
     if let Some(v) = &r.verdict {
         if !v.rules.is_empty() {
             o.push_str("<h2>Rules</h2>\n<table><tr><th>rule</th><th>status</th><th>at</th>");
             o.push_str(&format!(
                 "<th>value</th><th>{}</th><th>band</th><th>margin</th><th>evidence</th></tr>\n",
-                esc(&reference)
+                esc(reference)
             ));
-            for x in &v.rules {
-                let e = &x.evidence;
+            for x in v.rules.iter().map(RuleRow::new) {
                 let cls = match x.status {
-                    crate::compare::RuleStatus::Pass => "pass",
-                    crate::compare::RuleStatus::Improved => "warn",
+                    RuleStatus::Pass => "pass",
+                    RuleStatus::Improved => "warn",
                     _ => "fail",
                 };
                 o.push_str(&format!(
-                    "<tr><td><code>{}</code></td><td class=\"{cls}\">{} {}</td><td>{}</td>\
+                    "<tr><td><code>{}</code></td><td class=\"{cls}\">{}</td><td>{}</td>\
                      <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td>\
                      <td class=\"n\">{}</td><td>{}</td></tr>\n",
-                    esc(&x.rule),
-                    status_icon(x.status),
-                    status_text(x.status),
-                    esc(e.step_or_window.as_deref().unwrap_or("–")),
-                    opt_num(e.value),
-                    opt_num(e.golden),
-                    e.band.as_ref().map(band_text).unwrap_or_else(|| "–".into()),
-                    opt_num(e.margin),
-                    esc(&e.message)
+                    esc(x.rule),
+                    status_cell(x.status),
+                    esc(x.at),
+                    x.value,
+                    x.golden,
+                    x.band,
+                    x.margin,
+                    esc(x.evidence)
                 ));
             }
             o.push_str("</table>\n");
@@ -116,94 +111,20 @@ pub fn render_html(r: &Report) -> String {
             // plotters writes an XML prolog-free <svg> element: safe to inline as is.
             o.push_str(svg.trim());
             o.push_str("\n</figure>\n");
-            o.push_str(&points_table(r, m, &reference));
+            o.push_str(&points_table(r, m, reference));
         }
     }
     // The Markdown's run and config sections, as HTML tables.
     o.push_str("<h2>Run</h2>\n<table>\n");
-    let row = |k: &str, v: &str| format!("<tr><th>{}</th><td>{}</td></tr>\n", esc(k), esc(v));
-    if !r.run.scenario_path.is_empty() {
-        o.push_str(&row("scenario", &r.run.scenario_path));
-    }
-    if !r.run.dir.is_empty() {
-        o.push_str(&row("run directory", &r.run.dir));
-    }
-    if let Some(s) = r.run.status {
-        let mut t = s.as_str().to_string();
-        if let Some(step) = r.run.failed_step {
-            t.push_str(&format!(" at step {step}"));
-        }
-        if let Some(reason) = &r.run.reason {
-            t.push_str(&format!(": {reason}"));
-        }
-        o.push_str(&row("status", &t));
-    }
-    o.push_str(&row(
-        "steps",
-        &format!(
-            "{} recorded{}",
-            r.metrics.len(),
-            r.run
-                .steps
-                .map(|s| format!(" of {s} planned"))
-                .unwrap_or_default()
-        ),
-    ));
-    if let Some(seed) = r.run.seed {
-        o.push_str(&row("seed", &seed.to_string()));
-    }
-    o.push_str(&row(
-        "hardware",
-        &format!("{} (device {})", r.run.hardware, r.run.device),
-    ));
-    o.push_str(&row(
-        "harness",
-        &format!(
-            "{} {}",
-            r.run.harness_version,
-            r.run.git_commit.as_deref().unwrap_or("")
-        ),
-    ));
-    if !r.run.host.is_empty() {
-        o.push_str(&row("host", &r.run.host));
-    }
-    if let Some(s) = &r.run.started {
-        o.push_str(&row(
-            "time",
-            &format!("{s} → {}", r.run.ended.as_deref().unwrap_or("?")),
-        ));
-    }
-    if let Some(src) = r
-        .reference
-        .as_ref()
-        .and_then(|g| g.provenance.as_ref())
-        .and_then(|p| p.source.as_ref())
-    {
-        o.push_str(&row(
-            "golden",
-            &format!("{src} (not a run of this harness)"),
-        ));
-    }
-    if let Some(p) = r
-        .reference
-        .as_ref()
-        .and_then(|g| g.provenance.as_ref())
-        .filter(|p| p.source.is_none())
-    {
-        o.push_str(&row(
-            "golden",
-            &format!(
-                "blessed {} with harness {} {} on {}, seed {}",
-                p.date,
-                p.harness_version,
-                p.git_commit.as_deref().unwrap_or(""),
-                p.device,
-                p.seed.map(|s| s.to_string()).unwrap_or_else(|| "–".into())
-            ),
-        ));
-    }
-    if let Some(p) = &r.pending_golden {
-        o.push_str(&row("pending golden", p));
+    for (k, pieces) in run_rows(r) {
+        let v: String = pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Text(t) => esc(t),
+                Piece::Code(c) => format!("<code>{}</code>", esc(c)),
+            })
+            .collect();
+        o.push_str(&format!("<tr><th>{}</th><td>{v}</td></tr>\n", esc(k)));
     }
     o.push_str("</table>\n<h2>Config (differs from defaults)</h2>\n");
     if r.knobs.is_empty() {
@@ -234,11 +155,7 @@ pub fn render_html(r: &Report) -> String {
 
 /// The golden rule's compared points for one metric, as in `report.md`.
 fn points_table(r: &Report, metric: &str, reference: &str) -> String {
-    let Some(rule) = r
-        .verdict
-        .as_ref()
-        .and_then(|v| v.rule(&format!("golden:{metric}")))
-    else {
+    let Some(rule) = r.golden_rule(metric) else {
         return String::new();
     };
     if rule.points.is_empty() {
@@ -250,16 +167,15 @@ fn points_table(r: &Report, metric: &str, reference: &str) -> String {
         rule.points.len(),
         esc(reference)
     );
-    for p in &rule.points {
+    for p in rule.points.iter().map(PointRow::new) {
         o.push_str(&format!(
             "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td>\
-             <td>{} {}</td></tr>\n",
-            esc(&p.at()),
-            opt_num(p.value),
-            opt_num(p.golden),
-            band_text(&p.band),
-            status_icon(p.status),
-            status_text(p.status)
+             <td>{}</td></tr>\n",
+            esc(&p.at),
+            p.value,
+            p.golden,
+            p.band,
+            status_cell(p.status)
         ));
     }
     o.push_str("</table></details>\n");

@@ -1,7 +1,10 @@
 //! `report.md`: sized for a CI step summary. The verdict first, then the rules, a table per
 //! checked metric (folded), the run, and the knobs that differ from the defaults.
 
-use super::{band_text, num, opt_num, status_text, Headline, Report};
+use super::{
+    num, run_rows, status_cell, status_icon, status_text, Headline, Piece, PointRow, Report,
+    RuleRow,
+};
 use crate::compare::RuleStatus;
 
 fn icon(h: Headline) -> &'static str {
@@ -12,15 +15,6 @@ fn icon(h: Headline) -> &'static str {
         Headline::RunFailed => "💥",
         Headline::NoGolden => "🆕",
         Headline::Skipped => "⏭️",
-    }
-}
-
-pub(crate) fn status_icon(s: RuleStatus) -> &'static str {
-    match s {
-        RuleStatus::Pass => "✅",
-        RuleStatus::Regressed => "❌",
-        RuleStatus::Improved => "⚠️",
-        RuleStatus::Missing => "❓",
     }
 }
 
@@ -85,11 +79,7 @@ pub fn render_markdown(r: &Report) -> String {
         return out;
     }
 
-    let reference = r
-        .reference
-        .as_ref()
-        .map(|g| g.label.clone())
-        .unwrap_or_else(|| "golden".into());
+    let reference = r.reference_label();
     if let Some(v) = &r.verdict {
         if !v.rules.is_empty() {
             out.push_str("### Rules\n\n");
@@ -97,19 +87,17 @@ pub fn render_markdown(r: &Report) -> String {
                 "| rule | status | at | value | {reference} | band | margin | evidence |\n\
                  |---|---|---|---:|---:|---|---:|---|\n"
             ));
-            for x in &v.rules {
-                let e = &x.evidence;
+            for x in v.rules.iter().map(RuleRow::new) {
                 out.push_str(&format!(
-                    "| {} | {} {} | {} | {} | {} | {} | {} | {} |\n",
-                    code(&x.rule),
-                    status_icon(x.status),
-                    status_text(x.status),
-                    cell(e.step_or_window.as_deref().unwrap_or("–")),
-                    opt_num(e.value),
-                    opt_num(e.golden),
-                    e.band.as_ref().map(band_text).unwrap_or_else(|| "–".into()),
-                    opt_num(e.margin),
-                    cell(&e.message),
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    code(x.rule),
+                    status_cell(x.status),
+                    cell(x.at),
+                    x.value,
+                    x.golden,
+                    x.band,
+                    x.margin,
+                    cell(x.evidence),
                 ));
             }
             out.push('\n');
@@ -120,100 +108,20 @@ pub fn render_markdown(r: &Report) -> String {
     if !metrics.is_empty() {
         out.push_str("### Metrics\n\n");
         for m in &metrics {
-            out.push_str(&metric_section(r, m, &reference));
+            out.push_str(&metric_section(r, m, reference));
         }
     }
 
     out.push_str("### Run\n\n| | |\n|---|---|\n");
-    let row = |k: &str, v: String| format!("| {k} | {} |\n", cell(&v));
-    if !r.run.scenario_path.is_empty() {
-        out.push_str(&row("scenario", code(&r.run.scenario_path)));
-    }
-    if !r.run.dir.is_empty() {
-        out.push_str(&row("run directory", code(&r.run.dir)));
-    }
-    if let Some(s) = r.run.status {
-        let mut t = s.as_str().to_string();
-        if let Some(step) = r.run.failed_step {
-            t.push_str(&format!(" at step {step}"));
-        }
-        if let Some(reason) = &r.run.reason {
-            t.push_str(&format!(": {reason}"));
-        }
-        out.push_str(&row("status", t));
-    }
-    out.push_str(&row(
-        "steps",
-        format!(
-            "{} recorded{}",
-            r.metrics.len(),
-            r.run
-                .steps
-                .map(|s| format!(" of {s} planned"))
-                .unwrap_or_default()
-        ),
-    ));
-    if let Some(seed) = r.run.seed {
-        out.push_str(&row("seed", seed.to_string()));
-    }
-    let mut hw = format!("{} (device {}", r.run.hardware, code(&r.run.device));
-    if let Some(t) = r.run.threads {
-        hw.push_str(&format!(", {t} threads"));
-    }
-    if let Some(t) = &r.run.torch_version {
-        hw.push_str(&format!(", torch {t}"));
-    }
-    hw.push(')');
-    out.push_str(&row("hardware", hw));
-    out.push_str(&row(
-        "harness",
-        format!(
-            "{}{}",
-            r.run.harness_version,
-            r.run
-                .git_commit
-                .as_deref()
-                .map(|c| format!(" ({})", code(c)))
-                .unwrap_or_default()
-        ),
-    ));
-    if !r.run.host.is_empty() {
-        out.push_str(&row("host", r.run.host.clone()));
-    }
-    if let Some(s) = &r.run.started {
-        out.push_str(&row(
-            "time",
-            format!("{s} → {}", r.run.ended.as_deref().unwrap_or("?")),
-        ));
-    }
-    if let Some(p) = r.reference.as_ref().and_then(|g| g.provenance.as_ref()) {
-        if let Some(src) = &p.source {
-            out.push_str(&row("golden", format!("{src} (not a run of this harness)")));
-        }
-    }
-    if let Some(p) = r
-        .reference
-        .as_ref()
-        .and_then(|g| g.provenance.as_ref())
-        .filter(|p| p.source.is_none())
-    {
-        out.push_str(&row(
-            "golden",
-            format!(
-                "blessed {} with harness {}{} on {}, seed {}",
-                p.date,
-                p.harness_version,
-                p.git_commit
-                    .as_deref()
-                    .map(|c| format!(" ({c})"))
-                    .unwrap_or_default(),
-                p.device,
-                p.seed.map(|s| s.to_string()).unwrap_or_else(|| "–".into())
-            ),
-        ));
-    }
-    if let Some(p) = &r.pending_golden {
-        out.push_str(&row("pending golden", code(p)));
+    for (k, pieces) in run_rows(r) {
+        let v: String = pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Text(t) => t.clone(),
+                Piece::Code(c) => code(c),
+            })
+            .collect();
+        out.push_str(&format!("| {k} | {} |\n", cell(&v)));
     }
     out.push('\n');
 
@@ -248,9 +156,10 @@ pub fn render_markdown(r: &Report) -> String {
 /// summary of the run's series.
 fn metric_section(r: &Report, metric: &str, reference: &str) -> String {
     let mut out = String::new();
-    let v = r.verdict.as_ref();
-    let rule = v.and_then(|v| v.rule(&format!("golden:{metric}")));
-    let worst = v
+    let rule = r.golden_rule(metric);
+    let worst = r
+        .verdict
+        .as_ref()
         .map(|v| {
             v.rules
                 .iter()
@@ -280,18 +189,14 @@ fn metric_section(r: &Report, metric: &str, reference: &str) -> String {
             out.push_str(&format!(
                 "| at | value | {reference} | band | margin | |\n|---|---:|---:|---|---:|---|\n"
             ));
-            for p in &rule.points {
-                let margin = {
-                    let v = p.value.unwrap_or(f64::NAN);
-                    (v - p.band.lo()).min(p.band.hi() - v)
-                };
+            for p in rule.points.iter().map(PointRow::new) {
                 out.push_str(&format!(
                     "| {} | {} | {} | {} | {} | {} |\n",
-                    p.at(),
-                    opt_num(p.value),
-                    opt_num(p.golden),
-                    band_text(&p.band),
-                    num(margin),
+                    p.at,
+                    p.value,
+                    p.golden,
+                    p.band,
+                    p.margin,
                     status_icon(p.status)
                 ));
             }

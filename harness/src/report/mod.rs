@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::compare::{
-    judge, judge_tables, match_expected, ExpectedOutcome, ExpectedVerdict, Outcome, RuleStatus,
-    RunOutcome, RunStatus, Verdict,
+    judge, judge_tables, match_expected, ExpectedOutcome, ExpectedVerdict, Outcome, PointCheck,
+    RuleStatus, RuleVerdict, RunOutcome, RunStatus, Verdict,
 };
 use crate::error::{CommandError, ExitStatus};
 use crate::fsx;
@@ -302,6 +302,20 @@ impl Report {
         }
     }
 
+    /// What the reference series is called in table headers: `golden` or the other run's label.
+    pub(crate) fn reference_label(&self) -> &str {
+        self.reference
+            .as_ref()
+            .map_or("golden", |g| g.label.as_str())
+    }
+
+    /// The golden rule of one metric, when the verdict has one.
+    pub(crate) fn golden_rule(&self, metric: &str) -> Option<&RuleVerdict> {
+        self.verdict
+            .as_ref()
+            .and_then(|v| v.rule(&format!("golden:{metric}")))
+    }
+
     /// The checked metrics, in rule order (plots and per-metric tables follow it).
     pub fn checked_metrics(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
@@ -359,6 +373,171 @@ pub(crate) fn status_text(s: RuleStatus) -> &'static str {
         RuleStatus::Improved => "improved",
         RuleStatus::Missing => "missing",
     }
+}
+
+pub(crate) fn status_icon(s: RuleStatus) -> &'static str {
+    match s {
+        RuleStatus::Pass => "✅",
+        RuleStatus::Regressed => "❌",
+        RuleStatus::Improved => "⚠️",
+        RuleStatus::Missing => "❓",
+    }
+}
+
+/// "✅ pass", "❌ regressed", ...
+pub(crate) fn status_cell(s: RuleStatus) -> String {
+    format!("{} {}", status_icon(s), status_text(s))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Table contents shared by report.md and report.html: plain, unescaped text; each renderer
+// escapes it and lays it out in its own format.
+
+/// One row of the rules table.
+pub(crate) struct RuleRow<'a> {
+    pub rule: &'a str,
+    pub status: RuleStatus,
+    /// The step or window of the evidence.
+    pub at: &'a str,
+    pub value: String,
+    pub golden: String,
+    pub band: String,
+    pub margin: String,
+    pub evidence: &'a str,
+}
+
+impl<'a> RuleRow<'a> {
+    pub(crate) fn new(x: &'a RuleVerdict) -> RuleRow<'a> {
+        let e = &x.evidence;
+        RuleRow {
+            rule: &x.rule,
+            status: x.status,
+            at: e.step_or_window.as_deref().unwrap_or("–"),
+            value: opt_num(e.value),
+            golden: opt_num(e.golden),
+            band: e.band.as_ref().map(band_text).unwrap_or_else(|| "–".into()),
+            margin: opt_num(e.margin),
+            evidence: &e.message,
+        }
+    }
+}
+
+/// One compared point of a golden rule, in a metric's points table.
+pub(crate) struct PointRow {
+    pub at: String,
+    pub value: String,
+    pub golden: String,
+    pub band: String,
+    /// Distance to the nearer band edge (negative outside the band).
+    pub margin: String,
+    pub status: RuleStatus,
+}
+
+impl PointRow {
+    pub(crate) fn new(p: &PointCheck) -> PointRow {
+        let v = p.value.unwrap_or(f64::NAN);
+        PointRow {
+            at: p.at(),
+            value: opt_num(p.value),
+            golden: opt_num(p.golden),
+            band: band_text(&p.band),
+            margin: num((v - p.band.lo()).min(p.band.hi() - v)),
+            status: p.status,
+        }
+    }
+}
+
+/// Part of a value in the run table: text, or a name (path, device, commit) set as code.
+pub(crate) enum Piece {
+    Text(String),
+    Code(String),
+}
+
+/// The "Run" table: `(key, value)` rows in order, the same in both reports.
+pub(crate) fn run_rows(r: &Report) -> Vec<(&'static str, Vec<Piece>)> {
+    use Piece::{Code, Text};
+    let run = &r.run;
+    let mut rows = Vec::new();
+    if !run.scenario_path.is_empty() {
+        rows.push(("scenario", vec![Code(run.scenario_path.clone())]));
+    }
+    if !run.dir.is_empty() {
+        rows.push(("run directory", vec![Code(run.dir.clone())]));
+    }
+    if let Some(s) = run.status {
+        let mut t = s.as_str().to_string();
+        if let Some(step) = run.failed_step {
+            t.push_str(&format!(" at step {step}"));
+        }
+        if let Some(reason) = &run.reason {
+            t.push_str(&format!(": {reason}"));
+        }
+        rows.push(("status", vec![Text(t)]));
+    }
+    let planned = run.steps.map(|s| format!(" of {s} planned"));
+    rows.push((
+        "steps",
+        vec![Text(format!(
+            "{} recorded{}",
+            r.metrics.len(),
+            planned.unwrap_or_default()
+        ))],
+    ));
+    if let Some(seed) = run.seed {
+        rows.push(("seed", vec![Text(seed.to_string())]));
+    }
+    let mut details = String::new();
+    if let Some(t) = run.threads {
+        details.push_str(&format!(", {t} threads"));
+    }
+    if let Some(t) = &run.torch_version {
+        details.push_str(&format!(", torch {t}"));
+    }
+    details.push(')');
+    rows.push((
+        "hardware",
+        vec![
+            Text(format!("{} (device ", run.hardware)),
+            Code(run.device.clone()),
+            Text(details),
+        ],
+    ));
+    let mut harness = vec![Text(run.harness_version.clone())];
+    if let Some(c) = &run.git_commit {
+        harness.extend([Text(" (".into()), Code(c.clone()), Text(")".into())]);
+    }
+    rows.push(("harness", harness));
+    if !run.host.is_empty() {
+        rows.push(("host", vec![Text(run.host.clone())]));
+    }
+    if let Some(s) = &run.started {
+        let ended = run.ended.as_deref().unwrap_or("?");
+        rows.push(("time", vec![Text(format!("{s} → {ended}"))]));
+    }
+    if let Some(p) = r.reference.as_ref().and_then(|g| g.provenance.as_ref()) {
+        let golden = match &p.source {
+            Some(src) => format!("{src} (not a run of this harness)"),
+            None => {
+                let commit = p
+                    .git_commit
+                    .as_deref()
+                    .map(|c| format!(" ({c})"))
+                    .unwrap_or_default();
+                format!(
+                    "blessed {} with harness {}{commit} on {}, seed {}",
+                    p.date,
+                    p.harness_version,
+                    p.device,
+                    p.seed.map(|s| s.to_string()).unwrap_or_else(|| "–".into())
+                )
+            }
+        };
+        rows.push(("golden", vec![Text(golden)]));
+    }
+    if let Some(p) = &r.pending_golden {
+        rows.push(("pending golden", vec![Code(p.clone())]));
+    }
+    rows
 }
 
 /// A file name for a metric's plot: `critic/rewards/mean` -> `critic_rewards_mean.svg`.

@@ -1,6 +1,10 @@
 //! SVG plots through plotters: each checked metric against step with the golden's band shaded
 //! and failing steps marked, and a run-against-run overlay for `compare RUN RUN2`.
 
+use std::ops::Range;
+
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::{plot_file_name, Report};
@@ -62,12 +66,24 @@ fn finite_runs(series: &[(u64, f64)]) -> Vec<Vec<(f64, f64)>> {
 }
 
 type DrawResult = Result<(), String>;
+type Root<'b> = DrawingArea<SVGBackend<'b>, Shift>;
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 fn e<E: std::fmt::Display>(err: E) -> String {
     format!("plot failed: {err}")
 }
 
-/// One metric's chart. Errors become a tiny SVG that says so: a plot must never fail a run.
+/// The SVG that `draw` writes, or a tiny SVG that says why it failed: a plot must never fail a
+/// run.
+fn svg_or_error(metric: &str, draw: impl FnOnce(&mut String) -> DrawResult) -> String {
+    let mut svg = String::new();
+    match draw(&mut svg) {
+        Ok(()) => svg,
+        Err(msg) => error_svg(metric, &msg),
+    }
+}
+
+/// One metric's chart.
 pub(crate) fn plot_metric(
     metric: &str,
     run: &[(u64, f64)],
@@ -75,12 +91,9 @@ pub(crate) fn plot_metric(
     points: &[PointCheck],
     failing: &[u64],
 ) -> String {
-    let mut svg = String::new();
-    let res = draw_metric(&mut svg, metric, run, reference, points, failing);
-    match res {
-        Ok(()) => svg,
-        Err(msg) => error_svg(metric, &msg),
-    }
+    svg_or_error(metric, |svg| {
+        draw_metric(svg, metric, run, reference, points, failing)
+    })
 }
 
 fn error_svg(metric: &str, msg: &str) -> String {
@@ -92,6 +105,72 @@ fn error_svg(metric: &str, msg: &str) -> String {
         esc(metric),
         esc(msg)
     )
+}
+
+/// A white chart captioned with the metric, its mesh drawn, steps along x.
+fn chart<'a, 'b>(
+    root: &'a Root<'b>,
+    metric: &str,
+    x: Range<f64>,
+    y: Range<f64>,
+) -> Result<Chart<'a, 'b>, String> {
+    root.fill(&WHITE).map_err(e)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(metric, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(32)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x, y)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(e)?;
+    Ok(chart)
+}
+
+/// A series as lines broken at non-finite values (`dots`: and a dot at each value), labelled
+/// once in the legend.
+fn draw_line(
+    chart: &mut Chart,
+    series: &[(u64, f64)],
+    label: &str,
+    color: RGBColor,
+    dots: bool,
+) -> DrawResult {
+    let mut labelled = false;
+    for part in finite_runs(series) {
+        let s = chart
+            .draw_series(LineSeries::new(part.clone(), color.stroke_width(2)))
+            .map_err(e)?;
+        if !labelled {
+            labelled = true;
+            s.label(label).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+        }
+        if dots {
+            chart
+                .draw_series(part.iter().map(|p| Circle::new(*p, 2, color.filled())))
+                .map_err(e)?;
+        }
+    }
+    Ok(())
+}
+
+/// Draw the legend and write the SVG out.
+fn finish<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, root: &Root<'b>) -> DrawResult {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(e)?;
+    root.present().map_err(e)
 }
 
 fn draw_metric(
@@ -116,21 +195,7 @@ fn draw_metric(
             .chain(points.iter().flat_map(|p| [p.band.lo(), p.band.hi()])),
     );
     let root = SVGBackend::with_string(svg, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(e)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(metric, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(32)
-        .y_label_area_size(64)
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(e)?;
-    chart
-        .configure_mesh()
-        .x_desc("step")
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .light_line_style(WHITE.mix(0.0))
-        .draw()
-        .map_err(e)?;
+    let mut chart = chart(&root, metric, x0..x1, y0..y1)?;
 
     // The band of each compared point; a window's band spans its steps.
     let clamp = |v: f64| v.clamp(y0, y1);
@@ -152,34 +217,9 @@ fn draw_metric(
         }
     }
     if let Some((label, series)) = reference {
-        let mut labelled = false;
-        for part in finite_runs(series) {
-            let s = chart
-                .draw_series(LineSeries::new(part, REFERENCE.stroke_width(2)))
-                .map_err(e)?;
-            if !labelled {
-                labelled = true;
-                let label = label.to_string();
-                s.label(label).legend(|(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], REFERENCE.stroke_width(2))
-                });
-            }
-        }
+        draw_line(&mut chart, series, label, REFERENCE, false)?;
     }
-    let mut labelled = false;
-    for part in finite_runs(run) {
-        let s = chart
-            .draw_series(LineSeries::new(part.clone(), RUN.stroke_width(2)))
-            .map_err(e)?;
-        if !labelled {
-            labelled = true;
-            s.label("run")
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RUN.stroke_width(2)));
-        }
-        chart
-            .draw_series(part.iter().map(|p| Circle::new(*p, 2, RUN.filled())))
-            .map_err(e)?;
-    }
+    draw_line(&mut chart, run, "run", RUN, true)?;
     // Failing steps: a red cross at the value; a non-finite value sits on the top edge.
     let marks: Vec<(f64, f64)> = failing
         .iter()
@@ -203,15 +243,7 @@ fn draw_metric(
             .label("failing")
             .legend(|(x, y)| Cross::new((x + 8, y), 5, FAIL.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(e)?;
-    root.present().map_err(e)?;
-    Ok(())
+    finish(&mut chart, &root)
 }
 
 /// One SVG per checked metric: `(file name, svg)`.
@@ -227,8 +259,8 @@ pub fn render_plots(r: &Report) -> Vec<(String, String)> {
                 .reference
                 .as_ref()
                 .map(|g| (g.label.clone(), g.table.series(m)));
-            let points: Vec<PointCheck> = v
-                .rule(&format!("golden:{m}"))
+            let points: Vec<PointCheck> = r
+                .golden_rule(m)
                 .map(|x| x.points.clone())
                 .unwrap_or_default();
             let mut failing: Vec<u64> = v
@@ -260,52 +292,13 @@ pub fn render_overlay(
     label_b: &str,
 ) -> String {
     let (a, b) = (run_a.series(metric), run_b.series(metric));
-    let mut svg = String::new();
-    let res = (|| -> DrawResult {
+    svg_or_error(metric, |svg| {
         let (x0, x1) = x_range(a.iter().chain(b.iter()).map(|(s, _)| *s));
         let (y0, y1) = y_range(a.iter().chain(b.iter()).map(|(_, v)| *v));
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(e)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(metric, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(32)
-            .y_label_area_size(64)
-            .build_cartesian_2d(x0..x1, y0..y1)
-            .map_err(e)?;
-        chart
-            .configure_mesh()
-            .x_desc("step")
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .light_line_style(WHITE.mix(0.0))
-            .draw()
-            .map_err(e)?;
-        for (series, label, color) in [(&a, label_a, RUN), (&b, label_b, OTHER)] {
-            let mut labelled = false;
-            for part in finite_runs(series) {
-                let s = chart
-                    .draw_series(LineSeries::new(part, color.stroke_width(2)))
-                    .map_err(e)?;
-                if !labelled {
-                    labelled = true;
-                    s.label(label.to_string()).legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                    });
-                }
-            }
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(e)?;
-        root.present().map_err(e)?;
-        Ok(())
-    })();
-    match res {
-        Ok(()) => svg,
-        Err(msg) => error_svg(metric, &msg),
-    }
+        let root = SVGBackend::with_string(svg, SIZE).into_drawing_area();
+        let mut chart = chart(&root, metric, x0..x1, y0..y1)?;
+        draw_line(&mut chart, &a, label_a, RUN, false)?;
+        draw_line(&mut chart, &b, label_b, OTHER, false)?;
+        finish(&mut chart, &root)
+    })
 }
