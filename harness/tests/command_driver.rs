@@ -3,19 +3,17 @@
 //! the right values at the right steps, the watchdog (hang, non-zero exit, non-finite watched
 //! metric, fail fast, stalled request) with the process group gone and the partial run kept.
 
+mod common;
+
+use common::{repo, run_expecting, run_options};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rlharness::app::run_one;
 use rlharness::compare::RunStatus;
 use rlharness::error::ExitStatus;
 use rlharness::metrics::MetricTable;
-use rlharness::report::RunManifest;
+use rlharness::report::{Report, RunManifest};
 use rlharness::runner::RunOptions;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -23,19 +21,20 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Options of a test run into `out/run`, its goldens in `out/golden`, with `--set` overrides.
 fn opts(out: &Path, set: &[&str]) -> RunOptions {
-    RunOptions {
-        out: out.to_path_buf(),
-        golden: out.join("golden"),
-        seed: None,
-        steps: None,
-        set: set.iter().map(|s| s.to_string()).collect(),
-        update_golden: false,
-        hardware: None,
-        progress: false,
-        ci: true,
-        run_dir: Some(out.join("run")),
-    }
+    run_options(
+        out,
+        out.join("golden"),
+        out.join("run"),
+        set.iter().map(|s| s.to_string()).collect(),
+    )
+}
+
+/// Run the fixture scenario `name` into `out/run` with `--set` overrides; it must end with
+/// exit status `want`.
+async fn run_fixture(out: &Path, name: &str, set: &[&str], want: ExitStatus) -> Report {
+    run_expecting(&fixture(name), &opts(out, set), want).await
 }
 
 fn read(dir: &Path, f: &str) -> String {
@@ -48,6 +47,15 @@ fn table(dir: &Path) -> MetricTable {
 
 fn manifest(dir: &Path) -> RunManifest {
     serde_json::from_str(&read(dir, "run.json")).unwrap()
+}
+
+/// The run in `out/run` was aborted at `step` for `reason`.
+#[track_caller]
+fn assert_aborted(out: &Path, step: u64, reason: &str) {
+    let m = manifest(&out.join("run"));
+    assert_eq!(m.status, RunStatus::Aborted);
+    assert_eq!(m.failed_step, Some(step));
+    assert_eq!(m.reason.as_deref(), Some(reason));
 }
 
 /// A process is dead when it is gone or a zombie waiting for its parent.
@@ -64,15 +72,7 @@ fn dead(pid: i32) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_metrics_land_at_their_steps_with_hydra_overrides_and_logs_kept() {
     let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(&fixture("verl-console.yaml"), &opts(tmp.path(), &[]))
-        .await
-        .unwrap();
-    assert_eq!(
-        report.exit_status(),
-        ExitStatus::Passed,
-        "{}",
-        report.summary()
-    );
+    run_fixture(tmp.path(), "verl-console.yaml", &[], ExitStatus::Passed).await;
     let dir = tmp.path().join("run");
     let t = table(&dir);
     // Step 0 (validation before training) is kept apart; the series starts at 1.
@@ -153,18 +153,13 @@ async fn console_metrics_land_at_their_steps_with_hydra_overrides_and_logs_kept(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jsonl_metrics_are_tailed_with_nulls_as_non_finite() {
     let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(
-        &fixture("verl-jsonl.yaml"),
-        &opts(tmp.path(), &["driver.command.1=nan", "metrics.watch=[]"]),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        report.exit_status(),
+    run_fixture(
+        tmp.path(),
+        "verl-jsonl.yaml",
+        &["driver.command.1=nan", "metrics.watch=[]"],
         ExitStatus::Passed,
-        "{}",
-        report.summary()
-    );
+    )
+    .await;
     let dir = tmp.path().join("run");
     let t = table(&dir);
     assert_eq!(t.steps(), vec![1, 2, 3, 4]);
@@ -190,19 +185,17 @@ async fn jsonl_metrics_are_tailed_with_nulls_as_non_finite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_finite_watched_metric_aborts_at_its_step() {
     let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(
-        &fixture("verl-jsonl.yaml"),
-        &opts(tmp.path(), &["driver.command.1=nan"]),
+    run_fixture(
+        tmp.path(),
+        "verl-jsonl.yaml",
+        &["driver.command.1=nan"],
+        ExitStatus::CheckFailed,
     )
-    .await
-    .unwrap();
-    assert_eq!(report.exit_status(), ExitStatus::CheckFailed);
-    let m = manifest(&tmp.path().join("run"));
-    assert_eq!(m.status, RunStatus::Aborted);
-    assert_eq!(m.failed_step, Some(3));
-    assert_eq!(
-        m.reason.as_deref(),
-        Some("watched metric actor/grad_norm is NaN at step 3")
+    .await;
+    assert_aborted(
+        tmp.path(),
+        3,
+        "watched metric actor/grad_norm is NaN at step 3",
     );
 }
 
@@ -210,14 +203,14 @@ async fn a_non_finite_watched_metric_aborts_at_its_step() {
 async fn a_trainer_that_stops_printing_is_a_hang_with_its_process_group_killed() {
     let tmp = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let report = run_one(
-        &fixture("verl-console.yaml"),
-        &opts(tmp.path(), &["driver.command.1=hang", "timeouts.step=1"]),
+    run_fixture(
+        tmp.path(),
+        "verl-console.yaml",
+        &["driver.command.1=hang", "timeouts.step=1"],
+        ExitStatus::RunFailed,
     )
-    .await
-    .unwrap();
+    .await;
     let took = started.elapsed();
-    assert_eq!(report.exit_status(), ExitStatus::RunFailed);
     // Caught within timeouts.step + 5 s (the whole run, start-up included).
     assert!(took < Duration::from_secs(6), "took {took:?}");
     let dir = tmp.path().join("run");
@@ -246,13 +239,13 @@ async fn a_trainer_that_stops_printing_is_a_hang_with_its_process_group_killed()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainer_that_exits_1_mid_run_fails_with_its_last_lines_in_the_report() {
     let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(
-        &fixture("verl-console.yaml"),
-        &opts(tmp.path(), &["driver.command.1=exit1"]),
+    let report = run_fixture(
+        tmp.path(),
+        "verl-console.yaml",
+        &["driver.command.1=exit1"],
+        ExitStatus::RunFailed,
     )
-    .await
-    .unwrap();
-    assert_eq!(report.exit_status(), ExitStatus::RunFailed);
+    .await;
     let dir = tmp.path().join("run");
     let m = manifest(&dir);
     assert_eq!(m.status, RunStatus::Failed);
@@ -277,27 +270,17 @@ async fn a_trainer_that_exits_1_mid_run_fails_with_its_last_lines_in_the_report(
 async fn a_fail_fast_rule_stops_the_run_as_soon_as_it_cannot_pass() {
     let tmp = tempfile::tempdir().unwrap();
     // The JSONL file is one ordered stream (console steps race across stdout and stderr).
-    let report = run_one(
-        &fixture("verl-jsonl.yaml"),
-        &opts(
-            tmp.path(),
-            &["checks.expect=[{expr: 'max(critic/score/mean) < 0.15', name: score-cap, fail_fast: true}]"],
-        ),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        report.exit_status(),
+    run_fixture(
+        tmp.path(),
+        "verl-jsonl.yaml",
+        &["checks.expect=[{expr: 'max(critic/score/mean) < 0.15', name: score-cap, fail_fast: true}]"],
         ExitStatus::CheckFailed,
-        "{}",
-        report.summary()
-    );
-    let m = manifest(&tmp.path().join("run"));
-    assert_eq!(m.status, RunStatus::Aborted);
-    assert_eq!(m.failed_step, Some(2));
-    assert_eq!(
-        m.reason.as_deref(),
-        Some("fail fast: rule `expect:score-cap` can no longer pass after step 2 of 4")
+    )
+    .await;
+    assert_aborted(
+        tmp.path(),
+        2,
+        "fail fast: rule `expect:score-cap` can no longer pass after step 2 of 4",
     );
 }
 
@@ -308,25 +291,17 @@ async fn an_arctic_backend_is_reached_through_the_recording_proxy() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(
-        &fixture("verl-console.yaml"),
-        &opts(
-            tmp.path(),
-            &[
-                "driver.command.1=proxied",
-                "driver.proxy_listen=127.0.0.1:0",
-                "backend.kind=mock",
-            ],
-        ),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        report.exit_status(),
+    run_fixture(
+        tmp.path(),
+        "verl-console.yaml",
+        &[
+            "driver.command.1=proxied",
+            "driver.proxy_listen=127.0.0.1:0",
+            "backend.kind=mock",
+        ],
         ExitStatus::Passed,
-        "{}",
-        report.summary()
-    );
+    )
+    .await;
     let dir = tmp.path().join("run");
     let wire = read(&dir, "wire.jsonl");
     assert_eq!(wire.lines().count(), 4, "{wire}");
@@ -351,23 +326,20 @@ async fn a_request_stalled_past_its_limit_is_a_hang_naming_the_route() {
     });
     let tmp = tempfile::tempdir().unwrap();
     let backend_url = format!("backend.url={url}");
-    let report = run_one(
-        &fixture("verl-console.yaml"),
-        &opts(
-            tmp.path(),
-            &[
-                "driver.command.1=proxied",
-                "driver.proxy_listen=127.0.0.1:0",
-                "backend.kind=remote",
-                &backend_url,
-                "timeouts.request=1",
-            ],
-        ),
+    run_fixture(
+        tmp.path(),
+        "verl-console.yaml",
+        &[
+            "driver.command.1=proxied",
+            "driver.proxy_listen=127.0.0.1:0",
+            "backend.kind=remote",
+            &backend_url,
+            "timeouts.request=1",
+        ],
+        ExitStatus::RunFailed,
     )
-    .await
-    .unwrap();
+    .await;
     hold.abort();
-    assert_eq!(report.exit_status(), ExitStatus::RunFailed);
     let m = manifest(&tmp.path().join("run"));
     assert_eq!(m.status, RunStatus::TimedOut);
     assert_eq!(
@@ -391,6 +363,13 @@ fn write_scenario(dir: &Path, body: &str) -> PathBuf {
     p
 }
 
+/// Why the scenario `body` (written as by `write_scenario`) does not load.
+fn load_error(dir: &Path, body: &str) -> String {
+    rlharness::spec::load_scenario(&write_scenario(dir, body), &[])
+        .unwrap_err()
+        .to_string()
+}
+
 #[test]
 fn a_minimal_command_scenario_is_valid_and_a_builtin_one_needs_a_backend() {
     let tmp = tempfile::tempdir().unwrap();
@@ -401,39 +380,27 @@ fn a_minimal_command_scenario_is_valid_and_a_builtin_one_needs_a_backend() {
     );
     let s = rlharness::spec::load_scenario(&p, &[]).unwrap();
     assert_eq!(s.backend, rlharness::backend::BackendSpec::None);
-    let p = write_scenario(
+    let e = load_error(
         tmp.path(),
         "name: m\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\n",
     );
-    let e = rlharness::spec::load_scenario(&p, &[])
-        .unwrap_err()
-        .to_string();
     assert!(e.contains("missing required key `backend`"), "{e}");
-    let p = write_scenario(
+    let e = load_error(
         tmp.path(),
         "name: m\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\nbackend: {kind: none}\n",
     );
-    let e = rlharness::spec::load_scenario(&p, &[])
-        .unwrap_err()
-        .to_string();
     assert!(e.contains("the builtin driver needs a backend"), "{e}");
-    let p = write_scenario(
+    let e = load_error(
         tmp.path(),
         "name: m\ndescription: d\nseed: 1\nsteps: 2\n\
          driver: {kind: command, command: [], metrics_from: verl-console}\n",
     );
-    let e = rlharness::spec::load_scenario(&p, &[])
-        .unwrap_err()
-        .to_string();
     assert!(e.contains("`command` must name a program"), "{e}");
-    let p = write_scenario(
+    let e = load_error(
         tmp.path(),
         "name: m\ndescription: d\nseed: 1\nsteps: 2\n\
          driver: {kind: command, command: [x], metrics_from: wandb}\n",
     );
-    let e = rlharness::spec::load_scenario(&p, &[])
-        .unwrap_err()
-        .to_string();
     assert!(e.contains("wandb"), "{e}");
 }
 
@@ -608,40 +575,30 @@ async fn a_fail_fast_golden_rule_stops_the_run_at_the_first_point_outside_its_ba
         .write_pending("fixture-verl-jsonl", "cpu", &golden, &prov, None)
         .unwrap();
     store.accept(&[]).unwrap();
-    let report = run_one(
-        &fixture("verl-jsonl.yaml"),
-        &opts(
-            tmp.path(),
-            &["checks.golden={critic/score/mean: {abs: 0.1, fail_fast: true}}"],
-        ),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        report.exit_status(),
+    run_fixture(
+        tmp.path(),
+        "verl-jsonl.yaml",
+        &["checks.golden={critic/score/mean: {abs: 0.1, fail_fast: true}}"],
         ExitStatus::CheckFailed,
-        "{}",
-        report.summary()
-    );
-    let m = manifest(&tmp.path().join("run"));
-    assert_eq!(m.status, RunStatus::Aborted);
-    assert_eq!(m.failed_step, Some(1));
-    assert_eq!(
-        m.reason.as_deref(),
-        Some("fail fast: rule `golden:critic/score/mean` can no longer pass after step 1 of 4")
+    )
+    .await;
+    assert_aborted(
+        tmp.path(),
+        1,
+        "fail fast: rule `golden:critic/score/mean` can no longer pass after step 1 of 4",
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainer_that_cannot_start_is_a_failed_run_with_a_report() {
     let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(
-        &fixture("verl-console.yaml"),
-        &opts(tmp.path(), &["driver.command.0=./no-such-trainer.sh"]),
+    run_fixture(
+        tmp.path(),
+        "verl-console.yaml",
+        &["driver.command.0=./no-such-trainer.sh"],
+        ExitStatus::RunFailed,
     )
-    .await
-    .unwrap();
-    assert_eq!(report.exit_status(), ExitStatus::RunFailed);
+    .await;
     let dir = tmp.path().join("run");
     let m = manifest(&dir);
     assert_eq!(m.status, RunStatus::Failed);

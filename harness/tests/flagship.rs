@@ -5,26 +5,25 @@
 
 mod common;
 
-use common::{opts, repo};
+use common::{opts, repo, run_expecting};
 
-use rlharness::app::run_one;
 use rlharness::error::ExitStatus;
+use rlharness::report::Report;
+
+/// Run `scenarios/NAME` (into a directory of its own); it must exit 0.
+async fn run_passing(name: &str) -> Report {
+    let tmp = tempfile::tempdir().unwrap();
+    run_expecting(
+        &repo().join("scenarios").join(name),
+        &opts(tmp.path(), &[]),
+        ExitStatus::Passed,
+    )
+    .await
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_flagship_learns_and_passes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(
-        &repo().join("scenarios/tiny-gsm8k-grpo.yaml"),
-        &opts(tmp.path(), &[]),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        report.exit_status(),
-        ExitStatus::Passed,
-        "{}",
-        report.summary()
-    );
+    let report = run_passing("tiny-gsm8k-grpo.yaml").await;
     let v = report.verdict.unwrap();
     assert!(v.rule("expect:reward-converges").is_some());
     assert_eq!(report.run.device, "cpu");
@@ -38,20 +37,8 @@ async fn the_flagship_learns_and_passes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_collapse_is_caught_by_the_convergence_rules() {
-    let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(
-        &repo().join("scenarios/tiny-gsm8k-grpo-collapse.yaml"),
-        &opts(tmp.path(), &[]),
-    )
-    .await
-    .unwrap();
     // The scenario declares the failure it expects: exit 0 means the harness caught it.
-    assert_eq!(
-        report.exit_status(),
-        ExitStatus::Passed,
-        "{}",
-        report.summary()
-    );
+    let report = run_passing("tiny-gsm8k-grpo-collapse.yaml").await;
     let v = report.verdict.unwrap();
     let failing: Vec<&str> = v.failing().map(|r| r.rule.as_str()).collect();
     assert!(

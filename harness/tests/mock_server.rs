@@ -44,6 +44,12 @@ impl Answer {
             .unwrap_or_default()
             .to_string()
     }
+    /// The request was refused with `status`, the detail naming `needle`.
+    #[track_caller]
+    fn assert_refused(&self, status: StatusCode, needle: &str) {
+        assert_eq!(self.status, status);
+        assert!(self.detail().contains(needle), "{}", self.detail());
+    }
     fn frame(&self) -> Value {
         let ct = self.headers["content-type"].to_str().unwrap();
         assert!(ct.contains("application/octet-stream"), "{ct}");
@@ -232,24 +238,14 @@ async fn job_table_rules() {
         json!({"model_name": "m", "job_type": "training"}),
     )
     .await;
-    assert_eq!(no_ckpt.status, StatusCode::BAD_REQUEST);
-    assert!(
-        no_ckpt.detail().contains("checkpoint_path"),
-        "{}",
-        no_ckpt.detail()
-    );
+    no_ckpt.assert_refused(StatusCode::BAD_REQUEST, "checkpoint_path");
 
     let dir = tempfile::tempdir().unwrap();
     let cfg = training_config(&dir.path().display().to_string());
     let t = post_json(&router, "/initialize", cfg.clone()).await;
     assert_eq!(t.json()["job_id"], json!(2));
     let again = post_json(&router, "/initialize", cfg.clone()).await;
-    assert_eq!(again.status, StatusCode::CONFLICT);
-    assert!(
-        again.detail().contains("training job is already running"),
-        "{}",
-        again.detail()
-    );
+    again.assert_refused(StatusCode::CONFLICT, "training job is already running");
 
     let unknown = call(&router, "GET", "/job/99", Body::empty()).await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
@@ -264,31 +260,16 @@ async fn job_table_rules() {
     assert!(info["sync_path"].is_string());
 
     let wrong = post_json(&router, "/step?job_id=1", json!({"learning_rate": null})).await;
-    assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
-    assert!(
-        wrong.detail().contains("needs a training job"),
-        "{}",
-        wrong.detail()
-    );
+    wrong.assert_refused(StatusCode::BAD_REQUEST, "needs a training job");
     let missing = post_json(&router, "/step", json!({})).await;
     assert_eq!(missing.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(missing.detail().contains("job_id"));
     let bad_id = post_json(&router, "/step?job_id=x", json!({})).await;
     assert_eq!(bad_id.status, StatusCode::UNPROCESSABLE_ENTITY);
     let bad_json = call(&router, "POST", "/initialize", Body::from("{not json")).await;
-    assert_eq!(bad_json.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(
-        bad_json.detail().contains("not valid JSON"),
-        "{}",
-        bad_json.detail()
-    );
+    bad_json.assert_refused(StatusCode::UNPROCESSABLE_ENTITY, "not valid JSON");
     let no_model = post_json(&router, "/initialize", json!({"job_type": "sampling"})).await;
-    assert_eq!(no_model.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(
-        no_model.detail().contains("model_name"),
-        "{}",
-        no_model.detail()
-    );
+    no_model.assert_refused(StatusCode::UNPROCESSABLE_ENTITY, "model_name");
 
     let status = call(&router, "GET", "/status", Body::empty()).await.json();
     assert_eq!(status["training_gpus"], json!(1));
@@ -356,12 +337,7 @@ async fn job_types_without_gpus_are_refused() {
         json!({"model_name": "m", "job_type": "log_prob"}),
     )
     .await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(
-        r.detail().contains("no GPUs of that kind"),
-        "{}",
-        r.detail()
-    );
+    r.assert_refused(StatusCode::BAD_REQUEST, "no GPUs of that kind");
     let status = call(&router, "GET", "/status", Body::empty()).await.json();
     assert_eq!(status["log_prob_gpus"], json!(0));
 }
@@ -386,16 +362,10 @@ async fn sleep_wake_state_machine() {
         .json();
     assert_eq!(s["sampling"]["status"], json!("already_sleeping"));
     let g = post_frame(&router, &q("/generate"), &gen).await;
-    assert_eq!(g.status, StatusCode::BAD_REQUEST);
-    assert!(g.detail().contains("SLEEPING"), "{}", g.detail());
+    g.assert_refused(StatusCode::BAD_REQUEST, "SLEEPING");
 
     let kv = post_json(&router, &q("/wake-inference"), json!(["kv_cache"])).await;
-    assert_eq!(kv.status, StatusCode::BAD_REQUEST);
-    assert!(
-        kv.detail().contains("wake [\"weights\"] first"),
-        "{}",
-        kv.detail()
-    );
+    kv.assert_refused(StatusCode::BAD_REQUEST, "wake [\"weights\"] first");
     let w = post_json(&router, &q("/wake-inference"), json!(["weights"]))
         .await
         .json();
@@ -543,11 +513,9 @@ async fn ill_shaped_tensors_are_unprocessable() {
     );
     let mask = with(&|e| e[1].1 = tensor(i64_tensor(vec![2, 19], &[1; 38])));
     let r = post_frame(&router, &uri, &mask).await;
-    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(
-        r.detail().contains("attention_mask has shape [2, 19]"),
-        "{}",
-        r.detail()
+    r.assert_refused(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "attention_mask has shape [2, 19]",
     );
     let wide = with(&|e| e[2].1 = tensor(i64_tensor(vec![2, 21], &[1; 42])));
     let r = post_frame(&router, &uri, &wide).await;
@@ -610,12 +578,7 @@ async fn legacy_pickle_payloads_are_refused() {
             Body::from(&b"\x03\x00\x00\x00\x00\x00\x00\x00abc"[..]),
         )
         .await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST);
-        assert!(
-            r.detail().contains("not a valid DSSST1 payload"),
-            "{}",
-            r.detail()
-        );
+        r.assert_refused(StatusCode::BAD_REQUEST, "not a valid DSSST1 payload");
     }
 }
 
@@ -696,6 +659,19 @@ async fn full_session_over_a_real_port() {
     let http = reqwest::Client::new();
     let dir = tempfile::tempdir().unwrap();
 
+    let get = |route: String| {
+        let http = http.clone();
+        let url = format!("{base}{route}");
+        async move {
+            http.get(url)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
     let post = |route: String, body: Value| {
         let http = http.clone();
         let url = format!("{base}{route}");
@@ -728,14 +704,7 @@ async fn full_session_over_a_real_port() {
         }
     };
 
-    let health: Value = http
-        .get(format!("{base}/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = get("/health".into()).await;
     assert_eq!(health, json!({"status": "OK"}));
     let sid = post("/initialize".into(), sampling_config()).await["job_id"]
         .as_u64()
@@ -747,14 +716,7 @@ async fn full_session_over_a_real_port() {
     .await["job_id"]
         .as_u64()
         .unwrap();
-    let info: Value = http
-        .get(format!("{base}/job/{tid}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info = get(format!("/job/{tid}")).await;
     assert_eq!(info["status"], json!("RUNNING"));
 
     // generate: one prompt a request, n rollouts.
@@ -870,14 +832,7 @@ async fn full_session_over_a_real_port() {
         json!({"job_type": "training"}),
     )
     .await;
-    let status: Value = http
-        .get(format!("{base}/status"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = get("/status".into()).await;
     assert_eq!(status["jobs"], json!({}));
 
     let routes: Vec<String> = handle.requests().into_iter().map(|r| r.route).collect();
@@ -916,8 +871,7 @@ async fn log_prob_jobs_forward_and_score() {
         &model_call(batch_node(1, false), json!({"loss_fn": null})),
     )
     .await;
-    assert_eq!(f.status, StatusCode::BAD_REQUEST);
-    assert!(f.detail().contains("ds_config"), "{}", f.detail());
+    f.assert_refused(StatusCode::BAD_REQUEST, "ds_config");
     let r = post_json(
         &router,
         &format!("/log-probs?job_id={id}"),

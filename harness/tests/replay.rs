@@ -2,6 +2,9 @@
 //! driver, every request checked against its recording. The flagship's cassette (recorded on
 //! the torch backend, committed under golden/) needs no torch here: replay is pure client side.
 
+mod common;
+
+use common::{repo, run_expecting, run_options};
 use std::path::{Path, PathBuf};
 
 use rlharness::app::run_one;
@@ -10,31 +13,22 @@ use rlharness::backend::replay::{self, MismatchKind, ReplayOutcome};
 use rlharness::error::ExitStatus;
 use rlharness::metrics::MetricTable;
 use rlharness::plan::RunPlan;
+use rlharness::report::Report;
 use rlharness::runner::{execute, execute_recording, RunEnd, RunOptions};
 use rlharness::wire::{decode, encode, Node, Tensor};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn flagship_cassette() -> PathBuf {
     repo().join("golden/tiny-gsm8k-grpo/cpu/cassette")
 }
 
+/// Options of a test run straight into `run_dir`, with `--set` overrides.
 fn opts(run_dir: &Path, set: &[String]) -> RunOptions {
-    RunOptions {
-        out: run_dir.to_path_buf(),
-        golden: repo().join("golden"),
-        seed: None,
-        steps: None,
-        set: set.to_vec(),
-        update_golden: false,
-        hardware: None,
-        progress: false,
-        // Tests never write goldens.
-        ci: true,
-        run_dir: Some(run_dir.to_path_buf()),
-    }
+    run_options(
+        run_dir,
+        repo().join("golden"),
+        run_dir.to_path_buf(),
+        set.to_vec(),
+    )
 }
 
 fn plan(file: &Path, set: &[String], steps: Option<u64>) -> RunPlan {
@@ -277,6 +271,17 @@ fn replay_scenario(name: &str) -> PathBuf {
     repo().join("scenarios/replay").join(name)
 }
 
+/// Run `scenarios/replay/NAME` (into a directory of its own); it must exit 0.
+async fn run_replay_passing(name: &str) -> Report {
+    let tmp = tempfile::tempdir().unwrap();
+    run_expecting(
+        &replay_scenario(name),
+        &opts(tmp.path(), &[]),
+        ExitStatus::Passed,
+    )
+    .await
+}
+
 /// Metrics that come from the server's answers (not from the wall clock).
 const FROM_SERVER: &[&str] = &[
     "critic/score/mean",
@@ -292,19 +297,7 @@ const FROM_SERVER: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_flagship_replays_with_the_recorded_metrics() {
-    let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(
-        &replay_scenario("tiny-gsm8k-grpo-replay.yaml"),
-        &opts(tmp.path(), &[]),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        report.exit_status(),
-        ExitStatus::Passed,
-        "{}",
-        report.summary()
-    );
+    let report = run_replay_passing("tiny-gsm8k-grpo-replay.yaml").await;
     let verdict = report.verdict.as_ref().unwrap();
     let rule = verdict
         .rules
@@ -335,20 +328,8 @@ async fn the_flagship_replays_with_the_recorded_metrics() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_planted_dropped_meta_key_is_caught_and_named() {
-    let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(
-        &replay_scenario("tiny-gsm8k-grpo-replay-dropped-meta.yaml"),
-        &opts(tmp.path(), &[]),
-    )
-    .await
-    .unwrap();
     // The scenario expects exactly this failure: `run` exits 0 when it is caught.
-    assert_eq!(
-        report.exit_status(),
-        ExitStatus::Passed,
-        "{}",
-        report.summary()
-    );
+    let report = run_replay_passing("tiny-gsm8k-grpo-replay-dropped-meta.yaml").await;
     let rule = report
         .verdict
         .as_ref()

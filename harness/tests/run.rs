@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{opts, repo, wire};
+use common::{opts, repo, run_expecting, wire};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -23,13 +23,7 @@ fn mean(xs: &[(u64, f64)]) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory() {
     let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(&smoke(), &opts(tmp.path(), &[])).await.unwrap();
-    assert_eq!(
-        report.exit_status(),
-        ExitStatus::Passed,
-        "{}",
-        report.summary()
-    );
+    run_expecting(&smoke(), &opts(tmp.path(), &[]), ExitStatus::Passed).await;
     let dir = tmp.path().join("run");
     for f in [
         "run.json",
@@ -167,10 +161,12 @@ async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lowered_reward_curve_fails_on_the_reward_window_with_evidence() {
     let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(&smoke(), &opts(tmp.path(), &["backend.reward.offset=-0.1"]))
-        .await
-        .unwrap();
-    assert_eq!(report.exit_status(), ExitStatus::CheckFailed);
+    run_expecting(
+        &smoke(),
+        &opts(tmp.path(), &["backend.reward.offset=-0.1"]),
+        ExitStatus::CheckFailed,
+    )
+    .await;
     let md = std::fs::read_to_string(tmp.path().join("run/report.md")).unwrap();
     let line = md
         .lines()
@@ -184,13 +180,12 @@ async fn a_lowered_reward_curve_fails_on_the_reward_window_with_evidence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ten_percent_less_efficient_backend_fails_on_mfu() {
     let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(
+    let report = run_expecting(
         &smoke(),
         &opts(tmp.path(), &["backend.efficiency.scale=0.9"]),
+        ExitStatus::CheckFailed,
     )
-    .await
-    .unwrap();
-    assert_eq!(report.exit_status(), ExitStatus::CheckFailed);
+    .await;
     let v = report.verdict.unwrap();
     let failing: Vec<&str> = v.failing().map(|r| r.rule.as_str()).collect();
     assert_eq!(failing, vec!["golden:perf/mfu/actor"]);
@@ -199,13 +194,12 @@ async fn a_ten_percent_less_efficient_backend_fails_on_mfu() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_that_skips_weight_sync_sees_a_flat_reward() {
     let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(
+    run_expecting(
         &smoke(),
         &opts(tmp.path(), &["driver.plant=[skip_weight_sync]"]),
+        ExitStatus::CheckFailed,
     )
-    .await
-    .unwrap();
-    assert_eq!(report.exit_status(), ExitStatus::CheckFailed);
+    .await;
     let table = MetricTable::read_csv(&tmp.path().join("run/metrics.csv")).unwrap();
     let reward = table.series("critic/rewards/mean");
     assert_eq!(reward.len(), 20);

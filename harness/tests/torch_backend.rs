@@ -13,16 +13,23 @@ use rlharness::wire::api::JobType;
 use serde_json::{json, Map, Value};
 use tch::{Kind, Tensor};
 
-/// Random-weight tiny engine (no warm start, nothing cached).
-fn random_engine(dtype: TorchDType, seed: u64) -> TorchEngine {
-    let spec = TorchSpec {
-        dtype,
+/// The default spec with `steps` warm-start steps and nothing cached.
+fn warm_spec(steps: usize) -> TorchSpec {
+    TorchSpec {
         warm_start: WarmStartSpec {
-            steps: 0,
+            steps,
             ..WarmStartSpec::default()
         },
         cache_dir: tempfile::tempdir().unwrap().path().display().to_string(),
         ..TorchSpec::default()
+    }
+}
+
+/// Random-weight tiny engine (no warm start, nothing cached).
+fn random_engine(dtype: TorchDType, seed: u64) -> TorchEngine {
+    let spec = TorchSpec {
+        dtype,
+        ..warm_spec(0)
     };
     TorchEngine::new(&spec, seed).unwrap()
 }
@@ -53,6 +60,23 @@ fn forward_batch(tensors: Vec<(String, rlharness::wire::Tensor)>, m: Value) -> M
         post: vec!["compute_entropy_and_logprobs".into()],
         loss_fn: None,
     }
+}
+
+/// The log-probs `forward` answers on `job` for `tensors` with meta `m`.
+fn forward_logprobs(
+    engine: &TorchEngine,
+    job: u64,
+    tensors: &[(String, rlharness::wire::Tensor)],
+    m: Value,
+) -> Vec<f32> {
+    f32_values(
+        &engine
+            .forward(job, &forward_batch(tensors.to_vec(), m))
+            .unwrap()
+            .value
+            .logprobs,
+    )
+    .unwrap()
 }
 
 /// The model written out plainly from its weights: explicit attention scores with a
@@ -226,14 +250,7 @@ fn forward_logprobs_match_a_plain_forward_in_fp32() {
 
     // A distinctive pad id shows in every non-response cell; explicit position ids agree
     // with the rebuilt ones; micro-batching does not change the numbers.
-    let out7 = engine
-        .forward(
-            1,
-            &forward_batch(tensors.clone(), json!({"pad_token_id": 7})),
-        )
-        .unwrap()
-        .value;
-    let lp7 = f32_values(&out7.logprobs).unwrap();
+    let lp7 = forward_logprobs(&engine, 1, &tensors, json!({"pad_token_id": 7}));
     assert_eq!(lp7[0], 7.0);
     assert_eq!(lp7[s - 1], 7.0);
     let mut with_pos = tensors.clone();
@@ -253,11 +270,10 @@ fn forward_logprobs_match_a_plain_forward_in_fp32() {
         "position_ids".into(),
         rlharness::backend::torch::grpo::i64_tensor(vec![3, s], &pos),
     ));
-    let outp = engine
-        .forward(1, &forward_batch(with_pos, json!({"pad_token_id": 0})))
-        .unwrap()
-        .value;
-    assert_eq!(f32_values(&outp.logprobs).unwrap(), lp);
+    assert_eq!(
+        forward_logprobs(&engine, 1, &with_pos, json!({"pad_token_id": 0})),
+        lp
+    );
 }
 
 #[test]
@@ -269,31 +285,13 @@ fn zorro_alignment_puts_token_t_at_column_p_plus_t() {
     let mut cfg = job_config(JobType::Training);
     cfg.ds_worker_config = Some(json!({"zorro_train_enable": true, "response_len": r}));
     engine.create_job(1, &cfg).unwrap();
-    let plain = f32_values(
-        &engine
-            .forward(
-                1,
-                &forward_batch(tensors.clone(), json!({"pad_token_id": 0})),
-            )
-            .unwrap()
-            .value
-            .logprobs,
-    )
-    .unwrap();
-    let z = f32_values(
-        &engine
-            .forward(
-                1,
-                &forward_batch(
-                    tensors,
-                    json!({"pad_token_id": 0, "zorro_train_enable": true}),
-                ),
-            )
-            .unwrap()
-            .value
-            .logprobs,
-    )
-    .unwrap();
+    let plain = forward_logprobs(&engine, 1, &tensors, json!({"pad_token_id": 0}));
+    let z = forward_logprobs(
+        &engine,
+        1,
+        &tensors,
+        json!({"pad_token_id": 0, "zorro_train_enable": true}),
+    );
     for i in 0..3 {
         for col in 0..s {
             if col >= p && col - p < responses[i].len() {
@@ -360,16 +358,7 @@ fn weight_sync_makes_sampler_and_trainer_agree() {
     let (prompts, responses) = sample_rows();
     let (tensors, p, r) = padded_batch(&prompts, &responses);
     let (b, s) = (3, p + r);
-    let fwd = |job| {
-        f32_values(
-            &engine
-                .forward(job, &forward_batch(tensors.clone(), json!({})))
-                .unwrap()
-                .value
-                .logprobs,
-        )
-        .unwrap()
-    };
+    let fwd = |job| forward_logprobs(&engine, job, &tensors, json!({}));
     let max_diff = |a: &[f32], c: &[f32]| {
         a.iter()
             .zip(c)
@@ -441,14 +430,7 @@ fn entropy_coeff_reaches_the_gradient() {
         engine
             .create_job(job, &job_config(JobType::Training))
             .unwrap();
-        let old = f32_values(
-            &engine
-                .forward(job, &forward_batch(tensors.clone(), json!({})))
-                .unwrap()
-                .value
-                .logprobs,
-        )
-        .unwrap();
+        let old = forward_logprobs(&engine, job, &tensors, json!({}));
         let mut batch = grpo_update(&tensors, b, s, p, &old, 0.0);
         batch.meta.insert(
             "actor_config".into(),
@@ -478,17 +460,12 @@ fn compute_in_fp32_changes_bf16_logprobs() {
     let (prompts, responses) = sample_rows();
     let (tensors, _, _) = padded_batch(&prompts, &responses);
     let run = |fp32: bool| {
-        f32_values(
-            &engine
-                .forward(
-                    1,
-                    &forward_batch(tensors.clone(), json!({"logits_compute_in_fp32": fp32})),
-                )
-                .unwrap()
-                .value
-                .logprobs,
+        forward_logprobs(
+            &engine,
+            1,
+            &tensors,
+            json!({"logits_compute_in_fp32": fp32}),
         )
-        .unwrap()
     };
     let (a, b) = (run(false), run(true));
     let diff = a
@@ -507,31 +484,19 @@ fn compute_in_fp32_changes_bf16_logprobs() {
         .create_job(1, &job_config(JobType::Training))
         .unwrap();
     let run32 = |fp32: bool| {
-        f32_values(
-            &f32_engine
-                .forward(
-                    1,
-                    &forward_batch(tensors.clone(), json!({"logits_compute_in_fp32": fp32})),
-                )
-                .unwrap()
-                .value
-                .logprobs,
+        forward_logprobs(
+            &f32_engine,
+            1,
+            &tensors,
+            json!({"logits_compute_in_fp32": fp32}),
         )
-        .unwrap()
     };
     assert_eq!(run32(false), run32(true));
 }
 
 #[test]
 fn same_seed_and_threads_give_a_bit_identical_run() {
-    let spec = TorchSpec {
-        warm_start: WarmStartSpec {
-            steps: 20,
-            ..WarmStartSpec::default()
-        },
-        cache_dir: tempfile::tempdir().unwrap().path().display().to_string(),
-        ..TorchSpec::default()
-    };
+    let spec = warm_spec(20);
     let run = GrpoRun {
         steps: 3,
         prompts_per_step: 8,
@@ -575,16 +540,7 @@ fn checkpoints_round_trip_through_safetensors() {
     engine.create_job(1, &cfg).unwrap();
     let (prompts, responses) = sample_rows();
     let (tensors, p, r) = padded_batch(&prompts, &responses);
-    let fwd = || {
-        f32_values(
-            &engine
-                .forward(1, &forward_batch(tensors.clone(), json!({})))
-                .unwrap()
-                .value
-                .logprobs,
-        )
-        .unwrap()
-    };
+    let fwd = || forward_logprobs(&engine, 1, &tensors, json!({}));
     let old = fwd();
     engine
         .forward_backward(1, &grpo_update(&tensors, 3, p + r, p, &old, 1.0))
@@ -689,14 +645,7 @@ fn bad_requests_get_clear_statuses() {
 
 #[test]
 fn generate_samples_the_task_format_and_respects_max_tokens() {
-    let spec = TorchSpec {
-        warm_start: WarmStartSpec {
-            steps: 150,
-            ..WarmStartSpec::default()
-        },
-        cache_dir: tempfile::tempdir().unwrap().path().display().to_string(),
-        ..TorchSpec::default()
-    };
+    let spec = warm_spec(150);
     let engine = TorchEngine::new(&spec, 3).unwrap();
     engine
         .create_job(1, &job_config(JobType::Sampling))
