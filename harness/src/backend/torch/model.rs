@@ -362,7 +362,7 @@ impl Decoder {
             .embed()
             .index_select(0, &ids.reshape([-1]))
             .reshape([b, s, -1]);
-        let (cos, sin) = rope_tables(positions, &self.config, self.kind);
+        let (cos, sin) = rope_tables(positions, &self.config, self.kind, self.fused);
         let mask = key_mask.map(|m| full_attention_mask(m, s));
         for l in 0..self.config.layers {
             x = self.block(
@@ -437,8 +437,9 @@ impl Decoder {
         let q = norm(&q, &w[5]).transpose(1, 2);
         let k = norm(&k, &w[6]).transpose(1, 2);
         let v = v.transpose(1, 2);
-        let q = apply_rope(&q, cos, sin);
-        let k = apply_rope(&k, cos, sin);
+        let rope = if fused { apply_rope_rolled } else { apply_rope };
+        let q = rope(&q, cos, sin);
+        let k = rope(&k, cos, sin);
         let (k, v) = match cache {
             Some((lc, start, kv_len)) => {
                 lc.k.narrow(2, start, s).copy_(&k);
@@ -461,7 +462,19 @@ impl Decoder {
         let a = attend(&q, &k, &v, fused && rep > 1)
             .transpose(1, 2)
             .reshape([b, s, nh * hd]);
-        let x = x + a.matmul(&w[4].tr());
+        // On the fused path the residual adds ride in the GEMMs' epilogue (`addmm`).
+        let width = x.size()[2];
+        let residual = |x: &Tensor, y: &Tensor, w: &Tensor| {
+            if fused {
+                let k = y.size()[2];
+                x.reshape([-1, width])
+                    .addmm(&y.reshape([-1, k]), &w.tr())
+                    .view([b, s, width])
+            } else {
+                x + y.matmul(&w.tr())
+            }
+        };
+        let x = residual(x, &a, &w[4]);
         let h = norm(&x, &w[7]);
         let act = if fused {
             let gu = h.matmul(&Tensor::cat(&[&w[8], &w[9]], 0).tr());
@@ -470,7 +483,7 @@ impl Decoder {
         } else {
             h.matmul(&w[8].tr()).silu() * h.matmul(&w[9].tr())
         };
-        x + act.matmul(&w[10].tr())
+        residual(&x, &act, &w[10])
     }
 
     fn fused_kernels(&self) -> bool {
@@ -531,7 +544,7 @@ impl Decoder {
             .embed()
             .index_select(0, &ids.reshape([-1]))
             .reshape([b, s, -1]);
-        let (cos, sin) = rope_tables(positions, &self.config, self.kind);
+        let (cos, sin) = rope_tables(positions, &self.config, self.kind, self.fused);
         // On CUDA attention runs over the whole cache, so every decode step has the same
         // shapes: a new key length per step made each step pay the attention kernel's per-shape
         // set-up (measured: ~70 ms a step, whatever the batch). Positions not yet written are
@@ -623,7 +636,14 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Tensor {
 
 /// cos/sin tables `[B,1,S,hd]` for `positions [B,S]` (HF's `rotate_half` layout), computed in
 /// fp32 and cast to the model dtype.
-fn rope_tables(positions: &Tensor, c: &DecoderConfig, kind: Kind) -> (Tensor, Tensor) {
+/// `cos` and `sin` of the rotary angles, `[B,1,S,hd]`. With `signed`, the first half of `sin`
+/// is negated, the table [`apply_rope_rolled`] takes.
+fn rope_tables(
+    positions: &Tensor,
+    c: &DecoderConfig,
+    kind: Kind,
+    signed: bool,
+) -> (Tensor, Tensor) {
     let device = positions.device();
     let half = (c.head_dim / 2) as i64;
     let exponents = Tensor::arange(half, (Kind::Float, device)) * (2.0 / c.head_dim as f64);
@@ -638,7 +658,13 @@ fn rope_tables(positions: &Tensor, c: &DecoderConfig, kind: Kind) -> (Tensor, Te
     .reciprocal();
     let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.view([1, 1, half]);
     let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
-    (emb.cos().to_kind(kind), emb.sin().to_kind(kind))
+    let sin = if signed {
+        let sf = freqs.sin().unsqueeze(1);
+        Tensor::cat(&[&sf.neg(), &sf], -1)
+    } else {
+        emb.sin()
+    };
+    (emb.cos().to_kind(kind), sin.to_kind(kind))
 }
 
 fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
@@ -647,6 +673,13 @@ fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
     let x2 = x.narrow(3, half, half);
     let rotated = Tensor::cat(&[&x2.neg(), &x1], 3);
     x * cos + rotated * sin
+}
+
+/// [`apply_rope`] in three kernels: `rotate_half(x) * sin` is `roll(x, hd/2) * signed_sin`
+/// (the first half of the table negated), and the sum rides in `addcmul`.
+fn apply_rope_rolled(x: &Tensor, cos: &Tensor, signed_sin: &Tensor) -> Tensor {
+    let half = x.size()[3] / 2;
+    (x * cos).addcmul(&x.roll([half], [3]), signed_sin)
 }
 
 #[cfg(test)]
@@ -713,6 +746,36 @@ mod tests {
         );
         let diff = (full.select(1, 5) - last).abs().max().double_value(&[]);
         assert!(diff < 1e-5, "{diff}");
+    }
+
+    #[test]
+    fn fused_paths_have_the_plain_gradients() {
+        tch::manual_seed(5);
+        let mut plain = Decoder::new_random(DecoderConfig::tiny(), Device::Cpu, Kind::Float);
+        let mut fused = plain.deep_copy();
+        fused.fused = true;
+        plain.set_requires_grad(true);
+        fused.set_requires_grad(true);
+        let ids = Tensor::from_slice2(&[[3i64, 4, 5, 6, 7, 8], [4, 5, 6, 7, 8, 9]]);
+        let pos = Tensor::arange(6, (Kind::Int64, Device::Cpu))
+            .view([1, 6])
+            .repeat([2, 1]);
+        let probe = Tensor::randn(
+            [2, 6, plain.config.hidden as i64],
+            (Kind::Float, Device::Cpu),
+        );
+        for m in [&plain, &fused] {
+            (m.hidden_states(&ids, &pos, None) * &probe)
+                .sum(Kind::Float)
+                .backward();
+        }
+        for (k, (a, b)) in plain.params.iter().zip(&fused.params).enumerate() {
+            let (ga, gb) = (a.grad(), b.grad());
+            assert!(ga.defined() && gb.defined(), "{}", plain.names[k]);
+            let scale = ga.abs().max().double_value(&[]).max(1e-3);
+            let diff = (ga - gb).abs().max().double_value(&[]) / scale;
+            assert!(diff < 1e-4, "{}: {diff}", plain.names[k]);
+        }
     }
 
     #[test]
