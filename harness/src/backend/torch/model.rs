@@ -635,9 +635,8 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Tensor {
 }
 
 /// cos/sin tables `[B,1,S,hd]` for `positions [B,S]` (HF's `rotate_half` layout), computed in
-/// fp32 and cast to the model dtype.
-/// `cos` and `sin` of the rotary angles, `[B,1,S,hd]`. With `signed`, the first half of `sin`
-/// is negated, the table [`apply_rope_rolled`] takes.
+/// fp32 and cast to the model dtype. With `signed`, the first half of `sin` is negated: the
+/// table [`apply_rope_rolled`] takes.
 fn rope_tables(
     positions: &Tensor,
     c: &DecoderConfig,
