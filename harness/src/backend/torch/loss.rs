@@ -114,6 +114,11 @@ impl LossSums {
             .push((slot, value.detach().to_kind(Kind::Double).reshape([1])));
     }
 
+    /// Whether every added value has been read back (the fields are final).
+    pub fn is_settled(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// Reads the pending values back (one device-to-host copy) and adds them up.
     pub fn settle(&mut self) -> Result<(), tch::TchError> {
         if self.pending.is_empty() {

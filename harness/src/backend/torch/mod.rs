@@ -868,6 +868,7 @@ impl LossInputs {
     }
 
     fn metrics(&self, sums: &LossSums, s: &CallSettings) -> Map<String, Value> {
+        debug_assert!(sums.is_settled(), "loss sums read before settle()");
         let mut m = Map::new();
         let tokens = sums.tokens.max(1.0);
         if self.is_grpo() {
