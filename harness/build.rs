@@ -49,8 +49,9 @@ fn main() {
     println!("cargo:rustc-env=RLHARNESS_TORCH_VERSION={version}");
 }
 
-/// `RLHARNESS_BUILD_COMMIT`: `git rev-parse --short=12 HEAD` of the checkout, rebuilt when HEAD
-/// moves (its reflog changes on every commit, checkout and reset). Nothing outside a checkout.
+/// `RLHARNESS_BUILD_COMMIT`: `git rev-parse --short=12 HEAD` of the checkout, with `-dirty` when
+/// the crate's tracked files differ from it; rebuilt when HEAD moves (its reflog changes on
+/// every commit, checkout and reset) or a source changes. Nothing outside a checkout.
 fn build_commit() {
     let git = |args: &[&str]| -> Option<String> {
         let out = Command::new("git").args(args).output().ok()?;
@@ -70,7 +71,18 @@ fn build_commit() {
             println!("cargo:rerun-if-changed={}", p.display());
         }
     }
+    // The crate's own sources (and the index) decide whether the build is of a dirty tree.
+    for f in ["src", "Cargo.toml"] {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    let index = Path::new(&git_dir).join("index");
+    if index.exists() {
+        println!("cargo:rerun-if-changed={}", index.display());
+    }
     if let Some(commit) = git(&["rev-parse", "--short=12", "HEAD"]) {
-        println!("cargo:rustc-env=RLHARNESS_BUILD_COMMIT={commit}");
+        // `-dirty`: the binary holds changes to tracked files that no commit names.
+        let dirty = git(&["status", "--porcelain", "--untracked-files=no", "--", "."]).is_some();
+        let suffix = if dirty { "-dirty" } else { "" };
+        println!("cargo:rustc-env=RLHARNESS_BUILD_COMMIT={commit}{suffix}");
     }
 }

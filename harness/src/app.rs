@@ -203,13 +203,26 @@ async fn serve_torch(
     let addr = listener
         .local_addr()
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
-    let (device, threads, version) = engine.runtime_info();
+    let crate::backend::Runtime {
+        device,
+        threads,
+        torch_version,
+        numerics,
+    } = engine.runtime();
+    let threads = threads.unwrap_or_default();
+    let version = torch_version.unwrap_or_default();
+    let kernels = numerics
+        .and_then(|n| {
+            n.cpu_kernels
+                .map(|k| format!(", CPU kernels {}, fingerprint {}", k.isa, n.fingerprint))
+        })
+        .unwrap_or_default();
     let (router, _handle) = crate::backend::server::router(
         std::sync::Arc::new(engine),
         crate::backend::server::ServerOptions::default(),
     );
     println!(
-        "torch Arctic server listening on http://{addr} (device {device}, {threads} threads, torch {version})"
+        "torch Arctic server listening on http://{addr} (device {device}, {threads} threads, torch {version}{kernels})"
     );
     crate::backend::server::serve(listener, router, async {
         if tokio::signal::ctrl_c().await.is_err() {
@@ -279,7 +292,7 @@ pub async fn run_one(
     file: &std::path::Path,
     opts: &crate::runner::RunOptions,
 ) -> Result<crate::report::Report, CommandError> {
-    use crate::compare::{judge, Evidence, Outcome, RuleStatus, RuleVerdict};
+    use crate::compare::{judge_run, Evidence, Outcome, RuleStatus, RuleVerdict};
     use crate::report::{Reference, Report};
     let scenario = crate::spec::load_scenario(file, &opts.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
@@ -305,7 +318,13 @@ pub async fn run_one(
     let golden = store
         .load(&plan.scenario.name, &env.hardware)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
-    let mut verdict = judge(&metrics, golden.as_ref(), &plan.scenario.checks);
+    let mut verdict = judge_run(
+        &metrics,
+        golden.as_ref(),
+        &plan.scenario.checks,
+        env.numerics.as_ref(),
+        plan.scenario.seed,
+    );
     // Built-in sanity: an MFU outside (0, 1] is a failed check, never a plotted number.
     for (step, metric, value) in &insane {
         verdict.rules.push(RuleVerdict {
@@ -355,6 +374,12 @@ pub async fn run_one(
             threads: env.threads,
             torch_version: env.torch_version.clone(),
             source: None,
+            numeric_fingerprint: env.numerics.as_ref().map(|n| n.fingerprint.clone()),
+            cpu_isa: env
+                .numerics
+                .as_ref()
+                .and_then(|n| n.cpu_kernels.as_ref())
+                .map(|k| k.isa.clone()),
         };
         match store.write_pending(
             &plan.scenario.name,

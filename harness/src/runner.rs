@@ -130,8 +130,8 @@ pub struct Executed {
 /// A backend running in-process, with what stops it.
 struct RunningBackend {
     url: String,
-    /// `(device, threads, torch version)` when the backend computes in-process on a device.
-    runtime: Option<(String, Option<u64>, Option<String>)>,
+    /// Where an in-process backend computes, and its numeric identity when deterministic.
+    runtime: Option<crate::backend::Runtime>,
     /// The start-up flags of an in-process server (what `--training-gpus` etc. would be), so
     /// the propagation check sees them (`srv.*`).
     flags: Option<Value>,
@@ -152,13 +152,20 @@ impl RunningBackend {
 }
 
 async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
-    #[allow(unused_mut)] // assigned only with the `torch` feature
-    let mut runtime = None;
+    let runtime: Option<crate::backend::Runtime>;
     let engine: Arc<dyn crate::backend::Engine> = match &plan.scenario.backend {
-        BackendSpec::Mock(script) => Arc::new(
-            crate::backend::mock::MockEngine::new(script.clone(), plan.scenario.seed)
-                .map_err(|e| CommandError::invalid(format!("backend: {e}")))?,
-        ),
+        BackendSpec::Mock(script) => {
+            runtime = Some(crate::backend::Runtime {
+                device: "cpu".into(),
+                threads: None,
+                torch_version: None,
+                numerics: Some(crate::backend::mock::MockEngine::numerics()),
+            });
+            Arc::new(
+                crate::backend::mock::MockEngine::new(script.clone(), plan.scenario.seed)
+                    .map_err(|e| CommandError::invalid(format!("backend: {e}")))?,
+            )
+        }
         #[cfg(feature = "torch")]
         BackendSpec::Torch(spec) => {
             // Building the model (and a warm start) is CPU-heavy: off the async threads.
@@ -169,8 +176,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
             .await
             .map_err(|e| CommandError::run_failed(format!("torch backend crashed: {e}")))?
             .map_err(|e| CommandError::run_failed(format!("torch backend: {e}")))?;
-            let (device, threads, version) = engine.runtime_info();
-            runtime = Some((device, Some(threads as u64), Some(version)));
+            runtime = Some(engine.runtime());
             Arc::new(engine)
         }
         #[cfg(not(feature = "torch"))]
@@ -755,7 +761,7 @@ impl<'a> Watchdog<'a> {
 
 /// The device an external trainer computes on: the first GPU `nvidia-smi` lists when the
 /// scenario requires one (its golden then lives under that GPU's key), else none.
-fn trainer_device(plan: &RunPlan) -> Option<(String, Option<u64>, Option<String>)> {
+fn trainer_device(plan: &RunPlan) -> Option<crate::backend::Runtime> {
     let DriverSpec::Command(_) = plan.scenario.driver else {
         return None;
     };
@@ -764,7 +770,15 @@ fn trainer_device(plan: &RunPlan) -> Option<(String, Option<u64>, Option<String>
         return None;
     }
     let names = crate::spec::detect_gpus().ok()?;
-    names.into_iter().next().map(|n| (n, None, None))
+    names
+        .into_iter()
+        .next()
+        .map(|device| crate::backend::Runtime {
+            device,
+            threads: None,
+            torch_version: None,
+            numerics: None,
+        })
 }
 
 /// What the report must say about the wire when the proxy cannot see the trainer's traffic.
@@ -800,22 +814,34 @@ pub struct RunEnv {
     pub hardware: String,
     pub threads: Option<u64>,
     pub torch_version: Option<String>,
+    /// A deterministic backend's numeric identity (the exact lane's key).
+    pub numerics: Option<crate::backend::Numerics>,
 }
 
 impl RunEnv {
     /// The device a run computes on: what an in-process backend reports (torch), else this
     /// machine's CPU (the mock's simulated device only shapes the numbers it reports).
     pub fn new(
-        runtime: Option<(String, Option<u64>, Option<String>)>,
+        runtime: Option<crate::backend::Runtime>,
         hardware_override: Option<&str>,
     ) -> RunEnv {
-        let (device, threads, torch_version) =
-            runtime.unwrap_or_else(|| ("cpu".to_string(), None, None));
+        let crate::backend::Runtime {
+            device,
+            threads,
+            torch_version,
+            numerics,
+        } = runtime.unwrap_or_else(|| crate::backend::Runtime {
+            device: "cpu".into(),
+            threads: None,
+            torch_version: None,
+            numerics: None,
+        });
         RunEnv {
             hardware: crate::golden::hardware_key(&device, hardware_override),
             device,
             threads,
             torch_version,
+            numerics,
         }
     }
 }
@@ -846,6 +872,7 @@ pub fn manifest_for(
         device: env.device.clone(),
         threads: env.threads,
         torch_version: env.torch_version.clone(),
+        numerics: env.numerics.clone(),
         started: started.to_rfc3339(),
         ended: None,
         plan_hash: plan.plan_hash.clone(),
@@ -871,13 +898,21 @@ fn write_manifest(dir: &Path, m: &RunManifest) -> Result<(), CommandError> {
 }
 
 pub fn git_commit() -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let git = |args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new("git").args(args).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "--short=12", "HEAD"])?;
+    // `-dirty`: tracked files (scenarios, goldens, code) differ from the commit.
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty {
+        format!("{commit}-dirty")
+    } else {
+        commit
+    })
 }
 
 pub fn hostname() -> String {

@@ -46,3 +46,66 @@ async fn the_collapse_is_caught_by_the_convergence_rules() {
         "the verdict names the failed convergence rule: {failing:?}"
     );
 }
+
+/// Bless a short flagship run into a store of the test's own, on this host: whatever CPU
+/// runs the test, the golden then carries this host's numeric fingerprint.
+async fn bless_here(tmp: &std::path::Path, steps: u64) -> std::path::PathBuf {
+    let golden = tmp.join("golden");
+    let mut o = common::run_options(tmp, golden.clone(), tmp.join("bless"), Vec::new());
+    o.steps = Some(steps);
+    o.ci = false;
+    let scenario = repo().join("scenarios/tiny-gsm8k-grpo.yaml");
+    run_expecting(&scenario, &o, ExitStatus::NoGolden).await;
+    rlharness::golden::GoldenStore::with_ci(&golden, false)
+        .accept(&[])
+        .unwrap();
+    golden
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exact_lane_holds_a_rerun_and_catches_a_weight_decay_of_a_thousandth() {
+    let tmp = tempfile::tempdir().unwrap();
+    let golden = bless_here(tmp.path(), 3).await;
+    let scenario = repo().join("scenarios/tiny-gsm8k-grpo.yaml");
+    let rerun = |name: &str, set: Vec<String>| {
+        let mut o = common::run_options(tmp.path(), golden.clone(), tmp.path().join(name), set);
+        o.steps = Some(3);
+        o
+    };
+    // The same run again: bit for bit, and the verdict says the exact lane judged it.
+    let same = run_expecting(&scenario, &rerun("same", Vec::new()), ExitStatus::Passed).await;
+    let v = same.verdict.unwrap();
+    assert!(v.exact_lane.as_ref().unwrap().applied, "{:?}", v.exact_lane);
+    let exact = v.rule(rlharness::compare::exact::EXACT_RULE).unwrap();
+    assert!(
+        exact.evidence.message.contains("identical"),
+        "{}",
+        exact.evidence.message
+    );
+    // A drift no band can see: AdamW's weight decay from 0 to 0.001.
+    let drift = run_expecting(
+        &scenario,
+        &rerun(
+            "drift",
+            vec!["config.actor_rollout_ref.actor.optim.weight_decay=0.001".into()],
+        ),
+        ExitStatus::CheckFailed,
+    )
+    .await;
+    let v = drift.verdict.unwrap();
+    let failing: Vec<&str> = v.failing().map(|r| r.rule.as_str()).collect();
+    assert_eq!(
+        failing,
+        [rlharness::compare::exact::EXACT_RULE],
+        "only the exact lane sees it"
+    );
+    let exact = v.rule(rlharness::compare::exact::EXACT_RULE).unwrap();
+    assert!(
+        exact
+            .evidence
+            .message
+            .starts_with("first difference at step 2"),
+        "the first update uses the old weights; step 2's numbers are the first to move: {}",
+        exact.evidence.message
+    );
+}

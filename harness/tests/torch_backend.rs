@@ -517,16 +517,26 @@ fn same_seed_and_threads_give_a_bit_identical_run() {
                 )
             })
             .collect();
-        (figures, e.runtime_info())
+        (figures, e.runtime())
     };
     let (a, info) = go(5);
     let (b, _) = go(5);
     assert_eq!(a, b);
     let (c, _) = go(6);
     assert_ne!(a, c, "another seed samples other rollouts");
-    assert_eq!(info.0, "cpu");
-    assert_eq!(info.1, 2);
-    assert!(info.2.starts_with("2.11.0"), "{}", info.2);
+    assert_eq!(info.device, "cpu");
+    assert_eq!(info.threads, Some(2));
+    let version = info.torch_version.unwrap_or_default();
+    assert!(version.starts_with("2.11.0"), "{version}");
+    let numerics = info
+        .numerics
+        .expect("a CPU engine has a numeric fingerprint");
+    assert_eq!(numerics.fingerprint.len(), 12);
+    let kernels = numerics.cpu_kernels.expect("and pins its CPU kernels");
+    assert!(kernels
+        .env
+        .iter()
+        .any(|e| e.starts_with("ATEN_CPU_CAPABILITY=")));
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //!   device: cpu          # cpu | cuda
 //!   dtype: f32           # f32 | bf16
 //!   threads: 2           # CPU intra-op threads, pinned and recorded
+//!   cpu_isa: avx2        # CPU kernels' instruction set: avx2 | avx512 | baseline | native
 //!   warm_start: {steps: 600, lr: 0.003, batch: 64, correct_fraction: 0.35}
 //!   cache_dir: target/rlharness-cache
 //! ```
@@ -30,6 +31,11 @@ pub struct TorchSpec {
     /// seed AND thread count (reduction order depends on it).
     #[serde(default = "default_threads")]
     pub threads: usize,
+    /// The instruction-set level the CPU kernels are pinned to (CPU device only). Kernels
+    /// of another level round differently, so the same seed gives other numbers on another
+    /// CPU model unless the level is pinned.
+    #[serde(default)]
+    pub cpu_isa: CpuIsa,
     #[serde(default)]
     pub warm_start: WarmStartSpec,
     /// Where warm-started weights are cached, keyed by a hash of everything that shapes them.
@@ -45,6 +51,7 @@ impl Default for TorchSpec {
             device: TorchDevice::default(),
             dtype: TorchDType::default(),
             threads: default_threads(),
+            cpu_isa: CpuIsa::default(),
             warm_start: WarmStartSpec::default(),
             cache_dir: default_cache_dir(),
         }
@@ -77,6 +84,67 @@ impl TorchDevice {
 
 /// The dtype of the model weights and activations. With `bf16` the trainer keeps fp32 master
 /// weights and optimizer state, as DeepSpeed's bf16 mode does.
+/// The instruction-set level of libtorch's CPU kernels, set through the three switches that
+/// choose them: ATen's vectorised kernels (`ATEN_CPU_CAPABILITY`), MKL's BLAS (`MKL_CBWR`,
+/// conditional numerical reproducibility) and oneDNN (`ONEDNN_MAX_CPU_ISA`). Left alone
+/// (`native`), each picks the widest the CPU has, so an AVX-512 host and an AVX2 host compute
+/// the same run with other roundings. `avx2` (the default) is the widest level every x86-64
+/// server of the last decade has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuIsa {
+    #[default]
+    Avx2,
+    Avx512,
+    /// No vector extensions beyond the x86-64 baseline (ATen's `default` kernels, SSE4.1 in
+    /// oneDNN, MKL's compatible code path): the slowest and the most portable.
+    Baseline,
+    /// Whatever the host has (and whatever the process environment already says).
+    Native,
+}
+
+impl CpuIsa {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuIsa::Avx2 => "avx2",
+            CpuIsa::Avx512 => "avx512",
+            CpuIsa::Baseline => "baseline",
+            CpuIsa::Native => "native",
+        }
+    }
+
+    /// The environment that selects this level, as `(variable, value)`; empty for `native`.
+    pub fn env(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            CpuIsa::Avx2 => &[
+                ("ATEN_CPU_CAPABILITY", "avx2"),
+                ("MKL_CBWR", "AVX2"),
+                ("ONEDNN_MAX_CPU_ISA", "AVX2"),
+            ],
+            CpuIsa::Avx512 => &[
+                ("ATEN_CPU_CAPABILITY", "avx512"),
+                ("MKL_CBWR", "AVX512"),
+                ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE"),
+            ],
+            CpuIsa::Baseline => &[
+                ("ATEN_CPU_CAPABILITY", "default"),
+                ("MKL_CBWR", "COMPATIBLE"),
+                ("ONEDNN_MAX_CPU_ISA", "SSE41"),
+            ],
+            CpuIsa::Native => &[],
+        }
+    }
+
+    /// The CPU flags (as `/proc/cpuinfo` names them) this level needs.
+    pub fn needs(self) -> &'static [&'static str] {
+        match self {
+            CpuIsa::Avx2 => &["avx2", "fma"],
+            CpuIsa::Avx512 => &["avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"],
+            CpuIsa::Baseline | CpuIsa::Native => &[],
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TorchDType {

@@ -178,6 +178,9 @@ pub struct Verdict {
     pub rules: Vec<RuleVerdict>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grid_mismatch: Option<String>,
+    /// Whether the exact lane judged the run bit for bit, and why (not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact_lane: Option<super::exact::ExactLane>,
 }
 
 impl Verdict {
@@ -192,6 +195,20 @@ impl Verdict {
 /// Judge a run against its golden (if any) and the scenario's checks.
 pub fn judge(run: &MetricTable, golden: Option<&Golden>, checks: &ChecksSpec) -> Verdict {
     judge_tables(run, golden.map(|g| &g.table), checks)
+}
+
+/// `judge`, plus the exact lane where the run's numerics match the golden's
+/// (`compare/exact.rs`): what `run` and `compare RUN` both decide a stored run by.
+pub fn judge_run(
+    run: &MetricTable,
+    golden: Option<&Golden>,
+    checks: &ChecksSpec,
+    numerics: Option<&crate::backend::Numerics>,
+    seed: u64,
+) -> Verdict {
+    let mut v = judge(run, golden, checks);
+    super::exact::apply(&mut v, run, golden, numerics, seed);
+    v
 }
 
 /// `judge` against any reference series: a golden's, or another run's (`rlharness compare`).
@@ -247,6 +264,7 @@ pub fn judge_tables(
         outcome,
         rules,
         grid_mismatch,
+        exact_lane: None,
     }
 }
 
@@ -1098,6 +1116,7 @@ mod tests {
             outcome,
             rules,
             grid_mismatch: None,
+            exact_lane: None,
         }
     }
 

@@ -5,14 +5,15 @@
 //! evidence that decided it (the step or window, the value, the golden, the band, the margin).
 //! Nothing here reads or writes files.
 
+pub mod exact;
 pub mod expr;
 mod judge;
 mod spec;
 
 pub use expr::{parse_expr, Expr, ExprError};
 pub use judge::{
-    can_still_pass, first_settled_failure, judge, judge_tables, match_expected, Band, Evidence,
-    Outcome, PointCheck, RuleStatus, RuleVerdict, RunOutcome, RunStatus, Verdict,
+    can_still_pass, first_settled_failure, judge, judge_run, judge_tables, match_expected, Band,
+    Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, RunOutcome, RunStatus, Verdict,
 };
 pub use spec::{
     ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule, GoldenRules,

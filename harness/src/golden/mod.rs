@@ -38,6 +38,13 @@ pub struct Provenance {
     /// reference such as a README's table). `None` for a blessed run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// The numeric fingerprint of the host and backend that made the series (a deterministic
+    /// backend only): a run with the same fingerprint must reproduce it bit for bit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numeric_fingerprint: Option<String>,
+    /// The level the CPU kernels were pinned to (torch on the CPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_isa: Option<String>,
 }
 
 /// An accepted (or pending) baseline.
@@ -486,7 +493,7 @@ pub fn render_header(
            seed: {}\n  \
            threads: {}\n  \
            torch_version: {}\n\
-         {}\
+         {}{}{}\
          rules: {rules_json}\n",
         yaml_str(scenario),
         yaml_str(hardware),
@@ -503,6 +510,14 @@ pub fn render_header(
         p.source
             .as_deref()
             .map(|s| format!("  source: {}\n", yaml_str(s)))
+            .unwrap_or_default(),
+        p.numeric_fingerprint
+            .as_deref()
+            .map(|s| format!("  numeric_fingerprint: {}\n", yaml_str(s)))
+            .unwrap_or_default(),
+        p.cpu_isa
+            .as_deref()
+            .map(|s| format!("  cpu_isa: {}\n", yaml_str(s)))
             .unwrap_or_default(),
     )
 }
@@ -765,6 +780,7 @@ mod tests {
             threads: Some(2),
             torch_version: None,
             source: None,
+            ..Provenance::default()
         }
     }
 

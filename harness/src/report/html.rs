@@ -64,6 +64,13 @@ pub fn render_html(r: &Report) -> String {
             esc(g)
         ));
     }
+    if let Some(l) = r.verdict.as_ref().and_then(|v| v.exact_lane.as_ref()) {
+        let lane = if l.applied { "on" } else { "off" };
+        o.push_str(&format!(
+            "<p class=\"note\"><b>Exact lane {lane}:</b> {}</p>\n",
+            esc(&l.message)
+        ));
+    }
     if r.skipped.is_some() {
         o.push_str("</body></html>\n");
         return o;

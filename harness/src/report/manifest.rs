@@ -62,6 +62,10 @@ pub struct RunManifest {
     pub threads: Option<u64>,
     #[serde(default)]
     pub torch_version: Option<String>,
+    /// A deterministic backend's numeric fingerprint and CPU kernel pinning: a golden of the
+    /// same fingerprint is held bit for bit (the exact lane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numerics: Option<crate::backend::Numerics>,
     /// RFC 3339.
     pub started: String,
     #[serde(default)]

@@ -75,6 +75,13 @@ pub fn render_markdown(r: &Report) -> String {
     if let Some(g) = r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_ref()) {
         out.push_str(&format!("> **Step grid mismatch:** {g}\n\n"));
     }
+    if let Some(l) = r.verdict.as_ref().and_then(|v| v.exact_lane.as_ref()) {
+        let lane = if l.applied { "on" } else { "off" };
+        out.push_str(&format!(
+            "> **Exact lane {lane}:** {}\n\n",
+            cell(&l.message)
+        ));
+    }
     if r.skipped.is_some() {
         return out;
     }

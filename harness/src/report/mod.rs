@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::compare::{
-    judge, judge_tables, match_expected, ExpectedOutcome, ExpectedVerdict, Outcome, PointCheck,
+    judge_run, judge_tables, match_expected, ExpectedOutcome, ExpectedVerdict, Outcome, PointCheck,
     RuleStatus, RuleVerdict, RunOutcome, RunStatus, Verdict,
 };
 use crate::error::{CommandError, ExitStatus};
@@ -43,6 +43,7 @@ pub struct RunInfo {
     pub device: String,
     pub threads: Option<u64>,
     pub torch_version: Option<String>,
+    pub numerics: Option<crate::backend::Numerics>,
     pub started: Option<String>,
     pub ended: Option<String>,
 }
@@ -68,6 +69,7 @@ impl RunInfo {
             device: m.device.clone(),
             threads: m.threads,
             torch_version: m.torch_version.clone(),
+            numerics: m.numerics.clone(),
             started: Some(m.started.clone()),
             ended: m.ended.clone(),
         }
@@ -502,6 +504,18 @@ pub(crate) fn run_rows(r: &Report) -> Vec<(&'static str, Vec<Piece>)> {
             Text(details),
         ],
     ));
+    if let Some(n) = &run.numerics {
+        let mut cells = vec![Text("fingerprint ".into()), Code(n.fingerprint.clone())];
+        if let Some(k) = &n.cpu_kernels {
+            cells.push(Text(format!(", CPU kernels pinned to {} (", k.isa)));
+            cells.push(Code(k.env.join(" ")));
+            cells.push(Text(")".into()));
+            if let Some(note) = &k.note {
+                cells.push(Text(format!("; {note}")));
+            }
+        }
+        rows.push(("numerics", cells));
+    }
     let mut harness = vec![Text(run.harness_version.clone())];
     if let Some(c) = &run.git_commit {
         harness.extend([Text(" (".into()), Code(c.clone()), Text(")".into())]);
@@ -573,6 +587,8 @@ struct VerdictDoc<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     grid_mismatch: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    exact_lane: Option<&'a crate::compare::exact::ExactLane>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     reference: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pending_golden: Option<&'a str>,
@@ -636,6 +652,7 @@ pub fn render_verdict_json(r: &Report) -> String {
             why: m.err(),
         }),
         grid_mismatch: r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_deref()),
+        exact_lane: r.verdict.as_ref().and_then(|v| v.exact_lane.as_ref()),
         reference: r.reference.as_ref().map(|g| g.label.as_str()),
         pending_golden: r.pending_golden.as_deref(),
         skipped: r.skipped.as_deref(),
@@ -751,7 +768,13 @@ pub fn compare_command(
         None => {
             let store = GoldenStore::new(golden_root);
             let golden = store.load(&manifest.scenario, &manifest.hardware)?;
-            let verdict = judge(&table, golden.as_ref(), &manifest.checks);
+            let verdict = judge_run(
+                &table,
+                golden.as_ref(),
+                &manifest.checks,
+                manifest.numerics.as_ref(),
+                manifest.seed,
+            );
             (
                 golden.as_ref().map(Reference::from_golden),
                 verdict,
@@ -812,6 +835,7 @@ mod tests {
             device: "cpu".into(),
             threads: Some(2),
             torch_version: None,
+            numerics: None,
             started: chrono::Utc::now().to_rfc3339(),
             ended: Some(chrono::Utc::now().to_rfc3339()),
             plan_hash: "p".into(),
@@ -849,6 +873,7 @@ mod tests {
                 threads: Some(2),
                 torch_version: None,
                 source: None,
+                ..Provenance::default()
             }),
         }
     }

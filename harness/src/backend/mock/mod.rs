@@ -306,6 +306,40 @@ impl MockEngine {
         &self.cost
     }
 
+    /// The mock's numbers are a function of its seed and of the platform's math library
+    /// (`exp`, `ln`, `cos`, ... of the simulated curves, losses and costs), whose last bits
+    /// may differ between implementations. The fingerprint hashes those functions' results
+    /// over a probe set, so a golden made on another libm is judged by its bands only.
+    pub fn numerics() -> super::Numerics {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(b"mock v1");
+        for i in 1..=512u32 {
+            let x = f64::from(i) * 0.037 - 9.5;
+            let y = f64::from(i) * 1.37;
+            for v in [
+                x.exp(),
+                y.ln(),
+                x.abs().ln_1p(),
+                x.cos(),
+                y.sqrt(),
+                x.powi(2),
+                (x * 0.01).tanh(),
+            ] {
+                h.update(v.to_bits().to_le_bytes());
+            }
+        }
+        super::Numerics {
+            fingerprint: h
+                .finalize()
+                .iter()
+                .take(6)
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+            cpu_kernels: None,
+        }
+    }
+
     fn jobs(&self) -> MutexGuard<'_, HashMap<u64, MockJob>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -18,6 +18,7 @@ pub mod grpo;
 pub mod head;
 pub mod loss;
 pub mod model;
+pub mod numerics;
 pub mod optim;
 pub mod sample;
 pub mod settings;
@@ -75,6 +76,8 @@ pub struct RuntimeInfo {
     pub num_parameters: u64,
     /// For the tiny model: whether the warm start came from the cache.
     pub warm_start_cached: Option<bool>,
+    /// On the CPU: the kernels' pinning and this host's numeric fingerprint.
+    pub numerics: Option<crate::backend::Numerics>,
 }
 
 struct Trainer {
@@ -177,11 +180,12 @@ impl TorchEngine {
                 "backend.threads must be at least 1",
             ));
         }
-        let device = match spec.device {
-            TorchDevice::Cpu => Device::Cpu,
+        let (device, kernels) = match spec.device {
+            // Before libtorch's first CPU op, so every library reads the pinned level.
+            TorchDevice::Cpu => (Device::Cpu, Some(numerics::pin(spec.cpu_isa)?)),
             TorchDevice::Cuda => {
                 register_cuda()?;
-                Device::Cuda(0)
+                (Device::Cuda(0), None)
             }
         };
         tch::set_num_threads(spec.threads as i32);
@@ -190,12 +194,17 @@ impl TorchEngine {
             TorchDType::Bf16 => Kind::BFloat16,
         };
         let _rng = lock(&TORCH_RNG);
+        let numerics = kernels.map(|k| crate::backend::Numerics {
+            fingerprint: numerics::fingerprint(&config, spec.threads),
+            cpu_kernels: Some(k),
+        });
         let (base, cached) = match spec.model.kind {
             ModelKind::Tiny => {
                 let (m, cached) = warm_start::pretrained(
                     &config,
                     &spec.warm_start,
                     spec.threads,
+                    numerics.as_ref().map(|n| n.fingerprint.as_str()),
                     Path::new(&spec.cache_dir),
                     device,
                     kind,
@@ -222,6 +231,7 @@ impl TorchEngine {
             seed,
             num_parameters: base.num_parameters(),
             warm_start_cached: cached,
+            numerics,
         };
         Ok(TorchEngine {
             config,
@@ -239,13 +249,14 @@ impl TorchEngine {
         })
     }
 
-    /// `(device, threads, torch version)` for `run.json`; `info()` has the rest.
-    pub fn runtime_info(&self) -> (String, usize, String) {
-        (
-            self.info.device.clone(),
-            self.info.threads,
-            self.info.torch_version.clone(),
-        )
+    /// What `run.json` records of the engine; `info()` has the rest.
+    pub fn runtime(&self) -> crate::backend::Runtime {
+        crate::backend::Runtime {
+            device: self.info.device.clone(),
+            threads: Some(self.info.threads as u64),
+            torch_version: Some(self.info.torch_version.clone()),
+            numerics: self.info.numerics.clone(),
+        }
     }
 
     pub fn info(&self) -> &RuntimeInfo {

@@ -22,9 +22,18 @@ const PROCEDURE_VERSION: u32 = 1;
 const WARM_SEED: u64 = 0x5EED_0A17;
 
 /// The cache key: procedure, model sizes, warm-start settings, thread count (reductions and
-/// so the weights depend on it).
-pub fn cache_key(config: &DecoderConfig, ws: &WarmStartSpec, threads: usize) -> String {
-    let text = format!("v{PROCEDURE_VERSION} {config:?} {ws:?} threads={threads} seed={WARM_SEED}");
+/// so the weights depend on it) and the host's numeric fingerprint (a cache trained with
+/// other kernels holds other weights).
+pub fn cache_key(
+    config: &DecoderConfig,
+    ws: &WarmStartSpec,
+    threads: usize,
+    fingerprint: Option<&str>,
+) -> String {
+    let fp = fingerprint.unwrap_or("-");
+    let text = format!(
+        "v{PROCEDURE_VERSION} {config:?} {ws:?} threads={threads} seed={WARM_SEED} numerics={fp}"
+    );
     let digest = Sha256::digest(text.as_bytes());
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
@@ -39,11 +48,12 @@ pub fn pretrained(
     config: &DecoderConfig,
     ws: &WarmStartSpec,
     threads: usize,
+    fingerprint: Option<&str>,
     cache_dir: &Path,
     device: Device,
     kind: Kind,
 ) -> Result<(Decoder, bool), String> {
-    let key = cache_key(config, ws, threads);
+    let key = cache_key(config, ws, threads, fingerprint);
     let path = cache_path(cache_dir, &key);
     tch::manual_seed(WARM_SEED as i64);
     let mut model = Decoder::new_random(config.clone(), Device::Cpu, Kind::Float);
@@ -64,7 +74,7 @@ pub fn pretrained(
         model.copy_from(&ordered?)?;
         return Ok((to_target(model, device, kind), true));
     }
-    train(&mut model, ws);
+    train(&mut model, ws, WARM_SEED);
     crate::fsx::create_dir_all(cache_dir).map_err(|e| e.to_string())?;
     let named: Vec<(String, Tensor)> = model
         .names
@@ -114,7 +124,8 @@ pub fn example(rng: &mut ChaCha8Rng, ws: &WarmStartSpec) -> (Vec<i64>, Vec<i64>)
     (prompt, response)
 }
 
-fn train(model: &mut Decoder, ws: &WarmStartSpec) {
+/// `ws.steps` supervised AdamW steps on examples drawn from a stream of `seed`.
+pub(crate) fn train(model: &mut Decoder, ws: &WarmStartSpec, seed: u64) {
     if ws.steps == 0 {
         return;
     }
@@ -129,7 +140,7 @@ fn train(model: &mut Decoder, ws: &WarmStartSpec) {
         micro_batch: ws.batch,
     };
     let mut opt = AdamW::new(config, &model.params);
-    let mut rng = ChaCha8Rng::seed_from_u64(WARM_SEED);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for _ in 0..ws.steps {
         let rows: Vec<(Vec<i64>, Vec<i64>)> = (0..ws.batch.max(1))
             .map(|_| example(&mut rng, ws))

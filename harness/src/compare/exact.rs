@@ -1,0 +1,298 @@
+//! The exact lane: a deterministic backend on a host of the golden's numeric fingerprint must
+//! reproduce the golden bit for bit.
+//!
+//! Bands are for what varies between runs (wall time, another host's rounding, a GPU's
+//! nondeterministic kernels). Where nothing varies (the mock; torch on the CPU with its pinned
+//! kernels and thread count, same seed), any difference at all is a change of the code or the
+//! config, however small: `weight_decay` 0 → 0.001 moves no band but changes every loss from
+//! step 2 on. So when the run's numeric fingerprint equals the golden's and the seeds match,
+//! every series the golden holds (timing and utilisation series excepted: they follow the
+//! clock) is compared exactly, and the first differing step and metric are named. A run on a
+//! host of another fingerprint is judged by the bands alone, and the verdict says why.
+
+use serde::{Deserialize, Serialize};
+
+use super::expr::fmt_num;
+use super::judge::{Evidence, Outcome, RuleStatus, RuleVerdict, Verdict};
+use crate::backend::Numerics;
+use crate::golden::Golden;
+use crate::metrics::MetricTable;
+
+/// The exact lane's rule id.
+pub const EXACT_RULE: &str = "exact:every series bit for bit";
+
+/// Whether the exact lane judged the run, and why (not).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExactLane {
+    pub applied: bool,
+    pub message: String,
+}
+
+/// Series that follow the clock or the machine's load, not the arithmetic: never exact.
+pub fn is_timing(metric: &str) -> bool {
+    metric.starts_with("timing_")
+        || metric.starts_with("time/")
+        || metric.starts_with("perf/mfu")
+        || metric.starts_with("perf/throughput")
+        || metric.starts_with("perf/time_per_step")
+        || metric.starts_with("perf/max_memory")
+        || metric.starts_with("perf/cpu_memory")
+}
+
+/// Decide the lane for a run of `seed` with `numerics` against `golden`.
+pub fn lane(numerics: Option<&Numerics>, seed: u64, golden: &Golden) -> ExactLane {
+    let off = |message: String| ExactLane {
+        applied: false,
+        message,
+    };
+    let Some(n) = numerics else {
+        return off("the backend is not deterministic for a seed: judged by the bands".into());
+    };
+    let Some(gfp) = golden.provenance.numeric_fingerprint.as_deref() else {
+        return off(format!(
+            "the golden records no numeric fingerprint (this host's is {}): judged by the bands",
+            n.fingerprint
+        ));
+    };
+    if gfp != n.fingerprint {
+        return off(format!(
+            "this host's numeric fingerprint {} differs from the golden's {gfp} (another CPU \
+             model or kernel level{}): judged by the bands",
+            n.fingerprint,
+            golden
+                .provenance
+                .cpu_isa
+                .as_deref()
+                .map(|i| format!("; the golden's kernels ran at {i}"))
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(gseed) = golden.provenance.seed.filter(|s| *s != seed) {
+        return off(format!(
+            "the run's seed {seed} differs from the golden's {gseed}: judged by the bands"
+        ));
+    }
+    ExactLane {
+        applied: true,
+        message: format!(
+            "numeric fingerprint {} and seed {seed} match the golden's: every non-timing series \
+             is compared bit for bit",
+            n.fingerprint
+        ),
+    }
+}
+
+fn same(a: f64, b: f64) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// Compare every non-timing series of the golden with the run's at the steps both have.
+pub fn judge_exact(run: &MetricTable, golden: &MetricTable) -> RuleVerdict {
+    let metrics: Vec<String> = golden
+        .columns()
+        .into_iter()
+        .filter(|m| !is_timing(m))
+        .collect();
+    let mut differing: Vec<(u64, String, Option<f64>, f64)> = Vec::new();
+    let mut compared = 0usize;
+    for grow in golden.rows() {
+        let Some(rrow) = run.row(grow.step) else {
+            continue;
+        };
+        for m in &metrics {
+            let Some(g) = grow.get(m) else { continue };
+            compared += 1;
+            match rrow.get(m) {
+                Some(r) if same(r, g) => {}
+                other => differing.push((grow.step, m.clone(), other, g)),
+            }
+        }
+    }
+    let mut v = RuleVerdict {
+        rule: EXACT_RULE.into(),
+        status: RuleStatus::Pass,
+        evidence: Evidence::default(),
+        metrics: Vec::new(),
+        failing_steps: Vec::new(),
+        points: Vec::new(),
+        fail_fast: None,
+    };
+    if compared == 0 {
+        v.status = RuleStatus::Missing;
+        v.evidence.message = "the run and the golden share no step of any non-timing series".into();
+        return v;
+    }
+    let Some((step, metric, value, gold)) = differing.first().cloned() else {
+        v.evidence.message = format!(
+            "{compared} values of {} series identical to the golden's",
+            metrics.len()
+        );
+        return v;
+    };
+    let mut steps: Vec<u64> = differing.iter().map(|d| d.0).collect();
+    steps.dedup();
+    let mut names: Vec<&str> = differing.iter().map(|d| d.1.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    v.status = RuleStatus::Regressed;
+    v.metrics = vec![metric.clone()];
+    v.failing_steps = steps;
+    v.evidence = Evidence {
+        step_or_window: Some(format!("step {step}")),
+        value,
+        golden: Some(gold),
+        band: None,
+        margin: None,
+        message: format!(
+            "first difference at step {step}, `{metric}`: {} against golden {}; {} of {compared} \
+             values differ, in {} series",
+            value.map(fmt_num).unwrap_or_else(|| "missing".into()),
+            fmt_num(gold),
+            differing.len(),
+            names.len()
+        ),
+    };
+    v
+}
+
+/// Add the exact lane to a verdict: the lane's note, and its rule when it applies.
+pub fn apply(
+    verdict: &mut Verdict,
+    run: &MetricTable,
+    golden: Option<&Golden>,
+    numerics: Option<&Numerics>,
+    seed: u64,
+) {
+    let Some(golden) = golden else { return };
+    let lane = lane(numerics, seed, golden);
+    if lane.applied {
+        let rule = judge_exact(run, &golden.table);
+        if rule.status == RuleStatus::Regressed {
+            verdict.outcome = Outcome::Regressed;
+        } else if rule.status == RuleStatus::Missing && verdict.outcome == Outcome::Passed {
+            verdict.outcome = Outcome::Missing;
+        }
+        verdict.rules.push(rule);
+    }
+    verdict.exact_lane = Some(lane);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::golden::Provenance;
+    use crate::metrics::StepMetrics;
+
+    fn table(rows: &[(u64, &[(&str, f64)])]) -> MetricTable {
+        let mut t = MetricTable::new();
+        for (step, vals) in rows {
+            let mut m = StepMetrics::new(*step);
+            for (k, v) in *vals {
+                m.insert(*k, *v);
+            }
+            t.push(m);
+        }
+        t
+    }
+
+    fn golden(fp: Option<&str>, seed: u64) -> Golden {
+        Golden {
+            scenario: "s".into(),
+            hardware: "cpu".into(),
+            table: table(&[
+                (1, &[("actor/entropy", 0.25), ("timing_s/step", 1.0)]),
+                (2, &[("actor/entropy", 0.5), ("timing_s/step", 1.0)]),
+            ]),
+            provenance: Provenance {
+                seed: Some(seed),
+                numeric_fingerprint: fp.map(str::to_string),
+                cpu_isa: Some("avx2".into()),
+                ..Provenance::default()
+            },
+            rules: None,
+            dir: "golden/s/cpu".into(),
+        }
+    }
+
+    fn numerics(fp: &str) -> Numerics {
+        Numerics {
+            fingerprint: fp.into(),
+            cpu_kernels: None,
+        }
+    }
+
+    #[test]
+    fn the_lane_needs_the_same_fingerprint_and_seed() {
+        let g = golden(Some("abc"), 1);
+        assert!(lane(Some(&numerics("abc")), 1, &g).applied);
+        let other = lane(Some(&numerics("def")), 1, &g);
+        assert!(!other.applied);
+        assert!(other.message.contains("def differs from the golden's abc"));
+        assert!(other.message.contains("avx2"));
+        assert!(!lane(Some(&numerics("abc")), 2, &g).applied);
+        assert!(!lane(None, 1, &g).applied);
+        assert!(!lane(Some(&numerics("abc")), 1, &golden(None, 1)).applied);
+    }
+
+    #[test]
+    fn one_ulp_anywhere_fails_and_names_the_first_step_and_metric() {
+        let g = golden(Some("abc"), 1);
+        let same_run = table(&[
+            (1, &[("actor/entropy", 0.25), ("timing_s/step", 9.0)]),
+            (2, &[("actor/entropy", 0.5), ("timing_s/step", 7.0)]),
+        ]);
+        let v = judge_exact(&same_run, &g.table);
+        assert_eq!(v.status, RuleStatus::Pass, "{}", v.evidence.message);
+        let nudged = f64::from_bits(0.5f64.to_bits() + 1);
+        let drift = table(&[
+            (1, &[("actor/entropy", 0.25)]),
+            (2, &[("actor/entropy", nudged)]),
+        ]);
+        let v = judge_exact(&drift, &g.table);
+        assert_eq!(v.status, RuleStatus::Regressed);
+        assert!(
+            v.evidence
+                .message
+                .starts_with("first difference at step 2, `actor/entropy`"),
+            "{}",
+            v.evidence.message
+        );
+        assert_eq!(v.failing_steps, vec![2]);
+        let gone = table(&[(1, &[("actor/entropy", 0.25)]), (2, &[("other", 1.0)])]);
+        let v = judge_exact(&gone, &g.table);
+        assert_eq!(v.status, RuleStatus::Regressed);
+        assert!(
+            v.evidence.message.contains("missing"),
+            "{}",
+            v.evidence.message
+        );
+    }
+
+    #[test]
+    fn apply_turns_a_passing_verdict_regressed_and_notes_the_lane() {
+        let g = golden(Some("abc"), 1);
+        let drift = table(&[
+            (1, &[("actor/entropy", 0.26)]),
+            (2, &[("actor/entropy", 0.5)]),
+        ]);
+        let mut v = Verdict {
+            outcome: Outcome::Passed,
+            rules: Vec::new(),
+            grid_mismatch: None,
+            exact_lane: None,
+        };
+        apply(&mut v, &drift, Some(&g), Some(&numerics("abc")), 1);
+        assert_eq!(v.outcome, Outcome::Regressed);
+        assert!(v.exact_lane.as_ref().unwrap().applied);
+        let mut v2 = Verdict {
+            outcome: Outcome::Passed,
+            rules: Vec::new(),
+            grid_mismatch: None,
+            exact_lane: None,
+        };
+        apply(&mut v2, &drift, Some(&g), Some(&numerics("zzz")), 1);
+        assert_eq!(v2.outcome, Outcome::Passed);
+        assert!(v2.rules.is_empty());
+        assert!(!v2.exact_lane.unwrap().applied);
+    }
+}
