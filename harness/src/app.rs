@@ -180,10 +180,10 @@ async fn serve_torch(
     scenario: Option<crate::spec::Scenario>,
     seed: u64,
 ) -> Result<ExitStatus, CommandError> {
-    let spec = match scenario.map(|s| s.backend) {
+    let spec = match scenario.map(|s| (s.backend, s.path)) {
         None => crate::backend::TorchSpec::default(),
-        Some(crate::backend::BackendSpec::Torch(spec)) => spec,
-        Some(other) => {
+        Some((crate::backend::BackendSpec::Torch(spec), path)) => spec.beside(&path),
+        Some((other, _)) => {
             return Err(CommandError::invalid(format!(
                 "`serve torch` needs a scenario with a torch backend, not {other:?}"
             )))

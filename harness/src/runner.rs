@@ -169,7 +169,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
         #[cfg(feature = "torch")]
         BackendSpec::Torch(spec) => {
             // Building the model (and a warm start) is CPU-heavy: off the async threads.
-            let (spec, seed) = (spec.clone(), plan.scenario.seed);
+            let (spec, seed) = (spec.beside(&plan.scenario.path), plan.scenario.seed);
             let engine = tokio::task::spawn_blocking(move || {
                 crate::backend::torch::TorchEngine::new(&spec, seed)
             })

@@ -58,6 +58,22 @@ impl Default for TorchSpec {
     }
 }
 
+impl TorchSpec {
+    /// The spec with its file paths (the warm-start checkpoint) resolved beside
+    /// `scenario_file`, as the scenario wrote them relative to itself.
+    pub fn beside(&self, scenario_file: &std::path::Path) -> TorchSpec {
+        let mut spec = self.clone();
+        if let Some(c) = &self.warm_start.checkpoint {
+            let p = std::path::Path::new(c);
+            if p.is_relative() {
+                let dir = scenario_file.parent().unwrap_or(std::path::Path::new("."));
+                spec.warm_start.checkpoint = Some(dir.join(p).display().to_string());
+            }
+        }
+        spec
+    }
+}
+
 fn default_threads() -> usize {
     2
 }
@@ -211,6 +227,13 @@ pub struct WarmStartSpec {
     /// Largest operand of the `a+b` problems it trains on.
     #[serde(default = "default_ws_max_operand")]
     pub max_operand: i64,
+    /// Start from these weights (a safetensors file, relative to the scenario file) instead
+    /// of training: a "pretrained checkpoint" that ships with the scenario, so every host
+    /// starts RL from the same bits. Training it again on another CPU model gives another
+    /// model (its kernels round differently over hundreds of steps), and with it another
+    /// learning curve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 impl Default for WarmStartSpec {
@@ -221,6 +244,7 @@ impl Default for WarmStartSpec {
             batch: default_ws_batch(),
             correct_fraction: default_ws_correct(),
             max_operand: default_ws_max_operand(),
+            checkpoint: None,
         }
     }
 }

@@ -54,12 +54,20 @@ pub fn pretrained(
     kind: Kind,
 ) -> Result<(Decoder, bool), String> {
     let key = cache_key(config, ws, threads, fingerprint);
-    let path = cache_path(cache_dir, &key);
+    let shipped = ws.checkpoint.as_ref().map(PathBuf::from);
+    let cached = shipped.is_none();
+    let path = shipped.unwrap_or_else(|| cache_path(cache_dir, &key));
     tch::manual_seed(WARM_SEED as i64);
     let mut model = Decoder::new_random(config.clone(), Device::Cpu, Kind::Float);
+    if !cached && !path.is_file() {
+        return Err(format!(
+            "backend.warm_start.checkpoint {} is not a file",
+            path.display()
+        ));
+    }
     if path.is_file() {
         let tensors = Tensor::read_safetensors(&path)
-            .map_err(|e| format!("cannot read warm-start cache {}: {e}", path.display()))?;
+            .map_err(|e| format!("cannot read warm start {}: {e}", path.display()))?;
         let by_name: std::collections::HashMap<String, Tensor> = tensors.into_iter().collect();
         let ordered: Result<Vec<Tensor>, String> = model
             .names
@@ -68,10 +76,12 @@ pub fn pretrained(
                 by_name
                     .get(n)
                     .map(|t| t.shallow_clone())
-                    .ok_or_else(|| format!("warm-start cache {} lacks {n}", path.display()))
+                    .ok_or_else(|| format!("warm start {} lacks {n}", path.display()))
             })
             .collect();
-        model.copy_from(&ordered?)?;
+        model
+            .copy_from(&ordered?)
+            .map_err(|e| format!("warm start {}: {e}", path.display()))?;
         return Ok((to_target(model, device, kind), true));
     }
     train(&mut model, ws, WARM_SEED);
