@@ -11,6 +11,8 @@ use rlharness::backend::torch_spec::{TorchDType, TorchDevice, TorchSpec, WarmSta
 use rlharness::backend::{Engine, ModelBatch};
 use rlharness::wire::api::JobType;
 use serde_json::{json, Map, Value};
+use std::path::Path;
+
 use tch::{Kind, Tensor};
 
 /// The default spec with `steps` warm-start steps and nothing cached.
@@ -786,4 +788,26 @@ fn grpo_learns_the_arith_task_on_cpu() {
         "start near the warm start's level, got {first}"
     );
     assert!(last >= 0.6, "final window mean reward {last}");
+}
+
+#[test]
+fn a_warm_start_checkpoint_that_is_missing_or_of_another_shape_is_a_clear_error() {
+    let mut spec = warm_spec(0);
+    spec.warm_start.checkpoint = Some("no/such/tiny.safetensors".into());
+    let err = TorchEngine::new(&spec, 1).err().unwrap();
+    assert!(
+        err.detail
+            .contains("backend.warm_start.checkpoint no/such/tiny.safetensors is not a file"),
+        "{}",
+        err.detail
+    );
+    // The shipped checkpoint, loaded into a model of another width.
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/models/tiny-arith-warm-v1.safetensors");
+    let mut spec = warm_spec(0);
+    spec.warm_start.checkpoint = Some(shipped.display().to_string());
+    spec.model.d_model = Some(32);
+    let err = TorchEngine::new(&spec, 1).err().unwrap();
+    assert!(err.detail.contains("tiny-arith-warm-v1.safetensors"), "{}", err.detail);
+    assert!(err.detail.contains("has shape"), "{}", err.detail);
 }
