@@ -47,11 +47,16 @@ async fn the_collapse_is_caught_by_the_convergence_rules() {
     );
 }
 
+/// A 3-step flagship cannot converge: its convergence rules are off, its golden bands judge.
+fn short() -> Vec<String> {
+    vec!["checks.expect=[]".to_string()]
+}
+
 /// Bless a short flagship run into a store of the test's own, on this host: whatever CPU
 /// runs the test, the golden then carries this host's numeric fingerprint.
 async fn bless_here(tmp: &std::path::Path, steps: u64) -> std::path::PathBuf {
     let golden = tmp.join("golden");
-    let mut o = common::run_options(tmp, golden.clone(), tmp.join("bless"), Vec::new());
+    let mut o = common::run_options(tmp, golden.clone(), tmp.join("bless"), short());
     o.steps = Some(steps);
     o.ci = false;
     let scenario = repo().join("scenarios/tiny-gsm8k-grpo.yaml");
@@ -67,13 +72,15 @@ async fn the_exact_lane_holds_a_rerun_and_catches_a_weight_decay_of_a_thousandth
     let tmp = tempfile::tempdir().unwrap();
     let golden = bless_here(tmp.path(), 3).await;
     let scenario = repo().join("scenarios/tiny-gsm8k-grpo.yaml");
-    let rerun = |name: &str, set: Vec<String>| {
+    let rerun = |name: &str, plant: &[&str]| {
+        let mut set = short();
+        set.extend(plant.iter().map(|s| s.to_string()));
         let mut o = common::run_options(tmp.path(), golden.clone(), tmp.path().join(name), set);
         o.steps = Some(3);
         o
     };
     // The same run again: bit for bit, and the verdict says the exact lane judged it.
-    let same = run_expecting(&scenario, &rerun("same", Vec::new()), ExitStatus::Passed).await;
+    let same = run_expecting(&scenario, &rerun("same", &[]), ExitStatus::Passed).await;
     let v = same.verdict.unwrap();
     assert!(v.exact_lane.as_ref().unwrap().applied, "{:?}", v.exact_lane);
     let exact = v.rule(rlharness::compare::exact::EXACT_RULE).unwrap();
@@ -87,7 +94,7 @@ async fn the_exact_lane_holds_a_rerun_and_catches_a_weight_decay_of_a_thousandth
         &scenario,
         &rerun(
             "drift",
-            vec!["config.actor_rollout_ref.actor.optim.weight_decay=0.001".into()],
+            &["config.actor_rollout_ref.actor.optim.weight_decay=0.001"],
         ),
         ExitStatus::CheckFailed,
     )

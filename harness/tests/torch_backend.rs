@@ -808,6 +808,10 @@ fn a_warm_start_checkpoint_that_is_missing_or_of_another_shape_is_a_clear_error(
     spec.warm_start.checkpoint = Some(shipped.display().to_string());
     spec.model.d_model = Some(32);
     let err = TorchEngine::new(&spec, 1).err().unwrap();
-    assert!(err.detail.contains("tiny-arith-warm-v1.safetensors"), "{}", err.detail);
+    assert!(
+        err.detail.contains("tiny-arith-warm-v1.safetensors"),
+        "{}",
+        err.detail
+    );
     assert!(err.detail.contains("has shape"), "{}", err.detail);
 }
