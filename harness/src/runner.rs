@@ -675,6 +675,14 @@ async fn execute_with(
     manifest.status = end.run_status();
     manifest.reason = end.reason();
     manifest.failed_step = end.step();
+    // What the judge needs besides the series, so `compare` judges the run as `run` does.
+    manifest.dropped = insane
+        .iter()
+        .map(|(step, metric, value)| {
+            crate::compare::DroppedValue::new(*step, metric.clone(), *value)
+        })
+        .collect();
+    manifest.replay = replay.as_ref().map(|r| r.record());
     manifest.ended = Some(ended.to_rfc3339());
     write_manifest(&run_dir, &manifest)?;
     Ok(Executed {
@@ -811,6 +819,8 @@ impl RunEnv {
     ) -> RunEnv {
         let (device, threads, torch_version) =
             runtime.unwrap_or_else(|| ("cpu".to_string(), None, None));
+        // The torch backend knows its GPU only as `cuda:N`; the golden key comes from its name.
+        let device = crate::golden::name_cuda_device(&device);
         RunEnv {
             hardware: crate::golden::hardware_key(&device, hardware_override),
             device,
@@ -862,6 +872,8 @@ pub fn manifest_for(
             .collect(),
         pending_golden: None,
         notes: Vec::new(),
+        dropped: Vec::new(),
+        replay: None,
     }
 }
 

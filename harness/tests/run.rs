@@ -324,3 +324,60 @@ async fn an_upstream_that_dies_mid_run_is_exit_3_with_the_metrics_so_far() {
     assert!(reason.contains("step "), "{reason}");
     assert!(dir.join("report.md").is_file());
 }
+
+/// The shipped scenarios that run without libtorch: the mock smoke, every fault self-test and
+/// every replay of a recorded cassette.
+fn cpu_scenarios() -> Vec<PathBuf> {
+    let mut out = vec![smoke()];
+    for dir in ["scenarios/faults", "scenarios/replay"] {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(repo().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        found.sort();
+        assert!(!found.is_empty(), "no scenario in {dir}");
+        out.extend(found);
+    }
+    out
+}
+
+/// One judge: `rlharness compare RUN` re-judges a stored run from its directory alone and
+/// writes exactly the verdict.json that `rlharness run` wrote, whatever decided it (golden
+/// bands, expectations, the replay rule, watchdog stops, run failures).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_reproduces_the_run_verdict_of_every_cpu_scenario() {
+    let scenarios = cpu_scenarios();
+    let runs = futures_util::future::join_all(scenarios.iter().map(|s| async move {
+        let tmp = tempfile::tempdir().unwrap();
+        let o = opts(tmp.path(), &[]);
+        let report = run_one(s, &o).await.unwrap();
+        (s, tmp, report)
+    }))
+    .await;
+    for (scenario, tmp, report) in runs {
+        let dir = tmp.path().join("run");
+        let read = |p: PathBuf| -> Value {
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+        };
+        let ran = read(dir.join("verdict.json"));
+        let status =
+            rlharness::report::compare_command(&dir, None, &repo().join("golden")).unwrap();
+        let again = read(dir.join("compare/golden/verdict.json"));
+        assert_eq!(
+            serde_json::to_string_pretty(&ran).unwrap(),
+            serde_json::to_string_pretty(&again).unwrap(),
+            "{}: compare's verdict differs from run's",
+            scenario.display()
+        );
+        assert_eq!(status, report.exit_status(), "{}", scenario.display());
+        // Every shipped CPU scenario gets what it expects here.
+        assert_eq!(
+            report.exit_status(),
+            ExitStatus::Passed,
+            "{}: {}",
+            scenario.display(),
+            report.summary()
+        );
+    }
+}
