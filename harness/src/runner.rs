@@ -553,11 +553,14 @@ async fn execute_with(
                 }
                 Some(RunEvent::Step(mut m)) => {
                     last_activity = Instant::now();
-                    // An MFU outside (0, 1] is a failed check, never a plotted number.
-                    if let Some(v) = m.get("perf/mfu/actor") {
-                        if !(v > 0.0 && v <= 1.0) {
-                            m.values.remove("perf/mfu/actor");
-                            insane.push((m.step, "perf/mfu/actor".to_string(), v));
+                    // An MFU outside (0, 1] is a failed check, never a plotted number; the
+                    // judge decides what is insane (`compare::is_insane`) and reads it back
+                    // from run.json.
+                    for metric in crate::compare::FRACTION_METRICS {
+                        let value = m.get(metric);
+                        if let Some(v) = value.filter(|v| crate::compare::is_insane(metric, *v)) {
+                            m.values.remove(*metric);
+                            insane.push((m.step, metric.to_string(), v));
                         }
                     }
                     progress.step(&m, steps);

@@ -21,7 +21,10 @@ pub use judge::{
 };
 pub use loosened::loosened_rules;
 pub use presence::judge_presence;
-pub use run::{judge_run, watchdog_rule_id, DroppedValue, ReplayRecord, RunRecord, REPLAY_RULE};
+pub use run::{
+    is_insane, judge_run, watchdog_rule_id, DroppedValue, ReplayRecord, RunRecord,
+    FRACTION_METRICS, REPLAY_RULE,
+};
 pub use spec::{
     ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule, GoldenRules,
     ImprovementLimit, RuleRef, StepRange,

@@ -25,6 +25,15 @@ use super::spec::ChecksSpec;
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
 
+/// Metrics that are a fraction of a peak, so a value outside (0, 1] cannot be true.
+pub const FRACTION_METRICS: &[&str] = &["perf/mfu/actor"];
+
+/// Whether the runner must keep `value` of `metric` out of the series (and the judge fail
+/// `sanity:0 < {metric} <= 1` on it): a fraction of a peak outside (0, 1], NaN included.
+pub fn is_insane(metric: &str, value: f64) -> bool {
+    FRACTION_METRICS.contains(&metric) && !(value > 0.0 && value <= 1.0)
+}
+
 /// A value the runner kept out of the series because it cannot be true (an MFU outside
 /// (0, 1]); stored in `run.json` so the sanity rule can be judged again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -373,5 +382,22 @@ mod tests {
         );
         let p = v.rule("presence:x").unwrap();
         assert_eq!(p.failing_steps, vec![2]);
+    }
+}
+
+#[cfg(test)]
+mod sanity_tests {
+    use super::is_insane;
+
+    #[test]
+    fn an_mfu_outside_zero_one_is_insane() {
+        for v in [0.0, -0.1, 1.0001, 7.0, f64::NAN, f64::INFINITY] {
+            assert!(is_insane("perf/mfu/actor", v), "{v}");
+        }
+        for v in [1e-9, 0.25, 1.0] {
+            assert!(!is_insane("perf/mfu/actor", v), "{v}");
+        }
+        // Other metrics are not fractions of a peak.
+        assert!(!is_insane("perf/throughput", 5000.0));
     }
 }
