@@ -911,6 +911,18 @@ mod tests {
         }
     }
 
+    /// On a host with an NVIDIA GPU (`cargo test -- --ignored`): ordinal 0 is named through
+    /// nvidia-smi and keyed by its model, never by its ordinal.
+    #[test]
+    #[ignore = "needs an NVIDIA GPU and nvidia-smi"]
+    fn a_real_cuda_device_is_named_and_keyed_by_its_model() {
+        let named = name_cuda_device("cuda:0");
+        assert!(named.ends_with(" (cuda:0)"), "{named}");
+        let key = hardware_key(&named, None);
+        assert!(!key.contains("cuda"), "{named} -> {key}");
+        println!("{named} -> {key}");
+    }
+
     #[test]
     fn cuda_ordinals_and_visible_devices() {
         assert_eq!(cuda_ordinal("cuda:0"), Some(0));
