@@ -268,12 +268,16 @@ async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, CommandError> {
         return Err(CommandError::invalid("no scenario files given"));
     }
     let mut worst = ExitStatus::Passed;
+    let mut skipped = Vec::new();
     for file in files {
         let status = match run_one(&file, &opts).await {
             Ok(report) => {
                 println!("{}: {}", report.scenario, report.summary());
                 if !report.run.dir.is_empty() {
                     println!("  report: {}/report.md", report.run.dir);
+                }
+                if report.skipped.is_some() {
+                    skipped.push(report.scenario.clone());
                 }
                 report.exit_status()
             }
@@ -284,7 +288,21 @@ async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, CommandError> {
         };
         worst = worst.worst(status);
     }
-    Ok(worst)
+    Ok(fail_on_skip(worst, &skipped, args.fail_on_skip))
+}
+
+/// `--fail-on-skip`: a skipped scenario is a failed check (exit 1), so a run where nothing ran
+/// cannot be green. Worse statuses (2, 3, 4) keep winning.
+pub fn fail_on_skip(worst: ExitStatus, skipped: &[String], enabled: bool) -> ExitStatus {
+    if !enabled || skipped.is_empty() {
+        return worst;
+    }
+    eprintln!(
+        "error: --fail-on-skip: {} scenario(s) skipped: {}",
+        skipped.len(),
+        skipped.join(", ")
+    );
+    worst.worst(ExitStatus::CheckFailed)
 }
 
 /// Plan, execute, judge and report one scenario.
@@ -292,7 +310,6 @@ pub async fn run_one(
     file: &std::path::Path,
     opts: &crate::runner::RunOptions,
 ) -> Result<crate::report::Report, CommandError> {
-    use crate::compare::{judge_run, Evidence, Outcome, RuleStatus, RuleVerdict};
     use crate::report::{Reference, Report};
     let scenario = crate::spec::load_scenario(file, &opts.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
@@ -309,8 +326,6 @@ pub async fn run_one(
         run_dir,
         end,
         metrics,
-        insane,
-        replay,
         trainer_tail,
         ..
     } = executed;
@@ -318,42 +333,9 @@ pub async fn run_one(
     let golden = store
         .load(&plan.scenario.name, &env.hardware)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
-    let mut verdict = judge_run(
-        &metrics,
-        golden.as_ref(),
-        &plan.scenario.checks,
-        env.numerics.as_ref(),
-        plan.scenario.seed,
-    );
-    // Built-in sanity: an MFU outside (0, 1] is a failed check, never a plotted number.
-    for (step, metric, value) in &insane {
-        verdict.rules.push(RuleVerdict {
-            rule: format!("sanity:0 < {metric} <= 1"),
-            status: RuleStatus::Regressed,
-            evidence: Evidence {
-                step_or_window: Some(format!("step {step}")),
-                value: Some(*value),
-                message: format!(
-                    "{metric} = {value} at step {step} is outside (0, 1]; dropped from the series"
-                ),
-                ..Evidence::default()
-            },
-            metrics: vec![metric.clone()],
-            failing_steps: vec![*step],
-            points: Vec::new(),
-            fail_fast: None,
-        });
-        if verdict.outcome == Outcome::Passed || verdict.outcome == Outcome::NoGolden {
-            verdict.outcome = Outcome::Regressed;
-        }
-    }
-    // A replay: every request must match its recording.
-    if let Some(r) = &replay {
-        verdict.rules.push(r.rule_verdict());
-        if !r.passed() && matches!(verdict.outcome, Outcome::Passed | Outcome::NoGolden) {
-            verdict.outcome = Outcome::Regressed;
-        }
-    }
+    // The one judge, on what the run directory stores (run.json, metrics.csv): `rlharness
+    // compare RUN` calls it on the same facts and writes the same verdict.
+    let verdict = crate::compare::judge_run(&manifest.record(&metrics), golden.as_ref());
     // The bless flow: a completed run without a golden (or under --update-golden) writes a
     // pending one for review; CI never writes.
     let completed = end == crate::runner::RunEnd::Completed;
@@ -392,27 +374,12 @@ pub async fn run_one(
             Err(e) if opts.ci => eprintln!("note: {e}"),
             Err(e) => return Err(CommandError::invalid(e.to_string())),
         }
-        if opts.ci && golden.is_none() {
-            verdict.outcome = Outcome::NoGolden;
-        }
         manifest
             .write(&run_dir)
             .map_err(|e| CommandError::run_failed(e.to_string()))?;
     }
     let reference = golden.as_ref().map(Reference::from_golden);
-    let judged = matches!(end, crate::runner::RunEnd::Completed);
-    let mut report = Report::from_run(
-        &run_dir,
-        &manifest,
-        metrics,
-        reference,
-        // A run that broke is reported with what it has; its verdict is the failure itself.
-        if judged || !verdict.rules.is_empty() {
-            Some(verdict)
-        } else {
-            None
-        },
-    );
+    let mut report = Report::from_run(&run_dir, &manifest, metrics, reference, verdict);
     report.trainer_tail = trainer_tail;
     crate::report::write_reports(&run_dir, &report)
         .map_err(|e| CommandError::run_failed(e.to_string()))?;

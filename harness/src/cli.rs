@@ -9,7 +9,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "rlharness",
     version,
     about = "Reproducible smoke and convergence scenarios for LLM RL training integrations",
-    after_help = "Exit codes: 0 passed (skips included), 1 a check failed, 2 invalid input, \
+    after_help = "Exit codes: 0 passed (skips included, unless run --fail-on-skip), 1 a check \
+                  failed (or a skip under --fail-on-skip), 2 invalid input, \
                   3 the run failed (crash, hang, timeout), 4 no golden yet (a pending one was written)."
 )]
 pub struct Cli {
@@ -90,6 +91,10 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Exit 1 when any scenario is skipped (its requirements are not met here), so a CI job
+    /// that ran nothing is red, not green.
+    #[arg(long)]
+    pub fail_on_skip: bool,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -559,11 +559,14 @@ async fn execute_with(
                 }
                 Some(RunEvent::Step(mut m)) => {
                     last_activity = Instant::now();
-                    // An MFU outside (0, 1] is a failed check, never a plotted number.
-                    if let Some(v) = m.get("perf/mfu/actor") {
-                        if !(v > 0.0 && v <= 1.0) {
-                            m.values.remove("perf/mfu/actor");
-                            insane.push((m.step, "perf/mfu/actor".to_string(), v));
+                    // An MFU outside (0, 1] is a failed check, never a plotted number; the
+                    // judge decides what is insane (`compare::is_insane`) and reads it back
+                    // from run.json.
+                    for metric in crate::compare::FRACTION_METRICS {
+                        let value = m.get(metric);
+                        if let Some(v) = value.filter(|v| crate::compare::is_insane(metric, *v)) {
+                            m.values.remove(*metric);
+                            insane.push((m.step, metric.to_string(), v));
                         }
                     }
                     progress.step(&m, steps);
@@ -681,6 +684,14 @@ async fn execute_with(
     manifest.status = end.run_status();
     manifest.reason = end.reason();
     manifest.failed_step = end.step();
+    // What the judge needs besides the series, so `compare` judges the run as `run` does.
+    manifest.dropped = insane
+        .iter()
+        .map(|(step, metric, value)| {
+            crate::compare::DroppedValue::new(*step, metric.clone(), *value)
+        })
+        .collect();
+    manifest.replay = replay.as_ref().map(|r| r.record());
     manifest.ended = Some(ended.to_rfc3339());
     write_manifest(&run_dir, &manifest)?;
     Ok(Executed {
@@ -836,6 +847,8 @@ impl RunEnv {
             torch_version: None,
             numerics: None,
         });
+        // The torch backend knows its GPU only as `cuda:N`; the golden key comes from its name.
+        let device = crate::golden::name_cuda_device(&device);
         RunEnv {
             hardware: crate::golden::hardware_key(&device, hardware_override),
             device,
@@ -889,6 +902,8 @@ pub fn manifest_for(
             .collect(),
         pending_golden: None,
         notes: Vec::new(),
+        dropped: Vec::new(),
+        replay: None,
     }
 }
 

@@ -116,3 +116,23 @@ async fn the_exact_lane_holds_a_rerun_and_catches_a_weight_decay_of_a_thousandth
         exact.evidence.message
     );
 }
+
+/// One judge on the torch scenarios too: `rlharness compare RUN` writes exactly the
+/// verdict.json `rlharness run` wrote, whatever the verdict is on this host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_reproduces_the_torch_verdicts() {
+    for name in ["tiny-gsm8k-grpo.yaml", "tiny-gsm8k-grpo-collapse.yaml"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let report =
+            rlharness::app::run_one(&repo().join("scenarios").join(name), &opts(tmp.path(), &[]))
+                .await
+                .unwrap();
+        let dir = tmp.path().join("run");
+        let ran = std::fs::read_to_string(dir.join("verdict.json")).unwrap();
+        let status =
+            rlharness::report::compare_command(&dir, None, &repo().join("golden")).unwrap();
+        let again = std::fs::read_to_string(dir.join("compare/golden/verdict.json")).unwrap();
+        assert_eq!(ran, again, "{name}: compare's verdict differs from run's");
+        assert_eq!(status, report.exit_status(), "{name}");
+    }
+}

@@ -240,6 +240,26 @@ fn wrong_type_says_what_was_expected() {
 }
 
 #[test]
+fn an_expected_failure_without_a_reason_names_file_and_line() {
+    let r = Root::new();
+    let p = r.write(
+        "bad.yaml",
+        "name: t\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\nbackend: {kind: mock}\nexpected_verdict:\n  outcome: failed\n",
+    );
+    let e = only_error(load(&p, &[]));
+    assert_eq!(
+        (e.line, e.key_path.as_str()),
+        (8, "expected_verdict"),
+        "{e}"
+    );
+    assert!(
+        e.message.contains("`outcome: failed` needs a `reason`"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("bad.yaml:8:"), "{e}");
+}
+
+#[test]
 fn internally_tagged_backend_error_points_at_the_inner_key() {
     let r = Root::new();
     let p = r.write(

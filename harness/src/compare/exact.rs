@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::expr::fmt_num;
-use super::judge::{Evidence, Outcome, RuleStatus, RuleVerdict, Verdict};
+use super::judge::{Evidence, RuleStatus, RuleVerdict};
 use crate::backend::Numerics;
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
@@ -155,26 +155,16 @@ pub fn judge_exact(run: &MetricTable, golden: &MetricTable) -> RuleVerdict {
     v
 }
 
-/// Add the exact lane to a verdict: the lane's note, and its rule when it applies.
-pub fn apply(
-    verdict: &mut Verdict,
+/// The lane for a run against `golden`, and the exact rule when the lane applies.
+pub fn judge_lane(
     run: &MetricTable,
-    golden: Option<&Golden>,
+    golden: &Golden,
     numerics: Option<&Numerics>,
     seed: u64,
-) {
-    let Some(golden) = golden else { return };
+) -> (ExactLane, Option<RuleVerdict>) {
     let lane = lane(numerics, seed, golden);
-    if lane.applied {
-        let rule = judge_exact(run, &golden.table);
-        if rule.status == RuleStatus::Regressed {
-            verdict.outcome = Outcome::Regressed;
-        } else if rule.status == RuleStatus::Missing && verdict.outcome == Outcome::Passed {
-            verdict.outcome = Outcome::Missing;
-        }
-        verdict.rules.push(rule);
-    }
-    verdict.exact_lane = Some(lane);
+    let rule = lane.applied.then(|| judge_exact(run, &golden.table));
+    (lane, rule)
 }
 
 #[cfg(test)]
@@ -269,30 +259,17 @@ mod tests {
     }
 
     #[test]
-    fn apply_turns_a_passing_verdict_regressed_and_notes_the_lane() {
+    fn the_rule_comes_only_with_the_lane() {
         let g = golden(Some("abc"), 1);
         let drift = table(&[
             (1, &[("actor/entropy", 0.26)]),
             (2, &[("actor/entropy", 0.5)]),
         ]);
-        let mut v = Verdict {
-            outcome: Outcome::Passed,
-            rules: Vec::new(),
-            grid_mismatch: None,
-            exact_lane: None,
-        };
-        apply(&mut v, &drift, Some(&g), Some(&numerics("abc")), 1);
-        assert_eq!(v.outcome, Outcome::Regressed);
-        assert!(v.exact_lane.as_ref().unwrap().applied);
-        let mut v2 = Verdict {
-            outcome: Outcome::Passed,
-            rules: Vec::new(),
-            grid_mismatch: None,
-            exact_lane: None,
-        };
-        apply(&mut v2, &drift, Some(&g), Some(&numerics("zzz")), 1);
-        assert_eq!(v2.outcome, Outcome::Passed);
-        assert!(v2.rules.is_empty());
-        assert!(!v2.exact_lane.unwrap().applied);
+        let (lane, rule) = judge_lane(&drift, &g, Some(&numerics("abc")), 1);
+        assert!(lane.applied);
+        assert_eq!(rule.unwrap().status, RuleStatus::Regressed);
+        let (lane, rule) = judge_lane(&drift, &g, Some(&numerics("zzz")), 1);
+        assert!(!lane.applied);
+        assert!(rule.is_none());
     }
 }

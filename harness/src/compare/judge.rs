@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::expr::{fmt_num, CmpOp, EvalIssue, Expr};
 use super::spec::{
-    ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule, RuleRef,
+    ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule,
+    ImprovementLimit, RuleRef,
 };
 use crate::error::ExitStatus;
 use crate::golden::Golden;
@@ -197,20 +198,6 @@ pub fn judge(run: &MetricTable, golden: Option<&Golden>, checks: &ChecksSpec) ->
     judge_tables(run, golden.map(|g| &g.table), checks)
 }
 
-/// `judge`, plus the exact lane where the run's numerics match the golden's
-/// (`compare/exact.rs`): what `run` and `compare RUN` both decide a stored run by.
-pub fn judge_run(
-    run: &MetricTable,
-    golden: Option<&Golden>,
-    checks: &ChecksSpec,
-    numerics: Option<&crate::backend::Numerics>,
-    seed: u64,
-) -> Verdict {
-    let mut v = judge(run, golden, checks);
-    super::exact::apply(&mut v, run, golden, numerics, seed);
-    v
-}
-
 /// `judge` against any reference series: a golden's, or another run's (`rlharness compare`).
 pub fn judge_tables(
     run: &MetricTable,
@@ -319,17 +306,24 @@ impl GoldenRule {
     }
 
     /// The pass region around a golden value; outside it a value is regressed or improved.
+    /// On a one-sided rule's good side the edge is the improvement limit: the tolerance
+    /// itself when none is written, `improvement_limit·|golden|` (never narrower than the
+    /// tolerance), or open with `unlimited`.
     pub fn band(&self, golden: f64) -> Band {
         let tol = self.tolerance(golden);
-        let limit = self.improvement_limit.map(|l| l * golden.abs());
-        match self.direction {
+        let good = match self.improvement_limit {
+            None => Some(tol),
+            Some(ImprovementLimit::Fraction(l)) => Some((l * golden.abs()).max(tol)),
+            Some(ImprovementLimit::Unlimited) => None,
+        };
+        match self.direction() {
             Direction::TwoSided => Band::new(golden - tol, golden + tol),
             Direction::HigherIsBetter => Band {
                 lo: Some(golden - tol),
-                hi: limit.map(|l| golden + l.max(tol)),
+                hi: good.map(|l| golden + l),
             },
             Direction::LowerIsBetter => Band {
-                lo: limit.map(|l| golden - l.max(tol)),
+                lo: good.map(|l| golden - l),
                 hi: Some(golden + tol),
             },
         }
@@ -341,7 +335,7 @@ impl GoldenRule {
         }
         let below = value < band.lo();
         let above = value > band.hi();
-        match (self.direction, below, above) {
+        match (self.direction(), below, above) {
             (_, false, false) => RuleStatus::Pass,
             (Direction::TwoSided, _, _) => RuleStatus::Regressed,
             (Direction::HigherIsBetter, true, _) => RuleStatus::Regressed,
@@ -409,6 +403,8 @@ fn judge_golden_rule(
     run: &MetricTable,
     golden: &MetricTable,
 ) -> RuleVerdict {
+    // The metric's default direction applies where the scenario does not give one.
+    let rule = &rule.resolved(metric);
     let id = format!("golden:{metric}");
     let missing = |message: String| RuleVerdict {
         rule: id.clone(),
@@ -586,6 +582,7 @@ pub fn can_still_pass(
         RuleRef::Expect(e) => e.expr.can_still_hold(partial, total_steps),
         RuleRef::Golden(metric, r) => {
             let Some(g) = golden else { return true };
+            let r = &r.resolved(metric);
             let done = partial.last_step().unwrap_or(0);
             let points = r.points(metric, partial, g, Some(done));
             let count = |s: RuleStatus| points.iter().filter(|p| p.status == s).count() as u64;
@@ -720,6 +717,18 @@ pub fn match_expected(
                 .unwrap_or_default()
         ));
     }
+    // A pass is a completed run: one stopped early (fail fast, a non-finite watched metric)
+    // may have judged well on its few steps, but it did not do what the scenario promises.
+    if expected.outcome == ExpectedOutcome::Passed && run.status != RunStatus::Completed {
+        return Err(format!(
+            "expected verdict passed, which needs a completed run, but the run ended {}{}",
+            run.status.as_str(),
+            run.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ));
+    }
     let Some(v) = actual else {
         return Err("expected a verdict, but the run was not judged".into());
     };
@@ -758,8 +767,11 @@ pub fn match_expected(
                 Some(_) => {}
             }
         }
+        // The watchdog's rule restates how the run ended (a fail-fast stop names the rule
+        // that caused it): the rules that caused it are what a scenario lists.
         let unexpected: Vec<&str> = v
             .failing()
+            .filter(|r| !r.rule.starts_with("watchdog:"))
             .filter(|r| !expected.rules.iter().any(|n| names_rule(n, &r.rule)))
             .map(|r| r.rule.as_str())
             .collect();
@@ -846,16 +858,98 @@ mod tests {
 
     #[test]
     fn direction_only_fails_the_bad_side() {
-        let hib = r#"{"rel": 0.05, "direction": "higher_is_better"}"#;
+        // The good side never fails with `improvement_limit: unlimited`.
+        let hib =
+            r#"{"rel": 0.05, "direction": "higher_is_better", "improvement_limit": "unlimited"}"#;
         assert_eq!(one(&[2.0], &[1.0], hib).status, RuleStatus::Pass);
         assert_eq!(one(&[0.9], &[1.0], hib).status, RuleStatus::Regressed);
-        let lib = r#"{"rel": 0.05, "direction": "lower_is_better"}"#;
+        let lib =
+            r#"{"rel": 0.05, "direction": "lower_is_better", "improvement_limit": "unlimited"}"#;
         assert_eq!(one(&[0.1], &[1.0], lib).status, RuleStatus::Pass);
         assert_eq!(one(&[1.1], &[1.0], lib).status, RuleStatus::Regressed);
+        // Without a limit the good side is closed at the band's own width: improved, not pass.
+        let hib = r#"{"rel": 0.05, "direction": "higher_is_better"}"#;
+        assert_eq!(one(&[1.04], &[1.0], hib).status, RuleStatus::Pass);
+        assert_eq!(one(&[2.0], &[1.0], hib).status, RuleStatus::Improved);
         // Two-sided: a rise fails too.
         assert_eq!(
             one(&[1.1], &[1.0], r#"{"rel": 0.05}"#).status,
             RuleStatus::Regressed
+        );
+    }
+
+    /// Judge `run` against `golden` for a metric with its default direction (no `direction:`).
+    fn named(metric: &str, run: &[f64], golden: &[f64], rule: &str) -> RuleVerdict {
+        let c = checks(&format!(r#"{{"golden": {{"{metric}": {rule}}}}}"#));
+        let v = judge_tables(&table(metric, run), Some(&table(metric, golden)), &c);
+        v.rules.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn default_directions_fail_the_bad_side_and_flag_the_good_one() {
+        // A 43% throughput gain and a 30% faster step no longer pass silently.
+        let r = named("perf/throughput", &[143.0], &[100.0], r#"{"rel": 0.1}"#);
+        assert_eq!(r.status, RuleStatus::Improved);
+        assert!(r
+            .evidence
+            .message
+            .contains("bless the change if it is real"));
+        assert_eq!(
+            named("perf/throughput", &[85.0], &[100.0], r#"{"rel": 0.1}"#).status,
+            RuleStatus::Regressed
+        );
+        let r = named("timing_s/step", &[0.7], &[1.0], r#"{"rel": 0.1}"#);
+        assert_eq!(r.status, RuleStatus::Improved);
+        assert_eq!(
+            named("timing_s/step", &[1.2], &[1.0], r#"{"rel": 0.1}"#).status,
+            RuleStatus::Regressed
+        );
+        // The same holds for an explicit direction without a limit (the mock smoke's step).
+        let r = named(
+            "timing_s/step",
+            &[0.7],
+            &[1.0],
+            r#"{"rel": 0.1, "direction": "lower_is_better"}"#,
+        );
+        assert_eq!(r.status, RuleStatus::Improved);
+        // Rewards: a drop regresses, a rise beyond the band is an improvement to bless.
+        let rw = r#"{"abs": 0.05}"#;
+        assert_eq!(
+            named("critic/rewards/mean", &[0.4], &[0.5], rw).status,
+            RuleStatus::Regressed
+        );
+        assert_eq!(
+            named("critic/rewards/mean", &[0.6], &[0.5], rw).status,
+            RuleStatus::Improved
+        );
+        assert_eq!(
+            named("critic/rewards/mean", &[0.54], &[0.5], rw).status,
+            RuleStatus::Pass
+        );
+        // Memory: lower is better.
+        let mem = "perf/max_memory_allocated_gb";
+        assert_eq!(
+            named(mem, &[12.0], &[10.0], r#"{"rel": 0.05}"#).status,
+            RuleStatus::Regressed
+        );
+        assert_eq!(
+            named(mem, &[8.0], &[10.0], r#"{"rel": 0.05}"#).status,
+            RuleStatus::Improved
+        );
+        // Entropy and grad norm stay two-sided unless the scenario says otherwise.
+        assert_eq!(
+            named("actor/entropy", &[0.6], &[0.5], rw).status,
+            RuleStatus::Regressed
+        );
+        assert_eq!(
+            named(
+                "actor/grad_norm",
+                &[0.4],
+                &[0.5],
+                r#"{"abs": 0.05, "direction": "lower_is_better"}"#
+            )
+            .status,
+            RuleStatus::Improved
         );
     }
 
@@ -1199,11 +1293,69 @@ mod tests {
     }
 
     #[test]
+    fn expected_pass_needs_a_completed_run() {
+        let passed = verdict_with(Outcome::Passed, &[]);
+        let e = expected(r#"{"outcome": "passed"}"#);
+        assert_eq!(match_expected(Some(&passed), &done(), &e), Ok(()));
+        let aborted = RunOutcome {
+            status: RunStatus::Aborted,
+            reason: Some("watched metric actor/grad_norm is NaN at step 3".into()),
+            step: Some(3),
+        };
+        let why = match_expected(Some(&passed), &aborted, &e).unwrap_err();
+        assert!(
+            why.contains("needs a completed run") && why.contains("aborted"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn expected_failure_needs_a_reason() {
+        for (json, needle) in [
+            (
+                r#"{"outcome": "failed"}"#,
+                "`outcome: failed` needs a `reason`",
+            ),
+            (
+                r#"{"outcome": "failed", "reason": "  "}"#,
+                "`outcome: failed` needs a `reason`",
+            ),
+            (
+                r#"{"outcome": "failed", "reason": "x", "rules": ["m"]}"#,
+                "use `reason`",
+            ),
+            (
+                r#"{"outcome": "regressed", "reason": ""}"#,
+                "must not be empty",
+            ),
+            (
+                r#"{"outcome": "failed", "reason": "x", "bogus": 1}"#,
+                "unknown field",
+            ),
+        ] {
+            let e = serde_json::from_str::<ExpectedVerdict>(json)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{json}: {e}");
+        }
+        // With a reason, only the failure named matches.
+        let e = expected(r#"{"outcome": "failed", "reason": "HTTP 503"}"#);
+        let other = RunOutcome {
+            status: RunStatus::Failed,
+            reason: Some("/step: HTTP 404: job 2 not found".into()),
+            step: Some(2),
+        };
+        assert!(match_expected(None, &other, &e)
+            .unwrap_err()
+            .contains("HTTP 503"));
+    }
+
+    #[test]
     fn verdict_json_keeps_non_finite_numbers() {
         let r = one(
             &[f64::NAN],
             &[1.0],
-            r#"{"abs": 0.1, "direction": "higher_is_better"}"#,
+            r#"{"abs": 0.1, "direction": "higher_is_better", "improvement_limit": "unlimited"}"#,
         );
         let j = serde_json::to_value(&r).unwrap();
         assert_eq!(j["evidence"]["value"], "NaN");

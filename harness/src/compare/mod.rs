@@ -5,17 +5,28 @@
 //! evidence that decided it (the step or window, the value, the golden, the band, the margin).
 //! Nothing here reads or writes files.
 
+mod direction;
 pub mod exact;
 pub mod expr;
 mod judge;
+mod loosened;
+mod presence;
+mod run;
 mod spec;
 
+pub use direction::default_direction;
 pub use expr::{parse_expr, Expr, ExprError};
 pub use judge::{
-    can_still_pass, first_settled_failure, judge, judge_run, judge_tables, match_expected, Band,
-    Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, RunOutcome, RunStatus, Verdict,
+    can_still_pass, first_settled_failure, judge, judge_tables, match_expected, Band, Evidence,
+    Outcome, PointCheck, RuleStatus, RuleVerdict, RunOutcome, RunStatus, Verdict,
+};
+pub use loosened::loosened_rules;
+pub use presence::judge_presence;
+pub use run::{
+    is_insane, judge_run, watchdog_rule_id, DroppedValue, ReplayRecord, RunRecord,
+    FRACTION_METRICS, REPLAY_RULE,
 };
 pub use spec::{
     ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule, GoldenRules,
-    RuleRef, StepRange,
+    ImprovementLimit, RuleRef, StepRange,
 };

@@ -120,12 +120,68 @@ impl<'de> Deserialize<'de> for StepRange {
     }
 }
 
+/// How far past the band a one-sided rule's good side may go before the change is reported
+/// `improved` (and fails until blessed): a fraction of |golden|, or `unlimited` (the good side
+/// never fails, e.g. a validation score). Absent, the limit is the band's own tolerance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ImprovementLimit {
+    Fraction(f64),
+    Unlimited,
+}
+
+impl Serialize for ImprovementLimit {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ImprovementLimit::Fraction(f) => s.serialize_f64(*f),
+            ImprovementLimit::Unlimited => s.serialize_str("unlimited"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ImprovementLimit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ImprovementLimit;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a fraction of |golden| such as 0.2, or `unlimited`")
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<ImprovementLimit, E> {
+                if !v.is_finite() || v < 0.0 {
+                    return Err(E::custom(format!(
+                        "`improvement_limit` must be a finite number >= 0 or `unlimited`, got {v}"
+                    )));
+                }
+                Ok(ImprovementLimit::Fraction(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ImprovementLimit, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ImprovementLimit, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ImprovementLimit, E> {
+                match v {
+                    "unlimited" => Ok(ImprovementLimit::Unlimited),
+                    other => Err(E::custom(format!(
+                        "`improvement_limit` must be a number or `unlimited`, got `{other}`"
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// One metric's rule against the golden series.
 ///
 /// The band at a point is `golden ± max(abs, rel·|golden|)` (a rule with neither compares
-/// exactly, which suits deterministic backends); `direction` opens the side that cannot fail;
-/// `improvement_limit` (a fraction of |golden|) closes it again so a change too good to be
-/// true is reported `improved` and fails until blessed. A point is one step, or with `window`
+/// exactly, which suits deterministic backends). `direction` says which side is bad: absent,
+/// the metric's default direction applies (`compare::direction`: rewards, scores, MFU and
+/// throughput higher is better; step time and memory lower; the rest two-sided). Beyond the
+/// band on the bad side a point is `regressed`; beyond it on the good side by more than
+/// `improvement_limit` (a fraction of |golden|; absent, the band's own tolerance) it is
+/// `improved` and fails until blessed, so a change too good to be true is never silent. A point is one step, or with `window`
 /// the mean of `window` consecutive compared steps (a trailing shorter window counts too).
 /// `budget` points may fall outside the band (per kind: regressed, improved) before the rule
 /// fails. `fail_fast` lets the runner stop as soon as the rule can no longer pass.
@@ -142,10 +198,10 @@ pub struct GoldenRule {
     pub steps: Option<StepRange>,
     #[serde(skip_serializing_if = "is_zero")]
     pub budget: u64,
-    #[serde(skip_serializing_if = "is_two_sided")]
-    pub direction: Direction,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub improvement_limit: Option<f64>,
+    pub direction: Option<Direction>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub improvement_limit: Option<ImprovementLimit>,
     #[serde(skip_serializing_if = "is_false")]
     pub fail_fast: bool,
 }
@@ -155,9 +211,6 @@ fn is_zero(v: &u64) -> bool {
 }
 fn is_false(v: &bool) -> bool {
     !*v
-}
-fn is_two_sided(d: &Direction) -> bool {
-    *d == Direction::TwoSided
 }
 
 #[derive(Deserialize)]
@@ -174,9 +227,9 @@ struct RawGoldenRule {
     #[serde(default)]
     budget: u64,
     #[serde(default)]
-    direction: Direction,
+    direction: Option<Direction>,
     #[serde(default)]
-    improvement_limit: Option<f64>,
+    improvement_limit: Option<ImprovementLimit>,
     #[serde(default)]
     fail_fast: bool,
 }
@@ -184,11 +237,7 @@ struct RawGoldenRule {
 impl TryFrom<RawGoldenRule> for GoldenRule {
     type Error = String;
     fn try_from(r: RawGoldenRule) -> Result<Self, String> {
-        for (name, v) in [
-            ("abs", r.abs),
-            ("rel", r.rel),
-            ("improvement_limit", r.improvement_limit),
-        ] {
+        for (name, v) in [("abs", r.abs), ("rel", r.rel)] {
             if let Some(v) = v {
                 if !v.is_finite() || v < 0.0 {
                     return Err(format!("`{name}` must be a finite number >= 0, got {v}"));
@@ -198,7 +247,7 @@ impl TryFrom<RawGoldenRule> for GoldenRule {
         if r.window == Some(0) {
             return Err("`window` must be at least 1 step".into());
         }
-        if r.improvement_limit.is_some() && r.direction == Direction::TwoSided {
+        if r.improvement_limit.is_some() && r.direction == Some(Direction::TwoSided) {
             return Err(
                 "`improvement_limit` needs `direction: higher_is_better` or \
                         `lower_is_better` (a two-sided rule already fails on any move)"
@@ -257,6 +306,15 @@ impl<'de> Deserialize<'de> for GoldenRules {
                         )));
                     }
                     let v = m.next_value::<GoldenRule>()?;
+                    if v.improvement_limit.is_some()
+                        && v.resolved(&k).direction == Some(Direction::TwoSided)
+                    {
+                        return Err(de::Error::custom(format!(
+                            "`{k}`: `improvement_limit` needs `direction: higher_is_better` or \
+                             `lower_is_better` (`{k}` is two-sided by default, and a two-sided \
+                             rule already fails on any move)"
+                        )));
+                    }
                     out.push((k, v));
                 }
                 Ok(GoldenRules(out))
@@ -350,7 +408,9 @@ impl<'de> Deserialize<'de> for Expectation {
     }
 }
 
-/// The scenario's `checks` block: rules against the golden, and expressions over the run.
+/// The scenario's `checks` block: rules against the golden, expressions over the run, and
+/// `allow_missing`: golden metrics the run need not have at every golden step (every other
+/// metric of the golden must be present at each golden step the run reached).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChecksSpec {
@@ -358,6 +418,8 @@ pub struct ChecksSpec {
     pub golden: GoldenRules,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub expect: Vec<Expectation>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_missing: Vec<String>,
 }
 
 /// One rule of a `ChecksSpec`, for code that walks all of them (fail fast, reports).
@@ -428,8 +490,12 @@ pub enum ExpectedOutcome {
 /// given) must be exactly the rules that do not pass; `reason` is a case-insensitive substring
 /// of the run's failure reason (or of a failing rule's evidence); `step` is the step the run
 /// failed at (or the first failing step of the failing rules).
+///
+/// `outcome: passed` holds only for a run that completed every step; `outcome: failed` must
+/// say which failure it expects (`reason`, a non-empty substring of the run's failure
+/// reason), so a crash of another kind never passes for the expected one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, try_from = "RawExpectedVerdict")]
 pub struct ExpectedVerdict {
     pub outcome: ExpectedOutcome,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -438,4 +504,48 @@ pub struct ExpectedVerdict {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExpectedVerdict {
+    outcome: ExpectedOutcome,
+    #[serde(default)]
+    rules: Vec<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    step: Option<u64>,
+}
+
+impl TryFrom<RawExpectedVerdict> for ExpectedVerdict {
+    type Error = String;
+    fn try_from(r: RawExpectedVerdict) -> Result<Self, String> {
+        if r.outcome == ExpectedOutcome::Failed
+            && r.reason.as_deref().is_none_or(|s| s.trim().is_empty())
+        {
+            return Err(
+                "`outcome: failed` needs a `reason`: a substring of the run's failure \
+                        reason (e.g. `reason: \"HTTP 503\"`), so that only the expected failure \
+                        matches"
+                    .into(),
+            );
+        }
+        if r.outcome == ExpectedOutcome::Failed && !r.rules.is_empty() {
+            return Err(
+                "`rules` names failing rules of a judged run; with `outcome: failed` \
+                        the run itself fails: use `reason` (and `step`)"
+                    .into(),
+            );
+        }
+        if r.reason.as_deref().is_some_and(|s| s.trim().is_empty()) {
+            return Err("`reason` must not be empty".into());
+        }
+        Ok(ExpectedVerdict {
+            outcome: r.outcome,
+            rules: r.rules,
+            reason: r.reason,
+            step: r.step,
+        })
+    }
 }

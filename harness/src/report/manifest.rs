@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub use crate::compare::RunStatus;
-use crate::compare::{ChecksSpec, ExpectedVerdict};
+use crate::compare::{ChecksSpec, DroppedValue, ExpectedVerdict, ReplayRecord};
 use crate::fsx;
 
 pub const MANIFEST_FILE: &str = "run.json";
@@ -81,6 +81,33 @@ pub struct RunManifest {
     /// Facts the report must state about how the run was observed (e.g. "no wire observed").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Values kept out of `metrics.csv` because they cannot be true (an MFU outside (0, 1]);
+    /// the judge fails a sanity rule on each and lets expectations see them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<DroppedValue>,
+    /// A replay backend's account of the requests it was sent (the replay rule's evidence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayRecord>,
+}
+
+impl RunManifest {
+    /// What the judge reads of this run (with its series).
+    pub fn record<'a>(
+        &'a self,
+        metrics: &'a crate::metrics::MetricTable,
+    ) -> crate::compare::RunRecord<'a> {
+        crate::compare::RunRecord {
+            metrics,
+            checks: &self.checks,
+            status: self.status,
+            reason: self.reason.as_deref(),
+            failed_step: self.failed_step,
+            dropped: &self.dropped,
+            replay: self.replay.as_ref(),
+            numerics: self.numerics.as_ref(),
+            seed: self.seed,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

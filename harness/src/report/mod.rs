@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::compare::{
-    judge_run, judge_tables, match_expected, ExpectedOutcome, ExpectedVerdict, Outcome, PointCheck,
+    judge_tables, match_expected, ExpectedOutcome, ExpectedVerdict, Outcome, PointCheck,
     RuleStatus, RuleVerdict, RunOutcome, RunStatus, Verdict,
 };
 use crate::error::{CommandError, ExitStatus};
@@ -730,7 +730,7 @@ pub fn compare_command(
     let (reference, verdict, overlays) = match run2 {
         Some(b) => {
             let (m2, t2) = load_run(b)?;
-            let verdict = judge_tables(&table, Some(&t2), &manifest.checks);
+            let verdict = Some(judge_tables(&table, Some(&t2), &manifest.checks));
             let mut metrics = manifest.checks.metrics();
             if metrics.is_empty() {
                 let cols = t2.columns();
@@ -768,13 +768,8 @@ pub fn compare_command(
         None => {
             let store = GoldenStore::new(golden_root);
             let golden = store.load(&manifest.scenario, &manifest.hardware)?;
-            let verdict = judge_run(
-                &table,
-                golden.as_ref(),
-                &manifest.checks,
-                manifest.numerics.as_ref(),
-                manifest.seed,
-            );
+            // The same judge as `run`, on what the run directory stores.
+            let verdict = crate::compare::judge_run(&manifest.record(&table), golden.as_ref());
             (
                 golden.as_ref().map(Reference::from_golden),
                 verdict,
@@ -782,9 +777,14 @@ pub fn compare_command(
             )
         }
     };
-    let mut report = Report::from_run(run, &manifest, table, reference, Some(verdict));
-    // A re-judgement writes no golden: the pending state of the original run does not apply.
-    report.pending_golden = None;
+    let has_reference = reference.is_some();
+    let mut report = Report::from_run(run, &manifest, table, reference, verdict);
+    // A re-judgement writes no golden. The pending golden the run wrote stays a fact of the
+    // run while there is still no golden to judge against (so the verdict reads as `run`'s);
+    // once one is accepted it no longer applies.
+    if has_reference {
+        report.pending_golden = None;
+    }
     write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
     for (name, svg) in overlays {
         fsx::write_atomic(&out.join("plots").join(name), svg.as_bytes())
@@ -848,6 +848,8 @@ mod tests {
             }],
             pending_golden: None,
             notes: Vec::new(),
+            dropped: Vec::new(),
+            replay: None,
         }
     }
 
@@ -1011,7 +1013,7 @@ mod tests {
             quick_junit::TestCaseStatus::NonSuccess { message, .. } => {
                 let m = message.as_ref().unwrap().as_str();
                 assert!(
-                    m.contains("at steps 4..6") && m.contains("band [0.45, ∞]"),
+                    m.contains("at steps 4..6") && m.contains("band [0.45, 0.55]"),
                     "{m}"
                 );
             }

@@ -33,12 +33,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::{json, Value};
 
-use crate::compare::{Evidence, RuleStatus, RuleVerdict};
+use crate::compare::{ReplayRecord, RuleVerdict};
 pub use cassette::{Cassette, CassetteError, CassetteWriter, RecordedExchange};
 use diff::{differences, request_view, Difference};
 
 /// The rule a replay adds to the verdict.
-pub const RULE: &str = "replay:requests match the cassette";
+pub const RULE: &str = crate::compare::REPLAY_RULE;
 /// How many differences of one request are counted (the first is the one shown).
 const DIFF_LIMIT: usize = 64;
 
@@ -122,38 +122,24 @@ impl ReplayOutcome {
         self.mismatches.is_empty()
     }
 
+    /// What `run.json` keeps of this replay, for the judge (`compare::judge_run`).
+    pub fn record(&self) -> ReplayRecord {
+        ReplayRecord {
+            cassette: self.cassette.display().to_string(),
+            recorded: self.recorded,
+            served: self.served,
+            mismatches: self.mismatches.iter().map(ToString::to_string).collect(),
+        }
+    }
+
     /// The first mismatch, and how many there were.
     pub fn summary(&self) -> String {
-        match self.mismatches.first() {
-            None => format!(
-                "all {} recorded exchanges requested as recorded ({})",
-                self.recorded,
-                self.cassette.display()
-            ),
-            Some(first) if self.mismatches.len() == 1 => first.to_string(),
-            Some(first) => format!("{first}; {} mismatches in all", self.mismatches.len()),
-        }
+        self.record().summary()
     }
 
     /// The verdict's rule for this replay: passes when every request matched.
     pub fn rule_verdict(&self) -> RuleVerdict {
-        RuleVerdict {
-            rule: RULE.to_string(),
-            status: if self.passed() {
-                RuleStatus::Pass
-            } else {
-                RuleStatus::Regressed
-            },
-            evidence: Evidence {
-                value: Some(self.mismatches.len() as f64),
-                message: self.summary(),
-                ..Evidence::default()
-            },
-            metrics: Vec::new(),
-            failing_steps: Vec::new(),
-            points: Vec::new(),
-            fail_fast: None,
-        }
+        self.record().rule_verdict()
     }
 }
 
@@ -572,6 +558,7 @@ pub fn install_cassette(from: &Path, to: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compare::RuleStatus;
     use axum::body::Body;
     use axum::http::Request;
     use tower::ServiceExt;

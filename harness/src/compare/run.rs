@@ -1,0 +1,413 @@
+//! The one judge of a run: every rule, whatever decides it, from what the run directory
+//! stores. `rlharness run` calls [`judge_run`] on the run it just made, `rlharness compare RUN`
+//! on the same facts read back from disk, so both write the same verdict.
+//!
+//! What it reads: the series (`metrics.csv`); from `run.json` the checks, how the run ended
+//! (status, reason, step), the values the runner dropped from the series as insane (an MFU
+//! outside (0, 1]) and a replay's account of the requests it was sent; and the golden (its
+//! series and the rules it was blessed with). What it decides, in this order of rules:
+//! - the golden rules and expectations (`judge`); expectations read the series with the
+//!   dropped values put back, so `max(perf/mfu/actor) <= 1` fails on the MFU of 1.3 that the
+//!   plots never show;
+//! - presence: every golden metric at every golden step the run reached (`presence`);
+//! - rules loosened since the golden was blessed (`loosened`);
+//! - sanity: each dropped value is a failed `sanity:0 < {metric} <= 1`;
+//! - replay: `replay:requests match the cassette`;
+//! - watchdog: a run the watchdog stopped (a hang or time-out, a non-finite watched metric, a
+//!   fail-fast rule) fails `watchdog:<status>` with the stored reason and step.
+
+use serde::{Deserialize, Serialize};
+
+use super::judge::{
+    json_f64, judge, Evidence, Outcome, RuleStatus, RuleVerdict, RunStatus, Verdict,
+};
+use super::spec::ChecksSpec;
+use crate::golden::Golden;
+use crate::metrics::MetricTable;
+
+/// Metrics that are a fraction of a peak, so a value outside (0, 1] cannot be true.
+pub const FRACTION_METRICS: &[&str] = &["perf/mfu/actor"];
+
+/// Whether the runner must keep `value` of `metric` out of the series (and the judge fail
+/// `sanity:0 < {metric} <= 1` on it): a fraction of a peak outside (0, 1], NaN included.
+pub fn is_insane(metric: &str, value: f64) -> bool {
+    FRACTION_METRICS.contains(&metric) && !(value > 0.0 && value <= 1.0)
+}
+
+/// A value the runner kept out of the series because it cannot be true (an MFU outside
+/// (0, 1]); stored in `run.json` so the sanity rule can be judged again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DroppedValue {
+    pub step: u64,
+    pub metric: String,
+    #[serde(with = "json_f64")]
+    pub value: Option<f64>,
+}
+
+impl DroppedValue {
+    pub fn new(step: u64, metric: impl Into<String>, value: f64) -> DroppedValue {
+        DroppedValue {
+            step,
+            metric: metric.into(),
+            value: Some(value),
+        }
+    }
+
+    fn value(&self) -> f64 {
+        self.value.unwrap_or(f64::NAN)
+    }
+}
+
+/// A replay backend's account of the requests it was sent, as `run.json` keeps it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ReplayRecord {
+    /// The cassette folder, as the scenario resolved it.
+    pub cassette: String,
+    /// Exchanges in the cassette.
+    pub recorded: usize,
+    /// Requests served.
+    pub served: usize,
+    /// Every mismatch, first first, as the report words it.
+    #[serde(default)]
+    pub mismatches: Vec<String>,
+}
+
+/// The rule id of a replay.
+pub const REPLAY_RULE: &str = "replay:requests match the cassette";
+
+impl ReplayRecord {
+    pub fn passed(&self) -> bool {
+        self.mismatches.is_empty()
+    }
+
+    /// The first mismatch, and how many there were.
+    pub fn summary(&self) -> String {
+        match self.mismatches.as_slice() {
+            [] => format!(
+                "all {} recorded exchanges requested as recorded ({})",
+                self.recorded, self.cassette
+            ),
+            [only] => only.clone(),
+            [first, ..] => format!("{first}; {} mismatches in all", self.mismatches.len()),
+        }
+    }
+
+    /// The verdict's rule for this replay: passes when every request matched.
+    pub fn rule_verdict(&self) -> RuleVerdict {
+        RuleVerdict {
+            rule: REPLAY_RULE.to_string(),
+            status: if self.passed() {
+                RuleStatus::Pass
+            } else {
+                RuleStatus::Regressed
+            },
+            evidence: Evidence {
+                value: Some(self.mismatches.len() as f64),
+                message: self.summary(),
+                ..Evidence::default()
+            },
+            metrics: Vec::new(),
+            failing_steps: Vec::new(),
+            points: Vec::new(),
+            fail_fast: None,
+        }
+    }
+}
+
+/// Everything about a run the judge reads (what `run.json` and `metrics.csv` store).
+#[derive(Debug, Clone, Copy)]
+pub struct RunRecord<'a> {
+    pub metrics: &'a MetricTable,
+    pub checks: &'a ChecksSpec,
+    pub status: RunStatus,
+    pub reason: Option<&'a str>,
+    pub failed_step: Option<u64>,
+    pub dropped: &'a [DroppedValue],
+    pub replay: Option<&'a ReplayRecord>,
+    /// A deterministic backend's numerics and the run's seed: the exact lane's key.
+    pub numerics: Option<&'a crate::backend::Numerics>,
+    pub seed: u64,
+}
+
+/// The series with the dropped values put back: what expectations read.
+fn with_dropped(metrics: &MetricTable, dropped: &[DroppedValue]) -> MetricTable {
+    let mut rows: Vec<crate::metrics::StepMetrics> = metrics.rows().to_vec();
+    for d in dropped {
+        match rows.iter_mut().find(|r| r.step == d.step) {
+            Some(r) => r.insert(d.metric.clone(), d.value()),
+            None => {
+                let mut m = crate::metrics::StepMetrics::new(d.step);
+                m.insert(d.metric.clone(), d.value());
+                rows.push(m);
+            }
+        }
+    }
+    rows.sort_by_key(|r| r.step);
+    let mut t = MetricTable::new();
+    for r in rows {
+        t.push(r);
+    }
+    t
+}
+
+fn sanity_rule(d: &DroppedValue) -> RuleVerdict {
+    let (step, metric, value) = (d.step, &d.metric, d.value());
+    RuleVerdict {
+        rule: format!("sanity:0 < {metric} <= 1"),
+        status: RuleStatus::Regressed,
+        evidence: Evidence {
+            step_or_window: Some(format!("step {step}")),
+            value: Some(value),
+            message: format!(
+                "{metric} = {value} at step {step} is outside (0, 1]; dropped from the series"
+            ),
+            ..Evidence::default()
+        },
+        metrics: vec![metric.clone()],
+        failing_steps: vec![step],
+        points: Vec::new(),
+        fail_fast: None,
+    }
+}
+
+/// The rule id of the watchdog's verdict on a run it stopped.
+pub fn watchdog_rule_id(status: RunStatus) -> String {
+    format!("watchdog:{}", status.as_str())
+}
+
+fn watchdog_rule(run: &RunRecord<'_>) -> Option<RuleVerdict> {
+    if !matches!(run.status, RunStatus::Aborted | RunStatus::TimedOut) {
+        return None;
+    }
+    let reason = run.reason.unwrap_or("stopped by the watchdog");
+    Some(RuleVerdict {
+        rule: watchdog_rule_id(run.status),
+        status: RuleStatus::Regressed,
+        evidence: Evidence {
+            step_or_window: run.failed_step.map(|s| format!("step {s}")),
+            message: format!(
+                "the run was stopped at step {}: {reason}",
+                run.failed_step
+                    .map_or_else(|| "?".to_string(), |s| s.to_string())
+            ),
+            ..Evidence::default()
+        },
+        metrics: Vec::new(),
+        failing_steps: run.failed_step.into_iter().collect(),
+        points: Vec::new(),
+        fail_fast: None,
+    })
+}
+
+/// Judge a run from what its directory stores. `None` when there is nothing to judge: a run
+/// that broke (crash, interrupt) before any rule could be decided.
+pub fn judge_run(run: &RunRecord<'_>, golden: Option<&Golden>) -> Option<Verdict> {
+    let mut verdict = judge(run.metrics, golden, run.checks);
+    // Expectations see the values the series dropped (see the module doc).
+    if !run.dropped.is_empty() && !run.checks.expect.is_empty() {
+        let raw = with_dropped(run.metrics, run.dropped);
+        let only_expect = ChecksSpec {
+            expect: run.checks.expect.clone(),
+            ..ChecksSpec::default()
+        };
+        let again = judge(&raw, None, &only_expect);
+        for fresh in again.rules {
+            if let Some(r) = verdict.rules.iter_mut().find(|r| r.rule == fresh.rule) {
+                *r = fresh;
+            }
+        }
+    }
+    let mut extra = Vec::new();
+    if let Some(g) = golden.filter(|_| !run.checks.golden.is_empty()) {
+        extra.extend(super::presence::judge_presence(
+            run.metrics,
+            &g.table,
+            run.checks,
+        ));
+        if let Some(blessed) = &g.rules {
+            extra.extend(super::loosened::loosened_rules(blessed, run.checks));
+        }
+    }
+    extra.extend(run.dropped.iter().map(sanity_rule));
+    extra.extend(run.replay.map(ReplayRecord::rule_verdict));
+    extra.extend(watchdog_rule(run));
+    if let Some(g) = golden {
+        let (lane, rule) = super::exact::judge_lane(run.metrics, g, run.numerics, run.seed);
+        extra.extend(rule);
+        verdict.exact_lane = Some(lane);
+    }
+    verdict.rules.extend(extra);
+    let no_golden = golden.is_none() && !run.checks.golden.is_empty();
+    verdict.outcome = outcome_of(&verdict, no_golden);
+    let judged = run.status == RunStatus::Completed;
+    (judged || !verdict.rules.is_empty()).then_some(verdict)
+}
+
+/// The verdict's outcome from its rules: the same precedence as `judge_tables` (a regression
+/// first, then a missing golden, missing metrics, a grid mismatch, an improvement).
+fn outcome_of(v: &Verdict, no_golden: bool) -> Outcome {
+    let has = |s: RuleStatus| v.rules.iter().any(|r| r.status == s);
+    let expect_missing = v
+        .rules
+        .iter()
+        .any(|r| r.status == RuleStatus::Missing && r.rule.starts_with("expect:"));
+    if has(RuleStatus::Regressed) {
+        Outcome::Regressed
+    } else if no_golden && !expect_missing {
+        Outcome::NoGolden
+    } else if has(RuleStatus::Missing) {
+        Outcome::Missing
+    } else if v.grid_mismatch.is_some() {
+        Outcome::GridMismatch
+    } else if has(RuleStatus::Improved) {
+        Outcome::Improved
+    } else {
+        Outcome::Passed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::golden::Provenance;
+    use crate::metrics::StepMetrics;
+
+    fn table(cols: &[(&str, &[f64])]) -> MetricTable {
+        let mut t = MetricTable::new();
+        let n = cols.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
+        for i in 0..n {
+            let mut m = StepMetrics::new(i as u64 + 1);
+            for (name, v) in cols {
+                if let Some(x) = v.get(i) {
+                    if !x.is_nan() {
+                        m.insert(*name, *x);
+                    }
+                }
+            }
+            t.push(m);
+        }
+        t
+    }
+
+    fn checks(json: &str) -> ChecksSpec {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn record<'a>(
+        metrics: &'a MetricTable,
+        checks: &'a ChecksSpec,
+        dropped: &'a [DroppedValue],
+    ) -> RunRecord<'a> {
+        RunRecord {
+            metrics,
+            checks,
+            status: RunStatus::Completed,
+            reason: None,
+            failed_step: None,
+            dropped,
+            replay: None,
+            numerics: None,
+            seed: 1,
+        }
+    }
+
+    fn golden(t: MetricTable, rules: Option<ChecksSpec>) -> Golden {
+        Golden {
+            scenario: "s".into(),
+            hardware: "cpu".into(),
+            table: t,
+            provenance: Provenance::default(),
+            rules,
+            dir: "golden/s/cpu".into(),
+        }
+    }
+
+    #[test]
+    fn an_mfu_expectation_fails_on_the_value_the_series_dropped() {
+        // The runner kept MFU 1.3 at step 2 out of the series (NaN marks the hole here).
+        let t = table(&[("perf/mfu/actor", &[0.3, f64::NAN, 0.3])]);
+        let c = checks(r#"{"expect": ["max(perf/mfu/actor) <= 1"]}"#);
+        let dropped = [DroppedValue::new(2, "perf/mfu/actor", 1.3)];
+        let v = judge_run(&record(&t, &c, &dropped), None).unwrap();
+        assert_eq!(v.outcome, Outcome::Regressed);
+        let e = v.rule("expect:max(perf/mfu/actor) <= 1").unwrap();
+        assert_eq!(e.status, RuleStatus::Regressed, "{e:?}");
+        assert_eq!(e.evidence.value, Some(1.3));
+        let s = v.rule("sanity:0 < perf/mfu/actor <= 1").unwrap();
+        assert_eq!(s.failing_steps, vec![2]);
+        // Without the dropped value the expectation would have held.
+        let v = judge_run(&record(&t, &c, &[]), None).unwrap();
+        assert_eq!(v.outcome, Outcome::Passed);
+    }
+
+    #[test]
+    fn replay_and_watchdog_are_rules_of_the_verdict() {
+        let t = table(&[("m", &[1.0, 1.0])]);
+        let c = ChecksSpec::default();
+        let replay = ReplayRecord {
+            cassette: "c".into(),
+            recorded: 4,
+            served: 4,
+            mismatches: vec!["replay mismatch at POST /forward call 1".into()],
+        };
+        let mut r = record(&t, &c, &[]);
+        r.replay = Some(&replay);
+        let v = judge_run(&r, None).unwrap();
+        assert_eq!(v.outcome, Outcome::Regressed);
+        assert_eq!(v.rule(REPLAY_RULE).unwrap().status, RuleStatus::Regressed);
+        let mut r = record(&t, &c, &[]);
+        r.status = RunStatus::Aborted;
+        r.reason = Some("watched metric m is NaN at step 2");
+        r.failed_step = Some(2);
+        let v = judge_run(&r, None).unwrap();
+        let w = v.rule("watchdog:aborted").unwrap();
+        assert_eq!(w.status, RuleStatus::Regressed);
+        assert_eq!(w.failing_steps, vec![2]);
+        assert!(w.evidence.message.contains("NaN at step 2"));
+        assert_eq!(v.outcome, Outcome::Regressed);
+        // A crash with no rule to judge has no verdict; a completed run always has one.
+        r.status = RunStatus::Failed;
+        assert_eq!(judge_run(&r, None), None);
+        assert!(judge_run(&record(&t, &c, &[]), None).is_some());
+    }
+
+    #[test]
+    fn golden_presence_and_blessed_rules_are_judged() {
+        let g = table(&[("critic/rewards/mean", &[0.5, 0.5]), ("x", &[1.0, 1.0])]);
+        let run = table(&[
+            ("critic/rewards/mean", &[0.5, 0.5]),
+            ("x", &[1.0, f64::NAN]),
+        ]);
+        let blessed = checks(r#"{"golden": {"critic/rewards/mean": {"abs": 0.05}}}"#);
+        let now = checks(r#"{"golden": {"critic/rewards/mean": {"abs": 0.2}}}"#);
+        let v = judge_run(&record(&run, &now, &[]), Some(&golden(g, Some(blessed)))).unwrap();
+        assert_eq!(v.outcome, Outcome::Regressed);
+        let l = v.rule("loosened:golden:critic/rewards/mean").unwrap();
+        assert!(
+            l.evidence
+                .message
+                .contains("rules loosened since the golden was blessed"),
+            "{}",
+            l.evidence.message
+        );
+        let p = v.rule("presence:x").unwrap();
+        assert_eq!(p.failing_steps, vec![2]);
+    }
+}
+
+#[cfg(test)]
+mod sanity_tests {
+    use super::is_insane;
+
+    #[test]
+    fn an_mfu_outside_zero_one_is_insane() {
+        for v in [0.0, -0.1, 1.0001, 7.0, f64::NAN, f64::INFINITY] {
+            assert!(is_insane("perf/mfu/actor", v), "{v}");
+        }
+        for v in [1e-9, 0.25, 1.0] {
+            assert!(!is_insane("perf/mfu/actor", v), "{v}");
+        }
+        // Other metrics are not fractions of a peak.
+        assert!(!is_insane("perf/throughput", 5000.0));
+    }
+}
