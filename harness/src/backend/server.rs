@@ -237,16 +237,46 @@ impl From<EngineError> for ApiError {
 }
 
 impl From<WireError> for ApiError {
+    /// A frame that does not decode raises inside the real server's handler: a 500.
     fn from(e: WireError) -> Self {
-        match e {
-            WireError::Encode(_) => Self::internal(e.to_string()),
-            _ => Self::bad_request(e.to_string()),
-        }
+        Self::internal(e.to_string())
     }
 }
 
+/// The plain-text body of the real server's 500 (its framework's default for an exception
+/// inside a handler).
+pub const INTERNAL_SERVER_ERROR_BODY: &str = "Internal Server Error";
+
+/// A 500 as the real server sends it: plain text, no detail (the mock's log says more).
+pub fn internal_server_error() -> Response {
+    let mut resp = Response::new(Body::from(INTERNAL_SERVER_ERROR_BODY));
+    *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
 impl IntoResponse for ApiError {
+    /// The real server's shapes: a 500 is plain text; a 422 (framework validation) carries a
+    /// LIST of `{type, loc, msg, input}` in `detail`; a deliberate error `{"detail": "..."}`.
     fn into_response(self) -> Response {
+        if self.status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::warn!("answering 500 Internal Server Error: {}", self.detail);
+            let mut resp = internal_server_error();
+            resp.extensions_mut().insert(self);
+            return resp;
+        }
+        if self.status == StatusCode::UNPROCESSABLE_ENTITY {
+            let detail = json!([{
+                "type": "value_error",
+                "loc": ["body"],
+                "msg": self.detail,
+                "input": null,
+            }]);
+            return json_response(self.status, &json!({ "detail": detail }), None);
+        }
         json_response(self.status, &json!({ "detail": self.detail }), None)
     }
 }
@@ -468,9 +498,12 @@ fn json_body(body: Result<Bytes, BytesRejection>, route: &str) -> Result<Option<
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-        ApiError::unprocessable(format!("{route}: request body is not valid JSON: {e}"))
-    })
+    // An aiohttp client may send NaN/Infinity literals: read them as Python does.
+    crate::wire::api::parse_json_lenient(&bytes)
+        .map(Some)
+        .map_err(|e| {
+            ApiError::unprocessable(format!("{route}: request body is not valid JSON: {e}"))
+        })
 }
 
 /// A JSON object body (absent or `null` is an empty object).
@@ -713,18 +746,21 @@ fn model_batch(bytes: Bytes, route: &str) -> Result<(ModelBatch, RecordedParts),
     for (k, v) in entries {
         match k.as_str() {
             "batch" => batch_node = Some(v),
-            "meta" => match node_to_json(&v) {
-                Some(Value::Object(m)) => meta = m,
-                Some(Value::Null) => {}
-                _ => {
+            // `meta` may hold tensors anywhere (the adapter sends `batch_num_tokens` as a 0-d
+            // I64 tensor): a one-element tensor reads as its number.
+            "meta" => match v.to_values() {
+                Value::Object(m) => meta = m,
+                Value::Null => {}
+                other => {
                     return Err(ApiError::unprocessable(format!(
-                        "{route}: `meta` must be a JSON object without tensors"
+                        "{route}: `meta` must be an object, got {}",
+                        frame::node_kind(&Node::Json(other))
                     )))
                 }
             },
-            "processing" => match node_to_json(&v) {
-                Some(Value::Object(m)) => processing = m,
-                Some(Value::Null) => {}
+            "processing" => match v.to_values() {
+                Value::Object(m) => processing = m,
+                Value::Null => {}
                 _ => {
                     return Err(ApiError::unprocessable(format!(
                         "{route}: `processing` must be a JSON object"
@@ -817,12 +853,9 @@ fn check_batch_shapes(mb: &ModelBatch, route: &str) -> Result<(), ApiError> {
             .ok_or_else(|| ApiError::unprocessable(format!("{route}: missing tensor batch.{name}")))
     };
     let ids = need("input_ids")?;
-    let is_int = |t: &Tensor| {
-        matches!(
-            t.dtype,
-            crate::wire::DType::I64 | crate::wire::DType::I32 | crate::wire::DType::U8
-        )
-    };
+    // Any integer dtype will do for ids and masks (torch indexes with all of them); a float or
+    // complex tensor fails in the real server's embedding lookup too.
+    let is_int = |t: &Tensor| t.dtype.is_integer() && t.dtype != crate::wire::DType::Bool;
     if ids.shape.len() != 2 || !is_int(ids) {
         return Err(ApiError::unprocessable(format!(
             "{route}: batch.input_ids must be a 2-D integer tensor [B,S], got {}",
@@ -865,11 +898,12 @@ fn check_batch_shapes(mb: &ModelBatch, route: &str) -> Result<(), ApiError> {
         }
     }
     for (name, t) in &mb.batch {
-        let want = frame::numel(&t.shape).saturating_mul(t.dtype.size());
-        if t.data.len() != want {
+        let want = t.dtype.byte_len(frame::numel(&t.shape));
+        if want != Some(t.data.len()) {
             return Err(ApiError::unprocessable(format!(
-                "{route}: batch.{name} ({}) needs {want} bytes but carries {}",
+                "{route}: batch.{name} ({}) needs {} bytes but carries {}",
                 describe(t),
+                want.map_or_else(|| "a whole number of".to_string(), |w| w.to_string()),
                 t.data.len()
             )));
         }
@@ -919,7 +953,13 @@ async fn forward(
             "metrics".into(),
             Node::Json(Value::Object(out.value.metrics)),
         ),
-        ("avg_loss".into(), Node::Json(json!(out.value.avg_loss))),
+        // A forward-only call answers `avg_loss: 0.0`, as the real server does.
+        (
+            "avg_loss".into(),
+            Node::Json(crate::wire::pyjson::float(
+                out.value.avg_loss.unwrap_or(0.0),
+            )),
+        ),
     ]);
     Ok(with_parts(frame_response(&root, out.sim_seconds)?, parts))
 }
@@ -941,7 +981,8 @@ async fn forward_backward(
     let root = Node::Json(json!({
         "job_id": id,
         "metrics": Value::Object(out.value.metrics),
-        "avg_loss": out.value.avg_loss,
+        // A NaN loss travels as the `NaN` literal, never as `null`.
+        "avg_loss": crate::wire::pyjson::float(out.value.avg_loss),
     }));
     Ok(with_parts(frame_response(&root, out.sim_seconds)?, parts))
 }
@@ -961,6 +1002,13 @@ async fn step(
         })?),
     };
     let out = engine_task(&s, move |e| e.step(id, lr)).await?;
+    // The real server encodes JSON with NaN disallowed: a non-finite value here is a 500.
+    if !out.value.last_lr.is_finite() || out.value.grad_norm.is_some_and(|g| !g.is_finite()) {
+        return Err(ApiError::internal(format!(
+            "/step: the answer holds a non-finite value (last_lr {}, grad_norm {:?}), which JSON cannot carry",
+            out.value.last_lr, out.value.grad_norm
+        )));
+    }
     let mut metrics = Map::new();
     metrics.insert("last_lr".into(), json!(out.value.last_lr));
     if let Some(g) = out.value.grad_norm {

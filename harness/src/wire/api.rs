@@ -71,15 +71,15 @@ pub struct ErrorBody {
     pub detail: Value,
 }
 
-/// Parse a JSON body the way a Python peer writes it: strict JSON first, then a lenient pass
-/// that accepts `NaN`, `Infinity` and `-Infinity` (Python's `json.dumps` default), which become
-/// `null` (a non-finite value, as verl's file logger also writes it).
+/// Parse a JSON body the way a Python peer writes it (`json.loads`): strict JSON plus `NaN`,
+/// `Infinity` and `-Infinity` (an aiohttp client can send them), which become
+/// `{"$float": ...}` objects (see [`super::pyjson`]), never `null`.
 pub fn parse_json_lenient(bytes: &[u8]) -> Result<Value, String> {
     match serde_json::from_slice::<Value>(bytes) {
         Ok(v) => Ok(v),
         Err(strict) => {
             let text = std::str::from_utf8(bytes).map_err(|_| strict.to_string())?;
-            json5::from_str::<Value>(text).map_err(|_| strict.to_string())
+            super::pyjson::parse(text).map_err(|_| strict.to_string())
         }
     }
 }
