@@ -188,6 +188,8 @@ fn apply_plants(run: &mut DriverRun) {
             }
             super::Plant::DropMetaKey(key) => {
                 run.translation.meta.remove(&key);
+                run.translation.update_meta.remove(&key);
+                run.translation.dropped_meta.push(key);
             }
         }
     }
@@ -366,7 +368,7 @@ async fn one_step(
             let lo = mb * per_mini;
             let hi = ((mb + 1) * per_mini).min(samples.len());
             let frame = batch.slice(lo, hi).frame(
-                &t.meta,
+                &t.update_meta,
                 Some(&update.slice(&batch, lo, hi)),
                 ForwardKind::Update,
                 t,
@@ -429,7 +431,7 @@ async fn one_step(
             .operation(
                 jobs.training,
                 "weight-sync",
-                jobs.training,
+                Some(jobs.training),
                 "training",
                 json!({"source_sub_job_id": jobs.training, "target_sub_job_ids": [jobs.sampling]}),
             )
@@ -441,9 +443,9 @@ async fn one_step(
             .operation(
                 jobs.sampling,
                 "reset-prefix-cache",
-                jobs.sampling,
+                None,
                 "sampling",
-                json!({}),
+                json!({"drain": true, "timeout_s": 60.0, "retry_interval_s": 0.1}),
             )
             .await?;
         sync.add(&r);
@@ -540,9 +542,11 @@ async fn generate_all(
         .map(|(i, p)| {
             let mut params = sampling_params.clone();
             params.insert("seed".into(), json!(request_seed(seed, step, i)));
+            // Every key, with explicit nulls, as the adapter writes it.
             Node::Json(json!({
                 "prompts": [p.prompt],
                 "sampling_params": params,
+                "routing_key": null,
                 "strict": true,
             }))
         })
@@ -657,6 +661,11 @@ fn accumulate_metrics(acc: &mut Map<String, Value>, body: &Node) -> Result<(), S
         }
     }
     Ok(())
+}
+
+/// Whether a planted bug drops `key` from every call's `meta` (see `Plant::DropMetaKey`).
+fn planted_drop(t: &super::translate::Translation, key: &str) -> bool {
+    t.dropped_meta.iter().any(|k| k == key)
 }
 
 fn stats(m: &mut StepMetrics, prefix: &str, xs: &[f64]) {
@@ -806,7 +815,7 @@ impl PaddedBatch {
                 "loss_fn": "verl_grpo",
             }),
         };
-        let mut meta = meta.clone();
+        let meta = meta.clone();
         if let Some(u) = update {
             tensors.push((
                 "responses".into(),
@@ -838,8 +847,23 @@ impl PaddedBatch {
                     Tensor::from_f32(vec![b, s], &rp).map_err(wire_err)?,
                 ));
             }
+        }
+        // An update's meta ends with the mini-batch's `batch_num_tokens` (a 0-d I64 tensor:
+        // `response_mask.sum()`) and `rollout_is_weights` (no importance weights: an explicit
+        // null), as the adapter sends them.
+        let mut meta_entries: Vec<(String, Node)> =
+            meta.into_iter().map(|(k, v)| (k, Node::Json(v))).collect();
+        if update.is_some() {
             let tokens: usize = self.responses.iter().map(Vec::len).sum();
-            meta.insert("batch_num_tokens".into(), json!(tokens));
+            if !planted_drop(t, "batch_num_tokens") {
+                meta_entries.push((
+                    "batch_num_tokens".into(),
+                    Node::scalar(Tensor::from_i64(vec![], &[tokens as i64]).map_err(wire_err)?),
+                ));
+            }
+            if !planted_drop(t, "rollout_is_weights") {
+                meta_entries.push(("rollout_is_weights".into(), Node::Json(Value::Null)));
+            }
         }
         Ok(Node::Dict(vec![
             (
@@ -859,7 +883,7 @@ impl PaddedBatch {
                         .collect(),
                 ),
             ),
-            ("meta".into(), Node::Json(Value::Object(meta))),
+            ("meta".into(), Node::Dict(meta_entries)),
             ("processing".into(), Node::Json(processing)),
         ]))
     }

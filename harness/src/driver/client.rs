@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::wire::api::{JobConfig, SIM_DURATION_HEADER};
 use crate::wire::{self, Node};
@@ -418,11 +418,7 @@ impl ArcticClient {
 
     /// `POST /initialize`; returns the job id.
     pub async fn initialize(&self, config: &JobConfig) -> Result<u64, ClientError> {
-        let body = serde_json::to_value(config).map_err(|e| ClientError::BadResponse {
-            route: "/initialize".into(),
-            message: e.to_string(),
-        })?;
-        self.initialize_raw(body).await
+        self.initialize_raw(config.to_onprem()).await
     }
 
     /// `POST /initialize` with a raw JobConfig body (the driver may add keys the typed config
@@ -483,24 +479,27 @@ impl ArcticClient {
         .await
     }
 
-    /// `POST /operation` on the job that owns it (`job`), for a sub-job.
+    /// `POST /operation` on the job that owns it (`job`), for a sub-job. The adapter's
+    /// reset-prefix-cache envelope has no `sub_job_id` (`None` leaves the key out).
     pub async fn operation(
         &self,
         job: u64,
         operation_type: &str,
-        sub_job_id: u64,
+        sub_job_id: Option<u64>,
         sub_job_type: &str,
         payload: Value,
     ) -> Result<Reply<Value>, ClientError> {
+        let mut body = Map::new();
+        body.insert("operation_type".into(), json!(operation_type));
+        if let Some(id) = sub_job_id {
+            body.insert("sub_job_id".into(), json!(id));
+        }
+        body.insert("sub_job_type".into(), json!(sub_job_type));
+        body.insert("payload".into(), payload);
         self.json(
             "POST",
             &format!("/operation?job_id={job}"),
-            Body::Json(json!({
-                "operation_type": operation_type,
-                "sub_job_id": sub_job_id,
-                "sub_job_type": sub_job_type,
-                "payload": payload,
-            })),
+            Body::Json(Value::Object(body)),
         )
         .await
     }

@@ -56,6 +56,21 @@ pub fn as_f64(v: &Value) -> Option<f64> {
     v.as_f64().or_else(|| non_finite(v))
 }
 
+/// The value with every non-finite float turned into `null`: what the adapter does to a
+/// config before sending it as JSON (`actor_config`, `policy_loss_config`).
+pub fn json_safe(v: &Value) -> Value {
+    if non_finite(v).is_some() {
+        return Value::Null;
+    }
+    match v {
+        Value::Array(items) => Value::Array(items.iter().map(json_safe).collect()),
+        Value::Object(m) => {
+            Value::Object(m.iter().map(|(k, v)| (k.clone(), json_safe(v))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
 /// `json.dumps(v)` with Python's default settings.
 pub fn to_python(v: &Value) -> String {
     let mut out = String::new();

@@ -2,7 +2,7 @@
 //! returns the metrics the real server would for the same inputs (see the project's GRPO
 //! reference). Clip settings are the fixed values the Arctic loss uses.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 pub const CLIP_LOW: f64 = 0.2;
 pub const CLIP_HIGH: f64 = 0.2;
@@ -256,6 +256,7 @@ pub fn sft_loss(seqs: &[SeqTokens], s: &LossSettings) -> (Map<String, Value>, f6
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn settings() -> LossSettings {
         LossSettings::from_meta(&Map::new(), 4).unwrap()

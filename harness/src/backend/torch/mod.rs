@@ -912,10 +912,12 @@ impl Engine for TorchEngine {
         let worker = WorkerSettings::from_config(config.ds_worker_config.as_ref())?;
         let ds = match config.job_type {
             JobType::Training => config.ds_config.as_ref(),
+            // A DeepSpeed log_prob job carries the training job's ds_config (it only selects
+            // DeepSpeed); its own engine settings travel in log_prob_config.
             JobType::LogProb => config
-                .ds_config
+                .log_prob_config
                 .as_ref()
-                .or(config.log_prob_config.as_ref()),
+                .or(config.ds_config.as_ref()),
             JobType::Sampling => None,
         };
         let optim = OptimConfig::from_ds_config(ds).map_err(EngineError::bad_request)?;
