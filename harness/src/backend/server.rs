@@ -812,9 +812,15 @@ fn model_batch(bytes: Bytes, route: &str) -> Result<(ModelBatch, RecordedParts),
             POST_PROCESSORS.join(", ")
         )));
     }
-    // ABSENT means the server's default loss; an explicit null means forward only.
+    // ABSENT: the real server looks up its default `grpo`, whose signature does not match the
+    // call, so the request fails with a 500 after the forward pass (which changes nothing).
+    // An explicit null means forward only.
     let loss_fn = match processing.get("loss_fn") {
-        None => Some("grpo".to_string()),
+        None => {
+            return Err(ApiError::internal(format!(
+                "{route}: processing.loss_fn is absent: the default `grpo` loss cannot be called this way (send a name, or null for forward only)"
+            )))
+        }
         Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(other) => {

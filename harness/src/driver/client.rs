@@ -92,22 +92,28 @@ pub struct RetryPolicy {
     pub max_backoff: Duration,
 }
 
+/// The default is the real on-prem client's behaviour: never send a call twice.
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self {
-            attempts: 4,
-            first_backoff: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(2),
-        }
+        Self::none()
     }
 }
 
 impl RetryPolicy {
-    /// Never send twice.
+    /// Never send twice (the real client).
     pub fn none() -> Self {
         Self {
             attempts: 1,
-            ..Self::default()
+            first_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+
+    /// Up to four sends with a 200 ms backoff doubling to 2 s: an opt-in policy.
+    pub fn standard() -> Self {
+        Self {
+            attempts: 4,
+            ..Self::none()
         }
     }
 
@@ -532,7 +538,7 @@ mod tests {
 
     #[test]
     fn backoff_doubles_up_to_its_cap() {
-        let p = RetryPolicy::default();
+        let p = RetryPolicy::standard();
         let waits: Vec<u128> = (1..=6).map(|a| p.backoff(a).as_millis()).collect();
         assert_eq!(waits, vec![200, 400, 800, 1600, 2000, 2000]);
         assert_eq!(p.backoff(u32::MAX), p.max_backoff);
