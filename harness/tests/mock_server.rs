@@ -1002,3 +1002,51 @@ async fn standalone_server_refuses_an_invalid_script() {
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     assert!(err.to_string().contains("abacus"), "{err}");
 }
+
+/// The five routes the client exposes beyond the adapter's, and the `workers` lists of the
+/// sleep/wake answers.
+#[tokio::test]
+async fn training_and_log_prob_sleep_routes_answer_with_workers() {
+    let (router, _) = app();
+    let (sid, tid, _dir) = two_jobs(&router).await;
+    let post = |uri: String, body: Value| {
+        let router = router.clone();
+        async move { post_json(&router, &uri, body).await.json() }
+    };
+    let r = post(
+        format!("/sleep-training?job_id={tid}&mode=non_lp"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        r,
+        json!({"job_id": tid, "workers": [{"status": "offloaded_non_lp"}]})
+    );
+    let r = post(
+        format!("/sleep-training?job_id={tid}"),
+        json!({"mode": "non_lp"}),
+    )
+    .await;
+    assert_eq!(r["workers"][0]["status"], "already_offloaded");
+    let r = post(format!("/wake-training?job_id={tid}"), Value::Null).await;
+    assert_eq!(r["workers"][0]["status"], "on_gpu");
+    let r = post(format!("/wake-training?job_id={tid}"), Value::Null).await;
+    assert_eq!(r["workers"][0]["status"], "already_on_gpu");
+    let r = post(format!("/empty-training-cache?job_id={tid}"), Value::Null).await;
+    assert!(r["workers"].is_array(), "{r}");
+    let wrong = post_json(&router, &format!("/sleep-log-prob?job_id={tid}"), json!({})).await;
+    assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
+
+    let r = post(
+        format!("/sleep-inference?job_id={sid}&level=1"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(r["sampling"], json!({"status": "sleeping", "level": 1}));
+    assert!(r["workers"].is_array(), "{r}");
+    let r = post(format!("/wake-inference?job_id={sid}"), Value::Null).await;
+    assert_eq!(r["sampling"]["status"], "ready");
+    let r = post(format!("/wake-inference?job_id={sid}"), Value::Null).await;
+    assert_eq!(r["sampling"], json!({"status": "already_ready"}), "no tags");
+    assert!(r["workers"].is_array(), "{r}");
+}

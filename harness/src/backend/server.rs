@@ -125,6 +125,8 @@ struct Job {
     job_type: JobType,
     config: JobConfig,
     sampling: SamplingState,
+    /// What `/sleep-training` (or `/sleep-log-prob`) moved off the GPU: `None` while on it.
+    offloaded: Option<&'static str>,
 }
 
 #[derive(Debug, Default)]
@@ -352,6 +354,11 @@ pub fn router(engine: Arc<dyn Engine>, opts: ServerOptions) -> (Router, ServerHa
         .route("/sleep-inference", post(sleep_inference))
         .route("/wake-inference", post(wake_inference))
         .route("/reset-prefix-cache", post(reset_prefix_cache))
+        .route("/sleep-training", post(sleep_training))
+        .route("/wake-training", post(wake_training))
+        .route("/empty-training-cache", post(empty_training_cache))
+        .route("/sleep-log-prob", post(sleep_log_prob))
+        .route("/wake-log-prob", post(wake_log_prob))
         .route("/operation", post(operation))
         .route("/weight-sync", post(weight_sync))
         .route("/weight-norm", post(weight_norm))
@@ -637,6 +644,7 @@ async fn initialize(
                 job_type,
                 config: config.clone(),
                 sampling: SamplingState::Ready,
+                offloaded: None,
             },
         );
         id
@@ -1148,6 +1156,14 @@ async fn log_probs(
     frame_response(&root, out.sim_seconds)
 }
 
+/// A query parameter's raw value.
+fn query_param(uri: &Uri, name: &str) -> Option<String> {
+    uri.query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then(|| v.to_string())
+    })
+}
+
 fn sleep_job(s: &Shared, id: u64, body: &Map<String, Value>, route: &str) -> ApiResult {
     let level = match body.get("level") {
         None | Some(Value::Null) => 1,
@@ -1164,7 +1180,11 @@ fn sleep_job(s: &Shared, id: u64, body: &Map<String, Value>, route: &str) -> Api
         s.set_sampling_state(id, SamplingState::Sleeping);
         "sleeping"
     };
-    ok_json(json!({"job_id": id, "sampling": {"status": status, "level": level}}))
+    ok_json(json!({
+        "job_id": id,
+        "sampling": {"status": status, "level": level},
+        "workers": [{"status": status, "level": level}],
+    }))
 }
 
 fn wake_tags(body: Option<&Value>, route: &str) -> Result<(WakeTags, Value), ApiError> {
@@ -1219,7 +1239,14 @@ fn wake_job(s: &Shared, id: u64, body: Option<&Value>, route: &str) -> ApiResult
     let (next, status) = wake_transition(job.sampling, tags)
         .map_err(|e| ApiError::bad_request(format!("{route}: job {id}: {e}")))?;
     s.set_sampling_state(id, next);
-    ok_json(json!({"job_id": id, "sampling": {"status": status, "tags": tag_list}}))
+    // `already_ready` carries no tags.
+    let mut sampling = Map::new();
+    sampling.insert("status".into(), json!(status));
+    if status != "already_ready" {
+        sampling.insert("tags".into(), tag_list);
+    }
+    let worker = Value::Object(sampling.clone());
+    ok_json(json!({"job_id": id, "sampling": sampling, "workers": [worker]}))
 }
 
 fn reset_job(s: &Shared, id: u64, route: &str) -> ApiResult {
@@ -1292,8 +1319,115 @@ async fn sleep_inference(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let id = require_job_id(&uri)?;
-    let body = json_object(body, "/sleep-inference")?;
+    let mut body = json_object(body, "/sleep-inference")?;
+    // `level` may come as a query parameter too.
+    if !body.contains_key("level") {
+        if let Some(l) = query_param(&uri, "level") {
+            let v = l
+                .parse::<u64>()
+                .map(Value::from)
+                .unwrap_or(Value::String(l));
+            body.insert("level".into(), v);
+        }
+    }
     sleep_job(&s, id, &body, "/sleep-inference")
+}
+
+/// Offload (`sleep`) or reload a DeepSpeed engine: the training job, or a log_prob job. A
+/// log_prob job on vLLM has no DeepSpeed workers: `workers: []`.
+fn offload_job(
+    s: &Shared,
+    id: u64,
+    sleep: Option<&str>,
+    kinds: &[JobType],
+    route: &str,
+) -> ApiResult {
+    let job = s.job_checked(id, kinds, route)?;
+    if job.job_type == JobType::LogProb && !job.config.is_deepspeed() {
+        return ok_json(json!({"job_id": id, "workers": []}));
+    }
+    let status = {
+        let mut t = lock(&s.table);
+        let j = t
+            .jobs
+            .get_mut(&id)
+            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("job {id} not found")))?;
+        match sleep {
+            Some(mode) => {
+                let status = match mode {
+                    "all" => "offloaded",
+                    "non_lp" => "offloaded_non_lp",
+                    "lp_params" => "offloaded_lp",
+                    other => {
+                        return Err(ApiError::unprocessable(format!(
+                            "{route}: mode must be all, non_lp or lp_params, got {other:?}"
+                        )))
+                    }
+                };
+                if j.offloaded == Some(status) {
+                    "already_offloaded"
+                } else {
+                    j.offloaded = Some(status);
+                    status
+                }
+            }
+            None => {
+                if j.offloaded.take().is_some() {
+                    "on_gpu"
+                } else {
+                    "already_on_gpu"
+                }
+            }
+        }
+    };
+    ok_json(json!({"job_id": id, "workers": [{"status": status}]}))
+}
+
+/// `mode` of `/sleep-training`, from the query or the body (default `all`).
+fn sleep_mode(uri: &Uri, body: &Map<String, Value>) -> String {
+    body.get("mode")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| query_param(uri, "mode"))
+        .unwrap_or_else(|| "all".to_string())
+}
+
+async fn sleep_training(
+    State(s): State<Arc<Shared>>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let id = require_job_id(&uri)?;
+    let body = json_object(body, "/sleep-training")?;
+    let mode = sleep_mode(&uri, &body);
+    offload_job(&s, id, Some(&mode), &[JobType::Training], "/sleep-training")
+}
+
+async fn wake_training(State(s): State<Arc<Shared>>, uri: Uri) -> ApiResult {
+    let id = require_job_id(&uri)?;
+    offload_job(&s, id, None, &[JobType::Training], "/wake-training")
+}
+
+async fn empty_training_cache(State(s): State<Arc<Shared>>, uri: Uri) -> ApiResult {
+    let id = require_job_id(&uri)?;
+    s.job_checked(id, &[JobType::Training], "/empty-training-cache")?;
+    ok_json(json!({"job_id": id, "workers": [{"status": "cache_emptied"}]}))
+}
+
+async fn sleep_log_prob(
+    State(s): State<Arc<Shared>>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let id = require_job_id(&uri)?;
+    let body = json_object(body, "/sleep-log-prob")?;
+    let mode = sleep_mode(&uri, &body);
+    offload_job(&s, id, Some(&mode), &[JobType::LogProb], "/sleep-log-prob")
+}
+
+async fn wake_log_prob(State(s): State<Arc<Shared>>, uri: Uri) -> ApiResult {
+    let id = require_job_id(&uri)?;
+    offload_job(&s, id, None, &[JobType::LogProb], "/wake-log-prob")
 }
 
 async fn wake_inference(
