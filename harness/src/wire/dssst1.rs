@@ -1027,6 +1027,25 @@ pub fn decode(buf: Bytes) -> Result<Node, WireError> {
     parse_node(&tree, "", &mut resolve)
 }
 
+/// The byte length of the whole frame its header announces: the header extent plus the end of
+/// the last tensor's `data_offsets` (`prefix` holds at least [`header_extent`] bytes). A body
+/// of another length is cut short or carries trailing bytes, and does not decode.
+pub fn frame_len(prefix: &[u8]) -> Result<usize, WireError> {
+    let extent = header_extent(prefix)?;
+    let header = prefix
+        .get(8..extent)
+        .ok_or_else(|| refuse(prefix, "the header is cut short"))?;
+    let metadata: Metadata = serde_json::from_slice(header)
+        .map_err(|e| refuse(prefix, format!("safetensors container: {e}")))?;
+    let end = metadata
+        .tensors()
+        .values()
+        .map(|info| info.data_offsets.1)
+        .max()
+        .unwrap_or(0);
+    Ok(extent + end)
+}
+
 /// The [`Node::summary`] of a frame from its header alone (`prefix` holds at least
 /// [`header_extent`] bytes): a proxy can log a 256 MB frame without keeping its tensors.
 pub fn header_summary(prefix: &[u8]) -> Result<Value, WireError> {
