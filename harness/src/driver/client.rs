@@ -67,8 +67,9 @@ impl ClientError {
 
 /// Which failed calls the client sends again, and how long it waits in between.
 ///
-/// The Arctic API reference does not say what the real client retries, so this is the
-/// harness's own, conservative assumption:
+/// The real on-prem client never resends (its first non-2xx answer raises; only its health and
+/// job polls tolerate errors), so the default policy is [`RetryPolicy::none`]. A scenario may
+/// opt in (`driver.retry`) to this conservative policy:
 /// - a request that never reached the server (connection refused or reset before it was
 ///   sent) is sent again on any route;
 /// - a 502, 503 or 504, or a connection lost while the answer was coming, is retried on the
