@@ -1050,3 +1050,21 @@ async fn training_and_log_prob_sleep_routes_answer_with_workers() {
     assert_eq!(r["sampling"], json!({"status": "already_ready"}), "no tags");
     assert!(r["workers"].is_array(), "{r}");
 }
+
+/// `/forward` looks its job up before checking it exists: an unknown id is the real server's
+/// plain-text 500, while other routes answer a JSON 404.
+#[tokio::test]
+async fn an_unknown_job_on_forward_is_a_500_elsewhere_a_404() {
+    let (router, _) = app();
+    let (_sid, _tid, _dir) = two_jobs(&router).await;
+    let r = post_frame(
+        &router,
+        "/forward?job_id=99",
+        &model_call(batch_node(2, false), json!({"loss_fn": null})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(r.body, "Internal Server Error");
+    let r = post_json(&router, "/step?job_id=99", json!({})).await;
+    r.assert_refused(StatusCode::NOT_FOUND, "job 99");
+}

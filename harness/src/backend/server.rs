@@ -936,7 +936,17 @@ async fn forward(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let id = require_job_id(&uri)?;
-    let job = s.job_checked(id, &[JobType::Training, JobType::LogProb], "/forward")?;
+    // The real server looks the job up before checking it exists: an unknown id fails inside
+    // the handler, a 500.
+    let job = s
+        .job_checked(id, &[JobType::Training, JobType::LogProb], "/forward")
+        .map_err(|e| {
+            if e.status == StatusCode::NOT_FOUND {
+                ApiError::internal(format!("/forward: {}", e.detail))
+            } else {
+                e
+            }
+        })?;
     if job.job_type == JobType::LogProb && job.config.ds_config.is_none() {
         return Err(ApiError::bad_request(format!(
             "/forward: log_prob job {id} has no ds_config, so it runs no DeepSpeed engine to forward"
