@@ -16,7 +16,7 @@ use crate::events::{EventSender, RunEvent};
 use crate::metrics::{ModelShape, StepMetrics};
 use crate::task::{ArithTask, CharTokenizer, Problem, PAD_ID};
 use crate::wire::api::JobType;
-use crate::wire::{Node, Tensor};
+use crate::wire::{pyjson, Node, Tensor};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -403,7 +403,7 @@ async fn one_step(
     let update_s = upd.seconds();
     m.insert("timing_s/update_actor", update_s);
     for (k, v) in &fb_metrics {
-        if let Some(sum) = v.as_f64() {
+        if let Some(sum) = pyjson::as_f64(v) {
             let name = if k.starts_with("actor/") {
                 k.clone()
             } else {
@@ -623,15 +623,15 @@ fn parse_generate(node: &Node) -> Result<Vec<GenResult>, StepError> {
         .collect()
 }
 
+/// A number or a non-finite float (`{"$float": "NaN"}`, as a Python peer's `NaN` reads).
 fn mean_of(v: &Value) -> Option<f64> {
     match v {
-        Value::Number(n) => n.as_f64(),
         // Per-rank lists when the job has more than one rank.
         Value::Array(items) => {
-            let xs: Vec<f64> = items.iter().filter_map(Value::as_f64).collect();
+            let xs: Vec<f64> = items.iter().filter_map(pyjson::as_f64).collect();
             (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
         }
-        _ => None,
+        other => pyjson::as_f64(other),
     }
 }
 
@@ -652,12 +652,9 @@ fn accumulate_metrics(acc: &mut Map<String, Value>, body: &Node) -> Result<(), S
             mean_of(&v)
         };
         if let Some(x) = x {
-            let prev = acc.get(&k).and_then(Value::as_f64).unwrap_or(0.0);
-            let sum = prev + x;
-            acc.insert(
-                k,
-                serde_json::Number::from_f64(sum).map_or(Value::Null, Value::Number),
-            );
+            // A NaN loss stays NaN in the sum (and so in the step's metrics).
+            let prev = acc.get(&k).and_then(pyjson::as_f64).unwrap_or(0.0);
+            acc.insert(k, pyjson::float(prev + x));
         }
     }
     Ok(())
@@ -961,5 +958,32 @@ impl PaddedBatch {
             .zip(&self.responses)
             .flat_map(|(&v, r)| std::iter::repeat_n(v, r.len()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A NaN loss from the server (the `NaN` literal in the frame) stays NaN in the summed
+    /// metrics, never silently dropped or turned into 0.
+    #[test]
+    fn a_nan_loss_in_a_reply_stays_nan_in_the_metrics() {
+        let reply = crate::wire::decode(bytes::Bytes::from(
+            crate::wire::encode(&Node::json(json!({
+                "job_id": 2,
+                "metrics": {"loss": pyjson::float(f64::NAN), "actor/pg_loss": 0.5},
+                "avg_loss": pyjson::float(f64::NAN),
+            })))
+            .unwrap(),
+        ))
+        .unwrap();
+        let mut acc = Map::new();
+        assert!(accumulate_metrics(&mut acc, &reply).is_ok());
+        assert!(accumulate_metrics(&mut acc, &reply).is_ok());
+        assert!(pyjson::as_f64(&acc["loss"]).unwrap().is_nan());
+        assert_eq!(pyjson::as_f64(&acc["actor/pg_loss"]), Some(1.0));
+        assert!(mean_of(&pyjson::float(f64::NAN)).unwrap().is_nan());
+        assert_eq!(mean_of(&json!([1.0, 3.0])), Some(2.0));
     }
 }

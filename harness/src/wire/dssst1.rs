@@ -574,14 +574,14 @@ impl Node {
         }
     }
 
-    /// The tree as JSON with every one-element tensor read as its number (a 0-d tensor where a
-    /// number is expected, as in `meta.batch_num_tokens`), larger tensors as nested arrays of
+    /// The tree as JSON with every 0-d tensor read as its number (where a number is expected,
+    /// as in `meta.batch_num_tokens`), other tensors as nested arrays of
     /// their values (complex and packed sub-byte ones as their `{"dtype", "shape"}` summary),
     /// tuples as arrays: what a route reads out of `meta`.
     pub fn to_values(&self) -> Value {
         match self {
             Node::Tensor { tensor, scalar } => match tensor.scalar_json() {
-                Some(v) if *scalar || tensor.shape.iter().all(|&d| d == 1) => v,
+                Some(v) if *scalar || tensor.shape.is_empty() => v,
                 _ => tensor_values(tensor).unwrap_or_else(|| tensor.summary()),
             },
             Node::Json(v) => v.clone(),
