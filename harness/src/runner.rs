@@ -476,8 +476,11 @@ async fn execute_with(
                 peak_flops: metrics.device.as_deref().and_then(promised_peak_flops),
                 n_gpus,
             };
-            let client = ArcticClient::new(proxy_url, request_timeout)
+            let mut client = ArcticClient::new(proxy_url, request_timeout)
                 .map_err(|e| CommandError::run_failed(e.to_string()))?;
+            if let Some(retry) = &spec.retry {
+                client = client.with_retry(retry.policy());
+            }
             let tx = tx.clone();
             tokio::spawn(async move { builtin::run(&client, &run, &tx).await })
         }

@@ -121,6 +121,17 @@ async fn latency_within_the_time_out_is_waited_out() {
     run_fault("latency").await;
 }
 
+/// The real client never retries: without `driver.retry` the first 503 ends the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_opt_in_policy_a_503_is_never_sent_again() {
+    let (dir, _tmp) = run_fault("http-5xx-no-retry").await;
+    let gen_503 = calls(&dir)
+        .iter()
+        .filter(|(r, s)| r == "/generate" && *s == 503)
+        .count();
+    assert_eq!(gen_503, 1, "one 503 answer on /generate, never sent again");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stall_ends_as_a_hang_at_its_step() {
     run_fault("stall").await;
@@ -161,6 +172,7 @@ fn every_fault_scenario_declares_its_verdict_and_is_tested() {
         "drop",
         "http-4xx",
         "http-5xx",
+        "http-5xx-no-retry",
         "latency",
         "nan-grad-norm",
         "nan-logprobs",

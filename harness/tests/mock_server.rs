@@ -38,11 +38,28 @@ impl Answer {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
     }
+    /// What an error answer says, in the real server's shapes: `{"detail": "..."}` for a
+    /// deliberate error, a 422's LIST of `{loc, msg, type}` (messages joined), and the
+    /// plain-text body of a 500.
     fn detail(&self) -> String {
-        self.json()["detail"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
+        if self.status == StatusCode::INTERNAL_SERVER_ERROR {
+            return String::from_utf8_lossy(&self.body).into_owned();
+        }
+        match &self.json()["detail"] {
+            Value::String(s) => s.clone(),
+            Value::Array(items) => {
+                assert_eq!(self.status, StatusCode::UNPROCESSABLE_ENTITY);
+                items
+                    .iter()
+                    .map(|i| {
+                        assert!(i["loc"].is_array() && i["type"].is_string(), "{i}");
+                        i["msg"].as_str().unwrap_or_default().to_string()
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }
+            other => panic!("detail is neither a string nor a list: {other}"),
+        }
     }
     /// The request was refused with `status`, the detail naming `needle`.
     #[track_caller]
@@ -431,12 +448,9 @@ async fn loss_fn_absent_means_grpo() {
         &model_call(batch_node(2, false), json!({"post": []})),
     )
     .await;
-    assert_eq!(absent.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(
-        absent.detail().contains("\"grpo\"") && absent.detail().contains("response_mask"),
-        "{}",
-        absent.detail()
-    );
+    // The real server looks up `grpo`, whose signature does not match the call: a 500.
+    assert_eq!(absent.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(absent.detail(), "Internal Server Error");
     // Explicit null: forward only.
     let null = post_frame(
         &router,
@@ -452,16 +466,28 @@ async fn loss_fn_absent_means_grpo() {
     assert_eq!(f["job_id"], json!(tid));
     assert_eq!(f["batch"]["logprobs"], json!({"shape": [2, 20]}));
     assert_eq!(f["batch"]["entropy"], json!({"shape": [2, 20]}));
-    assert_eq!(f["avg_loss"], Value::Null);
+    // A forward-only call answers `avg_loss: 0.0`, as the real server does.
+    assert_eq!(f["avg_loss"], json!(0.0));
     assert!(null.headers.contains_key(SIM_DURATION_HEADER));
 
-    // forward-backward with loss_fn absent runs GRPO.
-    let fb = post_frame(
+    // forward-backward with loss_fn absent fails as the real server does (a 500).
+    let absent = post_frame(
         &router,
         &format!("/forward-backward?job_id={tid}"),
         &model_call(
             batch_node(4, true),
             json!({"post": ["compute_entropy_and_logprobs"]}),
+        ),
+    )
+    .await;
+    assert_eq!(absent.status, StatusCode::INTERNAL_SERVER_ERROR);
+    // With the adapter's loss.
+    let fb = post_frame(
+        &router,
+        &format!("/forward-backward?job_id={tid}"),
+        &model_call(
+            batch_node(4, true),
+            json!({"post": ["compute_entropy_and_logprobs"], "loss_fn": "verl_grpo"}),
         ),
     )
     .await;
@@ -488,6 +514,81 @@ async fn loss_fn_absent_means_grpo() {
     let last = rec.last().unwrap();
     assert_eq!(last.route, "/forward-backward");
     assert_eq!(last.meta.as_ref().unwrap()["global_batch_size"], json!(4));
+}
+
+/// The adapter sends `meta.batch_num_tokens` as a 0-d I64 tensor and may send per-sample
+/// values (`rollout_is_weights`) as tensors: the server reads a 0-d tensor as a number.
+#[tokio::test]
+async fn tensors_in_meta_are_accepted_and_a_0d_tensor_reads_as_a_number() {
+    let (router, handle) = app();
+    let (_sid, tid, _dir) = two_jobs(&router).await;
+    let meta = Node::dict([
+        ("pad_token_id", Node::json(0)),
+        ("temperature", Node::json(1.0)),
+        ("global_batch_size", Node::json(4)),
+        ("batch_num_tokens", Node::scalar(i64_tensor(vec![], &[37]))),
+        (
+            "rollout_is_weights",
+            tensor(rlharness::wire::Tensor::from_f32([4], &[1.0; 4]).unwrap()),
+        ),
+    ]);
+    for route in ["/forward", "/forward-backward"] {
+        let root = Node::Dict(vec![
+            ("batch".into(), batch_node(4, true)),
+            ("meta".into(), meta.clone()),
+            (
+                "processing".into(),
+                Node::Json(
+                    json!({"post": ["compute_entropy_and_logprobs"], "loss_fn": "verl_grpo"}),
+                ),
+            ),
+        ]);
+        let r = post_frame(&router, &format!("{route}?job_id={tid}"), &root).await;
+        assert_eq!(r.status, StatusCode::OK, "{route}: {:?}", r.body);
+        let rec = handle.requests();
+        let m = rec.last().unwrap().meta.clone().unwrap();
+        assert_eq!(m["batch_num_tokens"], json!(37), "{route}");
+        assert_eq!(
+            m["rollout_is_weights"],
+            json!([1.0, 1.0, 1.0, 1.0]),
+            "{route}"
+        );
+    }
+}
+
+/// A NaN loss comes back as the `NaN` literal inside the frame (the adapter averages the
+/// losses with numpy; a `null` there crashes it).
+#[tokio::test]
+async fn a_nan_loss_comes_back_as_nan_not_null() {
+    let (router, _) = app();
+    let (_sid, tid, _dir) = two_jobs(&router).await;
+    let Node::Dict(mut e) = batch_node(2, true) else {
+        unreachable!()
+    };
+    for (k, v) in &mut e {
+        if k == "advantages" {
+            let shape = v.as_tensor().unwrap().shape.clone();
+            let n = shape.iter().product::<usize>();
+            *v = tensor(rlharness::wire::Tensor::from_f32(shape, &vec![f32::NAN; n]).unwrap());
+        }
+    }
+    let r = post_frame(
+        &router,
+        &format!("/forward-backward?job_id={tid}"),
+        &model_call(Node::Dict(e), json!({"post": [], "loss_fn": "verl_grpo"})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    assert!(text.contains(r#"\"avg_loss\": NaN"#), "{text}");
+    let root = rlharness::wire::decode(r.body.clone()).unwrap();
+    let v = root.to_json().unwrap();
+    assert!(rlharness::wire::pyjson::as_f64(&v["avg_loss"])
+        .unwrap()
+        .is_nan());
+    assert!(rlharness::wire::pyjson::as_f64(&v["metrics"]["loss"])
+        .unwrap()
+        .is_nan());
 }
 
 #[tokio::test]
@@ -563,13 +664,14 @@ async fn legacy_pickle_payloads_are_refused() {
                 Body::from(body),
             )
             .await;
-            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{route}");
-            assert!(
-                r.detail()
-                    .contains("legacy pickle/torch.save payload refused"),
-                "{route}: {}",
-                r.detail()
-            );
+            // A frame that does not decode raises inside the real server's handler: a
+            // plain-text 500 (the mock's log names the legacy payload).
+            assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{route}");
+            assert_eq!(r.body, "Internal Server Error", "{route}");
+            assert!(r.headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/plain"));
         }
         let r = call(
             &router,
@@ -578,7 +680,7 @@ async fn legacy_pickle_payloads_are_refused() {
             Body::from(&b"\x03\x00\x00\x00\x00\x00\x00\x00abc"[..]),
         )
         .await;
-        r.assert_refused(StatusCode::BAD_REQUEST, "not a valid DSSST1 payload");
+        r.assert_refused(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error");
     }
 }
 
@@ -628,8 +730,12 @@ async fn garbage_bodies_never_crash_the_server() {
                     Body::from(body.clone()),
                 )
                 .await;
+                // Garbage is refused: a 4xx, or the real server's plain-text 500 for a
+                // failure inside a handler; never a crash or another 5xx.
                 assert!(
-                    r.status.as_u16() < 500,
+                    r.status.as_u16() < 500
+                        || (r.status == StatusCode::INTERNAL_SERVER_ERROR
+                            && r.body == "Internal Server Error"),
                     "{route}{q} {body:?}: {} {:?}",
                     r.status,
                     r.body
@@ -895,4 +1001,70 @@ async fn standalone_server_refuses_an_invalid_script() {
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     assert!(err.to_string().contains("abacus"), "{err}");
+}
+
+/// The five routes the client exposes beyond the adapter's, and the `workers` lists of the
+/// sleep/wake answers.
+#[tokio::test]
+async fn training_and_log_prob_sleep_routes_answer_with_workers() {
+    let (router, _) = app();
+    let (sid, tid, _dir) = two_jobs(&router).await;
+    let post = |uri: String, body: Value| {
+        let router = router.clone();
+        async move { post_json(&router, &uri, body).await.json() }
+    };
+    let r = post(
+        format!("/sleep-training?job_id={tid}&mode=non_lp"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        r,
+        json!({"job_id": tid, "workers": [{"status": "offloaded_non_lp"}]})
+    );
+    let r = post(
+        format!("/sleep-training?job_id={tid}"),
+        json!({"mode": "non_lp"}),
+    )
+    .await;
+    assert_eq!(r["workers"][0]["status"], "already_offloaded");
+    let r = post(format!("/wake-training?job_id={tid}"), Value::Null).await;
+    assert_eq!(r["workers"][0]["status"], "on_gpu");
+    let r = post(format!("/wake-training?job_id={tid}"), Value::Null).await;
+    assert_eq!(r["workers"][0]["status"], "already_on_gpu");
+    let r = post(format!("/empty-training-cache?job_id={tid}"), Value::Null).await;
+    assert!(r["workers"].is_array(), "{r}");
+    let wrong = post_json(&router, &format!("/sleep-log-prob?job_id={tid}"), json!({})).await;
+    assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
+
+    let r = post(
+        format!("/sleep-inference?job_id={sid}&level=1"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(r["sampling"], json!({"status": "sleeping", "level": 1}));
+    assert!(r["workers"].is_array(), "{r}");
+    let r = post(format!("/wake-inference?job_id={sid}"), Value::Null).await;
+    assert_eq!(r["sampling"]["status"], "ready");
+    let r = post(format!("/wake-inference?job_id={sid}"), Value::Null).await;
+    assert_eq!(r["sampling"], json!({"status": "already_ready"}), "no tags");
+    assert!(r["workers"].is_array(), "{r}");
+}
+
+/// `/forward` looks its job up before checking it exists: an unknown id is the real server's
+/// plain-text 500, while other routes answer a JSON 404.
+#[tokio::test]
+async fn an_unknown_job_on_forward_is_a_500_elsewhere_a_404() {
+    let (router, _) = app();
+    let (_sid, _tid, _dir) = two_jobs(&router).await;
+    let r = post_frame(
+        &router,
+        "/forward?job_id=99",
+        &model_call(batch_node(2, false), json!({"loss_fn": null})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(r.body, "Internal Server Error");
+    let r = post_json(&router, "/step?job_id=99", json!({})).await;
+    r.assert_refused(StatusCode::NOT_FOUND, "job 99");
 }

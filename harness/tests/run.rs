@@ -10,7 +10,7 @@ use std::sync::Arc;
 use rlharness::app::run_one;
 use rlharness::error::ExitStatus;
 use rlharness::metrics::MetricTable;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 fn smoke() -> PathBuf {
     repo().join("scenarios/smoke/mock-gsm8k-grpo.yaml")
@@ -121,6 +121,40 @@ async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory(
     assert_eq!(&folded[..first_step.len()], &first_step, "{folded:?}");
     assert_eq!(routes.iter().filter(|r| *r == "/generate").count(), 16 * 20);
     assert_eq!(routes.iter().filter(|r| *r == "/destroy").count(), 2);
+
+    // The adapter's `meta` per route: 14 keys on /forward; on /forward-backward those plus
+    // actor_config, policy_loss_config, global_batch_size, batch_num_tokens (a 0-d I64
+    // tensor) and an explicit null rollout_is_weights.
+    let lines = wire(&dir);
+    let meta_of = |route: &str| {
+        lines
+            .iter()
+            .find(|l| l["route"] == route)
+            .map(|l| l["request"]["dssst1"]["meta"].clone())
+            .unwrap_or_else(|| panic!("no {route} in wire.jsonl"))
+    };
+    let fwd = meta_of("/forward");
+    assert_eq!(fwd.as_object().unwrap().len(), 14, "{fwd}");
+    let fb = meta_of("/forward-backward");
+    let extra: Vec<&str> = fb
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .filter(|k| fwd.get(*k).is_none())
+        .collect();
+    assert_eq!(
+        extra,
+        [
+            "actor_config",
+            "policy_loss_config",
+            "global_batch_size",
+            "batch_num_tokens",
+            "rollout_is_weights"
+        ]
+    );
+    assert_eq!(fb["batch_num_tokens"], json!({"dtype": "I64", "shape": []}));
+    assert_eq!(fb["rollout_is_weights"], Value::Null);
 
     // What reached the server: ZoRRo and logits keys in the training job's ds_worker_config.
     let cfg: Value =

@@ -647,3 +647,31 @@ fn shipped_scenarios_are_valid() {
     let outcome = check(&[root]);
     assert!(outcome.is_ok(), "{}", render_check(&outcome));
 }
+
+/// Users keep scenarios in their own repositories: a minimal scenario in a folder with no
+/// `defaults/verl.yaml` is layered over the verl defaults built into the binary.
+#[test]
+fn a_scenario_outside_the_scenarios_tree_uses_the_built_in_verl_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mine.yaml");
+    std::fs::write(
+        &file,
+        "name: mine\ndescription: d\nseed: 1\nsteps: 1\ndriver: {kind: builtin}\nbackend: {kind: mock}\nconfig:\n  data:\n    train_batch_size: 8\n",
+    )
+    .unwrap();
+    let s = load(&file, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let epochs = s
+        .config
+        .get("actor_rollout_ref.actor.ppo_epochs")
+        .expect("a verl default");
+    assert!(
+        matches!(&epochs.origin, Origin::Default { path, .. } if path.ends_with("defaults/verl.yaml")),
+        "{:?}",
+        epochs.origin
+    );
+    assert_eq!(
+        s.config.get("data.train_batch_size").unwrap().value,
+        json!(8)
+    );
+    assert!(check(&[file]).is_ok());
+}

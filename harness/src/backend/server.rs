@@ -125,6 +125,8 @@ struct Job {
     job_type: JobType,
     config: JobConfig,
     sampling: SamplingState,
+    /// What `/sleep-training` (or `/sleep-log-prob`) moved off the GPU: `None` while on it.
+    offloaded: Option<&'static str>,
 }
 
 #[derive(Debug, Default)]
@@ -237,16 +239,46 @@ impl From<EngineError> for ApiError {
 }
 
 impl From<WireError> for ApiError {
+    /// A frame that does not decode raises inside the real server's handler: a 500.
     fn from(e: WireError) -> Self {
-        match e {
-            WireError::Encode(_) => Self::internal(e.to_string()),
-            _ => Self::bad_request(e.to_string()),
-        }
+        Self::internal(e.to_string())
     }
 }
 
+/// The plain-text body of the real server's 500 (its framework's default for an exception
+/// inside a handler).
+pub const INTERNAL_SERVER_ERROR_BODY: &str = "Internal Server Error";
+
+/// A 500 as the real server sends it: plain text, no detail (the mock's log says more).
+pub fn internal_server_error() -> Response {
+    let mut resp = Response::new(Body::from(INTERNAL_SERVER_ERROR_BODY));
+    *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
 impl IntoResponse for ApiError {
+    /// The real server's shapes: a 500 is plain text; a 422 (framework validation) carries a
+    /// LIST of `{type, loc, msg, input}` in `detail`; a deliberate error `{"detail": "..."}`.
     fn into_response(self) -> Response {
+        if self.status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::warn!("answering 500 Internal Server Error: {}", self.detail);
+            let mut resp = internal_server_error();
+            resp.extensions_mut().insert(self);
+            return resp;
+        }
+        if self.status == StatusCode::UNPROCESSABLE_ENTITY {
+            let detail = json!([{
+                "type": "value_error",
+                "loc": ["body"],
+                "msg": self.detail,
+                "input": null,
+            }]);
+            return json_response(self.status, &json!({ "detail": detail }), None);
+        }
         json_response(self.status, &json!({ "detail": self.detail }), None)
     }
 }
@@ -322,6 +354,11 @@ pub fn router(engine: Arc<dyn Engine>, opts: ServerOptions) -> (Router, ServerHa
         .route("/sleep-inference", post(sleep_inference))
         .route("/wake-inference", post(wake_inference))
         .route("/reset-prefix-cache", post(reset_prefix_cache))
+        .route("/sleep-training", post(sleep_training))
+        .route("/wake-training", post(wake_training))
+        .route("/empty-training-cache", post(empty_training_cache))
+        .route("/sleep-log-prob", post(sleep_log_prob))
+        .route("/wake-log-prob", post(wake_log_prob))
         .route("/operation", post(operation))
         .route("/weight-sync", post(weight_sync))
         .route("/weight-norm", post(weight_norm))
@@ -468,9 +505,12 @@ fn json_body(body: Result<Bytes, BytesRejection>, route: &str) -> Result<Option<
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-        ApiError::unprocessable(format!("{route}: request body is not valid JSON: {e}"))
-    })
+    // An aiohttp client may send NaN/Infinity literals: read them as Python does.
+    crate::wire::api::parse_json_lenient(&bytes)
+        .map(Some)
+        .map_err(|e| {
+            ApiError::unprocessable(format!("{route}: request body is not valid JSON: {e}"))
+        })
 }
 
 /// A JSON object body (absent or `null` is an empty object).
@@ -604,6 +644,7 @@ async fn initialize(
                 job_type,
                 config: config.clone(),
                 sampling: SamplingState::Ready,
+                offloaded: None,
             },
         );
         id
@@ -713,18 +754,21 @@ fn model_batch(bytes: Bytes, route: &str) -> Result<(ModelBatch, RecordedParts),
     for (k, v) in entries {
         match k.as_str() {
             "batch" => batch_node = Some(v),
-            "meta" => match node_to_json(&v) {
-                Some(Value::Object(m)) => meta = m,
-                Some(Value::Null) => {}
-                _ => {
+            // `meta` may hold tensors anywhere (the adapter sends `batch_num_tokens` as a 0-d
+            // I64 tensor): a one-element tensor reads as its number.
+            "meta" => match v.to_values() {
+                Value::Object(m) => meta = m,
+                Value::Null => {}
+                other => {
                     return Err(ApiError::unprocessable(format!(
-                        "{route}: `meta` must be a JSON object without tensors"
+                        "{route}: `meta` must be an object, got {}",
+                        frame::node_kind(&Node::Json(other))
                     )))
                 }
             },
-            "processing" => match node_to_json(&v) {
-                Some(Value::Object(m)) => processing = m,
-                Some(Value::Null) => {}
+            "processing" => match v.to_values() {
+                Value::Object(m) => processing = m,
+                Value::Null => {}
                 _ => {
                     return Err(ApiError::unprocessable(format!(
                         "{route}: `processing` must be a JSON object"
@@ -776,9 +820,15 @@ fn model_batch(bytes: Bytes, route: &str) -> Result<(ModelBatch, RecordedParts),
             POST_PROCESSORS.join(", ")
         )));
     }
-    // ABSENT means the server's default loss; an explicit null means forward only.
+    // ABSENT: the real server looks up its default `grpo`, whose signature does not match the
+    // call, so the request fails with a 500 after the forward pass (which changes nothing).
+    // An explicit null means forward only.
     let loss_fn = match processing.get("loss_fn") {
-        None => Some("grpo".to_string()),
+        None => {
+            return Err(ApiError::internal(format!(
+                "{route}: processing.loss_fn is absent: the default `grpo` loss cannot be called this way (send a name, or null for forward only)"
+            )))
+        }
         Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(other) => {
@@ -817,12 +867,9 @@ fn check_batch_shapes(mb: &ModelBatch, route: &str) -> Result<(), ApiError> {
             .ok_or_else(|| ApiError::unprocessable(format!("{route}: missing tensor batch.{name}")))
     };
     let ids = need("input_ids")?;
-    let is_int = |t: &Tensor| {
-        matches!(
-            t.dtype,
-            crate::wire::DType::I64 | crate::wire::DType::I32 | crate::wire::DType::U8
-        )
-    };
+    // Any integer dtype will do for ids and masks (torch indexes with all of them); a float or
+    // complex tensor fails in the real server's embedding lookup too.
+    let is_int = |t: &Tensor| t.dtype.is_integer() && t.dtype != crate::wire::DType::Bool;
     if ids.shape.len() != 2 || !is_int(ids) {
         return Err(ApiError::unprocessable(format!(
             "{route}: batch.input_ids must be a 2-D integer tensor [B,S], got {}",
@@ -865,11 +912,12 @@ fn check_batch_shapes(mb: &ModelBatch, route: &str) -> Result<(), ApiError> {
         }
     }
     for (name, t) in &mb.batch {
-        let want = frame::numel(&t.shape).saturating_mul(t.dtype.size());
-        if t.data.len() != want {
+        let want = t.dtype.byte_len(frame::numel(&t.shape));
+        if want != Some(t.data.len()) {
             return Err(ApiError::unprocessable(format!(
-                "{route}: batch.{name} ({}) needs {want} bytes but carries {}",
+                "{route}: batch.{name} ({}) needs {} bytes but carries {}",
                 describe(t),
+                want.map_or_else(|| "a whole number of".to_string(), |w| w.to_string()),
                 t.data.len()
             )));
         }
@@ -888,7 +936,17 @@ async fn forward(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let id = require_job_id(&uri)?;
-    let job = s.job_checked(id, &[JobType::Training, JobType::LogProb], "/forward")?;
+    // The real server looks the job up before checking it exists: an unknown id fails inside
+    // the handler, a 500.
+    let job = s
+        .job_checked(id, &[JobType::Training, JobType::LogProb], "/forward")
+        .map_err(|e| {
+            if e.status == StatusCode::NOT_FOUND {
+                ApiError::internal(format!("/forward: {}", e.detail))
+            } else {
+                e
+            }
+        })?;
     if job.job_type == JobType::LogProb && job.config.ds_config.is_none() {
         return Err(ApiError::bad_request(format!(
             "/forward: log_prob job {id} has no ds_config, so it runs no DeepSpeed engine to forward"
@@ -919,7 +977,13 @@ async fn forward(
             "metrics".into(),
             Node::Json(Value::Object(out.value.metrics)),
         ),
-        ("avg_loss".into(), Node::Json(json!(out.value.avg_loss))),
+        // A forward-only call answers `avg_loss: 0.0`, as the real server does.
+        (
+            "avg_loss".into(),
+            Node::Json(crate::wire::pyjson::float(
+                out.value.avg_loss.unwrap_or(0.0),
+            )),
+        ),
     ]);
     Ok(with_parts(frame_response(&root, out.sim_seconds)?, parts))
 }
@@ -941,7 +1005,8 @@ async fn forward_backward(
     let root = Node::Json(json!({
         "job_id": id,
         "metrics": Value::Object(out.value.metrics),
-        "avg_loss": out.value.avg_loss,
+        // A NaN loss travels as the `NaN` literal, never as `null`.
+        "avg_loss": crate::wire::pyjson::float(out.value.avg_loss),
     }));
     Ok(with_parts(frame_response(&root, out.sim_seconds)?, parts))
 }
@@ -961,6 +1026,13 @@ async fn step(
         })?),
     };
     let out = engine_task(&s, move |e| e.step(id, lr)).await?;
+    // The real server encodes JSON with NaN disallowed: a non-finite value here is a 500.
+    if !out.value.last_lr.is_finite() || out.value.grad_norm.is_some_and(|g| !g.is_finite()) {
+        return Err(ApiError::internal(format!(
+            "/step: the answer holds a non-finite value (last_lr {}, grad_norm {:?}), which JSON cannot carry",
+            out.value.last_lr, out.value.grad_norm
+        )));
+    }
     let mut metrics = Map::new();
     metrics.insert("last_lr".into(), json!(out.value.last_lr));
     if let Some(g) = out.value.grad_norm {
@@ -1094,6 +1166,14 @@ async fn log_probs(
     frame_response(&root, out.sim_seconds)
 }
 
+/// A query parameter's raw value.
+fn query_param(uri: &Uri, name: &str) -> Option<String> {
+    uri.query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then(|| v.to_string())
+    })
+}
+
 fn sleep_job(s: &Shared, id: u64, body: &Map<String, Value>, route: &str) -> ApiResult {
     let level = match body.get("level") {
         None | Some(Value::Null) => 1,
@@ -1110,7 +1190,11 @@ fn sleep_job(s: &Shared, id: u64, body: &Map<String, Value>, route: &str) -> Api
         s.set_sampling_state(id, SamplingState::Sleeping);
         "sleeping"
     };
-    ok_json(json!({"job_id": id, "sampling": {"status": status, "level": level}}))
+    ok_json(json!({
+        "job_id": id,
+        "sampling": {"status": status, "level": level},
+        "workers": [{"status": status, "level": level}],
+    }))
 }
 
 fn wake_tags(body: Option<&Value>, route: &str) -> Result<(WakeTags, Value), ApiError> {
@@ -1165,7 +1249,14 @@ fn wake_job(s: &Shared, id: u64, body: Option<&Value>, route: &str) -> ApiResult
     let (next, status) = wake_transition(job.sampling, tags)
         .map_err(|e| ApiError::bad_request(format!("{route}: job {id}: {e}")))?;
     s.set_sampling_state(id, next);
-    ok_json(json!({"job_id": id, "sampling": {"status": status, "tags": tag_list}}))
+    // `already_ready` carries no tags.
+    let mut sampling = Map::new();
+    sampling.insert("status".into(), json!(status));
+    if status != "already_ready" {
+        sampling.insert("tags".into(), tag_list);
+    }
+    let worker = Value::Object(sampling.clone());
+    ok_json(json!({"job_id": id, "sampling": sampling, "workers": [worker]}))
 }
 
 fn reset_job(s: &Shared, id: u64, route: &str) -> ApiResult {
@@ -1238,8 +1329,115 @@ async fn sleep_inference(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let id = require_job_id(&uri)?;
-    let body = json_object(body, "/sleep-inference")?;
+    let mut body = json_object(body, "/sleep-inference")?;
+    // `level` may come as a query parameter too.
+    if !body.contains_key("level") {
+        if let Some(l) = query_param(&uri, "level") {
+            let v = l
+                .parse::<u64>()
+                .map(Value::from)
+                .unwrap_or(Value::String(l));
+            body.insert("level".into(), v);
+        }
+    }
     sleep_job(&s, id, &body, "/sleep-inference")
+}
+
+/// Offload (`sleep`) or reload a DeepSpeed engine: the training job, or a log_prob job. A
+/// log_prob job on vLLM has no DeepSpeed workers: `workers: []`.
+fn offload_job(
+    s: &Shared,
+    id: u64,
+    sleep: Option<&str>,
+    kinds: &[JobType],
+    route: &str,
+) -> ApiResult {
+    let job = s.job_checked(id, kinds, route)?;
+    if job.job_type == JobType::LogProb && !job.config.is_deepspeed() {
+        return ok_json(json!({"job_id": id, "workers": []}));
+    }
+    let status = {
+        let mut t = lock(&s.table);
+        let j = t
+            .jobs
+            .get_mut(&id)
+            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("job {id} not found")))?;
+        match sleep {
+            Some(mode) => {
+                let status = match mode {
+                    "all" => "offloaded",
+                    "non_lp" => "offloaded_non_lp",
+                    "lp_params" => "offloaded_lp",
+                    other => {
+                        return Err(ApiError::unprocessable(format!(
+                            "{route}: mode must be all, non_lp or lp_params, got {other:?}"
+                        )))
+                    }
+                };
+                if j.offloaded == Some(status) {
+                    "already_offloaded"
+                } else {
+                    j.offloaded = Some(status);
+                    status
+                }
+            }
+            None => {
+                if j.offloaded.take().is_some() {
+                    "on_gpu"
+                } else {
+                    "already_on_gpu"
+                }
+            }
+        }
+    };
+    ok_json(json!({"job_id": id, "workers": [{"status": status}]}))
+}
+
+/// `mode` of `/sleep-training`, from the query or the body (default `all`).
+fn sleep_mode(uri: &Uri, body: &Map<String, Value>) -> String {
+    body.get("mode")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| query_param(uri, "mode"))
+        .unwrap_or_else(|| "all".to_string())
+}
+
+async fn sleep_training(
+    State(s): State<Arc<Shared>>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let id = require_job_id(&uri)?;
+    let body = json_object(body, "/sleep-training")?;
+    let mode = sleep_mode(&uri, &body);
+    offload_job(&s, id, Some(&mode), &[JobType::Training], "/sleep-training")
+}
+
+async fn wake_training(State(s): State<Arc<Shared>>, uri: Uri) -> ApiResult {
+    let id = require_job_id(&uri)?;
+    offload_job(&s, id, None, &[JobType::Training], "/wake-training")
+}
+
+async fn empty_training_cache(State(s): State<Arc<Shared>>, uri: Uri) -> ApiResult {
+    let id = require_job_id(&uri)?;
+    s.job_checked(id, &[JobType::Training], "/empty-training-cache")?;
+    ok_json(json!({"job_id": id, "workers": [{"status": "cache_emptied"}]}))
+}
+
+async fn sleep_log_prob(
+    State(s): State<Arc<Shared>>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let id = require_job_id(&uri)?;
+    let body = json_object(body, "/sleep-log-prob")?;
+    let mode = sleep_mode(&uri, &body);
+    offload_job(&s, id, Some(&mode), &[JobType::LogProb], "/sleep-log-prob")
+}
+
+async fn wake_log_prob(State(s): State<Arc<Shared>>, uri: Uri) -> ApiResult {
+    let id = require_job_id(&uri)?;
+    offload_job(&s, id, None, &[JobType::LogProb], "/wake-log-prob")
 }
 
 async fn wake_inference(

@@ -16,7 +16,7 @@ use crate::events::{EventSender, RunEvent};
 use crate::metrics::{ModelShape, StepMetrics};
 use crate::task::{ArithTask, CharTokenizer, Problem, PAD_ID};
 use crate::wire::api::JobType;
-use crate::wire::{Node, Tensor};
+use crate::wire::{pyjson, Node, Tensor};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -188,6 +188,8 @@ fn apply_plants(run: &mut DriverRun) {
             }
             super::Plant::DropMetaKey(key) => {
                 run.translation.meta.remove(&key);
+                run.translation.update_meta.remove(&key);
+                run.translation.dropped_meta.push(key);
             }
         }
     }
@@ -366,7 +368,7 @@ async fn one_step(
             let lo = mb * per_mini;
             let hi = ((mb + 1) * per_mini).min(samples.len());
             let frame = batch.slice(lo, hi).frame(
-                &t.meta,
+                &t.update_meta,
                 Some(&update.slice(&batch, lo, hi)),
                 ForwardKind::Update,
                 t,
@@ -401,7 +403,7 @@ async fn one_step(
     let update_s = upd.seconds();
     m.insert("timing_s/update_actor", update_s);
     for (k, v) in &fb_metrics {
-        if let Some(sum) = v.as_f64() {
+        if let Some(sum) = pyjson::as_f64(v) {
             let name = if k.starts_with("actor/") {
                 k.clone()
             } else {
@@ -429,7 +431,7 @@ async fn one_step(
             .operation(
                 jobs.training,
                 "weight-sync",
-                jobs.training,
+                Some(jobs.training),
                 "training",
                 json!({"source_sub_job_id": jobs.training, "target_sub_job_ids": [jobs.sampling]}),
             )
@@ -441,9 +443,9 @@ async fn one_step(
             .operation(
                 jobs.sampling,
                 "reset-prefix-cache",
-                jobs.sampling,
+                None,
                 "sampling",
-                json!({}),
+                json!({"drain": true, "timeout_s": 60.0, "retry_interval_s": 0.1}),
             )
             .await?;
         sync.add(&r);
@@ -540,9 +542,11 @@ async fn generate_all(
         .map(|(i, p)| {
             let mut params = sampling_params.clone();
             params.insert("seed".into(), json!(request_seed(seed, step, i)));
+            // Every key, with explicit nulls, as the adapter writes it.
             Node::Json(json!({
                 "prompts": [p.prompt],
                 "sampling_params": params,
+                "routing_key": null,
                 "strict": true,
             }))
         })
@@ -619,15 +623,15 @@ fn parse_generate(node: &Node) -> Result<Vec<GenResult>, StepError> {
         .collect()
 }
 
+/// A number or a non-finite float (`{"$float": "NaN"}`, as a Python peer's `NaN` reads).
 fn mean_of(v: &Value) -> Option<f64> {
     match v {
-        Value::Number(n) => n.as_f64(),
         // Per-rank lists when the job has more than one rank.
         Value::Array(items) => {
-            let xs: Vec<f64> = items.iter().filter_map(Value::as_f64).collect();
+            let xs: Vec<f64> = items.iter().filter_map(pyjson::as_f64).collect();
             (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
         }
-        _ => None,
+        other => pyjson::as_f64(other),
     }
 }
 
@@ -648,15 +652,17 @@ fn accumulate_metrics(acc: &mut Map<String, Value>, body: &Node) -> Result<(), S
             mean_of(&v)
         };
         if let Some(x) = x {
-            let prev = acc.get(&k).and_then(Value::as_f64).unwrap_or(0.0);
-            let sum = prev + x;
-            acc.insert(
-                k,
-                serde_json::Number::from_f64(sum).map_or(Value::Null, Value::Number),
-            );
+            // A NaN loss stays NaN in the sum (and so in the step's metrics).
+            let prev = acc.get(&k).and_then(pyjson::as_f64).unwrap_or(0.0);
+            acc.insert(k, pyjson::float(prev + x));
         }
     }
     Ok(())
+}
+
+/// Whether a planted bug drops `key` from every call's `meta` (see `Plant::DropMetaKey`).
+fn planted_drop(t: &super::translate::Translation, key: &str) -> bool {
+    t.dropped_meta.iter().any(|k| k == key)
 }
 
 fn stats(m: &mut StepMetrics, prefix: &str, xs: &[f64]) {
@@ -806,7 +812,7 @@ impl PaddedBatch {
                 "loss_fn": "verl_grpo",
             }),
         };
-        let mut meta = meta.clone();
+        let meta = meta.clone();
         if let Some(u) = update {
             tensors.push((
                 "responses".into(),
@@ -838,8 +844,23 @@ impl PaddedBatch {
                     Tensor::from_f32(vec![b, s], &rp).map_err(wire_err)?,
                 ));
             }
+        }
+        // An update's meta ends with the mini-batch's `batch_num_tokens` (a 0-d I64 tensor:
+        // `response_mask.sum()`) and `rollout_is_weights` (no importance weights: an explicit
+        // null), as the adapter sends them.
+        let mut meta_entries: Vec<(String, Node)> =
+            meta.into_iter().map(|(k, v)| (k, Node::Json(v))).collect();
+        if update.is_some() {
             let tokens: usize = self.responses.iter().map(Vec::len).sum();
-            meta.insert("batch_num_tokens".into(), json!(tokens));
+            if !planted_drop(t, "batch_num_tokens") {
+                meta_entries.push((
+                    "batch_num_tokens".into(),
+                    Node::scalar(Tensor::from_i64(vec![], &[tokens as i64]).map_err(wire_err)?),
+                ));
+            }
+            if !planted_drop(t, "rollout_is_weights") {
+                meta_entries.push(("rollout_is_weights".into(), Node::Json(Value::Null)));
+            }
         }
         Ok(Node::Dict(vec![
             (
@@ -859,7 +880,7 @@ impl PaddedBatch {
                         .collect(),
                 ),
             ),
-            ("meta".into(), Node::Json(Value::Object(meta))),
+            ("meta".into(), Node::Dict(meta_entries)),
             ("processing".into(), Node::Json(processing)),
         ]))
     }
@@ -937,5 +958,32 @@ impl PaddedBatch {
             .zip(&self.responses)
             .flat_map(|(&v, r)| std::iter::repeat_n(v, r.len()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A NaN loss from the server (the `NaN` literal in the frame) stays NaN in the summed
+    /// metrics, never silently dropped or turned into 0.
+    #[test]
+    fn a_nan_loss_in_a_reply_stays_nan_in_the_metrics() {
+        let reply = crate::wire::decode(bytes::Bytes::from(
+            crate::wire::encode(&Node::json(json!({
+                "job_id": 2,
+                "metrics": {"loss": pyjson::float(f64::NAN), "actor/pg_loss": 0.5},
+                "avg_loss": pyjson::float(f64::NAN),
+            })))
+            .unwrap(),
+        ))
+        .unwrap();
+        let mut acc = Map::new();
+        assert!(accumulate_metrics(&mut acc, &reply).is_ok());
+        assert!(accumulate_metrics(&mut acc, &reply).is_ok());
+        assert!(pyjson::as_f64(&acc["loss"]).unwrap().is_nan());
+        assert_eq!(pyjson::as_f64(&acc["actor/pg_loss"]), Some(1.0));
+        assert!(mean_of(&pyjson::float(f64::NAN)).unwrap().is_nan());
+        assert_eq!(mean_of(&json!([1.0, 3.0])), Some(2.0));
     }
 }

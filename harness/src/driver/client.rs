@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::wire::api::{JobConfig, SIM_DURATION_HEADER};
 use crate::wire::{self, Node};
@@ -67,8 +67,9 @@ impl ClientError {
 
 /// Which failed calls the client sends again, and how long it waits in between.
 ///
-/// The Arctic API reference does not say what the real client retries, so this is the
-/// harness's own, conservative assumption:
+/// The real on-prem client never resends (its first non-2xx answer raises; only its health and
+/// job polls tolerate errors), so the default policy is [`RetryPolicy::none`]. A scenario may
+/// opt in (`driver.retry`) to this conservative policy:
 /// - a request that never reached the server (connection refused or reset before it was
 ///   sent) is sent again on any route;
 /// - a 502, 503 or 504, or a connection lost while the answer was coming, is retried on the
@@ -92,22 +93,28 @@ pub struct RetryPolicy {
     pub max_backoff: Duration,
 }
 
+/// The default is the real on-prem client's behaviour: never send a call twice.
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self {
-            attempts: 4,
-            first_backoff: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(2),
-        }
+        Self::none()
     }
 }
 
 impl RetryPolicy {
-    /// Never send twice.
+    /// Never send twice (the real client).
     pub fn none() -> Self {
         Self {
             attempts: 1,
-            ..Self::default()
+            first_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+
+    /// Up to four sends with a 200 ms backoff doubling to 2 s: an opt-in policy.
+    pub fn standard() -> Self {
+        Self {
+            attempts: 4,
+            ..Self::none()
         }
     }
 
@@ -418,11 +425,7 @@ impl ArcticClient {
 
     /// `POST /initialize`; returns the job id.
     pub async fn initialize(&self, config: &JobConfig) -> Result<u64, ClientError> {
-        let body = serde_json::to_value(config).map_err(|e| ClientError::BadResponse {
-            route: "/initialize".into(),
-            message: e.to_string(),
-        })?;
-        self.initialize_raw(body).await
+        self.initialize_raw(config.to_onprem()).await
     }
 
     /// `POST /initialize` with a raw JobConfig body (the driver may add keys the typed config
@@ -483,24 +486,27 @@ impl ArcticClient {
         .await
     }
 
-    /// `POST /operation` on the job that owns it (`job`), for a sub-job.
+    /// `POST /operation` on the job that owns it (`job`), for a sub-job. The adapter's
+    /// reset-prefix-cache envelope has no `sub_job_id` (`None` leaves the key out).
     pub async fn operation(
         &self,
         job: u64,
         operation_type: &str,
-        sub_job_id: u64,
+        sub_job_id: Option<u64>,
         sub_job_type: &str,
         payload: Value,
     ) -> Result<Reply<Value>, ClientError> {
+        let mut body = Map::new();
+        body.insert("operation_type".into(), json!(operation_type));
+        if let Some(id) = sub_job_id {
+            body.insert("sub_job_id".into(), json!(id));
+        }
+        body.insert("sub_job_type".into(), json!(sub_job_type));
+        body.insert("payload".into(), payload);
         self.json(
             "POST",
             &format!("/operation?job_id={job}"),
-            Body::Json(json!({
-                "operation_type": operation_type,
-                "sub_job_id": sub_job_id,
-                "sub_job_type": sub_job_type,
-                "payload": payload,
-            })),
+            Body::Json(Value::Object(body)),
         )
         .await
     }
@@ -533,7 +539,7 @@ mod tests {
 
     #[test]
     fn backoff_doubles_up_to_its_cap() {
-        let p = RetryPolicy::default();
+        let p = RetryPolicy::standard();
         let waits: Vec<u128> = (1..=6).map(|a| p.backoff(a).as_millis()).collect();
         assert_eq!(waits, vec![200, 400, 800, 1600, 2000, 2000]);
         assert_eq!(p.backoff(u32::MAX), p.max_backoff);

@@ -29,6 +29,40 @@ pub struct BuiltinDriverSpec {
     /// Bugs to plant on purpose, so the harness's own tests prove it would notice them.
     #[serde(default)]
     pub plant: Vec<Plant>,
+    /// Resend policy. Absent: the real on-prem client's behaviour, which never sends a call
+    /// twice (its first non-2xx answer raises). A scenario opts in to retries explicitly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetrySpec>,
+}
+
+/// An opt-in retry policy (`driver.retry`): transient failures (a 502/503/504 answer, a
+/// refused or dropped connection) of idempotent routes are sent again, at most `attempts`
+/// sends in all, with a doubling backoff from `first_backoff_ms` up to `max_backoff_ms`.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySpec {
+    pub attempts: u32,
+    #[serde(default = "default_first_backoff_ms")]
+    pub first_backoff_ms: u64,
+    #[serde(default = "default_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+}
+
+fn default_first_backoff_ms() -> u64 {
+    200
+}
+fn default_max_backoff_ms() -> u64 {
+    2000
+}
+
+impl RetrySpec {
+    pub fn policy(&self) -> client::RetryPolicy {
+        client::RetryPolicy {
+            attempts: self.attempts.max(1),
+            first_backoff: std::time::Duration::from_millis(self.first_backoff_ms),
+            max_backoff: std::time::Duration::from_millis(self.max_backoff_ms),
+        }
+    }
 }
 
 /// A deliberate driver bug (self-tests of the harness).

@@ -94,8 +94,14 @@ impl<'a> Cfg<'a> {
 pub struct Translation {
     /// In creation order: sampling, log_prob (when `log_prob_gpus > 0`), training.
     pub jobs: Vec<JobConfig>,
-    /// The flat `meta` object sent with every `/forward` and `/forward-backward`.
+    /// The `meta` of every `/forward`: the adapter's 14 keys.
     pub meta: Map<String, Value>,
+    /// The `meta` of every `/forward-backward` before its per-mini-batch tensors: the 14 keys
+    /// (with the actor's `calculate_entropy`), `actor_config`, `policy_loss_config`,
+    /// `global_batch_size`.
+    pub update_meta: Map<String, Value>,
+    /// `meta` keys a planted bug drops (the per-mini-batch ones included).
+    pub dropped_meta: Vec<String>,
     /// `sampling_params` of every `/generate`.
     pub sampling_params: Map<String, Value>,
     pub shape: BatchShape,
@@ -301,7 +307,8 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
         "enable_chunked_prefill",
         "quantization",
     ] {
-        if let Some(v) = lookup(config, &format!("{R}.{k}")) {
+        // Written only when set: `to_onprem` leaves out an unset quantization.
+        if let Some(v) = c.raw(&format!("{R}.{k}")) {
             vllm.insert(k.into(), v.clone());
         }
     }
@@ -328,6 +335,8 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
     sampling.arctic_inference_config = Some(c.value_or(&format!("{RB}.rollout"), json!({})));
     jobs.push(sampling);
     if log_prob_gpus > 0 {
+        // A DeepSpeed log_prob job gets the training job's ds_config and ds_worker_config
+        // (they only select DeepSpeed); its own engine settings travel in log_prob_config.
         let mut lp = base(JobType::LogProb);
         let mut zero = ds
             .get("zero_optimization")
@@ -342,7 +351,9 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
         if let Some(sp) = ds.get("sequence_parallel_size") {
             lds.insert("sequence_parallel_size".into(), sp.clone());
         }
-        lp.ds_config = Some(Value::Object(lds));
+        lp.ds_config = Some(Value::Object(ds.clone()));
+        lp.ds_worker_config = Some(Value::Object(dwc.clone()));
+        lp.log_prob_config = Some(Value::Object(lds));
         lp.full_determinism = full_det;
         jobs.push(lp);
     }
@@ -355,19 +366,27 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
     training.low_memory = c.bool_or(&format!("{RB}.weight_sync.low_memory"), false)?;
     jobs.push(training);
 
-    // Per-call meta, as the adapter sends it.
+    // Per-call meta, as the adapter sends it: exactly these 14 keys on `/forward`.
     let actor = c.value_or(A, json!({}));
+    let drop_position_ids = c.bool_or(&format!("{RB}.comms.drop_position_ids"), true)?;
     let mut meta = Map::new();
     meta.insert("zorro_train_enable".into(), json!(zorro));
     meta.insert(
         "zorro_train_max_rollouts".into(),
         c.value_or(&format!("{RB}.train.zorro_train.max_rollouts"), json!(n)),
     );
-    meta.insert("rollout_n".into(), json!(n));
     meta.insert(
         "load_balancer".into(),
         c.value_or(&format!("{RB}.train.load_balancer"), json!(true)),
     );
+    meta.insert("rollout_n".into(), json!(n));
+    meta.insert("max_prompt_len".into(), json!(max_prompt));
+    meta.insert("max_response_len".into(), json!(max_response));
+    meta.insert("max_token_len_per_gpu".into(), max_token_len);
+    meta.insert("temperature".into(), json!(temperature));
+    meta.insert("calculate_entropy".into(), json!(true));
+    meta.insert("pad_token_id".into(), json!(crate::task::PAD_ID));
+    meta.insert("drop_position_ids".into(), json!(drop_position_ids));
     meta.insert(
         "logits_optimization".into(),
         logits("optimization", json!("none")),
@@ -380,34 +399,71 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
         "logits_compute_in_fp32".into(),
         logits("compute_in_fp32", json!(false)),
     );
-    let drop_position_ids = c.bool_or(&format!("{RB}.comms.drop_position_ids"), true)?;
-    meta.insert("drop_position_ids".into(), json!(drop_position_ids));
-    meta.insert("global_batch_size".into(), json!(train_batch_size));
-    meta.insert("max_token_len_per_gpu".into(), max_token_len);
-    meta.insert("temperature".into(), json!(temperature));
-    meta.insert("max_prompt_len".into(), json!(max_prompt));
-    meta.insert("max_response_len".into(), json!(max_response));
-    meta.insert("pad_token_id".into(), json!(crate::task::PAD_ID));
-    meta.insert("calculate_entropy".into(), json!(true));
-    meta.insert(
-        "policy_loss_config".into(),
-        actor.get("policy_loss").cloned().unwrap_or(json!({})),
-    );
-    meta.insert("actor_config".into(), actor);
-    meta.insert("rollout_is_weights".into(), Value::Null);
 
+    // `/forward-backward`: the same 14 (entropy only when the actor computes it), the actor
+    // and policy-loss configs, and the mini-batch's `global_batch_size`; the driver adds
+    // `batch_num_tokens` (a 0-d I64 tensor) and `rollout_is_weights` per mini-batch.
+    let entropy_coeff = c.f64_or(&format!("{A}.entropy_coeff"), 0.0)?;
+    let mut update_meta = meta.clone();
+    update_meta.insert(
+        "calculate_entropy".into(),
+        json!(c.bool_or(&format!("{A}.calculate_entropy"), entropy_coeff != 0.0)?),
+    );
+    update_meta.insert(
+        "actor_config".into(),
+        crate::wire::pyjson::json_safe(&actor),
+    );
+    update_meta.insert(
+        "policy_loss_config".into(),
+        actor
+            .get("policy_loss")
+            .map(crate::wire::pyjson::json_safe)
+            .unwrap_or(json!({})),
+    );
+    update_meta.insert("global_batch_size".into(), json!(train_batch_size));
+
+    // The adapter's defaults, overlaid by verl's rollout values.
     let mut sampling_params = Map::new();
-    sampling_params.insert("n".into(), json!(n));
     sampling_params.insert("temperature".into(), json!(temperature));
     sampling_params.insert(
         "top_p".into(),
         c.value_or(&format!("{R}.top_p"), json!(1.0)),
     );
-    sampling_params.insert("max_tokens".into(), json!(max_response));
+    let top_k = c.value_or(&format!("{R}.top_k"), json!(0));
+    // verl writes -1 for "off"; vLLM's off is 0 in the adapter's defaults.
+    let top_k = if top_k.as_i64().is_some_and(|k| k < 0) {
+        json!(0)
+    } else {
+        top_k
+    };
+    sampling_params.insert("top_k".into(), top_k);
+    let max_model_len = c
+        .raw(&format!("{R}.max_model_len"))
+        .and_then(Value::as_u64)
+        .unwrap_or(max_prompt + max_response);
+    sampling_params.insert(
+        "max_tokens".into(),
+        json!(max_response.min(max_model_len.saturating_sub(max_prompt).max(1))),
+    );
+    sampling_params.insert(
+        "logprobs".into(),
+        match c.raw(&format!("{R}.calculate_log_probs")) {
+            Some(Value::Bool(true)) => json!(0),
+            _ => Value::Null,
+        },
+    );
+    sampling_params.insert(
+        "repetition_penalty".into(),
+        c.value_or(&format!("{R}.repetition_penalty"), json!(1.0)),
+    );
+    // Harness additions the mock's sampler reads: `n` results per request.
+    sampling_params.insert("n".into(), json!(n));
 
     Ok(Translation {
         jobs,
         meta,
+        update_meta,
+        dropped_meta: Vec::new(),
         sampling_params,
         shape: BatchShape {
             prompts: prompts as usize,
@@ -424,7 +480,7 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
         log_prob_gpus,
         drop_position_ids,
         norm_adv_by_std: c.bool_or("algorithm.norm_adv_by_std_in_grpo", true)?,
-        entropy_coeff: c.f64_or(&format!("{A}.entropy_coeff"), 0.0)?,
+        entropy_coeff,
     })
 }
 
@@ -471,7 +527,81 @@ mod tests {
         assert_eq!(dwc["logits_optimization"], "memory");
         assert!(train.cuda_ipc);
         assert_eq!(t.shape.updates_per_step(), 1);
-        assert_eq!(t.meta["global_batch_size"], 256);
+        assert_eq!(t.update_meta["global_batch_size"], 256);
+    }
+
+    /// The adapter's `meta`: exactly 14 keys on `/forward`; on `/forward-backward` those plus
+    /// `actor_config`, `policy_loss_config`, `global_batch_size` (the driver adds the
+    /// per-mini-batch `batch_num_tokens` and `rollout_is_weights`).
+    #[test]
+    fn meta_has_the_adapters_keys_per_route() {
+        let cfg = json!({"actor_rollout_ref": {"model": {"path": "m"},
+            "actor": {"ppo_mini_batch_size": 2, "entropy_coeff": 0.0}, "rollout": {"n": 4}}});
+        let t = translate(&cfg, 1).unwrap();
+        let keys: Vec<&str> = t.meta.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "zorro_train_enable",
+                "zorro_train_max_rollouts",
+                "load_balancer",
+                "rollout_n",
+                "max_prompt_len",
+                "max_response_len",
+                "max_token_len_per_gpu",
+                "temperature",
+                "calculate_entropy",
+                "pad_token_id",
+                "drop_position_ids",
+                "logits_optimization",
+                "logits_optimization_peak_mem_size_in_gib",
+                "logits_compute_in_fp32",
+            ]
+        );
+        let extra: Vec<&str> = t
+            .update_meta
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !t.meta.contains_key(*k))
+            .collect();
+        assert_eq!(
+            extra,
+            ["actor_config", "policy_loss_config", "global_batch_size"]
+        );
+        assert_eq!(t.update_meta["global_batch_size"], 8);
+        assert_eq!(t.update_meta["calculate_entropy"], false);
+        assert_eq!(t.meta["calculate_entropy"], true);
+    }
+
+    /// `to_onprem` writes no null or false extras: the sampling job has no DeepSpeed keys,
+    /// an unset quantization is absent, a DeepSpeed log_prob job gets the training job's
+    /// `ds_config` and its own settings in `log_prob_config`.
+    #[test]
+    fn job_configs_carry_only_the_keys_the_real_client_writes() {
+        let cfg = json!({"actor_rollout_ref": {"model": {"path": "m"},
+            "rollout": {"quantization": null, "gpu_memory_utilization": 0.5}},
+            "remote_backend": {"log_prob_gpus": 1}});
+        let t = translate(&cfg, 1).unwrap();
+        let s = t.jobs[0].to_onprem();
+        // An empty arctic_inference_config (no rollout block) is not written either.
+        assert_eq!(
+            s.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["model_name", "job_type", "vllm_config", "seed"]
+        );
+        assert!(s["vllm_config"].get("quantization").is_none());
+        let lp = t.jobs[1].to_onprem();
+        assert_eq!(lp["ds_config"], t.jobs[2].to_onprem()["ds_config"]);
+        assert_eq!(lp["log_prob_config"]["train_micro_batch_size_per_gpu"], 1);
+        let train = t.jobs[2].to_onprem();
+        for absent in [
+            "vllm_config",
+            "arctic_inference_config",
+            "log_prob_config",
+            "training_config",
+        ] {
+            assert!(train.get(absent).is_none(), "{absent}");
+        }
+        assert_eq!(train["cuda_ipc"], false);
     }
 
     #[test]

@@ -137,6 +137,24 @@ impl Capture {
             BodyKind::Frame => match dssst1::header_summary(&self.prefix) {
                 Ok(tree) => {
                     o.insert("dssst1".into(), tree);
+                    // The header reads, but the body must also be as long as it announces:
+                    // a truncated frame does not decode, and the record says so.
+                    match dssst1::frame_len(&self.prefix) {
+                        Ok(want) if self.complete && want as u64 != self.total => {
+                            o.insert(
+                                "dssst1_error".into(),
+                                format!(
+                                    "not a valid DSSST1 safetensors payload: the header announces a {want}-byte frame, the body has {} bytes",
+                                    self.total
+                                )
+                                .into(),
+                            );
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            o.insert("dssst1_error".into(), e.to_string().into());
+                        }
+                    }
                 }
                 Err(e) => {
                     o.insert("dssst1_error".into(), e.to_string().into());
@@ -145,7 +163,8 @@ impl Capture {
             BodyKind::Other if self.total > JSON_RECORD_CAP as u64 => {
                 o.insert("truncated".into(), true.into());
             }
-            BodyKind::Other => match serde_json::from_slice::<Value>(&self.prefix) {
+            // Python peers may write NaN/Infinity: kept as `{"$float": ...}`, never `null`.
+            BodyKind::Other => match crate::wire::api::parse_json_lenient(&self.prefix) {
                 Ok(v) if self.complete => {
                     o.insert("json".into(), v);
                 }
@@ -168,7 +187,7 @@ impl Capture {
         if self.kind != BodyKind::Other || !self.complete || self.total > JSON_RECORD_CAP as u64 {
             return None;
         }
-        serde_json::from_slice(&self.prefix).ok()
+        crate::wire::api::parse_json_lenient(&self.prefix).ok()
     }
 }
 
@@ -415,6 +434,49 @@ mod tests {
         let tee = TeeBody::new(http_body_util::StreamBody::new(stream), cap.clone());
         assert!(tee.collect().await.is_ok());
         assert_eq!(lock(&cap).take_whole(), b"{\"a\":1}");
+    }
+
+    /// A truncated frame is recorded with its decode failure (its header still describes it),
+    /// a tuple keeps its tag, a NaN stays apart from null.
+    #[test]
+    fn truncated_frames_tuples_and_nan_are_recorded_faithfully() {
+        use crate::wire::{encode, pyjson, Node, Tensor};
+        let root = Node::dict([
+            ("x", Node::from(Tensor::from_f32([4], &[1.0; 4]).unwrap())),
+            ("pair", Node::Tuple(vec![Node::json(1), Node::json("a")])),
+            ("loss", Node::json(pyjson::float(f64::NAN))),
+            ("none", Node::json(Value::Null)),
+        ]);
+        let frame = encode(&root).unwrap();
+        let record = |bytes: &[u8]| {
+            let cap = Capture::new(Some("application/octet-stream"), u64::MAX);
+            let mut c = lock(&cap);
+            assert!(c.take(bytes));
+            c.complete = true;
+            c.summary()
+        };
+        let whole = record(&frame);
+        assert!(whole.get("dssst1_error").is_none(), "{whole}");
+        assert_eq!(whole["dssst1"]["pair"], json!({"$tuple": [1, "a"]}));
+        assert_eq!(whole["dssst1"]["loss"], json!({"$float": "NaN"}));
+        assert_eq!(whole["dssst1"]["none"], Value::Null);
+        let cut = record(&frame[..frame.len() - 3]);
+        assert!(
+            cut["dssst1_error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("the body has"),
+            "{cut}"
+        );
+        assert_eq!(cut["dssst1"]["x"], json!({"dtype": "F32", "shape": [4]}));
+        let json_body = Capture::new(Some("application/json"), u64::MAX);
+        let mut c = lock(&json_body);
+        assert!(c.take(br#"{"grad_norm": NaN, "lr": null}"#));
+        c.complete = true;
+        assert_eq!(
+            c.summary()["json"],
+            json!({"grad_norm": {"$float": "NaN"}, "lr": null})
+        );
     }
 
     #[test]

@@ -6,11 +6,15 @@
 //!   "request", "response", "error"?}`. `seq` counts requests in arrival order, so under
 //! concurrency lines may appear out of `seq` order. A body is summarised as
 //! - `null` when empty;
-//! - `{"bytes": n, "json": value}` when it is JSON of at most 1 MiB;
+//! - `{"bytes": n, "json": value}` when it is JSON of at most 1 MiB (Python's `NaN`,
+//!   `Infinity`, `-Infinity` read, and recorded as `{"$float": "NaN"}` etc., apart from `null`);
 //! - `{"bytes": n, "truncated": true}` for larger JSON or text;
 //! - `{"bytes": n, "dssst1": tree}` for a DSSST1 frame (`application/octet-stream`): the tree from
-//!   its header alone, each tensor as `{"dtype", "shape"}`, every JSON value kept;
-//!   `{"bytes": n, "dssst1_error": why}` when the header does not read;
+//!   its header alone, each tensor as `{"dtype", "shape"}`, every JSON value kept (a tuple as
+//!   `{"$tuple": [...]}`, a non-finite float as `{"$float": "NaN"}`);
+//!   `{"bytes": n, "dssst1_error": why}` when the header does not read, and both `dssst1` and
+//!   `dssst1_error` when the header reads but the body is not the length it announces (a
+//!   truncated frame): the bytes pass through unchanged either way;
 //! - `{"bytes": n, "content_type", "text"}` for anything else;
 //!
 //! plus `"complete": false` when the stream was cut. Bodies stream through: the proxy keeps at

@@ -2,7 +2,8 @@
 //! interpolation, ending in a [`ConfigTree`] where every value knows its origin.
 //!
 //! Rules (the scenario documentation repeats them):
-//! - Layers, lowest first: `defaults/verl.yaml` of the scenarios root, then included files,
+//! - Layers, lowest first: `defaults/verl.yaml` of the scenarios root (the copy built into
+//!   the binary when that root has none, so a scenario kept in any folder works), then included files,
 //!   then the scenario's own `config`, then `--set`. Values from the defaults file and from
 //!   included files carry `Origin::Default`: to a scenario they are the base it starts from.
 //! - A scenario key that no layer below defines is an error (this catches misspelled verl
@@ -37,6 +38,13 @@ use crate::fsx;
 
 /// The defaults file, relative to the scenarios root.
 pub const DEFAULTS_FILE: &str = "defaults/verl.yaml";
+
+/// The verl defaults built into the binary: used when the scenarios root has no
+/// `defaults/verl.yaml` of its own (a scenario in a user's repository or a temp folder).
+pub const BUILTIN_DEFAULTS: &str = include_str!("../../../scenarios/defaults/verl.yaml");
+
+/// The name the built-in defaults go by in origins and error messages.
+pub const BUILTIN_DEFAULTS_NAME: &str = "<built-in>/defaults/verl.yaml";
 
 /// A resolved value (a leaf or a whole subtree) and where it came from. For a subtree the
 /// origin is that of the highest layer that wrote the mapping itself.
@@ -178,7 +186,12 @@ pub fn scenarios_root(scenario: &Path) -> PathBuf {
 /// Read and parse a layer file (defaults or include); its values become `Origin::Default`.
 pub fn load_layer_file(path: &Path) -> Result<SpannedNode, SpecError> {
     let text = fsx::read_to_string(path).map_err(|e| SpecError::file(path, e.to_string()))?;
-    let mut node = yaml::parse(&text, path)?;
+    load_layer_text(&text, path)
+}
+
+/// A layer from its text; `path` names it in origins and errors.
+fn load_layer_text(text: &str, path: &Path) -> Result<SpannedNode, SpecError> {
+    let mut node = yaml::parse(text, path)?;
     node.set_origin_deep(&|n| Origin::Default {
         path: n.pos.file.clone(),
         line: n.pos.line,
@@ -912,8 +925,14 @@ pub fn layer_config(
     overrides: &[(&Override, Vec<String>)],
     errors: &mut Vec<SpecError>,
 ) -> Option<LayeredConfig> {
-    let defaults_path = root_dir.join(DEFAULTS_FILE);
-    let defaults = match load_layer_file(&defaults_path) {
+    let mut defaults_path = root_dir.join(DEFAULTS_FILE);
+    let loaded = if defaults_path.exists() {
+        load_layer_file(&defaults_path)
+    } else {
+        defaults_path = PathBuf::from(BUILTIN_DEFAULTS_NAME);
+        load_layer_text(BUILTIN_DEFAULTS, &defaults_path)
+    };
+    let defaults = match loaded {
         Ok(d) => d,
         Err(mut e) => {
             if e.line == 0 {

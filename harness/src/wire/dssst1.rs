@@ -4,11 +4,18 @@
 //! Decoding borrows tensor bytes from the input `Bytes` (no copy); encoding writes the header
 //! once and copies each tensor once into a buffer allocated at its final size.
 //!
-//! Byte compatibility: the container is laid out exactly as the `safetensors` Python package
-//! (which wraps the same Rust crate) writes it: tensors sorted by descending dtype alignment then
-//! by name, a compact JSON header with `__metadata__` first, padded with spaces to a multiple of
-//! 8. The only freedom left is the order of the `__metadata__` keys, which the crate keeps in a
-//! hash map (random per process); we always write `dss` before `op`.
+//! Byte compatibility with a Python peer (`safetensors` + `json`), for the same tree:
+//! - the container is laid out as the `safetensors` package (which wraps the same Rust crate)
+//!   writes it: tensors ordered, in the header and in the data, by the crate's dtype order
+//!   (largest first) and then by name; a compact JSON header with `__metadata__` first, padded
+//!   with spaces to a multiple of 8. The only freedom left is the order of the `__metadata__`
+//!   keys, which the crate keeps in a hash map (random per process); we write `dss` before `op`;
+//! - the `dss` string is `json.dumps` with Python's defaults (see [`super::pyjson`]): `", "` and
+//!   `": "`, non-ASCII escaped, floats in `repr` form, `NaN`/`Infinity` literals.
+//!
+//! Decoding follows the real codec's order: the container is parsed first, and only when that
+//! fails does a pickle or ZIP signature get its own refusal (a valid frame whose header is 640
+//! bytes long starts with `80 02`).
 
 use std::collections::HashSet;
 
@@ -16,6 +23,8 @@ use bytes::Bytes;
 use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::{Map, Value};
+
+use super::pyjson;
 
 /// Format tag inside the `dss` document.
 pub const FORMAT_VERSION: &str = "DSSST1";
@@ -25,90 +34,237 @@ pub const ROOT_KEY: &str = "__root__";
 pub const EMPTY_KEY: &str = "__dss_empty__";
 /// Largest header a reader accepts.
 pub const MAX_HEADER_BYTES: u64 = 64 * 1024 * 1024;
-/// Nesting depth allowed in the `dss` document: the lenient fallback parser has no recursion
-/// limit of its own, so deep garbage must be refused before it reaches it.
-const MAX_DSS_DEPTH: usize = 256;
 
-/// Tensor element types the frame carries.
+/// Tensor element types the frame carries: every dtype the safetensors container names (the
+/// real codec takes any torch tensor, so any of them can arrive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum DType {
-    F32,
-    BF16,
-    F16,
-    F64,
-    I64,
-    I32,
-    U8,
     #[serde(rename = "BOOL")]
     Bool,
+    F4,
+    #[serde(rename = "F6_E2M3")]
+    F6E2M3,
+    #[serde(rename = "F6_E3M2")]
+    F6E3M2,
+    U8,
+    I8,
+    #[serde(rename = "F8_E5M2")]
+    F8E5M2,
+    #[serde(rename = "F8_E4M3")]
+    F8E4M3,
+    #[serde(rename = "F8_E8M0")]
+    F8E8M0,
+    #[serde(rename = "F8_E4M3FNUZ")]
+    F8E4M3Fnuz,
+    #[serde(rename = "F8_E5M2FNUZ")]
+    F8E5M2Fnuz,
+    I16,
+    U16,
+    F16,
+    BF16,
+    I32,
+    U32,
+    F32,
+    C64,
+    F64,
+    I64,
+    U64,
 }
 
 impl DType {
-    pub const ALL: [DType; 8] = [
-        DType::F32,
-        DType::BF16,
+    pub const ALL: [DType; 22] = [
+        DType::Bool,
+        DType::F4,
+        DType::F6E2M3,
+        DType::F6E3M2,
+        DType::U8,
+        DType::I8,
+        DType::F8E5M2,
+        DType::F8E4M3,
+        DType::F8E8M0,
+        DType::F8E4M3Fnuz,
+        DType::F8E5M2Fnuz,
+        DType::I16,
+        DType::U16,
         DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::U32,
+        DType::F32,
+        DType::C64,
         DType::F64,
         DType::I64,
-        DType::I32,
-        DType::U8,
-        DType::Bool,
+        DType::U64,
     ];
 
+    /// Bits of one element (4 and 6 for the packed micro-scaling floats).
+    pub fn bits(self) -> usize {
+        self.to_safetensors().bitsize()
+    }
+
+    /// Bytes of one element, rounded up (1 for the packed sub-byte floats: use
+    /// [`DType::byte_len`] for lengths).
     pub fn size(self) -> usize {
+        self.bits().div_ceil(8)
+    }
+
+    /// Bytes that `numel` elements take, or `None` on overflow or when sub-byte elements do
+    /// not fill whole bytes (the container refuses such a tensor).
+    pub fn byte_len(self, numel: usize) -> Option<usize> {
+        let bits = numel.checked_mul(self.bits())?;
+        (bits % 8 == 0).then_some(bits / 8)
+    }
+
+    /// The safetensors name (`F32`, `BF16`, `F8_E4M3`, ..., `BOOL`).
+    pub fn name(self) -> &'static str {
         match self {
-            DType::F64 | DType::I64 => 8,
-            DType::F32 | DType::I32 => 4,
-            DType::BF16 | DType::F16 => 2,
-            DType::U8 | DType::Bool => 1,
+            DType::Bool => "BOOL",
+            DType::F4 => "F4",
+            DType::F6E2M3 => "F6_E2M3",
+            DType::F6E3M2 => "F6_E3M2",
+            DType::U8 => "U8",
+            DType::I8 => "I8",
+            DType::F8E5M2 => "F8_E5M2",
+            DType::F8E4M3 => "F8_E4M3",
+            DType::F8E8M0 => "F8_E8M0",
+            DType::F8E4M3Fnuz => "F8_E4M3FNUZ",
+            DType::F8E5M2Fnuz => "F8_E5M2FNUZ",
+            DType::I16 => "I16",
+            DType::U16 => "U16",
+            DType::F16 => "F16",
+            DType::BF16 => "BF16",
+            DType::I32 => "I32",
+            DType::U32 => "U32",
+            DType::F32 => "F32",
+            DType::C64 => "C64",
+            DType::F64 => "F64",
+            DType::I64 => "I64",
+            DType::U64 => "U64",
         }
     }
 
-    /// The safetensors name (`F32`, `BF16`, ..., `BOOL`).
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "F32",
-            DType::BF16 => "BF16",
-            DType::F16 => "F16",
-            DType::F64 => "F64",
-            DType::I64 => "I64",
-            DType::I32 => "I32",
-            DType::U8 => "U8",
-            DType::Bool => "BOOL",
-        }
+    /// Whether elements are integers (booleans included): token ids and masks.
+    pub fn is_integer(self) -> bool {
+        matches!(
+            self,
+            DType::Bool
+                | DType::U8
+                | DType::I8
+                | DType::I16
+                | DType::U16
+                | DType::I32
+                | DType::U32
+                | DType::I64
+                | DType::U64
+        )
     }
 
     fn to_safetensors(self) -> Dtype {
         match self {
-            DType::F32 => Dtype::F32,
-            DType::BF16 => Dtype::BF16,
+            DType::Bool => Dtype::BOOL,
+            DType::F4 => Dtype::F4,
+            DType::F6E2M3 => Dtype::F6_E2M3,
+            DType::F6E3M2 => Dtype::F6_E3M2,
+            DType::U8 => Dtype::U8,
+            DType::I8 => Dtype::I8,
+            DType::F8E5M2 => Dtype::F8_E5M2,
+            DType::F8E4M3 => Dtype::F8_E4M3,
+            DType::F8E8M0 => Dtype::F8_E8M0,
+            DType::F8E4M3Fnuz => Dtype::F8_E4M3FNUZ,
+            DType::F8E5M2Fnuz => Dtype::F8_E5M2FNUZ,
+            DType::I16 => Dtype::I16,
+            DType::U16 => Dtype::U16,
             DType::F16 => Dtype::F16,
+            DType::BF16 => Dtype::BF16,
+            DType::I32 => Dtype::I32,
+            DType::U32 => Dtype::U32,
+            DType::F32 => Dtype::F32,
+            DType::C64 => Dtype::C64,
             DType::F64 => Dtype::F64,
             DType::I64 => Dtype::I64,
-            DType::I32 => Dtype::I32,
-            DType::U8 => Dtype::U8,
-            DType::Bool => Dtype::BOOL,
+            DType::U64 => Dtype::U64,
         }
     }
 
     fn from_safetensors(dtype: Dtype) -> Option<DType> {
-        Some(match dtype {
-            Dtype::F32 => DType::F32,
-            Dtype::BF16 => DType::BF16,
-            Dtype::F16 => DType::F16,
-            Dtype::F64 => DType::F64,
-            Dtype::I64 => DType::I64,
-            Dtype::I32 => DType::I32,
-            Dtype::U8 => DType::U8,
-            Dtype::BOOL => DType::Bool,
-            _ => return None,
-        })
+        DType::ALL.into_iter().find(|d| d.to_safetensors() == dtype)
     }
 }
 
 impl std::fmt::Display for DType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// One element of a dtype as `f64`. `None` for what has no single real value: complex numbers
+/// and the packed sub-byte floats.
+fn element_f64(dtype: DType, b: &[u8]) -> Option<f64> {
+    let a = |n: usize| -> Option<[u8; 8]> {
+        let mut out = [0u8; 8];
+        out[..n].copy_from_slice(b.get(..n)?);
+        Some(out)
+    };
+    Some(match dtype {
+        DType::Bool => f64::from(u8::from(*b.first()? != 0)),
+        DType::U8 => f64::from(*b.first()?),
+        DType::I8 => f64::from(*b.first()? as i8),
+        DType::I16 => f64::from(i16::from_le_bytes([*b.first()?, *b.get(1)?])),
+        DType::U16 => f64::from(u16::from_le_bytes([*b.first()?, *b.get(1)?])),
+        DType::F16 => half::f16::from_le_bytes([*b.first()?, *b.get(1)?]).to_f64(),
+        DType::BF16 => half::bf16::from_le_bytes([*b.first()?, *b.get(1)?]).to_f64(),
+        DType::I32 => f64::from(i32::from_le_bytes(b.get(..4)?.try_into().ok()?)),
+        DType::U32 => f64::from(u32::from_le_bytes(b.get(..4)?.try_into().ok()?)),
+        DType::F32 => f64::from(f32::from_le_bytes(b.get(..4)?.try_into().ok()?)),
+        DType::F64 => f64::from_le_bytes(a(8)?),
+        DType::I64 => i64::from_le_bytes(a(8)?) as f64,
+        DType::U64 => u64::from_le_bytes(a(8)?) as f64,
+        DType::F8E4M3 => f8_value(*b.first()?, 3, 7, F8Kind::Fn),
+        DType::F8E5M2 => f8_value(*b.first()?, 2, 15, F8Kind::Ieee),
+        DType::F8E4M3Fnuz => f8_value(*b.first()?, 3, 8, F8Kind::Fnuz),
+        DType::F8E5M2Fnuz => f8_value(*b.first()?, 2, 16, F8Kind::Fnuz),
+        DType::F8E8M0 => match *b.first()? {
+            0xff => f64::NAN,
+            e => 2f64.powi(i32::from(e) - 127),
+        },
+        DType::F4 | DType::F6E2M3 | DType::F6E3M2 | DType::C64 => return None,
+    })
+}
+
+/// How an 8-bit float spends its special encodings.
+#[derive(Clone, Copy)]
+enum F8Kind {
+    /// IEEE style: the top exponent holds infinities and NaNs (E5M2).
+    Ieee,
+    /// "Finite" (E4M3FN): no infinities, only all-ones is NaN.
+    Fn,
+    /// "Finite, unsigned zero" (FNUZ): `0x80` is the only NaN, no infinities, no -0.
+    Fnuz,
+}
+
+fn f8_value(byte: u8, mant_bits: u32, bias: i32, kind: F8Kind) -> f64 {
+    let exp_bits = 7 - mant_bits;
+    let sign = if byte & 0x80 != 0 { -1.0 } else { 1.0 };
+    let e = i32::from((byte >> mant_bits) & ((1 << exp_bits) - 1) as u8);
+    let m = f64::from(byte & ((1 << mant_bits) - 1) as u8);
+    let scale = f64::from(1u32 << mant_bits);
+    let max_e = (1 << exp_bits) - 1;
+    match kind {
+        F8Kind::Fnuz if byte == 0x80 => return f64::NAN,
+        F8Kind::Fn if byte & 0x7f == 0x7f => return f64::NAN,
+        F8Kind::Ieee if e == max_e => {
+            return if m == 0.0 {
+                sign * f64::INFINITY
+            } else {
+                f64::NAN
+            };
+        }
+        _ => {}
+    }
+    if e == 0 {
+        sign * (m / scale) * 2f64.powi(1 - bias)
+    } else {
+        sign * (1.0 + m / scale) * 2f64.powi(e - bias)
     }
 }
 
@@ -139,7 +295,7 @@ impl Tensor {
 
     /// Bytes the data must have for this dtype and shape.
     pub fn expected_len(&self) -> Option<usize> {
-        checked_numel(&self.shape)?.checked_mul(self.dtype.size())
+        self.dtype.byte_len(checked_numel(&self.shape)?)
     }
 
     fn check_len(&self) -> Result<(), WireError> {
@@ -202,37 +358,80 @@ impl Tensor {
     }
 
     /// Every element as f32, whatever the dtype (integers and booleans convert by value, F64
-    /// rounds). Trailing bytes that do not make a whole element are ignored.
+    /// rounds; complex and packed sub-byte elements, which have no single real value, read as
+    /// NaN). Trailing bytes that do not make a whole element are ignored.
     pub fn to_f32_vec(&self) -> Vec<f32> {
         let d = &self.data[..];
         match self.dtype {
             DType::F32 => chunks::<4, _>(d, f32::from_le_bytes),
-            DType::F64 => chunks::<8, _>(d, |b| f64::from_le_bytes(b) as f32),
             DType::BF16 => chunks::<2, _>(d, |b| half::bf16::from_le_bytes(b).to_f32()),
-            DType::F16 => chunks::<2, _>(d, |b| half::f16::from_le_bytes(b).to_f32()),
-            DType::I64 => chunks::<8, _>(d, |b| i64::from_le_bytes(b) as f32),
-            DType::I32 => chunks::<4, _>(d, |b| i32::from_le_bytes(b) as f32),
-            DType::U8 => d.iter().map(|&b| f32::from(b)).collect(),
-            DType::Bool => d.iter().map(|&b| if b != 0 { 1.0 } else { 0.0 }).collect(),
+            dt => d
+                .chunks_exact(dt.size())
+                .map(|c| element_f64(dt, c).unwrap_or(f64::NAN) as f32)
+                .collect(),
         }
+    }
+
+    /// Every element as f64; an error for complex and packed sub-byte dtypes, which no route
+    /// computes with (the real server's torch code would fail on them too).
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>, WireError> {
+        let dt = self.dtype;
+        self.data
+            .chunks_exact(dt.size())
+            .map(|c| {
+                element_f64(dt, c).ok_or_else(|| {
+                    WireError::Tree(format!(
+                        "cannot compute with a {dt} tensor of shape {:?}: its elements are not real numbers",
+                        self.shape
+                    ))
+                })
+            })
+            .collect()
     }
 
     /// Every element as i64; only integer and boolean tensors qualify (a float tensor here is
     /// a caller reading the wrong field, not something to round silently).
     pub fn to_i64_vec(&self) -> Result<Vec<i64>, WireError> {
         let d = &self.data[..];
+        let not_int = || {
+            WireError::Tree(format!(
+                "expected an integer tensor, got {} of shape {:?}",
+                self.dtype, self.shape
+            ))
+        };
         Ok(match self.dtype {
             DType::I64 => chunks::<8, _>(d, i64::from_le_bytes),
             DType::I32 => chunks::<4, _>(d, |b| i64::from(i32::from_le_bytes(b))),
+            DType::U32 => chunks::<4, _>(d, |b| i64::from(u32::from_le_bytes(b))),
+            DType::I16 => chunks::<2, _>(d, |b| i64::from(i16::from_le_bytes(b))),
+            DType::U16 => chunks::<2, _>(d, |b| i64::from(u16::from_le_bytes(b))),
             DType::U8 => d.iter().map(|&b| i64::from(b)).collect(),
+            DType::I8 => d.iter().map(|&b| i64::from(b as i8)).collect(),
             DType::Bool => d.iter().map(|&b| i64::from(b != 0)).collect(),
-            dt => {
-                return Err(WireError::Invalid(format!(
-                    "expected an integer tensor, got {dt} of shape {:?}",
-                    self.shape
-                )))
-            }
+            DType::U64 => chunks::<8, _>(d, u64::from_le_bytes)
+                .into_iter()
+                .map(|v| i64::try_from(v).map_err(|_| not_int()))
+                .collect::<Result<_, _>>()?,
+            _ => return Err(not_int()),
         })
+    }
+
+    /// The value of a one-element tensor (a 0-d tensor where a number is expected) as JSON:
+    /// an integer for integer dtypes, `true`/`false` for BOOL, a float otherwise (non-finite
+    /// ones as [`pyjson::float`] writes them).
+    pub fn scalar_json(&self) -> Option<Value> {
+        if self.numel() != 1 {
+            return None;
+        }
+        match self.dtype {
+            DType::Bool => Some(Value::Bool(self.data.first().copied()? != 0)),
+            DType::U64 => {
+                let v = u64::from_le_bytes(self.data.get(..8)?.try_into().ok()?);
+                Some(Value::from(v))
+            }
+            dt if dt.is_integer() => Some(Value::from(*self.to_i64_vec().ok()?.first()?)),
+            dt => Some(pyjson::float(element_f64(dt, &self.data)?)),
+        }
     }
 
     /// `{"dtype": "BF16", "shape": [B, S]}`: what logs show of a tensor.
@@ -257,7 +456,8 @@ pub enum Node {
     /// `["t", key]`; `scalar` is `["t", key, {"scalar": true}]` (a 0-dim tensor stored as `[1]`).
     Tensor { tensor: Tensor, scalar: bool },
     /// `["j", value]`: JSON with no tensor inside. Non-finite floats written by Python
-    /// (`NaN`, `Infinity`) decode as JSON `null`.
+    /// (`NaN`, `Infinity`) are `{"$float": "NaN"}` objects here (see [`super::pyjson`]), never
+    /// `null`, and are written back as the literals.
     Json(serde_json::Value),
     /// `["d", [[k, node], ...]]`: an object holding at least one tensor; key order kept.
     Dict(Vec<(String, Node)>),
@@ -358,7 +558,8 @@ impl Node {
     }
 
     /// The tree with each tensor rendered as `{"dtype", "shape"}` and every JSON value kept: what
-    /// the recording proxy writes to `wire.jsonl`.
+    /// the recording proxy writes to `wire.jsonl`. A tuple keeps its tag as `{"$tuple": [...]}`;
+    /// a non-finite float is `{"$float": "NaN"}` (see [`super::pyjson`]).
     pub fn summary(&self) -> Value {
         match self {
             Node::Tensor { tensor, .. } => tensor.summary(),
@@ -366,25 +567,93 @@ impl Node {
             Node::Dict(e) => {
                 Value::Object(e.iter().map(|(k, v)| (k.clone(), v.summary())).collect())
             }
-            Node::List(v) | Node::Tuple(v) => Value::Array(v.iter().map(Node::summary).collect()),
+            Node::List(v) => Value::Array(v.iter().map(Node::summary).collect()),
+            Node::Tuple(v) => serde_json::json!({
+                TUPLE_KEY: v.iter().map(Node::summary).collect::<Vec<_>>()
+            }),
+        }
+    }
+
+    /// The tree as JSON with every 0-d tensor read as its number (where a number is expected,
+    /// as in `meta.batch_num_tokens`), other tensors as nested arrays of
+    /// their values (complex and packed sub-byte ones as their `{"dtype", "shape"}` summary),
+    /// tuples as arrays: what a route reads out of `meta`.
+    pub fn to_values(&self) -> Value {
+        match self {
+            Node::Tensor { tensor, scalar } => match tensor.scalar_json() {
+                Some(v) if *scalar || tensor.shape.is_empty() => v,
+                _ => tensor_values(tensor).unwrap_or_else(|| tensor.summary()),
+            },
+            Node::Json(v) => v.clone(),
+            Node::Dict(e) => {
+                Value::Object(e.iter().map(|(k, v)| (k.clone(), v.to_values())).collect())
+            }
+            Node::List(v) | Node::Tuple(v) => Value::Array(v.iter().map(Node::to_values).collect()),
         }
     }
 }
 
+/// Key under which [`Node::summary`] keeps a tuple's tag.
+pub const TUPLE_KEY: &str = "$tuple";
+
+/// A tensor's values as nested arrays following its shape.
+fn tensor_values(t: &Tensor) -> Option<Value> {
+    let flat: Vec<Value> = if t.dtype.is_integer() && t.dtype != DType::Bool {
+        t.to_i64_vec().ok()?.into_iter().map(Value::from).collect()
+    } else if t.dtype == DType::Bool {
+        t.data.iter().map(|&b| Value::Bool(b != 0)).collect()
+    } else {
+        t.to_f64_vec()
+            .ok()?
+            .into_iter()
+            .map(pyjson::float)
+            .collect()
+    };
+    fn nest(flat: &[Value], shape: &[usize]) -> Value {
+        match shape {
+            [] => flat.first().cloned().unwrap_or(Value::Null),
+            [_] => Value::Array(flat.to_vec()),
+            [n, rest @ ..] => {
+                let step = flat.len() / (*n).max(1);
+                Value::Array(
+                    (0..*n)
+                        .map(|i| nest(&flat[i * step..(i + 1) * step], rest))
+                        .collect(),
+                )
+            }
+        }
+    }
+    (flat.len() == t.numel()).then(|| nest(&flat, &t.shape))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
-    #[error("legacy pickle/torch.save payload refused: only DSSST1 frames are accepted")]
+    /// Bytes that are not a safetensors container and start like a pickle or a ZIP
+    /// (`torch.save`) file. The wording is the real codec's.
+    #[error("refusing to deserialize a legacy pickle/torch.save payload; the peer must use the DSSST1 safetensors wire protocol")]
     LegacyPayload,
-    #[error("not a valid DSSST1 payload: {0}")]
+    /// The container does not parse (the real codec's wording wraps the inner error).
+    #[error("not a valid DSSST1 safetensors payload: {0}")]
     Invalid(String),
-    #[error("DSSST1 header of {0} bytes exceeds the 64 MiB limit")]
-    HeaderTooLarge(u64),
+    /// The container parses, but its `dss` document or tree is wrong.
+    #[error("invalid DSSST1 tree: {0}")]
+    Tree(String),
     #[error("cannot encode DSSST1 frame: {0}")]
     Encode(String),
 }
 
 fn invalid(msg: impl Into<String>) -> WireError {
-    WireError::Invalid(msg.into())
+    WireError::Tree(msg.into())
+}
+
+/// The error for a container that failed to parse: the legacy refusal when the bytes carry a
+/// pickle or ZIP signature, else the wrapped inner error.
+fn refuse(buf: &[u8], inner: impl Into<String>) -> WireError {
+    if is_legacy_payload(buf) {
+        WireError::LegacyPayload
+    } else {
+        WireError::Invalid(inner.into())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -509,7 +778,7 @@ pub fn encode_with_op(root: &Node, op: Option<&str>) -> Result<Vec<u8>, WireErro
             stored_shape: vec![1],
         });
     }
-    let dss = serde_json::json!({"v": FORMAT_VERSION, "tree": tree}).to_string();
+    let dss = pyjson::to_python(&serde_json::json!({"v": FORMAT_VERSION, "tree": tree}));
 
     // The order the safetensors crate (and so Python) writes: descending dtype, then name.
     tensors.sort_by(|a, b| {
@@ -544,7 +813,10 @@ pub fn encode_with_op(root: &Node, op: Option<&str>) -> Result<Vec<u8>, WireErro
         .map_err(|e| WireError::Encode(format!("header serialisation: {e}")))?;
     header.resize(header.len().next_multiple_of(8), b' ');
     if header.len() as u64 > MAX_HEADER_BYTES {
-        return Err(WireError::HeaderTooLarge(header.len() as u64));
+        return Err(WireError::Encode(format!(
+            "header of {} bytes exceeds the 64 MiB limit",
+            header.len()
+        )));
     }
 
     let mut out = Vec::with_capacity(8 + header.len() + offset);
@@ -559,9 +831,9 @@ pub fn encode_with_op(root: &Node, op: Option<&str>) -> Result<Vec<u8>, WireErro
 // ---------------------------------------------------------------------------------------------
 // Decoding
 
-/// Whether `buf` starts like a pickle (protocol 2..5) or a ZIP (`torch.save`) file. A frame
-/// whose header length happens to begin with the same bytes (0x0280 = 640 does) is told apart by
-/// [`header_extent`]: a real frame has a sane length and its JSON header opens with `{`.
+/// Whether `buf` starts like a pickle (protocol 2..5) or a ZIP (`torch.save`) file. Only
+/// consulted once the container has failed to parse: a frame whose header length happens to
+/// begin with the same bytes (0x0280 = 640 does) is a frame.
 pub fn is_legacy_payload(buf: &[u8]) -> bool {
     matches!(buf, [0x80, 2..=5, ..]) || buf.starts_with(b"PK\x03\x04")
 }
@@ -570,28 +842,29 @@ pub fn is_legacy_payload(buf: &[u8]) -> bool {
 /// checked against the reading rules. Lets a streaming reader know how much to keep; `prefix`
 /// may be just those 8 bytes, or more (then the header must open with `{`).
 pub fn header_extent(prefix: &[u8]) -> Result<usize, WireError> {
-    let legacy = is_legacy_payload(prefix);
     let Some(len_bytes) = prefix.get(..8) else {
-        if legacy {
-            return Err(WireError::LegacyPayload);
-        }
-        return Err(invalid(format!(
-            "{} bytes is shorter than the 8-byte header length",
-            prefix.len()
-        )));
+        return Err(refuse(
+            prefix,
+            format!(
+                "{} bytes is shorter than the 8-byte header length",
+                prefix.len()
+            ),
+        ));
     };
     let mut a = [0u8; 8];
     a.copy_from_slice(len_bytes);
     let n = u64::from_le_bytes(a);
-    let opens_json = prefix.get(8).is_none_or(|&b| b == b'{');
-    if legacy && (n == 0 || n > MAX_HEADER_BYTES || !opens_json) {
-        return Err(WireError::LegacyPayload);
-    }
     if n == 0 {
-        return Err(invalid("header length is 0"));
+        return Err(refuse(prefix, "header length is 0"));
     }
     if n > MAX_HEADER_BYTES {
-        return Err(WireError::HeaderTooLarge(n));
+        return Err(refuse(
+            prefix,
+            format!("header of {n} bytes exceeds the 64 MiB limit"),
+        ));
+    }
+    if prefix.get(8).is_some_and(|&b| b != b'{') {
+        return Err(refuse(prefix, "the header is not a JSON object"));
     }
     // n <= 64 MiB, so this fits in usize on every supported target.
     Ok(8 + n as usize)
@@ -600,60 +873,26 @@ pub fn header_extent(prefix: &[u8]) -> Result<usize, WireError> {
 fn check_extent(buf: &[u8]) -> Result<usize, WireError> {
     let extent = header_extent(buf)?;
     if extent > buf.len() {
-        if is_legacy_payload(buf) {
-            return Err(WireError::LegacyPayload);
-        }
-        return Err(invalid(format!(
-            "header length {} runs past the end of the {}-byte frame",
-            extent - 8,
-            buf.len()
-        )));
+        return Err(refuse(
+            buf,
+            format!(
+                "header length {} runs past the end of the {}-byte frame",
+                extent - 8,
+                buf.len()
+            ),
+        ));
     }
     Ok(extent)
 }
 
-/// Parse the `dss` document: strict JSON first; Python's `NaN`/`Infinity` need the lenient
-/// parser, whose non-finite numbers become `null` in `serde_json::Value`.
+/// Parse the `dss` document as Python's `json.loads` does (`NaN`/`Infinity` included).
 fn parse_dss(text: &str) -> Result<Value, WireError> {
     match serde_json::from_str::<Value>(text) {
         Ok(v) => Ok(v),
-        Err(strict) => {
-            if json_depth(text) > MAX_DSS_DEPTH {
-                return Err(invalid(format!(
-                    "dss metadata nests deeper than {MAX_DSS_DEPTH} levels"
-                )));
-            }
-            json5::from_str::<Value>(text)
-                .map_err(|_| invalid(format!("dss metadata is not JSON: {strict}")))
+        Err(_) => {
+            pyjson::parse(text).map_err(|e| invalid(format!("dss metadata is not JSON: {e}")))
         }
     }
-}
-
-/// Maximum bracket nesting outside string literals.
-fn json_depth(text: &str) -> usize {
-    let (mut depth, mut max, mut in_str, mut escaped) = (0usize, 0usize, None::<u8>, false);
-    for &b in text.as_bytes() {
-        if let Some(q) = in_str {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == q {
-                in_str = None;
-            }
-            continue;
-        }
-        match b {
-            b'"' | b'\'' => in_str = Some(b),
-            b'[' | b'{' => {
-                depth += 1;
-                max = max.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    max
 }
 
 fn dss_tree(
@@ -767,7 +1006,7 @@ fn frame_dtype(key: &str, info: &TensorInfo) -> Result<DType, WireError> {
 pub fn decode(buf: Bytes) -> Result<Node, WireError> {
     let extent = check_extent(&buf)?;
     let (_, metadata) = SafeTensors::read_metadata(&buf)
-        .map_err(|e| invalid(format!("safetensors container: {e}")))?;
+        .map_err(|e| refuse(&buf, format!("safetensors container: {e}")))?;
     let tree = dss_tree(metadata.metadata().as_ref())?;
     let mut resolve = |key: &str, scalar: bool, at: &str| -> Result<Node, WireError> {
         let info = metadata.info(key).ok_or_else(|| {
@@ -788,21 +1027,43 @@ pub fn decode(buf: Bytes) -> Result<Node, WireError> {
     parse_node(&tree, "", &mut resolve)
 }
 
+/// The byte length of the whole frame its header announces: the header extent plus the end of
+/// the last tensor's `data_offsets` (`prefix` holds at least [`header_extent`] bytes). A body
+/// of another length is cut short or carries trailing bytes, and does not decode.
+pub fn frame_len(prefix: &[u8]) -> Result<usize, WireError> {
+    let extent = header_extent(prefix)?;
+    let header = prefix
+        .get(8..extent)
+        .ok_or_else(|| refuse(prefix, "the header is cut short"))?;
+    let metadata: Metadata = serde_json::from_slice(header)
+        .map_err(|e| refuse(prefix, format!("safetensors container: {e}")))?;
+    let end = metadata
+        .tensors()
+        .values()
+        .map(|info| info.data_offsets.1)
+        .max()
+        .unwrap_or(0);
+    Ok(extent + end)
+}
+
 /// The [`Node::summary`] of a frame from its header alone (`prefix` holds at least
 /// [`header_extent`] bytes): a proxy can log a 256 MB frame without keeping its tensors.
 pub fn header_summary(prefix: &[u8]) -> Result<Value, WireError> {
     let extent = header_extent(prefix)?;
     let header = prefix.get(8..extent).ok_or_else(|| {
-        invalid(format!(
-            "header of {} bytes is cut short at {} bytes",
-            extent - 8,
-            prefix.len() - 8
-        ))
+        refuse(
+            prefix,
+            format!(
+                "header of {} bytes is cut short at {} bytes",
+                extent - 8,
+                prefix.len() - 8
+            ),
+        )
     })?;
-    let text =
-        std::str::from_utf8(header).map_err(|e| invalid(format!("header is not UTF-8: {e}")))?;
-    let metadata: Metadata =
-        serde_json::from_str(text).map_err(|e| invalid(format!("safetensors container: {e}")))?;
+    let text = std::str::from_utf8(header)
+        .map_err(|e| refuse(prefix, format!("header is not UTF-8: {e}")))?;
+    let metadata: Metadata = serde_json::from_str(text)
+        .map_err(|e| refuse(prefix, format!("safetensors container: {e}")))?;
     let tree = dss_tree(metadata.metadata().as_ref())?;
     let mut resolve = |key: &str, scalar: bool, at: &str| -> Result<Node, WireError> {
         let info = metadata.info(key).ok_or_else(|| {
@@ -946,19 +1207,121 @@ mod tests {
     }
 
     #[test]
-    fn non_finite_floats_from_python_become_null() {
-        let dss = r#"{"v": "DSSST1", "tree": ["j", {"a": NaN, "b": Infinity, "c": -Infinity, "d": 1.5, "0": "int key"}]}"#;
+    fn non_finite_floats_from_python_stay_non_finite_both_ways() {
+        let dss = r#"{"v": "DSSST1", "tree": ["j", {"a": NaN, "b": Infinity, "c": -Infinity, "d": 1.5, "e": null, "0": "int key"}]}"#;
         let header = serde_json::json!({
             "__metadata__": {"dss": dss},
             "__dss_empty__": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
         })
         .to_string();
-        let node = decode(frame(&header, &[0])).unwrap();
-        assert_eq!(
-            node,
-            Node::json(
-                serde_json::json!({"a": null, "b": null, "c": null, "d": 1.5, "0": "int key"})
+        let f = frame(&header, &[0]);
+        let node = decode(f.clone()).unwrap();
+        let v = node.to_json().unwrap();
+        assert!(pyjson::as_f64(&v["a"]).unwrap().is_nan());
+        assert_eq!(pyjson::as_f64(&v["b"]), Some(f64::INFINITY));
+        assert_eq!(pyjson::as_f64(&v["c"]), Some(f64::NEG_INFINITY));
+        assert_eq!(v["e"], Value::Null);
+        assert_ne!(v["a"], Value::Null, "a NaN must not read as null");
+        // Written back as the same literals, byte for byte.
+        assert_eq!(encode(&node).unwrap(), f.to_vec());
+        // A NaN loss built in Rust travels as the literal too.
+        let out = encode(&Node::json(
+            serde_json::json!({"avg_loss": pyjson::float(f64::NAN)}),
+        ))
+        .unwrap();
+        assert!(String::from_utf8_lossy(&out).contains(r#"\"avg_loss\": NaN"#));
+    }
+
+    #[test]
+    fn dss_is_written_as_python_json_dumps_writes_it() {
+        let root = Node::dict([
+            (
+                "meta",
+                Node::json(serde_json::json!({"lr": 1e-6, "t": 1.0, "name": "é"})),
+            ),
+            ("x", Node::from(Tensor::from_i64([1], &[3]).unwrap())),
+        ]);
+        let bytes = encode(&root).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            text.contains(r#""dss":"{\"v\": \"DSSST1\", \"tree\": [\"d\", [[\"meta\", [\"j\", {\"lr\": 1e-06, \"t\": 1.0, \"name\": \"\\u00e9\"}]], [\"x\", [\"t\", \"x\"]]]]}""#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_safetensors_dtype_decodes_and_reads_by_value() {
+        for dt in DType::ALL {
+            let numel = if dt.bits() < 8 { 8 } else { 2 };
+            let t = Tensor::new(
+                dt,
+                vec![numel],
+                Bytes::from(vec![0x38; dt.byte_len(numel).unwrap()]),
             )
+            .unwrap();
+            let back = decode(Bytes::from(encode(&Node::from(t.clone())).unwrap())).unwrap();
+            assert_eq!(back, Node::from(t), "{dt}");
+        }
+        let i8t = Tensor::new(DType::I8, vec![2], Bytes::from_static(&[0xff, 0x05])).unwrap();
+        assert_eq!(i8t.to_i64_vec().unwrap(), vec![-1, 5]);
+        // 0x38 = 0 0111 000 in E4M3 (bias 7) is 1.0; 0x7f is NaN; 0xb8 is -1.0.
+        let f8 = Tensor::new(
+            DType::F8E4M3,
+            vec![3],
+            Bytes::from_static(&[0x38, 0x7f, 0xb8]),
+        )
+        .unwrap();
+        let v = f8.to_f64_vec().unwrap();
+        assert_eq!((v[0], v[2]), (1.0, -1.0));
+        assert!(v[1].is_nan());
+        // 0x3c = 0 01111 00 in E5M2 (bias 15) is 1.0; 0x7c is +inf.
+        let e5 = Tensor::new(DType::F8E5M2, vec![2], Bytes::from_static(&[0x3c, 0x7c])).unwrap();
+        assert_eq!(e5.to_f64_vec().unwrap(), vec![1.0, f64::INFINITY]);
+        let c = Tensor::new(DType::C64, vec![1], Bytes::from(vec![0; 8])).unwrap();
+        assert!(c
+            .to_f64_vec()
+            .unwrap_err()
+            .to_string()
+            .contains("not real numbers"));
+    }
+
+    #[test]
+    fn a_zero_dim_tensor_reads_as_a_number() {
+        let n = Node::scalar(Tensor::from_i64(vec![], &[37]).unwrap());
+        assert_eq!(n.to_values(), serde_json::json!(37));
+        let meta = Node::dict([
+            ("batch_num_tokens", n),
+            ("rollout_is_weights", Node::json(Value::Null)),
+            (
+                "w",
+                Node::from(Tensor::from_f32([2], &[0.5, f32::NAN]).unwrap()),
+            ),
+        ]);
+        assert_eq!(
+            meta.to_values(),
+            serde_json::json!({"batch_num_tokens": 37, "rollout_is_weights": null, "w": [0.5, {"$float": "NaN"}]})
+        );
+    }
+
+    #[test]
+    fn legacy_refusal_uses_the_real_wording_and_only_after_the_parse_failed() {
+        let e = decode(Bytes::from_static(b"\x80\x02}q\x00.garbage")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "refusing to deserialize a legacy pickle/torch.save payload; the peer must use the DSSST1 safetensors wire protocol"
+        );
+        let e = decode(Bytes::from_static(b"garbage!garbage!")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("not a valid DSSST1 safetensors payload: "),
+            "{e}"
+        );
+        // A too-large length is a container error, wrapped in the same wording.
+        let e = decode(Bytes::copy_from_slice(&u64::MAX.to_le_bytes())).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("not a valid DSSST1 safetensors payload: header of"),
+            "{e}"
         );
     }
 
@@ -1014,7 +1377,6 @@ mod tests {
                 Bytes::copy_from_slice(&[&64u64.to_le_bytes()[..], &b"{}"[..]].concat()),
                 "runs past the end",
             ),
-            (frame("not json", b""), "safetensors container"),
             (
                 frame(&ok_header.replace("DSSST1", "DSSST2"), &[0]),
                 "dss version is \"DSSST2\"",
@@ -1032,6 +1394,10 @@ mod tests {
             ),
             (frame(&ok_header, &[0, 0]), "safetensors container"),
             (
+                frame("not json", b""),
+                "not a valid DSSST1 safetensors payload",
+            ),
+            (
                 frame(
                     &ok_header.replace("[\\\"t\\\",\\\"x\\\"]", "[\\\"q\\\",1]"),
                     &[0],
@@ -1039,8 +1405,8 @@ mod tests {
                 "unknown tree tag",
             ),
             (
-                frame(&ok_header.replace("\"U8\"", "\"I8\""), &[0]),
-                "unsupported dtype",
+                frame(&ok_header.replace("\"U8\"", "\"Q8\""), &[0]),
+                "safetensors container",
             ),
         ];
         for (bytes, want) in cases {

@@ -2,5 +2,6 @@
 
 pub mod api;
 pub mod dssst1;
+pub mod pyjson;
 
 pub use dssst1::{decode, encode, DType, Node, Tensor, WireError};

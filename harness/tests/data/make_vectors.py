@@ -5,9 +5,10 @@ Needs `pip install safetensors numpy`. Run from anywhere:
     python3 harness/tests/data/make_vectors.py
 
 Writes, next to this script:
-- dssst1_python.safetensors: a frame with every dtype, nested dict/list/tuple, a scalar and JSON
-  leaves. The `dss` string is compact JSON (as serde_json writes it), so the Rust encoder must
-  reproduce the file byte for byte from the decoded tree.
+- dssst1_python.safetensors: a frame with the common dtypes, nested dict/list/tuple, a scalar
+  and JSON leaves. The `dss` string is `json.dumps` with Python's defaults, as the real codec
+  writes it, so the Rust encoder must reproduce the file byte for byte from the decoded tree.
+  (The conformance suite under harness/tests/conformance/ covers every dtype.)
 - dssst1_python_nan.safetensors: a frame as Python's default `json.dumps` writes it: spaces after
   separators, `NaN`/`Infinity`/`-Infinity`, integer dict keys (which become strings).
 
@@ -80,7 +81,6 @@ def frame(root, dumps):
 
 
 def main():
-    compact = lambda d: json.dumps(d, separators=(",", ":"), ensure_ascii=False)
     root = {
         "batch": {
             "input_ids": np.arange(6, dtype="<i8").reshape(2, 3),
@@ -100,7 +100,7 @@ def main():
         "empty": np.zeros((0, 4), dtype="<f4"),
     }
     with open(os.path.join(HERE, "dssst1_python.safetensors"), "wb") as f:
-        f.write(frame(root, compact))
+        f.write(frame(root, json.dumps))
 
     nan_root = {
         "metrics": {"loss": float("nan"), "up": float("inf"), "down": float("-inf"), "ok": 0.25},

@@ -39,7 +39,8 @@ pub enum FaultKind {
     Drop,
     /// The request is never answered.
     Stall,
-    /// `/step` answers `grad_norm: NaN`, as a Python server writes a non-finite float.
+    /// `/step` runs, then its `grad_norm` is NaN: the real server cannot encode that as JSON
+    /// and answers a plain-text 500 `Internal Server Error`.
     NanGradNorm,
     /// `/forward` answers a NaN in the first row of `batch.logprobs`.
     NanLogprobs,
@@ -277,7 +278,12 @@ fn is_weight_sync(route: &str, body: &[u8]) -> bool {
             }))
 }
 
+/// An injected error answer in the real server's shape: a 500 is plain text, anything else
+/// (a proxy's 503, a deliberate 4xx) carries `{"detail": ...}`.
 fn error_answer(status: StatusCode, detail: String) -> Response {
+    if status == StatusCode::INTERNAL_SERVER_ERROR {
+        return crate::backend::server::internal_server_error();
+    }
     let mut resp = Response::new(Body::from(json!({ "detail": detail }).to_string()));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
@@ -367,7 +373,9 @@ async fn fault_layer(State(s): State<Arc<FaultState>>, req: Request, next: Next)
     for f in after {
         resp = match f.fault {
             FaultKind::Drop => drop_mid_body(resp, f.after_bytes).await,
-            FaultKind::NanGradNorm => rewrite(resp, nan_grad_norm).await,
+            FaultKind::NanGradNorm if resp.status().is_success() => {
+                crate::backend::server::internal_server_error()
+            }
             FaultKind::NanLogprobs => rewrite(resp, |b| corrupt_logprobs(b, false)).await,
             FaultKind::WrongShape => rewrite(resp, |b| corrupt_logprobs(b, true)).await,
             _ => resp,
@@ -414,19 +422,6 @@ async fn rewrite(resp: Response, f: impl FnOnce(&Bytes) -> Option<Vec<u8>>) -> R
     let out = f(&bytes).unwrap_or_else(|| bytes.to_vec());
     parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, Body::from(out))
-}
-
-/// `metrics.grad_norm` as the bare `NaN` token Python's `json.dumps` writes.
-fn nan_grad_norm(body: &Bytes) -> Option<Vec<u8>> {
-    const MARK: &str = "__rlharness_nan__";
-    let mut v: Value = serde_json::from_slice(body).ok()?;
-    let metrics = v.get_mut("metrics")?.as_object_mut()?;
-    metrics.insert("grad_norm".into(), Value::String(MARK.into()));
-    Some(
-        v.to_string()
-            .replace(&format!("\"{MARK}\""), "NaN")
-            .into_bytes(),
-    )
 }
 
 /// `batch.logprobs` with its first row NaN, or (`shape`) one column short.
@@ -548,18 +543,6 @@ mod tests {
             "/operation",
             br#"{"operation_type":"reset-prefix-cache"}"#
         ));
-    }
-
-    #[test]
-    fn nan_grad_norm_is_written_as_python_does() {
-        let out = nan_grad_norm(&Bytes::from_static(
-            br#"{"job_id":1,"metrics":{"last_lr":1e-6,"grad_norm":0.5}}"#,
-        ))
-        .unwrap();
-        let text = String::from_utf8(out).unwrap();
-        assert!(text.contains("\"grad_norm\":NaN"), "{text}");
-        let v = crate::wire::api::parse_json_lenient(text.as_bytes()).unwrap();
-        assert!(v["metrics"]["grad_norm"].is_null());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! returns the metrics the real server would for the same inputs (see the project's GRPO
 //! reference). Clip settings are the fixed values the Arctic loss uses.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 pub const CLIP_LOW: f64 = 0.2;
 pub const CLIP_HIGH: f64 = 0.2;
@@ -199,18 +199,24 @@ pub fn policy_loss(
     }
     let pg_loss = aggregate(&pg, s.agg, s.horizon);
     let mut m = Map::new();
-    m.insert("actor/pg_loss".into(), json!(pg_loss));
-    m.insert("actor/ppo_kl".into(), json!(token_mean(&kl)));
-    m.insert("actor/pg_clipfrac".into(), json!(token_mean(&clipped)));
+    m.insert("actor/pg_loss".into(), crate::wire::pyjson::float(pg_loss));
+    m.insert(
+        "actor/ppo_kl".into(),
+        crate::wire::pyjson::float(token_mean(&kl)),
+    );
+    m.insert(
+        "actor/pg_clipfrac".into(),
+        crate::wire::pyjson::float(token_mean(&clipped)),
+    );
     m.insert(
         "actor/pg_clipfrac_lower".into(),
-        json!(token_mean(&clipped_lower)),
+        crate::wire::pyjson::float(token_mean(&clipped_lower)),
     );
     let mut loss = pg_loss;
     if with_entropy {
         let ent: Vec<Vec<f64>> = seqs.iter().map(|q| q.entropy.clone()).collect();
         let e = aggregate(&ent, s.agg, s.horizon);
-        m.insert("actor/entropy_loss".into(), json!(e));
+        m.insert("actor/entropy_loss".into(), crate::wire::pyjson::float(e));
         loss -= s.entropy_coeff * e;
     }
     if seqs.iter().any(|q| q.ref_logp.is_some()) {
@@ -227,11 +233,11 @@ pub fn policy_loss(
             })
             .collect();
         let k = aggregate(&kls, s.agg, s.horizon);
-        m.insert("kl_loss".into(), json!(k));
-        m.insert("kl_coef".into(), json!(s.kl_coef));
+        m.insert("kl_loss".into(), crate::wire::pyjson::float(k));
+        m.insert("kl_coef".into(), crate::wire::pyjson::float(s.kl_coef));
         loss += s.kl_coef * k;
     }
-    m.insert("loss".into(), json!(loss));
+    m.insert("loss".into(), crate::wire::pyjson::float(loss));
     (m, loss)
 }
 
@@ -243,13 +249,14 @@ pub fn sft_loss(seqs: &[SeqTokens], s: &LossSettings) -> (Map<String, Value>, f6
         .collect();
     let loss = aggregate(&nll, s.agg, s.horizon);
     let mut m = Map::new();
-    m.insert("loss".into(), json!(loss));
+    m.insert("loss".into(), crate::wire::pyjson::float(loss));
     (m, loss)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn settings() -> LossSettings {
         LossSettings::from_meta(&Map::new(), 4).unwrap()

@@ -15,65 +15,39 @@ pub fn numel(shape: &[usize]) -> usize {
 
 fn check_len(t: &Tensor, name: &str) -> Result<usize, String> {
     let n = numel(&t.shape);
-    let want = n.saturating_mul(t.dtype.size());
-    if t.data.len() != want {
+    let want = t.dtype.byte_len(n);
+    if want != Some(t.data.len()) {
         return Err(format!(
-            "tensor {name} of dtype {} and shape {:?} needs {want} bytes but carries {}",
+            "tensor {name} of dtype {} and shape {:?} needs {} bytes but carries {}",
             t.dtype.name(),
             t.shape,
+            want.map_or_else(|| "a whole number of".to_string(), |w| w.to_string()),
             t.data.len()
         ));
     }
     Ok(n)
 }
 
-/// The elements of any tensor as `f64` (integers and booleans converted).
+/// The elements of any tensor with real elements as `f64` (integers and booleans converted;
+/// every float dtype safetensors names, the 8-bit ones included). Complex and packed sub-byte
+/// tensors are refused: no route computes with them, and the real server's torch code fails
+/// on them too.
 pub fn tensor_f64(t: &Tensor, name: &str) -> Result<Vec<f64>, String> {
-    let n = check_len(t, name)?;
-    let d = &t.data[..];
-    let mut out = Vec::with_capacity(n);
-    let w = t.dtype.size();
-    for i in 0..n {
-        let b = &d[i * w..(i + 1) * w];
-        let v = match t.dtype {
-            DType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
-            DType::F64 => f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-            DType::BF16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f64(),
-            DType::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
-            DType::I64 => {
-                i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64
-            }
-            DType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
-            DType::U8 | DType::Bool => b[0] as f64,
-        };
-        out.push(v);
-    }
-    Ok(out)
+    check_len(t, name)?;
+    t.to_f64_vec().map_err(|e| format!("tensor {name}: {e}"))
 }
 
 /// The elements of an integer or boolean tensor as `i64`; a float tensor is an error, since
 /// token ids and masks must be exact.
 pub fn tensor_i64(t: &Tensor, name: &str) -> Result<Vec<i64>, String> {
-    let n = check_len(t, name)?;
-    let d = &t.data[..];
-    let w = t.dtype.size();
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let b = &d[i * w..(i + 1) * w];
-        let v = match t.dtype {
-            DType::I64 => i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-            DType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64,
-            DType::U8 | DType::Bool => b[0] as i64,
-            other => {
-                return Err(format!(
-                    "tensor {name} must hold integers, got dtype {}",
-                    other.name()
-                ))
-            }
-        };
-        out.push(v);
+    check_len(t, name)?;
+    if !t.dtype.is_integer() {
+        return Err(format!(
+            "tensor {name} must hold integers, got dtype {}",
+            t.dtype.name()
+        ));
     }
-    Ok(out)
+    t.to_i64_vec().map_err(|e| format!("tensor {name}: {e}"))
 }
 
 /// An `I64` tensor.

@@ -6,23 +6,28 @@ use tch::{Kind, Tensor};
 use crate::backend::EngineError;
 use crate::wire::{DType, Tensor as WireTensor};
 
-fn kind_of(dtype: DType) -> Kind {
-    match dtype {
+fn kind_of(dtype: DType) -> Option<Kind> {
+    Some(match dtype {
         DType::F32 => Kind::Float,
         DType::BF16 => Kind::BFloat16,
         DType::F16 => Kind::Half,
         DType::F64 => Kind::Double,
         DType::I64 => Kind::Int64,
         DType::I32 => Kind::Int,
+        DType::I16 => Kind::Int16,
+        DType::I8 => Kind::Int8,
         DType::U8 => Kind::Uint8,
         DType::Bool => Kind::Bool,
-    }
+        _ => return None,
+    })
 }
 
-/// A CPU tch tensor with the wire tensor's dtype and shape. `name` names it in errors.
+/// A CPU tch tensor with the wire tensor's dtype and shape. `name` names it in errors. A dtype
+/// libtorch has no direct kind for here (unsigned wider than 8 bits, the 8-bit floats) is read
+/// by value, as I64 for integers and F64 for floats.
 pub fn to_tch(name: &str, t: &WireTensor) -> Result<Tensor, EngineError> {
     let numel: usize = t.shape.iter().product();
-    let want = numel.checked_mul(t.dtype.size()).ok_or_else(|| {
+    let want = t.dtype.byte_len(numel).ok_or_else(|| {
         EngineError::unprocessable(format!("tensor {name}: shape {:?} overflows", t.shape))
     })?;
     if t.data.len() != want {
@@ -34,8 +39,15 @@ pub fn to_tch(name: &str, t: &WireTensor) -> Result<Tensor, EngineError> {
         )));
     }
     let shape: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
-    // Both sides are little-endian on every platform libtorch supports here.
-    Ok(Tensor::from_data_size(&t.data, &shape, kind_of(t.dtype)))
+    let bad = |e: crate::wire::WireError| EngineError::unprocessable(format!("tensor {name}: {e}"));
+    match kind_of(t.dtype) {
+        // Both sides are little-endian on every platform libtorch supports here.
+        Some(kind) => Ok(Tensor::from_data_size(&t.data, &shape, kind)),
+        None if t.dtype.is_integer() => {
+            Ok(Tensor::from_slice(&t.to_i64_vec().map_err(bad)?).reshape(&shape))
+        }
+        None => Ok(Tensor::from_slice(&t.to_f64_vec().map_err(bad)?).reshape(&shape)),
+    }
 }
 
 /// A 2-D `[B,S]` tensor as the given kind on CPU, with its dims.

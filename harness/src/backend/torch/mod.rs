@@ -883,25 +883,37 @@ impl LossInputs {
         let mut m = Map::new();
         let tokens = sums.tokens.max(1.0);
         if self.is_grpo() {
-            m.insert("actor/pg_loss".into(), json!(sums.pg_loss));
-            m.insert("actor/ppo_kl".into(), json!(sums.ppo_kl_sum / tokens));
+            m.insert(
+                "actor/pg_loss".into(),
+                crate::wire::pyjson::float(sums.pg_loss),
+            );
+            m.insert(
+                "actor/ppo_kl".into(),
+                crate::wire::pyjson::float(sums.ppo_kl_sum / tokens),
+            );
             m.insert(
                 "actor/pg_clipfrac".into(),
-                json!(sums.clipfrac_sum / tokens),
+                crate::wire::pyjson::float(sums.clipfrac_sum / tokens),
             );
             m.insert(
                 "actor/pg_clipfrac_lower".into(),
-                json!(sums.clipfrac_lower_sum / tokens),
+                crate::wire::pyjson::float(sums.clipfrac_lower_sum / tokens),
             );
             if s.want_entropy || s.actor.entropy_coeff != 0.0 {
-                m.insert("actor/entropy_loss".into(), json!(sums.entropy_loss));
+                m.insert(
+                    "actor/entropy_loss".into(),
+                    crate::wire::pyjson::float(sums.entropy_loss),
+                );
             }
             if s.actor.use_kl_loss && self.reference.is_some() {
-                m.insert("kl_loss".into(), json!(sums.kl_loss));
-                m.insert("kl_coef".into(), json!(s.actor.kl_coef));
+                m.insert("kl_loss".into(), crate::wire::pyjson::float(sums.kl_loss));
+                m.insert(
+                    "kl_coef".into(),
+                    crate::wire::pyjson::float(s.actor.kl_coef),
+                );
             }
         }
-        m.insert("loss".into(), json!(sums.loss));
+        m.insert("loss".into(), crate::wire::pyjson::float(sums.loss));
         m
     }
 }
@@ -911,10 +923,12 @@ impl Engine for TorchEngine {
         let worker = WorkerSettings::from_config(config.ds_worker_config.as_ref())?;
         let ds = match config.job_type {
             JobType::Training => config.ds_config.as_ref(),
+            // A DeepSpeed log_prob job carries the training job's ds_config (it only selects
+            // DeepSpeed); its own engine settings travel in log_prob_config.
             JobType::LogProb => config
-                .ds_config
+                .log_prob_config
                 .as_ref()
-                .or(config.log_prob_config.as_ref()),
+                .or(config.ds_config.as_ref()),
             JobType::Sampling => None,
         };
         let optim = OptimConfig::from_ds_config(ds).map_err(EngineError::bad_request)?;

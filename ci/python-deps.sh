@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Test dependencies of the conformance suite (harness/tests/conformance/): Python's
+# `safetensors` and `numpy` from PyPI, installed into the project-local, git-ignored .pydeps/.
+# Idempotent: a version stamp skips the install when the wanted versions are already there.
+# The harness itself stays Rust; the Rust tests put .pydeps on PYTHONPATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WANT="safetensors==0.8.0 numpy==2.4.6"
+STAMP=.pydeps/.rlharness-stamp
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] \
+    && PYTHONPATH=.pydeps python3 -c "import safetensors, numpy" 2>/dev/null; then
+    exit 0
+fi
+rm -rf .pydeps
+# shellcheck disable=SC2086
+python3 -m pip install --quiet --disable-pip-version-check --target .pydeps $WANT
+echo "$WANT" > "$STAMP"
