@@ -318,6 +318,20 @@ pub async fn run_one(
     if !unmet.is_empty() {
         return Ok(Report::skipped(&plan.scenario.name, &unmet.join("; ")));
     }
+    // A self-test runs the scenario as written first, on this host: that run is the golden of
+    // the planted one.
+    let (plan, reference) = match plan.scenario.selftest.clone() {
+        None => (plan, None),
+        Some(st) => {
+            let reference = reference_run(plan, opts).await?;
+            let mut set = opts.set.clone();
+            set.extend(st.plant);
+            let planted = crate::spec::load_scenario(file, &set)
+                .map_err(|e| CommandError::invalid(e.to_string()))?;
+            let plan = crate::plan::RunPlan::new(planted, opts.seed, opts.steps);
+            (plan, Some(reference))
+        }
+    };
     let executed = crate::runner::execute(plan, opts).await?;
     let crate::runner::Executed {
         mut manifest,
@@ -330,9 +344,18 @@ pub async fn run_one(
         ..
     } = executed;
     let store = crate::golden::GoldenStore::with_ci(&opts.golden, opts.ci);
-    let golden = store
-        .load(&plan.scenario.name, &env.hardware)
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let golden = match &reference {
+        Some((dir, golden)) => {
+            manifest.reference_run = Some(dir.display().to_string());
+            manifest
+                .write(&run_dir)
+                .map_err(|e| CommandError::run_failed(e.to_string()))?;
+            Some(golden.clone())
+        }
+        None => store
+            .load(&plan.scenario.name, &env.hardware)
+            .map_err(|e| CommandError::invalid(e.to_string()))?,
+    };
     // The one judge, on what the run directory stores (run.json, metrics.csv): `rlharness
     // compare RUN` calls it on the same facts and writes the same verdict.
     let verdict = crate::compare::judge_run(&manifest.record(&metrics), golden.as_ref());
@@ -340,6 +363,7 @@ pub async fn run_one(
     // pending one for review; CI never writes.
     let completed = end == crate::runner::RunEnd::Completed;
     if completed
+        && reference.is_none()
         && (golden.is_none() || opts.update_golden)
         && !plan.scenario.checks.golden.is_empty()
     {
@@ -378,12 +402,41 @@ pub async fn run_one(
             .write(&run_dir)
             .map_err(|e| CommandError::run_failed(e.to_string()))?;
     }
-    let reference = golden.as_ref().map(Reference::from_golden);
+    let reference = match reference {
+        Some((_, g)) => Some(Reference::from_reference_run(&g)),
+        None => golden.as_ref().map(Reference::from_golden),
+    };
     let mut report = Report::from_run(&run_dir, &manifest, metrics, reference, verdict);
     report.trainer_tail = trainer_tail;
     crate::report::write_reports(&run_dir, &report)
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     Ok(report)
+}
+
+/// A self-test's reference: the scenario as written, run on this host into a run directory of
+/// its own (`RUN_DIR/reference` when the planted run's directory is fixed). It must complete.
+async fn reference_run(
+    plan: crate::plan::RunPlan,
+    opts: &crate::runner::RunOptions,
+) -> Result<(std::path::PathBuf, crate::golden::Golden), CommandError> {
+    let name = plan.scenario.name.clone();
+    let mut ref_opts = opts.clone();
+    ref_opts.run_dir = opts.run_dir.as_ref().map(|d| d.join("reference"));
+    let executed = crate::runner::execute(plan, &ref_opts).await?;
+    if executed.end != crate::runner::RunEnd::Completed {
+        return Err(CommandError::run_failed(format!(
+            "{name}: the self-test's reference run did not complete ({}): {}",
+            executed.run_dir.display(),
+            executed
+                .manifest
+                .reason
+                .as_deref()
+                .unwrap_or("no reason recorded")
+        )));
+    }
+    let golden =
+        crate::report::reference_golden(&executed.run_dir, &executed.manifest, executed.metrics);
+    Ok((executed.run_dir, golden))
 }
 
 /// `rlharness record`: run a scenario through the proxy, keep its whole wire traffic as a

@@ -904,6 +904,7 @@ pub fn manifest_for(
             })
             .collect(),
         pending_golden: None,
+        reference_run: None,
         notes: Vec::new(),
         dropped: Vec::new(),
         replay: None,

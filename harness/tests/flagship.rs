@@ -136,3 +136,35 @@ async fn compare_reproduces_the_torch_verdicts() {
         assert_eq!(status, report.exit_status(), "{name}");
     }
 }
+
+/// The torch self-tests (`scenarios/selftest/flagship-*.yaml`): each planted regression is
+/// caught by the rules its scenario declares, against a reference made on this host; `compare`
+/// re-judges each alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_torch_selftests_catch_their_planted_regressions() {
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(repo().join("scenarios/selftest"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("flagship-"))
+        })
+        .collect();
+    found.sort();
+    assert_eq!(found.len(), 3, "{found:?}");
+    for scenario in found {
+        let tmp = tempfile::tempdir().unwrap();
+        let report = run_expecting(&scenario, &opts(tmp.path(), &[]), ExitStatus::Passed).await;
+        let v = report.verdict.as_ref().unwrap();
+        assert!(
+            v.exact_lane.as_ref().unwrap().applied,
+            "{}",
+            scenario.display()
+        );
+        let dir = tmp.path().join("run");
+        let ran = std::fs::read_to_string(dir.join("verdict.json")).unwrap();
+        rlharness::report::compare_command(&dir, None, &repo().join("golden")).unwrap();
+        let again = std::fs::read_to_string(dir.join("compare/golden/verdict.json")).unwrap();
+        assert_eq!(ran, again, "{}", scenario.display());
+    }
+}

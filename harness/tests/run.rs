@@ -373,7 +373,60 @@ fn cpu_scenarios() -> Vec<PathBuf> {
         assert!(!found.is_empty(), "no scenario in {dir}");
         out.extend(found);
     }
+    out.extend(selftests("mock-"));
     out
+}
+
+/// The shipped self-tests whose file name starts with `prefix` (`mock-`: no libtorch needed).
+pub fn selftests(prefix: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(repo().join("scenarios/selftest"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        })
+        .collect();
+    found.sort();
+    assert!(!found.is_empty(), "no self-test {prefix}*.yaml");
+    found
+}
+
+/// A self-test's planted run is judged against the reference run made just before it on this
+/// host, and names it: `reference_run` in run.json, the reference's directory beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selftest_judges_its_planted_run_against_a_reference_made_here() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = repo().join("scenarios/selftest/mock-mfu-drop.yaml");
+    let report = run_expecting(&scenario, &opts(tmp.path(), &[]), ExitStatus::Passed).await;
+    let v = report.verdict.as_ref().unwrap();
+    assert_eq!(v.outcome, rlharness::compare::Outcome::Regressed);
+    let mfu = v.rule("golden:perf/mfu/actor").unwrap();
+    assert!(
+        mfu.evidence.message.contains("regressed"),
+        "{}",
+        mfu.evidence.message
+    );
+    assert_eq!(report.reference.as_ref().unwrap().label, "reference run");
+    let manifest = rlharness::report::RunManifest::read(&tmp.path().join("run")).unwrap();
+    let reference = manifest
+        .reference_run
+        .expect("the planted run names its reference");
+    assert!(reference.ends_with("reference"), "{reference}");
+    // The reference ran as written: the planted run's MFU is the reference's times 0.95.
+    let ref_table = rlharness::metrics::MetricTable::read_csv(
+        &std::path::Path::new(&reference).join("metrics.csv"),
+    )
+    .unwrap();
+    let (planted, original) = (
+        report.metrics.series("perf/mfu/actor"),
+        ref_table.series("perf/mfu/actor"),
+    );
+    assert_eq!(planted.len(), original.len());
+    for ((_, p), (_, o)) in planted.iter().zip(&original) {
+        assert!((p / o - 0.95).abs() < 0.01, "{p} against {o}");
+    }
 }
 
 /// `rlharness compare RUN` on a run directory writes exactly the verdict.json `run` wrote there,

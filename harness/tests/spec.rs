@@ -675,3 +675,35 @@ fn a_scenario_outside_the_scenarios_tree_uses_the_built_in_verl_defaults() {
     );
     assert!(check(&[file]).is_ok());
 }
+
+#[test]
+fn a_selftest_needs_a_plant_and_a_declared_verdict() {
+    let r = Root::new();
+    let head = "name: t\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\nbackend: {kind: mock}\n";
+    let p = r.write(
+        "empty.yaml",
+        &format!("{head}selftest: {{plant: []}}\nexpected_verdict: {{outcome: regressed}}\n"),
+    );
+    let e = only_error(load(&p, &[]));
+    assert_eq!((e.line, e.key_path.as_str()), (7, "selftest.plant"), "{e}");
+    assert!(e.message.contains("at least one change"), "{e}");
+    let p = r.write(
+        "bad.yaml",
+        &format!("{head}selftest: {{plant: [lr]}}\nexpected_verdict: {{outcome: regressed}}\n"),
+    );
+    let e = only_error(load(&p, &[]));
+    assert!(
+        e.message.contains("`lr` is not a `key=value` override"),
+        "{e}"
+    );
+    let p = r.write(
+        "undeclared.yaml",
+        &format!("{head}selftest: {{plant: [seed=2]}}\n"),
+    );
+    let e = only_error(load(&p, &[]));
+    assert_eq!((e.line, e.key_path.as_str()), (7, "selftest"), "{e}");
+    assert!(
+        e.message.contains("must declare the verdict it expects"),
+        "{e}"
+    );
+}

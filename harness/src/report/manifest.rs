@@ -75,6 +75,10 @@ pub struct RunManifest {
     /// Knobs that differ from the defaults.
     #[serde(default)]
     pub knobs: Vec<KnobDiff>,
+    /// A self-test's planted run: the directory of the reference run it was judged against
+    /// (its golden), as given to the harness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_run: Option<String>,
     /// Set when this run wrote a pending golden (the path of its `metrics.csv.new`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_golden: Option<String>,

@@ -86,6 +86,14 @@ pub struct Reference {
 }
 
 impl Reference {
+    /// A self-test's reference run (`reference_golden`), labelled as what it is.
+    pub fn from_reference_run(g: &Golden) -> Reference {
+        Reference {
+            label: "reference run".into(),
+            ..Reference::from_golden(g)
+        }
+    }
+
     pub fn from_golden(g: &Golden) -> Reference {
         Reference {
             label: "golden".into(),
@@ -697,7 +705,51 @@ pub fn write_reports(dir: &Path, r: &Report) -> Result<(), ReportError> {
 // ---------------------------------------------------------------------------------------------
 // `rlharness compare RUN [RUN2]`
 
-fn load_run(dir: &Path) -> Result<(RunManifest, MetricTable), CommandError> {
+/// A self-test's reference run as the golden its planted run is judged against.
+pub fn reference_golden(dir: &Path, m: &RunManifest, table: MetricTable) -> Golden {
+    Golden {
+        scenario: m.scenario.clone(),
+        hardware: m.hardware.clone(),
+        table,
+        provenance: Provenance {
+            date: m.ended.clone().unwrap_or_else(|| m.started.clone()),
+            harness_version: m.harness_version.clone(),
+            git_commit: m.build_commit.clone().or_else(|| m.git_commit.clone()),
+            device: m.device.clone(),
+            seed: Some(m.seed),
+            threads: m.threads,
+            torch_version: m.torch_version.clone(),
+            source: None,
+            numeric_fingerprint: m.numerics.as_ref().map(|n| n.fingerprint.clone()),
+            cpu_isa: m
+                .numerics
+                .as_ref()
+                .and_then(|n| n.cpu_kernels.as_ref())
+                .map(|k| k.isa.clone()),
+        },
+        rules: None,
+        dir: dir.to_path_buf(),
+    }
+}
+
+/// The golden a stored run was judged against: its self-test reference run, or the store's.
+pub fn golden_of_run(
+    manifest: &RunManifest,
+    golden_root: &Path,
+) -> Result<Option<Golden>, CommandError> {
+    match &manifest.reference_run {
+        Some(dir) => {
+            let dir = Path::new(dir);
+            let (m, t) = load_run(dir)?;
+            Ok(Some(reference_golden(dir, &m, t)))
+        }
+        None => GoldenStore::new(golden_root)
+            .load(&manifest.scenario, &manifest.hardware)
+            .map_err(|e| CommandError::invalid(e.to_string())),
+    }
+}
+
+pub fn load_run(dir: &Path) -> Result<(RunManifest, MetricTable), CommandError> {
     let m = RunManifest::read(dir).map_err(|e| CommandError::invalid(e.to_string()))?;
     let t = MetricTable::read_csv(&dir.join(manifest::METRICS_FILE))
         .map_err(|e| CommandError::invalid(format!("invalid run series: {e}")))?;
@@ -766,15 +818,14 @@ pub fn compare_command(
             (Some(reference), verdict, overlays)
         }
         None => {
-            let store = GoldenStore::new(golden_root);
-            let golden = store.load(&manifest.scenario, &manifest.hardware)?;
+            let golden = golden_of_run(&manifest, golden_root)?;
             // The same judge as `run`, on what the run directory stores.
             let verdict = crate::compare::judge_run(&manifest.record(&table), golden.as_ref());
-            (
-                golden.as_ref().map(Reference::from_golden),
-                verdict,
-                Vec::new(),
-            )
+            let reference = match &manifest.reference_run {
+                Some(_) => golden.as_ref().map(Reference::from_reference_run),
+                None => golden.as_ref().map(Reference::from_golden),
+            };
+            (reference, verdict, Vec::new())
         }
     };
     let has_reference = reference.is_some();
@@ -847,6 +898,7 @@ mod tests {
                 origin: "--set".into(),
             }],
             pending_golden: None,
+            reference_run: None,
             notes: Vec::new(),
             dropped: Vec::new(),
             replay: None,

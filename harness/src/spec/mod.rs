@@ -42,6 +42,9 @@ pub struct Scenario {
     pub checks: crate::compare::ChecksSpec,
     pub timeouts: Timeouts,
     pub expected_verdict: Option<crate::compare::ExpectedVerdict>,
+    /// A self-test of the harness: a planted change judged against a reference run of the
+    /// same scenario on this host.
+    pub selftest: Option<SelfTest>,
     /// The resolved verl-style tree, every leaf with its origin.
     pub config: ConfigTree,
     /// Origins of every value outside `config`, by dotted path (`seed`, `backend.url`, ...).
@@ -51,6 +54,18 @@ pub struct Scenario {
     pub sources: Vec<PathBuf>,
     /// The `--set` arguments applied, in order.
     pub overrides: Vec<String>,
+}
+
+/// `selftest: {plant: [key=value, ...]}`: the harness is the thing under test. The scenario
+/// runs twice on this host: as written (the reference), then with `plant` applied as `--set`
+/// overrides; the planted run is judged against the reference run as its golden (so a
+/// deterministic backend is held bit for bit, whatever CPU model runs it), and the verdict must
+/// be the scenario's `expected_verdict`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelfTest {
+    /// The planted change, as `--set` overrides.
+    pub plant: Vec<String>,
 }
 
 /// What a scenario needs from the machine; a scenario whose needs are unmet is skipped with
@@ -323,6 +338,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "checks",
     "timeouts",
     "expected_verdict",
+    "selftest",
     "config",
 ];
 
@@ -553,6 +569,30 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
     let timeouts: Option<Timeouts> = field(&root, "timeouts", &mut errors);
     let expected_verdict: Option<Option<crate::compare::ExpectedVerdict>> =
         field(&root, "expected_verdict", &mut errors);
+    let selftest: Option<SelfTest> = field(&root, "selftest", &mut errors);
+    if let (Some(st), Some(node)) = (&selftest, root.get("selftest")) {
+        if st.plant.is_empty() {
+            errors.push(SpecError::at(
+                &node.pos,
+                "selftest.plant",
+                "a self-test plants at least one change (`key=value`, as `--set` takes it)",
+            ));
+        }
+        if let Some(bad) = st.plant.iter().find(|p| !p.contains('=')) {
+            errors.push(SpecError::at(
+                &node.pos,
+                "selftest.plant",
+                format!("`{bad}` is not a `key=value` override"),
+            ));
+        }
+        if !matches!(expected_verdict, Some(Some(_))) {
+            errors.push(SpecError::at(
+                &node.pos,
+                "selftest",
+                "a self-test must declare the verdict it expects (`expected_verdict`)",
+            ));
+        }
+    }
 
     if let (Some(n), Some(node)) = (&name, root.get("name")) {
         if !valid_name(n) {
@@ -616,6 +656,7 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
         checks: checks.unwrap_or_default(),
         timeouts: timeouts.unwrap_or_default(),
         expected_verdict: expected_verdict.flatten(),
+        selftest,
         config: layered.tree,
         origins,
         sources,
