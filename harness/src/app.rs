@@ -367,26 +367,8 @@ pub async fn run_one(
         && (golden.is_none() || opts.update_golden)
         && !plan.scenario.checks.golden.is_empty()
     {
-        let provenance = crate::golden::Provenance {
-            date: chrono::Utc::now().to_rfc3339(),
-            harness_version: manifest.harness_version.clone(),
-            // The code that made the numbers: the binary's commit where it is known.
-            git_commit: manifest
-                .build_commit
-                .clone()
-                .or_else(|| manifest.git_commit.clone()),
-            device: env.device.clone(),
-            seed: Some(plan.scenario.seed),
-            threads: env.threads,
-            torch_version: env.torch_version.clone(),
-            source: None,
-            numeric_fingerprint: env.numerics.as_ref().map(|n| n.fingerprint.clone()),
-            cpu_isa: env
-                .numerics
-                .as_ref()
-                .and_then(|n| n.cpu_kernels.as_ref())
-                .map(|k| k.isa.clone()),
-        };
+        let provenance =
+            crate::report::provenance_of_run(&manifest, chrono::Utc::now().to_rfc3339());
         match store.write_pending(
             &plan.scenario.name,
             &env.hardware,

@@ -36,6 +36,11 @@ pub struct Numerics {
     pub cpu_kernels: Option<CpuKernels>,
 }
 
+/// A fingerprint's text: the first 6 bytes of a digest, in hex.
+pub fn fingerprint_hex(digest: &[u8]) -> String {
+    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
 /// The instruction-set level libtorch's CPU kernels ran at, and the switches that set it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CpuKernels {

@@ -705,28 +705,34 @@ pub fn write_reports(dir: &Path, r: &Report) -> Result<(), ReportError> {
 // ---------------------------------------------------------------------------------------------
 // `rlharness compare RUN [RUN2]`
 
+/// The provenance of a golden made from a run: what its manifest says of the run, dated `date`.
+pub fn provenance_of_run(m: &RunManifest, date: String) -> Provenance {
+    Provenance {
+        date,
+        harness_version: m.harness_version.clone(),
+        // The code that made the numbers: the binary's commit where it is known.
+        git_commit: m.build_commit.clone().or_else(|| m.git_commit.clone()),
+        device: m.device.clone(),
+        seed: Some(m.seed),
+        threads: m.threads,
+        torch_version: m.torch_version.clone(),
+        source: None,
+        numeric_fingerprint: m.numerics.as_ref().map(|n| n.fingerprint.clone()),
+        cpu_isa: m
+            .numerics
+            .as_ref()
+            .and_then(|n| n.cpu_kernels.as_ref())
+            .map(|k| k.isa.clone()),
+    }
+}
+
 /// A self-test's reference run as the golden its planted run is judged against.
 pub fn reference_golden(dir: &Path, m: &RunManifest, table: MetricTable) -> Golden {
     Golden {
         scenario: m.scenario.clone(),
         hardware: m.hardware.clone(),
         table,
-        provenance: Provenance {
-            date: m.ended.clone().unwrap_or_else(|| m.started.clone()),
-            harness_version: m.harness_version.clone(),
-            git_commit: m.build_commit.clone().or_else(|| m.git_commit.clone()),
-            device: m.device.clone(),
-            seed: Some(m.seed),
-            threads: m.threads,
-            torch_version: m.torch_version.clone(),
-            source: None,
-            numeric_fingerprint: m.numerics.as_ref().map(|n| n.fingerprint.clone()),
-            cpu_isa: m
-                .numerics
-                .as_ref()
-                .and_then(|n| n.cpu_kernels.as_ref())
-                .map(|k| k.isa.clone()),
-        },
+        provenance: provenance_of_run(m, m.ended.clone().unwrap_or_else(|| m.started.clone())),
         rules: None,
         dir: dir.to_path_buf(),
     }

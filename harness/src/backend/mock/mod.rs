@@ -330,12 +330,7 @@ impl MockEngine {
             }
         }
         super::Numerics {
-            fingerprint: h
-                .finalize()
-                .iter()
-                .take(6)
-                .map(|b| format!("{b:02x}"))
-                .collect(),
+            fingerprint: super::fingerprint_hex(&h.finalize()),
             cpu_kernels: None,
         }
     }

@@ -173,11 +173,7 @@ pub fn fingerprint(config: &DecoderConfig, threads: usize) -> String {
     for x in Vec::<f32>::try_from(&flat).unwrap_or_default() {
         h.update(x.to_bits().to_le_bytes());
     }
-    hex12(&h.finalize())
-}
-
-pub(crate) fn hex12(digest: &[u8]) -> String {
-    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+    crate::backend::fingerprint_hex(&h.finalize())
 }
 
 #[cfg(test)]
