@@ -53,6 +53,24 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
         Command::Serve(args) => serve(args).await,
         Command::Run(args) => run(args).await,
         Command::Record(args) => record(args).await,
+        Command::Golden {
+            action:
+                crate::cli::GoldenAction::Calibrate {
+                    scenario,
+                    runs,
+                    seeds,
+                    jobs,
+                    out,
+                    hardware,
+                },
+            golden,
+        } => {
+            let seeds = match seeds {
+                Some(r) => Some(parse_seed_range(&r).map_err(CommandError::invalid)?),
+                None => None,
+            };
+            calibrate(&scenario, runs, seeds, jobs, out, hardware, &golden).await
+        }
         Command::Golden { action, golden } => golden_command(action, &golden),
         Command::Compare { run, run2, golden } => {
             crate::report::compare_command(&run, run2.as_deref(), &golden)
@@ -243,9 +261,121 @@ fn golden_command(
         GoldenAction::Status => crate::golden::golden_status(root)?,
         GoldenAction::Accept { scenarios } => crate::golden::golden_accept(root, &scenarios)?,
         GoldenAction::Reject { scenarios } => crate::golden::golden_reject(root, &scenarios)?,
+        GoldenAction::Calibrate { .. } => unreachable!("dispatched to `calibrate`"),
     };
     print!("{text}");
     Ok(status)
+}
+
+/// `A..B` (inclusive) or a single seed.
+pub fn parse_seed_range(text: &str) -> Result<Vec<u64>, String> {
+    let num = |t: &str| {
+        t.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("--seeds: `{t}` is not a seed (expected `A..B`, e.g. `1..10`)"))
+    };
+    let (a, b) = match text.split_once("..") {
+        Some((a, b)) => (num(a)?, num(b)?),
+        None => (num(text)?, num(text)?),
+    };
+    if a > b {
+        return Err(format!("--seeds {text}: the first seed is after the last"));
+    }
+    Ok((a..=b).collect())
+}
+
+/// `rlharness golden calibrate`: run the scenario `runs` times with its own seed (or once per
+/// seed), side by side up to `jobs`, and write the measured statistics beside its golden.
+async fn calibrate(
+    file: &std::path::Path,
+    runs: usize,
+    seeds: Option<Vec<u64>>,
+    jobs: usize,
+    out: std::path::PathBuf,
+    hardware: Option<String>,
+    golden_root: &std::path::Path,
+) -> Result<ExitStatus, CommandError> {
+    use futures_util::StreamExt;
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        return Err(CommandError::invalid(
+            "refusing to calibrate under CI=true: CI never writes goldens; calibrate locally and \
+             commit calibration.json",
+        ));
+    }
+    let scenario =
+        crate::spec::load_scenario(file, &[]).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let seeds = seeds.unwrap_or_else(|| vec![scenario.seed; runs.max(1)]);
+    let opts = crate::runner::RunOptions {
+        out,
+        golden: golden_root.to_path_buf(),
+        seed: None,
+        steps: None,
+        set: Vec::new(),
+        update_golden: false,
+        hardware,
+        progress: false,
+        // The calibration runs never write a golden of their own.
+        ci: true,
+        run_dir: None,
+    };
+    let total = seeds.len();
+    let mut done = Vec::new();
+    let mut results = futures_util::stream::iter(seeds.iter().map(|seed| {
+        let mut o = opts.clone();
+        o.seed = Some(*seed);
+        async move { (*seed, run_one(file, &o).await) }
+    }))
+    .buffer_unordered(jobs.max(1));
+    while let Some((seed, report)) = results.next().await {
+        let report = report?;
+        if report.run.status != Some(crate::compare::RunStatus::Completed) {
+            return Err(CommandError::run_failed(format!(
+                "calibration run with seed {seed} did not complete ({}): {}",
+                report.run.dir,
+                report.run.reason.as_deref().unwrap_or("no reason recorded")
+            )));
+        }
+        done.push((seed, report));
+        eprintln!("calibrate: {}/{total} runs done (seed {seed})", done.len());
+    }
+    done.sort_by_key(|(s, _)| *s);
+    let first = &done[0].1;
+    let tables: Vec<crate::metrics::MetricTable> =
+        done.iter().map(|(_, r)| r.metrics.clone()).collect();
+    let (steps, windows) =
+        crate::golden::calibration::Calibration::measure(&tables, &scenario.checks);
+    let cal = crate::golden::calibration::Calibration {
+        scenario: scenario.name.clone(),
+        hardware: first.run.hardware.clone(),
+        date: chrono::Utc::now().to_rfc3339(),
+        host: first.run.host.clone(),
+        git_commit: first.run.git_commit.clone(),
+        numeric_fingerprint: first.run.numerics.as_ref().map(|n| n.fingerprint.clone()),
+        runs: done.len(),
+        seeds: done.iter().map(|(s, _)| *s).collect(),
+        steps,
+        windows,
+    };
+    let dir = golden_root.join(&cal.scenario).join(&cal.hardware);
+    let path = cal.write(&dir).map_err(CommandError::invalid)?;
+    println!("{}: {} runs, {}", cal.scenario, cal.runs, cal.source());
+    println!("| rule | window | n | mean | std | min | max |\n|---|---|---:|---:|---:|---:|---:|");
+    for (metric, points) in &cal.windows {
+        for p in points {
+            println!(
+                "| `{metric}` | {}..{} | {} | {} | {} | {} | {} |",
+                p.first,
+                p.last,
+                p.n,
+                crate::compare::expr::fmt_num(p.mean),
+                crate::compare::expr::fmt_num(p.std),
+                crate::compare::expr::fmt_num(p.min),
+                crate::compare::expr::fmt_num(p.max)
+            );
+        }
+    }
+    println!("written to {}", path.display());
+    Ok(ExitStatus::Passed)
 }
 
 /// `rlharness run`: every scenario in turn; the worst exit status wins.

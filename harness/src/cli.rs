@@ -165,4 +165,24 @@ pub enum GoldenAction {
     Accept { scenarios: Vec<String> },
     /// Reject pending goldens (all, or those of the named scenarios).
     Reject { scenarios: Vec<String> },
+    /// Run a scenario N times (or once per seed) and store the measured noise beside its
+    /// golden (`calibration.json`), for rules with `calibrated: {k, floor}` bands.
+    Calibrate {
+        scenario: PathBuf,
+        /// Runs of the scenario's own seed.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+        /// `A..B`: one run per seed from A to B (inclusive) instead of `--runs`.
+        #[arg(long)]
+        seeds: Option<String>,
+        /// Runs side by side (a torch CPU scenario with `threads: 1` fits one per core).
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+        /// Where the runs' directories go.
+        #[arg(long, default_value = "reports")]
+        out: PathBuf,
+        /// Override the hardware key.
+        #[arg(long)]
+        hardware: Option<String>,
+    },
 }

@@ -528,3 +528,48 @@ async fn an_mfu_expectation_fails_on_an_mfu_above_one() {
     assert_eq!(run_json["dropped"].as_array().unwrap().len(), 2);
     assert_compare_reproduces(&dir, &report, &"MFU above one");
 }
+
+/// `rlharness golden calibrate` runs the scenario N times and writes `calibration.json` beside
+/// the golden; the mock is deterministic, so every standard deviation is 0 (a calibrated band
+/// then falls back to its floor). CI never calibrates.
+#[test]
+fn golden_calibrate_writes_the_measured_noise_beside_the_golden() {
+    let tmp = tempfile::tempdir().unwrap();
+    let golden = tmp.path().join("golden");
+    let calibrate = |ci: Option<&str>| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"));
+        c.args(["golden", "--golden"])
+            .arg(&golden)
+            .args(["calibrate", "--runs", "2", "--jobs", "2", "--out"])
+            .arg(tmp.path().join("reports"))
+            .arg(smoke())
+            .current_dir(repo());
+        match ci {
+            Some(v) => c.env("CI", v),
+            None => c.env_remove("CI"),
+        };
+        c.output().unwrap()
+    };
+    let refused = calibrate(Some("true"));
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("CI never writes goldens"));
+    let out = calibrate(None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cal: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(golden.join("mock-gsm8k-grpo/cpu/calibration.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cal["runs"], 2);
+    assert_eq!(cal["seeds"], serde_json::json!([1, 1]));
+    let reward = cal["windows"]["critic/rewards/mean"].as_array().unwrap();
+    assert_eq!(reward.len(), 4, "4 windows of 5 steps");
+    assert!(
+        reward.iter().all(|w| w["n"] == 2 && w["std"] == 0.0),
+        "{reward:?}"
+    );
+    assert_eq!(cal["steps"]["actor/lr"].as_array().unwrap().len(), 20);
+}

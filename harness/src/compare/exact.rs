@@ -201,6 +201,7 @@ mod tests {
             },
             rules: None,
             dir: "golden/s/cpu".into(),
+            calibration: None,
         }
     }
 

@@ -69,6 +69,14 @@ fn loosenings(old: &GoldenRule, new: &GoldenRule) -> Vec<String> {
             ));
         }
     }
+    if let (Some(o), Some(n)) = (old.calibrated, new.calibrated) {
+        if n.k > o.k || n.floor > o.floor {
+            out.push(format!(
+                "calibrated k {} floor {} -> k {} floor {}",
+                o.k, o.floor, n.k, n.floor
+            ));
+        }
+    }
     if new.budget > old.budget {
         out.push(format!("budget {} -> {}", old.budget, new.budget));
     }

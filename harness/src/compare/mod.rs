@@ -27,6 +27,6 @@ pub use run::{
     FRACTION_METRICS, REPLAY_RULE,
 };
 pub use spec::{
-    ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule, GoldenRules,
-    ImprovementLimit, RuleRef, StepRange,
+    Calibrated, ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule,
+    GoldenRules, ImprovementLimit, RuleRef, StepRange,
 };

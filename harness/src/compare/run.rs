@@ -18,6 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::expr::fmt_num;
 use super::judge::{
     json_f64, judge, Evidence, Outcome, RuleStatus, RuleVerdict, RunStatus, Verdict,
 };
@@ -202,7 +203,29 @@ fn watchdog_rule(run: &RunRecord<'_>) -> Option<RuleVerdict> {
 /// Judge a run from what its directory stores. `None` when there is nothing to judge: a run
 /// that broke (crash, interrupt) before any rule could be decided.
 pub fn judge_run(run: &RunRecord<'_>, golden: Option<&Golden>) -> Option<Verdict> {
-    let mut verdict = judge(run.metrics, golden, run.checks);
+    let (resolved, sources) = resolve_calibrated(run.checks, golden);
+    let mut verdict = judge(run.metrics, golden, resolved.as_ref().unwrap_or(run.checks));
+    for (metric, source) in sources {
+        let Some(r) = verdict
+            .rules
+            .iter_mut()
+            .find(|r| r.rule == format!("golden:{metric}"))
+        else {
+            continue;
+        };
+        match source {
+            Ok(text) => r.evidence.message.push_str(&format!("; band {text}")),
+            Err(why) => {
+                r.status = RuleStatus::Missing;
+                r.evidence = Evidence {
+                    message: why,
+                    ..Evidence::default()
+                };
+                r.points.clear();
+                r.failing_steps.clear();
+            }
+        }
+    }
     // Expectations see the values the series dropped (see the module doc).
     if !run.dropped.is_empty() && !run.checks.expect.is_empty() {
         let raw = with_dropped(run.metrics, run.dropped);
@@ -241,6 +264,49 @@ pub fn judge_run(run: &RunRecord<'_>, golden: Option<&Golden>) -> Option<Verdict
     verdict.outcome = outcome_of(&verdict, no_golden);
     let judged = run.status == RunStatus::Completed;
     (judged || !verdict.rules.is_empty()).then_some(verdict)
+}
+
+/// `calibrated` golden rules turned into the absolute bands the golden's calibration gives
+/// them (`None`: no rule is calibrated), and per calibrated metric where its band came from,
+/// or why it has none.
+#[allow(clippy::type_complexity)]
+fn resolve_calibrated(
+    checks: &ChecksSpec,
+    golden: Option<&Golden>,
+) -> (Option<ChecksSpec>, Vec<(String, Result<String, String>)>) {
+    if checks.golden.iter().all(|(_, r)| r.calibrated.is_none()) {
+        return (None, Vec::new());
+    }
+    let mut resolved = checks.clone();
+    let mut sources = Vec::new();
+    for (metric, rule) in resolved.golden.0.iter_mut() {
+        let Some(c) = rule.calibrated else { continue };
+        let cal = golden.and_then(|g| g.calibration.as_ref());
+        match cal.and_then(|cal| cal.sigma(metric).map(|s| (cal, s))) {
+            Some((cal, sigma)) => {
+                let half = (c.k * sigma).max(c.floor);
+                rule.abs = Some(half);
+                sources.push((
+                    metric.clone(),
+                    Ok(format!(
+                        "±{} calibrated: max(k {} × σ {}, floor {}) from {}",
+                        fmt_num(half),
+                        c.k,
+                        fmt_num(sigma),
+                        c.floor,
+                        cal.source()
+                    )),
+                ));
+            }
+            None => sources.push((
+                metric.clone(),
+                Err(format!(
+                    "`{metric}` asks for a calibrated band, but the golden has no calibration of                      it: run `rlharness golden calibrate` on the scenario"
+                )),
+            )),
+        }
+    }
+    (Some(resolved), sources)
 }
 
 /// The verdict's outcome from its rules: the same precedence as `judge_tables` (a regression
@@ -319,7 +385,82 @@ mod tests {
             provenance: Provenance::default(),
             rules,
             dir: "golden/s/cpu".into(),
+            calibration: None,
         }
+    }
+
+    #[test]
+    fn a_calibrated_band_is_k_sigma_from_the_calibration_or_missing_without_one() {
+        let c =
+            checks(r#"{"golden": {"r": {"window": 2, "calibrated": {"k": 3, "floor": 0.01}}}}"#);
+        let gold = table(&[("r", &[0.5, 0.5, 0.5, 0.5])]);
+        let near = table(&[("r", &[0.55, 0.55, 0.5, 0.5])]);
+        let dropped: Vec<DroppedValue> = Vec::new();
+        // No calibration: the rule cannot be judged, and says what to run.
+        let v = judge_run(
+            &record(&near, &c, &dropped),
+            Some(&golden(gold.clone(), None)),
+        )
+        .unwrap();
+        let r = v.rule("golden:r").unwrap();
+        assert_eq!(r.status, RuleStatus::Missing);
+        assert!(
+            r.evidence.message.contains("rlharness golden calibrate"),
+            "{r:?}"
+        );
+        // Calibrated with sigma 0.02 over the windows: the band is 0.06 wide each side.
+        let runs = [
+            table(&[("r", &[0.48, 0.48, 0.5, 0.5])]),
+            table(&[("r", &[0.52, 0.52, 0.5, 0.5])]),
+        ];
+        let (steps, windows) = crate::golden::calibration::Calibration::measure(&runs, &c);
+        let mut g = golden(gold, None);
+        g.calibration = Some(crate::golden::calibration::Calibration {
+            scenario: "s".into(),
+            hardware: "cpu".into(),
+            date: "d".into(),
+            host: "h".into(),
+            git_commit: None,
+            numeric_fingerprint: None,
+            runs: 2,
+            seeds: vec![1, 2],
+            steps,
+            windows,
+        });
+        let v = judge_run(&record(&near, &c, &dropped), Some(&g)).unwrap();
+        let r = v.rule("golden:r").unwrap();
+        assert_eq!(r.status, RuleStatus::Pass, "{r:?}");
+        let band = r.points[0].band;
+        assert!(
+            (band.hi() - 0.5 - 3.0 * 0.028284271).abs() < 1e-6,
+            "{band:?}"
+        );
+        assert!(
+            r.evidence.message.contains("calibrated: max(k 3"),
+            "{}",
+            r.evidence.message
+        );
+        let far = table(&[("r", &[0.7, 0.7, 0.5, 0.5])]);
+        let v = judge_run(&record(&far, &c, &dropped), Some(&g)).unwrap();
+        assert_eq!(v.rule("golden:r").unwrap().status, RuleStatus::Regressed);
+    }
+
+    #[test]
+    fn a_calibrated_rule_takes_no_abs_or_rel_and_a_positive_k() {
+        let bad = |j: &str| {
+            serde_json::from_str::<ChecksSpec>(j)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            bad(r#"{"golden": {"r": {"abs": 0.1, "calibrated": {"k": 3}}}}"#)
+                .contains("`calibrated` replaces `abs` and `rel`")
+        );
+        assert!(bad(r#"{"golden": {"r": {"calibrated": {"k": 0}}}}"#).contains("k > 0"));
+        assert!(
+            bad(r#"{"golden": {"r": {"calibrated": {"k": 3, "floor": -1}}}}"#)
+                .contains("floor >= 0")
+        );
     }
 
     #[test]

@@ -204,6 +204,19 @@ pub struct GoldenRule {
     pub improvement_limit: Option<ImprovementLimit>,
     #[serde(skip_serializing_if = "is_false")]
     pub fail_fast: bool,
+    /// The band from measured noise (`rlharness golden calibrate`) instead of `abs`/`rel`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibrated: Option<Calibrated>,
+}
+
+/// `calibrated: {k: 3, floor: 0.02}`: the band is the golden ± max(k × σ, floor), σ the
+/// largest standard deviation the golden's calibration measured over the rule's points.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Calibrated {
+    pub k: f64,
+    #[serde(default)]
+    pub floor: f64,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -232,6 +245,8 @@ struct RawGoldenRule {
     improvement_limit: Option<ImprovementLimit>,
     #[serde(default)]
     fail_fast: bool,
+    #[serde(default)]
+    calibrated: Option<Calibrated>,
 }
 
 impl TryFrom<RawGoldenRule> for GoldenRule {
@@ -246,6 +261,17 @@ impl TryFrom<RawGoldenRule> for GoldenRule {
         }
         if r.window == Some(0) {
             return Err("`window` must be at least 1 step".into());
+        }
+        if let Some(c) = r.calibrated {
+            if !(c.k.is_finite() && c.k > 0.0) || !(c.floor.is_finite() && c.floor >= 0.0) {
+                return Err(format!(
+                    "`calibrated` needs k > 0 and floor >= 0, got k {} and floor {}",
+                    c.k, c.floor
+                ));
+            }
+            if r.abs.is_some() || r.rel.is_some() {
+                return Err("`calibrated` replaces `abs` and `rel`: give one or the other".into());
+            }
         }
         if r.improvement_limit.is_some() && r.direction == Some(Direction::TwoSided) {
             return Err(
@@ -263,6 +289,7 @@ impl TryFrom<RawGoldenRule> for GoldenRule {
             direction: r.direction,
             improvement_limit: r.improvement_limit,
             fail_fast: r.fail_fast,
+            calibrated: r.calibrated,
         })
     }
 }

@@ -12,6 +12,8 @@
 //! `load` refuses (the pair disagrees) and `accept` finishes. Headers without the digest (from
 //! before it existed) are read as before.
 
+pub mod calibration;
+
 use std::path::{Path, PathBuf};
 
 use crate::compare::ChecksSpec;
@@ -57,6 +59,8 @@ pub struct Golden {
     /// The rules in force when it was blessed.
     pub rules: Option<ChecksSpec>,
     pub dir: PathBuf,
+    /// The measured noise beside it (`calibration.json`), when calibrated.
+    pub calibration: Option<calibration::Calibration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +71,8 @@ pub enum GoldenError {
     Metrics(#[from] MetricsError),
     #[error("invalid golden header {path}: {message}")]
     Header { path: PathBuf, message: String },
+    #[error("{0}")]
+    Calibration(String),
     #[error(
         "refusing to write a golden for {scenario} on {hardware}: CI=true, and CI never writes \
          goldens; run it locally and commit the accepted golden"
@@ -530,6 +536,7 @@ fn read_golden(
             message: "the file is missing (every golden needs its provenance header)".into(),
         });
     };
+    let calibration = calibration::Calibration::read(dir).map_err(GoldenError::Calibration)?;
     Ok(Golden {
         scenario: scenario.into(),
         hardware: hardware.into(),
@@ -537,6 +544,7 @@ fn read_golden(
         provenance,
         rules,
         dir: dir.to_path_buf(),
+        calibration,
     })
 }
 

@@ -735,6 +735,7 @@ pub fn reference_golden(dir: &Path, m: &RunManifest, table: MetricTable) -> Gold
         provenance: provenance_of_run(m, m.ended.clone().unwrap_or_else(|| m.started.clone())),
         rules: None,
         dir: dir.to_path_buf(),
+        calibration: None,
     }
 }
 

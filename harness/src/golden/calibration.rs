@@ -1,0 +1,243 @@
+//! Bands calibrated from measured noise: `rlharness golden calibrate` runs a scenario N times
+//! (one seed or a range of seeds) and stores, beside its golden, the statistics of every
+//! metric at every step and of every golden rule's windows: n, mean, standard deviation, min,
+//! max, and the host and numeric fingerprint they were measured on. A golden rule may then say
+//! `calibrated: {k: 3, floor: 0.02}`: its band is the golden ± max(k × σ, floor), σ being the
+//! largest standard deviation the calibration measured over the rule's points, instead of a
+//! hand-picked number. The report says where each band came from.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::compare::{ChecksSpec, GoldenRule};
+use crate::fsx;
+use crate::metrics::MetricTable;
+
+pub const CALIBRATION_FILE: &str = "calibration.json";
+
+/// The statistics of one point (a step, or a window `first..=last`) over the calibration runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PointStats {
+    pub first: u64,
+    pub last: u64,
+    pub n: usize,
+    pub mean: f64,
+    /// Sample standard deviation (n − 1); 0 for a single run.
+    pub std: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl PointStats {
+    fn of(first: u64, last: u64, xs: &[f64]) -> Option<PointStats> {
+        let xs: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
+        if xs.is_empty() {
+            return None;
+        }
+        let n = xs.len();
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        let var = if n > 1 {
+            xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64
+        } else {
+            0.0
+        };
+        Some(PointStats {
+            first,
+            last,
+            n,
+            mean,
+            std: var.sqrt(),
+            min: xs.iter().copied().fold(f64::INFINITY, f64::min),
+            max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// What `golden calibrate` measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    pub scenario: String,
+    pub hardware: String,
+    /// RFC 3339.
+    pub date: String,
+    pub host: String,
+    pub git_commit: Option<String>,
+    pub numeric_fingerprint: Option<String>,
+    pub runs: usize,
+    pub seeds: Vec<u64>,
+    /// Per metric, per step.
+    pub steps: BTreeMap<String, Vec<PointStats>>,
+    /// Per golden rule (metric), per window of that rule.
+    pub windows: BTreeMap<String, Vec<PointStats>>,
+}
+
+/// The steps a rule compares, chunked into its windows (as the judge chunks them).
+fn rule_windows(rule: &GoldenRule, steps: &[u64]) -> Vec<(u64, u64, Vec<u64>)> {
+    let range = rule.steps.unwrap_or_default();
+    let inside: Vec<u64> = steps
+        .iter()
+        .copied()
+        .filter(|s| range.contains(*s))
+        .collect();
+    let w = rule.window.unwrap_or(1).max(1) as usize;
+    inside
+        .chunks(w)
+        .map(|c| (c[0], c[c.len() - 1], c.to_vec()))
+        .collect()
+}
+
+impl Calibration {
+    /// Statistics of `runs` (one table per run) for every metric and every golden rule.
+    pub fn measure(
+        runs: &[MetricTable],
+        checks: &ChecksSpec,
+    ) -> (
+        BTreeMap<String, Vec<PointStats>>,
+        BTreeMap<String, Vec<PointStats>>,
+    ) {
+        let mut columns: Vec<String> = runs.iter().flat_map(|t| t.columns()).collect();
+        columns.sort();
+        columns.dedup();
+        let mut steps: Vec<u64> = runs.iter().flat_map(|t| t.steps()).collect();
+        steps.sort_unstable();
+        steps.dedup();
+        let value = |t: &MetricTable, m: &str, s: u64| t.row(s).and_then(|r| r.get(m));
+        let mut per_step = BTreeMap::new();
+        for m in &columns {
+            let points: Vec<PointStats> = steps
+                .iter()
+                .filter_map(|s| {
+                    let xs: Vec<f64> = runs.iter().filter_map(|t| value(t, m, *s)).collect();
+                    PointStats::of(*s, *s, &xs)
+                })
+                .collect();
+            per_step.insert(m.clone(), points);
+        }
+        let mut windows = BTreeMap::new();
+        for (m, rule) in checks.golden.iter() {
+            let points: Vec<PointStats> = rule_windows(rule, &steps)
+                .into_iter()
+                .filter_map(|(first, last, ws)| {
+                    // One window mean per run, over the window's steps that run has.
+                    let xs: Vec<f64> = runs
+                        .iter()
+                        .filter_map(|t| {
+                            let v: Vec<f64> = ws.iter().filter_map(|s| value(t, m, *s)).collect();
+                            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+                        })
+                        .collect();
+                    PointStats::of(first, last, &xs)
+                })
+                .collect();
+            windows.insert(m.to_string(), points);
+        }
+        (per_step, windows)
+    }
+
+    pub fn read(dir: &Path) -> Result<Option<Calibration>, String> {
+        let path = dir.join(CALIBRATION_FILE);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let text = fsx::read_to_string(&path).map_err(|e| e.to_string())?;
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| format!("invalid calibration {}: {e}", path.display()))
+    }
+
+    pub fn write(&self, dir: &Path) -> Result<std::path::PathBuf, String> {
+        let path = dir.join(CALIBRATION_FILE);
+        let mut text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        text.push('\n');
+        fsx::create_dir_all(dir).map_err(|e| e.to_string())?;
+        fsx::write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())?;
+        Ok(path)
+    }
+
+    /// The largest σ measured over a rule's windows, and the number of runs behind it.
+    pub fn sigma(&self, metric: &str) -> Option<f64> {
+        self.windows
+            .get(metric)
+            .filter(|p| !p.is_empty())
+            .map(|p| p.iter().map(|x| x.std).fold(0.0, f64::max))
+    }
+
+    /// Where a calibrated band came from, for the rule's evidence.
+    pub fn source(&self) -> String {
+        format!(
+            "{} runs on {} (seeds {}{})",
+            self.runs,
+            self.host,
+            seeds_text(&self.seeds),
+            self.numeric_fingerprint
+                .as_deref()
+                .map(|f| format!(", fingerprint {f}"))
+                .unwrap_or_default()
+        )
+    }
+}
+
+fn seeds_text(seeds: &[u64]) -> String {
+    let (Some(a), Some(b)) = (seeds.iter().min(), seeds.iter().max()) else {
+        return "-".into();
+    };
+    let mut distinct = seeds.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() == 1 {
+        format!("{a} only")
+    } else {
+        format!("{a}..{b}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::StepMetrics;
+
+    fn run(vals: &[f64]) -> MetricTable {
+        let mut t = MetricTable::new();
+        for (i, v) in vals.iter().enumerate() {
+            let mut m = StepMetrics::new(i as u64 + 1);
+            m.insert("r", *v);
+            t.push(m);
+        }
+        t
+    }
+
+    #[test]
+    fn steps_and_windows_get_their_statistics() {
+        let runs = [run(&[0.1, 0.3, 0.5, 0.7]), run(&[0.3, 0.3, 0.7, 0.7])];
+        let checks: ChecksSpec =
+            serde_json::from_str(r#"{"golden": {"r": {"window": 2, "calibrated": {"k": 3}}}}"#)
+                .unwrap();
+        let (steps, windows) = Calibration::measure(&runs, &checks);
+        let s1 = &steps["r"][0];
+        assert_eq!((s1.n, s1.mean, s1.min, s1.max), (2, 0.2, 0.1, 0.3));
+        assert!((s1.std - 0.141421356).abs() < 1e-6, "{s1:?}");
+        let w = &windows["r"];
+        assert_eq!(w.len(), 2);
+        assert_eq!((w[0].first, w[0].last), (1, 2));
+        // Window means per run: (0.2, 0.3) then (0.6, 0.7).
+        assert!((w[0].mean - 0.25).abs() < 1e-12);
+        assert!((w[1].std - 0.070710678).abs() < 1e-6, "{:?}", w[1]);
+        let c = Calibration {
+            scenario: "s".into(),
+            hardware: "cpu".into(),
+            date: "d".into(),
+            host: "h".into(),
+            git_commit: None,
+            numeric_fingerprint: Some("abc".into()),
+            runs: 2,
+            seeds: vec![1, 2],
+            steps,
+            windows,
+        };
+        assert!((c.sigma("r").unwrap() - 0.070710678).abs() < 1e-6);
+        assert_eq!(c.sigma("nope"), None);
+        assert_eq!(c.source(), "2 runs on h (seeds 1..2, fingerprint abc)");
+    }
+}
