@@ -263,7 +263,8 @@ impl TryFrom<RawGoldenRule> for GoldenRule {
             return Err("`window` must be at least 1 step".into());
         }
         if let Some(c) = r.calibrated {
-            if !(c.k.is_finite() && c.k > 0.0) || !(c.floor.is_finite() && c.floor >= 0.0) {
+            let valid = c.k.is_finite() && c.k > 0.0 && c.floor.is_finite() && c.floor >= 0.0;
+            if !valid {
                 return Err(format!(
                     "`calibrated` needs k > 0 and floor >= 0, got k {} and floor {}",
                     c.k, c.floor
