@@ -102,6 +102,9 @@ pub fn pin(asked: CpuIsa) -> Result<CpuKernels, EngineError> {
     Ok(pinned.clone())
 }
 
+/// The largest model the probe trains in its own shape.
+const PROBE_MAX_PARAMS: i64 = 5_000_000;
+
 /// The probe's own seed.
 const PROBE_SEED: u64 = 0xF1A9_0001;
 
@@ -109,8 +112,20 @@ const PROBE_SEED: u64 = 0xF1A9_0001;
 /// fresh `config` model (forward, backward, clipping, the optimizer's arithmetic) and one
 /// sampling pass, and a prefill and a decode step through the KV cache. The caller holds torch's generator lock.
 pub fn fingerprint(config: &DecoderConfig, threads: usize) -> String {
+    // A real-size model (a Qwen3 preset on the CPU) would make the probe cost minutes; its
+    // kernels are the tiny model's at other sizes, so the tiny shape probes them instead.
+    let params: i64 = config
+        .parameter_shapes()
+        .iter()
+        .map(|(_, shape)| shape.iter().product::<i64>())
+        .sum();
+    let config = if params <= PROBE_MAX_PARAMS {
+        config.clone()
+    } else {
+        DecoderConfig::tiny()
+    };
     tch::manual_seed(PROBE_SEED as i64);
-    let mut model = Decoder::new_random(config.clone(), Device::Cpu, Kind::Float);
+    let mut model = Decoder::new_random(config, Device::Cpu, Kind::Float);
     let ws = WarmStartSpec {
         steps: 2,
         batch: 16,
