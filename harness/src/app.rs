@@ -54,23 +54,9 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
         Command::Run(args) => run(args).await,
         Command::Record(args) => record(args).await,
         Command::Golden {
-            action:
-                crate::cli::GoldenAction::Calibrate {
-                    scenario,
-                    runs,
-                    seeds,
-                    jobs,
-                    out,
-                    hardware,
-                },
+            action: crate::cli::GoldenAction::Calibrate(args),
             golden,
-        } => {
-            let seeds = match seeds {
-                Some(r) => Some(parse_seed_range(&r).map_err(CommandError::invalid)?),
-                None => None,
-            };
-            calibrate(&scenario, runs, seeds, jobs, out, hardware, &golden).await
-        }
+        } => calibrate(args, &golden).await,
         Command::Golden { action, golden } => golden_command(action, &golden),
         Command::Compare { run, run2, golden } => {
             crate::report::compare_command(&run, run2.as_deref(), &golden)
@@ -261,41 +247,36 @@ fn golden_command(
         GoldenAction::Status => crate::golden::golden_status(root)?,
         GoldenAction::Accept { scenarios } => crate::golden::golden_accept(root, &scenarios)?,
         GoldenAction::Reject { scenarios } => crate::golden::golden_reject(root, &scenarios)?,
-        GoldenAction::Calibrate { .. } => unreachable!("dispatched to `calibrate`"),
+        GoldenAction::Calibrate(_) => unreachable!("dispatched to `calibrate`"),
     };
     print!("{text}");
     Ok(status)
 }
 
-/// `A..B` (inclusive) or a single seed.
-pub fn parse_seed_range(text: &str) -> Result<Vec<u64>, String> {
-    let num = |t: &str| {
-        t.trim()
-            .parse::<u64>()
-            .map_err(|_| format!("--seeds: `{t}` is not a seed (expected `A..B`, e.g. `1..10`)"))
-    };
-    let (a, b) = match text.split_once("..") {
-        Some((a, b)) => (num(a)?, num(b)?),
-        None => (num(text)?, num(text)?),
-    };
-    if a > b {
-        return Err(format!("--seeds {text}: the first seed is after the last"));
-    }
-    Ok((a..=b).collect())
-}
+pub use crate::compare::seeds::parse_seed_range;
 
 /// `rlharness golden calibrate`: run the scenario `runs` times with its own seed (or once per
 /// seed), side by side up to `jobs`, and write the measured statistics beside its golden.
 async fn calibrate(
-    file: &std::path::Path,
-    runs: usize,
-    seeds: Option<Vec<u64>>,
-    jobs: usize,
-    out: std::path::PathBuf,
-    hardware: Option<String>,
+    args: crate::cli::CalibrateArgs,
     golden_root: &std::path::Path,
 ) -> Result<ExitStatus, CommandError> {
     use futures_util::StreamExt;
+    let crate::cli::CalibrateArgs {
+        scenario: file,
+        runs,
+        seeds,
+        jobs,
+        out,
+        hardware,
+        set,
+    } = args;
+    let file = file.as_path();
+    let set = set.as_slice();
+    let seeds = match seeds {
+        Some(r) => Some(parse_seed_range(&r).map_err(CommandError::invalid)?),
+        None => None,
+    };
     if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
         return Err(CommandError::invalid(
             "refusing to calibrate under CI=true: CI never writes goldens; calibrate locally and \
@@ -303,14 +284,14 @@ async fn calibrate(
         ));
     }
     let scenario =
-        crate::spec::load_scenario(file, &[]).map_err(|e| CommandError::invalid(e.to_string()))?;
+        crate::spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
     let seeds = seeds.unwrap_or_else(|| vec![scenario.seed; runs.max(1)]);
     let opts = crate::runner::RunOptions {
         out,
         golden: golden_root.to_path_buf(),
         seed: None,
         steps: None,
-        set: Vec::new(),
+        set: set.to_vec(),
         update_golden: false,
         hardware,
         progress: false,
@@ -342,8 +323,14 @@ async fn calibrate(
     let first = &done[0].1;
     let tables: Vec<crate::metrics::MetricTable> =
         done.iter().map(|(_, r)| r.metrics.clone()).collect();
-    let (steps, windows) =
-        crate::golden::calibration::Calibration::measure(&tables, &scenario.checks);
+    // The default stability rules' windows are measured too, so their bands are calibrated.
+    let mut checks = scenario.checks.clone();
+    let columns = tables.first().map(|t| t.columns()).unwrap_or_default();
+    checks
+        .golden
+        .0
+        .extend(crate::compare::stability::rules(&scenario.checks, &columns, |_| true).0);
+    let (steps, windows) = crate::golden::calibration::Calibration::measure(&tables, &checks);
     let cal = crate::golden::calibration::Calibration {
         scenario: scenario.name.clone(),
         hardware: first.run.hardware.clone(),
@@ -397,10 +384,26 @@ async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, CommandError> {
     if files.is_empty() {
         return Err(CommandError::invalid("no scenario files given"));
     }
+    let seeds = match &args.seeds {
+        Some(r) => {
+            let list = parse_seed_range(r).map_err(CommandError::invalid)?;
+            if list.len() < 2 {
+                return Err(CommandError::invalid(format!(
+                    "--seeds {r}: a multi-seed verdict needs at least 2 seeds (use --seed for one)"
+                )));
+            }
+            Some(list)
+        }
+        None => None,
+    };
     let mut worst = ExitStatus::Passed;
     let mut skipped = Vec::new();
     for file in files {
-        let status = match run_one(&file, &opts).await {
+        let result = match &seeds {
+            Some(list) => run_seeds(&file, list, args.jobs, &opts).await,
+            None => run_one(&file, &opts).await,
+        };
+        let status = match result {
             Ok(report) => {
                 println!("{}: {}", report.scenario, report.summary());
                 if !report.run.dir.is_empty() {
@@ -440,7 +443,7 @@ pub async fn run_one(
     file: &std::path::Path,
     opts: &crate::runner::RunOptions,
 ) -> Result<crate::report::Report, CommandError> {
-    use crate::report::{Reference, Report};
+    use crate::report::Report;
     let scenario = crate::spec::load_scenario(file, &opts.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     let plan = crate::plan::RunPlan::new(scenario, opts.seed, opts.steps);
@@ -449,9 +452,14 @@ pub async fn run_one(
         return Ok(Report::skipped(&plan.scenario.name, &unmet.join("; ")));
     }
     // A self-test runs the scenario as written first, on this host: that run is the golden of
-    // the planted one.
+    // the planted one. A multi-seed self-test runs the planted scenario once per seed and is
+    // judged against the golden's calibration instead.
     let (plan, reference) = match plan.scenario.selftest.clone() {
         None => (plan, None),
+        Some(st) if st.seeds.is_some() => {
+            let seeds = st.seed_list().unwrap_or_default();
+            return run_seeds(file, &seeds, 1, opts).await;
+        }
         Some(st) => {
             let reference = reference_run(plan, opts).await?;
             let mut set = opts.set.clone();
@@ -462,6 +470,17 @@ pub async fn run_one(
             (plan, Some(reference))
         }
     };
+    judge_plan(plan, reference, opts).await
+}
+
+/// Execute one planned run and judge it (against `reference`, a self-test's reference run, or
+/// the store's golden), writing its reports.
+async fn judge_plan(
+    plan: crate::plan::RunPlan,
+    reference: Option<(std::path::PathBuf, crate::golden::Golden)>,
+    opts: &crate::runner::RunOptions,
+) -> Result<crate::report::Report, CommandError> {
+    use crate::report::{Reference, Report};
     let executed = crate::runner::execute(plan, opts).await?;
     let crate::runner::Executed {
         mut manifest,
@@ -523,6 +542,108 @@ pub async fn run_one(
     crate::report::write_reports(&run_dir, &report)
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     Ok(report)
+}
+
+/// `rlharness run SCENARIO --seeds A..B`, and a multi-seed self-test: the scenario (with a
+/// self-test's plant, run under the name of the scenario whose golden it is judged against)
+/// once per seed into `DIR/seed-<S>/`, `jobs` side by side, each judged against the golden alone
+/// and never writing one; then the combined verdict, made from what the directories store
+/// (`report::seeds::judge_combined`, as `compare DIR` makes it).
+pub async fn run_seeds(
+    file: &std::path::Path,
+    seeds: &[u64],
+    jobs: usize,
+    opts: &crate::runner::RunOptions,
+) -> Result<crate::report::Report, CommandError> {
+    use crate::report::seeds::{judge_combined, SeedsManifest};
+    use futures_util::StreamExt;
+    let mut set = opts.set.clone();
+    let selftest = crate::spec::load_scenario(file, &set)
+        .map_err(|e| CommandError::invalid(e.to_string()))?
+        .selftest;
+    if let Some(st) = &selftest {
+        set.extend(st.plant.iter().cloned());
+    }
+    let mut scenario =
+        crate::spec::load_scenario(file, &set).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let unmet = scenario.requires.unmet();
+    if !unmet.is_empty() {
+        return Ok(crate::report::Report::skipped(
+            &scenario.name,
+            &unmet.join("; "),
+        ));
+    }
+    // A multi-seed self-test declares the combined verdict; its seeds are plain runs of the
+    // scenario whose golden it names.
+    let name = scenario.name.clone();
+    let (expected, golden) = match scenario.selftest.take() {
+        Some(st) => {
+            let expected = scenario.expected_verdict.take();
+            if let Some(g) = &st.golden {
+                scenario.name = g.clone();
+            }
+            (expected, st.golden)
+        }
+        None => (None, None),
+    };
+    let plan = crate::plan::RunPlan::new(scenario.clone(), None, opts.steps);
+    let dir = match &opts.run_dir {
+        Some(d) => {
+            crate::fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
+            d.clone()
+        }
+        None => crate::runner::create_run_dir(&opts.out, &name, &plan.plan_hash)?,
+    };
+    let mut manifest = SeedsManifest {
+        format: "rlharness-seeds/1".into(),
+        scenario: name,
+        golden,
+        scenario_path: file.display().to_string(),
+        seeds: seeds.to_vec(),
+        overrides: set,
+        expected_verdict: expected,
+        started: chrono::Utc::now().to_rfc3339(),
+        ended: None,
+        errors: Default::default(),
+    };
+    manifest.write(&dir)?;
+    let jobs = jobs.max(1);
+    let total = seeds.len();
+    let mut runs = futures_util::stream::iter(seeds.iter().map(|seed| {
+        let mut o = opts.clone();
+        o.seed = Some(*seed);
+        o.run_dir = Some(SeedsManifest::seed_dir(&dir, *seed));
+        // Seed runs never write a golden: a multi-seed run judges, it does not bless.
+        o.ci = true;
+        o.update_golden = false;
+        o.progress = opts.progress && jobs == 1;
+        let plan = crate::plan::RunPlan::new(scenario.clone(), Some(*seed), opts.steps);
+        async move { (*seed, judge_plan(plan, None, &o).await) }
+    }))
+    .buffer_unordered(jobs);
+    let mut done = 0;
+    while let Some((seed, report)) = runs.next().await {
+        done += 1;
+        match report {
+            Ok(r) => eprintln!(
+                "{}: seed {seed} ({done}/{total}): {}",
+                r.scenario,
+                r.summary()
+            ),
+            // A seed that could not even start (invalid input) stops the whole run.
+            Err(e) if e.status == ExitStatus::InvalidInput => return Err(e),
+            Err(e) => {
+                eprintln!("{}: seed {seed} ({done}/{total}): {e}", scenario.name);
+                manifest.errors.insert(seed, e.to_string());
+                manifest.write(&dir)?;
+            }
+        }
+    }
+    manifest.ended = Some(chrono::Utc::now().to_rfc3339());
+    manifest.write(&dir)?;
+    let combined = judge_combined(&dir, &opts.golden)?;
+    combined.write(&dir)?;
+    Ok(combined.report)
 }
 
 /// A self-test's reference: the scenario as written, run on this host into a run directory of

@@ -75,8 +75,17 @@ pub struct RunArgs {
     /// The golden store.
     #[arg(long, default_value = "golden")]
     pub golden: PathBuf,
-    #[arg(long)]
+    #[arg(long, conflicts_with = "seeds")]
     pub seed: Option<u64>,
+    /// `A..B`: run every seed from A to B (inclusive), one run directory each under one
+    /// combined directory, and judge the seeds' distribution against the golden's calibration
+    /// (Welch's t-test) besides each seed's own verdict.
+    #[arg(long, value_name = "A..B")]
+    pub seeds: Option<String>,
+    /// With `--seeds`: seeds run side by side (a torch CPU scenario with `threads: 1` fits one
+    /// per core).
+    #[arg(long, default_value_t = 1, requires = "seeds")]
+    pub jobs: usize,
     #[arg(long)]
     pub steps: Option<u64>,
     /// Override a scenario value, e.g. `--set config.actor_rollout_ref.actor.optim.lr=1e-5`.
@@ -167,22 +176,28 @@ pub enum GoldenAction {
     Reject { scenarios: Vec<String> },
     /// Run a scenario N times (or once per seed) and store the measured noise beside its
     /// golden (`calibration.json`), for rules with `calibrated: {k, floor}` bands.
-    Calibrate {
-        scenario: PathBuf,
-        /// Runs of the scenario's own seed.
-        #[arg(long, default_value_t = 10)]
-        runs: usize,
-        /// `A..B`: one run per seed from A to B (inclusive) instead of `--runs`.
-        #[arg(long)]
-        seeds: Option<String>,
-        /// Runs side by side (a torch CPU scenario with `threads: 1` fits one per core).
-        #[arg(long, default_value_t = 1)]
-        jobs: usize,
-        /// Where the runs' directories go.
-        #[arg(long, default_value = "reports")]
-        out: PathBuf,
-        /// Override the hardware key.
-        #[arg(long)]
-        hardware: Option<String>,
-    },
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct CalibrateArgs {
+    pub scenario: PathBuf,
+    /// Runs of the scenario's own seed.
+    #[arg(long, default_value_t = 10)]
+    pub runs: usize,
+    /// `A..B`: one run per seed from A to B (inclusive) instead of `--runs`.
+    #[arg(long)]
+    pub seeds: Option<String>,
+    /// Runs side by side (a torch CPU scenario with `threads: 1` fits one per core).
+    #[arg(long, default_value_t = 1)]
+    pub jobs: usize,
+    /// Where the runs' directories go.
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+    /// Override the hardware key.
+    #[arg(long)]
+    pub hardware: Option<String>,
+    /// Override scenario values for every run (as `run --set`).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 }

@@ -572,6 +572,7 @@ async fn execute_with(
                             insane.push((m.step, metric.to_string(), v));
                         }
                     }
+                    plan.scenario.metrics.suppress_in(&mut m);
                     progress.step(&m, steps);
                     let step = m.step;
                     let watched = watch.non_finite(&m);

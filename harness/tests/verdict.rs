@@ -142,31 +142,20 @@ fn compare_reports_bad_input_as_invalid() {
     assert!(e.message.contains("invalid run manifest"), "{}", e.message);
 }
 
-/// `rlharness run --fail-on-skip`: a skipped scenario turns the run red (exit 1); without the
-/// flag a skip is exit 0, as documented.
+/// The shipped self-test of an all-skipped CI run (`scenarios/selftest/skipped/`): with
+/// `--fail-on-skip` (as the CI templates run) a run where every scenario is skipped is red
+/// (exit 1) and names them; without the flag a skip is exit 0, as documented.
 #[test]
-fn fail_on_skip_makes_a_skipped_run_exit_1() {
+fn an_all_skipped_ci_run_is_red_under_fail_on_skip() {
     let tmp = tempfile::tempdir().unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let smoke = std::fs::read_to_string(root.join("scenarios/smoke/mock-gsm8k-grpo.yaml")).unwrap();
-    let scenarios = tmp.path().join("scenarios");
-    std::fs::create_dir_all(scenarios.join("smoke")).unwrap();
-    for rel in ["defaults/verl.yaml", "backends/arctic.yaml"] {
-        std::fs::create_dir_all(scenarios.join(rel).parent().unwrap()).unwrap();
-        std::fs::copy(root.join("scenarios").join(rel), scenarios.join(rel)).unwrap();
-    }
-    let skipped = scenarios.join("smoke/skipped.yaml");
-    std::fs::write(
-        &skipped,
-        format!("{smoke}\nrequires: {{commands: [rlharness-test-no-such-command]}}\n"),
-    )
-    .unwrap();
     let run = |extra: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
             .args(["run", "--no-progress", "--out"])
             .arg(tmp.path().join("out"))
             .args(extra)
-            .arg(&skipped)
+            .arg("scenarios/selftest/skipped")
+            .current_dir(&root)
             .env("CI", "true")
             .output()
             .unwrap()
@@ -177,7 +166,8 @@ fn fail_on_skip_makes_a_skipped_run_exit_1() {
     let strict = run(&["--fail-on-skip"]);
     assert_eq!(strict.status.code(), Some(1), "{strict:?}");
     assert!(
-        String::from_utf8_lossy(&strict.stderr).contains("--fail-on-skip: 1 scenario(s) skipped"),
+        String::from_utf8_lossy(&strict.stderr)
+            .contains("--fail-on-skip: 1 scenario(s) skipped: selftest-all-skipped"),
         "{strict:?}"
     );
 }

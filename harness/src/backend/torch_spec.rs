@@ -42,6 +42,16 @@ pub struct TorchSpec {
     /// Relative paths are taken from the working directory.
     #[serde(default = "default_cache_dir")]
     pub cache_dir: String,
+    /// Fault injection for self-tests: every `/forward-backward` takes this fraction longer
+    /// (the engine sleeps that fraction of the call's compute time after computing), as a
+    /// slower kernel would; MFU and throughput drop by about `slowdown / (1 + slowdown)` of
+    /// the update's share of the step. 0 (the default) is off.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub slowdown: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 impl Default for TorchSpec {
@@ -54,6 +64,7 @@ impl Default for TorchSpec {
             cpu_isa: CpuIsa::default(),
             warm_start: WarmStartSpec::default(),
             cache_dir: default_cache_dir(),
+            slowdown: 0.0,
         }
     }
 }

@@ -773,6 +773,15 @@ pub fn match_expected(
             .failing()
             .filter(|r| !r.rule.starts_with("watchdog:"))
             .filter(|r| !expected.rules.iter().any(|n| names_rule(n, &r.rule)))
+            .filter(|r| {
+                !expected
+                    .may_also_fail
+                    .iter()
+                    .any(|n| match n.strip_suffix('*') {
+                        Some(prefix) => r.rule.starts_with(prefix),
+                        None => names_rule(n, &r.rule),
+                    })
+            })
             .map(|r| r.rule.as_str())
             .collect();
         if !unexpected.is_empty() {
@@ -1258,6 +1267,20 @@ mod tests {
             .contains("not a rule"));
         let e5 = expected(r#"{"outcome": "regressed", "reason": "WINDOWS"}"#);
         assert_eq!(match_expected(Some(&regressed), &done(), &e5), Ok(()));
+        // `may_also_fail` lets named rules (or every rule a `*` pattern starts) fail or pass.
+        let e6 = expected(
+            r#"{"outcome": "regressed", "rules": ["critic/rewards/mean"], "may_also_fail": ["expect:*"]}"#,
+        );
+        assert_eq!(match_expected(Some(&both), &done(), &e6), Ok(()));
+        assert_eq!(match_expected(Some(&regressed), &done(), &e6), Ok(()));
+        let e7 = expected(
+            r#"{"outcome": "regressed", "rules": ["critic/rewards/mean"], "may_also_fail": ["seed:*"]}"#,
+        );
+        assert!(match_expected(Some(&both), &done(), &e7).is_err());
+        assert!(serde_json::from_str::<ExpectedVerdict>(
+            r#"{"outcome": "regressed", "may_also_fail": ["seed:*"]}"#
+        )
+        .is_err());
         assert!(serde_json::from_str::<ExpectedVerdict>(r#"{"outcome": "regresed"}"#).is_err());
     }
 

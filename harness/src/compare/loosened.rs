@@ -12,7 +12,8 @@
 //!   band it leaves;
 //! - a larger `budget`, a longer `window` (a longer mean hides more), a `steps` range that
 //!   leaves out steps the blessed one compared;
-//! - a metric added to `allow_missing`.
+//! - a metric added to `allow_missing`;
+//! - the default stability rules turned off (`checks.stability`).
 //!
 //! Tightening any of these is fine.
 
@@ -162,6 +163,13 @@ pub fn loosened_rules(blessed: &ChecksSpec, current: &ChecksSpec) -> Vec<RuleVer
                 ),
             ));
         }
+    }
+    if blessed.stability == Some(true) && current.stability != Some(true) {
+        out.push(failing(
+            "loosened:stability".into(),
+            Vec::new(),
+            format!("{WHY}: the default stability rules were turned off (`checks.stability`)"),
+        ));
     }
     for m in &current.allow_missing {
         if !blessed.allow_missing.contains(m) {

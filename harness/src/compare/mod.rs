@@ -12,7 +12,9 @@ mod judge;
 mod loosened;
 mod presence;
 mod run;
+pub mod seeds;
 mod spec;
+pub mod stability;
 
 pub use direction::default_direction;
 pub use expr::{parse_expr, Expr, ExprError};

@@ -251,6 +251,9 @@ pub fn judge_run(run: &RunRecord<'_>, golden: Option<&Golden>) -> Option<Verdict
             extra.extend(super::loosened::loosened_rules(blessed, run.checks));
         }
     }
+    if let Some(g) = golden {
+        extra.extend(stability_rules(run, g));
+    }
     extra.extend(run.dropped.iter().map(sanity_rule));
     extra.extend(run.replay.map(ReplayRecord::rule_verdict));
     extra.extend(watchdog_rule(run));
@@ -264,6 +267,43 @@ pub fn judge_run(run: &RunRecord<'_>, golden: Option<&Golden>) -> Option<Verdict
     verdict.outcome = outcome_of(&verdict, no_golden);
     let judged = run.status == RunStatus::Completed;
     (judged || !verdict.rules.is_empty()).then_some(verdict)
+}
+
+/// The default stability rules (`compare::stability`) of a learning scenario, judged against
+/// the golden like golden rules and named `stability:<metric>`.
+fn stability_rules(run: &RunRecord<'_>, g: &Golden) -> Vec<RuleVerdict> {
+    use super::stability;
+    let calibrated = |m: &str| g.calibration.as_ref().is_some_and(|c| c.sigma(m).is_some());
+    let rules = stability::rules(run.checks, &g.table.columns(), calibrated);
+    if rules.is_empty() {
+        return Vec::new();
+    }
+    let spec = ChecksSpec {
+        golden: rules,
+        ..ChecksSpec::default()
+    };
+    let (resolved, sources) = resolve_calibrated(&spec, Some(g));
+    let verdict = judge(run.metrics, Some(g), resolved.as_ref().unwrap_or(&spec));
+    verdict
+        .rules
+        .into_iter()
+        .map(|mut r| {
+            let metric = r
+                .rule
+                .strip_prefix("golden:")
+                .unwrap_or(&r.rule)
+                .to_string();
+            let source = sources.iter().find(|(m, _)| *m == metric);
+            if let Some((_, Ok(text))) = source {
+                r.evidence.message.push_str(&format!("; band {text}"));
+            }
+            r.evidence
+                .message
+                .push_str(&format!("; {}", stability::note(source.is_some())));
+            r.rule = stability::rule_id(&metric);
+            r
+        })
+        .collect()
 }
 
 /// `calibrated` golden rules turned into the absolute bands the golden's calibration gives
@@ -301,7 +341,8 @@ fn resolve_calibrated(
             None => sources.push((
                 metric.clone(),
                 Err(format!(
-                    "`{metric}` asks for a calibrated band, but the golden has no calibration of                      it: run `rlharness golden calibrate` on the scenario"
+                    "`{metric}` asks for a calibrated band, but the golden has no calibration of \
+                     it: run `rlharness golden calibrate` on the scenario"
                 )),
             )),
         }

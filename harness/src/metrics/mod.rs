@@ -43,6 +43,31 @@ pub struct MetricsSpec {
     /// Metrics whose NaN or infinity aborts the run.
     #[serde(default)]
     pub watch: Vec<String>,
+    /// Fault injection for self-tests: keep these metrics out of the series (at every step, or
+    /// at `steps`), as an integration that stops logging a metric would. Recorded in the plan.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suppress: Vec<Suppress>,
+}
+
+/// One `metrics.suppress` entry: `{metric: perf/throughput, steps: "3..5"}`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Suppress {
+    pub metric: String,
+    /// The steps it is missing at (default: every step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<crate::compare::StepRange>,
+}
+
+impl MetricsSpec {
+    /// Remove the suppressed metrics from one step's values.
+    pub fn suppress_in(&self, m: &mut StepMetrics) {
+        for s in &self.suppress {
+            if s.steps.is_none_or(|r| r.contains(m.step)) {
+                m.values.remove(&s.metric);
+            }
+        }
+    }
 }
 
 /// The metrics of one training step (steps start at 1, like verl's).

@@ -183,14 +183,23 @@ fn metric_section(r: &Report, metric: &str, reference: &str) -> String {
         .unwrap_or(RuleStatus::Pass);
     let series = r.metrics.series(metric);
     let last = series.last().map(|(_, v)| num(*v)).unwrap_or("–".into());
-    out.push_str(&format!(
-        "<details><summary>{} <code>{}</code>: {}, {} steps, last {}</summary>\n\n",
-        status_icon(worst),
-        html_escape(metric),
-        status_text(worst),
-        series.len(),
-        last
-    ));
+    if r.is_multi_seed() {
+        out.push_str(&format!(
+            "<details><summary>{} <code>{}</code>: {}, the seeds' window means</summary>\n\n",
+            status_icon(worst),
+            html_escape(metric),
+            status_text(worst),
+        ));
+    } else {
+        out.push_str(&format!(
+            "<details><summary>{} <code>{}</code>: {}, {} steps, last {}</summary>\n\n",
+            status_icon(worst),
+            html_escape(metric),
+            status_text(worst),
+            series.len(),
+            last
+        ));
+    }
     match rule {
         Some(rule) if !rule.points.is_empty() => {
             out.push_str(&format!(

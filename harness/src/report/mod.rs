@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::compare::{
-    judge_tables, match_expected, ExpectedOutcome, ExpectedVerdict, Outcome, PointCheck,
-    RuleStatus, RuleVerdict, RunOutcome, RunStatus, Verdict,
+    match_expected, ExpectedOutcome, ExpectedVerdict, Outcome, PointCheck, RuleStatus, RuleVerdict,
+    RunOutcome, RunStatus, Verdict,
 };
 use crate::error::{CommandError, ExitStatus};
 use crate::fsx;
@@ -17,6 +17,7 @@ mod junit;
 pub mod manifest;
 mod markdown;
 mod plots;
+pub mod seeds;
 
 pub use html::render_html;
 pub use junit::render_junit;
@@ -319,11 +320,20 @@ impl Report {
             .map_or("golden", |g| g.label.as_str())
     }
 
-    /// The golden rule of one metric, when the verdict has one.
+    /// The golden rule of one metric, when the verdict has one (a multi-seed verdict's
+    /// distribution test of the metric stands in for it).
     pub(crate) fn golden_rule(&self, metric: &str) -> Option<&RuleVerdict> {
+        self.verdict.as_ref().and_then(|v| {
+            v.rule(&format!("golden:{metric}"))
+                .or_else(|| v.rule(&seeds::seeds_rule_id_of(metric)))
+        })
+    }
+
+    /// Whether this is a multi-seed run's combined report (its series are the seeds').
+    pub fn is_multi_seed(&self) -> bool {
         self.verdict
             .as_ref()
-            .and_then(|v| v.rule(&format!("golden:{metric}")))
+            .is_some_and(|v| v.rules.iter().any(|r| r.rule.starts_with("seed:")))
     }
 
     /// The checked metrics, in rule order (plots and per-metric tables follow it).
@@ -485,14 +495,30 @@ pub(crate) fn run_rows(r: &Report) -> Vec<(&'static str, Vec<Piece>)> {
         rows.push(("status", vec![Text(t)]));
     }
     let planned = run.steps.map(|s| format!(" of {s} planned"));
-    rows.push((
-        "steps",
-        vec![Text(format!(
-            "{} recorded{}",
-            r.metrics.len(),
-            planned.unwrap_or_default()
-        ))],
-    ));
+    if r.is_multi_seed() {
+        let seeds = r
+            .verdict
+            .iter()
+            .flat_map(|v| v.rules.iter())
+            .filter(|x| x.rule.starts_with("seed:"))
+            .count();
+        rows.push((
+            "steps",
+            vec![Text(format!(
+                "{} a seed, {seeds} seeds (each in its own directory)",
+                run.steps.unwrap_or_default()
+            ))],
+        ));
+    } else {
+        rows.push((
+            "steps",
+            vec![Text(format!(
+                "{} recorded{}",
+                r.metrics.len(),
+                planned.unwrap_or_default()
+            ))],
+        ));
+    }
     if let Some(seed) = run.seed {
         rows.push(("seed", vec![Text(seed.to_string())]));
     }
@@ -784,12 +810,30 @@ pub fn compare_command(
     run2: Option<&Path>,
     golden_root: &Path,
 ) -> Result<ExitStatus, CommandError> {
-    let (manifest, table) = load_run(run)?;
     let out = compare_out_dir(run, run2);
+    if seeds::is_combined(run) {
+        if run2.is_some() {
+            return Err(CommandError::invalid(format!(
+                "{} is a multi-seed run: compare it against its golden (`compare RUN`), or \
+                 compare one seed's directory (`{}/seed-<S>`) with another run",
+                run.display(),
+                run.display()
+            )));
+        }
+        let combined = seeds::judge_combined(run, golden_root)?;
+        combined.write(&out)?;
+        print!("{}", render_markdown(&combined.report));
+        println!("\nreports written to {}", out.display());
+        return Ok(combined.report.exit_status());
+    }
+    let (manifest, table) = load_run(run)?;
     let (reference, verdict, overlays) = match run2 {
         Some(b) => {
             let (m2, t2) = load_run(b)?;
-            let verdict = Some(judge_tables(&table, Some(&t2), &manifest.checks));
+            // The one judge, the second run standing as the golden: presence, the exact lane
+            // (when both runs share a fingerprint and a seed), sanity and watchdog rules too.
+            let as_golden = reference_golden(b, &m2, t2.clone());
+            let verdict = crate::compare::judge_run(&manifest.record(&table), Some(&as_golden));
             let mut metrics = manifest.checks.metrics();
             if metrics.is_empty() {
                 let cols = t2.columns();
@@ -825,24 +869,17 @@ pub fn compare_command(
             (Some(reference), verdict, overlays)
         }
         None => {
-            let golden = golden_of_run(&manifest, golden_root)?;
             // The same judge as `run`, on what the run directory stores.
-            let verdict = crate::compare::judge_run(&manifest.record(&table), golden.as_ref());
-            let reference = match &manifest.reference_run {
-                Some(_) => golden.as_ref().map(Reference::from_reference_run),
-                None => golden.as_ref().map(Reference::from_golden),
-            };
-            (reference, verdict, Vec::new())
+            let report = seeds::judge_stored(run, golden_root)?;
+            write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
+            print!("{}", render_markdown(&report));
+            println!("\nreports written to {}", out.display());
+            return Ok(report.exit_status());
         }
     };
-    let has_reference = reference.is_some();
     let mut report = Report::from_run(run, &manifest, table, reference, verdict);
-    // A re-judgement writes no golden. The pending golden the run wrote stays a fact of the
-    // run while there is still no golden to judge against (so the verdict reads as `run`'s);
-    // once one is accepted it no longer applies.
-    if has_reference {
-        report.pending_golden = None;
-    }
+    // A re-judgement writes no golden.
+    report.pending_golden = None;
     write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
     for (name, svg) in overlays {
         fsx::write_atomic(&out.join("plots").join(name), svg.as_bytes())
@@ -856,6 +893,7 @@ pub fn compare_command(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compare::judge_tables;
     use crate::compare::ChecksSpec;
     use crate::metrics::StepMetrics;
 

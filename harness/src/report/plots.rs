@@ -302,3 +302,88 @@ pub fn render_overlay(
         finish(&mut chart, &root)
     })
 }
+
+/// A multi-seed run's plot of one metric: every seed's series, the golden's, the calibration's
+/// spread per step (mean ± 2σ, shaded), and the windows the seeds were tested on, each with the
+/// seeds' mean and the limit the test put on it.
+pub fn render_seeds(
+    metric: &str,
+    seeds: &[(u64, Vec<(u64, f64)>)],
+    golden: Option<&[(u64, f64)]>,
+    spread: &[(u64, f64, f64)],
+    points: &[PointCheck],
+) -> String {
+    svg_or_error(metric, |svg| {
+        let all = seeds.iter().flat_map(|(_, s)| s.iter());
+        let golden_pts: &[(u64, f64)] = golden.unwrap_or(&[]);
+        let (x0, x1) = x_range(
+            all.clone()
+                .chain(golden_pts.iter())
+                .map(|(s, _)| *s)
+                .chain(spread.iter().map(|(s, _, _)| *s)),
+        );
+        let (y0, y1) = y_range(
+            all.map(|(_, v)| *v)
+                .chain(golden_pts.iter().map(|(_, v)| *v))
+                .chain(spread.iter().flat_map(|(_, lo, hi)| [*lo, *hi]))
+                .chain(points.iter().filter_map(|p| p.value)),
+        );
+        let root = SVGBackend::with_string(svg, SIZE).into_drawing_area();
+        let mut chart = chart(&root, metric, x0..x1, y0..y1)?;
+        let clamp = |v: f64| v.clamp(y0, y1);
+        if !spread.is_empty() {
+            let s = chart
+                .draw_series(spread.iter().map(|(step, lo, hi)| {
+                    Rectangle::new(
+                        [
+                            (*step as f64 - 0.5, clamp(*lo)),
+                            (*step as f64 + 0.5, clamp(*hi)),
+                        ],
+                        BAND.mix(0.15).filled(),
+                    )
+                }))
+                .map_err(e)?;
+            s.label("calibration ±2σ").legend(|(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 16, y + 5)], BAND.mix(0.15).filled())
+            });
+        }
+        if !golden_pts.is_empty() {
+            draw_line(&mut chart, golden_pts, "golden", REFERENCE, false)?;
+        }
+        for (i, (seed, series)) in seeds.iter().enumerate() {
+            let c = Palette99::pick(i).to_rgba();
+            draw_line(
+                &mut chart,
+                series,
+                &format!("seed {seed}"),
+                RGBColor(c.0, c.1, c.2),
+                false,
+            )?;
+        }
+        // Each tested window: the seeds' mean (a bar over the window) and the test's limit.
+        for p in points {
+            let color = if p.status == RuleStatus::Pass {
+                RUN
+            } else {
+                FAIL
+            };
+            if let Some(v) = p.value {
+                chart
+                    .draw_series(std::iter::once(PathElement::new(
+                        vec![(p.first as f64, clamp(v)), (p.last as f64, clamp(v))],
+                        color.stroke_width(4),
+                    )))
+                    .map_err(e)?;
+            }
+            for edge in [p.band.lo, p.band.hi].into_iter().flatten() {
+                chart
+                    .draw_series(std::iter::once(PathElement::new(
+                        vec![(p.first as f64, clamp(edge)), (p.last as f64, clamp(edge))],
+                        FAIL.mix(0.6).stroke_width(1),
+                    )))
+                    .map_err(e)?;
+            }
+        }
+        finish(&mut chart, &root)
+    })
+}

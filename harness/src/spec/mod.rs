@@ -61,11 +61,32 @@ pub struct Scenario {
 /// overrides; the planted run is judged against the reference run as its golden (so a
 /// deterministic backend is held bit for bit, whatever CPU model runs it), and the verdict must
 /// be the scenario's `expected_verdict`.
+///
+/// With `seeds: "A..B"` the self-test is a multi-seed one instead: the planted scenario runs
+/// once per seed and the combined verdict (`compare::seeds`) judges the seeds' distribution
+/// against the golden's calibration, a distribution and not one host's bits, so it needs no
+/// reference run. That is how a shift smaller than one run's band is caught on any host.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SelfTest {
     /// The planted change, as `--set` overrides.
     pub plant: Vec<String>,
+    /// `A..B`: a multi-seed self-test over these seeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seeds: Option<String>,
+    /// A multi-seed self-test's seeds run as this scenario (by name), so they are judged
+    /// against its golden and calibration; the self-test's checks must be that scenario's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub golden: Option<String>,
+}
+
+impl SelfTest {
+    /// The seeds of a multi-seed self-test (validated when the scenario loads).
+    pub fn seed_list(&self) -> Option<Vec<u64>> {
+        self.seeds
+            .as_deref()
+            .and_then(|s| crate::compare::seeds::parse_seed_range(s).ok())
+    }
 }
 
 /// What a scenario needs from the machine; a scenario whose needs are unmet is skipped with
@@ -585,6 +606,26 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
                 format!("`{bad}` is not a `key=value` override"),
             ));
         }
+        if let Some(seeds) = &st.seeds {
+            match crate::compare::seeds::parse_seed_range(seeds) {
+                Ok(list) if list.len() < 2 => errors.push(SpecError::at(
+                    &node.pos,
+                    "selftest.seeds",
+                    format!("`{seeds}`: a multi-seed self-test needs at least 2 seeds"),
+                )),
+                Ok(_) => {}
+                Err(why) => errors.push(SpecError::at(&node.pos, "selftest.seeds", why)),
+            }
+        }
+        if st.golden.is_some() && st.seeds.is_none() {
+            errors.push(SpecError::at(
+                &node.pos,
+                "selftest.golden",
+                "`golden` names the scenario whose golden a multi-seed self-test is judged \
+                 against: it needs `seeds` (a single-run self-test is judged against its own \
+                 reference run)",
+            ));
+        }
         if !matches!(expected_verdict, Some(Some(_))) {
             errors.push(SpecError::at(
                 &node.pos,
@@ -642,18 +683,24 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
     }
     let mut sources = vec![path.to_path_buf()];
     sources.extend(layered.sources);
+    let tags = tags.unwrap_or_default();
+    let mut checks = checks.unwrap_or_default();
+    checks.stability = Some(crate::compare::stability::enabled_for(
+        checks.stability,
+        &tags,
+    ));
     Ok(Scenario {
         path: path.to_path_buf(),
         name,
         description,
-        tags: tags.unwrap_or_default(),
+        tags,
         requires: requires.unwrap_or_default(),
         seed,
         steps,
         driver,
         backend,
         metrics: metrics.unwrap_or_default(),
-        checks: checks.unwrap_or_default(),
+        checks,
         timeouts: timeouts.unwrap_or_default(),
         expected_verdict: expected_verdict.flatten(),
         selftest,

@@ -107,6 +107,8 @@ pub struct TorchEngine {
     /// driver sends one call per prompt, and a GPU decoding 5 rows costs about what 80 cost.
     gen_queue: Mutex<GenQueue>,
     batch_generate: bool,
+    /// `backend.slowdown`: each forward-backward sleeps this fraction of its compute time.
+    slowdown: f64,
     /// Held shared by CPU sampling calls (which read weights outside their job's lock) and
     /// exclusively by every call that writes weights in place.
     weight_gate: RwLock<()>,
@@ -175,6 +177,12 @@ fn register_cuda() -> Result<(), EngineError> {
 impl TorchEngine {
     pub fn new(spec: &TorchSpec, seed: u64) -> Result<TorchEngine, EngineError> {
         let config = DecoderConfig::from_spec(&spec.model).map_err(EngineError::bad_request)?;
+        if !(spec.slowdown.is_finite() && (0.0..=10.0).contains(&spec.slowdown)) {
+            return Err(EngineError::bad_request(format!(
+                "backend.slowdown must be a fraction in [0, 10], got {}",
+                spec.slowdown
+            )));
+        }
         if spec.threads == 0 {
             return Err(EngineError::bad_request(
                 "backend.threads must be at least 1",
@@ -243,6 +251,7 @@ impl TorchEngine {
             generate_calls: AtomicU64::new(0),
             gen_queue: Mutex::new(GenQueue::default()),
             batch_generate: device != Device::Cpu,
+            slowdown: spec.slowdown,
             weight_gate: RwLock::new(()),
             hand_head: true,
             info,
@@ -977,10 +986,17 @@ impl Engine for TorchEngine {
     ) -> Result<Timed<ForwardBackwardOutput>, EngineError> {
         let job = self.job(job_id)?;
         let mut job = lock(&job);
-        guard("forward-backward", || {
+        let started = std::time::Instant::now();
+        let out = guard("forward-backward", || {
             self.forward_backward_impl(&mut job, batch)
         })
-        .map(Timed::untimed)
+        .map(Timed::untimed);
+        if self.slowdown > 0.0 {
+            // The planted slow kernel: the results are on the host already, so this is wall
+            // time the call really took, stretched.
+            std::thread::sleep(started.elapsed().mul_f64(self.slowdown));
+        }
+        out
     }
 
     fn step(

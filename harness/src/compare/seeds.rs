@@ -1,0 +1,627 @@
+//! Multi-seed verdicts (`rlharness run SCENARIO --seeds A..B`), in the manner of MLPerf's
+//! reference convergence points: one run of a learning scenario is one draw from the
+//! distribution of its seeds, and a band wide enough never to cry wolf on one draw cannot see a
+//! small shift. Several seeds can: their window means are compared with the distribution the
+//! golden's calibration measured (`golden calibrate --seeds`), by Welch's t-test.
+//!
+//! Why Welch's t and not a bootstrap: the calibration stores per window exactly what Welch's
+//! test needs (n, mean, standard deviation), not the raw runs; the two samples have unequal
+//! sizes and need not have equal variances; and window means of a learning curve over 10 steps
+//! are close to normal. A bootstrap would need the calibration's raw values and more than 5
+//! seeds to say anything.
+//!
+//! The test is one-sided on a metric's bad side for metrics with a direction (a reward lower,
+//! a step time higher), with "improved, bless if real" on the good side; two-sided otherwise.
+//! The family of all window tests of a verdict is held at a false-alarm rate of 5% by
+//! Bonferroni: each test at 0.05 / m. Only windowed rules (`window` > 1) are tested: windows
+//! of a learning curve are what varies with the seed; per-step rules stay with each seed's
+//! own verdict.
+
+use statrs::distribution::{ContinuousCDF, StudentsT};
+
+use super::expr::fmt_num;
+use super::judge::{Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, Verdict};
+use super::spec::{ChecksSpec, Direction};
+use crate::golden::calibration::PointStats;
+use crate::golden::Golden;
+use crate::metrics::MetricTable;
+
+/// The false-alarm rate of a whole multi-seed verdict (split over its tests by Bonferroni).
+pub const FAMILY_ALPHA: f64 = 0.05;
+
+/// `A..B` (inclusive) or a single seed.
+pub fn parse_seed_range(text: &str) -> Result<Vec<u64>, String> {
+    let num = |t: &str| {
+        t.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("seeds: `{t}` is not a seed (expected `A..B`, e.g. `1..10`)"))
+    };
+    let (a, b) = match text.split_once("..") {
+        Some((a, b)) => (num(a)?, num(b)?),
+        None => (num(text)?, num(text)?),
+    };
+    if a > b {
+        return Err(format!("seeds {text}: the first seed is after the last"));
+    }
+    if b - a >= 1000 {
+        return Err(format!("seeds {text}: more than 1000 seeds"));
+    }
+    Ok((a..=b).collect())
+}
+
+/// The rule id of one seed's own verdict.
+pub fn seed_rule_id(seed: u64) -> String {
+    format!("seed:{seed}")
+}
+
+/// The rule id of a metric's distribution test.
+pub fn seeds_rule_id(metric: &str) -> String {
+    format!("seeds:{metric}")
+}
+
+/// One seed's run as the combined verdict reads it.
+#[derive(Debug, Clone)]
+pub struct SeedRun<'a> {
+    pub seed: u64,
+    pub table: &'a MetricTable,
+    /// The seed's own verdict (against the golden), as its report words it.
+    pub status: RuleStatus,
+    pub summary: String,
+    /// Its run directory.
+    pub dir: String,
+}
+
+/// Welch's t-test of a sample against a reference given by its summary statistics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Welch {
+    pub n: usize,
+    pub mean: f64,
+    pub sd: f64,
+    pub t: f64,
+    pub df: f64,
+    /// P(T <= t): small when the sample's mean is below the reference's.
+    pub p_below: f64,
+}
+
+impl Welch {
+    /// `None` when either side has fewer than 2 values (no variance to test with).
+    pub fn test(xs: &[f64], reference: &PointStats) -> Option<Welch> {
+        let n = xs.len();
+        if n < 2 || reference.n < 2 {
+            return None;
+        }
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        let (a, b) = (var / n as f64, reference.std.powi(2) / reference.n as f64);
+        let se2 = a + b;
+        let diff = mean - reference.mean;
+        let (t, df, p_below) = if se2 > 0.0 {
+            let df =
+                se2.powi(2) / (a.powi(2) / (n - 1) as f64 + b.powi(2) / (reference.n - 1) as f64);
+            let t = diff / se2.sqrt();
+            // df > 0 and finite here, so the distribution exists.
+            let p = StudentsT::new(0.0, 1.0, df)
+                .map(|d| d.cdf(t))
+                .unwrap_or(f64::NAN);
+            (t, df, p)
+        } else {
+            // No spread on either side: equal means are the same, any difference is certain.
+            let t = if diff == 0.0 {
+                0.0
+            } else {
+                diff.signum() * f64::INFINITY
+            };
+            let p = if diff < 0.0 {
+                0.0
+            } else if diff > 0.0 {
+                1.0
+            } else {
+                0.5
+            };
+            (t, f64::INFINITY, p)
+        };
+        Some(Welch {
+            n,
+            mean,
+            sd: var.sqrt(),
+            t,
+            df,
+            p_below,
+        })
+    }
+
+    /// The p-value of a move to the bad side (the two-sided p for a two-sided metric), and of
+    /// one to the good side (`None` for a two-sided metric).
+    pub fn p_values(&self, direction: Direction) -> (f64, Option<f64>) {
+        let (below, above) = (self.p_below, 1.0 - self.p_below);
+        match direction {
+            Direction::HigherIsBetter => (below, Some(above)),
+            Direction::LowerIsBetter => (above, Some(below)),
+            Direction::TwoSided => ((2.0 * below.min(above)).min(1.0), None),
+        }
+    }
+}
+
+/// One window of one metric: the seeds' window means against the calibration's.
+struct WindowTest {
+    reference: PointStats,
+    values: Vec<(u64, f64)>,
+    welch: Option<Welch>,
+}
+
+fn window_mean(
+    table: &MetricTable,
+    metric: &str,
+    w: &PointStats,
+    rule: &super::GoldenRule,
+) -> Option<f64> {
+    let range = rule.steps.unwrap_or_default();
+    let xs: Vec<f64> = table
+        .series(metric)
+        .into_iter()
+        .filter(|(s, v)| *s >= w.first && *s <= w.last && range.contains(*s) && v.is_finite())
+        .map(|(_, v)| v)
+        .collect();
+    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+}
+
+/// The combined verdict of a multi-seed run: each seed's own verdict (`seed:<S>`), then per
+/// golden rule the distribution test of its windows (`seeds:<metric>`).
+pub fn judge_seeds(runs: &[SeedRun<'_>], checks: &ChecksSpec, golden: Option<&Golden>) -> Verdict {
+    let mut rules: Vec<RuleVerdict> = runs
+        .iter()
+        .map(|r| RuleVerdict {
+            rule: seed_rule_id(r.seed),
+            status: r.status,
+            evidence: Evidence {
+                message: format!("seed {}: {} ({})", r.seed, r.summary, r.dir),
+                ..Evidence::default()
+            },
+            metrics: Vec::new(),
+            failing_steps: Vec::new(),
+            points: Vec::new(),
+            fail_fast: None,
+        })
+        .collect();
+    let calibration = golden.and_then(|g| g.calibration.as_ref());
+    // Every window test first, so the Bonferroni split knows how many there are.
+    let mut tests: Vec<(String, Direction, Result<Vec<WindowTest>, String>)> = Vec::new();
+    // Windowed rules only: a learning curve's windows are what varies from seed to seed;
+    // per-step rules (perf metrics, a schedule) stay with each seed's own bands, and testing
+    // every step would split the family's 5% too thin to see anything.
+    for (metric, rule) in checks
+        .golden
+        .iter()
+        .filter(|(_, r)| r.window.unwrap_or(1) > 1)
+    {
+        let direction = rule.resolved(metric).direction();
+        let windows = match calibration.and_then(|c| c.windows.get(metric).map(|w| (c, w))) {
+            None => Err(match golden {
+                None => "no golden for this scenario and hardware yet".to_string(),
+                Some(_) => format!(
+                    "the golden has no calibration of `{metric}`: run `rlharness golden \
+                     calibrate SCENARIO --seeds A..B` to measure the seeds' distribution"
+                ),
+            }),
+            Some((cal, _))
+                if cal
+                    .seeds
+                    .iter()
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len()
+                    < 2 =>
+            {
+                Err(format!(
+                    "the golden's calibration ran one seed only ({}): a multi-seed verdict needs \
+                     a calibration over seeds (`golden calibrate --seeds A..B`)",
+                    cal.source()
+                ))
+            }
+            Some((_, ws)) => Ok(ws
+                .iter()
+                .map(|w| {
+                    let values: Vec<(u64, f64)> = runs
+                        .iter()
+                        .filter_map(|r| window_mean(r.table, metric, w, rule).map(|v| (r.seed, v)))
+                        .collect();
+                    let xs: Vec<f64> = values.iter().map(|(_, v)| *v).collect();
+                    WindowTest {
+                        reference: w.clone(),
+                        welch: Welch::test(&xs, w),
+                        values,
+                    }
+                })
+                .collect()),
+        };
+        tests.push((metric.to_string(), direction, windows));
+    }
+    let m = tests
+        .iter()
+        .map(|(_, _, w)| w.as_ref().map_or(0, Vec::len))
+        .sum::<usize>()
+        .max(1);
+    let alpha = FAMILY_ALPHA / m as f64;
+    for (metric, direction, windows) in tests {
+        rules.push(match windows {
+            Err(why) => RuleVerdict {
+                rule: seeds_rule_id(&metric),
+                status: RuleStatus::Missing,
+                evidence: Evidence {
+                    message: why,
+                    ..Evidence::default()
+                },
+                metrics: vec![metric],
+                failing_steps: Vec::new(),
+                points: Vec::new(),
+                fail_fast: None,
+            },
+            Ok(ws) => window_rule(&metric, direction, &ws, alpha, m, runs.len()),
+        });
+    }
+    let has = |s: RuleStatus| rules.iter().any(|r| r.status == s);
+    let outcome = if has(RuleStatus::Regressed) {
+        Outcome::Regressed
+    } else if golden.is_none() && !checks.golden.is_empty() {
+        Outcome::NoGolden
+    } else if has(RuleStatus::Missing) {
+        Outcome::Missing
+    } else if has(RuleStatus::Improved) {
+        Outcome::Improved
+    } else {
+        Outcome::Passed
+    };
+    Verdict {
+        outcome,
+        rules,
+        grid_mismatch: None,
+        exact_lane: None,
+    }
+}
+
+fn window_rule(
+    metric: &str,
+    direction: Direction,
+    windows: &[WindowTest],
+    alpha: f64,
+    m: usize,
+    seeds: usize,
+) -> RuleVerdict {
+    let mut points = Vec::new();
+    let mut failing_steps = Vec::new();
+    // The deciding window: the first failing one, else the one nearest to failing.
+    let mut decisive: Option<(RuleStatus, f64, String, PointCheck)> = None;
+    let mut missing: Option<String> = None;
+    for w in windows {
+        let r = &w.reference;
+        let at = format!("steps {}..{}", r.first, r.last);
+        let Some(welch) = w.welch else {
+            missing.get_or_insert_with(|| {
+                format!(
+                    "{at}: {} of {seeds} seeds have `{metric}` there; the test needs at least 2",
+                    w.values.len()
+                )
+            });
+            continue;
+        };
+        let (p_bad, p_good) = welch.p_values(direction);
+        let status = if p_bad < alpha {
+            RuleStatus::Regressed
+        } else if p_good.is_some_and(|p| p < alpha) {
+            RuleStatus::Improved
+        } else {
+            RuleStatus::Pass
+        };
+        // The band a seeds' mean of this size would pass in: the reference mean ± the critical
+        // difference at this alpha (for the plots and the tables).
+        let se = (welch.sd.powi(2) / welch.n as f64 + r.std.powi(2) / r.n as f64).sqrt();
+        let crit = StudentsT::new(0.0, 1.0, welch.df.min(1e6))
+            .map(|d| match direction {
+                Direction::TwoSided => d.inverse_cdf(1.0 - alpha / 2.0),
+                _ => d.inverse_cdf(1.0 - alpha),
+            })
+            .unwrap_or(f64::INFINITY);
+        let half = crit * se;
+        let band = match direction {
+            Direction::HigherIsBetter => Band {
+                lo: Some(r.mean - half),
+                hi: None,
+            },
+            Direction::LowerIsBetter => Band {
+                lo: None,
+                hi: Some(r.mean + half),
+            },
+            Direction::TwoSided => Band {
+                lo: Some(r.mean - half),
+                hi: Some(r.mean + half),
+            },
+        };
+        let point = PointCheck {
+            first: r.first,
+            last: r.last,
+            value: Some(welch.mean),
+            golden: Some(r.mean),
+            band,
+            status,
+        };
+        let side = match direction {
+            Direction::TwoSided => "two-sided",
+            _ => "one-sided",
+        };
+        let seeds_text: Vec<String> = w
+            .values
+            .iter()
+            .map(|(s, v)| format!("{s}: {}", fmt_num(*v)))
+            .collect();
+        let message = format!(
+            "{at}: seeds' mean {} (n {}, sd {}) against the calibrated {} (n {}, σ {}): Welch's \
+             t {:.2}, df {:.1}, {side} p {} {} α {} (0.05 over {m} tests){}; per seed {}",
+            fmt_num(welch.mean),
+            welch.n,
+            fmt_num(welch.sd),
+            fmt_num(r.mean),
+            r.n,
+            fmt_num(r.std),
+            welch.t,
+            welch.df,
+            fmt_p(p_bad),
+            if p_bad < alpha { "<" } else { ">=" },
+            fmt_p(alpha),
+            match status {
+                RuleStatus::Improved => format!(
+                    "; better than the calibration (p {} on the good side): bless if real",
+                    fmt_p(p_good.unwrap_or(1.0))
+                ),
+                _ => String::new(),
+            },
+            seeds_text.join(", ")
+        );
+        if status != RuleStatus::Pass {
+            failing_steps.extend(r.first..=r.last);
+        }
+        let rank = |s: RuleStatus| match s {
+            RuleStatus::Regressed => 3,
+            RuleStatus::Improved => 2,
+            _ => 1,
+        };
+        let replace = match &decisive {
+            None => true,
+            Some((s, p, _, _)) => {
+                rank(status) > rank(*s) || (rank(status) == rank(*s) && p_bad < *p)
+            }
+        };
+        if replace {
+            decisive = Some((status, p_bad, message, point.clone()));
+        }
+        points.push(point);
+    }
+    let (status, evidence) = match (decisive, missing) {
+        (Some((s, _, message, point)), _) if s != RuleStatus::Pass => (
+            s,
+            Evidence {
+                step_or_window: Some(point.at()),
+                value: point.value,
+                golden: point.golden,
+                band: Some(point.band),
+                margin: Some(margin_of(&point)),
+                message,
+            },
+        ),
+        (_, Some(why)) => (
+            RuleStatus::Missing,
+            Evidence {
+                message: why,
+                ..Evidence::default()
+            },
+        ),
+        (Some((s, _, message, point)), None) => (
+            s,
+            Evidence {
+                step_or_window: Some(point.at()),
+                value: point.value,
+                golden: point.golden,
+                band: Some(point.band),
+                margin: Some(margin_of(&point)),
+                message,
+            },
+        ),
+        (None, None) => (
+            RuleStatus::Missing,
+            Evidence {
+                message: format!("the calibration has no window of `{metric}`"),
+                ..Evidence::default()
+            },
+        ),
+    };
+    RuleVerdict {
+        rule: seeds_rule_id(metric),
+        status,
+        evidence,
+        metrics: vec![metric.to_string()],
+        failing_steps,
+        points,
+        fail_fast: None,
+    }
+}
+
+/// The distance of a window's seeds' mean from the test's limit (positive inside).
+fn margin_of(p: &PointCheck) -> f64 {
+    let v = p.value.unwrap_or(f64::NAN);
+    (v - p.band.lo()).min(p.band.hi() - v)
+}
+
+fn fmt_p(p: f64) -> String {
+    if p < 1e-4 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.4}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::StepMetrics;
+
+    fn stats(first: u64, last: u64, n: usize, mean: f64, std: f64) -> PointStats {
+        PointStats {
+            first,
+            last,
+            n,
+            mean,
+            std,
+            min: mean - 2.0 * std,
+            max: mean + 2.0 * std,
+        }
+    }
+
+    #[test]
+    fn welch_matches_a_textbook_value() {
+        // Sample 1..5 (mean 3, sd 1.5811) against n 10, mean 5, sd 2: scipy's
+        // `ttest_ind_from_stats(3, 2.5**0.5, 5, 5, 2, 10, equal_var=False, alternative="less")`
+        // gives t = -2.10819 and p = 0.030493; df by Welch-Satterthwaite = 10.0900.
+        let w = Welch::test(&[1.0, 2.0, 3.0, 4.0, 5.0], &stats(1, 1, 10, 5.0, 2.0)).unwrap();
+        assert!((w.t + 2.10819).abs() < 1e-4, "{w:?}");
+        assert!((w.df - 10.0900).abs() < 1e-3, "{w:?}");
+        assert!((w.p_below - 0.030493).abs() < 1e-5, "{w:?}");
+        let (bad, good) = w.p_values(Direction::HigherIsBetter);
+        assert_eq!(bad, w.p_below);
+        assert!((good.unwrap() - (1.0 - w.p_below)).abs() < 1e-12);
+        let (two, none) = w.p_values(Direction::TwoSided);
+        assert!((two - 2.0 * w.p_below).abs() < 1e-12 && none.is_none());
+    }
+
+    #[test]
+    fn welch_needs_two_values_a_side_and_handles_no_spread() {
+        assert!(Welch::test(&[1.0], &stats(1, 1, 10, 1.0, 0.1)).is_none());
+        assert!(Welch::test(&[1.0, 2.0], &stats(1, 1, 1, 1.0, 0.0)).is_none());
+        let same = Welch::test(&[1.0, 1.0], &stats(1, 1, 3, 1.0, 0.0)).unwrap();
+        assert_eq!((same.t, same.p_below), (0.0, 0.5));
+        let lower = Welch::test(&[0.5, 0.5], &stats(1, 1, 3, 1.0, 0.0)).unwrap();
+        assert_eq!(lower.p_below, 0.0);
+    }
+
+    #[test]
+    fn seed_ranges() {
+        assert_eq!(parse_seed_range("1..3").unwrap(), vec![1, 2, 3]);
+        assert_eq!(parse_seed_range("7").unwrap(), vec![7]);
+        assert!(parse_seed_range("3..1").unwrap_err().contains("after"));
+        assert!(parse_seed_range("a..b").unwrap_err().contains("`a`"));
+        assert!(parse_seed_range("1..5000").unwrap_err().contains("1000"));
+    }
+
+    fn curve(offset: f64, seed: u64) -> MetricTable {
+        let mut t = MetricTable::new();
+        for s in 1..=20u64 {
+            let mut m = StepMetrics::new(s);
+            // A learning curve with a seed-dependent level (about ±0.02) and per-step noise.
+            let level = (seed.wrapping_mul(2_654_435_761) % 41) as f64 / 1000.0 - 0.02;
+            let noise = ((seed * 31 + s * 17) % 7) as f64 / 1000.0;
+            let wiggle = level + noise;
+            m.insert("reward", 0.3 + 0.02 * s as f64 + wiggle + offset);
+            t.push(m);
+        }
+        t
+    }
+
+    fn golden_with_calibration(runs: &[MetricTable], checks: &ChecksSpec) -> Golden {
+        let (steps, windows) = crate::golden::calibration::Calibration::measure(runs, checks);
+        Golden {
+            scenario: "s".into(),
+            hardware: "cpu".into(),
+            table: runs[0].clone(),
+            provenance: Default::default(),
+            rules: None,
+            dir: std::path::PathBuf::from("golden/s/cpu"),
+            calibration: Some(crate::golden::calibration::Calibration {
+                scenario: "s".into(),
+                hardware: "cpu".into(),
+                date: "d".into(),
+                host: "h".into(),
+                git_commit: None,
+                numeric_fingerprint: None,
+                runs: runs.len(),
+                seeds: (1..=runs.len() as u64).collect(),
+                steps,
+                windows,
+            }),
+        }
+    }
+
+    fn judged(offset: f64) -> Verdict {
+        let checks: ChecksSpec = serde_json::from_str(
+            r#"{"golden": {"reward": {"window": 10, "calibrated": {"k": 4}}}}"#,
+        )
+        .unwrap();
+        let reference: Vec<MetricTable> = (1..=10).map(|s| curve(0.0, s)).collect();
+        let golden = golden_with_calibration(&reference, &checks);
+        let tables: Vec<MetricTable> = (11..=15).map(|s| curve(offset, s)).collect();
+        let runs: Vec<SeedRun> = tables
+            .iter()
+            .enumerate()
+            .map(|(i, t)| SeedRun {
+                seed: 11 + i as u64,
+                table: t,
+                status: RuleStatus::Pass,
+                summary: "passed".into(),
+                dir: format!("seed-{}", 11 + i),
+            })
+            .collect();
+        judge_seeds(&runs, &checks, Some(&golden))
+    }
+
+    #[test]
+    fn the_seeds_pass_as_they_are_and_fail_a_drop_that_one_band_would_not_see() {
+        let same = judged(0.0);
+        assert_eq!(same.outcome, Outcome::Passed, "{same:#?}");
+        assert_eq!(same.rules.len(), 6);
+        let rule = same.rule("seeds:reward").unwrap();
+        assert_eq!(rule.points.len(), 2);
+        assert!(rule.evidence.message.contains("Welch's t"), "{rule:?}");
+        // 0.05 lower: inside any one-run band of k 4 (the wiggle's σ is about 0.015, so
+        // ±0.06), but 5 seeds see it.
+        let lower = judged(-0.05);
+        let rule = lower.rule("seeds:reward").unwrap();
+        assert_eq!(rule.status, RuleStatus::Regressed, "{rule:#?}");
+        assert_eq!(lower.outcome, Outcome::Regressed);
+        assert!(
+            rule.evidence.message.contains("(0.05 over 2 tests)"),
+            "{rule:?}"
+        );
+        // The good side is an improvement to bless, not a pass.
+        let higher = judged(0.05);
+        assert_eq!(
+            higher.rule("seeds:reward").unwrap().status,
+            RuleStatus::Improved
+        );
+    }
+
+    #[test]
+    fn without_a_calibration_over_seeds_the_test_is_missing() {
+        let checks: ChecksSpec =
+            serde_json::from_str(r#"{"golden": {"reward": {"window": 10, "abs": 0.1}}}"#).unwrap();
+        let t = curve(0.0, 1);
+        let runs = [SeedRun {
+            seed: 1,
+            table: &t,
+            status: RuleStatus::Pass,
+            summary: "passed".into(),
+            dir: "seed-1".into(),
+        }];
+        let mut golden = golden_with_calibration(std::slice::from_ref(&t), &checks);
+        let v = judge_seeds(&runs, &checks, Some(&golden));
+        let rule = v.rule("seeds:reward").unwrap();
+        assert_eq!(rule.status, RuleStatus::Missing);
+        assert!(rule.evidence.message.contains("one seed only"), "{rule:?}");
+        golden.calibration = None;
+        let v = judge_seeds(&runs, &checks, Some(&golden));
+        assert!(v
+            .rule("seeds:reward")
+            .unwrap()
+            .evidence
+            .message
+            .contains("golden calibrate"));
+        assert_eq!(v.outcome, Outcome::Missing);
+        let v = judge_seeds(&runs, &checks, None);
+        assert_eq!(v.outcome, Outcome::NoGolden);
+    }
+}

@@ -1,0 +1,128 @@
+//! Stability rules by default. A learning scenario (tagged `convergence`, or `checks.stability:
+//! true`) gets a two-sided rule on each stability metric its golden holds and its author did not
+//! name: the policy's entropy, the gradient norm, the KL between the sampling and the updated
+//! policy. An entropy driven to collapse while the reward still looks fine, a gradient norm ten
+//! times larger, a KL that is no longer zero on-policy: each is a regression whether or not the
+//! scenario's author thought of it.
+//!
+//! The rule ids are `stability:<metric>`. Each compares windows of [`WINDOW`] steps. Its band
+//! comes from the golden's calibration when it measured the metric (k [`K`] × σ of the window
+//! means over the calibration runs, never narrower than the metric's floor), otherwise it is
+//! hand-set: ± [`REL`] of the golden's window mean, never narrower than the floor. The floors
+//! are absolute, for metrics whose golden may be 0 (an on-policy KL is exactly 0).
+
+use super::spec::{Calibrated, ChecksSpec, Direction, GoldenRule, GoldenRules};
+
+/// The stability metrics (verl's names) and each one's absolute floor.
+pub const METRICS: &[(&str, f64)] = &[
+    ("actor/entropy", 0.02),
+    ("actor/grad_norm", 0.0),
+    ("actor/ppo_kl", 0.01),
+    ("actor/kl_loss", 0.01),
+];
+
+/// Steps per compared window.
+pub const WINDOW: u64 = 5;
+/// σ multiples of a calibrated stability band.
+pub const K: f64 = 4.0;
+/// The hand-set band without a calibration: ± this fraction of the golden's window mean.
+pub const REL: f64 = 0.4;
+
+/// The rule id of a default stability rule.
+pub fn rule_id(metric: &str) -> String {
+    format!("stability:{metric}")
+}
+
+/// Whether a scenario gets the default stability rules: `checks.stability` when it says, else
+/// whether it is tagged `convergence` (resolved when the scenario loads).
+pub fn enabled_for(explicit: Option<bool>, tags: &[String]) -> bool {
+    explicit.unwrap_or_else(|| tags.iter().any(|t| t == "convergence"))
+}
+
+/// The default stability rules of `checks` over a golden with these `columns`: calibrated
+/// where `calibrated(metric)` (the golden's calibration measured it), hand-set elsewhere.
+/// Empty when the scenario has them off.
+pub fn rules(
+    checks: &ChecksSpec,
+    columns: &[String],
+    calibrated: impl Fn(&str) -> bool,
+) -> GoldenRules {
+    if checks.stability != Some(true) {
+        return GoldenRules::default();
+    }
+    GoldenRules(
+        METRICS
+            .iter()
+            .filter(|(m, _)| columns.iter().any(|c| c == m))
+            .filter(|(m, _)| checks.golden.get(m).is_none())
+            .map(|(m, floor)| {
+                let rule = GoldenRule {
+                    window: Some(WINDOW),
+                    direction: Some(Direction::TwoSided),
+                    ..GoldenRule::default()
+                };
+                let rule = if calibrated(m) {
+                    GoldenRule {
+                        calibrated: Some(Calibrated {
+                            k: K,
+                            floor: *floor,
+                        }),
+                        ..rule
+                    }
+                } else {
+                    GoldenRule {
+                        abs: Some(*floor),
+                        rel: Some(REL),
+                        ..rule
+                    }
+                };
+                (m.to_string(), rule)
+            })
+            .collect(),
+    )
+}
+
+/// What a stability rule's evidence adds: that it is a default, and how to change it.
+pub fn note(calibrated: bool) -> String {
+    format!(
+        "a default stability rule of a learning scenario (windows of {WINDOW} steps, two-sided, \
+         {}; name the metric in `checks.golden` to set your own, or `checks.stability: false`)",
+        if calibrated {
+            format!("k {K} × the calibration's σ")
+        } else {
+            format!("± {}% of the golden, no calibration of it", REL * 100.0)
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checks(json: &str) -> ChecksSpec {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn only_for_learning_scenarios_and_only_unnamed_metrics() {
+        let cols: Vec<String> = ["actor/entropy", "actor/grad_norm", "critic/rewards/mean"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert!(rules(&checks("{}"), &cols, |_| false).is_empty());
+        let on = checks(r#"{"stability": true, "golden": {"actor/grad_norm": {"rel": 0.1}}}"#);
+        let r = rules(&on, &cols, |_| false);
+        assert_eq!(r.0.len(), 1, "{r:?}");
+        let (m, rule) = &r.0[0];
+        assert_eq!(m, "actor/entropy");
+        assert_eq!(
+            (rule.abs, rule.rel, rule.window),
+            (Some(0.02), Some(REL), Some(WINDOW))
+        );
+        let c = rules(&on, &cols, |_| true);
+        assert_eq!(c.0[0].1.calibrated, Some(Calibrated { k: K, floor: 0.02 }));
+        assert!(enabled_for(None, &["convergence".into()]));
+        assert!(!enabled_for(Some(false), &["convergence".into()]));
+        assert!(!enabled_for(None, &["smoke".into()]));
+    }
+}

@@ -1,0 +1,337 @@
+//! The combined directory of a multi-seed run (`rlharness run SCENARIO --seeds A..B`):
+//!
+//! ```text
+//! reports/<scenario>/<run-id>/
+//!   seeds.json            what ran: the seeds, their directories, the plant, the expected verdict
+//!   seed-<S>/             one whole run directory per seed, judged against the golden alone
+//!   verdict.json report.md report.html junit.xml plots/*.svg   the combined verdict
+//! ```
+//!
+//! The combined verdict is made from what these directories store, by [`judge_combined`],
+//! whether `run` just made them or `compare` reads them back, so both write the same verdict.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{golden_of_run, load_run, write_reports, Headline, Reference, Report, RunInfo};
+use crate::compare::seeds::{judge_seeds, SeedRun};
+use crate::compare::{ExpectedVerdict, Outcome, RuleStatus, RunStatus};
+use crate::error::CommandError;
+use crate::fsx;
+use crate::golden::GoldenStore;
+use crate::metrics::MetricTable;
+
+pub const SEEDS_FILE: &str = "seeds.json";
+
+/// The id of a metric's distribution test (see `compare::seeds`).
+pub(crate) fn seeds_rule_id_of(metric: &str) -> String {
+    crate::compare::seeds::seeds_rule_id(metric)
+}
+
+/// `seeds.json`: what a multi-seed run ran. Written before the first seed starts and again
+/// when the last one ends, so a run that dies still says what it was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeedsManifest {
+    pub format: String,
+    pub scenario: String,
+    pub scenario_path: String,
+    /// The scenario whose golden the seeds are judged against, when not this one (a
+    /// multi-seed self-test's `selftest.golden`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub golden: Option<String>,
+    pub seeds: Vec<u64>,
+    /// The `--set` overrides and a self-test's plant, in order.
+    #[serde(default)]
+    pub overrides: Vec<String>,
+    /// A multi-seed self-test's declared verdict (of the combined run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_verdict: Option<ExpectedVerdict>,
+    pub started: String,
+    #[serde(default)]
+    pub ended: Option<String>,
+    /// Seeds whose run could not be made at all (the error, by seed): their directories may
+    /// hold no more than a manifest.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub errors: std::collections::BTreeMap<u64, String>,
+}
+
+impl SeedsManifest {
+    pub fn seed_dir(dir: &Path, seed: u64) -> PathBuf {
+        dir.join(format!("seed-{seed}"))
+    }
+
+    pub fn read(dir: &Path) -> Result<SeedsManifest, CommandError> {
+        let path = dir.join(SEEDS_FILE);
+        let text = fsx::read_to_string(&path).map_err(|e| CommandError::invalid(e.to_string()))?;
+        serde_json::from_str(&text)
+            .map_err(|e| CommandError::invalid(format!("invalid {}: {e}", path.display())))
+    }
+
+    pub fn write(&self, dir: &Path) -> Result<(), CommandError> {
+        let mut text = serde_json::to_string_pretty(self)
+            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+        text.push('\n');
+        fsx::write_atomic(&dir.join(SEEDS_FILE), text.as_bytes())
+            .map_err(|e| CommandError::run_failed(e.to_string()))
+    }
+}
+
+/// Whether `dir` is a multi-seed run's combined directory.
+pub fn is_combined(dir: &Path) -> bool {
+    dir.join(SEEDS_FILE).is_file()
+}
+
+/// A stored single run re-judged as `compare RUN` judges it: its report, in memory.
+pub fn judge_stored(dir: &Path, golden_root: &Path) -> Result<Report, CommandError> {
+    let (manifest, table) = load_run(dir)?;
+    let golden = golden_of_run(&manifest, golden_root)?;
+    let verdict = crate::compare::judge_run(&manifest.record(&table), golden.as_ref());
+    let reference = match &manifest.reference_run {
+        Some(_) => golden.as_ref().map(Reference::from_reference_run),
+        None => golden.as_ref().map(Reference::from_golden),
+    };
+    let has_reference = reference.is_some();
+    let mut report = Report::from_run(dir, &manifest, table, reference, verdict);
+    if has_reference {
+        report.pending_golden = None;
+    }
+    Ok(report)
+}
+
+/// How one seed's own verdict counts in the combined one.
+fn seed_status(r: &Report) -> RuleStatus {
+    match r.headline() {
+        Headline::Passed | Headline::ExpectedFailure | Headline::Skipped => RuleStatus::Pass,
+        Headline::NoGolden => RuleStatus::Missing,
+        Headline::RunFailed | Headline::Failed => {
+            if r.verdict.as_ref().map(|v| v.outcome) == Some(Outcome::Improved) {
+                RuleStatus::Improved
+            } else {
+                RuleStatus::Regressed
+            }
+        }
+    }
+}
+
+/// The combined report of the multi-seed run in `dir`, from what it stores: each seed re-judged
+/// against the golden, then the seeds' distribution against the golden's calibration.
+pub fn judge_combined(dir: &Path, golden_root: &Path) -> Result<CombinedReport, CommandError> {
+    let manifest = SeedsManifest::read(dir)?;
+    let mut seeds: Vec<(u64, Report)> = Vec::new();
+    let mut absent = Vec::new();
+    let mut errored: Vec<(u64, String)> = Vec::new();
+    for seed in &manifest.seeds {
+        let sd = SeedsManifest::seed_dir(dir, *seed);
+        if let Some(e) = manifest.errors.get(seed) {
+            errored.push((*seed, e.clone()));
+        } else if sd.join(super::manifest::MANIFEST_FILE).is_file() {
+            seeds.push((*seed, judge_stored(&sd, golden_root)?));
+        } else {
+            absent.push(*seed);
+        }
+    }
+    let first = seeds.first().map(|(_, r)| r);
+    let hardware = first.map(|r| r.run.hardware.clone()).unwrap_or_default();
+    let golden = match first {
+        Some(_) => GoldenStore::new(golden_root)
+            .load(
+                manifest.golden.as_deref().unwrap_or(&manifest.scenario),
+                &hardware,
+            )
+            .map_err(|e| CommandError::invalid(e.to_string()))?,
+        None => None,
+    };
+    let checks = first
+        .and_then(|r| {
+            // The checks the seeds ran with (the same for every seed).
+            super::manifest::RunManifest::read(Path::new(&r.run.dir))
+                .ok()
+                .map(|m| m.checks)
+        })
+        .unwrap_or_default();
+    let runs: Vec<SeedRun> = seeds
+        .iter()
+        .map(|(seed, r)| SeedRun {
+            seed: *seed,
+            table: &r.metrics,
+            status: seed_status(r),
+            summary: r.summary(),
+            dir: r.run.dir.clone(),
+        })
+        .collect();
+    let mut verdict = judge_seeds(&runs, &checks, golden.as_ref());
+    for (seed, e) in &errored {
+        verdict.rules.push(crate::compare::RuleVerdict {
+            rule: crate::compare::seeds::seed_rule_id(*seed),
+            status: RuleStatus::Regressed,
+            evidence: crate::compare::Evidence {
+                message: format!("seed {seed}: the run failed: {e}"),
+                ..Default::default()
+            },
+            metrics: Vec::new(),
+            failing_steps: Vec::new(),
+            points: Vec::new(),
+            fail_fast: None,
+        });
+        verdict.outcome = Outcome::Regressed;
+    }
+    // A seed that never started (the run was stopped before it) is a rule of its own.
+    for seed in &absent {
+        verdict.rules.push(crate::compare::RuleVerdict {
+            rule: crate::compare::seeds::seed_rule_id(*seed),
+            status: RuleStatus::Missing,
+            evidence: crate::compare::Evidence {
+                message: format!(
+                    "seed {seed}: no run directory (the multi-seed run stopped before it)"
+                ),
+                ..Default::default()
+            },
+            metrics: Vec::new(),
+            failing_steps: Vec::new(),
+            points: Vec::new(),
+            fail_fast: None,
+        });
+        if verdict.outcome == Outcome::Passed {
+            verdict.outcome = Outcome::Missing;
+        }
+    }
+    let mut broken: Vec<String> = seeds
+        .iter()
+        .filter(|(_, r)| r.headline() == Headline::RunFailed)
+        .map(|(s, r)| format!("seed {s}: {}", r.summary()))
+        .collect();
+    broken.extend(errored.iter().map(|(s, e)| format!("seed {s}: {e}")));
+    let status = if broken.is_empty() && absent.is_empty() {
+        RunStatus::Completed
+    } else if broken.is_empty() {
+        RunStatus::Interrupted
+    } else {
+        RunStatus::Failed
+    };
+    let run = RunInfo {
+        run_id: dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        dir: dir.display().to_string(),
+        scenario_path: manifest.scenario_path.clone(),
+        hardware,
+        status: Some(status),
+        reason: (!broken.is_empty()).then(|| broken.join("; ")).or_else(|| {
+            (!absent.is_empty()).then(|| format!("{} seed(s) never ran", absent.len()))
+        }),
+        failed_step: None,
+        seed: None,
+        steps: first.and_then(|r| r.run.steps),
+        harness_version: first
+            .map(|r| r.run.harness_version.clone())
+            .unwrap_or_default(),
+        git_commit: first.and_then(|r| r.run.git_commit.clone()),
+        host: first.map(|r| r.run.host.clone()).unwrap_or_default(),
+        device: first.map(|r| r.run.device.clone()).unwrap_or_default(),
+        threads: first.and_then(|r| r.run.threads),
+        torch_version: first.and_then(|r| r.run.torch_version.clone()),
+        numerics: first.and_then(|r| r.run.numerics.clone()),
+        started: Some(manifest.started.clone()),
+        ended: manifest.ended.clone(),
+    };
+    let mut notes = vec![format!(
+        "multi-seed run: seeds {}, one run directory each (`seed-<S>/`); each seed is judged \
+         against the golden alone (`seed:<S>`), then the seeds' window means against the \
+         golden's calibration by Welch's t-test (`seeds:<metric>`, 5% false alarms over all \
+         tests, split by Bonferroni)",
+        seeds_text(&manifest.seeds)
+    )];
+    if let Some(cal) = golden.as_ref().and_then(|g| g.calibration.as_ref()) {
+        notes.push(format!("calibration: {}", cal.source()));
+    }
+    let report = Report {
+        scenario: manifest.scenario.clone(),
+        run,
+        verdict: Some(verdict),
+        expected: manifest.expected_verdict.clone(),
+        metrics: MetricTable::new(),
+        // The seeds' series are in their own reports (the plots draw them with the golden); the
+        // windows are compared with the calibration's means.
+        reference: Some(Reference {
+            label: "calibration".into(),
+            table: MetricTable::new(),
+            provenance: None,
+        }),
+        knobs: Vec::new(),
+        skipped: None,
+        trainer_tail: None,
+        pending_golden: None,
+        notes,
+    };
+    Ok(CombinedReport {
+        report,
+        seeds,
+        golden,
+    })
+}
+
+/// The combined report and what its plots draw.
+pub struct CombinedReport {
+    pub report: Report,
+    pub seeds: Vec<(u64, Report)>,
+    pub golden: Option<crate::golden::Golden>,
+}
+
+impl CombinedReport {
+    /// Write the combined reports into `out`: the usual files, with one plot per checked metric
+    /// showing every seed, the golden and the calibration's spread.
+    pub fn write(&self, out: &Path) -> Result<(), CommandError> {
+        let fail = |e: String| CommandError::run_failed(e);
+        // The combined report has no series of its own: its plots are the seeds'.
+        write_reports(out, &self.report).map_err(|e| fail(e.to_string()))?;
+        for metric in self.report.checked_metrics() {
+            let seeds: Vec<(u64, Vec<(u64, f64)>)> = self
+                .seeds
+                .iter()
+                .map(|(s, r)| (*s, r.metrics.series(&metric)))
+                .collect();
+            let golden = self.golden.as_ref().map(|g| g.table.series(&metric));
+            let spread: Vec<(u64, f64, f64)> = self
+                .golden
+                .as_ref()
+                .and_then(|g| g.calibration.as_ref())
+                .and_then(|c| c.steps.get(&metric))
+                .map(|ps| {
+                    ps.iter()
+                        .map(|p| (p.first, p.mean - 2.0 * p.std, p.mean + 2.0 * p.std))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let points = self
+                .report
+                .verdict
+                .as_ref()
+                .and_then(|v| v.rule(&crate::compare::seeds::seeds_rule_id(&metric)))
+                .map(|r| r.points.clone())
+                .unwrap_or_default();
+            let svg =
+                super::plots::render_seeds(&metric, &seeds, golden.as_deref(), &spread, &points);
+            fsx::write_atomic(
+                &out.join("plots").join(super::plot_file_name(&metric)),
+                svg.as_bytes(),
+            )
+            .map_err(|e| fail(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+fn seeds_text(seeds: &[u64]) -> String {
+    match (seeds.first(), seeds.last()) {
+        (Some(a), Some(b)) if seeds.len() > 1 && b - a + 1 == seeds.len() as u64 => {
+            format!("{a}..{b}")
+        }
+        _ => seeds
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
