@@ -3,6 +3,7 @@
 //! `/forward`, reference log-probs with KL, GRPO advantages, per epoch and mini-batch one
 //! `/forward-backward` and one `/step`, the four-call weight sync, sleep.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use futures_util::StreamExt;
@@ -263,26 +264,16 @@ async fn one_step(
         gen.add(&r);
     }
     let problems = task.batch(run.seed, step, shape.prompts);
-    let replies = generate_all(
+    let groups = generate_all(
         client,
-        run.seed,
-        step,
         jobs.sampling,
         &problems,
+        shape.n,
         &t.sampling_params,
     )
     .await?;
     let mut samples = Vec::with_capacity(shape.prompts * shape.n);
-    for (problem, reply) in problems.iter().zip(replies) {
-        gen.add(&reply);
-        let results = reply.body;
-        if results.len() != shape.n {
-            return Err(protocol(format!(
-                "/generate returned {} results for n = {}",
-                results.len(),
-                shape.n
-            )));
-        }
+    for (problem, group) in problems.iter().zip(groups) {
         let prompt = CharTokenizer::encode(&problem.prompt).map_err(protocol)?;
         if prompt.len() > shape.max_prompt_len {
             return Err(protocol(format!(
@@ -291,7 +282,9 @@ async fn one_step(
                 shape.max_prompt_len
             )));
         }
-        for r in results {
+        for reply in group {
+            gen.add(&reply);
+            let r = reply.body;
             let mut response = r.token_ids;
             let truncated = response.len() >= shape.max_response_len;
             response.truncate(shape.max_response_len);
@@ -515,79 +508,98 @@ async fn one_step(
     Ok(m)
 }
 
-/// Generate for every prompt, one request a prompt, a bounded number in flight.
-/// A seed per (run, step, prompt), mixed so neighbouring requests get unrelated streams.
-fn request_seed(seed: u64, step: u64, index: usize) -> u64 {
-    let mut z = seed
-        ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ (index as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) >> 1
-}
-
+/// Generate `n` samples of every prompt as the adapter does: verl repeats each prompt
+/// `rollout.n` times before generating and the adapter sends one prompt a request, so every
+/// request carries one prompt as text and asks for one sample, with the adapter's
+/// `sampling_params` (no `n`, no `seed`) and every key present. A bounded number are in
+/// flight; the answer holds, per problem, its `n` samples in the canonical order of
+/// [`canonical_groups`].
 async fn generate_all(
     client: &ArcticClient,
-    seed: u64,
-    step: u64,
     job: u64,
     problems: &[Problem],
+    n: usize,
     sampling_params: &Map<String, Value>,
-) -> Result<Vec<Reply<Vec<GenResult>>>, StepError> {
-    // A per-request sampling seed (vLLM's `SamplingParams.seed`) keeps a run reproducible
-    // although the requests are in flight together and reach the engine in any order.
+) -> Result<Vec<Vec<Reply<GenResult>>>, StepError> {
     let requests: Vec<Node> = problems
         .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let mut params = sampling_params.clone();
-            params.insert("seed".into(), json!(request_seed(seed, step, i)));
-            // Every key, with explicit nulls, as the adapter writes it.
-            Node::Json(json!({
-                "prompts": [p.prompt],
-                "sampling_params": params,
-                "routing_key": null,
-                "strict": true,
-            }))
-        })
+        .flat_map(|p| std::iter::repeat_n(generate_request(&p.prompt, sampling_params), n))
         .collect();
-    let futs = requests.into_iter().map(|req| {
+    let futs = requests.into_iter().map(|request| {
         let client = client.clone();
         async move {
-            let r = match client.generate(job, &req).await {
-                // The sampler went to sleep on its own (an engine that offloads under memory
-                // pressure): wake it whole and ask once more. The server refused the request
-                // before generating, so nothing is generated twice.
-                Err(e) if sampler_asleep(&e) => {
-                    tracing::warn!("{e}; waking the sampler and generating again");
-                    client.wake(job, None).await?;
-                    client.generate(job, &req).await?
-                }
-                other => other?,
-            };
-            let results = parse_generate(&r.body)?;
+            let r = client.generate(job, &request).await?;
+            let mut results = parse_generate(&r.body)?;
+            if results.len() != 1 {
+                return Err(protocol(format!(
+                    "/generate returned {} results for one prompt and one sample",
+                    results.len()
+                )));
+            }
             Ok::<_, StepError>(Reply {
-                body: results,
+                body: results.remove(0),
                 seconds: r.seconds,
                 reported: r.reported,
             })
         }
     });
-    let replies: Vec<_> = futures_util::stream::iter(futs)
+    let replies: Vec<Reply<GenResult>> = futures_util::stream::iter(futs)
         .buffered(16)
-        .collect()
-        .await;
-    replies.into_iter().collect()
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    Ok(canonical_groups(problems, n, replies))
 }
 
-/// Whether `/generate` was refused because the sampling engine sleeps.
-fn sampler_asleep(e: &ClientError) -> bool {
-    match e {
-        ClientError::Status { status, detail, .. } => {
-            *status == 400 && (detail.contains("SLEEPING") || detail.contains("WEIGHTS_READY"))
-        }
-        _ => false,
+/// One `/generate` body, as the adapter writes it: every key, with explicit nulls.
+fn generate_request(prompt: &str, sampling_params: &Map<String, Value>) -> Node {
+    Node::Json(json!({
+        "prompts": [prompt],
+        "sampling_params": sampling_params,
+        "routing_key": null,
+        "strict": true,
+    }))
+}
+
+/// Deal `replies` (`n` a problem, problem-major) back into one group per problem, each in a
+/// canonical order: sorted by token ids, then text.
+///
+/// Why: the `n` requests of a prompt are identical, so which of them receives which sample
+/// depends on the order they reach the server (a server seeds a request from its prompt and
+/// how many times that prompt came before it, never from anything the client sends). The
+/// samples of a prompt are a set; a GRPO group is exchangeable (its advantages are computed
+/// over the whole group), so ordering the set canonically changes nothing the training
+/// depends on and makes a run reproducible bit for bit whatever order the server answered
+/// in. Problems with the same prompt text pool their samples before they are dealt, since
+/// their requests are identical too.
+fn canonical_groups(
+    problems: &[Problem],
+    n: usize,
+    replies: Vec<Reply<GenResult>>,
+) -> Vec<Vec<Reply<GenResult>>> {
+    let mut pools: HashMap<&str, Vec<Reply<GenResult>>> = HashMap::new();
+    let mut replies = replies.into_iter();
+    for p in problems {
+        pools
+            .entry(p.prompt.as_str())
+            .or_default()
+            .extend(replies.by_ref().take(n));
     }
+    for pool in pools.values_mut() {
+        pool.sort_by(|a, b| {
+            (&a.body.token_ids, &a.body.text).cmp(&(&b.body.token_ids, &b.body.text))
+        });
+        // Dealt from the back by `pop`, so reversed.
+        pool.reverse();
+    }
+    problems
+        .iter()
+        .map(|p| match pools.get_mut(p.prompt.as_str()) {
+            Some(pool) => (0..n).filter_map(|_| pool.pop()).collect(),
+            None => Vec::new(),
+        })
+        .collect()
 }
 
 struct GenResult {
