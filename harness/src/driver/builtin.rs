@@ -1,7 +1,8 @@
 //! The builtin GRPO driver: an Arctic API client that trains the way verl does through the
-//! Arctic adapter. Each step: wake, generate `n` per prompt, score, sleep, old log-probs by
+//! Arctic adapter. Each step: (colocated) the weight sync that wakes the sampler, generate
+//! `n` samples per prompt (one request each), score, (colocated) sleep, old log-probs by
 //! `/forward`, reference log-probs with KL, GRPO advantages, per epoch and mini-batch one
-//! `/forward-backward` and one `/step`, the four-call weight sync, sleep.
+//! `/forward-backward` and one `/step`, (on separate GPUs) the four-call weight sync.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -257,12 +258,17 @@ async fn one_step(
     let step_started = Instant::now();
     let mut m = StepMetrics::new(step);
 
-    // 1-3: wake, generate n per prompt (one prompt a request), score.
-    let mut gen = Phase::start();
+    // 0 (colocated): the weight sync opens the rollout: verl's hybrid mode wakes the sampler
+    // inside it (the rollout's own wake raises there).
+    let mut sync = Phase::start();
+    let mut sync_s = 0.0;
     if t.colocate {
-        let r = client.wake(jobs.sampling, None).await?;
-        gen.add(&r);
+        colocated_weight_sync(client, run, jobs, &mut sync).await?;
+        sync_s = sync.seconds();
     }
+
+    // 1-3: generate n per prompt (one prompt and one sample a request), score, sleep.
+    let mut gen = Phase::start();
     let problems = task.batch(run.seed, step, shape.prompts);
     let groups = generate_all(
         client,
@@ -415,39 +421,24 @@ async fn one_step(
         m.insert("actor/lr", lr);
     }
 
-    // 8: weight sync (wake weights, weight-sync, wake kv_cache, reset prefix cache); 9: sleep.
-    let mut sync = Phase::start();
-    if !run.spec.planted(&super::Plant::SkipWeightSync) {
+    // 8 (separate GPUs): weight sync after the update (wake weights, weight-sync, wake
+    // kv_cache, reset prefix cache).
+    if !t.colocate {
+        sync = Phase::start();
+        let skip = run.spec.planted(&super::Plant::SkipWeightSync);
         let r = client.wake(jobs.sampling, Some(&["weights"])).await?;
         sync.add(&r);
-        let r = client
-            .operation(
-                jobs.training,
-                "weight-sync",
-                Some(jobs.training),
-                "training",
-                json!({"source_sub_job_id": jobs.training, "target_sub_job_ids": [jobs.sampling]}),
-            )
-            .await?;
-        sync.add(&r);
+        if !skip {
+            let r = weight_sync(client, jobs).await?;
+            sync.add(&r);
+        }
         let r = client.wake(jobs.sampling, Some(&["kv_cache"])).await?;
         sync.add(&r);
-        let r = client
-            .operation(
-                jobs.sampling,
-                "reset-prefix-cache",
-                None,
-                "sampling",
-                json!({"drain": true, "timeout_s": 60.0, "retry_interval_s": 0.1}),
-            )
-            .await?;
+        let r = reset_prefix_cache(client, jobs).await?;
         sync.add(&r);
+        sync_s = sync.seconds();
     }
-    if t.colocate {
-        let r = client.sleep(jobs.sampling, 1).await?;
-        sync.add(&r);
-    }
-    m.insert("timing_s/update_weights", sync.seconds());
+    m.insert("timing_s/update_weights", sync_s);
 
     // Metrics in verl's names.
     let all_reported =
@@ -506,6 +497,56 @@ async fn one_step(
     m.insert("training/global_step", step as f64);
     m.insert("training/epoch", 0.0);
     Ok(m)
+}
+
+/// The colocated weight sync, as verl's hybrid mode drives it through the adapter before each
+/// rollout: wake `["kv_cache", "weights"]`, the weight-sync operation, then two
+/// reset-prefix-cache operations. The sampler sleeps (`{"level": 1}`) after the rollout.
+async fn colocated_weight_sync(
+    client: &ArcticClient,
+    run: &DriverRun,
+    jobs: &Jobs,
+    phase: &mut Phase,
+) -> Result<(), StepError> {
+    let r = client
+        .wake(jobs.sampling, Some(&["kv_cache", "weights"]))
+        .await?;
+    phase.add(&r);
+    if !run.spec.planted(&super::Plant::SkipWeightSync) {
+        let r = weight_sync(client, jobs).await?;
+        phase.add(&r);
+    }
+    for _ in 0..2 {
+        let r = reset_prefix_cache(client, jobs).await?;
+        phase.add(&r);
+    }
+    Ok(())
+}
+
+/// `/operation weight-sync` from the training job into the sampling job.
+async fn weight_sync(client: &ArcticClient, jobs: &Jobs) -> Result<Reply<Value>, StepError> {
+    Ok(client
+        .operation(
+            jobs.training,
+            "weight-sync",
+            Some(jobs.training),
+            "training",
+            json!({"source_sub_job_id": jobs.training, "target_sub_job_ids": [jobs.sampling]}),
+        )
+        .await?)
+}
+
+/// `/operation reset-prefix-cache` on the sampling job: no `sub_job_id`, the adapter's payload.
+async fn reset_prefix_cache(client: &ArcticClient, jobs: &Jobs) -> Result<Reply<Value>, StepError> {
+    Ok(client
+        .operation(
+            jobs.sampling,
+            "reset-prefix-cache",
+            None,
+            "sampling",
+            json!({"drain": true, "timeout_s": 60.0, "retry_interval_s": 0.1}),
+        )
+        .await?)
 }
 
 /// Generate `n` samples of every prompt as the adapter does: verl repeats each prompt
@@ -976,6 +1017,93 @@ impl PaddedBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reply(text: &str) -> Reply<GenResult> {
+        Reply {
+            body: GenResult {
+                text: text.to_string(),
+                token_ids: CharTokenizer::encode(text).unwrap(),
+            },
+            seconds: 0.001,
+            reported: true,
+        }
+    }
+
+    /// The samples of a prompt come back in whatever order the server answered its `n`
+    /// identical requests; the groups the training sees are the same whatever that order,
+    /// also when two problems share a prompt text (their requests are identical too).
+    #[test]
+    fn groups_are_canonical_whatever_order_the_server_answers_in() {
+        let problems = [
+            Problem {
+                prompt: "Q:1+2=?\nA:".into(),
+                answer: 3,
+            },
+            Problem {
+                prompt: "Q:2+2=?\nA:".into(),
+                answer: 4,
+            },
+            Problem {
+                prompt: "Q:1+2=?\nA:".into(),
+                answer: 3,
+            },
+        ];
+        let texts = [
+            "#### 3", "#### 4", "#### 1", "#### 3", // Q:1+2, first problem
+            "#### 5", "#### 4", "#### 2", "#### 9", // Q:2+2
+            "#### 7", "#### 3", "#### 0", "#### 8", // Q:1+2 again
+        ];
+        let flatten = |groups: Vec<Vec<Reply<GenResult>>>| -> Vec<Vec<String>> {
+            groups
+                .into_iter()
+                .map(|g| g.into_iter().map(|r| r.body.text).collect())
+                .collect()
+        };
+        let want = flatten(canonical_groups(
+            &problems,
+            4,
+            texts.iter().map(|t| reply(t)).collect(),
+        ));
+        assert_eq!(
+            want,
+            [
+                ["#### 0", "#### 1", "#### 3", "#### 3"],
+                ["#### 2", "#### 4", "#### 5", "#### 9"],
+                ["#### 3", "#### 4", "#### 7", "#### 8"],
+            ]
+        );
+        // Every arrival order that hands a prompt's samples to its requests differently.
+        let same_prompt: Vec<usize> = [0, 1, 2, 3, 8, 9, 10, 11].to_vec();
+        let other: Vec<usize> = [4, 5, 6, 7].to_vec();
+        for shift in 1..8 {
+            let mut order: Vec<usize> = (0..12).collect();
+            for (k, &slot) in same_prompt.iter().enumerate() {
+                order[slot] = same_prompt[(k + shift) % 8];
+            }
+            for (k, &slot) in other.iter().enumerate() {
+                order[slot] = other[(k + shift) % 4];
+            }
+            let permuted = order.iter().map(|&i| reply(texts[i])).collect();
+            assert_eq!(flatten(canonical_groups(&problems, 4, permuted)), want);
+        }
+    }
+
+    /// A `/generate` body is the adapter's: the prompt as text, alone; its `sampling_params`
+    /// with no `n` and no `seed`; `routing_key` an explicit null; `strict`.
+    #[test]
+    fn a_generate_request_is_the_adapters() {
+        let params = json!({"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_tokens": 8,
+                            "logprobs": null, "repetition_penalty": 1.0});
+        let Value::Object(map) = params.clone() else {
+            unreachable!()
+        };
+        let body = generate_request("Q:1+2=?\nA:", &map).to_json().unwrap();
+        assert_eq!(
+            body,
+            json!({"prompts": ["Q:1+2=?\nA:"], "sampling_params": params,
+                   "routing_key": null, "strict": true})
+        );
+    }
 
     /// A NaN loss from the server (the `NaN` literal in the frame) stays NaN in the summed
     /// metrics, never silently dropped or turned into 0.
