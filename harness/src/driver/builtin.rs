@@ -585,7 +585,9 @@ async fn generate_all(
         }
     });
     let replies: Vec<Reply<GenResult>> = futures_util::stream::iter(futs)
-        .buffered(16)
+        // 16 prompts' worth of samples in flight, so a batching engine (vLLM, the torch
+        // engine on CUDA) still sees as many rows at once as when a request asked for `n`.
+        .buffered(16 * n.max(1))
         .collect::<Vec<_>>()
         .await
         .into_iter()
