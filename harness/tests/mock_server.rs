@@ -378,8 +378,14 @@ async fn sleep_wake_state_machine() {
         .await
         .json();
     assert_eq!(s["sampling"]["status"], json!("already_sleeping"));
+    // Generating while asleep raises inside the real server's handler: a plain-text 500.
     let g = post_frame(&router, &q("/generate"), &gen).await;
-    g.assert_refused(StatusCode::BAD_REQUEST, "SLEEPING");
+    assert_eq!(g.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(g.body, "Internal Server Error");
+    assert!(g.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
 
     let kv = post_json(&router, &q("/wake-inference"), json!(["kv_cache"])).await;
     kv.assert_refused(StatusCode::BAD_REQUEST, "wake [\"weights\"] first");
@@ -394,10 +400,8 @@ async fn sleep_wake_state_machine() {
         .await
         .json();
     assert_eq!(info["sampling_state"], json!("WEIGHTS_READY"));
-    assert_eq!(
-        post_frame(&router, &q("/generate"), &gen).await.status,
-        StatusCode::BAD_REQUEST
-    );
+    let g = post_frame(&router, &q("/generate"), &gen).await;
+    g.assert_refused(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error");
     let r = post_json(&router, &q("/wake-inference"), json!(["kv_cache"]))
         .await
         .json();
@@ -1067,4 +1071,34 @@ async fn an_unknown_job_on_forward_is_a_500_elsewhere_a_404() {
     assert_eq!(r.body, "Internal Server Error");
     let r = post_json(&router, "/step?job_id=99", json!({})).await;
     r.assert_refused(StatusCode::NOT_FOUND, "job 99");
+}
+
+/// An assertion inside `/save` or `/load-checkpoint` (here: no checkpoint to load, a
+/// checkpoint folder that does not exist) is the real server's plain-text 500, not a JSON 4xx;
+/// a value of the wrong type is the framework's 422 with a list in `detail`.
+#[tokio::test]
+async fn save_and_load_assertions_are_plain_500s() {
+    let (router, _) = app();
+    let (_sid, tid, dir) = two_jobs(&router).await;
+    let q = |route: &str| format!("{route}?job_id={tid}");
+    let latest = post_json(
+        &router,
+        &q("/load-checkpoint"),
+        json!({"path": null, "step": null}),
+    )
+    .await;
+    assert_eq!(latest.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(latest.body, "Internal Server Error");
+    let missing = dir.path().join("nowhere").display().to_string();
+    let r = post_json(
+        &router,
+        &q("/load-checkpoint"),
+        json!({"path": missing, "step": null}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(r.body, "Internal Server Error");
+    let r = post_json(&router, &q("/save"), json!({"step": "one"})).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.json()["detail"].is_array());
 }

@@ -104,10 +104,13 @@ async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory(
             folded.push(r);
         }
     }
+    // Colocated, as verl's hybrid mode drives the adapter: the weight sync opens each
+    // rollout (wake ["kv_cache", "weights"], weight-sync, two reset-prefix-cache operations).
     let first_step = [
         "/health",
         "/initialize",
         "/wake-inference",
+        "/operation",
         "/generate",
         "/sleep-inference",
         "/forward",
@@ -115,19 +118,64 @@ async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory(
         "/step",
         "/wake-inference",
         "/operation",
-        "/wake-inference",
-        "/operation",
-        "/sleep-inference",
-        "/wake-inference",
+        "/generate",
     ];
     assert_eq!(&folded[..first_step.len()], &first_step, "{folded:?}");
-    assert_eq!(routes.iter().filter(|r| *r == "/generate").count(), 16 * 20);
+    let lines = wire(&dir);
+    let step_one: Vec<Value> = lines
+        .iter()
+        .skip_while(|l| l["route"] != "/wake-inference")
+        .take(4)
+        .map(|l| l["request"]["json"].clone())
+        .collect();
+    assert_eq!(
+        step_one,
+        [
+            json!(["kv_cache", "weights"]),
+            json!({"operation_type": "weight-sync", "sub_job_id": 2, "sub_job_type": "training",
+                   "payload": {"source_sub_job_id": 2, "target_sub_job_ids": [1]}}),
+            json!({"operation_type": "reset-prefix-cache", "sub_job_type": "sampling",
+                   "payload": {"drain": true, "timeout_s": 60.0, "retry_interval_s": 0.1}}),
+            json!({"operation_type": "reset-prefix-cache", "sub_job_type": "sampling",
+                   "payload": {"drain": true, "timeout_s": 60.0, "retry_interval_s": 0.1}}),
+        ],
+        "the colocated weight sync"
+    );
+    let sleep = lines
+        .iter()
+        .find(|l| l["route"] == "/sleep-inference")
+        .unwrap();
+    assert_eq!(sleep["request"]["json"], json!({"level": 1}));
+    // One prompt and one sample a request: 16 prompts x n = 5, each a request, every step;
+    // every body exactly the adapter's (no `n`, no `seed`, explicit nulls).
+    let generates: Vec<&Value> = lines.iter().filter(|l| l["route"] == "/generate").collect();
+    assert_eq!(generates.len(), 16 * 5 * 20);
+    for g in &generates {
+        let body = &g["request"]["dssst1"];
+        let keys: Vec<&str> = body
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            ["prompts", "sampling_params", "routing_key", "strict"],
+            "{body}"
+        );
+        assert_eq!(body["prompts"].as_array().unwrap().len(), 1, "{body}");
+        assert!(body["routing_key"].is_null());
+        assert_eq!(
+            body["sampling_params"],
+            json!({"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_tokens": 16,
+                   "logprobs": null, "repetition_penalty": 1.0})
+        );
+    }
     assert_eq!(routes.iter().filter(|r| *r == "/destroy").count(), 2);
 
     // The adapter's `meta` per route: 14 keys on /forward; on /forward-backward those plus
     // actor_config, policy_loss_config, global_batch_size, batch_num_tokens (a 0-d I64
     // tensor) and an explicit null rollout_is_weights.
-    let lines = wire(&dir);
     let meta_of = |route: &str| {
         lines
             .iter()

@@ -772,6 +772,51 @@ fn concurrent_cpu_generate_calls_draw_their_own_streams() {
     assert_ne!(a, b);
 }
 
+/// A request without `sampling_params.seed` (the adapter's) is seeded from the engine's
+/// seed, the weights' version, its prompt and how many times that prompt came before: two
+/// engines answering the same requests in different orders give every prompt the same set of
+/// samples, and the repeats of a prompt get different samples.
+#[test]
+fn seedless_requests_give_each_prompt_the_same_samples_whatever_the_order() {
+    let params = rlharness::backend::torch::sample::SamplingParams {
+        n: 1,
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: -1,
+        max_tokens: 8,
+        seed: None,
+        ignore_eos: true,
+    };
+    let (a, b) = (vec![3i64, 4, 5, 6], vec![7i64, 8, 9, 10]);
+    let samples = |order: &[&Vec<i64>]| {
+        let engine = random_engine(TorchDType::F32, 1);
+        engine
+            .create_job(1, &job_config(JobType::Sampling))
+            .unwrap();
+        let mut per_prompt: std::collections::BTreeMap<Vec<i64>, Vec<Vec<i64>>> =
+            Default::default();
+        for p in order {
+            let got = engine.generate_ids(1, &[(*p).clone()], &params).unwrap();
+            per_prompt
+                .entry((*p).clone())
+                .or_default()
+                .push(got[0].tokens.clone());
+        }
+        for v in per_prompt.values_mut() {
+            v.sort();
+        }
+        per_prompt
+    };
+    let one = samples(&[&a, &a, &b, &a, &b]);
+    let two = samples(&[&b, &a, &b, &a, &a]);
+    assert_eq!(one, two);
+    let of_a = &one[&a];
+    assert!(
+        of_a[0] != of_a[1] || of_a[1] != of_a[2],
+        "the repeats of a prompt draw different samples: {of_a:?}"
+    );
+}
+
 /// The CPU flagship: reward from the warm start's level to >= 0.6 over the final window.
 /// Slow in the unoptimised test profile; `cargo run --release --features torch --example
 /// tiny_grpo` runs the same loop and prints the curve.

@@ -1054,6 +1054,17 @@ fn prefixed(id: u64, v: Value) -> Value {
     Value::Object(m)
 }
 
+/// `/save` and `/load-checkpoint` check their request by assertions inside the handler: a
+/// refusal there is the real server's plain-text 500, never a JSON 4xx. A 422 (a value of the
+/// wrong type, which the framework's request model refuses first) keeps its shape.
+fn assertion(e: ApiError) -> ApiError {
+    if e.status == StatusCode::BAD_REQUEST {
+        ApiError::internal(e.detail)
+    } else {
+        e
+    }
+}
+
 async fn save(
     State(s): State<Arc<Shared>>,
     uri: Uri,
@@ -1062,7 +1073,9 @@ async fn save(
     let id = require_job_id(&uri)?;
     s.job_checked(id, &[JobType::Training], "/save")?;
     let req = Value::Object(json_object(body, "/save")?);
-    let out = engine_task(&s, move |e| e.save(id, &req)).await?;
+    let out = engine_task(&s, move |e| e.save(id, &req))
+        .await
+        .map_err(assertion)?;
     ok_json(prefixed(id, out))
 }
 
@@ -1074,7 +1087,9 @@ async fn load_checkpoint(
     let id = require_job_id(&uri)?;
     s.job_checked(id, &[JobType::Training], "/load-checkpoint")?;
     let req = Value::Object(json_object(body, "/load-checkpoint")?);
-    let out = engine_task(&s, move |e| e.load_checkpoint(id, &req)).await?;
+    let out = engine_task(&s, move |e| e.load_checkpoint(id, &req))
+        .await
+        .map_err(assertion)?;
     ok_json(prefixed(id, out))
 }
 
@@ -1085,8 +1100,9 @@ async fn generate(
 ) -> ApiResult {
     let id = require_job_id(&uri)?;
     let job = s.job_checked(id, &[JobType::Sampling], "/generate")?;
+    // The real server raises inside the handler: a plain-text 500 (the log says why).
     if job.sampling != SamplingState::Ready {
-        return Err(ApiError::bad_request(format!(
+        return Err(ApiError::internal(format!(
             "/generate: sampling job {id} is {}: wake it (weights and kv_cache) before generating",
             job.sampling.as_str()
         )));

@@ -1,8 +1,10 @@
 //! The builtin GRPO driver: an Arctic API client that trains the way verl does through the
-//! Arctic adapter. Each step: wake, generate `n` per prompt, score, sleep, old log-probs by
+//! Arctic adapter. Each step: (colocated) the weight sync that wakes the sampler, generate
+//! `n` samples per prompt (one request each), score, (colocated) sleep, old log-probs by
 //! `/forward`, reference log-probs with KL, GRPO advantages, per epoch and mini-batch one
-//! `/forward-backward` and one `/step`, the four-call weight sync, sleep.
+//! `/forward-backward` and one `/step`, (on separate GPUs) the four-call weight sync.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use futures_util::StreamExt;
@@ -256,33 +258,28 @@ async fn one_step(
     let step_started = Instant::now();
     let mut m = StepMetrics::new(step);
 
-    // 1-3: wake, generate n per prompt (one prompt a request), score.
-    let mut gen = Phase::start();
+    // 0 (colocated): the weight sync opens the rollout: verl's hybrid mode wakes the sampler
+    // inside it (the rollout's own wake raises there).
+    let mut sync = Phase::start();
+    let mut sync_s = 0.0;
     if t.colocate {
-        let r = client.wake(jobs.sampling, None).await?;
-        gen.add(&r);
+        colocated_weight_sync(client, run, jobs, &mut sync).await?;
+        sync_s = sync.seconds();
     }
+
+    // 1-3: generate n per prompt (one prompt and one sample a request), score, sleep.
+    let mut gen = Phase::start();
     let problems = task.batch(run.seed, step, shape.prompts);
-    let replies = generate_all(
+    let groups = generate_all(
         client,
-        run.seed,
-        step,
         jobs.sampling,
         &problems,
+        shape.n,
         &t.sampling_params,
     )
     .await?;
     let mut samples = Vec::with_capacity(shape.prompts * shape.n);
-    for (problem, reply) in problems.iter().zip(replies) {
-        gen.add(&reply);
-        let results = reply.body;
-        if results.len() != shape.n {
-            return Err(protocol(format!(
-                "/generate returned {} results for n = {}",
-                results.len(),
-                shape.n
-            )));
-        }
+    for (problem, group) in problems.iter().zip(groups) {
         let prompt = CharTokenizer::encode(&problem.prompt).map_err(protocol)?;
         if prompt.len() > shape.max_prompt_len {
             return Err(protocol(format!(
@@ -291,7 +288,9 @@ async fn one_step(
                 shape.max_prompt_len
             )));
         }
-        for r in results {
+        for reply in group {
+            gen.add(&reply);
+            let r = reply.body;
             let mut response = r.token_ids;
             let truncated = response.len() >= shape.max_response_len;
             response.truncate(shape.max_response_len);
@@ -422,39 +421,24 @@ async fn one_step(
         m.insert("actor/lr", lr);
     }
 
-    // 8: weight sync (wake weights, weight-sync, wake kv_cache, reset prefix cache); 9: sleep.
-    let mut sync = Phase::start();
-    if !run.spec.planted(&super::Plant::SkipWeightSync) {
+    // 8 (separate GPUs): weight sync after the update (wake weights, weight-sync, wake
+    // kv_cache, reset prefix cache).
+    if !t.colocate {
+        sync = Phase::start();
+        let skip = run.spec.planted(&super::Plant::SkipWeightSync);
         let r = client.wake(jobs.sampling, Some(&["weights"])).await?;
         sync.add(&r);
-        let r = client
-            .operation(
-                jobs.training,
-                "weight-sync",
-                Some(jobs.training),
-                "training",
-                json!({"source_sub_job_id": jobs.training, "target_sub_job_ids": [jobs.sampling]}),
-            )
-            .await?;
-        sync.add(&r);
+        if !skip {
+            let r = weight_sync(client, jobs).await?;
+            sync.add(&r);
+        }
         let r = client.wake(jobs.sampling, Some(&["kv_cache"])).await?;
         sync.add(&r);
-        let r = client
-            .operation(
-                jobs.sampling,
-                "reset-prefix-cache",
-                None,
-                "sampling",
-                json!({"drain": true, "timeout_s": 60.0, "retry_interval_s": 0.1}),
-            )
-            .await?;
+        let r = reset_prefix_cache(client, jobs).await?;
         sync.add(&r);
+        sync_s = sync.seconds();
     }
-    if t.colocate {
-        let r = client.sleep(jobs.sampling, 1).await?;
-        sync.add(&r);
-    }
-    m.insert("timing_s/update_weights", sync.seconds());
+    m.insert("timing_s/update_weights", sync_s);
 
     // Metrics in verl's names.
     let all_reported =
@@ -515,79 +499,150 @@ async fn one_step(
     Ok(m)
 }
 
-/// Generate for every prompt, one request a prompt, a bounded number in flight.
-/// A seed per (run, step, prompt), mixed so neighbouring requests get unrelated streams.
-fn request_seed(seed: u64, step: u64, index: usize) -> u64 {
-    let mut z = seed
-        ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ (index as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) >> 1
+/// The colocated weight sync, as verl's hybrid mode drives it through the adapter before each
+/// rollout: wake `["kv_cache", "weights"]`, the weight-sync operation, then two
+/// reset-prefix-cache operations. The sampler sleeps (`{"level": 1}`) after the rollout.
+async fn colocated_weight_sync(
+    client: &ArcticClient,
+    run: &DriverRun,
+    jobs: &Jobs,
+    phase: &mut Phase,
+) -> Result<(), StepError> {
+    let r = client
+        .wake(jobs.sampling, Some(&["kv_cache", "weights"]))
+        .await?;
+    phase.add(&r);
+    if !run.spec.planted(&super::Plant::SkipWeightSync) {
+        let r = weight_sync(client, jobs).await?;
+        phase.add(&r);
+    }
+    for _ in 0..2 {
+        let r = reset_prefix_cache(client, jobs).await?;
+        phase.add(&r);
+    }
+    Ok(())
 }
 
+/// `/operation weight-sync` from the training job into the sampling job.
+async fn weight_sync(client: &ArcticClient, jobs: &Jobs) -> Result<Reply<Value>, StepError> {
+    Ok(client
+        .operation(
+            jobs.training,
+            "weight-sync",
+            Some(jobs.training),
+            "training",
+            json!({"source_sub_job_id": jobs.training, "target_sub_job_ids": [jobs.sampling]}),
+        )
+        .await?)
+}
+
+/// `/operation reset-prefix-cache` on the sampling job: no `sub_job_id`, the adapter's payload.
+async fn reset_prefix_cache(client: &ArcticClient, jobs: &Jobs) -> Result<Reply<Value>, StepError> {
+    Ok(client
+        .operation(
+            jobs.sampling,
+            "reset-prefix-cache",
+            None,
+            "sampling",
+            json!({"drain": true, "timeout_s": 60.0, "retry_interval_s": 0.1}),
+        )
+        .await?)
+}
+
+/// Generate `n` samples of every prompt as the adapter does: verl repeats each prompt
+/// `rollout.n` times before generating and the adapter sends one prompt a request, so every
+/// request carries one prompt as text and asks for one sample, with the adapter's
+/// `sampling_params` (no `n`, no `seed`) and every key present. A bounded number are in
+/// flight; the answer holds, per problem, its `n` samples in the canonical order of
+/// [`canonical_groups`].
 async fn generate_all(
     client: &ArcticClient,
-    seed: u64,
-    step: u64,
     job: u64,
     problems: &[Problem],
+    n: usize,
     sampling_params: &Map<String, Value>,
-) -> Result<Vec<Reply<Vec<GenResult>>>, StepError> {
-    // A per-request sampling seed (vLLM's `SamplingParams.seed`) keeps a run reproducible
-    // although the requests are in flight together and reach the engine in any order.
+) -> Result<Vec<Vec<Reply<GenResult>>>, StepError> {
     let requests: Vec<Node> = problems
         .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let mut params = sampling_params.clone();
-            params.insert("seed".into(), json!(request_seed(seed, step, i)));
-            // Every key, with explicit nulls, as the adapter writes it.
-            Node::Json(json!({
-                "prompts": [p.prompt],
-                "sampling_params": params,
-                "routing_key": null,
-                "strict": true,
-            }))
-        })
+        .flat_map(|p| std::iter::repeat_n(generate_request(&p.prompt, sampling_params), n))
         .collect();
-    let futs = requests.into_iter().map(|req| {
+    let futs = requests.into_iter().map(|request| {
         let client = client.clone();
         async move {
-            let r = match client.generate(job, &req).await {
-                // The sampler went to sleep on its own (an engine that offloads under memory
-                // pressure): wake it whole and ask once more. The server refused the request
-                // before generating, so nothing is generated twice.
-                Err(e) if sampler_asleep(&e) => {
-                    tracing::warn!("{e}; waking the sampler and generating again");
-                    client.wake(job, None).await?;
-                    client.generate(job, &req).await?
-                }
-                other => other?,
-            };
-            let results = parse_generate(&r.body)?;
+            let r = client.generate(job, &request).await?;
+            let mut results = parse_generate(&r.body)?;
+            if results.len() != 1 {
+                return Err(protocol(format!(
+                    "/generate returned {} results for one prompt and one sample",
+                    results.len()
+                )));
+            }
             Ok::<_, StepError>(Reply {
-                body: results,
+                body: results.remove(0),
                 seconds: r.seconds,
                 reported: r.reported,
             })
         }
     });
-    let replies: Vec<_> = futures_util::stream::iter(futs)
-        .buffered(16)
-        .collect()
-        .await;
-    replies.into_iter().collect()
+    let replies: Vec<Reply<GenResult>> = futures_util::stream::iter(futs)
+        // 16 prompts' worth of samples in flight, so a batching engine (vLLM, the torch
+        // engine on CUDA) still sees as many rows at once as when a request asked for `n`.
+        .buffered(16 * n.max(1))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    Ok(canonical_groups(problems, n, replies))
 }
 
-/// Whether `/generate` was refused because the sampling engine sleeps.
-fn sampler_asleep(e: &ClientError) -> bool {
-    match e {
-        ClientError::Status { status, detail, .. } => {
-            *status == 400 && (detail.contains("SLEEPING") || detail.contains("WEIGHTS_READY"))
-        }
-        _ => false,
+/// One `/generate` body, as the adapter writes it: every key, with explicit nulls.
+fn generate_request(prompt: &str, sampling_params: &Map<String, Value>) -> Node {
+    Node::Json(json!({
+        "prompts": [prompt],
+        "sampling_params": sampling_params,
+        "routing_key": null,
+        "strict": true,
+    }))
+}
+
+/// Deal `replies` (`n` a problem, problem-major) back into one group per problem, each in a
+/// canonical order: sorted by token ids, then text.
+///
+/// Why: the `n` requests of a prompt are identical, so which of them receives which sample
+/// depends on the order they reach the server (a server seeds a request from its prompt and
+/// how many times that prompt came before it, never from anything the client sends). The
+/// samples of a prompt are a set; a GRPO group is exchangeable (its advantages are computed
+/// over the whole group), so ordering the set canonically changes nothing the training
+/// depends on and makes a run reproducible bit for bit whatever order the server answered
+/// in. Problems with the same prompt text pool their samples before they are dealt, since
+/// their requests are identical too.
+fn canonical_groups(
+    problems: &[Problem],
+    n: usize,
+    replies: Vec<Reply<GenResult>>,
+) -> Vec<Vec<Reply<GenResult>>> {
+    let mut pools: HashMap<&str, Vec<Reply<GenResult>>> = HashMap::new();
+    let mut replies = replies.into_iter();
+    for p in problems {
+        pools
+            .entry(p.prompt.as_str())
+            .or_default()
+            .extend(replies.by_ref().take(n));
     }
+    for pool in pools.values_mut() {
+        pool.sort_by(|a, b| {
+            (&a.body.token_ids, &a.body.text).cmp(&(&b.body.token_ids, &b.body.text))
+        });
+        // Dealt from the back by `pop`, so reversed.
+        pool.reverse();
+    }
+    problems
+        .iter()
+        .map(|p| match pools.get_mut(p.prompt.as_str()) {
+            Some(pool) => (0..n).filter_map(|_| pool.pop()).collect(),
+            None => Vec::new(),
+        })
+        .collect()
 }
 
 struct GenResult {
@@ -964,6 +1019,93 @@ impl PaddedBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reply(text: &str) -> Reply<GenResult> {
+        Reply {
+            body: GenResult {
+                text: text.to_string(),
+                token_ids: CharTokenizer::encode(text).unwrap(),
+            },
+            seconds: 0.001,
+            reported: true,
+        }
+    }
+
+    /// The samples of a prompt come back in whatever order the server answered its `n`
+    /// identical requests; the groups the training sees are the same whatever that order,
+    /// also when two problems share a prompt text (their requests are identical too).
+    #[test]
+    fn groups_are_canonical_whatever_order_the_server_answers_in() {
+        let problems = [
+            Problem {
+                prompt: "Q:1+2=?\nA:".into(),
+                answer: 3,
+            },
+            Problem {
+                prompt: "Q:2+2=?\nA:".into(),
+                answer: 4,
+            },
+            Problem {
+                prompt: "Q:1+2=?\nA:".into(),
+                answer: 3,
+            },
+        ];
+        let texts = [
+            "#### 3", "#### 4", "#### 1", "#### 3", // Q:1+2, first problem
+            "#### 5", "#### 4", "#### 2", "#### 9", // Q:2+2
+            "#### 7", "#### 3", "#### 0", "#### 8", // Q:1+2 again
+        ];
+        let flatten = |groups: Vec<Vec<Reply<GenResult>>>| -> Vec<Vec<String>> {
+            groups
+                .into_iter()
+                .map(|g| g.into_iter().map(|r| r.body.text).collect())
+                .collect()
+        };
+        let want = flatten(canonical_groups(
+            &problems,
+            4,
+            texts.iter().map(|t| reply(t)).collect(),
+        ));
+        assert_eq!(
+            want,
+            [
+                ["#### 0", "#### 1", "#### 3", "#### 3"],
+                ["#### 2", "#### 4", "#### 5", "#### 9"],
+                ["#### 3", "#### 4", "#### 7", "#### 8"],
+            ]
+        );
+        // Every arrival order that hands a prompt's samples to its requests differently.
+        let same_prompt: Vec<usize> = [0, 1, 2, 3, 8, 9, 10, 11].to_vec();
+        let other: Vec<usize> = [4, 5, 6, 7].to_vec();
+        for shift in 1..8 {
+            let mut order: Vec<usize> = (0..12).collect();
+            for (k, &slot) in same_prompt.iter().enumerate() {
+                order[slot] = same_prompt[(k + shift) % 8];
+            }
+            for (k, &slot) in other.iter().enumerate() {
+                order[slot] = other[(k + shift) % 4];
+            }
+            let permuted = order.iter().map(|&i| reply(texts[i])).collect();
+            assert_eq!(flatten(canonical_groups(&problems, 4, permuted)), want);
+        }
+    }
+
+    /// A `/generate` body is the adapter's: the prompt as text, alone; its `sampling_params`
+    /// with no `n` and no `seed`; `routing_key` an explicit null; `strict`.
+    #[test]
+    fn a_generate_request_is_the_adapters() {
+        let params = json!({"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_tokens": 8,
+                            "logprobs": null, "repetition_penalty": 1.0});
+        let Value::Object(map) = params.clone() else {
+            unreachable!()
+        };
+        let body = generate_request("Q:1+2=?\nA:", &map).to_json().unwrap();
+        assert_eq!(
+            body,
+            json!({"prompts": ["Q:1+2=?\nA:"], "sampling_params": params,
+                   "routing_key": null, "strict": true})
+        );
+    }
 
     /// A NaN loss from the server (the `NaN` literal in the frame) stays NaN in the summed
     /// metrics, never silently dropped or turned into 0.

@@ -74,8 +74,8 @@ impl ClientError {
 ///   sent) is sent again on any route;
 /// - a 502, 503 or 504, or a connection lost while the answer was coming, is retried on the
 ///   idempotent routes only: every GET (health, job and status polls) and the POSTs whose
-///   repetition leaves the server as one call would (`/generate` with its per-request seed,
-///   `/forward`, `/log-probs`, `/weight-norm`, sleep, wake, reset of the prefix cache and the
+///   repetition leaves the training as one call would (`/generate`, where a repeat that the
+///   server did serve draws one more sample of the same prompt, `/forward`, `/log-probs`, `/weight-norm`, sleep, wake, reset of the prefix cache and the
 ///   operations wrapping them, and the weight sync, which copies the same weights again);
 /// - never `/initialize`, `/destroy`, `/forward-backward`, `/step`, `/save` or
 ///   `/load-checkpoint` once the server may have applied them: a second gradient

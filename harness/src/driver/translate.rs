@@ -102,7 +102,8 @@ pub struct Translation {
     pub update_meta: Map<String, Value>,
     /// `meta` keys a planted bug drops (the per-mini-batch ones included).
     pub dropped_meta: Vec<String>,
-    /// `sampling_params` of every `/generate`.
+    /// `sampling_params` of every `/generate`: exactly the adapter's keys (`temperature`,
+    /// `top_p`, `top_k`, `max_tokens`, `logprobs`, `repetition_penalty`).
     pub sampling_params: Map<String, Value>,
     pub shape: BatchShape,
     pub zorro: bool,
@@ -456,8 +457,9 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
         "repetition_penalty".into(),
         c.value_or(&format!("{R}.repetition_penalty"), json!(1.0)),
     );
-    // Harness additions the mock's sampler reads: `n` results per request.
-    sampling_params.insert("n".into(), json!(n));
+    // Nothing else: no `n` (the driver sends each prompt `rollout.n` times, one sample a
+    // request, as verl repeats its prompts before generating) and no `seed` (servers seed each
+    // request from their own seed, the weights' version, the prompt and its repetition).
 
     Ok(Translation {
         jobs,
@@ -528,6 +530,21 @@ mod tests {
         assert!(train.cuda_ipc);
         assert_eq!(t.shape.updates_per_step(), 1);
         assert_eq!(t.update_meta["global_batch_size"], 256);
+    }
+
+    /// The adapter's `sampling_params`: its defaults overlaid by verl's values, and nothing
+    /// more (no `n`: each prompt is sent `rollout.n` times; no `seed`).
+    #[test]
+    fn sampling_params_are_the_adapters_keys() {
+        let cfg = json!({"data": {"max_prompt_length": 12, "max_response_length": 8},
+            "actor_rollout_ref": {"model": {"path": "m"},
+            "actor": {"ppo_mini_batch_size": 2}, "rollout": {"n": 4, "temperature": 0.7}}});
+        let t = translate(&cfg, 1).unwrap();
+        assert_eq!(
+            Value::Object(t.sampling_params.clone()),
+            json!({"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_tokens": 8,
+                   "logprobs": null, "repetition_penalty": 1.0})
+        );
     }
 
     /// The adapter's `meta`: exactly 14 keys on `/forward`; on `/forward-backward` those plus

@@ -208,8 +208,10 @@ pub fn validate(faults: &[FaultSpec]) -> Result<(), String> {
 #[derive(Debug, Default)]
 struct Traffic {
     step: u64,
-    /// A weight sync was answered since the current step began.
-    synced: bool,
+    /// An optimizer step was answered since the current step began: the next request that
+    /// starts a rollout starts the next step (whether the weight sync comes before the
+    /// rollout, as when colocated, or after the update).
+    trained: bool,
     /// Calls per (step, route) and per route over the run.
     calls: HashMap<(u64, String), u64>,
     run_calls: HashMap<String, u64>,
@@ -270,14 +272,6 @@ fn starts_rollout(route: &str, body: &[u8]) -> bool {
     }
 }
 
-fn is_weight_sync(route: &str, body: &[u8]) -> bool {
-    route == "/weight-sync"
-        || (route == "/operation"
-            && serde_json::from_slice::<Value>(body).is_ok_and(|v| {
-                v.get("operation_type").and_then(Value::as_str) == Some("weight-sync")
-            }))
-}
-
 /// An injected error answer in the real server's shape: a 500 is plain text, anything else
 /// (a proxy's 503, a deliberate 4xx) carries `{"detail": ...}`.
 fn error_answer(status: StatusCode, detail: String) -> Response {
@@ -306,12 +300,12 @@ async fn fault_layer(State(s): State<Arc<FaultState>>, req: Request, next: Next)
             )
         }
     };
-    let sync = is_weight_sync(&route, &bytes);
+    let optimizer_step = route == "/step";
     let (step, hits) = {
         let mut t = s.traffic();
-        if t.synced && starts_rollout(&route, &bytes) {
+        if t.trained && starts_rollout(&route, &bytes) {
             t.step += 1;
-            t.synced = false;
+            t.trained = false;
         }
         let step = t.step;
         let in_step = {
@@ -366,8 +360,8 @@ async fn fault_layer(State(s): State<Arc<FaultState>>, req: Request, next: Next)
     let resp = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
-    if sync && resp.status().is_success() {
-        s.traffic().synced = true;
+    if optimizer_step && resp.status().is_success() {
+        s.traffic().trained = true;
     }
     let mut resp = resp;
     for f in after {
@@ -527,7 +521,7 @@ mod tests {
     }
 
     #[test]
-    fn a_step_begins_at_the_rollout_after_a_sync() {
+    fn a_step_begins_at_the_rollout_after_an_optimizer_step() {
         assert!(starts_rollout("/generate", b""));
         assert!(starts_rollout("/wake-inference", b""));
         assert!(starts_rollout(
@@ -535,14 +529,6 @@ mod tests {
             br#"["weights","kv_cache"]"#
         ));
         assert!(!starts_rollout("/wake-inference", br#"["weights"]"#));
-        assert!(is_weight_sync(
-            "/operation",
-            br#"{"operation_type":"weight-sync"}"#
-        ));
-        assert!(!is_weight_sync(
-            "/operation",
-            br#"{"operation_type":"reset-prefix-cache"}"#
-        ));
     }
 
     #[test]

@@ -26,7 +26,6 @@ pub mod warm_start;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde_json::{json, Map, Value};
@@ -38,6 +37,7 @@ use self::model::{Decoder, DecoderConfig};
 use self::optim::{AdamW, OptimConfig};
 use self::sample::{Draws, Sampled, SamplingParams};
 use self::settings::{CallSettings, WorkerSettings};
+use crate::backend::mock::policy::hash_words;
 use crate::backend::torch_spec::{ModelKind, TorchDType, TorchDevice, TorchSpec};
 use crate::backend::{
     Completion, Engine, EngineError, ForwardBackwardOutput, ForwardOutput, GenerateRequest,
@@ -92,6 +92,36 @@ struct Job {
     worker: WorkerSettings,
     micro_batch: usize,
     checkpoint_path: Option<String>,
+    /// Bumped whenever the weights change (weight sync, checkpoint load, optimizer step).
+    weights_version: u64,
+    /// Per request prompts (hashed): how many requests of them came since the weights last
+    /// changed. Seeds a request that brings no seed of its own (see [`Job::request_seed`]).
+    occurrences: HashMap<u64, u64>,
+}
+
+impl Job {
+    fn weights_changed(&mut self) {
+        self.weights_version += 1;
+        self.occurrences.clear();
+    }
+
+    /// The sampling seed of a request without `sampling_params.seed`: a function of the
+    /// engine's seed, the weights' version, the request's prompts and how many times the same
+    /// prompts were asked for since the weights last changed. The samples a prompt receives
+    /// are then the same set whatever order concurrent requests arrive in (the adapter sends
+    /// a prompt `n` times, one sample a request, and no seed), where a counter of calls would
+    /// hand them out by arrival order.
+    fn request_seed(&mut self, engine_seed: u64, prompts: &[Vec<i64>]) -> u64 {
+        let words: Vec<u64> = prompts
+            .iter()
+            .flat_map(|p| std::iter::once(p.len() as u64).chain(p.iter().map(|&t| t as u64)))
+            .collect();
+        let key = hash_words(&words);
+        let occurrence = self.occurrences.entry(key).or_insert(0);
+        let nth = *occurrence;
+        *occurrence += 1;
+        hash_words(&[engine_seed, self.weights_version, key, nth])
+    }
 }
 
 pub struct TorchEngine {
@@ -102,7 +132,6 @@ pub struct TorchEngine {
     /// The "pretrained" weights every new job loads.
     base: Mutex<Decoder>,
     jobs: Mutex<HashMap<u64, Arc<Mutex<Job>>>>,
-    generate_calls: AtomicU64,
     /// On CUDA, concurrent `/generate` calls ride in one batch, as vLLM batches requests: the
     /// driver sends one call per prompt, and a GPU decoding 5 rows costs about what 80 cost.
     gen_queue: Mutex<GenQueue>,
@@ -248,7 +277,6 @@ impl TorchEngine {
             seed,
             base: Mutex::new(base),
             jobs: Mutex::new(HashMap::new()),
-            generate_calls: AtomicU64::new(0),
             gen_queue: Mutex::new(GenQueue::default()),
             batch_generate: device != Device::Cpu,
             slowdown: spec.slowdown,
@@ -416,8 +444,8 @@ impl TorchEngine {
         }
     }
 
-    /// One sampling call on the job's model, seeded by the call's seed (or the engine's seed
-    /// and a call counter). On CUDA the draws come from torch's generator (the batch stays on
+    /// One sampling call on the job's model, seeded by the call's seed (or, without one, by
+    /// [`Job::request_seed`]). On CUDA the draws come from torch's generator (the batch stays on
     /// the device); elsewhere from the call's own host stream, without holding the job's lock.
     fn generate_now(
         &self,
@@ -426,14 +454,17 @@ impl TorchEngine {
         params: &SamplingParams,
     ) -> Result<Vec<Sampled>, EngineError> {
         let job = self.job(job_id)?;
-        let call = self.generate_calls.fetch_add(1, Ordering::SeqCst);
-        let seed = params
-            .seed
-            .unwrap_or_else(|| self.seed.wrapping_mul(1_000_003).wrapping_add(call));
         let eos = if params.ignore_eos { -1 } else { EOS_ID };
         if self.device == Device::Cpu {
             let _reading = read_gate(&self.weight_gate);
-            let model = lock(&job).model.share();
+            let (model, seed) = {
+                let mut job = lock(&job);
+                let seed = match params.seed {
+                    Some(seed) => seed,
+                    None => job.request_seed(self.seed, prompts),
+                };
+                (job.model.share(), seed)
+            };
             let mut draws = Draws::host(seed);
             return guard("generate", || {
                 Ok(sample::sample(
@@ -441,7 +472,11 @@ impl TorchEngine {
                 ))
             });
         }
-        let job = lock(&job);
+        let mut job = lock(&job);
+        let seed = match params.seed {
+            Some(seed) => seed,
+            None => job.request_seed(self.seed, prompts),
+        };
         let _rng = lock(&TORCH_RNG);
         tch::manual_seed(seed as i64);
         guard("generate", || {
@@ -958,6 +993,8 @@ impl Engine for TorchEngine {
             worker,
             micro_batch: optim.micro_batch,
             checkpoint_path: config.checkpoint_path.clone(),
+            weights_version: 0,
+            occurrences: HashMap::new(),
         };
         lock(&self.jobs).insert(job_id, Arc::new(Mutex::new(job)));
         Ok(())
@@ -1023,8 +1060,10 @@ impl Engine for TorchEngine {
             Ok(trainer.opt.step(&job.model.params, learning_rate))
         })?;
         trainer.global_step += 1;
+        let last_lr = trainer.opt.next_lr();
+        job.weights_changed();
         Ok(Timed::untimed(StepOutput {
-            last_lr: trainer.opt.next_lr(),
+            last_lr,
             grad_norm: Some(norm),
         }))
     }
@@ -1084,6 +1123,7 @@ impl Engine for TorchEngine {
             job.model
                 .copy_from(&snapshot)
                 .map_err(EngineError::internal)?;
+            job.weights_changed();
         }
         Ok(Timed::untimed(()))
     }
@@ -1098,7 +1138,9 @@ impl Engine for TorchEngine {
         let _writing = write_gate(&self.weight_gate);
         let job = self.job(job_id)?;
         let mut job = lock(&job);
-        guard("load-checkpoint", || self.load_impl(&mut job, request))
+        let out = guard("load-checkpoint", || self.load_impl(&mut job, request))?;
+        job.weights_changed();
+        Ok(out)
     }
 
     fn weight_norm(&self, job_id: u64) -> Result<(f64, u64), EngineError> {
