@@ -817,6 +817,77 @@ fn seedless_requests_give_each_prompt_the_same_samples_whatever_the_order() {
     );
 }
 
+/// On the CPU, identical one-row calls in flight together (the adapter's: one prompt, one
+/// sample, no seed) ride in one batch, each row drawing from its own call's stream: they give
+/// exactly the samples the same calls give one at a time, so the bits never depend on how the
+/// calls happened to batch (the flagship's exact lane relies on it).
+#[test]
+fn batched_cpu_rows_equal_single_calls() {
+    let params = rlharness::backend::torch::sample::SamplingParams {
+        n: 1,
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: -1,
+        max_tokens: 8,
+        seed: None,
+        ignore_eos: false,
+    };
+    let prompts = [vec![3i64, 4, 5, 6], vec![7i64, 8, 9, 10, 11, 12]];
+    let sorted = |mut v: Vec<(Vec<i64>, Vec<i64>)>| {
+        v.sort();
+        v
+    };
+    // One at a time: every batch holds one row.
+    let alone = random_engine(TorchDType::F32, 5);
+    alone.create_job(1, &job_config(JobType::Sampling)).unwrap();
+    let mut one_by_one = Vec::new();
+    for _ in 0..12 {
+        for p in &prompts {
+            let got = alone
+                .generate_ids(1, std::slice::from_ref(p), &params)
+                .unwrap();
+            one_by_one.push((p.clone(), got[0].tokens.clone()));
+        }
+    }
+    assert_eq!(alone.cpu_batch_max(), 1);
+    // 24 calls released together until some of them batched.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let engine = std::sync::Arc::new(random_engine(TorchDType::F32, 5));
+        engine
+            .create_job(1, &job_config(JobType::Sampling))
+            .unwrap();
+        let gate = std::sync::Arc::new(std::sync::Barrier::new(24));
+        let threads: Vec<_> = (0..24)
+            .map(|i| {
+                let (e, g, p, params) = (
+                    engine.clone(),
+                    gate.clone(),
+                    prompts[i % 2].clone(),
+                    params.clone(),
+                );
+                std::thread::spawn(move || {
+                    g.wait();
+                    let got = e
+                        .generate_ids(1, std::slice::from_ref(&p), &params)
+                        .unwrap();
+                    (p, got[0].tokens.clone())
+                })
+            })
+            .collect();
+        let together: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(sorted(together), sorted(one_by_one.clone()));
+        if engine.cpu_batch_max() > 1 || tries == 5 {
+            assert!(
+                engine.cpu_batch_max() > 1,
+                "no two calls batched in 5 tries"
+            );
+            break;
+        }
+    }
+}
+
 /// The CPU flagship: reward from the warm start's level to >= 0.6 over the final window.
 /// Slow in the unoptimised test profile; `cargo run --release --features torch --example
 /// tiny_grpo` runs the same loop and prints the curve.

@@ -136,6 +136,11 @@ pub struct TorchEngine {
     /// driver sends one call per prompt, and a GPU decoding 5 rows costs about what 80 cost.
     gen_queue: Mutex<GenQueue>,
     batch_generate: bool,
+    /// On the CPU, concurrent identical one-row calls (the adapter's: one prompt, one sample,
+    /// no seed) ride in one batch, each row drawing from its own call's stream.
+    cpu_queue: Mutex<GenQueue>,
+    /// The most rows one CPU batch held (for tests and the bench).
+    cpu_batch_max: std::sync::atomic::AtomicU64,
     /// `backend.slowdown`: each forward-backward sleeps this fraction of its compute time.
     slowdown: f64,
     /// Held shared by CPU sampling calls (which read weights outside their job's lock) and
@@ -278,6 +283,8 @@ impl TorchEngine {
             base: Mutex::new(base),
             jobs: Mutex::new(HashMap::new()),
             gen_queue: Mutex::new(GenQueue::default()),
+            cpu_queue: Mutex::new(GenQueue::default()),
+            cpu_batch_max: std::sync::atomic::AtomicU64::new(0),
             batch_generate: device != Device::Cpu,
             slowdown: spec.slowdown,
             weight_gate: RwLock::new(()),
@@ -349,6 +356,12 @@ impl TorchEngine {
         self
     }
 
+    /// The most rows one batch of identical one-row CPU calls held so far.
+    pub fn cpu_batch_max(&self) -> u64 {
+        self.cpu_batch_max
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn generate_ids(
         &self,
         job_id: u64,
@@ -365,6 +378,13 @@ impl TorchEngine {
                     "prompt {i} holds token id {bad}, outside the vocabulary of {vocab}"
                 )));
             }
+        }
+        if self.device == Device::Cpu
+            && prompts.len() == 1
+            && params.n == 1
+            && params.seed.is_none()
+        {
+            return self.generate_cpu_batched(job_id, prompts, params);
         }
         if !self.batch_generate {
             // One call at a time, each under its own seed: bit-exact CPU runs.
@@ -390,6 +410,105 @@ impl TorchEngine {
                 "generate: the batch this call rode in ended without an answer",
             ))
         })
+    }
+
+    /// The adapter's one-row call on the CPU: queued; the first caller serves every call queued
+    /// meanwhile, identical calls (same job, prompt and sampling) as one batch whose rows each
+    /// draw from their own call's seed ([`Job::request_seed`], taken in queue order). A row of a
+    /// batch is computed exactly as it would be alone (identical prompts need no padding, and
+    /// no kernel mixes rows; `batched_cpu_rows_equal_single_calls` checks it), so the bits do
+    /// not depend on how the calls happened to batch.
+    fn generate_cpu_batched(
+        &self,
+        job_id: u64,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+    ) -> Result<Vec<Sampled>, EngineError> {
+        let (reply, answer) = std::sync::mpsc::channel();
+        {
+            let mut q = lock(&self.cpu_queue);
+            q.pending.push(PendingGen {
+                job_id,
+                prompts: prompts.to_vec(),
+                params: params.clone(),
+                reply,
+            });
+            if !q.serving {
+                q.serving = true;
+                drop(q);
+                self.serve_cpu_batches();
+            }
+        }
+        answer.recv().unwrap_or_else(|_| {
+            Err(EngineError::internal(
+                "generate: the batch this call rode in ended without an answer",
+            ))
+        })
+    }
+
+    fn serve_cpu_batches(&self) {
+        loop {
+            let pending = {
+                let mut q = lock(&self.cpu_queue);
+                if q.pending.is_empty() {
+                    q.serving = false;
+                    return;
+                }
+                std::mem::take(&mut q.pending)
+            };
+            // Identical calls together, in queue order.
+            let mut groups: Vec<Vec<PendingGen>> = Vec::new();
+            for call in pending {
+                match groups.iter_mut().find(|g| {
+                    g[0].job_id == call.job_id
+                        && g[0].prompts == call.prompts
+                        && g[0].params == call.params
+                }) {
+                    Some(g) => g.push(call),
+                    None => groups.push(vec![call]),
+                }
+            }
+            for group in groups {
+                let first = &group[0];
+                let result = self.job(first.job_id).and_then(|job| {
+                    let eos = if first.params.ignore_eos { -1 } else { EOS_ID };
+                    let _reading = read_gate(&self.weight_gate);
+                    let (model, seeds) = {
+                        let mut job = lock(&job);
+                        let seeds: Vec<u64> = group
+                            .iter()
+                            .map(|g| job.request_seed(self.seed, &g.prompts))
+                            .collect();
+                        (job.model.share(), seeds)
+                    };
+                    let rows: Vec<Vec<i64>> = vec![first.prompts[0].clone(); group.len()];
+                    self.cpu_batch_max
+                        .fetch_max(rows.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    guard("generate", || {
+                        Ok(sample::sample(
+                            &model,
+                            &rows,
+                            &first.params,
+                            eos,
+                            PAD_ID,
+                            &mut Draws::rows(&seeds),
+                        ))
+                    })
+                });
+                match result {
+                    Ok(rows) => {
+                        for (g, row) in group.iter().zip(rows) {
+                            let _ = g.reply.send(Ok(vec![row]));
+                        }
+                    }
+                    Err(e) => {
+                        for g in &group {
+                            let _ = g.reply.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Serve queued generate calls, a batch at a time, until none is left. Waits briefly for

@@ -105,11 +105,24 @@ pub enum Draws {
     /// sharing no generator can run side by side and still give the same tokens for the same
     /// seed, whatever their order (the CPU engine serves them on every core this way).
     Host(Box<ChaCha8Rng>),
+    /// One host stream per row: rows of several calls batched together each draw exactly what
+    /// their call would have drawn alone (the CPU engine batches identical one-row calls).
+    Rows(Vec<ChaCha8Rng>),
 }
 
 impl Draws {
     pub fn host(seed: u64) -> Draws {
         Draws::Host(Box::new(ChaCha8Rng::seed_from_u64(seed)))
+    }
+
+    /// One stream per row, row `i` seeded with `seeds[i]`.
+    pub fn rows(seeds: &[u64]) -> Draws {
+        Draws::Rows(
+            seeds
+                .iter()
+                .map(|&s| ChaCha8Rng::seed_from_u64(s))
+                .collect(),
+        )
     }
 }
 
@@ -213,23 +226,29 @@ fn pick(logits: &Tensor, params: &SamplingParams, draws: &mut Draws) -> Tensor {
     let probs = logits.softmax(-1, Kind::Float);
     match draws {
         Draws::Torch => probs.multinomial(1, false).squeeze_dim(-1),
-        Draws::Host(rng) => host_draw(&probs, rng).to_device(probs.device()),
+        Draws::Host(rng) => {
+            host_draw(&probs, std::slice::from_mut(&mut **rng)).to_device(probs.device())
+        }
+        Draws::Rows(rngs) => host_draw(&probs, rngs).to_device(probs.device()),
     }
 }
 
 /// One inverse-CDF draw per row of `[B,V]` probabilities. Tokens of probability 0 (cut by
 /// top-k or top-p) are never drawn; rounding that leaves the total under `u` falls back to
 /// the last token of positive probability.
-fn host_draw(probs: &Tensor, rng: &mut ChaCha8Rng) -> Tensor {
+/// `rngs`: one stream shared by every row (drawn in row order), or one per row.
+fn host_draw(probs: &Tensor, rngs: &mut [ChaCha8Rng]) -> Tensor {
     let (b, v) = (probs.size()[0], probs.size()[1] as usize);
     let flat =
         Vec::<f32>::try_from(&probs.to_device(tch::Device::Cpu).reshape([-1])).unwrap_or_default();
     let picks: Vec<i64> = flat
         .chunks(v.max(1))
         .take(b as usize)
-        .map(|row| {
+        .enumerate()
+        .map(|(i, row)| {
             let total: f64 = row.iter().map(|&p| p as f64).sum();
-            let u = rng.random::<f64>() * total;
+            let k = if rngs.len() == 1 { 0 } else { i };
+            let u = rngs[k].random::<f64>() * total;
             let mut acc = 0.0;
             let mut last = 0;
             for (j, &p) in row.iter().enumerate() {
@@ -309,9 +328,9 @@ mod tests {
         let probs = Tensor::from_slice(&[0.6f32, 0.3, 0.1, 0.0])
             .view([1, 4])
             .repeat([20_000, 1]);
-        let a = host_draw(&probs, &mut ChaCha8Rng::seed_from_u64(7));
-        let b = host_draw(&probs, &mut ChaCha8Rng::seed_from_u64(7));
-        let c = host_draw(&probs, &mut ChaCha8Rng::seed_from_u64(8));
+        let a = host_draw(&probs, &mut [ChaCha8Rng::seed_from_u64(7)]);
+        let b = host_draw(&probs, &mut [ChaCha8Rng::seed_from_u64(7)]);
+        let c = host_draw(&probs, &mut [ChaCha8Rng::seed_from_u64(8)]);
         assert!(a.equal(&b));
         assert!(!a.equal(&c));
         for (tok, want) in [(0, 0.6), (1, 0.3), (2, 0.1), (3, 0.0)] {
