@@ -380,9 +380,8 @@ impl GoldenRule {
                     continue;
                 }
             }
-            let n = chunk.len() as f64;
-            let value = chunk.iter().map(|c| c.1).sum::<f64>() / n;
-            let gold = chunk.iter().map(|c| c.2).sum::<f64>() / n;
+            let value = self.window_value(&chunk.iter().map(|c| c.1).collect::<Vec<_>>());
+            let gold = self.window_value(&chunk.iter().map(|c| c.2).collect::<Vec<_>>());
             let band = self.band(gold);
             out.push(PointCheck {
                 first: chunk[0].0,
@@ -1002,6 +1001,35 @@ mod tests {
         assert_eq!(r.evidence.value, Some(5.0));
         assert_eq!(r.failing_steps, vec![5, 6]);
         assert!(r.evidence.message.contains("1 of 2 windows"));
+    }
+
+    #[test]
+    fn median_windows_ignore_one_spike_and_catch_a_shift() {
+        // One spike (step 3) lifts the mean of 1..5 to 2.6 but not its median.
+        let spike = [1.0, 1.0, 9.0, 1.0, 1.0];
+        let gold = [1.0; 5];
+        let mean = one(&spike, &gold, r#"{"window": 5, "abs": 0.5}"#);
+        assert_eq!(mean.status, RuleStatus::Regressed);
+        let median = one(
+            &spike,
+            &gold,
+            r#"{"window": 5, "abs": 0.5, "median": true}"#,
+        );
+        assert_eq!(median.status, RuleStatus::Pass, "{median:?}");
+        assert_eq!(median.points[0].value, Some(1.0));
+        // A shift of the whole window moves the median too.
+        let shifted = one(
+            &[3.0, 3.0, 9.0, 3.0, 3.0],
+            &gold,
+            r#"{"window": 5, "abs": 0.5, "median": true}"#,
+        );
+        assert_eq!(shifted.status, RuleStatus::Regressed);
+        assert_eq!(shifted.points[0].value, Some(3.0));
+        assert_eq!(
+            crate::compare::spec::window_value(&[4.0, 1.0, 2.0, 3.0], true),
+            2.5
+        );
+        assert!(crate::compare::spec::window_value(&[1.0, f64::NAN], true).is_nan());
     }
 
     #[test]

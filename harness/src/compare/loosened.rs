@@ -13,7 +13,8 @@
 //! - a larger `budget`, a longer `window` (a longer mean hides more), a `steps` range that
 //!   leaves out steps the blessed one compared;
 //! - a metric added to `allow_missing`;
-//! - the default stability rules turned off (`checks.stability`).
+//! - the default stability rules turned off (`checks.stability`), a rule switched from window
+//!   means to medians.
 //!
 //! Tightening any of these is fine.
 
@@ -162,6 +163,20 @@ pub fn loosened_rules(blessed: &ChecksSpec, current: &ChecksSpec) -> Vec<RuleVer
                     old.src
                 ),
             ));
+        }
+    }
+    for (metric, new) in current.golden.iter() {
+        if let Some(old) = blessed.golden.get(metric) {
+            if new.median && !old.median {
+                out.push(failing(
+                    format!("loosened:golden:{metric}:median"),
+                    vec![metric.to_string()],
+                    format!(
+                        "{WHY}: `golden:{metric}` now compares window medians (which hide a \
+                         spike) where it was blessed with means"
+                    ),
+                ));
+            }
         }
     }
     if blessed.stability == Some(true) && current.stability != Some(true) {

@@ -162,7 +162,7 @@ fn window_mean(
         .filter(|(s, v)| *s >= w.first && *s <= w.last && range.contains(*s) && v.is_finite())
         .map(|(_, v)| v)
         .collect();
-    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+    (!xs.is_empty()).then(|| rule.window_value(&xs))
 }
 
 /// The combined verdict of a multi-seed run: each seed's own verdict (`seed:<S>`), then per

@@ -207,6 +207,35 @@ pub struct GoldenRule {
     /// The band from measured noise (`rlharness golden calibrate`) instead of `abs`/`rel`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calibrated: Option<Calibrated>,
+    /// A window's point is the median of its steps instead of their mean: one spike (a
+    /// gradient-norm outlier, a slow step of a noisy machine) does not move it.
+    #[serde(skip_serializing_if = "is_false")]
+    pub median: bool,
+}
+
+impl GoldenRule {
+    /// The point of a window: its mean, or with `median` its median (a NaN poisons either).
+    pub fn window_value(&self, values: &[f64]) -> f64 {
+        window_value(values, self.median)
+    }
+}
+
+/// The mean of `values`, or their median; NaN when any is NaN or there are none.
+pub fn window_value(values: &[f64], median: bool) -> f64 {
+    if values.is_empty() || values.iter().any(|v| v.is_nan()) {
+        return f64::NAN;
+    }
+    if !median {
+        return values.iter().sum::<f64>() / values.len() as f64;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 /// `calibrated: {k: 3, floor: 0.02}`: the band is the golden ± max(k × σ, floor), σ the
@@ -247,6 +276,8 @@ struct RawGoldenRule {
     fail_fast: bool,
     #[serde(default)]
     calibrated: Option<Calibrated>,
+    #[serde(default)]
+    median: bool,
 }
 
 impl TryFrom<RawGoldenRule> for GoldenRule {
@@ -291,6 +322,7 @@ impl TryFrom<RawGoldenRule> for GoldenRule {
             improvement_limit: r.improvement_limit,
             fail_fast: r.fail_fast,
             calibrated: r.calibrated,
+            median: r.median,
         })
     }
 }

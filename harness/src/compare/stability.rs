@@ -5,7 +5,8 @@
 //! times larger, a KL that is no longer zero on-policy: each is a regression whether or not the
 //! scenario's author thought of it.
 //!
-//! The rule ids are `stability:<metric>`. Each compares windows of [`WINDOW`] steps. Its band
+//! The rule ids are `stability:<metric>`. Each compares the medians of windows of [`WINDOW`]
+//! steps (one spike in a healthy run does not move a median; a regression moves it). Its band
 //! comes from the golden's calibration when it measured the metric (k [`K`] × σ of the window
 //! means over the calibration runs, never narrower than the metric's floor), otherwise it is
 //! hand-set: ± [`REL`] of the golden's window mean, never narrower than the floor. The floors
@@ -59,6 +60,9 @@ pub fn rules(
                 let rule = GoldenRule {
                     window: Some(WINDOW),
                     direction: Some(Direction::TwoSided),
+                    // A gradient-norm spike at one step of a healthy run is common; a
+                    // regression moves the whole window.
+                    median: true,
                     ..GoldenRule::default()
                 };
                 let rule = if calibrated(m) {
@@ -85,7 +89,7 @@ pub fn rules(
 /// What a stability rule's evidence adds: that it is a default, and how to change it.
 pub fn note(calibrated: bool) -> String {
     format!(
-        "a default stability rule of a learning scenario (windows of {WINDOW} steps, two-sided, \
+        "a default stability rule of a learning scenario (medians of windows of {WINDOW} steps, two-sided, \
          {}; name the metric in `checks.golden` to set your own, or `checks.stability: false`)",
         if calibrated {
             format!("k {K} × the calibration's σ")

@@ -120,12 +120,13 @@ impl Calibration {
             let points: Vec<PointStats> = rule_windows(rule, &steps)
                 .into_iter()
                 .filter_map(|(first, last, ws)| {
-                    // One window mean per run, over the window's steps that run has.
+                    // One window point per run (its mean, or its median for a `median` rule),
+                    // over the window's steps that run has.
                     let xs: Vec<f64> = runs
                         .iter()
                         .filter_map(|t| {
                             let v: Vec<f64> = ws.iter().filter_map(|s| value(t, m, *s)).collect();
-                            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+                            (!v.is_empty()).then(|| rule.window_value(&v))
                         })
                         .collect();
                     PointStats::of(first, last, &xs)
