@@ -18,18 +18,11 @@ pub fn init_tracing(verbose: u8) {
         .try_init();
 }
 
-/// Threads for blocking work (engine calls, file writes) in the command's runtime.
-pub const BLOCKING_THREADS: usize = 64;
-
 /// Run the parsed command line and return the exit status to use.
 pub fn main(cli: Cli) -> ExitStatus {
     init_tracing(cli.verbose);
-    // Engine calls run on blocking threads; a driver with hundreds of requests in flight would
-    // otherwise grow hundreds of threads, each with its own malloc arena (measured: the CPU
-    // flagship's resident memory grew by about 130 MB a step with tokio's default of 512).
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .max_blocking_threads(BLOCKING_THREADS)
         .build()
     {
         Ok(rt) => rt,
