@@ -352,7 +352,7 @@ fn resolve_calibrated(
 
 /// The verdict's outcome from its rules: the same precedence as `judge_tables` (a regression
 /// first, then a missing golden, missing metrics, a grid mismatch, an improvement).
-fn outcome_of(v: &Verdict, no_golden: bool) -> Outcome {
+pub(crate) fn outcome_of(v: &Verdict, no_golden: bool) -> Outcome {
     let has = |s: RuleStatus| v.rules.iter().any(|r| r.status == s);
     let expect_missing = v
         .rules

@@ -258,24 +258,16 @@ pub fn judge_seeds(runs: &[SeedRun<'_>], checks: &ChecksSpec, golden: Option<&Go
             Ok(ws) => window_rule(&metric, direction, &ws, alpha, m, runs.len()),
         });
     }
-    let has = |s: RuleStatus| rules.iter().any(|r| r.status == s);
-    let outcome = if has(RuleStatus::Regressed) {
-        Outcome::Regressed
-    } else if golden.is_none() && !checks.golden.is_empty() {
-        Outcome::NoGolden
-    } else if has(RuleStatus::Missing) {
-        Outcome::Missing
-    } else if has(RuleStatus::Improved) {
-        Outcome::Improved
-    } else {
-        Outcome::Passed
-    };
-    Verdict {
-        outcome,
+    let mut verdict = Verdict {
+        outcome: Outcome::Passed,
         rules,
         grid_mismatch: None,
         exact_lane: None,
-    }
+    };
+    // The one precedence of outcomes (`compare::run`).
+    verdict.outcome =
+        super::run::outcome_of(&verdict, golden.is_none() && !checks.golden.is_empty());
+    verdict
 }
 
 fn window_rule(
@@ -395,7 +387,8 @@ fn window_rule(
         points.push(point);
     }
     let (status, evidence) = match (decisive, missing) {
-        (Some((s, _, message, point)), _) if s != RuleStatus::Pass => (
+        // A failing window decides; without one, a window that could not be tested does.
+        (Some((s, _, message, point)), m) if s != RuleStatus::Pass || m.is_none() => (
             s,
             Evidence {
                 step_or_window: Some(point.at()),
@@ -413,18 +406,7 @@ fn window_rule(
                 ..Evidence::default()
             },
         ),
-        (Some((s, _, message, point)), None) => (
-            s,
-            Evidence {
-                step_or_window: Some(point.at()),
-                value: point.value,
-                golden: point.golden,
-                band: Some(point.band),
-                margin: Some(margin_of(&point)),
-                message,
-            },
-        ),
-        (None, None) => (
+        (_, None) => (
             RuleStatus::Missing,
             Evidence {
                 message: format!("the calibration has no window of `{metric}`"),
