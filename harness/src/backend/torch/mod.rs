@@ -390,9 +390,28 @@ impl TorchEngine {
             // One call at a time, each under its own seed: bit-exact CPU runs.
             return self.generate_now(job_id, prompts, params);
         }
+        self.queue_and_wait(
+            &self.gen_queue,
+            job_id,
+            prompts,
+            params,
+            TorchEngine::serve_generate_batches,
+        )
+    }
+
+    /// Queue a call on `queue` and wait for its answer; the caller that finds nobody serving
+    /// the queue serves it (`serve`) until it is empty.
+    fn queue_and_wait(
+        &self,
+        queue: &Mutex<GenQueue>,
+        job_id: u64,
+        prompts: &[Vec<i64>],
+        params: &SamplingParams,
+        serve: fn(&TorchEngine),
+    ) -> Result<Vec<Sampled>, EngineError> {
         let (reply, answer) = std::sync::mpsc::channel();
         {
-            let mut q = lock(&self.gen_queue);
+            let mut q = lock(queue);
             q.pending.push(PendingGen {
                 job_id,
                 prompts: prompts.to_vec(),
@@ -402,7 +421,7 @@ impl TorchEngine {
             if !q.serving {
                 q.serving = true;
                 drop(q);
-                self.serve_generate_batches();
+                serve(self);
             }
         }
         answer.recv().unwrap_or_else(|_| {
@@ -424,26 +443,13 @@ impl TorchEngine {
         prompts: &[Vec<i64>],
         params: &SamplingParams,
     ) -> Result<Vec<Sampled>, EngineError> {
-        let (reply, answer) = std::sync::mpsc::channel();
-        {
-            let mut q = lock(&self.cpu_queue);
-            q.pending.push(PendingGen {
-                job_id,
-                prompts: prompts.to_vec(),
-                params: params.clone(),
-                reply,
-            });
-            if !q.serving {
-                q.serving = true;
-                drop(q);
-                self.serve_cpu_batches();
-            }
-        }
-        answer.recv().unwrap_or_else(|_| {
-            Err(EngineError::internal(
-                "generate: the batch this call rode in ended without an answer",
-            ))
-        })
+        self.queue_and_wait(
+            &self.cpu_queue,
+            job_id,
+            prompts,
+            params,
+            TorchEngine::serve_cpu_batches,
+        )
     }
 
     fn serve_cpu_batches(&self) {
