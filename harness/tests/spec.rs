@@ -707,3 +707,42 @@ fn a_selftest_needs_a_plant_and_a_declared_verdict() {
         "{e}"
     );
 }
+
+/// A multi-seed self-test's `seeds` must be a range of at least 2 seeds, and `golden` needs
+/// `seeds`; each error names the file line and key.
+#[test]
+fn a_multi_seed_selftest_is_checked() {
+    let r = Root::new();
+    let head = "name: t\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\nbackend: {kind: mock}\n";
+    let tail = "expected_verdict: {outcome: regressed}\n";
+    for (file, selftest, key, words) in [
+        (
+            "one.yaml",
+            "{plant: [seed=2], seeds: \"3..3\"}",
+            "selftest.seeds",
+            "at least 2 seeds",
+        ),
+        (
+            "bad.yaml",
+            "{plant: [seed=2], seeds: \"x..3\"}",
+            "selftest.seeds",
+            "`x` is not a seed",
+        ),
+        (
+            "golden.yaml",
+            "{plant: [seed=2], golden: other}",
+            "selftest.golden",
+            "needs `seeds`",
+        ),
+    ] {
+        let p = r.write(file, &format!("{head}selftest: {selftest}\n{tail}"));
+        let e = only_error(load(&p, &[]));
+        assert_eq!((e.line, e.key_path.as_str()), (7, key), "{e}");
+        assert!(e.message.contains(words), "{e}");
+    }
+    let ok = r.write(
+        "ok.yaml",
+        &format!("{head}selftest: {{plant: [seed=2], seeds: \"1..3\", golden: other}}\n{tail}"),
+    );
+    assert!(load(&ok, &[]).is_ok());
+}

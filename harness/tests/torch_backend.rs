@@ -931,3 +931,17 @@ fn a_warm_start_checkpoint_that_is_missing_or_of_another_shape_is_a_clear_error(
     );
     assert!(err.detail.contains("has shape"), "{}", err.detail);
 }
+
+/// `backend.slowdown` (the planted slow kernel) must be a fraction in [0, 10]: anything else is
+/// a clear error before the engine starts.
+#[test]
+fn a_slowdown_outside_its_range_is_a_clear_error() {
+    for bad in [-0.1, f64::NAN, 11.0] {
+        let spec = TorchSpec {
+            slowdown: bad,
+            ..warm_spec(0)
+        };
+        let e = TorchEngine::new(&spec, 1).err().expect("refused");
+        assert!(e.detail.contains("backend.slowdown"), "{}", e.detail);
+    }
+}
