@@ -5,4 +5,4 @@
 # Ignored by `cargo test` (tens of seconds); run it here or in a nightly job.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test -p rlharness --test load -- --ignored --nocapture "$@"
+cargo test -p rlharness --test it -- --ignored load:: --nocapture "$@"

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Test dependencies of the conformance suite (harness/tests/conformance/): Python's
-# `safetensors` and `numpy` from PyPI, installed into the project-local, git-ignored .pydeps/.
+# Test dependencies of the conformance suite (harness/tests/conformance/) and of the verl + Arctic
+# stand-in (harness/tests/fixtures/verl/fake_arctic_verl.py): Python's `safetensors`, `numpy`
+# and `pyyaml` from PyPI, installed into the project-local, git-ignored .pydeps/.
 # Idempotent: a version stamp skips the install when the wanted versions are already there.
 # The harness itself stays Rust; the Rust tests put .pydeps on PYTHONPATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WANT="safetensors==0.8.0 numpy==2.4.6"
+WANT="safetensors==0.8.0 numpy==2.4.6 pyyaml==6.0.3"
 STAMP=.pydeps/.rlharness-stamp
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] \
-    && PYTHONPATH=.pydeps python3 -c "import safetensors, numpy" 2>/dev/null; then
+    && PYTHONPATH=.pydeps python3 -c "import safetensors, numpy, yaml" 2>/dev/null; then
     exit 0
 fi
 rm -rf .pydeps

@@ -11,6 +11,9 @@ bash ci/python-deps.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --workspace --all-targets --features torch -- -D warnings
-cargo test --workspace --features torch
+cargo test --workspace --features torch --no-fail-fast
+# Its own step: the Ray executor against a real local Ray head (installs Ray into .venv-ray/,
+# starts and always stops its own head). A Ray that cannot be installed or started fails here.
+bash ci/ray-tests.sh
 # The fuzz targets (their own workspace) are built, not run: ci/FUZZING.md says how to run them.
 cargo check --manifest-path harness/fuzz/Cargo.toml --bins

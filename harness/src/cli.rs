@@ -32,6 +32,10 @@ pub enum Command {
     },
     /// Run scenarios and judge them against their goldens and rules.
     Run(RunArgs),
+    /// The entrypoint of a Ray job (`run --executor ray`): `run` for its one scenario, then
+    /// the run directory printed on stdout as one framed, checksummed archive.
+    #[command(hide = true)]
+    JobEntry(RunArgs),
     /// Run a scenario and keep its whole wire traffic as a replay cassette under
     /// GOLDEN/<scenario>/<hardware>/cassette/.
     Record(RecordArgs),
@@ -53,6 +57,10 @@ pub enum Command {
         run2: Option<PathBuf>,
         #[arg(long, default_value = "golden")]
         golden: PathBuf,
+        /// What to print: a terminal summary (the reports go to RUN/compare/...), the whole
+        /// Markdown report, or verdict.json.
+        #[arg(long, value_enum, default_value = "summary")]
+        format: CompareFormat,
     },
     /// Prove every knob reaches the server: the propagation matrix.
     Propagate {
@@ -62,6 +70,13 @@ pub enum Command {
         /// Override scenario values for every run of the matrix.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+        /// How far each trial runs: `initialize` (the JobConfigs), `first-update` (one
+        /// training step) or `step:N`.
+        #[arg(long, default_value = "first-update", value_parser = clap::value_parser!(crate::propagate::command::Until))]
+        until: crate::propagate::command::Until,
+        /// Trials side by side (a trainer on the fixed Arctic address runs one at a time).
+        #[arg(long, default_value_t = crate::propagate::command::CONCURRENCY)]
+        jobs: usize,
     },
 }
 
@@ -82,10 +97,26 @@ pub struct RunArgs {
     /// (Welch's t-test) besides each seed's own verdict.
     #[arg(long, value_name = "A..B")]
     pub seeds: Option<String>,
-    /// With `--seeds`: seeds run side by side (a torch CPU scenario with `threads: 1` fits one
-    /// per core).
-    #[arg(long, default_value_t = 1, requires = "seeds")]
+    /// Scenarios side by side on this host (a scenario that requires GPUs takes that many of
+    /// the visible GPUs instead, pinned with CUDA_VISIBLE_DEVICES); with `--seeds`, seeds side
+    /// by side (a torch CPU scenario with `threads: 1` fits one per core). One combined verdict
+    /// goes to OUT/index.md, OUT/index.html and OUT/junit.xml either way.
+    #[arg(long, default_value_t = 1)]
     pub jobs: usize,
+    /// Where scenarios run: here, or one Ray job each on the cluster at `--address`.
+    #[arg(long, value_enum, default_value = "local")]
+    pub executor: Executor,
+    /// The Ray dashboard (jobs API) address, e.g. `http://HEAD:8265` (`--executor ray`).
+    #[arg(long, env = "RAY_ADDRESS", required_if_eq("executor", "ray"))]
+    pub address: Option<String>,
+    /// `--executor ray`: run the rlharness installed at this path on the workers instead of
+    /// shipping this executable (and rlharness-torch beside it) with each job.
+    #[arg(long, value_name = "PATH")]
+    pub remote_bin: Option<String>,
+    /// `--executor ray`: an environment variable for every job (its runtime_env), e.g.
+    /// `LD_LIBRARY_PATH=...` where the workers' libtorch lives.
+    #[arg(long = "ray-env", value_name = "KEY=VALUE")]
+    pub ray_env: Vec<String>,
     #[arg(long)]
     pub steps: Option<u64>,
     /// Override a scenario value, e.g. `--set config.actor_rollout_ref.actor.optim.lr=1e-5`.
@@ -100,10 +131,23 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// The builtin driver talks to the backend without the recording proxy (no wire.jsonl,
+    /// no server_config.json): to measure what the proxy costs inside a real step.
+    #[arg(long)]
+    pub direct: bool,
     /// Exit 1 when any scenario is skipped (its requirements are not met here), so a CI job
     /// that ran nothing is red, not green.
     #[arg(long)]
     pub fail_on_skip: bool,
+}
+
+/// Where `rlharness run` runs its scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Executor {
+    /// On this host (`--jobs` side by side).
+    Local,
+    /// One Ray job per scenario, through the Ray Jobs REST API at `--address`.
+    Ray,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -127,6 +171,13 @@ pub struct RecordArgs {
     pub hardware: Option<String>,
     #[arg(long)]
     pub no_progress: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompareFormat {
+    Summary,
+    Md,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -177,6 +228,10 @@ pub enum GoldenAction {
     /// Run a scenario N times (or once per seed) and store the measured noise beside its
     /// golden (`calibration.json`), for rules with `calibrated: {k, floor}` bands.
     Calibrate(CalibrateArgs),
+    /// Write a pending golden from a stored run directory: bless exactly the run that was
+    /// reviewed (on a nondeterministic backend a rerun is another draw). The run must be a
+    /// completed, unplanted run of the scenario file as it is now (same plan hash).
+    Bless { run: PathBuf },
 }
 
 #[derive(Debug, Args, Clone)]

@@ -20,6 +20,18 @@ impl ExitStatus {
         self as i32
     }
 
+    /// The status of a documented exit code (`None` for any other number).
+    pub fn from_code(code: i32) -> Option<ExitStatus> {
+        Some(match code {
+            0 => ExitStatus::Passed,
+            1 => ExitStatus::CheckFailed,
+            2 => ExitStatus::InvalidInput,
+            3 => ExitStatus::RunFailed,
+            4 => ExitStatus::NoGolden,
+            _ => return None,
+        })
+    }
+
     /// When several scenarios run, the worst status wins: 2 > 3 > 1 > 4 > 0.
     pub fn severity(self) -> u8 {
         match self {

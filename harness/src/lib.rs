@@ -7,6 +7,7 @@
 pub mod app;
 pub mod backend;
 pub mod capture;
+pub mod checks;
 pub mod cli;
 pub mod compare;
 pub mod driver;
@@ -20,6 +21,8 @@ pub mod propagate;
 pub mod proxy;
 pub mod report;
 pub mod runner;
+pub mod slot;
 pub mod spec;
 pub mod task;
+pub mod util;
 pub mod wire;

@@ -1,57 +1,20 @@
 //! Servers behind the Arctic API. The HTTP surface, the job table, the sampling state machine
 //! and the error rules live once in `server`; what a backend computes lives behind `Engine`
-//! (mock: scripted and simulated; torch: a real model, feature `torch`).
+//! (mock: scripted and simulated). The torch engine (a real model) lives in the crate
+//! `rlharness-torch` and runs in a process of its own (`child`), so this crate never links
+//! libtorch.
 
+pub mod child;
 pub mod mock;
 pub mod replay;
 pub mod server;
-#[cfg(feature = "torch")]
-pub mod torch;
 
 use serde_json::{Map, Value};
 
 use crate::wire::api::JobConfig;
 use crate::wire::Tensor;
 
-/// Where and how an in-process backend computes, for `run.json` and a golden's provenance.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Runtime {
-    /// As reported: `cpu`, `cuda:0`.
-    pub device: String,
-    pub threads: Option<u64>,
-    pub torch_version: Option<String>,
-    /// Set for a backend whose numbers are a function of the seed on a host (the mock, torch
-    /// on the CPU): the run can be held bit for bit to a golden of the same fingerprint.
-    pub numerics: Option<Numerics>,
-}
-
-/// A deterministic backend's numeric identity on this host.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Numerics {
-    /// A hash of the exact bits of a probe computation (the backend's kernels on this host,
-    /// at this thread count): equal fingerprints, equal arithmetic.
-    pub fingerprint: String,
-    /// How the CPU kernels were pinned (torch on the CPU).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_kernels: Option<CpuKernels>,
-}
-
-/// A fingerprint's text: the first 6 bytes of a digest, in hex.
-pub fn fingerprint_hex(digest: &[u8]) -> String {
-    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
-}
-
-/// The instruction-set level libtorch's CPU kernels ran at, and the switches that set it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct CpuKernels {
-    /// `avx2`, `avx512`, `baseline`, `native`.
-    pub isa: String,
-    /// The switches as the process saw them (`ATEN_CPU_CAPABILITY=avx2`, ...).
-    pub env: Vec<String>,
-    /// Why the level differs from the one asked for (a CPU without it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
+pub use crate::wire::runtime::{fingerprint_hex, CpuKernels, Numerics, Runtime};
 
 /// An engine failure with the HTTP status the server answers (400, 404, 409, 422 or 500).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -212,14 +175,10 @@ pub trait Engine: Send + Sync + 'static {
 
 /// Used by engines to build the `[B,S]` f32 tensors they return.
 pub fn f32_tensor(shape: Vec<usize>, values: &[f32]) -> Tensor {
-    let mut data = Vec::with_capacity(values.len() * 4);
-    for v in values {
-        data.extend_from_slice(&v.to_le_bytes());
-    }
     Tensor {
         dtype: crate::wire::DType::F32,
         shape,
-        data: bytes::Bytes::from(data),
+        data: crate::wire::dssst1::le_bytes(values, |v| v.to_le_bytes()),
     }
 }
 
@@ -234,7 +193,8 @@ pub use torch_spec::TorchSpec;
 pub enum BackendSpec {
     /// The scripted mock, in-process on an ephemeral port.
     Mock(MockScript),
-    /// The embedded libtorch backend (feature `torch`), in-process.
+    /// The libtorch backend (feature `torch`): the `rlharness-torch` executable, started as
+    /// a child process on an ephemeral port.
     Torch(TorchSpec),
     /// A running Arctic server.
     Remote { url: String },

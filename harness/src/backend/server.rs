@@ -9,7 +9,7 @@ pub mod frame;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::extract::rejection::BytesRejection;
@@ -143,11 +143,7 @@ struct Shared {
     requests: Mutex<Vec<RecordedRequest>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic elsewhere must not take the whole server down with a poisoned lock: the job
-    // table is updated in single statements, so its content stays consistent.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::util::lock;
 
 /// Access to what a running server recorded, and fault injection. Cheap to clone.
 #[derive(Clone)]

@@ -12,11 +12,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::expr::fmt_num;
 use super::judge::{Evidence, RuleStatus, RuleVerdict};
-use crate::backend::Numerics;
+use crate::checks::expr::fmt_num;
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
+use crate::wire::runtime::Numerics;
 
 /// The exact lane's rule id.
 pub const EXACT_RULE: &str = "exact:every series bit for bit";

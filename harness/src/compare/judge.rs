@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::expr::{fmt_num, CmpOp, EvalIssue, Expr};
-use super::spec::{
+use crate::checks::expr::{fmt_num, CmpOp, EvalIssue, Expr};
+use crate::checks::{
     ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule,
     ImprovementLimit, RuleRef,
 };
@@ -818,7 +818,7 @@ pub fn match_expected(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::spec::StepRange;
+    use crate::checks::StepRange;
     use crate::metrics::StepMetrics;
 
     fn table(metric: &str, values: &[f64]) -> MetricTable {
@@ -1026,10 +1026,10 @@ mod tests {
         assert_eq!(shifted.status, RuleStatus::Regressed);
         assert_eq!(shifted.points[0].value, Some(3.0));
         assert_eq!(
-            crate::compare::spec::window_value(&[4.0, 1.0, 2.0, 3.0], true),
+            crate::checks::window_value(&[4.0, 1.0, 2.0, 3.0], true),
             2.5
         );
-        assert!(crate::compare::spec::window_value(&[1.0, f64::NAN], true).is_nan());
+        assert!(crate::checks::window_value(&[1.0, f64::NAN], true).is_nan());
     }
 
     #[test]

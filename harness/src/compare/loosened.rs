@@ -19,7 +19,7 @@
 //! Tightening any of these is fine.
 
 use super::judge::{Evidence, RuleStatus, RuleVerdict};
-use super::spec::{ChecksSpec, Direction, GoldenRule, ImprovementLimit};
+use crate::checks::{ChecksSpec, Direction, GoldenRule, ImprovementLimit};
 
 const WHY: &str = "rules loosened since the golden was blessed";
 

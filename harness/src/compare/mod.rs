@@ -7,17 +7,20 @@
 
 mod direction;
 pub mod exact;
-pub mod expr;
 mod judge;
 mod loosened;
 mod presence;
 mod run;
 pub mod seeds;
-mod spec;
 pub mod stability;
 
+pub use crate::checks::expr;
+pub use crate::checks::{parse_expr, Expr, ExprError};
+pub use crate::checks::{
+    Calibrated, ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule,
+    GoldenRules, ImprovementLimit, RuleRef, StepRange,
+};
 pub use direction::default_direction;
-pub use expr::{parse_expr, Expr, ExprError};
 pub use judge::{
     can_still_pass, first_settled_failure, judge, judge_tables, match_expected, Band, Evidence,
     Outcome, PointCheck, RuleStatus, RuleVerdict, RunOutcome, RunStatus, Verdict,
@@ -27,8 +30,4 @@ pub use presence::judge_presence;
 pub use run::{
     is_insane, judge_run, watchdog_rule_id, DroppedValue, ReplayRecord, RunRecord,
     FRACTION_METRICS, REPLAY_RULE,
-};
-pub use spec::{
-    Calibrated, ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule,
-    GoldenRules, ImprovementLimit, RuleRef, StepRange,
 };

@@ -7,7 +7,7 @@
 //! Steps the run never reached are the grid mismatch's business, not presence's.
 
 use super::judge::{ranges, Evidence, RuleStatus, RuleVerdict};
-use super::spec::ChecksSpec;
+use crate::checks::ChecksSpec;
 use crate::metrics::MetricTable;
 
 /// The rule id of a metric's presence check.

@@ -18,11 +18,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::expr::fmt_num;
 use super::judge::{
     json_f64, judge, Evidence, Outcome, RuleStatus, RuleVerdict, RunStatus, Verdict,
 };
-use super::spec::ChecksSpec;
+use crate::checks::expr::fmt_num;
+use crate::checks::ChecksSpec;
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
 
@@ -126,7 +126,7 @@ pub struct RunRecord<'a> {
     pub dropped: &'a [DroppedValue],
     pub replay: Option<&'a ReplayRecord>,
     /// A deterministic backend's numerics and the run's seed: the exact lane's key.
-    pub numerics: Option<&'a crate::backend::Numerics>,
+    pub numerics: Option<&'a crate::wire::runtime::Numerics>,
     pub seed: u64,
 }
 

@@ -19,9 +19,9 @@
 
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-use super::expr::fmt_num;
 use super::judge::{Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, Verdict};
-use super::spec::{ChecksSpec, Direction};
+use crate::checks::expr::fmt_num;
+use crate::checks::{ChecksSpec, Direction};
 use crate::golden::calibration::PointStats;
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
@@ -29,25 +29,7 @@ use crate::metrics::MetricTable;
 /// The false-alarm rate of a whole multi-seed verdict (split over its tests by Bonferroni).
 pub const FAMILY_ALPHA: f64 = 0.05;
 
-/// `A..B` (inclusive) or a single seed.
-pub fn parse_seed_range(text: &str) -> Result<Vec<u64>, String> {
-    let num = |t: &str| {
-        t.trim()
-            .parse::<u64>()
-            .map_err(|_| format!("seeds: `{t}` is not a seed (expected `A..B`, e.g. `1..10`)"))
-    };
-    let (a, b) = match text.split_once("..") {
-        Some((a, b)) => (num(a)?, num(b)?),
-        None => (num(text)?, num(text)?),
-    };
-    if a > b {
-        return Err(format!("seeds {text}: the first seed is after the last"));
-    }
-    if b - a >= 1000 {
-        return Err(format!("seeds {text}: more than 1000 seeds"));
-    }
-    Ok((a..=b).collect())
-}
+pub use crate::checks::parse_seed_range;
 
 /// The rule id of one seed's own verdict.
 pub fn seed_rule_id(seed: u64) -> String {

@@ -12,7 +12,7 @@
 //! hand-set: ± [`REL`] of the golden's window mean, never narrower than the floor. The floors
 //! are absolute, for metrics whose golden may be 0 (an on-policy KL is exactly 0).
 
-use super::spec::{Calibrated, ChecksSpec, Direction, GoldenRule, GoldenRules};
+use crate::checks::{Calibrated, ChecksSpec, Direction, GoldenRule, GoldenRules};
 
 /// The stability metrics (verl's names) and each one's absolute floor.
 pub const METRICS: &[(&str, f64)] = &[
@@ -34,11 +34,7 @@ pub fn rule_id(metric: &str) -> String {
     format!("stability:{metric}")
 }
 
-/// Whether a scenario gets the default stability rules: `checks.stability` when it says, else
-/// whether it is tagged `convergence` (resolved when the scenario loads).
-pub fn enabled_for(explicit: Option<bool>, tags: &[String]) -> bool {
-    explicit.unwrap_or_else(|| tags.iter().any(|t| t == "convergence"))
-}
+pub use crate::checks::stability_enabled_for as enabled_for;
 
 /// The default stability rules of `checks` over a golden with these `columns`: calibrated
 /// where `calibrated(metric)` (the golden's calibration measured it), hand-set elsewhere.

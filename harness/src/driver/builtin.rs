@@ -246,6 +246,9 @@ fn protocol(msg: impl Into<String>) -> StepError {
     StepError::Protocol(msg.into())
 }
 
+/// One training step, in verl's order: (0) the colocated weight sync, (1-3) rollout, (4-5)
+/// old and reference log-probs, (6) GRPO advantages, (7) the update, (8) the weight sync on
+/// separate GPUs; then the step's metrics in verl's names.
 async fn one_step(
     client: &ArcticClient,
     run: &DriverRun,
@@ -254,7 +257,6 @@ async fn one_step(
     step: u64,
 ) -> Result<StepMetrics, StepError> {
     let t = &run.translation;
-    let shape = t.shape;
     let step_started = Instant::now();
     let mut m = StepMetrics::new(step);
 
@@ -266,8 +268,60 @@ async fn one_step(
         colocated_weight_sync(client, run, jobs, &mut sync).await?;
         sync_s = sync.seconds();
     }
+    let (samples, gen) = rollout(client, run, task, jobs, step).await?;
+    m.insert("timing_s/gen", gen.seconds());
+    let batch = PaddedBatch::build(&samples, &t.shape);
+    let (old_logp, old) = old_log_probs(client, run, jobs, &batch, &mut m).await?;
+    let ref_logp = ref_log_probs(client, run, jobs, &batch, &mut m).await?;
 
-    // 1-3: generate n per prompt (one prompt and one sample a request), score, sleep.
+    // 6: GRPO advantages.
+    let scores: Vec<f64> = samples.iter().map(|s| s.score).collect();
+    let adv = group_advantages(&scores, t.shape.n, t.norm_adv_by_std);
+    let update = UpdateTensors {
+        old_logp,
+        ref_logp,
+        advantages: adv.clone(),
+    };
+    let (upd, update_s) =
+        update_actor(client, run, jobs, &batch, &update, samples.len(), &mut m).await?;
+    if !t.colocate {
+        sync = separate_weight_sync(client, run, jobs).await?;
+        sync_s = sync.seconds();
+    }
+    m.insert("timing_s/update_weights", sync_s);
+
+    // Metrics in verl's names.
+    let all_reported =
+        gen.all_reported && old.all_reported && upd.all_reported && sync.all_reported;
+    let step_s = if all_reported {
+        m.values
+            .iter()
+            .filter(|(k, _)| k.starts_with("timing_s/"))
+            .map(|(_, v)| v)
+            .sum()
+    } else {
+        step_started.elapsed().as_secs_f64()
+    };
+    m.insert("timing_s/step", step_s);
+    batch_metrics(
+        &mut m, run, &samples, &batch, &scores, &adv, step_s, update_s,
+    );
+    m.insert("training/global_step", step as f64);
+    m.insert("training/epoch", 0.0);
+    Ok(m)
+}
+
+/// 1-3: generate `n` per prompt (one prompt and one sample a request), score, and (colocated)
+/// put the sampler to sleep.
+async fn rollout(
+    client: &ArcticClient,
+    run: &DriverRun,
+    task: &ArithTask,
+    jobs: &Jobs,
+    step: u64,
+) -> Result<(Vec<Sample>, Phase), StepError> {
+    let t = &run.translation;
+    let shape = t.shape;
     let mut gen = Phase::start();
     let problems = task.batch(run.seed, step, shape.prompts);
     let groups = generate_all(
@@ -307,11 +361,18 @@ async fn one_step(
         let r = client.sleep(jobs.sampling, 1).await?;
         gen.add(&r);
     }
-    m.insert("timing_s/gen", gen.seconds());
+    Ok((samples, gen))
+}
 
-    let batch = PaddedBatch::build(&samples, &shape);
-
-    // 4: old log-probs (forward-only: `loss_fn` must be an explicit null).
+/// 4: old log-probs (forward-only: `loss_fn` must be an explicit null), and the entropy.
+async fn old_log_probs(
+    client: &ArcticClient,
+    run: &DriverRun,
+    jobs: &Jobs,
+    batch: &PaddedBatch,
+    m: &mut StepMetrics,
+) -> Result<(Vec<Vec<f32>>, Phase), StepError> {
+    let t = &run.translation;
     let mut old = Phase::start();
     let fwd = client
         .forward(
@@ -325,38 +386,49 @@ async fn one_step(
     if let Some(e) = entropy {
         m.insert("actor/entropy", batch.masked_mean(&e));
     }
+    Ok((old_logp, old))
+}
 
-    // 5: reference log-probs when KL is on.
-    let ref_logp = if t.use_kl_loss {
-        let job = jobs.log_prob.ok_or_else(|| {
-            protocol(
-                "actor.use_kl_loss needs a reference engine, but remote_backend.log_prob_gpus = 0",
-            )
-        })?;
-        let mut phase = Phase::start();
-        let r = client
-            .forward(
-                job,
-                &batch.frame(&t.meta, None, ForwardKind::OldLogProb, t)?,
-            )
-            .await?;
-        phase.add(&r);
-        m.insert("timing_s/ref", phase.seconds());
-        Some(batch.response_logprobs(&r.body, t.zorro)?.0)
-    } else {
-        None
-    };
+/// 5: reference log-probs when KL is on.
+async fn ref_log_probs(
+    client: &ArcticClient,
+    run: &DriverRun,
+    jobs: &Jobs,
+    batch: &PaddedBatch,
+    m: &mut StepMetrics,
+) -> Result<Option<Vec<Vec<f32>>>, StepError> {
+    let t = &run.translation;
+    if !t.use_kl_loss {
+        return Ok(None);
+    }
+    let job = jobs.log_prob.ok_or_else(|| {
+        protocol("actor.use_kl_loss needs a reference engine, but remote_backend.log_prob_gpus = 0")
+    })?;
+    let mut phase = Phase::start();
+    let r = client
+        .forward(
+            job,
+            &batch.frame(&t.meta, None, ForwardKind::OldLogProb, t)?,
+        )
+        .await?;
+    phase.add(&r);
+    m.insert("timing_s/ref", phase.seconds());
+    Ok(Some(batch.response_logprobs(&r.body, t.zorro)?.0))
+}
 
-    // 6: GRPO advantages.
-    let scores: Vec<f64> = samples.iter().map(|s| s.score).collect();
-    let adv = group_advantages(&scores, shape.n, t.norm_adv_by_std);
-    let update = UpdateTensors {
-        old_logp,
-        ref_logp,
-        advantages: adv.clone(),
-    };
-
-    // 7: per epoch and mini-batch, one forward-backward and one step.
+/// 7: per epoch and mini-batch, one forward-backward and one step; the losses averaged over
+/// the calls, the mean grad norm, the last learning rate. Returns the phase and its seconds.
+async fn update_actor(
+    client: &ArcticClient,
+    run: &DriverRun,
+    jobs: &Jobs,
+    batch: &PaddedBatch,
+    update: &UpdateTensors,
+    n_samples: usize,
+    m: &mut StepMetrics,
+) -> Result<(Phase, f64), StepError> {
+    let t = &run.translation;
+    let shape = t.shape;
     let mut upd = Phase::start();
     let mut fb_metrics: Map<String, Value> = Map::new();
     let mut fb_count = 0usize;
@@ -365,10 +437,10 @@ async fn one_step(
     for _epoch in 0..shape.ppo_epochs {
         for mb in 0..shape.mini_batches() {
             let lo = mb * per_mini;
-            let hi = ((mb + 1) * per_mini).min(samples.len());
+            let hi = ((mb + 1) * per_mini).min(n_samples);
             let frame = batch.slice(lo, hi).frame(
                 &t.update_meta,
-                Some(&update.slice(&batch, lo, hi)),
+                Some(&update.slice(batch, lo, hi)),
                 ForwardKind::Update,
                 t,
             )?;
@@ -420,52 +492,58 @@ async fn one_step(
     if let Some(lr) = last_lr {
         m.insert("actor/lr", lr);
     }
+    Ok((upd, update_s))
+}
 
-    // 8 (separate GPUs): weight sync after the update (wake weights, weight-sync, wake
-    // kv_cache, reset prefix cache).
-    if !t.colocate {
-        sync = Phase::start();
-        let skip = run.spec.planted(&super::Plant::SkipWeightSync);
-        let r = client.wake(jobs.sampling, Some(&["weights"])).await?;
+/// 8 (separate GPUs): the weight sync after the update: wake weights, weight-sync, wake
+/// kv_cache, reset the prefix cache.
+async fn separate_weight_sync(
+    client: &ArcticClient,
+    run: &DriverRun,
+    jobs: &Jobs,
+) -> Result<Phase, StepError> {
+    let mut sync = Phase::start();
+    let skip = run.spec.planted(&super::Plant::SkipWeightSync);
+    let r = client.wake(jobs.sampling, Some(&["weights"])).await?;
+    sync.add(&r);
+    if !skip {
+        let r = weight_sync(client, jobs).await?;
         sync.add(&r);
-        if !skip {
-            let r = weight_sync(client, jobs).await?;
-            sync.add(&r);
-        }
-        let r = client.wake(jobs.sampling, Some(&["kv_cache"])).await?;
-        sync.add(&r);
-        let r = reset_prefix_cache(client, jobs).await?;
-        sync.add(&r);
-        sync_s = sync.seconds();
     }
-    m.insert("timing_s/update_weights", sync_s);
+    let r = client.wake(jobs.sampling, Some(&["kv_cache"])).await?;
+    sync.add(&r);
+    let r = reset_prefix_cache(client, jobs).await?;
+    sync.add(&r);
+    Ok(sync)
+}
 
-    // Metrics in verl's names.
-    let all_reported =
-        gen.all_reported && old.all_reported && upd.all_reported && sync.all_reported;
-    let step_s = if all_reported {
-        m.values
-            .iter()
-            .filter(|(k, _)| k.starts_with("timing_s/"))
-            .map(|(_, v)| v)
-            .sum()
-    } else {
-        step_started.elapsed().as_secs_f64()
-    };
-    m.insert("timing_s/step", step_s);
-    stats(&mut m, "critic/score", &scores);
-    stats(&mut m, "critic/rewards", &scores);
-    let token_adv = batch.token_values(&adv);
-    stats(&mut m, "critic/advantages", &token_adv);
-    stats(&mut m, "critic/returns", &token_adv);
+/// The batch's metrics in verl's names: scores, rewards, advantages, returns, lengths and
+/// clip ratios, tokens, throughput, MFU.
+#[allow(clippy::too_many_arguments)]
+fn batch_metrics(
+    m: &mut StepMetrics,
+    run: &DriverRun,
+    samples: &[Sample],
+    batch: &PaddedBatch,
+    scores: &[f64],
+    adv: &[f64],
+    step_s: f64,
+    update_s: f64,
+) {
+    let shape = run.translation.shape;
+    stats(m, "critic/score", scores);
+    stats(m, "critic/rewards", scores);
+    let token_adv = batch.token_values(adv);
+    stats(m, "critic/advantages", &token_adv);
+    stats(m, "critic/returns", &token_adv);
     let resp_lens: Vec<f64> = samples.iter().map(|s| s.response.len() as f64).collect();
     let prompt_lens: Vec<f64> = samples.iter().map(|s| s.prompt.len() as f64).collect();
-    stats(&mut m, "response_length", &resp_lens);
+    stats(m, "response_length", &resp_lens);
     m.insert(
         "response_length/clip_ratio",
         samples.iter().filter(|s| s.truncated).count() as f64 / samples.len().max(1) as f64,
     );
-    stats(&mut m, "prompt_length", &prompt_lens);
+    stats(m, "prompt_length", &prompt_lens);
     m.insert(
         "prompt_length/clip_ratio",
         samples
@@ -494,9 +572,6 @@ async fn one_step(
             m.insert("perf/mfu/actor", flops / update_s / peak);
         }
     }
-    m.insert("training/global_step", step as f64);
-    m.insert("training/epoch", 0.0);
-    Ok(m)
 }
 
 /// The colocated weight sync, as verl's hybrid mode drives it through the adapter before each

@@ -7,7 +7,7 @@
 //! outlive a killed launcher), TERM first and KILL after a grace period.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,8 +20,6 @@ use super::builtin::DriverError;
 use crate::capture::{self, JsonlTail};
 use crate::events::{EventSender, RunEvent};
 use crate::metrics::StepMetrics;
-use crate::plan::RunPlan;
-use crate::spec::Origin;
 
 /// Lines of trainer output a failure report keeps.
 pub const TAIL_LINES: usize = 50;
@@ -120,16 +118,23 @@ pub const HARNESS_KEYS: &[&str] = &[
 /// where Hydra would read them as escapes (before a quote or at the end); `${` escaped so
 /// OmegaConf does not interpolate a value the harness already resolved.
 pub fn hydra_quote(s: &str) -> String {
-    let s = s.replace("${", "\\${");
     let mut out = String::with_capacity(s.len() + 2);
     out.push('\'');
     let mut run = 0usize;
-    for c in s.chars() {
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
         match c {
             '\\' => run += 1,
             '\'' => {
                 out.push_str(&"\\".repeat(run * 2));
                 out.push_str("\\'");
+                run = 0;
+            }
+            // OmegaConf reads `\${` as a literal backslash and a live interpolation: the
+            // backslashes before an escaped `${` are doubled too.
+            '$' if chars.peek() == Some(&'{') => {
+                out.push_str(&"\\".repeat(run * 2));
+                out.push_str("\\$");
                 run = 0;
             }
             other => {
@@ -177,64 +182,6 @@ pub fn hydra_value(v: &Value) -> String {
     }
 }
 
-/// What the harness itself tells the trainer.
-#[derive(Debug, Clone)]
-pub struct HarnessSettings {
-    pub steps: u64,
-    pub project_name: String,
-    pub experiment_name: String,
-}
-
-/// The scenario's config as Hydra overrides: every leaf the scenario (or `--set`) wrote, in
-/// path order; defaults and included backend files are left to the trainer's own config
-/// (verl has them), except where the scenario changed them. A key no default layer defines
-/// was added with `+` and is passed with `+`. Then the harness's own keys.
-pub fn hydra_overrides(plan: &RunPlan, settings: &HarnessSettings) -> Vec<String> {
-    let config = &plan.scenario.config;
-    let layer_files: BTreeSet<&Path> = plan
-        .scenario
-        .sources
-        .iter()
-        .skip(1)
-        .map(PathBuf::as_path)
-        .collect();
-    let mut out = Vec::new();
-    for (path, resolved) in config.leaves() {
-        if path.is_empty() || HARNESS_KEYS.contains(&path.as_str()) {
-            continue;
-        }
-        if resolved.origin.is_default() {
-            continue;
-        }
-        // `${...}` written in a layer file: the trainer's config holds the same reference.
-        if let Origin::Interpolated { .. } = resolved.origin {
-            if config
-                .node(&path)
-                .is_some_and(|n| layer_files.contains(n.pos.file.as_path()))
-            {
-                continue;
-            }
-        }
-        let plus = if config.default_of(&path).is_none() {
-            "+"
-        } else {
-            ""
-        };
-        out.push(format!("{plus}{path}={}", hydra_value(&resolved.value)));
-    }
-    out.push(format!("trainer.total_training_steps={}", settings.steps));
-    out.push("trainer.logger=['console','file']".into());
-    out.push(format!(
-        "trainer.project_name={}",
-        hydra_quote(&settings.project_name)
-    ));
-    out.push(format!(
-        "trainer.experiment_name={}",
-        hydra_quote(&settings.experiment_name)
-    ));
-    out
-}
-
 // ---------------------------------------------------------------------------------------------
 // Launching.
 
@@ -250,59 +197,12 @@ pub struct TrainerLaunch {
     pub run_dir: PathBuf,
 }
 
-/// Build the launch of a scenario's command. `run_dir` must be absolute; `backend_url` is the
-/// recording proxy's URL when the trainer's Arctic client goes through it.
-pub fn launch_for(
-    spec: &CommandDriverSpec,
-    plan: &RunPlan,
-    run_dir: &Path,
-    backend_url: Option<&str>,
-) -> TrainerLaunch {
-    let run_id = run_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "run".into());
-    let settings = HarnessSettings {
-        steps: plan.scenario.steps,
-        project_name: "rlharness".into(),
-        experiment_name: format!("{}-{run_id}", plan.scenario.name),
-    };
-    let program_arg = spec.command.first().cloned().unwrap_or_default();
-    let program = if program_arg.contains('/') && Path::new(&program_arg).is_relative() {
-        plan.scenario
-            .path
-            .parent()
-            .unwrap_or(Path::new(""))
-            .join(&program_arg)
-    } else {
-        PathBuf::from(&program_arg)
-    };
-    let mut args: Vec<String> = spec.command.iter().skip(1).cloned().collect();
-    args.extend(hydra_overrides(plan, &settings));
-    let jsonl_path = run_dir.join(JSONL_FILE);
-    let mut env = vec![
-        (
-            "VERL_FILE_LOGGER_PATH".to_string(),
-            jsonl_path.display().to_string(),
-        ),
-        ("RLHARNESS_RUN_DIR".into(), run_dir.display().to_string()),
-        // Piped stdout is block-buffered in Python: console lines would arrive in bursts.
-        ("PYTHONUNBUFFERED".into(), "1".into()),
-    ];
-    if let Some(url) = backend_url {
-        env.push(("RLHARNESS_BACKEND_URL".into(), url.to_string()));
-    }
-    for (k, v) in &spec.env {
-        env.retain(|(ek, _)| ek != k);
-        env.push((k.clone(), v.clone()));
-    }
-    TrainerLaunch {
-        program,
-        args,
-        env,
-        metrics_from: spec.metrics_from,
-        jsonl_path,
-        run_dir: run_dir.to_path_buf(),
+/// Replace the experiment name the harness passes (`trainer.experiment_name=...`).
+pub fn set_experiment_name(launch: &mut TrainerLaunch, name: &str) {
+    for a in launch.args.iter_mut() {
+        if a.starts_with("trainer.experiment_name=") {
+            *a = format!("trainer.experiment_name={}", hydra_quote(name));
+        }
     }
 }
 
@@ -354,9 +254,7 @@ struct Shared {
     run_dir: PathBuf,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::util::lock;
 
 impl Shared {
     /// Send one step's metrics (step 0, verl's validation before training, goes to its own
@@ -493,6 +391,8 @@ pub fn start(
     let mut cmd = tokio::process::Command::new(&launch.program);
     cmd.args(&launch.args)
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        // A scenario of a local matrix (`run --jobs`): its GPU pinning, for this trainer only.
+        .envs(crate::slot::current_slot().env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -773,6 +673,9 @@ mod tests {
         assert_eq!(hydra_quote(r"x\'y"), r"'x\\\'y'");
         assert_eq!(hydra_quote("${oc.env:HOME}"), r"'\${oc.env:HOME}'");
         assert_eq!(hydra_quote("a, b = [c]"), "'a, b = [c]'");
+        // A literal backslash before `${`: doubled, then the escaped interpolation.
+        assert_eq!(hydra_quote(r"a\${x}"), r"'a\\\${x}'");
+        assert_eq!(hydra_quote("cost $5 {x}"), "'cost $5 {x}'");
     }
 
     #[test]

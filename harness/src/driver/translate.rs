@@ -144,14 +144,36 @@ const A: &str = "actor_rollout_ref.actor";
 const R: &str = "actor_rollout_ref.rollout";
 const RB: &str = "remote_backend";
 
-/// Translate the resolved `config` tree (plain JSON) for a run of `total_steps` steps.
-pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, TranslateError> {
-    let c = Cfg(config);
-    let p = |s: &str| s.to_string();
+/// The sizes and switches every part of the translation reads, read once.
+struct Basics {
+    model: String,
+    /// `rollout.n`.
+    n: u64,
+    /// `data.train_batch_size`.
+    prompts: u64,
+    /// `ppo_mini_batch_size`, in prompts.
+    mini: u64,
+    micro: u64,
+    epochs: u64,
+    max_prompt: u64,
+    max_response: u64,
+    training_gpus: u64,
+    log_prob_gpus: u64,
+    zorro: bool,
+    colocate: bool,
+    temperature: f64,
+    seed: Value,
+    full_det: bool,
+    /// Sequences per optimizer step: `mini * n`.
+    train_batch_size: u64,
+    max_token_len: Value,
+}
+
+fn basics(c: &Cfg) -> Result<Basics, TranslateError> {
     let model = c.str_or("actor_rollout_ref.model.path", "")?;
     if model.is_empty() {
         return Err(TranslateError {
-            key: p("actor_rollout_ref.model.path"),
+            key: "actor_rollout_ref.model.path".into(),
             message: "required (the model every job loads)".into(),
         });
     }
@@ -160,23 +182,68 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
     let mini = c
         .u64_or(&format!("{A}.ppo_mini_batch_size"), prompts)?
         .max(1);
-    let micro = c
-        .opt_u64(&format!("{A}.ppo_micro_batch_size_per_gpu"))?
-        .unwrap_or(1)
-        .max(1);
-    let epochs = c.u64_or(&format!("{A}.ppo_epochs"), 1)?.max(1);
-    let max_prompt = c.u64_or("data.max_prompt_length", 512)?;
-    let max_response = c.u64_or("data.max_response_length", 512)?;
-    let training_gpus = c.u64_or(&format!("{RB}.training_gpus"), 1)?;
-    let log_prob_gpus = c.u64_or(&format!("{RB}.log_prob_gpus"), 0)?;
-    let zorro = c.bool_or(&format!("{RB}.train.zorro_train.enable"), false)?;
-    let colocate = c.bool_or(&format!("{RB}.colocate"), true)?;
-    let temperature = c.f64_or(&format!("{R}.temperature"), 1.0)?;
-    let seed = c.value_or(&format!("{RB}.train.determinism.seed"), json!(42));
-    let full_det = c.bool_or(&format!("{RB}.train.determinism.full"), false)?;
+    Ok(Basics {
+        model,
+        n,
+        prompts,
+        mini,
+        micro: c
+            .opt_u64(&format!("{A}.ppo_micro_batch_size_per_gpu"))?
+            .unwrap_or(1)
+            .max(1),
+        epochs: c.u64_or(&format!("{A}.ppo_epochs"), 1)?.max(1),
+        max_prompt: c.u64_or("data.max_prompt_length", 512)?,
+        max_response: c.u64_or("data.max_response_length", 512)?,
+        training_gpus: c.u64_or(&format!("{RB}.training_gpus"), 1)?,
+        log_prob_gpus: c.u64_or(&format!("{RB}.log_prob_gpus"), 0)?,
+        zorro: c.bool_or(&format!("{RB}.train.zorro_train.enable"), false)?,
+        colocate: c.bool_or(&format!("{RB}.colocate"), true)?,
+        temperature: c.f64_or(&format!("{R}.temperature"), 1.0)?,
+        seed: c.value_or(&format!("{RB}.train.determinism.seed"), json!(42)),
+        full_det: c.bool_or(&format!("{RB}.train.determinism.full"), false)?,
+        train_batch_size: mini * n,
+        max_token_len: c.value_or(&format!("{A}.ppo_max_token_len_per_gpu"), json!(16384)),
+    })
+}
 
-    // ds_config: the deepspeed block verbatim, merged with sizing, optimizer, scheduler, clip.
-    let train_batch_size = mini * n;
+/// Translate the resolved `config` tree (plain JSON) for a run of `total_steps` steps.
+pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, TranslateError> {
+    let c = Cfg(config);
+    let b = basics(&c)?;
+    let ds = ds_config(&c, &b, total_steps)?;
+    let dwc = ds_worker_config(&c, &b);
+    let jobs = job_configs(&c, &b, ds, dwc)?;
+    let drop_position_ids = c.bool_or(&format!("{RB}.comms.drop_position_ids"), true)?;
+    let meta = forward_meta(&c, &b, drop_position_ids);
+    let entropy_coeff = c.f64_or(&format!("{A}.entropy_coeff"), 0.0)?;
+    let update_meta = update_meta(&c, &b, &meta, entropy_coeff)?;
+    Ok(Translation {
+        jobs,
+        meta,
+        update_meta,
+        dropped_meta: Vec::new(),
+        sampling_params: sampling_params(&c, &b),
+        shape: BatchShape {
+            prompts: b.prompts as usize,
+            n: b.n as usize,
+            mini_batch_prompts: b.mini as usize,
+            ppo_epochs: b.epochs as usize,
+            max_prompt_len: b.max_prompt as usize,
+            max_response_len: b.max_response as usize,
+        },
+        zorro: b.zorro,
+        colocate: b.colocate,
+        use_kl_loss: c.bool_or(&format!("{A}.use_kl_loss"), false)?,
+        training_gpus: b.training_gpus,
+        log_prob_gpus: b.log_prob_gpus,
+        drop_position_ids,
+        norm_adv_by_std: c.bool_or("algorithm.norm_adv_by_std_in_grpo", true)?,
+        entropy_coeff,
+    })
+}
+
+/// ds_config: the deepspeed block verbatim, merged with sizing, optimizer, scheduler, clip.
+fn ds_config(c: &Cfg, b: &Basics, total_steps: u64) -> Result<Map<String, Value>, TranslateError> {
     let mut ds = match c.raw(&format!("{RB}.train.deepspeed")) {
         Some(Value::Object(m)) => m.clone(),
         Some(v) => {
@@ -184,11 +251,11 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
         }
         None => Map::new(),
     };
-    ds.insert("train_batch_size".into(), json!(train_batch_size));
-    ds.insert("train_micro_batch_size_per_gpu".into(), json!(micro));
+    ds.insert("train_batch_size".into(), json!(b.train_batch_size));
+    ds.insert("train_micro_batch_size_per_gpu".into(), json!(b.micro));
     ds.insert(
         "gradient_accumulation_steps".into(),
-        json!((train_batch_size / (micro * training_gpus.max(1))).max(1)),
+        json!((b.train_batch_size / (b.micro * b.training_gpus.max(1))).max(1)),
     );
     let lr = c.f64_or(&format!("{A}.optim.lr"), 1e-6)?;
     ds.insert(
@@ -207,42 +274,58 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
     if clip > 0.0 {
         ds.insert("gradient_clipping".into(), json!(clip));
     }
-    let horizon = c
-        .opt_positive(&format!("{A}.optim.total_training_steps"))?
-        .or(c.opt_positive("trainer.total_training_steps")?)
-        .unwrap_or(total_steps)
-        * epochs
-        * prompts.div_ceil(mini);
-    let warmup_ratio = c.f64_or(&format!("{A}.optim.lr_warmup_steps_ratio"), 0.0)?;
-    let warmup = (warmup_ratio * horizon as f64) as u64;
-    let sched_type = c.str_or(&format!("{A}.optim.lr_scheduler_type"), "constant")?;
-    if sched_type == "cosine" {
-        ds.insert(
-            "scheduler".into(),
-            json!({"type": "WarmupCosineLR", "params": {
-                "total_num_steps": horizon,
-                "warmup_num_steps": warmup,
-                "warmup_min_ratio": 0.0,
-                "cos_min_ratio": c.f64_or(&format!("{A}.optim.min_lr_ratio"), 0.0)?,
-                "warmup_type": "linear",
-            }}),
-        );
-    } else if warmup > 0 {
-        ds.insert(
-            "scheduler".into(),
-            json!({"type": "WarmupLR", "params": {
-                "warmup_min_lr": 0.0,
-                "warmup_max_lr": lr,
-                "warmup_num_steps": warmup,
-                "warmup_type": "linear",
-            }}),
-        );
+    if let Some(scheduler) = scheduler(c, b, total_steps, lr)? {
+        ds.insert("scheduler".into(), scheduler);
     }
     if let Some(sp) = c.opt_u64(&format!("{A}.fsdp_config.ulysses_sequence_parallel_size"))? {
         ds.insert("sequence_parallel_size".into(), json!(sp));
     }
+    Ok(ds)
+}
 
-    // ds_worker_config: model knobs always; ZoRRo and logits keys with ZoRRo.
+/// The LR schedule over the run's optimizer steps: cosine, or a linear warm-up, or none.
+fn scheduler(
+    c: &Cfg,
+    b: &Basics,
+    total_steps: u64,
+    lr: f64,
+) -> Result<Option<Value>, TranslateError> {
+    let horizon = c
+        .opt_positive(&format!("{A}.optim.total_training_steps"))?
+        .or(c.opt_positive("trainer.total_training_steps")?)
+        .unwrap_or(total_steps)
+        * b.epochs
+        * b.prompts.div_ceil(b.mini);
+    let warmup_ratio = c.f64_or(&format!("{A}.optim.lr_warmup_steps_ratio"), 0.0)?;
+    let warmup = (warmup_ratio * horizon as f64) as u64;
+    let sched_type = c.str_or(&format!("{A}.optim.lr_scheduler_type"), "constant")?;
+    Ok(if sched_type == "cosine" {
+        Some(json!({"type": "WarmupCosineLR", "params": {
+            "total_num_steps": horizon,
+            "warmup_num_steps": warmup,
+            "warmup_min_ratio": 0.0,
+            "cos_min_ratio": c.f64_or(&format!("{A}.optim.min_lr_ratio"), 0.0)?,
+            "warmup_type": "linear",
+        }}))
+    } else if warmup > 0 {
+        Some(json!({"type": "WarmupLR", "params": {
+            "warmup_min_lr": 0.0,
+            "warmup_max_lr": lr,
+            "warmup_num_steps": warmup,
+            "warmup_type": "linear",
+        }}))
+    } else {
+        None
+    })
+}
+
+/// The `remote_backend.train.logits.*` knob `k`, or its default.
+fn logits(c: &Cfg, k: &str, default: Value) -> Value {
+    c.value_or(&format!("{RB}.train.logits.{k}"), default)
+}
+
+/// ds_worker_config: model knobs always; ZoRRo and logits keys with ZoRRo.
+fn ds_worker_config(c: &Cfg, b: &Basics) -> Map<String, Value> {
     let mut dwc = Map::new();
     dwc.insert(
         "attn_implementation".into(),
@@ -262,34 +345,35 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
             json!(true),
         ),
     );
-    let logits = |k: &str, d: Value| c.value_or(&format!("{RB}.train.logits.{k}"), d);
-    let max_token_len = c.value_or(&format!("{A}.ppo_max_token_len_per_gpu"), json!(16384));
-    if zorro {
+    if b.zorro {
         dwc.insert("zorro_train_enable".into(), json!(true));
-        dwc.insert("response_len".into(), json!(max_response));
-        dwc.insert("max_token_len".into(), max_token_len.clone());
-        dwc.insert("rollout_n".into(), json!(n));
-        dwc.insert("temperature".into(), json!(temperature));
+        dwc.insert("response_len".into(), json!(b.max_response));
+        dwc.insert("max_token_len".into(), b.max_token_len.clone());
+        dwc.insert("rollout_n".into(), json!(b.n));
+        dwc.insert("temperature".into(), json!(b.temperature));
         dwc.insert("use_unpad".into(), json!(true));
-        dwc.insert(
-            "logits_optimization".into(),
-            logits("optimization", json!("none")),
-        );
-        dwc.insert(
-            "logits_optimization_peak_mem_size_in_gib".into(),
-            logits("optimization_peak_mem_size_in_gib", json!(4)),
-        );
-        dwc.insert(
-            "logits_compute_in_fp32".into(),
-            logits("compute_in_fp32", json!(false)),
-        );
-        dwc.insert(
-            "logits_compute_from_fp32_inputs".into(),
-            logits("compute_from_fp32_inputs", json!(false)),
-        );
+        for (key, knob, default) in [
+            ("logits_optimization", "optimization", json!("none")),
+            (
+                "logits_optimization_peak_mem_size_in_gib",
+                "optimization_peak_mem_size_in_gib",
+                json!(4),
+            ),
+            ("logits_compute_in_fp32", "compute_in_fp32", json!(false)),
+            (
+                "logits_compute_from_fp32_inputs",
+                "compute_from_fp32_inputs",
+                json!(false),
+            ),
+        ] {
+            dwc.insert(key.into(), logits(c, knob, default));
+        }
     }
+    dwc
+}
 
-    // vllm_config of the sampling job.
+/// vllm_config of the sampling job.
+fn vllm_config(c: &Cfg, b: &Basics) -> Map<String, Value> {
     let mut vllm = Map::new();
     vllm.insert(
         "tensor_parallel_size".into(),
@@ -299,7 +383,7 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
         "max_model_len".into(),
         c.raw(&format!("{R}.max_model_len"))
             .cloned()
-            .unwrap_or(json!(max_prompt + max_response)),
+            .unwrap_or(json!(b.max_prompt + b.max_response)),
     );
     for k in [
         "gpu_memory_utilization",
@@ -313,29 +397,25 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
             vllm.insert(k.into(), v.clone());
         }
     }
+    vllm
+}
 
-    let base = |job_type: JobType| JobConfig {
-        model_name: model.clone(),
-        job_type,
-        ds_config: None,
-        training_config: None,
-        log_prob_config: None,
-        ds_worker_config: None,
-        vllm_config: None,
-        checkpoint_path: None,
-        arctic_inference_config: None,
-        full_determinism: false,
-        seed: seed.as_i64().unwrap_or(42),
-        cuda_ipc: false,
-        low_memory: false,
-        extra: Map::new(),
+/// The JobConfigs, in `/initialize` order: sampling, log_prob (with log-prob GPUs), training.
+fn job_configs(
+    c: &Cfg,
+    b: &Basics,
+    ds: Map<String, Value>,
+    dwc: Map<String, Value>,
+) -> Result<Vec<JobConfig>, TranslateError> {
+    let base = |job_type: JobType| {
+        JobConfig::new(b.model.clone(), job_type, b.seed.as_i64().unwrap_or(42))
     };
     let mut jobs = Vec::new();
     let mut sampling = base(JobType::Sampling);
-    sampling.vllm_config = Some(Value::Object(vllm));
+    sampling.vllm_config = Some(Value::Object(vllm_config(c, b)));
     sampling.arctic_inference_config = Some(c.value_or(&format!("{RB}.rollout"), json!({})));
     jobs.push(sampling);
-    if log_prob_gpus > 0 {
+    if b.log_prob_gpus > 0 {
         // A DeepSpeed log_prob job gets the training job's ds_config and ds_worker_config
         // (they only select DeepSpeed); its own engine settings travel in log_prob_config.
         let mut lp = base(JobType::LogProb);
@@ -347,7 +427,7 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
             z.remove("offload_optimizer");
         }
         let mut lds = Map::new();
-        lds.insert("train_micro_batch_size_per_gpu".into(), json!(micro));
+        lds.insert("train_micro_batch_size_per_gpu".into(), json!(b.micro));
         lds.insert("zero_optimization".into(), zero);
         if let Some(sp) = ds.get("sequence_parallel_size") {
             lds.insert("sequence_parallel_size".into(), sp.clone());
@@ -355,56 +435,65 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
         lp.ds_config = Some(Value::Object(ds.clone()));
         lp.ds_worker_config = Some(Value::Object(dwc.clone()));
         lp.log_prob_config = Some(Value::Object(lds));
-        lp.full_determinism = full_det;
+        lp.full_determinism = b.full_det;
         jobs.push(lp);
     }
     let mut training = base(JobType::Training);
     training.ds_config = Some(Value::Object(ds));
     training.ds_worker_config = Some(Value::Object(dwc));
     training.checkpoint_path = Some(c.str_or("trainer.default_local_dir", "checkpoints")?);
-    training.full_determinism = full_det;
+    training.full_determinism = b.full_det;
     training.cuda_ipc = c.bool_or(&format!("{RB}.weight_sync.cuda_ipc"), false)?;
     training.low_memory = c.bool_or(&format!("{RB}.weight_sync.low_memory"), false)?;
     jobs.push(training);
+    Ok(jobs)
+}
 
-    // Per-call meta, as the adapter sends it: exactly these 14 keys on `/forward`.
-    let actor = c.value_or(A, json!({}));
-    let drop_position_ids = c.bool_or(&format!("{RB}.comms.drop_position_ids"), true)?;
+/// Per-call meta, as the adapter sends it: exactly these 14 keys on `/forward`.
+fn forward_meta(c: &Cfg, b: &Basics, drop_position_ids: bool) -> Map<String, Value> {
     let mut meta = Map::new();
-    meta.insert("zorro_train_enable".into(), json!(zorro));
+    meta.insert("zorro_train_enable".into(), json!(b.zorro));
     meta.insert(
         "zorro_train_max_rollouts".into(),
-        c.value_or(&format!("{RB}.train.zorro_train.max_rollouts"), json!(n)),
+        c.value_or(&format!("{RB}.train.zorro_train.max_rollouts"), json!(b.n)),
     );
     meta.insert(
         "load_balancer".into(),
         c.value_or(&format!("{RB}.train.load_balancer"), json!(true)),
     );
-    meta.insert("rollout_n".into(), json!(n));
-    meta.insert("max_prompt_len".into(), json!(max_prompt));
-    meta.insert("max_response_len".into(), json!(max_response));
-    meta.insert("max_token_len_per_gpu".into(), max_token_len);
-    meta.insert("temperature".into(), json!(temperature));
+    meta.insert("rollout_n".into(), json!(b.n));
+    meta.insert("max_prompt_len".into(), json!(b.max_prompt));
+    meta.insert("max_response_len".into(), json!(b.max_response));
+    meta.insert("max_token_len_per_gpu".into(), b.max_token_len.clone());
+    meta.insert("temperature".into(), json!(b.temperature));
     meta.insert("calculate_entropy".into(), json!(true));
     meta.insert("pad_token_id".into(), json!(crate::task::PAD_ID));
     meta.insert("drop_position_ids".into(), json!(drop_position_ids));
     meta.insert(
         "logits_optimization".into(),
-        logits("optimization", json!("none")),
+        logits(c, "optimization", json!("none")),
     );
     meta.insert(
         "logits_optimization_peak_mem_size_in_gib".into(),
-        logits("optimization_peak_mem_size_in_gib", json!(4)),
+        logits(c, "optimization_peak_mem_size_in_gib", json!(4)),
     );
     meta.insert(
         "logits_compute_in_fp32".into(),
-        logits("compute_in_fp32", json!(false)),
+        logits(c, "compute_in_fp32", json!(false)),
     );
+    meta
+}
 
-    // `/forward-backward`: the same 14 (entropy only when the actor computes it), the actor
-    // and policy-loss configs, and the mini-batch's `global_batch_size`; the driver adds
-    // `batch_num_tokens` (a 0-d I64 tensor) and `rollout_is_weights` per mini-batch.
-    let entropy_coeff = c.f64_or(&format!("{A}.entropy_coeff"), 0.0)?;
+/// `/forward-backward`: the same 14 (entropy only when the actor computes it), the actor and
+/// policy-loss configs, and the mini-batch's `global_batch_size`; the driver adds
+/// `batch_num_tokens` (a 0-d I64 tensor) and `rollout_is_weights` per mini-batch.
+fn update_meta(
+    c: &Cfg,
+    b: &Basics,
+    meta: &Map<String, Value>,
+    entropy_coeff: f64,
+) -> Result<Map<String, Value>, TranslateError> {
+    let actor = c.value_or(A, json!({}));
     let mut update_meta = meta.clone();
     update_meta.insert(
         "calculate_entropy".into(),
@@ -421,11 +510,17 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
             .map(crate::wire::pyjson::json_safe)
             .unwrap_or(json!({})),
     );
-    update_meta.insert("global_batch_size".into(), json!(train_batch_size));
+    update_meta.insert("global_batch_size".into(), json!(b.train_batch_size));
+    Ok(update_meta)
+}
 
-    // The adapter's defaults, overlaid by verl's rollout values.
+/// The adapter's defaults, overlaid by verl's rollout values. Nothing else: no `n` (the
+/// driver sends each prompt `rollout.n` times, one sample a request, as verl repeats its
+/// prompts before generating) and no `seed` (servers seed each request from their own seed,
+/// the weights' version, the prompt and its repetition).
+fn sampling_params(c: &Cfg, b: &Basics) -> Map<String, Value> {
     let mut sampling_params = Map::new();
-    sampling_params.insert("temperature".into(), json!(temperature));
+    sampling_params.insert("temperature".into(), json!(b.temperature));
     sampling_params.insert(
         "top_p".into(),
         c.value_or(&format!("{R}.top_p"), json!(1.0)),
@@ -441,10 +536,12 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
     let max_model_len = c
         .raw(&format!("{R}.max_model_len"))
         .and_then(Value::as_u64)
-        .unwrap_or(max_prompt + max_response);
+        .unwrap_or(b.max_prompt + b.max_response);
     sampling_params.insert(
         "max_tokens".into(),
-        json!(max_response.min(max_model_len.saturating_sub(max_prompt).max(1))),
+        json!(b
+            .max_response
+            .min(max_model_len.saturating_sub(b.max_prompt).max(1))),
     );
     sampling_params.insert(
         "logprobs".into(),
@@ -457,33 +554,7 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
         "repetition_penalty".into(),
         c.value_or(&format!("{R}.repetition_penalty"), json!(1.0)),
     );
-    // Nothing else: no `n` (the driver sends each prompt `rollout.n` times, one sample a
-    // request, as verl repeats its prompts before generating) and no `seed` (servers seed each
-    // request from their own seed, the weights' version, the prompt and its repetition).
-
-    Ok(Translation {
-        jobs,
-        meta,
-        update_meta,
-        dropped_meta: Vec::new(),
-        sampling_params,
-        shape: BatchShape {
-            prompts: prompts as usize,
-            n: n as usize,
-            mini_batch_prompts: mini as usize,
-            ppo_epochs: epochs as usize,
-            max_prompt_len: max_prompt as usize,
-            max_response_len: max_response as usize,
-        },
-        zorro,
-        colocate,
-        use_kl_loss: c.bool_or(&format!("{A}.use_kl_loss"), false)?,
-        training_gpus,
-        log_prob_gpus,
-        drop_position_ids,
-        norm_adv_by_std: c.bool_or("algorithm.norm_adv_by_std_in_grpo", true)?,
-        entropy_coeff,
-    })
+    sampling_params
 }
 
 #[cfg(test)]

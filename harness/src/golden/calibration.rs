@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::compare::{ChecksSpec, GoldenRule};
+use crate::checks::{ChecksSpec, GoldenRule};
 use crate::fsx;
 use crate::metrics::MetricTable;
 

@@ -16,7 +16,7 @@ pub mod calibration;
 
 use std::path::{Path, PathBuf};
 
-use crate::compare::ChecksSpec;
+use crate::checks::ChecksSpec;
 use crate::error::{CommandError, ExitStatus};
 use crate::fsx;
 use crate::metrics::{MetricTable, MetricsError};
@@ -485,7 +485,7 @@ fn find_pending(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), GoldenError> {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
         if path.is_dir() {
-            // `_snapshots` and other `_` folders hold report snapshots, not goldens.
+            // `_` and `.` folders are never goldens.
             if !name.starts_with('_') && !name.starts_with('.') {
                 find_pending(&path, out)?;
             }

@@ -9,8 +9,10 @@ use std::path::{Path, PathBuf};
 use crate::fsx;
 
 pub mod flops;
+mod range;
 
 pub use flops::{promised_peak_flops, ModelShape};
+pub use range::StepRange;
 
 /// The declared model: a preset name (`qwen3-0.6b`) or an explicit shape.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -56,7 +58,7 @@ pub struct Suppress {
     pub metric: String,
     /// The steps it is missing at (default: every step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steps: Option<crate::compare::StepRange>,
+    pub steps: Option<StepRange>,
 }
 
 impl MetricsSpec {

@@ -3,6 +3,8 @@
 //! was recorded against other inputs); `plan_hash` changes only when a resolved value does
 //! (moving a knob between files, or setting it to its default, keeps it).
 
+pub mod launch;
+
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
@@ -22,9 +24,7 @@ pub struct RunPlan {
     pub origins: BTreeMap<String, Origin>,
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+use crate::util::hex;
 
 /// JSON with every object's keys sorted, so the hash does not depend on file order.
 fn canonical(v: &Value) -> Value {
@@ -106,7 +106,11 @@ impl RunPlan {
             "backend": to_value(&s.backend),
             "metrics": to_value(&s.metrics),
             "checks": to_value(&s.checks),
-            "timeouts": to_value(&s.timeouts),
+            // Where a job waits for the cluster (`timeouts.queue`) is not what it computes.
+            "timeouts": to_value(&crate::spec::Timeouts {
+                queue: None,
+                ..s.timeouts.clone()
+            }),
             "expected_verdict": to_value(&s.expected_verdict),
             "config": s.config.to_json(),
         })

@@ -25,6 +25,25 @@ pub struct KnobManifest {
     #[serde(default)]
     pub volatile: Vec<String>,
     pub knobs: Vec<Knob>,
+    /// Flags already known and accepted for now: `propagate` exits 0 when every flagged knob
+    /// is one of these with the same verdict, and 1 when one of them is no longer flagged (the
+    /// gap closed: remove it here, so the list stays true).
+    #[serde(default)]
+    pub known_gaps: Vec<KnownGap>,
+}
+
+/// One accepted flag: the knob, the verdict it is flagged with, why, and where it is tracked.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KnownGap {
+    pub knob: String,
+    /// The knob verdict's snake-case name (`sent_not_consumed`, `not_sent`,
+    /// `unexpected_effect`, `consumed`, ...), as in `propagation.json`.
+    pub verdict: String,
+    pub reason: String,
+    /// An issue, a line of the reference, a pull request.
+    #[serde(default)]
+    pub link: Option<String>,
 }
 
 /// One knob: a dotted path from the scenario's `config` root.
@@ -199,9 +218,42 @@ fn known_location(loc: &str) -> bool {
     LOCATION_FAMILIES.contains(&first)
 }
 
+/// The knob verdicts a known gap may name (`KnobVerdict`'s snake-case names).
+pub const GAP_VERDICTS: &[&str] = &[
+    "consumed",
+    "consumed_under_condition",
+    "sent_not_consumed",
+    "not_sent",
+    "unexpected_effect",
+    "not_observable",
+];
+
 /// Semantic checks: what serde cannot see. Every problem names the knob.
 pub fn validate(m: &KnobManifest) -> Vec<String> {
     let mut problems = Vec::new();
+    let mut gaps = BTreeMap::new();
+    for g in &m.known_gaps {
+        if !m.knobs.iter().any(|k| k.path == g.knob) {
+            problems.push(format!(
+                "known gap `{}`: no knob of this manifest has that path",
+                g.knob
+            ));
+        }
+        if !GAP_VERDICTS.contains(&g.verdict.as_str()) {
+            problems.push(format!(
+                "known gap `{}`: verdict `{}` is not one of {}",
+                g.knob,
+                g.verdict,
+                GAP_VERDICTS.join(", ")
+            ));
+        }
+        if g.reason.trim().is_empty() {
+            problems.push(format!("known gap `{}`: needs a reason", g.knob));
+        }
+        if gaps.insert(g.knob.clone(), ()).is_some() {
+            problems.push(format!("known gap `{}`: listed twice", g.knob));
+        }
+    }
     let mut seen = BTreeMap::new();
     let families = LOCATION_FAMILIES.join(", ");
     for v in &m.volatile {

@@ -12,12 +12,77 @@ pub struct PropagationReport {
     /// Distinct runs executed (baselines included).
     pub runs: usize,
     pub seconds: f64,
+    /// Who drove the trials: `the builtin driver (rlharness's own adapter)` or the command.
+    #[serde(default)]
+    pub driver: String,
+    /// The knob manifest the claims come from (where the server reads each location).
+    #[serde(default)]
+    pub manifest: String,
+    /// How far each trial ran (`--until`).
+    #[serde(default)]
+    pub until: String,
     pub knobs: Vec<KnobResult>,
+    /// Known gaps of the manifest that no longer hold (each fails the check).
+    #[serde(default)]
+    pub closed_gaps: Vec<String>,
 }
 
 impl PropagationReport {
     pub fn flagged(&self) -> usize {
         self.knobs.iter().filter(|k| k.flagged).count()
+    }
+    /// Flags that are not known gaps.
+    pub fn new_flags(&self) -> usize {
+        self.knobs
+            .iter()
+            .filter(|k| k.flagged && k.known_gap.is_none())
+            .count()
+    }
+    /// 0 when every flag is a known gap and no known gap has closed, else 1.
+    pub fn passed(&self) -> bool {
+        self.new_flags() == 0 && self.closed_gaps.is_empty()
+    }
+    fn summary(&self) -> String {
+        format!(
+            "{} knobs, {} runs, {:.1} s; {} flagged ({} known gaps, {} new); {} known gaps closed.",
+            self.knobs.len(),
+            self.runs,
+            self.seconds,
+            self.flagged(),
+            self.flagged() - self.new_flags(),
+            self.new_flags(),
+            self.closed_gaps.len()
+        )
+    }
+    /// What is observed and what is claimed, in words, for the report's header.
+    fn provenance(&self) -> String {
+        format!(
+            "Driven by {}; each trial ran until {}. **Observed**: what each trial's recorded \
+             wire shows (`wire.jsonl`, the JobConfigs in `server_config.json`; server start-up \
+             flags only where the run recorded how it started the server). **Claimed**: where \
+             the server reads each location and which defaults it has, from the knob manifest \
+             `{}`; a verdict of `consumed` means the value was observed at a location the \
+             manifest claims the server reads.",
+            if self.driver.is_empty() {
+                "the scenario's driver"
+            } else {
+                &self.driver
+            },
+            if self.until.is_empty() {
+                "the first update"
+            } else {
+                &self.until
+            },
+            self.manifest
+        )
+    }
+}
+
+fn flag_text(k: &KnobResult) -> &'static str {
+    match (k.flagged, &k.known_gap) {
+        (false, _) => "ok",
+        (true, Some(_)) => "known gap",
+        (true, None) => "**FLAGGED**",
     }
 }
 
@@ -35,6 +100,11 @@ fn headline(k: &KnobResult) -> String {
             p.clone()
         };
     }
+    if k.verdict == KnobVerdict::NotObservable {
+        if let Some(why) = k.cells.iter().find_map(|c| c.unobservable.clone()) {
+            return why;
+        }
+    }
     if let Some(r) = &k.allowed_noop {
         return format!("allowed no-op: {r}");
     }
@@ -48,8 +118,16 @@ fn headline(k: &KnobResult) -> String {
     }
     match k.verdict {
         KnobVerdict::Consumed | KnobVerdict::ConsumedUnderCondition => {
-            format!("read at {}", at.join(", "))
+            format!(
+                "observed at {}; claimed (manifest): the server reads it there",
+                at.join(", ")
+            )
         }
+        KnobVerdict::NotObservable => k
+            .cells
+            .iter()
+            .find_map(|c| c.unobservable.clone())
+            .unwrap_or_default(),
         _ => k.evidence().first().cloned().unwrap_or_default(),
     }
 }
@@ -57,13 +135,11 @@ fn headline(k: &KnobResult) -> String {
 pub fn markdown(r: &PropagationReport) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "# Knob propagation: {} ({} backend)\n\n{} knobs, {} runs, {:.1} s; {} flagged.\n\n",
+        "# Knob propagation: {} ({} backend)\n\n{}\n\n{}\n\n",
         r.scenario,
         r.backend,
-        r.knobs.len(),
-        r.runs,
-        r.seconds,
-        r.flagged()
+        r.summary(),
+        r.provenance()
     ));
     s.push_str("| knob | verdict | flagged | evidence |\n|---|---|---|---|\n");
     for k in &r.knobs {
@@ -71,35 +147,48 @@ pub fn markdown(r: &PropagationReport) -> String {
             "| `{}` | {} | {} | {} |\n",
             k.path,
             md_cell(&k.verdict_text()),
-            if k.flagged { "**FLAGGED**" } else { "ok" },
+            flag_text(k),
             md_cell(&headline(k))
         ));
+    }
+    if !r.closed_gaps.is_empty() {
+        s.push_str("\n## Known gaps that closed\n\n");
+        for c in &r.closed_gaps {
+            s.push_str(&format!("- {c}\n"));
+        }
     }
     let flagged: Vec<&KnobResult> = r.knobs.iter().filter(|k| k.flagged).collect();
     if !flagged.is_empty() {
         s.push_str("\n## Flagged knobs\n");
         for k in flagged {
             s.push_str(&format!("\n### `{}`: {}\n\n", k.path, k.verdict_text()));
+            if let Some(g) = &k.known_gap {
+                s.push_str(&format!("- known gap: {g}\n"));
+            }
             for p in &k.problems {
                 s.push_str(&format!("- {p}\n"));
             }
             for e in k.evidence() {
-                s.push_str(&format!("- evidence: {e}\n"));
+                s.push_str(&format!("- observed: {e}\n"));
             }
             if let Some(n) = &k.note {
-                s.push_str(&format!("- note: {n}\n"));
+                s.push_str(&format!("- note (manifest): {n}\n"));
+            }
+        }
+    }
+    let claims: Vec<&KnobResult> = r.knobs.iter().filter(|k| !k.claims.is_empty()).collect();
+    if !claims.is_empty() {
+        s.push_str("\n## Claims of the manifest that no run observes\n\n");
+        for k in claims {
+            for c in &k.claims {
+                s.push_str(&format!("- `{}`: {c}\n", k.path));
             }
         }
     }
     s
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
+use crate::util::html_escape as esc;
 
 pub fn html(r: &PropagationReport) -> String {
     let mut s = String::new();
@@ -111,37 +200,56 @@ pub fn html(r: &PropagationReport) -> String {
     s.push_str(
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}\
          td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}\
-         tr.flagged td{background:#fde8e8}tr.ok td{background:#e9f7ec}code{font-size:90%}\
+         tr.flagged td{background:#fde8e8}tr.known td{background:#fdf6e3}tr.ok td{background:#e9f7ec}code{font-size:90%}\
          ul{margin:0;padding-left:1.2em}</style></head><body>\n",
     );
     s.push_str(&format!(
-        "<h1>Knob propagation: {} ({} backend)</h1>\n<p>{} knobs, {} runs, {:.1} s; {} flagged.</p>\n",
+        "<h1>Knob propagation: {} ({} backend)</h1>\n<p>{}</p>\n<p>{}</p>\n",
         esc(&r.scenario),
         esc(&r.backend),
-        r.knobs.len(),
-        r.runs,
-        r.seconds,
-        r.flagged()
+        esc(&r.summary()),
+        esc(&r.provenance().replace("**", ""))
     ));
+    if !r.closed_gaps.is_empty() {
+        s.push_str("<h2>Known gaps that closed</h2>\n<ul>");
+        for c in &r.closed_gaps {
+            s.push_str(&format!("<li>{}</li>", esc(c)));
+        }
+        s.push_str("</ul>\n");
+    }
     s.push_str(
         "<table>\n<tr><th>knob</th><th>verdict</th><th>flagged</th><th>evidence</th></tr>\n",
     );
     for k in &r.knobs {
         let mut items: Vec<String> = k
-            .problems
+            .known_gap
             .iter()
-            .map(|p| format!("<li>{}</li>", esc(p)))
+            .map(|g| format!("<li>known gap: {}</li>", esc(g)))
             .collect();
-        items.extend(k.evidence().iter().map(|e| format!("<li>{}</li>", esc(e))));
+        items.extend(k.problems.iter().map(|p| format!("<li>{}</li>", esc(p))));
+        items.extend(
+            k.evidence()
+                .iter()
+                .map(|e| format!("<li>observed: {}</li>", esc(e))),
+        );
+        items.extend(
+            k.claims
+                .iter()
+                .map(|c| format!("<li>claim: {}</li>", esc(c))),
+        );
         if let Some(r) = &k.allowed_noop {
-            items.push(format!("<li>allowed no-op: {}</li>", esc(r)));
+            items.push(format!("<li>allowed no-op (manifest): {}</li>", esc(r)));
         }
         s.push_str(&format!(
             "<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td><ul>{}</ul></td></tr>\n",
-            if k.flagged { "flagged" } else { "ok" },
+            match (k.flagged, &k.known_gap) {
+                (false, _) => "ok",
+                (true, Some(_)) => "known",
+                (true, None) => "flagged",
+            },
             esc(&k.path),
             esc(&k.verdict_text()),
-            if k.flagged { "FLAGGED" } else { "ok" },
+            flag_text(k).replace("**", ""),
             items.join("")
         ));
     }
@@ -154,7 +262,7 @@ pub fn junit(r: &PropagationReport) -> Result<String, quick_junit::SerializeErro
     use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
     let mut suite = TestSuite::new(format!("propagate.{}", r.scenario));
     for k in &r.knobs {
-        let status = if k.flagged {
+        let status = if k.flagged && k.known_gap.is_none() {
             let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
             st.set_message(format!("{}: {}", k.verdict_text(), headline(k)));
             st.set_type(k.verdict.label());
@@ -166,6 +274,17 @@ pub fn junit(r: &PropagationReport) -> Result<String, quick_junit::SerializeErro
             TestCaseStatus::success()
         };
         let mut case = TestCase::new(k.path.clone(), status);
+        case.set_classname(format!("propagate.{}", r.backend));
+        if let Some(g) = k.known_gap.as_ref().filter(|_| k.flagged) {
+            case.set_system_out(format!("known gap ({}): {g}", k.verdict.name()));
+        }
+        suite.add_test_case(case);
+    }
+    for c in &r.closed_gaps {
+        let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
+        st.set_message(c.clone());
+        st.set_type("known gap closed");
+        let mut case = TestCase::new(format!("known_gaps: {c}"), st);
         case.set_classname(format!("propagate.{}", r.backend));
         suite.add_test_case(case);
     }
@@ -196,12 +315,17 @@ mod tests {
             active: vec![],
             consumed_at: at.iter().map(|s| s.to_string()).collect(),
             problems: vec![],
+            unobservable: None,
         };
         PropagationReport {
             scenario: "s".into(),
             backend: "arctic".into(),
             runs: 3,
             seconds: 1.25,
+            driver: "the builtin driver".into(),
+            manifest: "backends/arctic.knobs.yaml".into(),
+            until: "the first update".into(),
+            closed_gaps: vec![],
             knobs: vec![
                 judge_knob(
                     &m.knobs[0],
@@ -217,7 +341,9 @@ mod tests {
     fn markdown_lists_every_knob_and_details_the_flagged() {
         let md = markdown(&report());
         assert!(
-            md.contains("| `a.b` | consumed | ok | read at meta.b |"),
+            md.contains(
+                "| `a.b` | consumed | ok | observed at meta.b; claimed (manifest): the server reads it there |"
+            ),
             "{md}"
         );
         assert!(md.contains("| `a.c` | not sent | **FLAGGED** |"), "{md}");

@@ -145,6 +145,9 @@ pub enum CellVerdict {
     SentNotConsumed,
     NotSent,
     UnexpectedEffect,
+    /// Where the knob would show cannot be seen in this run: a server start-up flag when the
+    /// trainer did not start the server, any location when the trainer talks over Ray.
+    NotObservable,
     RunFailed,
 }
 
@@ -155,6 +158,7 @@ impl CellVerdict {
             CellVerdict::SentNotConsumed => "sent but not consumed",
             CellVerdict::NotSent => "not sent",
             CellVerdict::UnexpectedEffect => "unexpected effect",
+            CellVerdict::NotObservable => "not observable",
             CellVerdict::RunFailed => "run failed",
         }
     }
@@ -173,6 +177,9 @@ pub struct Cell {
     pub consumed_at: Vec<String>,
     /// Problems this trial shows (each flags the knob).
     pub problems: Vec<String>,
+    /// Why this trial could not be observed (a `not observable` cell).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unobservable: Option<String>,
 }
 
 /// The perturbed run of a trial, as the judge needs it.
@@ -182,6 +189,8 @@ pub enum Observed<'a> {
         /// The perturbed run's resolved config (for config-path conditions).
         config: &'a Value,
     },
+    /// The run cannot show the wire (e.g. the trainer talked over Ray): why.
+    NotObservable(String),
     Failed(String),
 }
 
@@ -204,6 +213,86 @@ fn condition_holds(
     actual.is_some_and(|v| json_equal(&v, want))
 }
 
+/// A cell whose run shows nothing to compare (it failed, or its wire cannot be seen).
+fn unjudged(
+    trial: &Trial,
+    verdict: CellVerdict,
+    problems: Vec<String>,
+    unobservable: Option<String>,
+) -> Cell {
+    Cell {
+        value: trial.value.clone(),
+        condition: trial.condition.clone(),
+        verdict,
+        changes: Vec::new(),
+        active: Vec::new(),
+        consumed_at: Vec::new(),
+        problems,
+        unobservable,
+    }
+}
+
+/// What is wrong with one judged trial: a reader that saw no change, effects nobody named,
+/// a value of the wrong type where the server reads it, a consumer that reads another value.
+fn cell_problems(
+    knob: &super::manifest::Knob,
+    trial: &Trial,
+    verdict: CellVerdict,
+    active: &[&super::manifest::Consumer],
+    consumed: &[&super::manifest::Consumer],
+    unexpected: &[&Change],
+    wire: &WireSnapshot,
+) -> Vec<String> {
+    let cond = condition_label(&trial.condition);
+    let mut problems = Vec::new();
+    if consumed.is_empty() && !active.is_empty() {
+        let reads: Vec<&str> = active.iter().map(|c| c.at.as_str()).collect();
+        problems.push(format!(
+            "{}={} ({cond}): the server reads {} here, but it did not change ({})",
+            knob.path,
+            trial.value,
+            reads.join(", "),
+            verdict.label()
+        ));
+    }
+    for u in unexpected {
+        problems.push(format!(
+            "{}={} ({cond}): unexpected effect {}",
+            knob.path,
+            trial.value,
+            u.describe()
+        ));
+    }
+    for c in active {
+        if let (Some(t), Some(values)) = (c.value_type, wire.locations.get(&c.at)) {
+            for v in values.iter().filter(|v| !t.matches(v)) {
+                problems.push(format!(
+                    "type mismatch at {}: the server declares {}, the wire holds {} {v} ({}={}, {cond})",
+                    c.at,
+                    t.name(),
+                    type_name(v),
+                    knob.path,
+                    trial.value
+                ));
+            }
+        }
+    }
+    for c in consumed.iter().filter(|c| !c.derived) {
+        if let Some(values) = wire.locations.get(&c.at) {
+            if !values.iter().any(|v| json_equal(v, &trial.value)) {
+                problems.push(format!(
+                    "{}={} ({cond}): the server reads {} at {}, not the value tried",
+                    knob.path,
+                    trial.value,
+                    show(Some(values)),
+                    c.at
+                ));
+            }
+        }
+    }
+    problems
+}
+
 /// Judge one trial against its baseline.
 pub fn judge_cell(
     m: &KnobManifest,
@@ -214,21 +303,17 @@ pub fn judge_cell(
     let knob = &m.knobs[trial.knob];
     let (wire, config) = match observed {
         Observed::Ran { wire, config } => (wire, config),
+        Observed::NotObservable(why) => {
+            return unjudged(trial, CellVerdict::NotObservable, Vec::new(), Some(why))
+        }
         Observed::Failed(reason) => {
-            return Cell {
-                value: trial.value.clone(),
-                condition: trial.condition.clone(),
-                verdict: CellVerdict::RunFailed,
-                changes: Vec::new(),
-                active: Vec::new(),
-                consumed_at: Vec::new(),
-                problems: vec![format!(
-                    "the run with {}={} ({}) failed: {reason}",
-                    knob.path,
-                    trial.value,
-                    condition_label(&trial.condition)
-                )],
-            }
+            let why = format!(
+                "the run with {}={} ({}) failed: {reason}",
+                knob.path,
+                trial.value,
+                condition_label(&trial.condition)
+            );
+            return unjudged(trial, CellVerdict::RunFailed, vec![why], None);
         }
     };
     let changes = diff(baseline, wire, &m.volatile);
@@ -256,6 +341,29 @@ pub fn judge_cell(
             .any(|p| pattern_matches(p, loc))
     };
     let unexpected: Vec<&Change> = changes.iter().filter(|c| !named(&c.location)).collect();
+    // Server start-up flags are observed only when the run recorded how the server was started
+    // (`server_flags.json`, written where the harness itself launched it with them); without
+    // that record a knob read only there cannot be seen, which is not the same as "not sent".
+    let srv_unseen = changes.is_empty()
+        && !active.is_empty()
+        && active.iter().all(|c| c.at.starts_with("srv."))
+        && !wire.locations.keys().any(|l| l.starts_with("srv."));
+    if srv_unseen {
+        return Cell {
+            value: trial.value.clone(),
+            condition: trial.condition.clone(),
+            verdict: CellVerdict::NotObservable,
+            changes,
+            active: active.iter().map(|c| c.at.clone()).collect(),
+            consumed_at: Vec::new(),
+            problems: Vec::new(),
+            unobservable: Some(
+                "the server reads it only as a start-up flag, and this run did not start the \
+                 server with the trainer's flags (the harness started the backend)"
+                    .into(),
+            ),
+        };
+    }
     let verdict = if !consumed.is_empty() {
         CellVerdict::Consumed
     } else if changes.is_empty() {
@@ -265,53 +373,7 @@ pub fn judge_cell(
     } else {
         CellVerdict::UnexpectedEffect
     };
-    let cond = condition_label(&trial.condition);
-    let mut problems = Vec::new();
-    if consumed.is_empty() && !active.is_empty() {
-        let reads: Vec<&str> = active.iter().map(|c| c.at.as_str()).collect();
-        problems.push(format!(
-            "{}={} ({cond}): the server reads {} here, but it did not change ({})",
-            knob.path,
-            trial.value,
-            reads.join(", "),
-            verdict.label()
-        ));
-    }
-    for u in &unexpected {
-        problems.push(format!(
-            "{}={} ({cond}): unexpected effect {}",
-            knob.path,
-            trial.value,
-            u.describe()
-        ));
-    }
-    for c in &active {
-        if let (Some(t), Some(values)) = (c.value_type, wire.locations.get(&c.at)) {
-            for v in values.iter().filter(|v| !t.matches(v)) {
-                problems.push(format!(
-                    "type mismatch at {}: the server declares {}, the wire holds {} {v} ({}={}, {cond})",
-                    c.at,
-                    t.name(),
-                    type_name(v),
-                    knob.path,
-                    trial.value
-                ));
-            }
-        }
-    }
-    for c in consumed.iter().filter(|c| !c.derived) {
-        if let Some(values) = wire.locations.get(&c.at) {
-            if !values.iter().any(|v| json_equal(v, &trial.value)) {
-                problems.push(format!(
-                    "{}={} ({cond}): the server reads {} at {}, not the value tried",
-                    knob.path,
-                    trial.value,
-                    show(Some(values)),
-                    c.at
-                ));
-            }
-        }
-    }
+    let problems = cell_problems(knob, trial, verdict, &active, &consumed, &unexpected, wire);
     Cell {
         value: trial.value.clone(),
         condition: trial.condition.clone(),
@@ -320,6 +382,7 @@ pub fn judge_cell(
         consumed_at: consumed.iter().map(|c| c.at.clone()).collect(),
         changes,
         problems,
+        unobservable: None,
     }
 }
 
@@ -331,6 +394,7 @@ pub enum KnobVerdict {
     SentNotConsumed,
     NotSent,
     UnexpectedEffect,
+    NotObservable,
     NotExercised,
     RunFailed,
 }
@@ -343,6 +407,7 @@ impl KnobVerdict {
             KnobVerdict::SentNotConsumed => "sent but not consumed",
             KnobVerdict::NotSent => "not sent",
             KnobVerdict::UnexpectedEffect => "unexpected effect",
+            KnobVerdict::NotObservable => "not observable here",
             KnobVerdict::NotExercised => "not exercised",
             KnobVerdict::RunFailed => "run failed",
         }
@@ -362,6 +427,23 @@ pub struct KnobResult {
     pub problems: Vec<String>,
     pub cells: Vec<Cell>,
     pub note: Option<String>,
+    /// What the manifest states that no run observes (its YAML default against the server's
+    /// default for an absent key): shown, labelled as the manifest's claim, never flagged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<String>,
+    /// The manifest's `known_gaps` entry this flag matches (reason, link).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_gap: Option<String>,
+}
+
+impl KnobVerdict {
+    /// The snake-case name (`propagation.json`, `known_gaps`).
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
 }
 
 impl KnobResult {
@@ -406,6 +488,7 @@ impl KnobResult {
     }
 }
 
+/// A comparison of two hand-written manifest fields: a claim, not an observation.
 fn default_mismatch(k: &Knob) -> Option<String> {
     let sd = k.server_default.as_ref()?;
     let interpolated = k.default.as_str().is_some_and(|s| s.contains("${"));
@@ -413,7 +496,7 @@ fn default_mismatch(k: &Knob) -> Option<String> {
         return None;
     }
     Some(format!(
-        "default mismatch: the YAML default is {}, the server's default for an absent key is {}",
+        "manifest only, not observed: the YAML default is {}, and the manifest says the server's default for an absent key is {}",
         k.default, sd
     ))
 }
@@ -421,9 +504,7 @@ fn default_mismatch(k: &Knob) -> Option<String> {
 /// Combine a knob's cells into its verdict.
 pub fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>) -> KnobResult {
     let mut problems: Vec<String> = Vec::new();
-    if let Some(d) = default_mismatch(k) {
-        problems.push(d);
-    }
+    let claims: Vec<String> = default_mismatch(k).into_iter().collect();
     for c in &cells {
         for p in &c.problems {
             if !problems.contains(p) {
@@ -445,11 +526,16 @@ pub fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>) -> Kn
         .map(|(cond, _)| cond.clone())
         .collect();
     let any = |v: CellVerdict| cells.iter().any(|c| c.verdict == v);
+    let observable = groups
+        .values()
+        .any(|(_, cs)| cs.iter().any(|c| c.verdict != CellVerdict::NotObservable));
     let verdict = if let Some(why) = not_exercised {
         problems.push(format!("not exercised: {why}"));
         KnobVerdict::NotExercised
     } else if groups.is_empty() {
         KnobVerdict::RunFailed
+    } else if !observable {
+        KnobVerdict::NotObservable
     } else if consumed_when.len() == groups.len() {
         KnobVerdict::Consumed
     } else if !consumed_when.is_empty() {
@@ -488,7 +574,49 @@ pub fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>) -> Kn
         problems,
         cells,
         note: k.note.clone(),
+        claims,
+        known_gap: None,
     }
+}
+
+/// Match the flags against the manifest's `known_gaps`: a flagged knob with the verdict its
+/// entry names is a known gap; an entry whose knob is no longer flagged with that verdict is a
+/// closed gap (returned, each in words), which fails the check until the entry is removed. A
+/// knob that was not judged here (not exercised, not observable, a failed run) neither
+/// confirms nor closes its entry.
+pub fn apply_known_gaps(m: &KnobManifest, knobs: &mut [KnobResult]) -> Vec<String> {
+    let mut closed = Vec::new();
+    for g in &m.known_gaps {
+        let Some(k) = knobs.iter_mut().find(|k| k.path == g.knob) else {
+            continue;
+        };
+        if matches!(
+            k.verdict,
+            KnobVerdict::NotExercised | KnobVerdict::NotObservable | KnobVerdict::RunFailed
+        ) {
+            continue;
+        }
+        let name = k.verdict.name();
+        if k.flagged && name == g.verdict {
+            k.known_gap = Some(match &g.link {
+                Some(l) => format!("{} ({l})", g.reason),
+                None => g.reason.clone(),
+            });
+        } else if k.flagged {
+            closed.push(format!(
+                "`{}`: known gap `{}` no longer holds, it is now flagged as `{name}`: update \
+                 known_gaps",
+                g.knob, g.verdict
+            ));
+        } else {
+            closed.push(format!(
+                "`{}`: known gap `{}` has closed (now `{name}`, not flagged): remove it from \
+                 known_gaps",
+                g.knob, g.verdict
+            ));
+        }
+    }
+    closed
 }
 
 #[cfg(test)]
@@ -889,10 +1017,12 @@ knobs:
         );
         let r = judge_knob(&m.knobs[5], vec![c], None);
         assert_eq!(r.verdict, KnobVerdict::Consumed);
+        // The defaults are two hand-written manifest fields: shown as a claim, never a flag.
+        assert!(!r.flagged, "{:?}", r.problems);
         assert!(
-            r.flagged && r.problems[0].starts_with("default mismatch"),
+            r.claims.len() == 1 && r.claims[0].starts_with("manifest only, not observed"),
             "{:?}",
-            r.problems
+            r.claims
         );
 
         let c = judge_cell(
@@ -924,5 +1054,110 @@ knobs:
             Some("every `try` value equals the scenario's value"),
         );
         assert_eq!((r.verdict, r.flagged), (KnobVerdict::NotExercised, true));
+    }
+
+    #[test]
+    fn a_reader_seen_only_as_a_start_up_flag_is_not_observable_without_the_flags() {
+        let m = manifest::parse(
+            "backend: arctic\nbackend_yaml: b.yaml\nbackend_prefix: remote_backend\nknobs:\n  - {path: remote_backend.sampling_gpus, default: 1, try: [2], consumers: [{at: srv.sampling_gpus}]}\n",
+            Path::new("k.yaml"),
+        )
+        .unwrap();
+        let t = Trial {
+            knob: 0,
+            value: json!(2),
+            condition: Condition::new(),
+        };
+        let empty = snap(&[("meta.x", json!(1))]);
+        let c = judge_cell(
+            &m,
+            &t,
+            &empty,
+            Observed::Ran {
+                wire: &empty,
+                config: &json!({}),
+            },
+        );
+        assert_eq!(c.verdict, CellVerdict::NotObservable);
+        assert!(c.unobservable.as_deref().unwrap().contains("start-up flag"));
+        let r = judge_knob(&m.knobs[0], vec![c], None);
+        assert_eq!((r.verdict, r.flagged), (KnobVerdict::NotObservable, false));
+
+        // With the flags recorded (the harness started the server with them), it is judged.
+        let base = snap(&[("srv.sampling_gpus", json!(1))]);
+        let pert = snap(&[("srv.sampling_gpus", json!(2))]);
+        let c = judge_cell(
+            &m,
+            &t,
+            &base,
+            Observed::Ran {
+                wire: &pert,
+                config: &json!({}),
+            },
+        );
+        assert_eq!(c.verdict, CellVerdict::Consumed);
+        let c = judge_cell(&m, &t, &base, Observed::NotObservable("over Ray".into()));
+        assert_eq!(c.verdict, CellVerdict::NotObservable);
+    }
+
+    #[test]
+    fn known_gaps_pass_their_flags_and_fail_when_they_close_or_change() {
+        let mut m = manifest();
+        let base = snap(&[("meta.load_balancer", json!(true))]);
+        let judge = |m: &KnobManifest, knob: usize, value: Value, wire: &WireSnapshot| {
+            let c = judge_cell(
+                m,
+                &trial(knob, value, &[]),
+                &base,
+                Observed::Ran {
+                    wire,
+                    config: &cfg(true),
+                },
+            );
+            judge_knob(&m.knobs[knob], vec![c], None)
+        };
+        let path = m.knobs[2].path.clone();
+        m.known_gaps = vec![manifest::KnownGap {
+            knob: path.clone(),
+            verdict: "not_sent".into(),
+            reason: "known".into(),
+            link: Some("#1".into()),
+        }];
+        // Still not sent: a known gap, not a new flag.
+        let mut knobs = vec![judge(&m, 2, json!(0.3), &base)];
+        assert!(knobs[0].flagged);
+        let closed = apply_known_gaps(&m, &mut knobs);
+        assert!(closed.is_empty(), "{closed:?}");
+        assert_eq!(knobs[0].known_gap.as_deref(), Some("known (#1)"));
+        // Flagged with another verdict: the entry no longer holds.
+        m.known_gaps[0].verdict = "sent_not_consumed".into();
+        let mut knobs = vec![judge(&m, 2, json!(0.3), &base)];
+        let closed = apply_known_gaps(&m, &mut knobs);
+        assert!(knobs[0].known_gap.is_none());
+        assert!(closed[0].contains("no longer holds"), "{closed:?}");
+        // Not flagged any more: closed, remove it.
+        let path5 = m.knobs[5].path.clone();
+        m.known_gaps[0].knob = path5;
+        let pert = snap(&[("meta.load_balancer", json!(false))]);
+        let mut knobs = vec![judge(&m, 5, json!(false), &pert)];
+        assert!(!knobs[0].flagged);
+        let closed = apply_known_gaps(&m, &mut knobs);
+        assert!(
+            closed[0].contains("remove it from known_gaps"),
+            "{closed:?}"
+        );
+        // A gap naming no knob, or an unknown verdict, is a manifest error.
+        m.known_gaps[0].knob = "no.such.knob".into();
+        m.known_gaps[0].verdict = "broken".into();
+        let problems = manifest::validate(&m);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("no knob of this manifest"))
+                && problems
+                    .iter()
+                    .any(|p| p.contains("`broken` is not one of")),
+            "{problems:?}"
+        );
     }
 }

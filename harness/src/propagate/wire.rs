@@ -9,7 +9,8 @@
 //! - `route.<route>`: how many calls each route got; `routes`: the call sequence, run-length
 //!   encoded;
 //! - `status.<key>`: what `GET /status` answered (GPU counts), when the driver asked;
-//! - `srv.<flag>`: the server's start-up flags, when the run recorded them (`server_flags.json`);
+//! - `srv.<flag>`: the server's start-up flags, when the run started the server with them and
+//!   recorded how (`server_flags.json`: the builtin driver's runs only);
 //! - `http_errors`: the number of calls answered with a status of 400 or more.
 //!
 //! A location seen with several values across calls keeps them all (first-seen order).
@@ -37,6 +38,59 @@ pub enum WireLoadError {
     },
 }
 
+/// Where a stopped trial's wire is cut (see [`WireSnapshot::load_run_until`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireCut {
+    /// Through the `/initialize` calls (and any `/health` before them).
+    Initialized,
+    /// Through training step `n`: up to the `n`-th `/generate` that follows a `/step` (the
+    /// first request of the next step), or everything when the next step never began.
+    Steps(u64),
+}
+
+impl WireCut {
+    /// How many of the records (in the order they were recorded) lie before the cut.
+    fn end(self, records: &[Value]) -> usize {
+        let route = |r: &Value| {
+            r.get("route")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        match self {
+            WireCut::Initialized => {
+                let mut seen = false;
+                for (i, r) in records.iter().enumerate() {
+                    match route(r).as_str() {
+                        "/initialize" => seen = true,
+                        "/health" => {}
+                        _ if seen => return i,
+                        _ => {}
+                    }
+                }
+                records.len()
+            }
+            WireCut::Steps(n) => {
+                let (mut stepped, mut starts) = (false, 0);
+                for (i, r) in records.iter().enumerate() {
+                    match route(r).as_str() {
+                        "/step" => stepped = true,
+                        "/generate" if stepped => {
+                            starts += 1;
+                            stepped = false;
+                            if starts >= n {
+                                return i;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                records.len()
+            }
+        }
+    }
+}
+
 impl WireSnapshot {
     /// One value, when the location was seen with exactly one.
     pub fn single(&self, loc: &str) -> Option<&Value> {
@@ -56,6 +110,13 @@ impl WireSnapshot {
     /// Load `wire.jsonl`, `server_config.json` and (if present) `server_flags.json` of a run
     /// directory.
     pub fn load_run(dir: &Path) -> Result<WireSnapshot, WireLoadError> {
+        Self::load_run_until(dir, None)
+    }
+
+    /// [`Self::load_run`], keeping only the records up to `cut`: a trainer stopped on purpose
+    /// may have sent a request or two more before it went, and a trial and its baseline must be
+    /// compared over the same stretch of the wire.
+    pub fn load_run_until(dir: &Path, cut: Option<WireCut>) -> Result<WireSnapshot, WireLoadError> {
         let wire_path = dir.join("wire.jsonl");
         let text = read(&wire_path)?;
         let mut records = Vec::new();
@@ -108,6 +169,10 @@ impl WireSnapshot {
                     message: format!("invalid JSON: {e}"),
                 })
         };
+        if let Some(cut) = cut {
+            let end = cut.end(&records);
+            records.truncate(end);
+        }
         let server_config = json_file("server_config.json")?;
         let server_flags = json_file("server_flags.json")?;
         Ok(Self::from_records(
@@ -225,7 +290,10 @@ impl WireSnapshot {
                 }
             }
         }
-        if let Some(Value::Object(flags)) = server_flags {
+        // `{"started_by", "argv", "flags": {...}}` as the runner records it (a bare mapping of
+        // flags is read too).
+        let flags = server_flags.map(|f| f.get("flags").unwrap_or(f));
+        if let Some(Value::Object(flags)) = flags {
             for (k, v) in flags {
                 w.add(format!("srv.{k}"), v.clone());
             }
@@ -537,5 +605,33 @@ mod tests {
         assert!(!pattern_matches("meta.rollout_n", "meta.rollout_nn"));
         assert_eq!(normalize_route("/forward?job_id=2"), "/forward");
         assert_eq!(normalize_route("POST /job/3"), "/job/{job_id}");
+    }
+
+    #[test]
+    fn a_stopped_run_is_cut_where_its_trial_stopped() {
+        let recs: Vec<Value> = [
+            "/health",
+            "/initialize",
+            "/initialize",
+            "/operation",
+            "/generate",
+            "/forward",
+            "/forward-backward",
+            "/step",
+            "/operation",
+            "/generate",
+            "/generate",
+            "/step",
+            "/generate",
+        ]
+        .iter()
+        .map(|r| json!({ "route": r }))
+        .collect();
+        assert_eq!(WireCut::Initialized.end(&recs), 3);
+        // Step 1 ends where step 2's first /generate begins; step 2 where step 3's does.
+        assert_eq!(WireCut::Steps(1).end(&recs), 9);
+        assert_eq!(WireCut::Steps(2).end(&recs), 12);
+        // A run that never began its next step is kept whole.
+        assert_eq!(WireCut::Steps(3).end(&recs), recs.len());
     }
 }

@@ -721,26 +721,20 @@ async fn exchange(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Proxy
     Response::from_parts(parts, body.boxed_unsync())
 }
 
-/// `rlharness proxy`: listen on `args.listen` until Ctrl-C.
-pub async fn run_standalone(args: &crate::cli::ProxyArgs) -> Result<(), ProxyError> {
-    let listener = crate::backend::server::bind(&args.listen)
+/// A standalone proxy (`rlharness proxy`): listen on `listen` until Ctrl-C.
+pub async fn run_standalone(listen: &str, cfg: ProxyConfig) -> Result<(), ProxyError> {
+    let listener = crate::backend::server::bind(listen)
         .await
         .map_err(|source| ProxyError::Bind {
-            addr: args.listen.clone(),
+            addr: listen.to_string(),
             source,
         })?;
-    let cfg = ProxyConfig {
-        upstream: args.upstream.clone(),
-        record_dir: args.record.clone(),
-        body_limit: args.body_limit,
-        request_timeout: Duration::from_secs(args.timeout_s),
-    };
+    let (upstream, record) = (cfg.upstream.clone(), cfg.record_dir.clone());
     let handle = start(listener, cfg, None).await?;
     println!(
-        "rlharness proxy listening on http://{} -> {}, recording into {}",
+        "rlharness proxy listening on http://{} -> {upstream}, recording into {}",
         handle.addr,
-        args.upstream,
-        args.record.display()
+        record.display()
     );
     let stopped = tokio::signal::ctrl_c().await;
     handle.shutdown().await;

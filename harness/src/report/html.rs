@@ -23,6 +23,27 @@ fn class(h: Headline) -> &'static str {
 
 pub fn render_html(r: &Report) -> String {
     let mut o = String::new();
+    head_section(&mut o, r);
+    if r.skipped.is_some() {
+        o.push_str("</body></html>\n");
+        return o;
+    }
+    let reference = r.reference_label();
+    rules_section(&mut o, r, reference);
+    metrics_section(&mut o, r, reference);
+    run_and_config_sections(&mut o, r);
+    if let Some(tail) = &r.trainer_tail {
+        o.push_str(&format!(
+            "<details><summary>trainer output (last lines)</summary><pre>{}</pre></details>\n",
+            esc(tail)
+        ));
+    }
+    o.push_str("</body></html>\n");
+    o
+}
+
+/// The document head, the headline, the declared verdict, notes, grid and lane.
+fn head_section(o: &mut String, r: &Report) {
     let h = r.headline();
     o.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
     o.push_str(&format!(
@@ -71,11 +92,10 @@ pub fn render_html(r: &Report) -> String {
             esc(&l.message)
         ));
     }
-    if r.skipped.is_some() {
-        o.push_str("</body></html>\n");
-        return o;
-    }
-    let reference = r.reference_label();
+}
+
+/// The table of every rule with its evidence.
+fn rules_section(o: &mut String, r: &Report, reference: &str) {
     if let Some(v) = &r.verdict {
         if !v.rules.is_empty() {
             o.push_str("<h2>Rules</h2>\n<table><tr><th>rule</th><th>status</th><th>at</th>");
@@ -106,6 +126,10 @@ pub fn render_html(r: &Report) -> String {
             o.push_str("</table>\n");
         }
     }
+}
+
+/// A plot and the compared points of each checked metric.
+fn metrics_section(o: &mut String, r: &Report, reference: &str) {
     let plots = render_plots(r);
     if !plots.is_empty() {
         o.push_str("<h2>Metrics</h2>\n");
@@ -121,7 +145,10 @@ pub fn render_html(r: &Report) -> String {
             o.push_str(&points_table(r, m, reference));
         }
     }
-    // The Markdown's run and config sections, as HTML tables.
+}
+
+/// The Markdown's run and config sections, as HTML tables.
+fn run_and_config_sections(o: &mut String, r: &Report) {
     o.push_str("<h2>Run</h2>\n<table>\n");
     for (k, pieces) in run_rows(r) {
         let v: String = pieces
@@ -150,14 +177,6 @@ pub fn render_html(r: &Report) -> String {
         }
         o.push_str("</table>\n");
     }
-    if let Some(tail) = &r.trainer_tail {
-        o.push_str(&format!(
-            "<details><summary>trainer output (last lines)</summary><pre>{}</pre></details>\n",
-            esc(tail)
-        ));
-    }
-    o.push_str("</body></html>\n");
-    o
 }
 
 /// The golden rule's compared points for one metric, as in `report.md`.

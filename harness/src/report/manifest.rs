@@ -65,7 +65,7 @@ pub struct RunManifest {
     /// A deterministic backend's numeric fingerprint and CPU kernel pinning: a golden of the
     /// same fingerprint is held bit for bit (the exact lane).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub numerics: Option<crate::backend::Numerics>,
+    pub numerics: Option<crate::wire::runtime::Numerics>,
     /// RFC 3339.
     pub started: String,
     #[serde(default)]

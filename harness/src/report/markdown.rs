@@ -29,6 +29,27 @@ fn code(s: &str) -> String {
 
 pub fn render_markdown(r: &Report) -> String {
     let mut out = String::new();
+    headline_section(&mut out, r);
+    if r.skipped.is_some() {
+        return out;
+    }
+    let reference = r.reference_label();
+    rules_section(&mut out, r, reference);
+    let metrics = r.checked_metrics();
+    if !metrics.is_empty() {
+        out.push_str("### Metrics\n\n");
+        for m in &metrics {
+            out.push_str(&metric_section(r, m, reference));
+        }
+    }
+    run_section(&mut out, r);
+    config_section(&mut out, r);
+    trainer_tail_section(&mut out, r);
+    out
+}
+
+/// The headline, the exit status and rule count, the declared verdict, notes, grid and lane.
+fn headline_section(out: &mut String, r: &Report) {
     let h = r.headline();
     out.push_str(&format!(
         "## {} {}: {}\n\n",
@@ -82,11 +103,10 @@ pub fn render_markdown(r: &Report) -> String {
             cell(&l.message)
         ));
     }
-    if r.skipped.is_some() {
-        return out;
-    }
+}
 
-    let reference = r.reference_label();
+/// The table of every rule with its evidence.
+fn rules_section(out: &mut String, r: &Report, reference: &str) {
     if let Some(v) = &r.verdict {
         if !v.rules.is_empty() {
             out.push_str("### Rules\n\n");
@@ -110,15 +130,10 @@ pub fn render_markdown(r: &Report) -> String {
             out.push('\n');
         }
     }
+}
 
-    let metrics = r.checked_metrics();
-    if !metrics.is_empty() {
-        out.push_str("### Metrics\n\n");
-        for m in &metrics {
-            out.push_str(&metric_section(r, m, reference));
-        }
-    }
-
+/// Where and how the run ran.
+fn run_section(out: &mut String, r: &Report) {
     out.push_str("### Run\n\n| | |\n|---|---|\n");
     for (k, pieces) in run_rows(r) {
         let v: String = pieces
@@ -131,7 +146,10 @@ pub fn render_markdown(r: &Report) -> String {
         out.push_str(&format!("| {k} | {} |\n", cell(&v)));
     }
     out.push('\n');
+}
 
+/// The knobs that differ from their defaults, with where each value came from.
+fn config_section(out: &mut String, r: &Report) {
     out.push_str("### Config (differs from defaults)\n\n");
     if r.knobs.is_empty() {
         out.push_str("Every knob has its default value.\n\n");
@@ -148,6 +166,10 @@ pub fn render_markdown(r: &Report) -> String {
         }
         out.push('\n');
     }
+}
+
+/// An external trainer's last output lines, folded.
+fn trainer_tail_section(out: &mut String, r: &Report) {
     if let Some(tail) = &r.trainer_tail {
         out.push_str("<details><summary>trainer output (last lines)</summary>\n\n```text\n");
         out.push_str(&tail.replace("```", "'''"));
@@ -156,7 +178,6 @@ pub fn render_markdown(r: &Report) -> String {
         }
         out.push_str("```\n\n</details>\n");
     }
-    out
 }
 
 /// A folded table for one metric: the golden rule's points when it has one, otherwise a short
@@ -239,17 +260,4 @@ fn metric_section(r: &Report, metric: &str, reference: &str) -> String {
     out
 }
 
-pub(crate) fn html_escape(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            _ => o.push(c),
-        }
-    }
-    o
-}
+pub(crate) use crate::util::html_escape;

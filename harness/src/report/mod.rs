@@ -15,15 +15,17 @@ use crate::metrics::MetricTable;
 mod html;
 mod junit;
 pub mod manifest;
-mod markdown;
+pub(crate) mod markdown;
 mod plots;
 pub mod seeds;
+pub mod terminal;
 
 pub use html::render_html;
 pub use junit::render_junit;
 pub use manifest::{KnobDiff, ManifestError, RunManifest};
 pub use markdown::render_markdown;
 pub use plots::{render_overlay, render_plots};
+pub use terminal::render_terminal;
 
 /// Facts about the run that the reports show (paths and times are volatile: snapshot tests
 /// redact them).
@@ -44,7 +46,7 @@ pub struct RunInfo {
     pub device: String,
     pub threads: Option<u64>,
     pub torch_version: Option<String>,
-    pub numerics: Option<crate::backend::Numerics>,
+    pub numerics: Option<crate::wire::runtime::Numerics>,
     pub started: Option<String>,
     pub ended: Option<String>,
 }
@@ -803,13 +805,13 @@ pub fn compare_out_dir(run: &Path, run2: Option<&Path>) -> PathBuf {
 }
 
 /// Re-judge a stored run against its golden (or against a second run) with the checks recorded
-/// in its `run.json`, write the reports under `RUN/compare/...`, print the Markdown, and return
-/// the exit status the verdict calls for.
+/// in its `run.json`, write the reports under `RUN/compare/...`, and return the report and
+/// that folder (the caller prints; the report's exit status is the command's).
 pub fn compare_command(
     run: &Path,
     run2: Option<&Path>,
     golden_root: &Path,
-) -> Result<ExitStatus, CommandError> {
+) -> Result<(Report, PathBuf), CommandError> {
     let out = compare_out_dir(run, run2);
     if seeds::is_combined(run) {
         if run2.is_some() {
@@ -822,9 +824,7 @@ pub fn compare_command(
         }
         let combined = seeds::judge_combined(run, golden_root)?;
         combined.write(&out)?;
-        print!("{}", render_markdown(&combined.report));
-        println!("\nreports written to {}", out.display());
-        return Ok(combined.report.exit_status());
+        return Ok((combined.report, out));
     }
     let (manifest, table) = load_run(run)?;
     let (reference, verdict, overlays) = match run2 {
@@ -872,9 +872,7 @@ pub fn compare_command(
             // The same judge as `run`, on what the run directory stores.
             let report = seeds::judge_stored(run, golden_root)?;
             write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
-            print!("{}", render_markdown(&report));
-            println!("\nreports written to {}", out.display());
-            return Ok(report.exit_status());
+            return Ok((report, out));
         }
     };
     let mut report = Report::from_run(run, &manifest, table, reference, verdict);
@@ -885,9 +883,7 @@ pub fn compare_command(
         fsx::write_atomic(&out.join("plots").join(name), svg.as_bytes())
             .map_err(|e| CommandError::run_failed(e.to_string()))?;
     }
-    print!("{}", render_markdown(&report));
-    println!("\nreports written to {}", out.display());
-    Ok(report.exit_status())
+    Ok((report, out))
 }
 
 #[cfg(test)]
@@ -1013,7 +1009,7 @@ mod tests {
 
     fn snapshot(name: &str, text: &str) {
         let mut settings = insta::Settings::clone_current();
-        settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../golden/_snapshots"));
+        settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/snapshots"));
         settings.set_prepend_module_to_snapshot(false);
         settings.bind(|| insta::assert_snapshot!(name, text));
     }

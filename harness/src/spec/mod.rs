@@ -39,9 +39,9 @@ pub struct Scenario {
     pub driver: crate::driver::DriverSpec,
     pub backend: crate::backend::BackendSpec,
     pub metrics: crate::metrics::MetricsSpec,
-    pub checks: crate::compare::ChecksSpec,
+    pub checks: crate::checks::ChecksSpec,
     pub timeouts: Timeouts,
-    pub expected_verdict: Option<crate::compare::ExpectedVerdict>,
+    pub expected_verdict: Option<crate::checks::ExpectedVerdict>,
     /// A self-test of the harness: a planted change judged against a reference run of the
     /// same scenario on this host.
     pub selftest: Option<SelfTest>,
@@ -85,7 +85,7 @@ impl SelfTest {
     pub fn seed_list(&self) -> Option<Vec<u64>> {
         self.seeds
             .as_deref()
-            .and_then(|s| crate::compare::seeds::parse_seed_range(s).ok())
+            .and_then(|s| crate::checks::parse_seed_range(s).ok())
     }
 }
 
@@ -148,21 +148,54 @@ pub fn command_available(name: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn python_module_available(name: &str) -> Result<bool, String> {
-    let status = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import importlib.util,sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)",
-            name,
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => "python3 not found".to_string(),
-            _ => format!("python3 failed to start: {e}"),
-        })?;
-    Ok(status.success())
+/// Which Python modules `python3` finds, asked once per process (the scenarios of one `list`
+/// or `run` ask for the same ones) and in one interpreter start for all of `names` not asked
+/// yet: starting Python (through a version manager's shim) costs more than the rest of `list`.
+fn python_modules_available(names: &[String]) -> Vec<Result<bool, String>> {
+    static KNOWN: std::sync::Mutex<BTreeMap<String, Result<bool, String>>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    let mut known = crate::util::lock(&KNOWN);
+    let mut ask: Vec<&String> = names.iter().filter(|n| !known.contains_key(*n)).collect();
+    ask.dedup();
+    if !ask.is_empty() {
+        // One line per module, `1` when found; a module whose parent package is missing
+        // (find_spec raises) is not found.
+        let script = "import importlib.util,sys\n\
+                      for m in sys.argv[1:]:\n\
+                      \x20 try: ok = importlib.util.find_spec(m) is not None\n\
+                      \x20 except Exception: ok = False\n\
+                      \x20 print(int(ok))";
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .args(&ask)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output();
+        let answers: Vec<Result<bool, String>> = match out {
+            Err(e) => {
+                let why = match e.kind() {
+                    std::io::ErrorKind::NotFound => "python3 not found".to_string(),
+                    _ => format!("python3 failed to start: {e}"),
+                };
+                vec![Err(why); ask.len()]
+            }
+            Ok(o) => {
+                let text = String::from_utf8_lossy(&o.stdout);
+                let lines: Vec<&str> = text.lines().collect();
+                (0..ask.len())
+                    .map(|i| Ok(o.status.success() && lines.get(i) == Some(&"1")))
+                    .collect()
+            }
+        };
+        for (name, answer) in ask.into_iter().zip(answers) {
+            known.insert(name.clone(), answer);
+        }
+    }
+    names
+        .iter()
+        .map(|n| known.get(n).cloned().unwrap_or(Ok(false)))
+        .collect()
 }
 
 impl Requires {
@@ -210,8 +243,9 @@ impl Requires {
                 reasons.push(format!("needs command `{c}` on PATH"));
             }
         }
-        for m in &self.python_modules {
-            match python_module_available(m) {
+        let found = python_modules_available(&self.python_modules);
+        for (m, found) in self.python_modules.iter().zip(found) {
+            match found {
                 Ok(true) => {}
                 Ok(false) => reasons.push(format!("needs python module `{m}`")),
                 Err(why) => reasons.push(format!("needs python module `{m}` ({why})")),
@@ -268,7 +302,20 @@ pub struct Timeouts {
         serialize_with = "ser_duration"
     )]
     pub request: Option<Duration>,
+    /// How long a Ray job (`run --executor ray`) may wait to be scheduled before it is stopped
+    /// and reported unschedulable (exit 3); [`DEFAULT_QUEUE_TIMEOUT`] when absent. Not part of
+    /// the plan: where a scenario waits does not change what it computes.
+    #[serde(
+        default,
+        deserialize_with = "de_duration",
+        serialize_with = "ser_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub queue: Option<Duration>,
 }
+
+/// `timeouts.queue` when a scenario does not set it.
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(600);
 
 fn ser_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
     match d {
@@ -446,37 +493,15 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-/// Load, layer, override, interpolate and validate one scenario file. `overrides` are
-/// `--set KEY=VALUE` arguments; KEY is a dotted path from the scenario root. Every error found
-/// is returned, not only the first.
-pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, SpecErrors> {
-    let text =
-        crate::fsx::read_to_string(path).map_err(|e| SpecError::file(path, e.to_string()))?;
-    let mut root = yaml::parse(&text, path)?;
-    let mut errors = Vec::new();
-    if !root.is_map() {
-        return Err(SpecError::at(
-            &root.pos,
-            "",
-            format!(
-                "expected a mapping with the scenario's keys ({}), found {}",
-                TOP_LEVEL_KEYS.join(", "),
-                root.value.kind()
-            ),
-        )
-        .into());
-    }
-
-    // Overrides: config ones go to the layering, the rest edit the tree now.
-    let mut parsed = Vec::new();
-    for arg in overrides {
-        match Override::parse(arg) {
-            Ok(o) => parsed.push(o),
-            Err(e) => errors.push(e),
-        }
-    }
+/// Apply the `--set` overrides outside `config` to the tree now; return the `config.*` ones
+/// (with their path below `config`) for the layering.
+fn apply_overrides<'a>(
+    root: &mut SpannedNode,
+    parsed: &'a [Override],
+    errors: &mut Vec<SpecError>,
+) -> Vec<(&'a Override, Vec<String>)> {
     let mut config_overrides = Vec::new();
-    for ov in &parsed {
+    for ov in parsed {
         if ov.segments[0] == "config" {
             config_overrides.push((ov, ov.segments[1..].to_vec()));
         } else if !TOP_LEVEL_KEYS.contains(&ov.segments[0].as_str()) {
@@ -491,12 +516,15 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
                     ov.segments[0]
                 ),
             ));
-        } else if let Err(e) = apply_top_override(&mut root, ov) {
+        } else if let Err(e) = apply_top_override(root, ov) {
             errors.push(e);
         }
     }
+    config_overrides
+}
 
-    // Unknown top-level keys, all of them.
+/// Every unknown top-level key, with the closest known one.
+fn unknown_top_level_keys(root: &SpannedNode, errors: &mut Vec<SpecError>) {
     if let SpannedValue::Map(entries) = &root.value {
         for (k, kpos, _) in entries {
             if !TOP_LEVEL_KEYS.contains(&k.as_str()) {
@@ -512,42 +540,205 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
             }
         }
     }
+}
+
+/// One typed block of the scenario, its error recorded (so one file shows all its errors).
+fn field<'a, T: Deserialize<'a>>(
+    root: &'a SpannedNode,
+    key: &str,
+    errors: &mut Vec<SpecError>,
+) -> Option<T> {
+    let node = root.get(key)?;
+    match de::from_node::<T>(node, key) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    }
+}
+
+/// A block the scenario must have; `what` says what it is for.
+fn required<'a, T: Deserialize<'a>>(
+    root: &'a SpannedNode,
+    key: &str,
+    what: &str,
+    errors: &mut Vec<SpecError>,
+) -> Option<T> {
+    if root.get(key).is_none() {
+        errors.push(SpecError::at(
+            &root.pos,
+            key,
+            format!("missing required key `{key}` ({what})"),
+        ));
+        return None;
+    }
+    field(root, key, errors)
+}
+
+/// A self-test plants `key=value` changes, declares the verdict it expects, and (multi-seed)
+/// names at least 2 seeds.
+fn check_selftest(
+    st: &SelfTest,
+    node: &SpannedNode,
+    declares_verdict: bool,
+    errors: &mut Vec<SpecError>,
+) {
+    if st.plant.is_empty() {
+        errors.push(SpecError::at(
+            &node.pos,
+            "selftest.plant",
+            "a self-test plants at least one change (`key=value`, as `--set` takes it)",
+        ));
+    }
+    if let Some(bad) = st.plant.iter().find(|p| !p.contains('=')) {
+        errors.push(SpecError::at(
+            &node.pos,
+            "selftest.plant",
+            format!("`{bad}` is not a `key=value` override"),
+        ));
+    }
+    if let Some(seeds) = &st.seeds {
+        match crate::checks::parse_seed_range(seeds) {
+            Ok(list) if list.len() < 2 => errors.push(SpecError::at(
+                &node.pos,
+                "selftest.seeds",
+                format!("`{seeds}`: a multi-seed self-test needs at least 2 seeds"),
+            )),
+            Ok(_) => {}
+            Err(why) => errors.push(SpecError::at(&node.pos, "selftest.seeds", why)),
+        }
+    }
+    if st.golden.is_some() && st.seeds.is_none() {
+        errors.push(SpecError::at(
+            &node.pos,
+            "selftest.golden",
+            "`golden` names the scenario whose golden a multi-seed self-test is judged \
+             against: it needs `seeds` (a single-run self-test is judged against its own \
+             reference run)",
+        ));
+    }
+    if !declares_verdict {
+        errors.push(SpecError::at(
+            &node.pos,
+            "selftest",
+            "a self-test must declare the verdict it expects (`expected_verdict`)",
+        ));
+    }
+}
+
+/// The driver block, and the backend block (a command driver's trainer may bring its own:
+/// no block means `none`; the builtin driver needs one).
+fn driver_and_backend(
+    root: &SpannedNode,
+    errors: &mut Vec<SpecError>,
+) -> (
+    Option<crate::driver::DriverSpec>,
+    Option<crate::backend::BackendSpec>,
+) {
+    let driver: Option<crate::driver::DriverSpec> =
+        required(root, "driver", "e.g. `{kind: builtin}`", errors);
+    // A trainer that brings its own backend (the command driver) needs no `backend` block.
+    let backend: Option<crate::backend::BackendSpec> = if root.get("backend").is_none()
+        && !matches!(driver, Some(crate::driver::DriverSpec::Builtin(_)))
+    {
+        Some(crate::backend::BackendSpec::None)
+    } else {
+        required(root, "backend", "e.g. `{kind: mock}`", errors)
+    };
+    if let (Some(crate::driver::DriverSpec::Builtin(_)), Some(crate::backend::BackendSpec::None)) =
+        (&driver, &backend)
+    {
+        let pos = root.get("backend").map_or(&root.pos, |n| &n.pos);
+        errors.push(SpecError::at(
+            pos,
+            "backend",
+            "the builtin driver needs a backend to drive (`mock`, `torch`, `remote` or `replay`); \
+         `none` is for a command driver whose trainer brings its own",
+        ));
+    }
+    (driver, backend)
+}
+
+/// A name that can name folders, and at least one step.
+fn check_name_and_steps(
+    root: &SpannedNode,
+    name: Option<&str>,
+    steps: Option<u64>,
+    errors: &mut Vec<SpecError>,
+) {
+    if let (Some(n), Some(node)) = (name, root.get("name")) {
+        if !valid_name(n) {
+            errors.push(SpecError::at(
+            &node.pos,
+            "name",
+            format!("invalid name {n:?}: expected letters, digits, `-`, `_` or `.` (it names folders)"),
+        ));
+        }
+    }
+    if let (Some(0), Some(node)) = (steps, root.get("steps")) {
+        errors.push(SpecError::at(
+            &node.pos,
+            "steps",
+            "expected at least 1 step, found 0",
+        ));
+    }
+}
+
+/// Where each value outside `config` was written.
+fn top_level_origins(root: &SpannedNode) -> BTreeMap<String, Origin> {
+    let mut origins = BTreeMap::new();
+    if let SpannedValue::Map(entries) = &root.value {
+        for (k, _, child) in entries {
+            if k != "config" {
+                collect_origins(child, k, &mut origins);
+            }
+        }
+    }
+    origins
+}
+
+/// The scenario file's top level must be a mapping.
+fn expect_mapping(root: &SpannedNode) -> Result<(), SpecErrors> {
+    if !root.is_map() {
+        return Err(SpecError::at(
+            &root.pos,
+            "",
+            format!(
+                "expected a mapping with the scenario's keys ({}), found {}",
+                TOP_LEVEL_KEYS.join(", "),
+                root.value.kind()
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Load, layer, override, interpolate and validate one scenario file. `overrides` are
+/// `--set KEY=VALUE` arguments; KEY is a dotted path from the scenario root. Every error found
+/// is returned, not only the first.
+pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, SpecErrors> {
+    let text =
+        crate::fsx::read_to_string(path).map_err(|e| SpecError::file(path, e.to_string()))?;
+    let mut root = yaml::parse(&text, path)?;
+    let mut errors = Vec::new();
+    expect_mapping(&root)?;
+
+    // Overrides: config ones go to the layering, the rest edit the tree now.
+    let parsed: Vec<Override> = overrides
+        .iter()
+        .filter_map(|arg| Override::parse(arg).map_err(|e| errors.push(e)).ok())
+        .collect();
+    let config_overrides = apply_overrides(&mut root, &parsed, &mut errors);
+
+    unknown_top_level_keys(&root, &mut errors);
 
     let root_dir = config::scenarios_root(path);
     let config_node = root.get("config").cloned();
     let layered = config::layer_config(&root_dir, config_node, &config_overrides, &mut errors);
 
     // Typed blocks, each on its own so one file shows all its errors.
-    fn field<'a, T: Deserialize<'a>>(
-        root: &'a SpannedNode,
-        key: &str,
-        errors: &mut Vec<SpecError>,
-    ) -> Option<T> {
-        let node = root.get(key)?;
-        match de::from_node::<T>(node, key) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        }
-    }
-    fn required<'a, T: Deserialize<'a>>(
-        root: &'a SpannedNode,
-        key: &str,
-        what: &str,
-        errors: &mut Vec<SpecError>,
-    ) -> Option<T> {
-        if root.get(key).is_none() {
-            errors.push(SpecError::at(
-                &root.pos,
-                key,
-                format!("missing required key `{key}` ({what})"),
-            ));
-            return None;
-        }
-        field(root, key, errors)
-    }
     let name: Option<String> = required(
         &root,
         "name",
@@ -564,93 +755,23 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
     let requires: Option<Requires> = field(&root, "requires", &mut errors);
     let seed: Option<u64> = required(&root, "seed", "the run's random seed", &mut errors);
     let steps: Option<u64> = required(&root, "steps", "the number of training steps", &mut errors);
-    let driver: Option<crate::driver::DriverSpec> =
-        required(&root, "driver", "e.g. `{kind: builtin}`", &mut errors);
-    // A trainer that brings its own backend (the command driver) needs no `backend` block.
-    let backend: Option<crate::backend::BackendSpec> = if root.get("backend").is_none()
-        && !matches!(driver, Some(crate::driver::DriverSpec::Builtin(_)))
-    {
-        Some(crate::backend::BackendSpec::None)
-    } else {
-        required(&root, "backend", "e.g. `{kind: mock}`", &mut errors)
-    };
-    if let (Some(crate::driver::DriverSpec::Builtin(_)), Some(crate::backend::BackendSpec::None)) =
-        (&driver, &backend)
-    {
-        let pos = root.get("backend").map_or(&root.pos, |n| &n.pos);
-        errors.push(SpecError::at(
-            pos,
-            "backend",
-            "the builtin driver needs a backend to drive (`mock`, `torch`, `remote` or `replay`); \
-             `none` is for a command driver whose trainer brings its own",
-        ));
-    }
+    let (driver, backend) = driver_and_backend(&root, &mut errors);
     let metrics: Option<crate::metrics::MetricsSpec> = field(&root, "metrics", &mut errors);
-    let checks: Option<crate::compare::ChecksSpec> = field(&root, "checks", &mut errors);
+    let checks: Option<crate::checks::ChecksSpec> = field(&root, "checks", &mut errors);
     let timeouts: Option<Timeouts> = field(&root, "timeouts", &mut errors);
-    let expected_verdict: Option<Option<crate::compare::ExpectedVerdict>> =
+    let expected_verdict: Option<Option<crate::checks::ExpectedVerdict>> =
         field(&root, "expected_verdict", &mut errors);
     let selftest: Option<SelfTest> = field(&root, "selftest", &mut errors);
     if let (Some(st), Some(node)) = (&selftest, root.get("selftest")) {
-        if st.plant.is_empty() {
-            errors.push(SpecError::at(
-                &node.pos,
-                "selftest.plant",
-                "a self-test plants at least one change (`key=value`, as `--set` takes it)",
-            ));
-        }
-        if let Some(bad) = st.plant.iter().find(|p| !p.contains('=')) {
-            errors.push(SpecError::at(
-                &node.pos,
-                "selftest.plant",
-                format!("`{bad}` is not a `key=value` override"),
-            ));
-        }
-        if let Some(seeds) = &st.seeds {
-            match crate::compare::seeds::parse_seed_range(seeds) {
-                Ok(list) if list.len() < 2 => errors.push(SpecError::at(
-                    &node.pos,
-                    "selftest.seeds",
-                    format!("`{seeds}`: a multi-seed self-test needs at least 2 seeds"),
-                )),
-                Ok(_) => {}
-                Err(why) => errors.push(SpecError::at(&node.pos, "selftest.seeds", why)),
-            }
-        }
-        if st.golden.is_some() && st.seeds.is_none() {
-            errors.push(SpecError::at(
-                &node.pos,
-                "selftest.golden",
-                "`golden` names the scenario whose golden a multi-seed self-test is judged \
-                 against: it needs `seeds` (a single-run self-test is judged against its own \
-                 reference run)",
-            ));
-        }
-        if !matches!(expected_verdict, Some(Some(_))) {
-            errors.push(SpecError::at(
-                &node.pos,
-                "selftest",
-                "a self-test must declare the verdict it expects (`expected_verdict`)",
-            ));
-        }
+        check_selftest(
+            st,
+            node,
+            matches!(expected_verdict, Some(Some(_))),
+            &mut errors,
+        );
     }
 
-    if let (Some(n), Some(node)) = (&name, root.get("name")) {
-        if !valid_name(n) {
-            errors.push(SpecError::at(
-                &node.pos,
-                "name",
-                format!("invalid name {n:?}: expected letters, digits, `-`, `_` or `.` (it names folders)"),
-            ));
-        }
-    }
-    if let (Some(0), Some(node)) = (steps, root.get("steps")) {
-        errors.push(SpecError::at(
-            &node.pos,
-            "steps",
-            "expected at least 1 step, found 0",
-        ));
-    }
+    check_name_and_steps(&root, name.as_deref(), steps, &mut errors);
 
     if !errors.is_empty() {
         return Err(SpecErrors(errors));
@@ -673,19 +794,12 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
         .into());
     };
 
-    let mut origins = BTreeMap::new();
-    if let SpannedValue::Map(entries) = &root.value {
-        for (k, _, child) in entries {
-            if k != "config" {
-                collect_origins(child, k, &mut origins);
-            }
-        }
-    }
+    let origins = top_level_origins(&root);
     let mut sources = vec![path.to_path_buf()];
     sources.extend(layered.sources);
     let tags = tags.unwrap_or_default();
     let mut checks = checks.unwrap_or_default();
-    checks.stability = Some(crate::compare::stability::enabled_for(
+    checks.stability = Some(crate::checks::stability_enabled_for(
         checks.stability,
         &tags,
     ));
@@ -851,5 +965,23 @@ mod tests {
         assert!(!valid_name("a/b"));
         assert!(!valid_name(""));
         assert!(!valid_name(".."));
+    }
+
+    #[test]
+    fn python_modules_are_asked_in_one_start_and_answered_in_order() {
+        let names: Vec<String> = [
+            "json",
+            "no_such_module_rlharness",
+            "no_such_pkg_x.sub",
+            "json",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let found = python_modules_available(&names);
+        if found[0].is_err() {
+            return; // no python3 on this machine: nothing to check
+        }
+        assert_eq!(found, vec![Ok(true), Ok(false), Ok(false), Ok(true)]);
     }
 }

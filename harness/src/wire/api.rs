@@ -74,6 +74,27 @@ fn non_empty(v: &Option<Value>) -> Option<&Value> {
 }
 
 impl JobConfig {
+    /// A JobConfig with only its model, type and seed set (every optional block absent, every
+    /// flag off), as a client starts one before it fills in what the job needs.
+    pub fn new(model_name: impl Into<String>, job_type: JobType, seed: i64) -> JobConfig {
+        JobConfig {
+            model_name: model_name.into(),
+            job_type,
+            ds_config: None,
+            training_config: None,
+            log_prob_config: None,
+            ds_worker_config: None,
+            vllm_config: None,
+            checkpoint_path: None,
+            arctic_inference_config: None,
+            full_determinism: false,
+            seed,
+            cuda_ipc: false,
+            low_memory: false,
+            extra: serde_json::Map::new(),
+        }
+    }
+
     /// Whether the job runs a DeepSpeed engine: training, and log_prob when it has a
     /// `ds_config` (a log_prob job without one runs on vLLM).
     pub fn is_deepspeed(&self) -> bool {

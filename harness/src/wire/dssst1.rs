@@ -281,6 +281,16 @@ fn checked_numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }
 
+/// Values as their little-endian bytes, one allocation of the exact size (the data of a
+/// tensor built from a slice).
+pub fn le_bytes<T, const N: usize>(values: &[T], bytes_of: impl Fn(&T) -> [u8; N]) -> Bytes {
+    let mut data = Vec::with_capacity(values.len() * N);
+    for v in values {
+        data.extend_from_slice(&bytes_of(v));
+    }
+    Bytes::from(data)
+}
+
 impl Tensor {
     /// A tensor whose byte length is checked against its dtype and shape.
     pub fn new(dtype: DType, shape: Vec<usize>, data: Bytes) -> Result<Tensor, WireError> {
@@ -320,11 +330,7 @@ impl Tensor {
         values: &[T],
         to_bytes: impl Fn(&T) -> [u8; N],
     ) -> Result<Tensor, WireError> {
-        let mut data = Vec::with_capacity(values.len() * N);
-        for v in values {
-            data.extend_from_slice(&to_bytes(v));
-        }
-        Tensor::new(dtype, shape, Bytes::from(data))
+        Tensor::new(dtype, shape, le_bytes(values, to_bytes))
     }
 
     pub fn from_f32(shape: impl Into<Vec<usize>>, values: &[f32]) -> Result<Tensor, WireError> {
@@ -673,6 +679,20 @@ fn child_path(path: &str, segment: &str) -> String {
     }
 }
 
+/// The trees of a tuple's or a list's items, each at `path.<index>`.
+fn build_items<'a>(
+    items: &'a [Node],
+    path: &str,
+    out: &mut Vec<Collected<'a>>,
+    keys: &mut HashSet<String>,
+) -> Result<Vec<Value>, WireError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| build_tree(item, &child_path(path, &i.to_string()), out, keys))
+        .collect()
+}
+
 /// Turns the tree into its `dss` JSON and collects the tensors under their dotted keys.
 fn build_tree<'a>(
     node: &'a Node,
@@ -715,18 +735,7 @@ fn build_tree<'a>(
             });
             Value::Array(tag)
         }
-        Node::Tuple(items) => {
-            let mut v = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                v.push(build_tree(
-                    item,
-                    &child_path(path, &i.to_string()),
-                    out,
-                    keys,
-                )?);
-            }
-            serde_json::json!(["u", v])
-        }
+        Node::Tuple(items) => serde_json::json!(["u", build_items(items, path, out, keys)?]),
         Node::Json(v) => serde_json::json!(["j", v]),
         Node::Dict(_) | Node::List(_) if !node.has_tensor() => {
             // Tensor-free, so `to_json` cannot fail; the fallback keeps this panic-free anyway.
@@ -742,18 +751,7 @@ fn build_tree<'a>(
             }
             serde_json::json!(["d", v])
         }
-        Node::List(items) => {
-            let mut v = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                v.push(build_tree(
-                    item,
-                    &child_path(path, &i.to_string()),
-                    out,
-                    keys,
-                )?);
-            }
-            serde_json::json!(["l", v])
-        }
+        Node::List(items) => serde_json::json!(["l", build_items(items, path, out, keys)?]),
     })
 }
 

@@ -4,7 +4,7 @@
     python3 frames.py write DIR    # one DIR/<case>.dssst1 per case
     python3 frames.py check FILE   # decode FILE with the Python codec, compare with the case
 
-`harness/tests/conformance.rs` runs `write`, has rlharness decode and re-encode each frame and
+`harness/tests/it/conformance.rs` runs `write`, has rlharness decode and re-encode each frame and
 requires the same bytes back; `check` proves a frame rlharness wrote decodes in Python to the
 same tree.
 """

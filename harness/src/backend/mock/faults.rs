@@ -226,7 +226,7 @@ struct FaultState {
 
 impl FaultState {
     fn traffic(&self) -> MutexGuard<'_, Traffic> {
-        self.traffic.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::lock(&self.traffic)
     }
 }
 

@@ -336,7 +336,7 @@ impl MockEngine {
     }
 
     fn jobs(&self) -> MutexGuard<'_, HashMap<u64, MockJob>> {
-        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::lock(&self.jobs)
     }
 
     /// The policy version a job holds (what a weight sync copies).

@@ -127,8 +127,7 @@ fn is_frame(content_type: Option<&str>) -> bool {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    let d = Sha256::digest(bytes);
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    crate::util::hex(&Sha256::digest(bytes))
 }
 
 /// The binary bodies of a cassette: one gzip stream, each body at an offset of the
@@ -363,7 +362,7 @@ impl CassetteWriter {
     /// An exchange arrived: its concurrency group is that of the oldest exchange still in
     /// flight, or its own `seq` when none is.
     pub fn begin(&self, seq: u64) -> u64 {
-        let mut f = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = crate::util::lock(&self.in_flight);
         let group = f.values().next().copied().unwrap_or(seq);
         f.insert(seq, group);
         group
@@ -371,11 +370,8 @@ impl CassetteWriter {
 
     /// The exchange is over: hand it to the writer thread.
     pub fn push(&self, ex: RecordedExchange) {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&ex.seq);
-        if let Some(tx) = self.tx.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        crate::util::lock(&self.in_flight).remove(&ex.seq);
+        if let Some(tx) = crate::util::lock(&self.tx).as_ref() {
             let _ = tx.send(ex);
         }
     }
@@ -383,11 +379,8 @@ impl CassetteWriter {
     /// End the recording: write the index and return how many exchanges it holds. Blocks
     /// until the writer thread is done; later calls return an error.
     pub fn finish(&self) -> Result<usize, CassetteError> {
-        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        drop(crate::util::lock(&self.tx).take());
+        let thread = crate::util::lock(&self.thread)
             .take()
             .ok_or_else(|| CassetteError::Writer("the recording was already finished".into()))?;
         thread

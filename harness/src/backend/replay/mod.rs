@@ -176,7 +176,7 @@ pub struct ReplayHandle {
 impl ReplayHandle {
     /// What happened so far; recorded exchanges not yet requested count as never requested.
     pub fn outcome(&self) -> ReplayOutcome {
-        let s = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let s = crate::util::lock(&self.shared.state);
         let mut mismatches = s.mismatches.clone();
         let mut never: Vec<(usize, Mismatch)> = Vec::new();
         for (key, idx) in &s.streams {
@@ -388,7 +388,7 @@ async fn serve_one(
     let route = format!("{} {}", key.0, key.1);
     let incoming = json!({"query": other_query(uri.query()), "body": body_view});
 
-    let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+    let mut s = crate::util::lock(&shared.state);
     let asked = {
         let n = s.asked.entry(key.clone()).or_insert(0);
         *n += 1;

@@ -2,7 +2,6 @@
 //! client sent (any dtype the frame carries, checked against its shape) and the small JSON
 //! conversions every route needs. Shared by the server and the engines.
 
-use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::wire::{DType, Node, Tensor};
@@ -52,14 +51,10 @@ pub fn tensor_i64(t: &Tensor, name: &str) -> Result<Vec<i64>, String> {
 
 /// An `I64` tensor.
 pub fn i64_tensor(shape: Vec<usize>, values: &[i64]) -> Tensor {
-    let mut data = Vec::with_capacity(values.len() * 8);
-    for v in values {
-        data.extend_from_slice(&v.to_le_bytes());
-    }
     Tensor {
         dtype: DType::I64,
         shape,
-        data: Bytes::from(data),
+        data: crate::wire::dssst1::le_bytes(values, |v| v.to_le_bytes()),
     }
 }
 
@@ -121,6 +116,7 @@ pub fn describe(t: &Tensor) -> String {
 mod tests {
     use super::*;
     use crate::backend::f32_tensor;
+    use bytes::Bytes;
 
     #[test]
     fn reads_every_dtype_it_promises() {

@@ -1,0 +1,872 @@
+//! One function per command, chaining the stages. Errors become exit codes here.
+
+pub mod scale;
+
+use crate::cli::{Cli, Command};
+use crate::error::{CommandError, ExitStatus};
+
+pub fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Run the parsed command line and return the exit status to use.
+pub fn main(cli: Cli) -> ExitStatus {
+    init_tracing(cli.verbose);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: failed to start the async runtime: {e}");
+            return ExitStatus::RunFailed;
+        }
+    };
+    match rt.block_on(dispatch(cli.command)) {
+        Ok(status) => status,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.status
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
+    match command {
+        Command::Check { paths } => Ok(check(&paths)),
+        Command::List { root } => {
+            print!(
+                "{}",
+                crate::spec::check::render_list(&crate::spec::check::list(&root))
+            );
+            Ok(ExitStatus::Passed)
+        }
+        Command::Serve(args) => serve(args).await,
+        Command::Run(args) => run(args).await,
+        Command::JobEntry(args) => crate::app::scale::ray::job_entry(args).await,
+        Command::Record(args) => record(args).await,
+        Command::Golden {
+            action: crate::cli::GoldenAction::Calibrate(args),
+            golden,
+        } => calibrate(args, &golden).await,
+        Command::Golden { action, golden } => golden_command(action, &golden),
+        Command::Compare {
+            run,
+            run2,
+            golden,
+            format,
+        } => {
+            let (report, out) = crate::report::compare_command(&run, run2.as_deref(), &golden)?;
+            print_compared(&report, &out, format)?;
+            Ok(report.exit_status())
+        }
+        Command::Proxy(args) => {
+            let cfg = crate::proxy::ProxyConfig {
+                upstream: args.upstream.clone(),
+                record_dir: args.record.clone(),
+                body_limit: args.body_limit,
+                request_timeout: std::time::Duration::from_secs(args.timeout_s),
+            };
+            crate::proxy::run_standalone(&args.listen, cfg)
+                .await
+                .map_err(|e| CommandError::run_failed(format!("proxy: {e}")))?;
+            Ok(ExitStatus::Passed)
+        }
+        Command::Propagate {
+            scenario,
+            out,
+            set,
+            until,
+            jobs,
+        } => {
+            let options = crate::propagate::command::MatrixOptions { until, jobs };
+            crate::propagate::command::propagate_command(&scenario, &out, &set, &options).await
+        }
+    }
+}
+
+/// `rlharness check`: every scenario validated, every backend file linted; exit 2 on any error.
+pub fn check(paths: &[std::path::PathBuf]) -> ExitStatus {
+    let outcome = crate::spec::check::check(paths);
+    print!("{}", crate::spec::check::render_check(&outcome));
+    // Knob manifests: validated like a scenario, and covered both ways by their backend YAML.
+    let mut manifest_errors = 0;
+    for manifest in knob_manifests(paths) {
+        let problems = crate::propagate::manifest::check_file(&manifest);
+        for p in &problems {
+            println!("error: {p}");
+        }
+        if problems.is_empty() {
+            println!(
+                "ok: knob manifest {} covers its backend",
+                manifest.display()
+            );
+        }
+        manifest_errors += problems.len();
+    }
+    if outcome.is_ok() && manifest_errors == 0 {
+        ExitStatus::Passed
+    } else {
+        ExitStatus::InvalidInput
+    }
+}
+
+/// `backends/*.knobs.yaml` under each scenarios root that `check` looks at.
+fn knob_manifests(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
+    let default_paths = [std::path::PathBuf::from("scenarios")];
+    let paths = if paths.is_empty() {
+        &default_paths[..]
+    } else {
+        paths
+    };
+    let mut roots = std::collections::BTreeSet::new();
+    for p in paths {
+        let probe = if p.is_dir() {
+            p.join("x.yaml")
+        } else {
+            p.clone()
+        };
+        roots.insert(crate::spec::config::scenarios_root(&probe));
+    }
+    let mut out = Vec::new();
+    for root in roots {
+        if let Ok(entries) = std::fs::read_dir(root.join("backends")) {
+            let mut found: Vec<_> = entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().ends_with(".knobs.yaml"))
+                .collect();
+            found.sort();
+            out.extend(found);
+        }
+    }
+    out
+}
+
+/// The scenario a `serve` or `proxy` command takes its settings from, if one is named.
+fn load_optional_scenario(
+    path: Option<&std::path::Path>,
+    set: &[String],
+) -> Result<Option<crate::spec::Scenario>, CommandError> {
+    match path {
+        None => Ok(None),
+        Some(p) => crate::spec::load_scenario(p, set)
+            .map(Some)
+            .map_err(|e| CommandError::invalid(e.to_string())),
+    }
+}
+
+async fn serve(args: crate::cli::ServeArgs) -> Result<ExitStatus, CommandError> {
+    let scenario = load_optional_scenario(args.scenario.as_deref(), &args.set)?;
+    let seed = scenario.as_ref().map_or(1, |s| s.seed);
+    match args.kind {
+        crate::cli::ServeKind::Mock => {
+            let script = match scenario.map(|s| s.backend) {
+                None => crate::backend::MockScript::default(),
+                Some(crate::backend::BackendSpec::Mock(script)) => script,
+                Some(other) => {
+                    return Err(CommandError::invalid(format!(
+                        "`serve mock` needs a scenario with a mock backend, not {other:?}"
+                    )))
+                }
+            };
+            crate::backend::mock::serve_mock_standalone(&args.host, args.port, script, seed)
+                .await
+                .map_err(|e| CommandError::run_failed(format!("mock server: {e}")))?;
+            Ok(ExitStatus::Passed)
+        }
+        crate::cli::ServeKind::Torch => serve_torch(args),
+    }
+}
+
+/// `serve torch`: the `rlharness-torch` executable in the foreground (it alone links
+/// libtorch), with the same options.
+fn serve_torch(args: crate::cli::ServeArgs) -> Result<ExitStatus, CommandError> {
+    let exe = crate::backend::child::locate()?;
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args(["--host", &args.host, "--port", &args.port.to_string()]);
+    if let Some(s) = &args.scenario {
+        cmd.arg("--scenario").arg(s);
+    }
+    for s in &args.set {
+        cmd.args(["--set", s]);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let e = cmd.exec();
+        Err(CommandError::run_failed(format!(
+            "cannot start {}: {e}",
+            exe.display()
+        )))
+    }
+    #[cfg(not(unix))]
+    {
+        let status = cmd.status().map_err(|e| {
+            CommandError::run_failed(format!("cannot start {}: {e}", exe.display()))
+        })?;
+        Ok(if status.success() {
+            ExitStatus::Passed
+        } else {
+            ExitStatus::RunFailed
+        })
+    }
+}
+
+fn golden_command(
+    action: crate::cli::GoldenAction,
+    root: &std::path::Path,
+) -> Result<ExitStatus, CommandError> {
+    use crate::cli::GoldenAction;
+    let (text, status) = match action {
+        GoldenAction::Status => crate::golden::golden_status(root)?,
+        GoldenAction::Accept { scenarios } => crate::golden::golden_accept(root, &scenarios)?,
+        GoldenAction::Reject { scenarios } => crate::golden::golden_reject(root, &scenarios)?,
+        GoldenAction::Calibrate(_) => unreachable!("dispatched to `calibrate`"),
+        GoldenAction::Bless { run } => golden_bless(&run, root)?,
+    };
+    print!("{text}");
+    Ok(status)
+}
+
+/// `rlharness golden bless RUN`: the stored run's series as a pending golden, with the run's
+/// provenance. Refused for a run that did not complete, a self-test's planted run, and a run
+/// whose plan differs from the scenario file's today (a `--set`, another seed or step count, an
+/// edited scenario): its series would not stand for the scenario.
+pub fn golden_bless(
+    run: &std::path::Path,
+    root: &std::path::Path,
+) -> Result<(String, ExitStatus), CommandError> {
+    if crate::report::seeds::is_combined(run) {
+        return Err(CommandError::invalid(format!(
+            "{} is a multi-seed run: bless one seed's directory (`{}/seed-<S>`) of the \
+             scenario's own seed",
+            run.display(),
+            run.display()
+        )));
+    }
+    let (manifest, table) = crate::report::load_run(run)?;
+    let refuse = |why: String| {
+        Err(CommandError::invalid(format!(
+            "{}: cannot bless: {why}",
+            run.display()
+        )))
+    };
+    if manifest.status != crate::compare::RunStatus::Completed {
+        return refuse(format!(
+            "the run did not complete (status {:?}{})",
+            manifest.status,
+            manifest
+                .reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ));
+    }
+    if manifest.reference_run.is_some() || manifest.expected_verdict.is_some() {
+        return refuse("it is a self-test's run (planted on purpose)".into());
+    }
+    let file = std::path::Path::new(&manifest.scenario_path);
+    let scenario = crate::spec::load_scenario(file, &[]).map_err(|e| {
+        CommandError::invalid(format!(
+            "{}: cannot bless: its scenario {}: {e}",
+            run.display(),
+            file.display()
+        ))
+    })?;
+    let plan = crate::plan::RunPlan::new(scenario, None, None);
+    if plan.plan_hash != manifest.plan_hash {
+        return refuse(format!(
+            "it was made from another plan than {} resolves to today (plan {} against {}: a \
+             --set override, another seed or step count, or an edited scenario)",
+            file.display(),
+            short(&manifest.plan_hash),
+            short(&plan.plan_hash)
+        ));
+    }
+    if plan.scenario.checks.golden.is_empty() {
+        return refuse(format!("{} has no golden rules", file.display()));
+    }
+    let store = crate::golden::GoldenStore::new(root);
+    let provenance = crate::report::provenance_of_run(&manifest, manifest.started.clone());
+    let path = store
+        .write_pending(
+            &plan.scenario.name,
+            &manifest.hardware,
+            &table,
+            &provenance,
+            Some(&plan.scenario.checks),
+        )
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    Ok((
+        format!(
+            "pending golden written to {} from {} ({} steps); review with `rlharness golden \
+             status`, then `rlharness golden accept {}`\n",
+            path.display(),
+            run.display(),
+            table.len(),
+            plan.scenario.name
+        ),
+        ExitStatus::Passed,
+    ))
+}
+
+fn short(hash: &str) -> &str {
+    &hash[..hash.len().min(8)]
+}
+
+pub use crate::compare::seeds::parse_seed_range;
+
+/// `rlharness golden calibrate`: run the scenario `runs` times with its own seed (or once per
+/// seed), side by side up to `jobs`, and write the measured statistics beside its golden.
+async fn calibrate(
+    args: crate::cli::CalibrateArgs,
+    golden_root: &std::path::Path,
+) -> Result<ExitStatus, CommandError> {
+    use futures_util::StreamExt;
+    let crate::cli::CalibrateArgs {
+        scenario: file,
+        runs,
+        seeds,
+        jobs,
+        out,
+        hardware,
+        set,
+    } = args;
+    let file = file.as_path();
+    let set = set.as_slice();
+    let seeds = match seeds {
+        Some(r) => Some(parse_seed_range(&r).map_err(CommandError::invalid)?),
+        None => None,
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        return Err(CommandError::invalid(
+            "refusing to calibrate under CI=true: CI never writes goldens; calibrate locally and \
+             commit calibration.json",
+        ));
+    }
+    let scenario =
+        crate::spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let seeds = seeds.unwrap_or_else(|| vec![scenario.seed; runs.max(1)]);
+    // The calibration runs never write a golden of their own (`ci` stays on).
+    let opts = crate::runner::RunOptions {
+        set: set.to_vec(),
+        hardware,
+        ..crate::runner::RunOptions::new(out, golden_root.to_path_buf())
+    };
+    let total = seeds.len();
+    let mut done = Vec::new();
+    let mut results = futures_util::stream::iter(seeds.iter().map(|seed| {
+        let mut o = opts.clone();
+        o.seed = Some(*seed);
+        async move { (*seed, run_one(file, &o).await) }
+    }))
+    .buffer_unordered(jobs.max(1));
+    while let Some((seed, report)) = results.next().await {
+        let report = report?;
+        if report.run.status != Some(crate::compare::RunStatus::Completed) {
+            return Err(CommandError::run_failed(format!(
+                "calibration run with seed {seed} did not complete ({}): {}",
+                report.run.dir,
+                report.run.reason.as_deref().unwrap_or("no reason recorded")
+            )));
+        }
+        done.push((seed, report));
+        eprintln!("calibrate: {}/{total} runs done (seed {seed})", done.len());
+    }
+    done.sort_by_key(|(s, _)| *s);
+    let first = &done[0].1;
+    let tables: Vec<crate::metrics::MetricTable> =
+        done.iter().map(|(_, r)| r.metrics.clone()).collect();
+    // The default stability rules' windows are measured too, so their bands are calibrated.
+    let mut checks = scenario.checks.clone();
+    let columns = tables.first().map(|t| t.columns()).unwrap_or_default();
+    checks
+        .golden
+        .0
+        .extend(crate::compare::stability::rules(&scenario.checks, &columns, |_| true).0);
+    let (steps, windows) = crate::golden::calibration::Calibration::measure(&tables, &checks);
+    let cal = crate::golden::calibration::Calibration {
+        scenario: scenario.name.clone(),
+        hardware: first.run.hardware.clone(),
+        date: chrono::Utc::now().to_rfc3339(),
+        host: first.run.host.clone(),
+        git_commit: first.run.git_commit.clone(),
+        numeric_fingerprint: first.run.numerics.as_ref().map(|n| n.fingerprint.clone()),
+        runs: done.len(),
+        seeds: done.iter().map(|(s, _)| *s).collect(),
+        steps,
+        windows,
+    };
+    let dir = golden_root.join(&cal.scenario).join(&cal.hardware);
+    let path = cal.write(&dir).map_err(CommandError::invalid)?;
+    println!("{}: {} runs, {}", cal.scenario, cal.runs, cal.source());
+    println!("| rule | window | n | mean | std | min | max |\n|---|---|---:|---:|---:|---:|---:|");
+    for (metric, points) in &cal.windows {
+        for p in points {
+            println!(
+                "| `{metric}` | {}..{} | {} | {} | {} | {} | {} |",
+                p.first,
+                p.last,
+                p.n,
+                crate::compare::expr::fmt_num(p.mean),
+                crate::compare::expr::fmt_num(p.std),
+                crate::compare::expr::fmt_num(p.min),
+                crate::compare::expr::fmt_num(p.max)
+            );
+        }
+    }
+    println!("written to {}", path.display());
+    Ok(ExitStatus::Passed)
+}
+
+/// The options of `rlharness run` that apply to every scenario.
+pub fn run_options(args: &crate::cli::RunArgs) -> crate::runner::RunOptions {
+    crate::runner::RunOptions {
+        seed: args.seed,
+        steps: args.steps,
+        set: args.set.clone(),
+        update_golden: args.update_golden,
+        hardware: args.hardware.clone(),
+        progress: !args.no_progress,
+        ci: std::env::var("CI").is_ok_and(|v| v == "true" || v == "1"),
+        direct: args.direct,
+        ..crate::runner::RunOptions::new(args.out.clone(), args.golden.clone())
+    }
+}
+
+/// `rlharness run`: every scenario, side by side up to `--jobs` here or as Ray jobs
+/// (`--executor ray`); one combined verdict in OUT/index.md, index.html and junit.xml; the
+/// worst exit status wins.
+pub async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, CommandError> {
+    let opts = run_options(&args);
+    let files =
+        crate::spec::discover(&args.scenarios).map_err(|e| CommandError::invalid(e.to_string()))?;
+    if files.is_empty() {
+        return Err(CommandError::invalid("no scenario files given"));
+    }
+    let seeds = match &args.seeds {
+        Some(r) => {
+            let list = parse_seed_range(r).map_err(CommandError::invalid)?;
+            if list.len() < 2 {
+                return Err(CommandError::invalid(format!(
+                    "--seeds {r}: a multi-seed verdict needs at least 2 seeds (use --seed for one)"
+                )));
+            }
+            Some(list)
+        }
+        None => None,
+    };
+    if args.jobs == 0 {
+        return Err(CommandError::invalid("--jobs 0: at least one job"));
+    }
+    let entries = match args.executor {
+        crate::cli::Executor::Local => {
+            let matrix = crate::app::scale::local::LocalMatrix {
+                jobs: args.jobs,
+                seeds,
+                seed_jobs: args.jobs,
+            };
+            crate::app::scale::local::run_matrix(&files, &opts, &matrix).await
+        }
+        crate::cli::Executor::Ray => crate::app::scale::ray::run_matrix(&files, &args).await?,
+    };
+    crate::fsx::create_dir_all(&args.out).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    crate::app::scale::index::write_index(&args.out, &entries)
+        .map_err(|e| CommandError::run_failed(format!("the combined verdict: {e}")))?;
+    if entries.len() > 1 {
+        println!(
+            "combined: {} (exit {})",
+            args.out.join("index.md").display(),
+            crate::app::scale::index::worst(&entries).code()
+        );
+    }
+    let skipped: Vec<String> = entries
+        .iter()
+        .filter(|e| e.skipped)
+        .map(|e| e.scenario.clone())
+        .collect();
+    Ok(fail_on_skip(
+        crate::app::scale::index::worst(&entries),
+        &skipped,
+        args.fail_on_skip,
+    ))
+}
+
+/// `--fail-on-skip`: a skipped scenario is a failed check (exit 1), so a run where nothing ran
+/// cannot be green. Worse statuses (2, 3, 4) keep winning.
+pub fn fail_on_skip(worst: ExitStatus, skipped: &[String], enabled: bool) -> ExitStatus {
+    if !enabled || skipped.is_empty() {
+        return worst;
+    }
+    eprintln!(
+        "error: --fail-on-skip: {} scenario(s) skipped: {}",
+        skipped.len(),
+        skipped.join(", ")
+    );
+    worst.worst(ExitStatus::CheckFailed)
+}
+
+/// Plan, execute, judge and report one scenario.
+pub async fn run_one(
+    file: &std::path::Path,
+    opts: &crate::runner::RunOptions,
+) -> Result<crate::report::Report, CommandError> {
+    use crate::report::Report;
+    let scenario = crate::spec::load_scenario(file, &opts.set)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let plan = crate::plan::RunPlan::new(scenario, opts.seed, opts.steps);
+    let unmet = plan.scenario.requires.unmet();
+    if !unmet.is_empty() {
+        return Ok(Report::skipped(&plan.scenario.name, &unmet.join("; ")));
+    }
+    // A self-test runs the scenario as written first, on this host: that run is the golden of
+    // the planted one. A multi-seed self-test runs the planted scenario once per seed and is
+    // judged against the golden's calibration instead.
+    let (plan, reference) = match plan.scenario.selftest.clone() {
+        None => (plan, None),
+        Some(st) if st.seeds.is_some() => {
+            let seeds = st.seed_list().unwrap_or_default();
+            return run_seeds(file, &seeds, 1, opts).await;
+        }
+        Some(st) => {
+            let reference = reference_run(plan, opts).await?;
+            let mut set = opts.set.clone();
+            set.extend(st.plant);
+            let planted = crate::spec::load_scenario(file, &set)
+                .map_err(|e| CommandError::invalid(e.to_string()))?;
+            let plan = crate::plan::RunPlan::new(planted, opts.seed, opts.steps);
+            (plan, Some(reference))
+        }
+    };
+    judge_plan(plan, reference, opts).await
+}
+
+/// Execute one planned run and judge it (against `reference`, a self-test's reference run, or
+/// the store's golden), writing its reports.
+async fn judge_plan(
+    plan: crate::plan::RunPlan,
+    reference: Option<(std::path::PathBuf, crate::golden::Golden)>,
+    opts: &crate::runner::RunOptions,
+) -> Result<crate::report::Report, CommandError> {
+    use crate::report::{Reference, Report};
+    let executed = crate::runner::execute(plan, opts).await?;
+    let crate::runner::Executed {
+        mut manifest,
+        env,
+        plan,
+        run_dir,
+        end,
+        metrics,
+        trainer_tail,
+        ..
+    } = executed;
+    let store = crate::golden::GoldenStore::with_ci(&opts.golden, opts.ci);
+    let golden = match &reference {
+        Some((dir, golden)) => {
+            manifest.reference_run = Some(dir.display().to_string());
+            manifest
+                .write(&run_dir)
+                .map_err(|e| CommandError::run_failed(e.to_string()))?;
+            Some(golden.clone())
+        }
+        None => store
+            .load(&plan.scenario.name, &env.hardware)
+            .map_err(|e| CommandError::invalid(e.to_string()))?,
+    };
+    // The one judge, on what the run directory stores (run.json, metrics.csv): `rlharness
+    // compare RUN` calls it on the same facts and writes the same verdict.
+    let verdict = crate::compare::judge_run(&manifest.record(&metrics), golden.as_ref());
+    // The bless flow: a completed run without a golden (or under --update-golden) writes a
+    // pending one for review; CI never writes.
+    let completed = end == crate::runner::RunEnd::Completed;
+    if completed
+        && reference.is_none()
+        && (golden.is_none() || opts.update_golden)
+        && !plan.scenario.checks.golden.is_empty()
+    {
+        let provenance =
+            crate::report::provenance_of_run(&manifest, chrono::Utc::now().to_rfc3339());
+        match store.write_pending(
+            &plan.scenario.name,
+            &env.hardware,
+            &metrics,
+            &provenance,
+            Some(&plan.scenario.checks),
+        ) {
+            Ok(path) => manifest.pending_golden = Some(path.display().to_string()),
+            Err(e) if opts.ci => eprintln!("note: {e}"),
+            Err(e) => return Err(CommandError::invalid(e.to_string())),
+        }
+        manifest
+            .write(&run_dir)
+            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    }
+    let reference = match reference {
+        Some((_, g)) => Some(Reference::from_reference_run(&g)),
+        None => golden.as_ref().map(Reference::from_golden),
+    };
+    let mut report = Report::from_run(&run_dir, &manifest, metrics, reference, verdict);
+    report.trainer_tail = trainer_tail;
+    crate::report::write_reports(&run_dir, &report)
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    Ok(report)
+}
+
+/// `rlharness run SCENARIO --seeds A..B`, and a multi-seed self-test: the scenario (with a
+/// self-test's plant, run under the name of the scenario whose golden it is judged against)
+/// once per seed into `DIR/seed-<S>/`, `jobs` side by side, each judged against the golden alone
+/// and never writing one; then the combined verdict, made from what the directories store
+/// (`report::seeds::judge_combined`, as `compare DIR` makes it).
+pub async fn run_seeds(
+    file: &std::path::Path,
+    seeds: &[u64],
+    jobs: usize,
+    opts: &crate::runner::RunOptions,
+) -> Result<crate::report::Report, CommandError> {
+    use crate::report::seeds::{judge_combined, SeedsManifest};
+    use futures_util::StreamExt;
+    let mut set = opts.set.clone();
+    let selftest = crate::spec::load_scenario(file, &set)
+        .map_err(|e| CommandError::invalid(e.to_string()))?
+        .selftest;
+    if let Some(st) = &selftest {
+        set.extend(st.plant.iter().cloned());
+    }
+    let mut scenario =
+        crate::spec::load_scenario(file, &set).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let unmet = scenario.requires.unmet();
+    if !unmet.is_empty() {
+        return Ok(crate::report::Report::skipped(
+            &scenario.name,
+            &unmet.join("; "),
+        ));
+    }
+    // A multi-seed self-test declares the combined verdict; its seeds are plain runs of the
+    // scenario whose golden it names.
+    let name = scenario.name.clone();
+    let (expected, golden) = match scenario.selftest.take() {
+        Some(st) => {
+            let expected = scenario.expected_verdict.take();
+            if let Some(g) = &st.golden {
+                scenario.name = g.clone();
+            }
+            (expected, st.golden)
+        }
+        None => (None, None),
+    };
+    let plan = crate::plan::RunPlan::new(scenario.clone(), None, opts.steps);
+    let dir = match &opts.run_dir {
+        Some(d) => {
+            crate::fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
+            d.clone()
+        }
+        None => crate::runner::create_run_dir(&opts.out, &name, &plan.plan_hash)?,
+    };
+    let mut manifest = SeedsManifest {
+        format: "rlharness-seeds/1".into(),
+        scenario: name,
+        golden,
+        scenario_path: file.display().to_string(),
+        seeds: seeds.to_vec(),
+        overrides: set,
+        expected_verdict: expected,
+        started: chrono::Utc::now().to_rfc3339(),
+        ended: None,
+        errors: Default::default(),
+    };
+    manifest.write(&dir)?;
+    let jobs = jobs.max(1);
+    let total = seeds.len();
+    // Owned seeds: the stream's future stays `Send` for any caller (a `--jobs` task).
+    let mut runs = futures_util::stream::iter(seeds.iter().copied().map(|seed| {
+        let mut o = opts.clone();
+        o.seed = Some(seed);
+        o.run_dir = Some(SeedsManifest::seed_dir(&dir, seed));
+        // Seed runs never write a golden: a multi-seed run judges, it does not bless.
+        o.ci = true;
+        o.update_golden = false;
+        o.progress = opts.progress && jobs == 1;
+        let plan = crate::plan::RunPlan::new(scenario.clone(), Some(seed), opts.steps);
+        async move { (seed, judge_plan(plan, None, &o).await) }
+    }))
+    .buffer_unordered(jobs);
+    let mut done = 0;
+    while let Some((seed, report)) = runs.next().await {
+        done += 1;
+        match report {
+            Ok(r) => eprintln!(
+                "{}: seed {seed} ({done}/{total}): {}",
+                r.scenario,
+                r.summary()
+            ),
+            // A seed that could not even start (invalid input) stops the whole run.
+            Err(e) if e.status == ExitStatus::InvalidInput => return Err(e),
+            Err(e) => {
+                eprintln!("{}: seed {seed} ({done}/{total}): {e}", scenario.name);
+                manifest.errors.insert(seed, e.to_string());
+                manifest.write(&dir)?;
+            }
+        }
+    }
+    manifest.ended = Some(chrono::Utc::now().to_rfc3339());
+    manifest.write(&dir)?;
+    let combined = judge_combined(&dir, &opts.golden)?;
+    combined.write(&dir)?;
+    Ok(combined.report)
+}
+
+/// A self-test's reference: the scenario as written, run on this host into a run directory of
+/// its own (`RUN_DIR/reference` when the planted run's directory is fixed). It must complete.
+async fn reference_run(
+    plan: crate::plan::RunPlan,
+    opts: &crate::runner::RunOptions,
+) -> Result<(std::path::PathBuf, crate::golden::Golden), CommandError> {
+    let name = plan.scenario.name.clone();
+    let mut ref_opts = opts.clone();
+    ref_opts.run_dir = opts.run_dir.as_ref().map(|d| d.join("reference"));
+    let executed = crate::runner::execute(plan, &ref_opts).await?;
+    if executed.end != crate::runner::RunEnd::Completed {
+        return Err(CommandError::run_failed(format!(
+            "{name}: the self-test's reference run did not complete ({}): {}",
+            executed.run_dir.display(),
+            executed
+                .manifest
+                .reason
+                .as_deref()
+                .unwrap_or("no reason recorded")
+        )));
+    }
+    let golden =
+        crate::report::reference_golden(&executed.run_dir, &executed.manifest, executed.metrics);
+    Ok((executed.run_dir, golden))
+}
+
+/// `rlharness record`: run a scenario through the proxy, keep its whole wire traffic as a
+/// cassette and install it as `GOLDEN/<scenario>/<hardware>/cassette/` (replacing the old one)
+/// once the run completed. The run is not judged: a recording of a few steps is not a
+/// convergence run.
+async fn record(args: crate::cli::RecordArgs) -> Result<ExitStatus, CommandError> {
+    use crate::backend::replay::cassette::{Cassette, META_FILE, METRICS_FILE};
+    let opts = crate::runner::RunOptions {
+        seed: args.seed,
+        steps: args.steps,
+        set: args.set.clone(),
+        hardware: args.hardware.clone(),
+        progress: !args.no_progress,
+        ..crate::runner::RunOptions::new(args.out.clone(), args.golden.clone())
+    };
+    let scenario = crate::spec::load_scenario(&args.scenario, &opts.set)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    if matches!(
+        scenario.backend,
+        crate::backend::BackendSpec::Replay { .. } | crate::backend::BackendSpec::None
+    ) {
+        return Err(CommandError::invalid(format!(
+            "{}: `record` needs a scenario with a backend to record (mock, torch or remote)",
+            args.scenario.display()
+        )));
+    }
+    let plan = crate::plan::RunPlan::new(scenario, opts.seed, opts.steps);
+    let unmet = plan.scenario.requires.unmet();
+    if !unmet.is_empty() {
+        return Err(CommandError::invalid(format!(
+            "{}: cannot record here: {}",
+            args.scenario.display(),
+            unmet.join("; ")
+        )));
+    }
+    let executed = crate::runner::execute_recording(plan, &opts).await?;
+    let recorded = executed.run_dir.join("cassette");
+    if executed.end != crate::runner::RunEnd::Completed {
+        return Err(CommandError::run_failed(format!(
+            "the recording run did not complete ({}); the partial cassette stays in {} and no \
+             cassette was installed",
+            executed
+                .end
+                .reason()
+                .unwrap_or_else(|| executed.end.status().into()),
+            recorded.display()
+        )));
+    }
+    let fail = |e: String| CommandError::run_failed(format!("record: {e}"));
+    let meta = serde_json::json!({
+        "format": "rlharness-cassette/1",
+        "scenario": executed.plan.scenario.name,
+        "hardware": executed.env.hardware,
+        "device": executed.env.device,
+        "seed": executed.plan.scenario.seed,
+        "steps": executed.plan.scenario.steps,
+        "plan_hash": executed.plan.plan_hash,
+        "harness_version": executed.manifest.harness_version,
+        "git_commit": executed.manifest.git_commit,
+        "torch_version": executed.env.torch_version,
+        "recorded": executed.ended.to_rfc3339(),
+    });
+    let text = serde_json::to_string_pretty(&meta).map_err(|e| fail(e.to_string()))?;
+    crate::fsx::write_atomic(&recorded.join(META_FILE), text.as_bytes())
+        .map_err(|e| fail(e.to_string()))?;
+    std::fs::copy(
+        executed.run_dir.join("metrics.csv"),
+        recorded.join(METRICS_FILE),
+    )
+    .map_err(|e| fail(format!("cannot copy the run's metrics.csv: {e}")))?;
+    // What is installed must read back: every body decompressed and checked.
+    let cassette = Cassette::load(&recorded).map_err(|e| fail(e.to_string()))?;
+    let target = opts
+        .golden
+        .join(&executed.plan.scenario.name)
+        .join(&executed.env.hardware)
+        .join("cassette");
+    crate::backend::replay::install_cassette(&recorded, &target).map_err(fail)?;
+    println!(
+        "{}: recorded {} exchanges ({} steps, {:.1} MiB of bodies) into {}",
+        executed.plan.scenario.name,
+        cassette.exchanges.len(),
+        executed.plan.scenario.steps,
+        cassette.body_bytes() as f64 / (1024.0 * 1024.0),
+        target.display()
+    );
+    Ok(ExitStatus::Passed)
+}
+
+/// What `compare` prints: a terminal summary, the Markdown report, or `verdict.json`.
+fn print_compared(
+    report: &crate::report::Report,
+    out: &std::path::Path,
+    format: crate::cli::CompareFormat,
+) -> Result<(), CommandError> {
+    use crate::cli::CompareFormat;
+    match format {
+        CompareFormat::Summary => {
+            print!(
+                "{}",
+                crate::report::render_terminal(
+                    report,
+                    Some(&out.display().to_string()),
+                    crate::report::terminal::stdout_color()
+                )
+            );
+        }
+        CompareFormat::Md => print!("{}", crate::report::render_markdown(report)),
+        CompareFormat::Json => {
+            let path = out.join("verdict.json");
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                CommandError::run_failed(format!("cannot read {}: {e}", path.display()))
+            })?;
+            println!("{}", text.trim_end());
+        }
+    }
+    Ok(())
+}

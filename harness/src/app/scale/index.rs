@@ -1,0 +1,377 @@
+//! The combined verdict of one `rlharness run` over many scenarios: `OUT/index.md`,
+//! `OUT/index.html` and `OUT/junit.xml`, one row (one JUnit test case) per scenario and one more
+//! per seed of a multi-seed run. Built from what each run directory stores (`verdict.json`), so
+//! a run directory collected from a Ray job is summarized exactly like a local one.
+
+use std::path::{Path, PathBuf};
+
+use quick_junit::{NonSuccessKind, Report as JunitReport, TestCase, TestCaseStatus, TestSuite};
+
+use crate::error::ExitStatus;
+use crate::fsx;
+use crate::report::markdown::html_escape as esc;
+
+/// One scenario of the invocation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// The scenario file as given on the command line.
+    pub file: String,
+    /// The scenario's name (the file's stem when it could not be loaded).
+    pub scenario: String,
+    pub status: ExitStatus,
+    /// The one-line summary (`passed`, `run failed: ...`).
+    pub summary: String,
+    /// Its run directory, when it has one.
+    pub run_dir: Option<PathBuf>,
+    /// Where it ran: `local`, `local (CUDA_VISIBLE_DEVICES=1)`, `ray job raysubmit_...`.
+    pub placement: String,
+    /// Wall-clock seconds from start (or submission) to its end.
+    pub seconds: f64,
+    /// A multi-seed run's seeds, read from `seed-<S>/verdict.json`.
+    pub seeds: Vec<SeedEntry>,
+    /// Skipped here (its requirements are not met).
+    pub skipped: bool,
+    /// The rules that did not pass, one plain line each (rule, value, reference, band, step).
+    pub failing: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeedEntry {
+    pub seed: u64,
+    pub status: ExitStatus,
+    pub summary: String,
+}
+
+/// The part of `verdict.json` the index reads.
+#[derive(Debug, serde::Deserialize)]
+struct VerdictHead {
+    scenario: String,
+    exit_code: i32,
+    summary: String,
+}
+
+/// The scenario name, exit status and summary a run directory's `verdict.json` records.
+pub fn read_verdict(dir: &Path) -> Result<(String, ExitStatus, String), String> {
+    let path = dir.join("verdict.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let head: VerdictHead = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a verdict: {e}", path.display()))?;
+    let status = ExitStatus::from_code(head.exit_code).ok_or_else(|| {
+        format!(
+            "{}: key `exit_code`: {} is not an rlharness exit code",
+            path.display(),
+            head.exit_code
+        )
+    })?;
+    Ok((head.scenario, status, head.summary))
+}
+
+/// The seeds of a multi-seed run directory (`seed-<S>/verdict.json`), in seed order; empty for
+/// a single run.
+pub fn read_seeds(dir: &Path) -> Vec<SeedEntry> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<SeedEntry> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let seed: u64 = name.strip_prefix("seed-")?.parse().ok()?;
+            Some(match read_verdict(&e.path()) {
+                Ok((_, status, summary)) => SeedEntry {
+                    seed,
+                    status,
+                    summary,
+                },
+                Err(why) => SeedEntry {
+                    seed,
+                    status: ExitStatus::RunFailed,
+                    summary: why,
+                },
+            })
+        })
+        .collect();
+    out.sort_by_key(|s| s.seed);
+    out
+}
+
+/// The worst status of the entries (an empty invocation passes).
+pub fn worst(entries: &[Entry]) -> ExitStatus {
+    entries
+        .iter()
+        .fold(ExitStatus::Passed, |w, e| w.worst(e.status))
+}
+
+fn rel(out: &Path, dir: &Path) -> String {
+    dir.strip_prefix(out).unwrap_or(dir).display().to_string()
+}
+
+fn verdict_word(s: ExitStatus) -> &'static str {
+    match s {
+        ExitStatus::Passed => "pass",
+        ExitStatus::CheckFailed => "FAIL",
+        ExitStatus::InvalidInput => "INVALID",
+        ExitStatus::RunFailed => "RUN FAILED",
+        ExitStatus::NoGolden => "no golden",
+    }
+}
+
+fn counts(entries: &[Entry]) -> String {
+    let n = |s: ExitStatus| entries.iter().filter(|e| e.status == s).count();
+    format!(
+        "{} scenario(s): {} passed, {} failed a check, {} run failed, {} invalid, {} without a golden",
+        entries.len(),
+        n(ExitStatus::Passed),
+        n(ExitStatus::CheckFailed),
+        n(ExitStatus::RunFailed),
+        n(ExitStatus::InvalidInput),
+        n(ExitStatus::NoGolden)
+    )
+}
+
+pub fn render_markdown(out: &Path, entries: &[Entry]) -> String {
+    let mut o = String::new();
+    let w = worst(entries);
+    o.push_str(&format!(
+        "# rlharness run: exit {} ({})\n\n{}\n\n",
+        w.code(),
+        verdict_word(w),
+        counts(entries)
+    ));
+    o.push_str("| scenario | exit | verdict | where | seconds | report |\n");
+    o.push_str("|---|---|---|---|---|---|\n");
+    let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    for e in entries {
+        let report = match &e.run_dir {
+            Some(d) if !d.join("report.md").exists() && d.join("job.log").exists() => {
+                format!("[job log]({}/job.log)", rel(out, d))
+            }
+            Some(d) => format!("[report]({}/report.md)", rel(out, d)),
+            None => "-".into(),
+        };
+        o.push_str(&format!(
+            "| {} (`{}`) | {} | {} | {} | {:.1} | {} |\n",
+            cell(&e.scenario),
+            cell(&e.file),
+            e.status.code(),
+            cell(&e.summary),
+            cell(&e.placement),
+            e.seconds,
+            report
+        ));
+        for s in &e.seeds {
+            o.push_str(&format!(
+                "| {} seed {} | {} | {} | | | |\n",
+                cell(&e.scenario),
+                s.seed,
+                s.status.code(),
+                cell(&s.summary)
+            ));
+        }
+    }
+    o
+}
+
+pub fn render_html(out: &Path, entries: &[Entry]) -> String {
+    let w = worst(entries);
+    let class = |s: ExitStatus| match s {
+        ExitStatus::Passed => "pass",
+        ExitStatus::NoGolden => "warn",
+        _ => "fail",
+    };
+    let mut o = String::new();
+    o.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+    o.push_str(&format!(
+        "<title>rlharness run: exit {}</title><style>body{{font-family:system-ui,sans-serif;\
+         margin:2rem;color:#222}}table{{border-collapse:collapse}}td,th{{border:1px solid #ddd;\
+         padding:.25rem .5rem;text-align:left;vertical-align:top}}th{{background:#f5f5f5}}\
+         .pass{{color:#1a7f37}}.fail{{color:#cf222e}}.warn{{color:#9a6700}}</style></head><body>\n",
+        w.code()
+    ));
+    o.push_str(&format!(
+        "<h1 class=\"{}\">rlharness run: exit {} ({})</h1>\n<p>{}</p>\n",
+        class(w),
+        w.code(),
+        verdict_word(w),
+        esc(&counts(entries))
+    ));
+    o.push_str(
+        "<table><tr><th>scenario</th><th>exit</th><th>verdict</th><th>where</th>\
+         <th>seconds</th><th>report</th></tr>\n",
+    );
+    for e in entries {
+        let report = match &e.run_dir {
+            Some(d) if !d.join("report.md").exists() && d.join("job.log").exists() => {
+                format!("<a href=\"{0}/job.log\">{0}/job.log</a>", esc(&rel(out, d)))
+            }
+            Some(d) => format!("<a href=\"{0}/report.html\">{0}</a>", esc(&rel(out, d))),
+            None => "-".into(),
+        };
+        o.push_str(&format!(
+            "<tr class=\"{}\"><td>{} (<code>{}</code>)</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{:.1}</td><td>{}</td></tr>\n",
+            class(e.status),
+            esc(&e.scenario),
+            esc(&e.file),
+            e.status.code(),
+            esc(&e.summary),
+            esc(&e.placement),
+            e.seconds,
+            report
+        ));
+        for s in &e.seeds {
+            o.push_str(&format!(
+                "<tr class=\"{}\"><td>{} seed {}</td><td>{}</td><td>{}</td><td></td><td></td>\
+                 <td></td></tr>\n",
+                class(s.status),
+                esc(&e.scenario),
+                s.seed,
+                s.status.code(),
+                esc(&s.summary)
+            ));
+        }
+    }
+    o.push_str("</table>\n</body></html>\n");
+    o
+}
+
+fn case_status(status: ExitStatus, summary: &str, skipped: bool) -> TestCaseStatus {
+    let kind = match status {
+        ExitStatus::Passed if skipped => {
+            let mut s = TestCaseStatus::skipped();
+            s.set_message(summary);
+            return s;
+        }
+        ExitStatus::Passed => return TestCaseStatus::success(),
+        ExitStatus::CheckFailed | ExitStatus::NoGolden => NonSuccessKind::Failure,
+        ExitStatus::InvalidInput | ExitStatus::RunFailed => NonSuccessKind::Error,
+    };
+    let mut s = TestCaseStatus::non_success(kind);
+    s.set_message(format!("exit {}: {summary}", status.code()));
+    s.set_description(summary);
+    s
+}
+
+/// One JUnit document: a test case per scenario (classname: its file), and one per seed of a
+/// multi-seed run (`<scenario> seed <S>`).
+pub fn render_junit(entries: &[Entry]) -> String {
+    let mut suite = TestSuite::new("rlharness run");
+    for e in entries {
+        let mut c = TestCase::new(
+            e.scenario.as_str(),
+            case_status(e.status, &e.summary, e.skipped),
+        );
+        c.set_classname(e.file.as_str());
+        c.set_time(std::time::Duration::from_secs_f64(e.seconds.max(0.0)));
+        let mut out = format!("where: {}\n", e.placement);
+        if let Some(d) = &e.run_dir {
+            out.push_str(&format!("run directory: {}\n", d.display()));
+        }
+        c.set_system_out(out);
+        suite.add_test_case(c);
+        for s in &e.seeds {
+            let mut c = TestCase::new(
+                format!("{} seed {}", e.scenario, s.seed),
+                case_status(s.status, &s.summary, false),
+            );
+            c.set_classname(e.file.as_str());
+            suite.add_test_case(c);
+        }
+    }
+    let mut report = JunitReport::new("rlharness");
+    report.add_test_suite(suite);
+    report.to_string().unwrap_or_else(|e| {
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"rlharness\" \
+             tests=\"1\" failures=\"0\" errors=\"1\"><testsuite name=\"rlharness run\" tests=\"1\" \
+             failures=\"0\" errors=\"1\"><testcase name=\"junit\"><error message=\"{}\"/>\
+             </testcase></testsuite></testsuites>\n",
+            esc(&e.to_string())
+        )
+    })
+}
+
+/// Write `OUT/index.md`, `OUT/index.html` and `OUT/junit.xml`.
+pub fn write_index(out: &Path, entries: &[Entry]) -> Result<(), fsx::FsError> {
+    fsx::write_atomic(
+        &out.join("index.md"),
+        render_markdown(out, entries).as_bytes(),
+    )?;
+    fsx::write_atomic(
+        &out.join("index.html"),
+        render_html(out, entries).as_bytes(),
+    )?;
+    fsx::write_atomic(&out.join("junit.xml"), render_junit(entries).as_bytes())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, status: ExitStatus, summary: &str) -> Entry {
+        Entry {
+            file: format!("scenarios/{name}.yaml"),
+            scenario: name.into(),
+            status,
+            summary: summary.into(),
+            run_dir: Some(PathBuf::from(format!("reports/{name}/r1"))),
+            placement: "local".into(),
+            seconds: 1.5,
+            seeds: Vec::new(),
+            skipped: false,
+            failing: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn junit_has_one_case_per_scenario_and_per_seed() {
+        let mut multi = entry("multi", ExitStatus::CheckFailed, "regressed");
+        multi.seeds = vec![
+            SeedEntry {
+                seed: 1,
+                status: ExitStatus::Passed,
+                summary: "passed".into(),
+            },
+            SeedEntry {
+                seed: 2,
+                status: ExitStatus::CheckFailed,
+                summary: "regressed".into(),
+            },
+        ];
+        let entries = vec![
+            entry("a", ExitStatus::Passed, "passed"),
+            entry("b", ExitStatus::RunFailed, "run failed: killed"),
+            multi,
+        ];
+        let xml = render_junit(&entries);
+        assert_eq!(xml.matches("<testcase ").count(), 5, "{xml}");
+        assert!(xml.contains("tests=\"5\""), "{xml}");
+        assert!(xml.contains("errors=\"1\""), "{xml}");
+        assert!(xml.contains("failures=\"2\""), "{xml}");
+        assert!(xml.contains("name=\"multi seed 2\""), "{xml}");
+        assert_eq!(worst(&entries), ExitStatus::RunFailed);
+        let md = render_markdown(Path::new("reports"), &entries);
+        assert!(md.starts_with("# rlharness run: exit 3"), "{md}");
+        assert!(md.contains("[report](b/r1/report.md)"), "{md}");
+        let html = render_html(Path::new("reports"), &entries);
+        assert!(html.contains("run failed: killed"), "{html}");
+    }
+
+    #[test]
+    fn a_verdict_with_a_foreign_exit_code_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("verdict.json"),
+            r#"{"scenario":"x","exit_code":9,"summary":"?"}"#,
+        )
+        .unwrap();
+        let err = read_verdict(dir.path()).unwrap_err();
+        assert!(err.contains("exit_code"), "{err}");
+        std::fs::create_dir(dir.path().join("seed-3")).unwrap();
+        let seeds = read_seeds(dir.path());
+        assert_eq!(seeds.len(), 1);
+        assert_eq!(seeds[0].status, ExitStatus::RunFailed);
+    }
+}

@@ -1,0 +1,1090 @@
+//! `rlharness run --executor ray --address http://HEAD:8265`: one Ray job per scenario,
+//! through the Ray Jobs REST API of the cluster's dashboard. Ray schedules; the harness
+//! submits, watches and collects.
+//!
+//! - What a job needs travels as one `working_dir` package, uploaded the way Ray's own SDK does
+//!   (`PUT /api/packages/gcs/_ray_pkg_<sha256>.zip`, skipped when the cluster has it): this
+//!   executable (or none with `--remote-bin`), `rlharness-torch` beside it when a scenario has
+//!   a torch backend, the scenarios' folders and the goldens they name. No shared filesystem.
+//! - The job's entrypoint is the hidden `rlharness job-entry`: `run` for the one scenario, then
+//!   the run directory printed on stdout as one framed, checksummed archive ([`super::bundle`]).
+//!   The submitter reads the job's log, verifies the frame and unpacks the run directory under
+//!   OUT/, so the combined verdict is made from the same files as a local run's.
+//! - Progress (step, reward, ETA) comes from the run's own progress lines in the job's log.
+//! - A job that Ray stopped, lost or failed without a frame, or that was not scheduled within
+//!   `timeouts.queue`, is exit 3 with the reason; its log is kept as `job.log`. A job stopped
+//!   through the API gets SIGTERM, which `job-entry` turns into the run's own interrupt, so the
+//!   finished steps come back in the frame.
+//! - Ctrl-C stops every job this invocation submitted (and says which, and how to stop any
+//!   that would not stop).
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::bundle::{self, Files};
+use super::index::{read_seeds, read_verdict, Entry};
+use crate::cli::RunArgs;
+use crate::error::{CommandError, ExitStatus};
+
+/// Where the package puts things (relative to the job's working directory).
+const OUT_DIR: &str = "out";
+const GOLDEN_DIR: &str = "golden";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RayError {
+    #[error("the Ray jobs API at {url}: {source}")]
+    Http {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("the Ray jobs API at {url} answered {status}: {body}")]
+    Status {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("the Ray jobs API at {url} answered something unexpected: {what}")]
+    Unexpected { url: String, what: String },
+}
+
+/// A job's state as the API reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobInfo {
+    /// PENDING, RUNNING, STOPPED, SUCCEEDED or FAILED.
+    pub status: String,
+    pub message: Option<String>,
+}
+
+impl JobInfo {
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.status.as_str(), "STOPPED" | "SUCCEEDED" | "FAILED")
+    }
+}
+
+/// The Ray Jobs REST API of one cluster.
+#[derive(Clone)]
+pub struct RayClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl RayClient {
+    pub fn new(address: &str) -> Result<RayClient, CommandError> {
+        let base = address.trim_end_matches('/').to_string();
+        if !base.starts_with("http://") {
+            return Err(CommandError::invalid(format!(
+                "--address {address}: the Ray dashboard's address, e.g. http://HEAD:8265 \
+                 (plain http; this build speaks no TLS)"
+            )));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(300))
+            .build()
+            .map_err(|e| CommandError::run_failed(format!("HTTP client: {e}")))?;
+        Ok(RayClient { base, http })
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder, url: &str) -> Result<String, RayError> {
+        let resp = req.send().await.map_err(|source| RayError::Http {
+            url: url.into(),
+            source,
+        })?;
+        let status = resp.status().as_u16();
+        let body = resp.text().await.map_err(|source| RayError::Http {
+            url: url.into(),
+            source,
+        })?;
+        if !(200..300).contains(&status) {
+            let body: String = body.chars().take(2000).collect();
+            return Err(RayError::Status {
+                url: url.into(),
+                status,
+                body,
+            });
+        }
+        Ok(body)
+    }
+
+    fn json(url: &str, body: &str) -> Result<Value, RayError> {
+        serde_json::from_str(body).map_err(|e| RayError::Unexpected {
+            url: url.into(),
+            what: format!(
+                "not JSON ({e}): {}",
+                body.chars().take(200).collect::<String>()
+            ),
+        })
+    }
+
+    /// Upload a `working_dir` package unless the cluster has it; returns its `gcs://` URI.
+    pub async fn ensure_package(&self, name: &str, bytes: Vec<u8>) -> Result<String, RayError> {
+        let url = format!("{}/api/packages/gcs/{name}", self.base);
+        match self.send(self.http.get(&url), &url).await {
+            Ok(_) => {}
+            Err(RayError::Status { status: 404, .. }) => {
+                self.send(self.http.put(&url).body(bytes), &url).await?;
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(format!("gcs://{name}"))
+    }
+
+    /// Submit a job (`POST /api/jobs/`); returns its submission id.
+    pub async fn submit(&self, body: &Value) -> Result<String, RayError> {
+        let url = format!("{}/api/jobs/", self.base);
+        let text = self.send(self.http.post(&url).json(body), &url).await?;
+        let v = Self::json(&url, &text)?;
+        v.get("submission_id")
+            .or_else(|| v.get("job_id"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| RayError::Unexpected {
+                url,
+                what: format!("no submission_id in {text}"),
+            })
+    }
+
+    pub async fn status(&self, id: &str) -> Result<JobInfo, RayError> {
+        let url = format!("{}/api/jobs/{id}", self.base);
+        let text = self.send(self.http.get(&url), &url).await?;
+        let v = Self::json(&url, &text)?;
+        let status = v
+            .get("status")
+            .and_then(Value::as_str)
+            .ok_or_else(|| RayError::Unexpected {
+                url: url.clone(),
+                what: format!(
+                    "no status in {}",
+                    text.chars().take(300).collect::<String>()
+                ),
+            })?
+            .to_string();
+        Ok(JobInfo {
+            status,
+            message: v.get("message").and_then(Value::as_str).map(str::to_string),
+        })
+    }
+
+    pub async fn logs(&self, id: &str) -> Result<String, RayError> {
+        let url = format!("{}/api/jobs/{id}/logs", self.base);
+        let text = self.send(self.http.get(&url), &url).await?;
+        let v = Self::json(&url, &text)?;
+        Ok(v.get("logs")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string())
+    }
+
+    /// `POST /api/jobs/{id}/stop`: whether a running job was told to stop.
+    pub async fn stop(&self, id: &str) -> Result<bool, RayError> {
+        let url = format!("{}/api/jobs/{id}/stop", self.base);
+        let text = self.send(self.http.post(&url), &url).await?;
+        let v = Self::json(&url, &text)?;
+        Ok(v.get("stopped").and_then(Value::as_bool).unwrap_or(false))
+    }
+}
+
+/// One scenario as a job.
+#[derive(Debug, Clone)]
+struct Planned {
+    file: PathBuf,
+    /// The scenario file's path inside the package.
+    in_package: String,
+    name: String,
+    gpus: u32,
+    gpu_name: Option<String>,
+    queue: Duration,
+}
+
+/// Quote for `sh`.
+fn sh_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c))
+    {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The job's entrypoint: `job-entry` with the run's own options, for one scenario.
+fn entrypoint(args: &RunArgs, scenario: &str) -> String {
+    let bin = match &args.remote_bin {
+        Some(b) => sh_quote(b),
+        None => "./rlharness".to_string(),
+    };
+    let mut words = vec![
+        "job-entry".to_string(),
+        sh_quote(scenario),
+        format!("--out {OUT_DIR}"),
+        format!("--golden {GOLDEN_DIR}"),
+    ];
+    if let Some(s) = args.seed {
+        words.push(format!("--seed {s}"));
+    }
+    if let Some(s) = &args.seeds {
+        words.push(format!("--seeds {}", sh_quote(s)));
+        words.push(format!("--jobs {}", args.jobs));
+    }
+    if let Some(s) = args.steps {
+        words.push(format!("--steps {s}"));
+    }
+    for s in &args.set {
+        words.push(format!("--set {}", sh_quote(s)));
+    }
+    if args.update_golden {
+        words.push("--update-golden".into());
+    }
+    if let Some(h) = &args.hardware {
+        words.push(format!("--hardware {}", sh_quote(h)));
+    }
+    let run = format!("{bin} {}", words.join(" "));
+    if args.remote_bin.is_some() {
+        format!("exec {run}")
+    } else {
+        // Ray's unpacking does not keep the executable bit.
+        format!("chmod +x rlharness rlharness-torch 2>/dev/null; exec {run}")
+    }
+}
+
+/// The job's resources from the scenario's `requires`.
+fn resources(p: &Planned, args: &RunArgs) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    let cpus = if args.seeds.is_some() { args.jobs } else { 1 };
+    m.insert("entrypoint_num_cpus".into(), json!(cpus));
+    if p.gpus > 0 {
+        m.insert("entrypoint_num_gpus".into(), json!(p.gpus));
+    }
+    if let Some(kind) = &p.gpu_name {
+        // Ray labels a GPU node with `accelerator_type:<TYPE>` (e.g. H100); a node started with
+        // `--resources` may declare it too.
+        let mut r = serde_json::Map::new();
+        r.insert(
+            format!("accelerator_type:{}", kind.to_uppercase()),
+            json!(0.001),
+        );
+        m.insert("entrypoint_resources".into(), Value::Object(r));
+    }
+    m
+}
+
+/// The package's path of a scenarios folder (kept as given when it is a relative path inside
+/// the current directory, so `run.json` names the same file as a local run).
+fn package_root(root: &Path, k: usize) -> String {
+    let rel = if root.is_absolute() {
+        std::env::current_dir()
+            .ok()
+            .and_then(|cwd| root.strip_prefix(cwd).ok().map(Path::to_path_buf))
+    } else {
+        Some(root.to_path_buf())
+    };
+    match rel.filter(|r| {
+        !r.as_os_str().is_empty()
+            && r.components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+    }) {
+        Some(r) => r.to_string_lossy().replace('\\', "/"),
+        None => format!("roots/{k}"),
+    }
+}
+
+/// The planned jobs, the entries of scenarios that did not load (by file index), and the
+/// package's files.
+type Planning = (Vec<Planned>, Vec<(usize, Entry)>, Files);
+
+/// Plan every scenario and build the one package they share. Scenarios that do not load are
+/// entries already (exit 2), never submitted.
+fn plan(files: &[PathBuf], args: &RunArgs) -> Result<Planning, CommandError> {
+    let mut planned = Vec::new();
+    let mut invalid = Vec::new();
+    let mut files_out: Files = Vec::new();
+    let mut roots: BTreeMap<PathBuf, String> = BTreeMap::new();
+    let mut goldens = std::collections::BTreeSet::new();
+    let mut torch = false;
+    for (i, file) in files.iter().enumerate() {
+        let scenario = match crate::spec::load_scenario(file, &args.set) {
+            Ok(s) => s,
+            Err(e) => {
+                let err = CommandError::invalid(e.to_string());
+                invalid.push((
+                    i,
+                    super::local::error_entry(file, &err, "not submitted", 0.0),
+                ));
+                continue;
+            }
+        };
+        torch |= matches!(scenario.backend, crate::backend::BackendSpec::Torch(_));
+        let root = crate::spec::config::scenarios_root(file);
+        let n = roots.len();
+        let in_root = roots
+            .entry(root.clone())
+            .or_insert_with(|| package_root(&root, n))
+            .clone();
+        let rel = file.strip_prefix(&root).unwrap_or(file);
+        goldens.insert(scenario.name.clone());
+        if let Some(g) = scenario.selftest.as_ref().and_then(|s| s.golden.clone()) {
+            goldens.insert(g);
+        }
+        planned.push(Planned {
+            file: file.clone(),
+            in_package: format!("{in_root}/{}", rel.to_string_lossy().replace('\\', "/")),
+            name: scenario.name.clone(),
+            gpus: scenario.requires.gpus,
+            gpu_name: scenario.requires.gpu_name.clone(),
+            queue: scenario
+                .timeouts
+                .queue
+                .unwrap_or(crate::spec::DEFAULT_QUEUE_TIMEOUT),
+        });
+    }
+    let pack = |e: bundle::BundleError| CommandError::run_failed(format!("the job package: {e}"));
+    if args.remote_bin.is_none() {
+        let exe = std::env::current_exe().map_err(|e| {
+            CommandError::run_failed(format!("cannot find this executable to ship it: {e}"))
+        })?;
+        files_out.push(("rlharness".into(), exe));
+        if torch {
+            files_out.push((
+                crate::backend::child::EXE_NAME.into(),
+                crate::backend::child::locate()?,
+            ));
+        }
+    }
+    for (root, name) in &roots {
+        files_out.extend(bundle::files_under(root, name).map_err(pack)?);
+    }
+    for g in goldens {
+        let dir = args.golden.join(&g);
+        if dir.is_dir() {
+            files_out
+                .extend(bundle::files_under(&dir, &format!("{GOLDEN_DIR}/{g}")).map_err(pack)?);
+        }
+    }
+    Ok((planned, invalid, files_out))
+}
+
+/// A scenario's live progress, from the `NAME: step K/N reward R` lines its run prints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepLine {
+    pub step: u64,
+    pub total: u64,
+    pub reward: Option<f64>,
+}
+
+/// The last progress line in a job's log.
+pub fn last_step(log: &str) -> Option<StepLine> {
+    log.lines().rev().find_map(|l| {
+        let (_, rest) = l.split_once(": step ")?;
+        let mut words = rest.split_whitespace();
+        let (k, n) = words.next()?.split_once('/')?;
+        let reward = match (words.next(), words.next()) {
+            (Some("reward"), Some(r)) => r.parse().ok(),
+            _ => None,
+        };
+        Some(StepLine {
+            step: k.parse().ok()?,
+            total: n.parse().ok()?,
+            reward,
+        })
+    })
+}
+
+/// The last `error: ...` line of a log (what `job-entry` said when it could not run).
+fn last_error(log: &str) -> Option<String> {
+    log.lines()
+        .rev()
+        .find(|l| l.starts_with("error: "))
+        .map(|l| l.trim_start_matches("error: ").to_string())
+}
+
+fn tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().filter(|l| !l.starts_with("@@")).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// How one job ended, as the watcher saw it.
+struct Watched {
+    id: String,
+    info: Option<JobInfo>,
+    log: String,
+    first_step_s: Option<f64>,
+    /// Why the harness gave up on it (queue timeout, Ctrl-C, API failure).
+    gave_up: Option<String>,
+    /// What became of the stop request, when the job had not ended by the time it was left.
+    stop_note: Option<String>,
+    seconds: f64,
+}
+
+/// Shows a job's progress: a bar on a terminal, a line per new step otherwise.
+struct Shown {
+    bar: Option<indicatif::ProgressBar>,
+    label: String,
+    last: u64,
+}
+
+impl Shown {
+    fn new(group: Option<&indicatif::MultiProgress>, label: String) -> Shown {
+        let bar = group.map(|g| {
+            let b = g.add(indicatif::ProgressBar::new(1));
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{prefix:.bold} [{bar:30}] step {pos}/{len} {msg} (ETA {eta})",
+            ) {
+                b.set_style(style.progress_chars("=> "));
+            }
+            b.set_prefix(label.clone());
+            b.set_message("queued");
+            b
+        });
+        Shown {
+            bar,
+            label,
+            last: 0,
+        }
+    }
+    fn state(&self, text: &str) {
+        match &self.bar {
+            Some(b) => b.set_message(text.to_string()),
+            None => eprintln!("{}: {text}", self.label),
+        }
+    }
+    fn step(&mut self, s: &StepLine, since_first: Option<Duration>) {
+        if s.step == self.last {
+            return;
+        }
+        self.last = s.step;
+        let reward = s
+            .reward
+            .map(|r| format!(" reward {r:.3}"))
+            .unwrap_or_default();
+        match &self.bar {
+            Some(b) => {
+                b.set_length(s.total);
+                b.set_position(s.step);
+                b.set_message(reward.trim().to_string());
+            }
+            None => {
+                let eta = since_first
+                    .filter(|_| s.step > 1)
+                    .map(|d| {
+                        let per = d.as_secs_f64() / (s.step - 1) as f64;
+                        format!(
+                            " (ETA {:.0} s)",
+                            per * s.total.saturating_sub(s.step) as f64
+                        )
+                    })
+                    .unwrap_or_default();
+                eprintln!("{}: step {}/{}{reward}{eta}", self.label, s.step, s.total);
+            }
+        }
+    }
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// Watch one job to its end (or until the harness gives up on it and stops it).
+async fn watch(
+    client: &RayClient,
+    id: String,
+    queue: Duration,
+    mut shown: Shown,
+    mut cancel: tokio::sync::watch::Receiver<bool>,
+) -> Watched {
+    let submitted = Instant::now();
+    let mut first_step: Option<Instant> = None;
+    let mut running = false;
+    let mut log = String::new();
+    let mut gave_up: Option<String> = None;
+    let mut errors = 0u32;
+    let mut last_logs = Instant::now() - Duration::from_secs(10);
+    let info = loop {
+        let info = match client.status(&id).await {
+            Ok(i) => {
+                errors = 0;
+                Some(i)
+            }
+            Err(e) => {
+                errors += 1;
+                // A head that stays unreachable: stop waiting, say which job is left.
+                if errors >= 30 {
+                    gave_up = Some(format!("lost contact with the Ray jobs API ({e})"));
+                    break None;
+                }
+                None
+            }
+        };
+        if let Some(i) = &info {
+            if i.status == "RUNNING" && !running {
+                running = true;
+                shown.state("running");
+            }
+            // Logs: often until the first step (that is the overhead measured), then every 2 s.
+            let every = if first_step.is_none() {
+                Duration::from_millis(250)
+            } else {
+                Duration::from_secs(2)
+            };
+            // A job may end before it was ever seen RUNNING: its log is read at the end anyway.
+            if i.is_terminal() || (running && last_logs.elapsed() >= every) {
+                if let Ok(l) = client.logs(&id).await {
+                    log = l;
+                    last_logs = Instant::now();
+                    if let Some(s) = last_step(&log) {
+                        let first = *first_step.get_or_insert_with(Instant::now);
+                        shown.step(&s, Some(first.elapsed()));
+                    }
+                }
+            }
+            if i.is_terminal() {
+                break info;
+            }
+            if i.status == "PENDING" && submitted.elapsed() >= queue {
+                gave_up = Some(format!(
+                    "unschedulable: not scheduled within timeouts.queue = {queue:?}; the \
+                     cluster has no room for what the scenario requires ({})",
+                    i.message.as_deref().unwrap_or("PENDING")
+                ));
+            }
+        }
+        if gave_up.is_some() {
+            break info;
+        }
+        let pause = if first_step.is_none() {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_millis(1000)
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = cancel.changed() => {
+                if *cancel.borrow() {
+                    gave_up = Some("interrupted (Ctrl-C): the job was stopped".into());
+                    break info;
+                }
+            }
+        }
+    };
+    // Given up on: stop it, and wait (bounded) for Ray to say it ended, for its last log.
+    let mut info = info;
+    let mut stop_note = None;
+    if gave_up.is_some() && !info.as_ref().is_some_and(JobInfo::is_terminal) {
+        shown.state("stopping");
+        let pending = info.as_ref().is_some_and(|i| i.status == "PENDING");
+        let stopped = client.stop(&id).await;
+        // A running job ends within Ray's stop grace (SIGTERM, then SIGKILL after
+        // RAY_JOB_STOP_WAIT_TIME_S, 3 s by default).
+        let wait = if pending { 3 } else { 20 };
+        let deadline = Instant::now() + Duration::from_secs(wait);
+        while Instant::now() < deadline {
+            if let Ok(i) = client.status(&id).await {
+                let done = i.is_terminal();
+                info = Some(i);
+                if done {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        if !info.as_ref().is_some_and(JobInfo::is_terminal) {
+            let note = match (&stopped, pending) {
+                // Ray queues the stop on the job's supervisor, which is not placed yet: the
+                // job stays PENDING until the cluster could place it and then stops at once
+                // (Ray fails a job still pending after RAY_JOB_START_TIMEOUT_SECONDS).
+                (Ok(_), true) => format!(
+                    "Ray took the stop request; the job shows PENDING until the cluster could \
+                     place it, then stops at once (`ray job stop {id} --address {}`)",
+                    client.base
+                ),
+                (Ok(_), false) => format!(
+                    "Ray job {id} did not stop within {wait} s; it may still be running: \
+                     `ray job stop {id} --address {}`",
+                    client.base
+                ),
+                (Err(e), _) => format!(
+                    "the stop request for Ray job {id} failed ({e}); it may still be running: \
+                     `ray job stop {id} --address {}`",
+                    client.base
+                ),
+            };
+            eprintln!("warning: {note}");
+            stop_note = Some(note);
+        }
+        if let Ok(l) = client.logs(&id).await {
+            log = l;
+        }
+    }
+    shown.finish();
+    Watched {
+        id,
+        info,
+        log,
+        first_step_s: first_step.map(|f| (f - submitted).as_secs_f64()),
+        gave_up,
+        stop_note,
+        seconds: submitted.elapsed().as_secs_f64(),
+    }
+}
+
+/// Put the run directories a frame carried under OUT/<scenario>/ (a name already there gets a
+/// suffix) and point OUT/<scenario>/latest at the newest; returns them.
+fn collect(frame: &bundle::Frame, out: &Path) -> Result<Vec<PathBuf>, String> {
+    let tmp = tempfile::Builder::new()
+        .prefix(".ray-collect-")
+        .tempdir_in(out)
+        .map_err(|e| format!("cannot make a folder in {}: {e}", out.display()))?;
+    bundle::unzip(&frame.archive, tmp.path()).map_err(|e| e.to_string())?;
+    let mut moved = Vec::new();
+    let Ok(scenarios) = std::fs::read_dir(tmp.path()) else {
+        return Ok(moved);
+    };
+    for s in scenarios.filter_map(Result::ok) {
+        if !s.path().is_dir() {
+            continue; // the job's own index files
+        }
+        let base = out.join(s.file_name());
+        crate::fsx::create_dir_all(&base).map_err(|e| e.to_string())?;
+        let mut runs: Vec<_> = std::fs::read_dir(s.path())
+            .map_err(|e| e.to_string())?
+            .filter_map(Result::ok)
+            .filter(|r| r.path().is_dir())
+            .collect();
+        runs.sort_by_key(|r| r.file_name());
+        for r in runs {
+            let name = r.file_name().to_string_lossy().into_owned();
+            let mut dest = base.join(&name);
+            let mut k = 1;
+            while dest.exists() {
+                k += 1;
+                dest = base.join(format!("{name}-{k}"));
+            }
+            std::fs::rename(r.path(), &dest)
+                .map_err(|e| format!("cannot move the run into {}: {e}", dest.display()))?;
+            let latest = base.join("latest");
+            let _ = std::fs::remove_file(&latest);
+            #[cfg(unix)]
+            if let Some(n) = dest.file_name() {
+                let _ = std::os::unix::fs::symlink(n, &latest);
+            }
+            moved.push(dest);
+        }
+    }
+    Ok(moved)
+}
+
+/// A job's log as kept in the run directory: its frame's lines left out (the frame is the
+/// run directory itself).
+fn log_without_frame(log: &str) -> String {
+    log.lines()
+        .filter(|l| !l.starts_with("@@"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// Keep a job's log beside the scenario's runs when nothing else came back.
+fn keep_log(out: &Path, p: &Planned, w: &Watched) -> Option<PathBuf> {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
+    let dir = out.join(&p.name).join(format!("{stamp}-ray-{}", w.id));
+    crate::fsx::create_dir_all(&dir).ok()?;
+    crate::fsx::write_atomic(&dir.join("job.log"), log_without_frame(&w.log).as_bytes()).ok()?;
+    Some(dir)
+}
+
+/// The entry of a job that ended, from what it brought back (or why nothing came).
+fn entry_of(p: &Planned, w: &Watched, out: &Path) -> Entry {
+    let mut placement = format!("ray job {}", w.id);
+    if let Some(s) = w.first_step_s {
+        placement.push_str(&format!(" (first step {s:.1} s after submission)"));
+    }
+    let fail = |summary: String, dir: Option<PathBuf>| Entry {
+        file: p.file.display().to_string(),
+        scenario: p.name.clone(),
+        status: ExitStatus::RunFailed,
+        summary,
+        run_dir: dir,
+        placement: placement.clone(),
+        seconds: w.seconds,
+        seeds: Vec::new(),
+        skipped: false,
+        failing: Vec::new(),
+    };
+    let state = w
+        .info
+        .as_ref()
+        .map(|i| {
+            format!(
+                "{}{}",
+                i.status,
+                i.message
+                    .as_deref()
+                    .filter(|m| !m.is_empty())
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            )
+        })
+        .unwrap_or_else(|| "state unknown".into());
+    let frame = bundle::decode_frame(&w.log);
+    let frame = match frame {
+        Ok(f) => f,
+        Err(why) => {
+            let dir = keep_log(out, p, w);
+            let step = last_step(&w.log)
+                .map(|s| format!(" at step {}/{}", s.step, s.total))
+                .unwrap_or_default();
+            let summary = match &w.gave_up {
+                Some(g) => {
+                    let mut s = format!("ray job {}{step}: {g}", w.id);
+                    match &w.stop_note {
+                        Some(n) => s.push_str(&format!("; {n}")),
+                        None => s.push_str(&format!("; the job ended {state}")),
+                    }
+                    s
+                }
+                None => format!(
+                    "ray job {} ended {state}{step}, and its run directory did not come back \
+                     ({why}); last log lines:\n{}",
+                    w.id,
+                    tail(&w.log, 8)
+                ),
+            };
+            return fail(summary, dir);
+        }
+    };
+    let runs = match collect(&frame, out) {
+        Ok(r) => r,
+        Err(why) => return fail(format!("ray job {}: {why}", w.id), keep_log(out, p, w)),
+    };
+    let Some(dir) = runs.last().cloned() else {
+        // It ran but made no run directory: it could not start the scenario.
+        let status = ExitStatus::from_code(frame.exit_code).unwrap_or(ExitStatus::RunFailed);
+        let summary = last_error(&w.log).unwrap_or_else(|| format!("exit {}", frame.exit_code));
+        return Entry {
+            status,
+            ..fail(summary, keep_log(out, p, w))
+        };
+    };
+    let _ = crate::fsx::write_atomic(&dir.join("job.log"), log_without_frame(&w.log).as_bytes());
+    match read_verdict(&dir) {
+        Ok((scenario, status, summary)) => {
+            let mut status = status;
+            let mut summary = summary;
+            if let Some(g) = &w.gave_up {
+                status = status.worst(ExitStatus::RunFailed);
+                summary = format!("{summary}; {g}");
+            } else if w.info.as_ref().is_some_and(|i| i.status == "STOPPED") {
+                status = status.worst(ExitStatus::RunFailed);
+                summary = format!("{summary}; ray job {} was stopped ({state})", w.id);
+            }
+            Entry {
+                file: p.file.display().to_string(),
+                scenario,
+                status,
+                summary,
+                seeds: read_seeds(&dir),
+                run_dir: Some(dir),
+                placement,
+                seconds: w.seconds,
+                skipped: false,
+                failing: Vec::new(),
+            }
+        }
+        Err(why) => fail(format!("ray job {}: {why}", w.id), Some(dir)),
+    }
+}
+
+/// Submit every scenario as a Ray job, watch them, collect their run directories under OUT/
+/// and return one entry per file in the order given.
+pub async fn run_matrix(files: &[PathBuf], args: &RunArgs) -> Result<Vec<Entry>, CommandError> {
+    let address = args
+        .address
+        .as_deref()
+        .ok_or_else(|| CommandError::invalid("--executor ray needs --address http://HEAD:8265"))?;
+    let client = RayClient::new(address)?;
+    let mut env_vars = serde_json::Map::new();
+    for kv in &args.ray_env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| CommandError::invalid(format!("--ray-env {kv}: expected KEY=VALUE")))?;
+        env_vars.insert(k.into(), json!(v));
+    }
+    // A CI submitter's jobs do not write goldens either.
+    if let Ok(ci) = std::env::var("CI") {
+        env_vars.entry("CI").or_insert(json!(ci));
+    }
+    let (planned, invalid, package_files) = plan(files, args)?;
+    crate::fsx::create_dir_all(&args.out).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    let mut entries: Vec<Option<Entry>> = vec![None; files.len()];
+    for (i, e) in invalid {
+        super::local::print_entry(&e, None);
+        entries[i] = Some(e);
+    }
+    let uri = if planned.is_empty() {
+        None
+    } else {
+        let zip = tokio::task::spawn_blocking(move || bundle::zip_files(&package_files))
+            .await
+            .map_err(|e| CommandError::run_failed(format!("packing crashed: {e}")))?
+            .map_err(|e| CommandError::run_failed(format!("the job package: {e}")))?;
+        let name = format!("_ray_pkg_{}.zip", &bundle::sha256_hex(&zip)[..32]);
+        let mib = zip.len() as f64 / (1024.0 * 1024.0);
+        let uri = client
+            .ensure_package(&name, zip)
+            .await
+            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+        eprintln!("ray: the jobs' package {uri} ({mib:.1} MiB) is on the cluster");
+        Some(uri)
+    };
+    let tty = std::io::stderr().is_terminal() && !args.no_progress;
+    let group = tty.then(indicatif::MultiProgress::new);
+    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+    let cancel_tx = Arc::new(cancel_tx);
+    let ctrl_c = {
+        let cancel_tx = cancel_tx.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("interrupted: stopping this invocation's Ray jobs");
+                let _ = cancel_tx.send(true);
+            }
+        })
+    };
+    let mut tasks = Vec::new();
+    let files_index: BTreeMap<&Path, usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.as_path(), i))
+        .collect();
+    for p in planned {
+        let index = files_index.get(p.file.as_path()).copied().unwrap_or(0);
+        if *cancel_rx.borrow() {
+            let e = super::local::error_entry(
+                &p.file,
+                &CommandError::run_failed("interrupted (Ctrl-C) before it was submitted"),
+                "not submitted",
+                0.0,
+            );
+            entries[index] = Some(e);
+            continue;
+        }
+        let mut body = json!({
+            "entrypoint": entrypoint(args, &p.in_package),
+            "runtime_env": {
+                "working_dir": uri.clone().unwrap_or_default(),
+                "env_vars": Value::Object(env_vars.clone()),
+            },
+            "metadata": {
+                "rlharness_scenario": p.name.clone(),
+                "rlharness_file": p.file.display().to_string(),
+                "submitted_by": "rlharness run --executor ray",
+            },
+        });
+        if let Value::Object(m) = &mut body {
+            m.extend(resources(&p, args));
+        }
+        let id = match client.submit(&body).await {
+            Ok(id) => id,
+            Err(e) => {
+                let e = super::local::error_entry(
+                    &p.file,
+                    &CommandError::run_failed(format!("the job was not submitted: {e}")),
+                    "not submitted",
+                    0.0,
+                );
+                super::local::print_entry(&e, group.as_ref());
+                entries[index] = Some(e);
+                continue;
+            }
+        };
+        let label = format!("{} [{id}]", p.name);
+        let shown = Shown::new(group.as_ref(), label);
+        if group.is_none() {
+            eprintln!("{}: submitted as Ray job {id}", p.name);
+        }
+        let (client, rx, out, group) = (
+            client.clone(),
+            cancel_rx.clone(),
+            args.out.clone(),
+            group.clone(),
+        );
+        tasks.push((
+            index,
+            tokio::spawn(async move {
+                let w = watch(&client, id, p.queue, shown, rx).await;
+                let e = tokio::task::spawn_blocking(move || entry_of(&p, &w, &out))
+                    .await
+                    .map_err(|e| CommandError::run_failed(format!("collecting crashed: {e}")));
+                if let Ok(e) = &e {
+                    super::local::print_entry(e, group.as_ref());
+                }
+                e
+            }),
+        ));
+    }
+    for (index, t) in tasks {
+        let e = match t.await {
+            Ok(Ok(e)) => e,
+            Ok(Err(e)) => super::local::error_entry(&files[index], &e, "ray", 0.0),
+            Err(e) => super::local::error_entry(
+                &files[index],
+                &CommandError::run_failed(format!("watching the job crashed: {e}")),
+                "ray",
+                0.0,
+            ),
+        };
+        entries[index] = Some(e);
+    }
+    ctrl_c.abort();
+    Ok(entries
+        .into_iter()
+        .zip(files)
+        .map(|(e, f)| {
+            e.unwrap_or_else(|| {
+                super::local::error_entry(f, &CommandError::run_failed("no result"), "ray", 0.0)
+            })
+        })
+        .collect())
+}
+
+/// `rlharness job-entry`: the entrypoint of a Ray job. `run` for its scenario, then OUT (its run
+/// directory) printed on stdout as one frame. Ray stops a job with SIGTERM; that becomes the
+/// run's own interrupt, so its finished steps are written and come back.
+pub async fn job_entry(args: RunArgs) -> Result<ExitStatus, CommandError> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Installed before the run starts, so a raised SIGINT reaches the run's Ctrl-C watch
+        // instead of ending the process.
+        let interrupt = signal(SignalKind::interrupt());
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::spawn(async move {
+                let _keep = interrupt;
+                if term.recv().await.is_some() {
+                    eprintln!("job-entry: SIGTERM: interrupting the run");
+                    // SAFETY: raising a signal at this process; no memory is touched.
+                    unsafe {
+                        libc::raise(libc::SIGINT);
+                    }
+                }
+            });
+        }
+    }
+    // Jobs of one invocation share the unpacked package (Ray caches a working_dir by its
+    // URI): each run goes to a folder of its own, removed once it is printed.
+    let scratch = tempfile::Builder::new()
+        .prefix("rlharness-job-")
+        .tempdir()
+        .map_err(|e| CommandError::run_failed(format!("cannot make the run's folder: {e}")))?;
+    let out = scratch.path().join(&args.out);
+    let mut local = args;
+    local.out = out.clone();
+    local.executor = crate::cli::Executor::Local;
+    let status = match crate::app::run(local).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.status
+        }
+    };
+    crate::fsx::create_dir_all(&out).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    let files = bundle::files_under(&out, "")
+        .map_err(|e| CommandError::run_failed(format!("packing the run directory: {e}")))?;
+    let zip = bundle::zip_files(&files)
+        .map_err(|e| CommandError::run_failed(format!("packing the run directory: {e}")))?;
+    let frame = bundle::encode_frame(&zip, status.code());
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(frame.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| CommandError::run_failed(format!("printing the run directory: {e}")))?;
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["rlharness", "run", "scenarios/smoke/x.yaml"];
+        argv.extend(extra);
+        match crate::cli::Cli::parse_from(argv).command {
+            crate::cli::Command::Run(a) => a,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn the_entrypoint_quotes_what_it_passes_on() {
+        let args = run_args(&[
+            "--executor",
+            "ray",
+            "--address",
+            "http://127.0.0.1:8265",
+            "--set",
+            "config.a=it's",
+            "--steps",
+            "3",
+        ]);
+        let e = entrypoint(&args, "scenarios/smoke/x.yaml");
+        assert!(e.starts_with("chmod +x rlharness"), "{e}");
+        assert!(
+            e.ends_with(
+                "exec ./rlharness job-entry scenarios/smoke/x.yaml --out out --golden golden \
+                 --steps 3 --set 'config.a=it'\\''s'"
+            ),
+            "{e}"
+        );
+        let remote = run_args(&["--remote-bin", "/opt/rl harness"]);
+        assert_eq!(
+            entrypoint(&remote, "s.yaml"),
+            "exec '/opt/rl harness' job-entry s.yaml --out out --golden golden"
+        );
+    }
+
+    #[test]
+    fn resources_come_from_requires() {
+        let p = Planned {
+            file: "x.yaml".into(),
+            in_package: "x.yaml".into(),
+            name: "x".into(),
+            gpus: 2,
+            gpu_name: Some("h200".into()),
+            queue: Duration::from_secs(1),
+        };
+        let r = resources(&p, &run_args(&[]));
+        assert_eq!(r["entrypoint_num_gpus"], json!(2));
+        assert_eq!(r["entrypoint_num_cpus"], json!(1));
+        assert_eq!(
+            r["entrypoint_resources"],
+            json!({"accelerator_type:H200": 0.001})
+        );
+    }
+
+    #[test]
+    fn progress_is_read_from_the_runs_lines() {
+        let log = "x: step 1/4 reward 0.100\nnoise\nx: step 2/4 reward 0.250 mfu 0.1\n";
+        assert_eq!(
+            last_step(log),
+            Some(StepLine {
+                step: 2,
+                total: 4,
+                reward: Some(0.25)
+            })
+        );
+        assert_eq!(last_step("nothing yet\n"), None);
+    }
+
+    #[test]
+    fn a_package_root_outside_the_current_folder_gets_a_neutral_name() {
+        assert_eq!(package_root(Path::new("scenarios"), 0), "scenarios");
+        assert_eq!(
+            package_root(Path::new("../elsewhere/scenarios"), 3),
+            "roots/3"
+        );
+    }
+}

@@ -1,0 +1,288 @@
+//! The torch backend as a child process: `rlharness run` starts the `rlharness-torch`
+//! executable for a `backend: {kind: torch}` scenario and talks to it over HTTP like any
+//! other Arctic server, so `rlharness` itself never loads libtorch (docs/architecture.md,
+//! "The torch backend's process").
+//!
+//! The protocol: the runner passes the resolved backend block (`--backend-json`), the seed,
+//! the server's start-up flags and `--port 0`, and sets the CPU kernel switches of the pinned
+//! level in the child's environment, so libtorch reads them from its first instruction. With
+//! `--child` the child prints exactly one line on stdout once it listens, [`Ready`] as JSON
+//! (its address and its runtime), and exits when its stdin closes (its parent is gone, even
+//! killed). The runner kills and reaps it when the run ends, whatever ended it; dropping a
+//! [`TorchChild`] kills it too (a panicking parent). Its stderr passes through to the
+//! parent's, and the last lines are kept for the error message when it dies.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+
+use crate::backend::server::ServerOptions;
+use crate::backend::torch_spec::{TorchDevice, TorchSpec};
+use crate::backend::Runtime;
+use crate::error::CommandError;
+
+/// The executable's file name (next to `rlharness`).
+pub const EXE_NAME: &str = "rlharness-torch";
+
+/// Overrides where the executable is looked for.
+pub const EXE_ENV: &str = "RLHARNESS_TORCH_BIN";
+
+/// How a missing executable is built.
+pub const BUILD_HINT: &str =
+    "build it with `cargo build --release --features torch` (after `bash ci/setup-libtorch.sh`), \
+     which puts it beside `rlharness`, or point RLHARNESS_TORCH_BIN at it";
+
+/// How many of the child's last stderr lines an error message quotes.
+const TAIL_LINES: usize = 20;
+
+/// The one line a `--child` prints on stdout once it listens.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Ready {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// What the engine reports of itself, for `run.json` (device, threads, torch version,
+    /// numerics).
+    pub runtime: Runtime,
+}
+
+/// Where the executable is: `RLHARNESS_TORCH_BIN`, else beside the current executable, else
+/// (a test binary in `target/<profile>/deps/`) in `target/<profile>/`.
+pub fn locate() -> Result<PathBuf, CommandError> {
+    if let Some(p) = std::env::var_os(EXE_ENV).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(CommandError::run_failed(format!(
+                "the torch backend executable {} (from {EXE_ENV}) does not exist; {BUILD_HINT}",
+                p.display()
+            )))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| {
+        CommandError::run_failed(format!(
+            "cannot find the current executable to look for {EXE_NAME} beside it: {e}"
+        ))
+    })?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let mut candidates = vec![dir.join(EXE_NAME)];
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        if let Some(profile) = dir.parent() {
+            candidates.push(profile.join(EXE_NAME));
+        }
+    }
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+            CommandError::run_failed(format!(
+            "backend `torch` runs in the executable {EXE_NAME}, which is not built (looked at {}); \
+             {BUILD_HINT}",
+            looked.join(", ")
+        ))
+        })
+}
+
+/// The child's last stderr lines.
+#[derive(Clone, Default)]
+struct Tail(Arc<Mutex<VecDeque<String>>>);
+
+impl Tail {
+    fn push(&self, line: String) {
+        let mut t = crate::util::lock(&self.0);
+        if t.len() == TAIL_LINES {
+            t.pop_front();
+        }
+        t.push_back(line);
+    }
+    fn text(&self) -> String {
+        let t = crate::util::lock(&self.0);
+        if t.is_empty() {
+            return "(it wrote nothing on stderr)".into();
+        }
+        t.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+}
+
+/// A running `rlharness-torch`.
+pub struct TorchChild {
+    exe: PathBuf,
+    child: Child,
+    /// Held open: the child exits when it closes.
+    _stdin: Option<ChildStdin>,
+    tail: Tail,
+    stderr_task: Option<tokio::task::JoinHandle<()>>,
+    ready: Ready,
+}
+
+impl TorchChild {
+    /// Start the executable for `spec` (its paths already resolved beside the scenario) and
+    /// wait until it listens. Fails with exit status 3 when it is missing, cannot start, or
+    /// dies before it is ready (the message names it and quotes its last lines).
+    /// A child that prints no ready line within `ready_limit` (a hang while loading) is
+    /// stopped and fails the run the same way.
+    pub async fn start(
+        spec: &TorchSpec,
+        seed: u64,
+        opts: &ServerOptions,
+        ready_limit: Duration,
+    ) -> Result<TorchChild, CommandError> {
+        let exe = locate()?;
+        let spec_json = serde_json::to_string(spec)
+            .map_err(|e| CommandError::run_failed(format!("backend: {e}")))?;
+        let mut cmd = Command::new(&exe);
+        cmd.arg("--child")
+            .args(["--host", "127.0.0.1", "--port", "0"])
+            .args(["--backend-json", &spec_json])
+            .args(["--seed", &seed.to_string()])
+            .args(["--training-gpus", &opts.training_gpus.to_string()])
+            .args(["--sampling-gpus", &opts.sampling_gpus.to_string()])
+            .args(["--log-prob-gpus", &opts.log_prob_gpus.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if spec.device == TorchDevice::Cpu {
+            // The child pins the same level itself (and falls back on a CPU without it);
+            // set here, libtorch sees it from the process's first instruction.
+            for (var, value) in spec.cpu_isa.env() {
+                cmd.env(var, value);
+            }
+        }
+        // A scenario of a local matrix (`run --jobs`): its GPU pinning, for this child only.
+        let slot = crate::slot::current_slot();
+        cmd.envs(slot.env.iter().map(|(k, v)| (k, v)));
+        // Its own process group: a terminal's Ctrl-C reaches only the runner, which records
+        // the interrupt and then stops the child.
+        #[cfg(unix)]
+        cmd.process_group(0);
+        let mut child = cmd.spawn().map_err(|e| {
+            CommandError::run_failed(format!(
+                "cannot start the torch backend {}: {e}",
+                exe.display()
+            ))
+        })?;
+        let tail = Tail::default();
+        let stderr_task = child.stderr.take().map(|err| {
+            let tail = tail.clone();
+            let prefix = slot.label.map(|l| format!("[{l}] ")).unwrap_or_default();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(err).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    eprintln!("{prefix}{line}");
+                    tail.push(line);
+                }
+            })
+        });
+        let stdin = child.stdin.take();
+        let mut this = TorchChild {
+            exe,
+            child,
+            _stdin: stdin,
+            tail,
+            stderr_task,
+            ready: Ready {
+                url: String::new(),
+                runtime: Runtime {
+                    device: String::new(),
+                    threads: None,
+                    torch_version: None,
+                    numerics: None,
+                },
+            },
+        };
+        let Some(stdout) = this.child.stdout.take() else {
+            return Err(this.died("its stdout was not captured").await);
+        };
+        let mut lines = BufReader::new(stdout).lines();
+        let wait_ready = async {
+            loop {
+                match lines.next_line().await {
+                    Ok(Some(line)) => match serde_json::from_str::<Ready>(&line) {
+                        Ok(r) => break Ok(r),
+                        Err(_) => eprintln!("{line}"),
+                    },
+                    Ok(None) => break Err("it exited before it was ready".to_string()),
+                    Err(e) => break Err(format!("reading its ready line failed ({e})")),
+                }
+            }
+        };
+        let ready = match tokio::time::timeout(ready_limit, wait_ready).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(what)) => return Err(this.died(&what).await),
+            Err(_) => {
+                return Err(this
+                    .died(&format!(
+                        "it printed no ready line within {ready_limit:?} (timeouts.run)"
+                    ))
+                    .await)
+            }
+        };
+        // Whatever else it prints goes on; a full pipe must never block it.
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("{line}");
+            }
+        });
+        this.ready = ready;
+        Ok(this)
+    }
+
+    pub fn url(&self) -> &str {
+        &self.ready.url
+    }
+
+    pub fn runtime(&self) -> &Runtime {
+        &self.ready.runtime
+    }
+
+    /// The error for a child that failed to come up: killed and reaped, with its last lines.
+    async fn died(mut self, what: &str) -> CommandError {
+        let _ = self.child.start_kill();
+        let status = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        let status = match status {
+            Ok(Ok(s)) => s.to_string(),
+            _ => "status unknown".into(),
+        };
+        self.drain_stderr().await;
+        CommandError::run_failed(format!(
+            "the torch backend {} failed to start: {what} ({status}); its last lines:\n{}",
+            self.exe.display(),
+            self.tail.text()
+        ))
+    }
+
+    async fn drain_stderr(&mut self) {
+        if let Some(t) = self.stderr_task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+        }
+    }
+
+    /// When the child has exited (or exits within `grace`): what to add to a failed run's
+    /// reason, naming it, its exit status and its last lines. `None` while it still runs.
+    pub async fn exited(&mut self, grace: Duration) -> Option<String> {
+        let status = tokio::time::timeout(grace, self.child.wait())
+            .await
+            .ok()?
+            .ok()?;
+        self.drain_stderr().await;
+        Some(format!(
+            "the torch backend {} exited mid-run ({status}); its last lines:\n{}",
+            self.exe.display(),
+            self.tail.text()
+        ))
+    }
+
+    /// Kill the child and reap it.
+    pub async fn shutdown(mut self) {
+        let _ = self.child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+    }
+}

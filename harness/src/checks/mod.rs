@@ -1,0 +1,15 @@
+//! What a scenario's `checks` block says, below every stage that uses it: the golden rules,
+//! bands, directions and step ranges (`spec`), and the convergence expression language
+//! (`expr`: a pest grammar, its AST and its evaluation over a `MetricTable`). The spec loader
+//! validates with these types, the golden store measures calibration windows with them, and
+//! `compare` judges with them; none of them reads or writes files.
+
+pub mod expr;
+mod spec;
+
+pub use expr::{parse_expr, Expr, ExprError};
+pub use spec::{
+    parse_seed_range, stability_enabled_for, window_value, Calibrated, ChecksSpec, Direction,
+    Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule, GoldenRules, ImprovementLimit,
+    RuleRef, StepRange,
+};

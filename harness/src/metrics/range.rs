@@ -1,0 +1,106 @@
+//! Step ranges: `"2.."`, `"..10"`, `"3..7"`, `"5"`, the one type every rule, window and
+//! suppression uses to name steps.
+
+use std::fmt;
+
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// An inclusive range of step numbers, open at either end: `"2.."`, `"..10"`, `"3..7"`, `"5"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StepRange {
+    pub from: Option<u64>,
+    pub to: Option<u64>,
+}
+
+impl StepRange {
+    pub fn contains(&self, step: u64) -> bool {
+        self.from.is_none_or(|a| step >= a) && self.to.is_none_or(|b| step <= b)
+    }
+
+    pub fn parse(s: &str) -> Result<StepRange, String> {
+        let s = s.trim();
+        let num = |t: &str| -> Result<Option<u64>, String> {
+            let t = t.trim();
+            if t.is_empty() {
+                Ok(None)
+            } else {
+                t.parse()
+                    .map(Some)
+                    .map_err(|_| format!("`{t}` is not a step number"))
+            }
+        };
+        let r = match s.split_once("..") {
+            Some((a, b)) => StepRange {
+                from: num(a)?,
+                to: num(b)?,
+            },
+            None => {
+                let n = num(s)?.ok_or("an empty step range")?;
+                StepRange {
+                    from: Some(n),
+                    to: Some(n),
+                }
+            }
+        };
+        if let (Some(a), Some(b)) = (r.from, r.to) {
+            if a > b {
+                return Err(format!(
+                    "empty step range `{s}`: the start is after the end"
+                ));
+            }
+        }
+        Ok(r)
+    }
+}
+
+impl fmt::Display for StepRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.from, self.to) {
+            (Some(a), Some(b)) if a == b => write!(f, "{a}"),
+            (a, b) => {
+                if let Some(a) = a {
+                    write!(f, "{a}")?;
+                }
+                f.write_str("..")?;
+                if let Some(b) = b {
+                    write!(f, "{b}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Serialize for StepRange {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for StepRange {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = StepRange;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a step range such as \"2..\", \"..10\", \"3..7\" or a step number")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<StepRange, E> {
+                StepRange::parse(v).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<StepRange, E> {
+                Ok(StepRange {
+                    from: Some(v),
+                    to: Some(v),
+                })
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<StepRange, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format!("step {v} is negative")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

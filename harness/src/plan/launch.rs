@@ -1,0 +1,126 @@
+//! A command trainer's launch, made from the plan: the scenario's config as Hydra overrides,
+//! the harness's own keys, the environment, the program path. It lives with the plan (it reads
+//! the plan's config and origins); the driver only starts what it is given.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::RunPlan;
+use crate::driver::command::{
+    hydra_quote, hydra_value, CommandDriverSpec, TrainerLaunch, HARNESS_KEYS, JSONL_FILE,
+};
+use crate::spec::Origin;
+
+/// What the harness itself tells the trainer.
+#[derive(Debug, Clone)]
+pub struct HarnessSettings {
+    pub steps: u64,
+    pub project_name: String,
+    pub experiment_name: String,
+}
+
+/// The scenario's config as Hydra overrides: every leaf the scenario (or `--set`) wrote, in
+/// path order; defaults and included backend files are left to the trainer's own config
+/// (verl has them), except where the scenario changed them. A key no default layer defines
+/// was added with `+` and is passed with `+`. Then the harness's own keys.
+pub fn hydra_overrides(plan: &RunPlan, settings: &HarnessSettings) -> Vec<String> {
+    let config = &plan.scenario.config;
+    let layer_files: BTreeSet<&Path> = plan
+        .scenario
+        .sources
+        .iter()
+        .skip(1)
+        .map(PathBuf::as_path)
+        .collect();
+    let mut out = Vec::new();
+    for (path, resolved) in config.leaves() {
+        if path.is_empty() || HARNESS_KEYS.contains(&path.as_str()) {
+            continue;
+        }
+        if resolved.origin.is_default() {
+            continue;
+        }
+        // `${...}` written in a layer file: the trainer's config holds the same reference.
+        if let Origin::Interpolated { .. } = resolved.origin {
+            if config
+                .node(&path)
+                .is_some_and(|n| layer_files.contains(n.pos.file.as_path()))
+            {
+                continue;
+            }
+        }
+        let plus = if config.default_of(&path).is_none() {
+            "+"
+        } else {
+            ""
+        };
+        out.push(format!("{plus}{path}={}", hydra_value(&resolved.value)));
+    }
+    out.push(format!("trainer.total_training_steps={}", settings.steps));
+    out.push("trainer.logger=['console','file']".into());
+    out.push(format!(
+        "trainer.project_name={}",
+        hydra_quote(&settings.project_name)
+    ));
+    out.push(format!(
+        "trainer.experiment_name={}",
+        hydra_quote(&settings.experiment_name)
+    ));
+    out
+}
+
+/// Build the launch of a scenario's command. `run_dir` must be absolute; `backend_url` is the
+/// recording proxy's URL when the trainer's Arctic client goes through it.
+pub fn launch_for(
+    spec: &CommandDriverSpec,
+    plan: &RunPlan,
+    run_dir: &Path,
+    backend_url: Option<&str>,
+) -> TrainerLaunch {
+    let run_id = run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "run".into());
+    let settings = HarnessSettings {
+        steps: plan.scenario.steps,
+        project_name: "rlharness".into(),
+        experiment_name: format!("{}-{run_id}", plan.scenario.name),
+    };
+    let program_arg = spec.command.first().cloned().unwrap_or_default();
+    let program = if program_arg.contains('/') && Path::new(&program_arg).is_relative() {
+        plan.scenario
+            .path
+            .parent()
+            .unwrap_or(Path::new(""))
+            .join(&program_arg)
+    } else {
+        PathBuf::from(&program_arg)
+    };
+    let mut args: Vec<String> = spec.command.iter().skip(1).cloned().collect();
+    args.extend(hydra_overrides(plan, &settings));
+    let jsonl_path = run_dir.join(JSONL_FILE);
+    let mut env = vec![
+        (
+            "VERL_FILE_LOGGER_PATH".to_string(),
+            jsonl_path.display().to_string(),
+        ),
+        ("RLHARNESS_RUN_DIR".into(), run_dir.display().to_string()),
+        // Piped stdout is block-buffered in Python: console lines would arrive in bursts.
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+    ];
+    if let Some(url) = backend_url {
+        env.push(("RLHARNESS_BACKEND_URL".into(), url.to_string()));
+    }
+    for (k, v) in &spec.env {
+        env.retain(|(ek, _)| ek != k);
+        env.push((k.clone(), v.clone()));
+    }
+    TrainerLaunch {
+        program,
+        args,
+        env,
+        metrics_from: spec.metrics_from,
+        jsonl_path,
+        run_dir: run_dir.to_path_buf(),
+    }
+}

@@ -1,0 +1,80 @@
+//! What a person reads on the terminal after a run or a `compare`: the outcome, each rule that
+//! did not pass with its value, reference, band and step, and where the reports are. Coloured
+//! on a terminal (unless `NO_COLOR` is set), plain otherwise. The Markdown, HTML and JUnit go to
+//! files; `compare --format md|json` prints those for scripts.
+
+use std::io::IsTerminal;
+
+use super::{Headline, Report, RuleRow};
+use crate::compare::RuleStatus;
+
+/// Whether stdout should get colours: a terminal, and no `NO_COLOR`.
+pub fn stdout_color() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+fn paint(text: &str, code: &str, color: bool) -> String {
+    if color {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_string()
+    }
+}
+
+/// The summary of one judged scenario; `reports` is the folder its files were written to.
+pub fn render_terminal(r: &Report, reports: Option<&str>, color: bool) -> String {
+    let code = match r.headline() {
+        Headline::Passed | Headline::ExpectedFailure => "32",
+        Headline::Skipped | Headline::NoGolden => "33",
+        Headline::Failed | Headline::RunFailed => "31",
+    };
+    let mut out = format!(
+        "{}: {}\n",
+        paint(&r.scenario, "1", color),
+        paint(&r.summary(), code, color)
+    );
+    out.push_str(&print_failing(&failing_rules(r), color));
+    if let Some(dir) = reports.filter(|d| !d.is_empty()) {
+        out.push_str(&format!(
+            "  reports: {dir}/report.md, report.html, junit.xml\n"
+        ));
+    }
+    out
+}
+
+/// One plain line per rule that did not pass: rule, status, step or window, value, reference
+/// and band (or the evidence's message when there is no value).
+pub fn failing_rules(r: &Report) -> Vec<String> {
+    let Some(v) = &r.verdict else {
+        return Vec::new();
+    };
+    v.rules
+        .iter()
+        .filter(|x| x.status != RuleStatus::Pass)
+        .map(|x| {
+            let row = RuleRow::new(x);
+            let mut line = format!("{} {}", row.rule, super::status_text(row.status));
+            if row.at != "–" {
+                line.push_str(&format!(" at {}", row.at));
+            }
+            if row.value != "–" || row.golden != "–" {
+                line.push_str(&format!(": {} (reference {}", row.value, row.golden));
+                if row.band != "–" {
+                    line.push_str(&format!(", band {}", row.band));
+                }
+                line.push(')');
+            } else if !row.evidence.is_empty() {
+                line.push_str(&format!(": {}", row.evidence));
+            }
+            line
+        })
+        .collect()
+}
+
+/// The failing-rule lines of a finished scenario, as `render_terminal` prints them.
+pub fn print_failing(lines: &[String], color: bool) -> String {
+    lines
+        .iter()
+        .map(|l| format!("  {} {l}\n", paint("✗", "31", color)))
+        .collect()
+}

@@ -1,0 +1,208 @@
+//! Facts about where a run ran (`RunEnv`), the run's manifest (`run.json`), and what the report
+//! must say about the wire.
+
+use std::path::Path;
+
+use super::RunEnd;
+use crate::compare::RunStatus;
+use crate::driver::DriverSpec;
+use crate::error::{CommandError, ExitStatus};
+use crate::plan::RunPlan;
+use crate::report::{KnobDiff, RunManifest};
+
+/// The device an external trainer computes on: the first GPU `nvidia-smi` lists when the
+/// scenario requires one (its golden then lives under that GPU's key), else none.
+pub(super) fn trainer_device(plan: &RunPlan) -> Option<crate::backend::Runtime> {
+    let DriverSpec::Command(_) = plan.scenario.driver else {
+        return None;
+    };
+    let r = &plan.scenario.requires;
+    if r.gpus == 0 && r.gpu_name.is_none() {
+        return None;
+    }
+    let names = crate::spec::detect_gpus().ok()?;
+    names
+        .into_iter()
+        .next()
+        .map(|device| crate::backend::Runtime {
+            device,
+            threads: None,
+            torch_version: None,
+            numerics: None,
+        })
+}
+
+/// What the report must say about the wire when the proxy cannot see the trainer's traffic.
+pub(super) fn wire_notes(plan: &RunPlan, proxied: bool) -> Vec<String> {
+    let DriverSpec::Command(_) = plan.scenario.driver else {
+        return Vec::new();
+    };
+    if !proxied {
+        return vec![
+            "no wire observed: the trainer brings its own backend (`backend: none`), so no \
+             request passed through the recording proxy"
+                .into(),
+        ];
+    }
+    let protocol = plan
+        .scenario
+        .config
+        .get("remote_backend.comms.protocol")
+        .and_then(|r| r.value.as_str().map(str::to_string));
+    match protocol.as_deref() {
+        Some("http") | None => Vec::new(),
+        Some(other) => vec![format!(
+            "no wire observed: remote_backend.comms.protocol is `{other}`, so the trainer \
+             reaches its Arctic backend over {other} transport, not through the recording proxy"
+        )],
+    }
+}
+
+/// Facts about where a run ran, for `run.json` and the golden provenance.
+#[derive(Debug, Clone)]
+pub struct RunEnv {
+    pub device: String,
+    pub hardware: String,
+    pub threads: Option<u64>,
+    pub torch_version: Option<String>,
+    /// A deterministic backend's numeric identity (the exact lane's key).
+    pub numerics: Option<crate::wire::runtime::Numerics>,
+}
+
+impl RunEnv {
+    /// The device a run computes on: what an in-process backend reports (torch), else this
+    /// machine's CPU (the mock's simulated device only shapes the numbers it reports).
+    pub fn new(
+        runtime: Option<crate::backend::Runtime>,
+        hardware_override: Option<&str>,
+    ) -> RunEnv {
+        let crate::backend::Runtime {
+            device,
+            threads,
+            torch_version,
+            numerics,
+        } = runtime.unwrap_or_else(|| crate::backend::Runtime {
+            device: "cpu".into(),
+            threads: None,
+            torch_version: None,
+            numerics: None,
+        });
+        // The torch backend knows its GPU only as `cuda:N`; the golden key comes from its name.
+        let device = crate::golden::name_cuda_device(&device);
+        RunEnv {
+            hardware: crate::golden::hardware_key(&device, hardware_override),
+            device,
+            threads,
+            torch_version,
+            numerics,
+        }
+    }
+}
+
+/// Build `run.json` for a plan; the runner writes it at start (status `running` is not a
+/// `RunStatus`, so a run in progress reads as `interrupted` until it ends: exactly what a
+/// killed run should say).
+pub fn manifest_for(
+    plan: &RunPlan,
+    env: &RunEnv,
+    started: chrono::DateTime<chrono::Utc>,
+) -> RunManifest {
+    RunManifest {
+        scenario: plan.scenario.name.clone(),
+        scenario_path: plan.scenario.path.display().to_string(),
+        hardware: env.hardware.clone(),
+        status: RunStatus::Interrupted,
+        reason: Some("the run did not finish (the harness was stopped or killed)".into()),
+        failed_step: None,
+        seed: plan.scenario.seed,
+        steps: plan.scenario.steps,
+        checks: plan.scenario.checks.clone(),
+        expected_verdict: plan.scenario.expected_verdict.clone(),
+        harness_version: env!("CARGO_PKG_VERSION").to_string(),
+        git_commit: git_commit(),
+        build_commit: option_env!("RLHARNESS_BUILD_COMMIT").map(str::to_string),
+        host: hostname(),
+        device: env.device.clone(),
+        threads: env.threads,
+        torch_version: env.torch_version.clone(),
+        numerics: env.numerics.clone(),
+        started: started.to_rfc3339(),
+        ended: None,
+        plan_hash: plan.plan_hash.clone(),
+        scenario_hash: plan.scenario_hash.clone(),
+        knobs: plan
+            .knobs_differing_from_defaults()
+            .into_iter()
+            .map(|(key, default, value, origin)| KnobDiff {
+                key,
+                default: (!default.is_null()).then(|| default.to_string()),
+                value: value.to_string(),
+                origin: origin.to_string(),
+            })
+            .collect(),
+        pending_golden: None,
+        reference_run: None,
+        notes: Vec::new(),
+        dropped: Vec::new(),
+        replay: None,
+    }
+}
+
+pub(super) fn write_manifest(dir: &Path, m: &RunManifest) -> Result<(), CommandError> {
+    m.write(dir)
+        .map_err(|e| CommandError::run_failed(e.to_string()))
+}
+
+pub fn git_commit() -> Option<String> {
+    let git = |args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new("git").args(args).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "--short=12", "HEAD"])?;
+    // `-dirty`: tracked files (scenarios, goldens, code) differ from the commit.
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty {
+        format!("{commit}-dirty")
+    } else {
+        commit
+    })
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The exit status a finished run maps to before judging.
+pub fn end_status(end: &RunEnd) -> ExitStatus {
+    match end {
+        RunEnd::Completed => ExitStatus::Passed,
+        _ => ExitStatus::RunFailed,
+    }
+}
+
+/// How the run ended, for `run.json`, with what the judge needs besides the series (values
+/// dropped as insane, a replay's mismatches), so `compare` judges the run as `run` does.
+pub(super) fn finalize_manifest(
+    manifest: &mut RunManifest,
+    end: &RunEnd,
+    dropped: &[(u64, String, f64)],
+    replay: Option<&crate::backend::replay::ReplayOutcome>,
+    ended: chrono::DateTime<chrono::Utc>,
+) {
+    manifest.status = end.run_status();
+    manifest.reason = end.reason();
+    manifest.failed_step = end.step();
+    manifest.dropped = dropped
+        .iter()
+        .map(|(step, metric, value)| {
+            crate::compare::DroppedValue::new(*step, metric.clone(), *value)
+        })
+        .collect();
+    manifest.replay = replay.map(|r| r.record());
+    manifest.ended = Some(ended.to_rfc3339());
+}

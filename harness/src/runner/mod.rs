@@ -1,0 +1,287 @@
+//! `rlharness run` for one scenario, as named stages (`stages`): prepare the run directory,
+//! start the backend, start the recording proxy, start the driver; then the event loop
+//! (`drive`) feeds the observers of the run's events (`observe`: sanity filter, progress,
+//! watchdog, CSV sink, stop-on-purpose, request time-out) until the run's end is decided;
+//! then finish: stop the driver, the proxy and the backend, and write `run.json`. Whatever
+//! happens, the run directory is left valid: `run.json` says how the run ended and
+//! `metrics.csv` holds every finished step. Judging and reporting come after (`app`).
+
+mod drive;
+mod env;
+mod observe;
+mod stages;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::compare::RunStatus;
+use crate::driver::DriverSpec;
+use crate::error::CommandError;
+use crate::events;
+use crate::metrics::MetricTable;
+use crate::plan::RunPlan;
+use crate::report::RunManifest;
+
+pub use env::{end_status, git_commit, hostname, manifest_for, RunEnv};
+pub use stages::create_run_dir;
+
+/// Options of `rlharness run` that apply to every scenario.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub out: PathBuf,
+    pub golden: PathBuf,
+    pub seed: Option<u64>,
+    pub steps: Option<u64>,
+    pub set: Vec<String>,
+    pub update_golden: bool,
+    pub hardware: Option<String>,
+    pub progress: bool,
+    /// `CI=true`: never write a golden.
+    pub ci: bool,
+    /// Put the run exactly here instead of `OUT/<scenario>/<run-id>/` (propagation runs).
+    pub run_dir: Option<PathBuf>,
+    /// Stop the run on purpose, as completed, once the wire shows this (propagation trials).
+    pub stop_at: Option<StopAt>,
+    /// The experiment name a command trainer gets (`trainer.experiment_name`), instead of one
+    /// made from the run directory: propagation trials share one, so the paths verl derives
+    /// from it (the checkpoint directory) do not differ between a trial and its baseline.
+    pub experiment_name: Option<String>,
+    /// `run --direct`: the builtin driver talks to the backend without the recording proxy
+    /// (no `wire.jsonl`, `server_config.json` or cassette), to measure what the proxy costs
+    /// inside a real step. The run is judged as usual; its report says the wire was not seen.
+    pub direct: bool,
+}
+
+impl RunOptions {
+    /// Runs into `out`, goldens read from `golden`; everything else off (the scenario's own
+    /// seed and steps, no overrides, no progress, never writing a golden, no stop on purpose).
+    pub fn new(out: PathBuf, golden: PathBuf) -> Self {
+        Self {
+            out,
+            golden,
+            seed: None,
+            steps: None,
+            set: Vec::new(),
+            update_golden: false,
+            hardware: None,
+            progress: false,
+            ci: true,
+            run_dir: None,
+            stop_at: None,
+            experiment_name: None,
+            direct: false,
+        }
+    }
+}
+
+/// A point on the wire after which a propagation trial has seen what it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopAt {
+    /// Every job is initialized: the first request after at least one answered `/initialize`.
+    Initialized,
+    /// Training step `n` is over on the wire: the first `/generate` after the `n`-th step's
+    /// `/step` calls (the next step began, so the update and the weight sync are done).
+    Steps(u64),
+}
+
+/// How the run itself ended (before judging).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    Completed,
+    /// Driver or backend failure: the reason, the step and the route if known.
+    Failed {
+        reason: String,
+        step: Option<u64>,
+        route: Option<String>,
+    },
+    /// A watchdog fired: no step within `timeouts.step`, or past `timeouts.run`.
+    Hang {
+        reason: String,
+        step: u64,
+    },
+    /// Ctrl-C.
+    Interrupted {
+        step: u64,
+    },
+    /// Stopped on purpose by the watchdog: a non-finite watched metric, or a fail-fast rule
+    /// that can no longer pass.
+    Aborted {
+        reason: String,
+        step: u64,
+    },
+}
+
+impl RunEnd {
+    pub fn status(&self) -> &'static str {
+        match self {
+            RunEnd::Completed => "completed",
+            RunEnd::Failed { .. } => "failed",
+            RunEnd::Hang { .. } => "hang",
+            RunEnd::Interrupted { .. } => "interrupted",
+            RunEnd::Aborted { .. } => "aborted",
+        }
+    }
+    pub fn run_status(&self) -> RunStatus {
+        match self {
+            RunEnd::Completed => RunStatus::Completed,
+            RunEnd::Failed { .. } => RunStatus::Failed,
+            RunEnd::Hang { .. } => RunStatus::TimedOut,
+            RunEnd::Interrupted { .. } => RunStatus::Interrupted,
+            RunEnd::Aborted { .. } => RunStatus::Aborted,
+        }
+    }
+    pub fn step(&self) -> Option<u64> {
+        match self {
+            RunEnd::Completed => None,
+            RunEnd::Failed { step, .. } => *step,
+            RunEnd::Hang { step, .. }
+            | RunEnd::Interrupted { step }
+            | RunEnd::Aborted { step, .. } => Some(*step),
+        }
+    }
+    pub fn reason(&self) -> Option<String> {
+        match self {
+            RunEnd::Completed => None,
+            RunEnd::Failed { reason, .. }
+            | RunEnd::Hang { reason, .. }
+            | RunEnd::Aborted { reason, .. } => Some(reason.clone()),
+            RunEnd::Interrupted { step } => {
+                Some(format!("interrupted (Ctrl-C) during step {step}"))
+            }
+        }
+    }
+}
+
+/// What one executed scenario produced.
+#[derive(Debug)]
+pub struct Executed {
+    pub manifest: RunManifest,
+    pub env: RunEnv,
+    pub plan: RunPlan,
+    pub run_dir: PathBuf,
+    pub end: RunEnd,
+    pub metrics: MetricTable,
+    /// Built-in sanity failures (e.g. an MFU outside (0, 1]) as (step, metric, value).
+    pub insane: Vec<(u64, String, f64)>,
+    /// A replay backend's account of the requests it was sent.
+    pub replay: Option<crate::backend::replay::ReplayOutcome>,
+    pub started: chrono::DateTime<chrono::Utc>,
+    pub ended: chrono::DateTime<chrono::Utc>,
+    /// An external trainer's last output lines, when the run did not complete.
+    pub trainer_tail: Option<String>,
+}
+
+/// Run one planned scenario to its end (not judged yet).
+pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, CommandError> {
+    execute_with(plan, opts, false).await
+}
+
+/// [`execute`], keeping the whole wire traffic as a cassette in `<run dir>/cassette/`
+/// (`rlharness record`).
+pub async fn execute_recording(plan: RunPlan, opts: &RunOptions) -> Result<Executed, CommandError> {
+    execute_with(plan, opts, true).await
+}
+
+/// How long an external trainer's process group gets between TERM and KILL.
+const TERM_GRACE: Duration = Duration::from_secs(3);
+
+async fn execute_with(
+    plan: RunPlan,
+    opts: &RunOptions,
+    record: bool,
+) -> Result<Executed, CommandError> {
+    let started = chrono::Utc::now();
+    let timeouts = plan.scenario.timeouts.clone();
+    let request_timeout = timeouts.request.unwrap_or(Duration::from_secs(1800));
+
+    let mut p = stages::prepare(&plan, opts, started)?;
+    let backend = stages::start_backend_stage(&plan, opts, started, &mut p).await?;
+    let (tx, mut rx) = events::channel();
+    let wire = stages::start_proxy(
+        &plan,
+        opts,
+        record,
+        backend.as_ref(),
+        &mut p,
+        request_timeout,
+        &tx,
+    )
+    .await?;
+    let (mut driver_task, trainer) =
+        stages::start_driver(&plan, opts, &mut p, &wire, request_timeout, tx)?;
+
+    let stages::Prepared {
+        run_dir,
+        env,
+        mut manifest,
+        csv,
+        ..
+    } = p;
+    let mut observers = observe::Observers::new(&plan, opts, &env.hardware, csv, request_timeout);
+    let limits = drive::Limits {
+        step: timeouts.step,
+        run: timeouts.run,
+    };
+    let driven = drive::drive(
+        &mut rx,
+        &mut driver_task,
+        &mut observers,
+        limits,
+        wire.proxy.as_ref(),
+        trainer.as_ref(),
+    )
+    .await;
+    let silent_wire = || {
+        wire.proxy_url.is_some()
+            && std::fs::metadata(run_dir.join("wire.jsonl")).is_ok_and(|m| m.len() == 0)
+    };
+    stages::stop_driver(trainer.as_ref(), &mut driver_task, driven.driver_done).await;
+    let trainer_tail = trainer
+        .as_ref()
+        .filter(|_| driven.end != RunEnd::Completed || silent_wire())
+        .map(|t| t.tail())
+        .filter(|t| !t.is_empty());
+    // Steps the driver finished while it was being stopped are kept.
+    while let Ok(ev) = rx.try_recv() {
+        if let events::RunEvent::Step(m) = ev {
+            observers.late_step(m);
+        }
+    }
+    observers.finished();
+    let (end, replay) = stages::stop_servers(wire.proxy, backend, driven.end).await;
+    let silent = silent_wire();
+
+    if silent && matches!(plan.scenario.driver, DriverSpec::Command(_)) && manifest.notes.is_empty()
+    {
+        manifest.notes.push(format!(
+            "no wire observed: the trainer sent no request through the recording proxy at {}",
+            wire.proxy_url.as_deref().unwrap_or("?")
+        ));
+    }
+    let observe::Observers {
+        csv,
+        sanity,
+        stop_at,
+        ..
+    } = observers;
+    if let Some(why) = stop_at.why {
+        manifest.notes.push(why);
+    }
+    let ended = chrono::Utc::now();
+    let metrics = csv.into_table();
+    env::finalize_manifest(&mut manifest, &end, &sanity.dropped, replay.as_ref(), ended);
+    env::write_manifest(&run_dir, &manifest)?;
+    Ok(Executed {
+        manifest,
+        env,
+        plan,
+        run_dir,
+        end,
+        metrics,
+        insane: sanity.dropped,
+        replay,
+        started,
+        ended,
+        trainer_tail,
+    })
+}

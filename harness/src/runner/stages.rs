@@ -1,0 +1,533 @@
+//! The stages of one run, in order: prepare the run directory, start the backend, start the
+//! recording proxy, start the driver; after the event loop (`drive`), stop the driver. Each
+//! stage leaves the run directory valid if the next one fails.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::env::{manifest_for, trainer_device, wire_notes, write_manifest, RunEnv};
+use super::{RunEnd, RunOptions, TERM_GRACE};
+use crate::backend::BackendSpec;
+use crate::driver::builtin::{self, DriverError, DriverRun};
+use crate::driver::client::ArcticClient;
+use crate::driver::command::{self, Trainer};
+use crate::driver::translate::{self, Translation};
+use crate::driver::DriverSpec;
+use crate::error::CommandError;
+use crate::events::EventSender;
+use crate::fsx;
+use crate::metrics::{promised_peak_flops, MetricsCsvWriter};
+use crate::plan::RunPlan;
+use crate::proxy::ProxyHandle;
+use crate::report::RunManifest;
+
+/// The driver's task: the builtin driver, or the watcher of an external trainer.
+pub(super) type DriverTask = tokio::task::JoinHandle<Result<(), DriverError>>;
+
+/// What the first stage made: the run directory with its manifest and its (empty) series.
+pub(super) struct Prepared {
+    pub translation: Option<Translation>,
+    pub run_dir: PathBuf,
+    pub env: RunEnv,
+    pub manifest: RunManifest,
+    pub csv: MetricsCsvWriter,
+}
+
+/// Stage 1: translate (input errors come before anything starts; only the builtin driver
+/// translates, an external trainer reads the config itself), make the run directory, write
+/// `run.json` and an empty `metrics.csv`.
+pub(super) fn prepare(
+    plan: &RunPlan,
+    opts: &RunOptions,
+    started: chrono::DateTime<chrono::Utc>,
+) -> Result<Prepared, CommandError> {
+    let translation = match &plan.scenario.driver {
+        DriverSpec::Builtin(_) => Some(
+            translate::translate(&plan.scenario.config.to_json(), plan.scenario.steps).map_err(
+                |e| CommandError::invalid(format!("{}: {e}", plan.scenario.path.display())),
+            )?,
+        ),
+        DriverSpec::Command(_) if opts.direct => {
+            return Err(CommandError::invalid(format!(
+                "{}: --direct is for the builtin driver: a command trainer reaches its backend \
+                 through the recording proxy or over its own transport",
+                plan.scenario.path.display()
+            )))
+        }
+        DriverSpec::Command(_) => None,
+    };
+    let run_dir = match &opts.run_dir {
+        Some(d) => {
+            fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
+            d.clone()
+        }
+        None => create_run_dir(&opts.out, &plan.scenario.name, &plan.plan_hash)?,
+    };
+    let env = RunEnv::new(trainer_device(plan), opts.hardware.as_deref());
+    let manifest = manifest_for(plan, &env, started);
+    write_manifest(&run_dir, &manifest)?;
+    let csv = MetricsCsvWriter::create(&run_dir.join("metrics.csv"))
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    Ok(Prepared {
+        translation,
+        run_dir,
+        env,
+        manifest,
+        csv,
+    })
+}
+
+/// Stage 2: start the backend (none for `backend: none`: the trainer brings its own), record
+/// the start-up flags of one the harness starts for the builtin driver (`server_flags.json`),
+/// and where it computes (`run.json`).
+pub(super) async fn start_backend_stage(
+    plan: &RunPlan,
+    opts: &RunOptions,
+    started: chrono::DateTime<chrono::Utc>,
+    p: &mut Prepared,
+) -> Result<Option<RunningBackend>, CommandError> {
+    let backend = match &plan.scenario.backend {
+        BackendSpec::None => return Ok(None),
+        _ => start_backend(plan).await?,
+    };
+    if let Some(flags) = backend
+        .flags
+        .as_ref()
+        .filter(|_| matches!(plan.scenario.driver, DriverSpec::Builtin(_)))
+    {
+        fsx::write_atomic(
+            &p.run_dir.join("server_flags.json"),
+            flags.to_string().as_bytes(),
+        )
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    }
+    if let Some(runtime) = backend.runtime.clone() {
+        p.env = RunEnv::new(Some(runtime), opts.hardware.as_deref());
+        p.manifest = manifest_for(plan, &p.env, started);
+        write_manifest(&p.run_dir, &p.manifest)?;
+    }
+    Ok(Some(backend))
+}
+
+/// Where the driver's requests go, and the proxy that records them.
+pub(super) struct Wire {
+    pub proxy: Option<ProxyHandle>,
+    /// The proxy's URL (what a command trainer is told).
+    pub proxy_url: Option<String>,
+    /// Where the builtin driver sends: the proxy, or the backend itself under `--direct`.
+    pub driver_url: Option<String>,
+}
+
+/// Stage 3: the recording proxy in front of the backend (a fixed address for a command
+/// trainer's client, an ephemeral one for the builtin driver; none under `--direct`), and the
+/// report's notes about what the wire shows.
+pub(super) async fn start_proxy(
+    plan: &RunPlan,
+    opts: &RunOptions,
+    record: bool,
+    backend: Option<&RunningBackend>,
+    p: &mut Prepared,
+    request_timeout: Duration,
+    tx: &EventSender,
+) -> Result<Wire, CommandError> {
+    let proxy = match backend {
+        None => None,
+        Some(_) if opts.direct => None,
+        Some(backend) => {
+            let listen = match &plan.scenario.driver {
+                DriverSpec::Builtin(_) => "127.0.0.1:0".to_string(),
+                DriverSpec::Command(c) => c
+                    .proxy_listen
+                    .clone()
+                    .unwrap_or_else(|| command::ARCTIC_CLIENT_ADDR.to_string()),
+            };
+            let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| {
+                CommandError::run_failed(format!("cannot bind the proxy port {listen}: {e}"))
+            })?;
+            let cfg = crate::proxy::ProxyConfig {
+                upstream: backend.url.clone(),
+                record_dir: p.run_dir.clone(),
+                body_limit: 4 << 30,
+                request_timeout,
+            };
+            let started = if record {
+                let writer =
+                    crate::backend::replay::CassetteWriter::create(&p.run_dir.join("cassette"))
+                        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+                crate::proxy::start_recording(listener, cfg, Some(tx.clone()), writer).await
+            } else {
+                crate::proxy::start(listener, cfg, Some(tx.clone())).await
+            };
+            Some(started.map_err(|e| {
+                CommandError::run_failed(format!("cannot start the recording proxy: {e}"))
+            })?)
+        }
+    };
+    let proxy_url = proxy.as_ref().map(|p| format!("http://{}", p.addr));
+    p.manifest.notes = wire_notes(plan, proxy.is_some());
+    let driver_url = match backend {
+        Some(b) if opts.direct => {
+            p.manifest.notes.push(format!(
+                "direct: the driver talked to the backend at {} without the recording proxy \
+                 (`run --direct`), so no wire.jsonl or server_config.json was written",
+                b.url
+            ));
+            Some(b.url.clone())
+        }
+        _ => proxy_url.clone(),
+    };
+    write_manifest(&p.run_dir, &p.manifest)?;
+    Ok(Wire {
+        proxy,
+        proxy_url,
+        driver_url,
+    })
+}
+
+/// Stage 4: the builtin driver as a task, or the external trainer as a process group and the
+/// task that watches it. A trainer that cannot start is a failed run with a report, like one
+/// that crashes at once.
+pub(super) fn start_driver(
+    plan: &RunPlan,
+    opts: &RunOptions,
+    p: &mut Prepared,
+    wire: &Wire,
+    request_timeout: Duration,
+    tx: EventSender,
+) -> Result<(DriverTask, Option<Trainer>), CommandError> {
+    match (&plan.scenario.driver, p.translation.take()) {
+        (DriverSpec::Builtin(spec), Some(translation)) => {
+            let Some(driver_url) = &wire.driver_url else {
+                return Err(CommandError::invalid(
+                    "the builtin driver needs a backend (`backend: none` is for command drivers)",
+                ));
+            };
+            let cfg = plan.scenario.config.to_json();
+            let metrics = &plan.scenario.metrics;
+            let n_gpus = translate::Cfg(&cfg)
+                .f64_or("trainer.n_gpus_per_node", 1.0)
+                .unwrap_or(1.0)
+                * translate::Cfg(&cfg)
+                    .f64_or("trainer.nnodes", 1.0)
+                    .unwrap_or(1.0);
+            let run = DriverRun {
+                seed: plan.scenario.seed,
+                steps: plan.scenario.steps,
+                spec: spec.clone(),
+                translation,
+                model: metrics.model.as_ref().and_then(|m| m.shape()),
+                peak_flops: metrics.device.as_deref().and_then(promised_peak_flops),
+                n_gpus,
+            };
+            let mut client = ArcticClient::new(driver_url, request_timeout)
+                .map_err(|e| CommandError::run_failed(e.to_string()))?;
+            if let Some(retry) = &spec.retry {
+                client = client.with_retry(retry.policy());
+            }
+            Ok((
+                tokio::spawn(async move { builtin::run(&client, &run, &tx).await }),
+                None,
+            ))
+        }
+        (DriverSpec::Builtin(_), None) => Err(CommandError::invalid(
+            "internal: the builtin driver has no translation",
+        )),
+        (DriverSpec::Command(spec), _) => {
+            // The file logger runs in a Ray actor with another working directory.
+            let abs_dir = std::path::absolute(&p.run_dir).map_err(|e| {
+                CommandError::run_failed(format!("cannot resolve {}: {e}", p.run_dir.display()))
+            })?;
+            let mut launch =
+                crate::plan::launch::launch_for(spec, plan, &abs_dir, wire.proxy_url.as_deref());
+            if let Some(name) = &opts.experiment_name {
+                command::set_experiment_name(&mut launch, name);
+            }
+            Ok(match command::start(&launch, tx) {
+                Ok((t, task)) => (task, Some(t)),
+                Err(e) => (
+                    tokio::spawn(async move {
+                        Err(DriverError::Trainer {
+                            step: 1,
+                            message: e.to_string(),
+                        })
+                    }),
+                    None,
+                ),
+            })
+        }
+    }
+}
+
+/// After the loop: stop the driver whatever ended the run. An external trainer's whole
+/// process group goes (even after a clean exit, Ray workers may linger); the builtin task is
+/// aborted.
+pub(super) async fn stop_driver(
+    trainer: Option<&Trainer>,
+    driver_task: &mut DriverTask,
+    driver_done: bool,
+) {
+    let Some(t) = trainer else {
+        driver_task.abort();
+        return;
+    };
+    t.terminate(TERM_GRACE).await;
+    if !driver_done
+        && tokio::time::timeout(Duration::from_secs(5), &mut *driver_task)
+            .await
+            .is_err()
+    {
+        driver_task.abort();
+    }
+}
+
+/// Last: stop the proxy and the backend. A replay backend says what it was sent; a torch
+/// backend process that died mid-run gets named in the failure, with its last lines (the
+/// driver only saw a refused connection).
+pub(super) async fn stop_servers(
+    proxy: Option<ProxyHandle>,
+    backend: Option<RunningBackend>,
+    end: RunEnd,
+) -> (RunEnd, Option<crate::backend::replay::ReplayOutcome>) {
+    if let Some(proxy) = proxy {
+        proxy.shutdown().await;
+    }
+    let Some(mut backend) = backend else {
+        return (end, None);
+    };
+    let replay = backend.replay.as_ref().map(|h| h.outcome());
+    let end = match (end, backend.child.as_mut()) {
+        (
+            RunEnd::Failed {
+                reason,
+                step,
+                route,
+            },
+            Some(child),
+        ) => {
+            let reason = match child.exited(Duration::from_millis(500)).await {
+                Some(why) => format!("{reason}; {why}"),
+                None => reason,
+            };
+            RunEnd::Failed {
+                reason,
+                step,
+                route,
+            }
+        }
+        (end, _) => end,
+    };
+    backend.shutdown().await;
+    (end, replay)
+}
+
+/// A backend running in-process, with what stops it.
+pub(super) struct RunningBackend {
+    pub url: String,
+    /// Where an in-process backend computes, and its numeric identity when deterministic.
+    pub runtime: Option<crate::backend::Runtime>,
+    /// The start-up flags of an in-process server (what `--training-gpus` etc. would be), so
+    /// the propagation check sees them (`srv.*`).
+    pub flags: Option<Value>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    pub replay: Option<crate::backend::replay::ReplayHandle>,
+    /// The torch backend's process, killed and reaped at shutdown (and when dropped).
+    pub child: Option<crate::backend::child::TorchChild>,
+}
+
+impl RunningBackend {
+    pub(super) async fn shutdown(mut self) {
+        if let Some(c) = self.child.take() {
+            c.shutdown().await;
+        }
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+/// The start-up flags of a server the harness starts (what `--training-gpus` etc. would be),
+/// from `remote_backend.*`, and as `server_flags.json` records them.
+fn server_options(plan: &RunPlan) -> (crate::backend::server::ServerOptions, Value) {
+    let cfg = plan.scenario.config.to_json();
+    let gpus = |k: &str, d: u32| {
+        translate::lookup(&cfg, &format!("remote_backend.{k}"))
+            .and_then(Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(d)
+    };
+    let opts = crate::backend::server::ServerOptions {
+        training_gpus: gpus("training_gpus", 1),
+        sampling_gpus: gpus("sampling_gpus", 1),
+        log_prob_gpus: gpus("log_prob_gpus", 0),
+        ..Default::default()
+    };
+    // How the harness started its server, as the Arctic client would start a real one. Only the
+    // builtin driver stands in for the client; an external trainer did not start this server,
+    // so its runs record no flags (see `execute_with`).
+    let flags = serde_json::json!({
+        "started_by": "rlharness, standing in for the Arctic client's server launch (builtin driver)",
+        "argv": [
+            "--training-gpus", opts.training_gpus.to_string(),
+            "--sampling-gpus", opts.sampling_gpus.to_string(),
+            "--log-prob-gpus", opts.log_prob_gpus.to_string(),
+        ],
+        "flags": {
+            "training_gpus": opts.training_gpus,
+            "sampling_gpus": opts.sampling_gpus,
+            "log_prob_gpus": opts.log_prob_gpus,
+        },
+    });
+    (opts, flags)
+}
+
+async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
+    let runtime: Option<crate::backend::Runtime>;
+    let engine: Arc<dyn crate::backend::Engine> = match &plan.scenario.backend {
+        BackendSpec::Mock(script) => {
+            runtime = Some(crate::backend::Runtime {
+                device: "cpu".into(),
+                threads: None,
+                torch_version: None,
+                numerics: Some(crate::backend::mock::MockEngine::numerics()),
+            });
+            Arc::new(
+                crate::backend::mock::MockEngine::new(script.clone(), plan.scenario.seed)
+                    .map_err(|e| CommandError::invalid(format!("backend: {e}")))?,
+            )
+        }
+        BackendSpec::Torch(spec) => return start_torch_child(plan, spec).await,
+        BackendSpec::Remote { url } => {
+            return Ok(RunningBackend {
+                url: url.trim_end_matches('/').to_string(),
+                runtime: None,
+                flags: None,
+                stop: None,
+                task: None,
+                replay: None,
+                child: None,
+            })
+        }
+        BackendSpec::Replay { cassette } => return start_replay(plan, cassette).await,
+        BackendSpec::None => {
+            return Err(CommandError::invalid(format!(
+                "backend kind {:?} is not supported by `run` yet",
+                plan.scenario.backend
+            )))
+        }
+    };
+    let (opts, flags) = server_options(plan);
+    let (router, handle) = crate::backend::server::router(engine, opts);
+    let router = match &plan.scenario.backend {
+        BackendSpec::Mock(script) => crate::backend::mock::faults::inject(
+            router,
+            handle,
+            &script.faults,
+            script.seed.unwrap_or(plan.scenario.seed),
+        ),
+        _ => router,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| CommandError::run_failed(format!("cannot bind the backend port: {e}")))?;
+    let addr: SocketAddr = listener
+        .local_addr()
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let _ = crate::backend::server::serve(listener, router, async move {
+            let _ = rx.await;
+        })
+        .await;
+    });
+    Ok(RunningBackend {
+        url: format!("http://{addr}"),
+        runtime,
+        flags: Some(flags),
+        stop: Some(tx),
+        task: Some(task),
+        replay: None,
+        child: None,
+    })
+}
+
+/// The torch backend, a process of its own (`rlharness-torch`): only a torch run loads
+/// libtorch.
+async fn start_torch_child(
+    plan: &RunPlan,
+    spec: &crate::backend::TorchSpec,
+) -> Result<RunningBackend, CommandError> {
+    let (opts, flags) = server_options(plan);
+    let spec = spec.beside(&plan.scenario.path);
+    let ready_limit = plan
+        .scenario
+        .timeouts
+        .run
+        .unwrap_or(Duration::from_secs(600));
+    let child =
+        crate::backend::child::TorchChild::start(&spec, plan.scenario.seed, &opts, ready_limit)
+            .await?;
+    Ok(RunningBackend {
+        url: child.url().to_string(),
+        runtime: Some(child.runtime().clone()),
+        flags: Some(flags),
+        stop: None,
+        task: None,
+        replay: None,
+        child: Some(child),
+    })
+}
+
+/// A recorded cassette served back in order (loaded off the async threads).
+async fn start_replay(plan: &RunPlan, cassette: &str) -> Result<RunningBackend, CommandError> {
+    let dir = crate::backend::replay::resolve_cassette(&plan.scenario.path, cassette);
+    let cassette =
+        tokio::task::spawn_blocking(move || crate::backend::replay::Cassette::load(&dir))
+            .await
+            .map_err(|e| CommandError::run_failed(format!("loading the cassette crashed: {e}")))?
+            .map_err(|e| CommandError::invalid(format!("backend: {e}")))?;
+    let r = crate::backend::replay::start(cassette)
+        .await
+        .map_err(|e| CommandError::invalid(format!("backend: {e}")))?;
+    Ok(RunningBackend {
+        url: r.url,
+        runtime: None,
+        flags: None,
+        stop: Some(r.stop),
+        task: Some(r.task),
+        replay: Some(r.handle),
+        child: None,
+    })
+}
+
+/// Create `OUT/<scenario>/<run-id>/` and point `OUT/<scenario>/latest` at it.
+pub fn create_run_dir(
+    out: &Path,
+    scenario: &str,
+    plan_hash: &str,
+) -> Result<PathBuf, CommandError> {
+    let base = out.join(scenario);
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
+    let short = &plan_hash[..plan_hash.len().min(8)];
+    let mut dir = base.join(format!("{stamp}-{short}"));
+    let mut k = 1;
+    while dir.exists() {
+        k += 1;
+        dir = base.join(format!("{stamp}-{short}-{k}"));
+    }
+    fsx::create_dir_all(&dir).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    let latest = base.join("latest");
+    let _ = std::fs::remove_file(&latest);
+    #[cfg(unix)]
+    if let Some(name) = dir.file_name() {
+        let _ = std::os::unix::fs::symlink(name, &latest);
+    }
+    Ok(dir)
+}

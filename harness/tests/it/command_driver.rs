@@ -1,0 +1,612 @@
+//! The command driver through `rlharness run`, against a stand-in for verl's launcher
+//! (`tests/fixtures/verl/fake_verl.sh`) that prints verl's console and file-logger formats:
+//! the right values at the right steps, the watchdog (hang, non-zero exit, non-finite watched
+//! metric, fail fast, stalled request) with the process group gone and the partial run kept.
+
+use crate::common;
+
+use common::{repo, run_expecting, run_options};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rlharness::compare::RunStatus;
+use rlharness::error::ExitStatus;
+use rlharness::metrics::MetricTable;
+use rlharness::report::{Report, RunManifest};
+use rlharness::runner::RunOptions;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/verl/scenarios")
+        .join(name)
+}
+
+/// Options of a test run into `out/run`, its goldens in `out/golden`, with `--set` overrides.
+fn opts(out: &Path, set: &[&str]) -> RunOptions {
+    run_options(
+        out,
+        out.join("golden"),
+        out.join("run"),
+        set.iter().map(|s| s.to_string()).collect(),
+    )
+}
+
+/// Run the fixture scenario `name` into `out/run` with `--set` overrides; it must end with
+/// exit status `want`.
+async fn run_fixture(out: &Path, name: &str, set: &[&str], want: ExitStatus) -> Report {
+    run_expecting(&fixture(name), &opts(out, set), want).await
+}
+
+fn read(dir: &Path, f: &str) -> String {
+    std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"))
+}
+
+fn table(dir: &Path) -> MetricTable {
+    MetricTable::read_csv(&dir.join("metrics.csv")).unwrap()
+}
+
+fn manifest(dir: &Path) -> RunManifest {
+    serde_json::from_str(&read(dir, "run.json")).unwrap()
+}
+
+/// The run in `out/run` was aborted at `step` for `reason`.
+#[track_caller]
+fn assert_aborted(out: &Path, step: u64, reason: &str) {
+    let m = manifest(&out.join("run"));
+    assert_eq!(m.status, RunStatus::Aborted);
+    assert_eq!(m.failed_step, Some(step));
+    assert_eq!(m.reason.as_deref(), Some(reason));
+}
+
+/// A process is dead when it is gone or a zombie waiting for its parent.
+fn dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            let after = &stat[stat.rfind(')').unwrap() + 1..];
+            matches!(after.split_whitespace().next(), Some("Z" | "X"))
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_metrics_land_at_their_steps_with_hydra_overrides_and_logs_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_fixture(tmp.path(), "verl-console.yaml", &[], ExitStatus::Passed).await;
+    let dir = tmp.path().join("run");
+    let t = table(&dir);
+    // Step 0 (validation before training) is kept apart; the series starts at 1.
+    assert_eq!(t.steps(), vec![1, 2, 3, 4]);
+    for s in 1..=4u64 {
+        let row = t.row(s).unwrap();
+        let sf = s as f64;
+        assert_eq!(row.get("training/global_step"), Some(sf), "np.int64 at {s}");
+        assert_eq!(
+            row.get("critic/score/mean"),
+            Some(sf / 10.0),
+            "np.float64 at {s}"
+        );
+        assert_eq!(row.get("actor/pg_loss"), Some(-sf / 1000.0));
+        assert_eq!(row.get("actor/grad_norm"), Some((sf + 1.0) / 10.0));
+        assert_eq!(row.get("actor/lr"), Some(1e-6));
+        assert_eq!(row.get("perf/time_per_step"), Some(40.5 + sf));
+        assert_eq!(
+            row.get("response_length/clip_ratio"),
+            Some(0.0),
+            "np.float32"
+        );
+        assert_eq!(
+            row.get("actor/is_last"),
+            Some(if s == 4 { 1.0 } else { 0.0 })
+        );
+    }
+    // Even steps came on stderr, in colour, from another actor name.
+    assert_eq!(t.row(2).unwrap().get("perf/mfu/actor"), Some(0.22));
+    assert_eq!(t.series("val-core/openai/gsm8k/acc/mean@1"), vec![(4, 0.5)]);
+    // The JSONL-only key is absent: the console was the source.
+    assert!(t.series("perf/throughput").is_empty());
+
+    let val: serde_json::Value =
+        serde_json::from_str(&read(&dir, "val_before_train.json")).unwrap();
+    assert_eq!(val["step"], 0);
+    assert_eq!(val["data"]["val-core/openai/gsm8k/acc/mean@1"], 0.25);
+
+    // stdout and stderr are kept raw (colours included).
+    assert!(read(&dir, "stdout.log").contains("(TaskRunner pid="));
+    assert!(read(&dir, "stderr.log").contains("\u{1b}[36m(TaskRunnerV1 pid=4242, ip=10.0.0.2)"));
+
+    // The scenario's knobs as Hydra overrides, then the harness's own.
+    let argv: Vec<String> = read(&dir, "trainer_argv.txt")
+        .lines()
+        .map(String::from)
+        .collect();
+    for want in [
+        "actor_rollout_ref.actor.optim.betas=[0.9,0.95]",
+        "actor_rollout_ref.actor.optim.lr=1e-6",
+        "actor_rollout_ref.model.path='Qwen/Qwen3-0.6B'",
+        "actor_rollout_ref.rollout.n=5",
+        "data.train_batch_size=16",
+        "trainer.total_training_steps=4",
+        "trainer.logger=['console','file']",
+        "trainer.project_name='rlharness'",
+    ] {
+        assert!(argv.contains(&want.to_string()), "{want} not in {argv:?}");
+    }
+    assert!(argv
+        .iter()
+        .any(|a| a.starts_with("trainer.experiment_name='fixture-verl-console-")));
+    // Defaults stay verl's own: nothing the scenario did not write is passed.
+    assert!(!argv
+        .iter()
+        .any(|a| a.starts_with("trainer.n_gpus_per_node=")));
+    let jsonl = read(&dir, "trainer_jsonl_path.txt");
+    assert!(Path::new(jsonl.trim()).is_absolute(), "{jsonl}");
+
+    // No backend block: the trainer brings its own, and the report says nothing was observed.
+    let m = manifest(&dir);
+    assert_eq!(m.status, RunStatus::Completed);
+    assert!(m.notes[0].starts_with("no wire observed"), "{:?}", m.notes);
+    assert!(read(&dir, "report.md").contains("no wire observed"));
+    assert!(!dir.join("wire.jsonl").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jsonl_metrics_are_tailed_with_nulls_as_non_finite() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_fixture(
+        tmp.path(),
+        "verl-jsonl.yaml",
+        &["driver.command.1=nan", "metrics.watch=[]"],
+        ExitStatus::Passed,
+    )
+    .await;
+    let dir = tmp.path().join("run");
+    let t = table(&dir);
+    assert_eq!(t.steps(), vec![1, 2, 3, 4]);
+    // The JSONL-only key proves the file was the source; text values are skipped.
+    assert_eq!(
+        t.series("perf/throughput"),
+        vec![(1, 1001.25), (2, 1002.25), (3, 1003.25), (4, 1004.25)]
+    );
+    assert!(t.series("perf/time_per_step").is_empty());
+    assert!(t.series("note").is_empty());
+    let grad = t.series("actor/grad_norm");
+    assert_eq!(grad.len(), 4);
+    assert!(
+        grad[2].1.is_nan(),
+        "null at step 3 reads as non-finite: {grad:?}"
+    );
+    assert_eq!(grad[3], (4, 0.5));
+    let val: serde_json::Value =
+        serde_json::from_str(&read(&dir, "val_before_train.json")).unwrap();
+    assert_eq!(val["data"]["val-aux/openai/gsm8k/reward/mean@1"], 0.25);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_finite_watched_metric_aborts_at_its_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_fixture(
+        tmp.path(),
+        "verl-jsonl.yaml",
+        &["driver.command.1=nan"],
+        ExitStatus::CheckFailed,
+    )
+    .await;
+    assert_aborted(
+        tmp.path(),
+        3,
+        "watched metric actor/grad_norm is NaN at step 3",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trainer_that_stops_printing_is_a_hang_with_its_process_group_killed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    run_fixture(
+        tmp.path(),
+        "verl-console.yaml",
+        &["driver.command.1=hang", "timeouts.step=1"],
+        ExitStatus::RunFailed,
+    )
+    .await;
+    let took = started.elapsed();
+    // Caught within timeouts.step + 5 s (the whole run, start-up included).
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    let dir = tmp.path().join("run");
+    let m = manifest(&dir);
+    assert_eq!(m.status, RunStatus::TimedOut);
+    assert_eq!(m.failed_step, Some(3));
+    let reason = m.reason.unwrap();
+    assert!(
+        reason.starts_with("hang at step 3 (no new step within timeouts.step = 1s; last activity: trainer printed `(TaskRunner pid="),
+        "{reason}"
+    );
+    // The launcher and the worker it left behind are gone: the whole group was killed.
+    let trainer: i32 = read(&dir, "trainer.pid").trim().parse().unwrap();
+    let child: i32 = read(&dir, "child.pid").trim().parse().unwrap();
+    assert!(dead(trainer), "trainer {trainer} still alive");
+    assert!(dead(child), "child {child} still alive");
+    assert!(!rlharness::driver::command::group_alive(trainer));
+    // The partial run is kept: steps 1-2, logs, the report with the trainer's last lines.
+    assert_eq!(table(&dir).steps(), vec![1, 2]);
+    assert!(read(&dir, "stderr.log").contains("waiting for rollout workers"));
+    let md = read(&dir, "report.md");
+    assert!(md.contains("trainer output (last lines)"), "{md}");
+    assert!(md.contains("waiting for rollout workers"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trainer_that_exits_1_mid_run_fails_with_its_last_lines_in_the_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = run_fixture(
+        tmp.path(),
+        "verl-console.yaml",
+        &["driver.command.1=exit1"],
+        ExitStatus::RunFailed,
+    )
+    .await;
+    let dir = tmp.path().join("run");
+    let m = manifest(&dir);
+    assert_eq!(m.status, RunStatus::Failed);
+    assert_eq!(
+        m.reason.as_deref(),
+        Some("step 4: the trainer exited with status 1")
+    );
+    assert_eq!(table(&dir).steps(), vec![1, 2, 3]);
+    let tail = report.trainer_tail.clone().unwrap();
+    assert!(tail.lines().count() <= 50);
+    assert!(
+        tail.contains("RuntimeError: CUDA error: an illegal memory access"),
+        "{tail}"
+    );
+    // ANSI codes are stripped from the tail the report shows.
+    assert!(!tail.contains('\u{1b}'));
+    assert!(read(&dir, "report.md").contains("RuntimeError: CUDA error"));
+    assert!(read(&dir, "junit.xml").contains("RuntimeError: CUDA error"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_fast_rule_stops_the_run_as_soon_as_it_cannot_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The JSONL file is one ordered stream (console steps race across stdout and stderr).
+    run_fixture(
+        tmp.path(),
+        "verl-jsonl.yaml",
+        &["checks.expect=[{expr: 'max(critic/score/mean) < 0.15', name: score-cap, fail_fast: true}]"],
+        ExitStatus::CheckFailed,
+    )
+    .await;
+    assert_aborted(
+        tmp.path(),
+        2,
+        "fail fast: rule `expect:score-cap` can no longer pass after step 2 of 4",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_arctic_backend_is_reached_through_the_recording_proxy() {
+    if !rlharness::spec::command_available("curl") {
+        eprintln!("skipped: the proxied fixture needs curl");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    run_fixture(
+        tmp.path(),
+        "verl-console.yaml",
+        &[
+            "driver.command.1=proxied",
+            "driver.proxy_listen=127.0.0.1:0",
+            "backend.kind=mock",
+        ],
+        ExitStatus::Passed,
+    )
+    .await;
+    let dir = tmp.path().join("run");
+    let wire = read(&dir, "wire.jsonl");
+    assert_eq!(wire.lines().count(), 4, "{wire}");
+    assert!(wire.lines().all(|l| l.contains("\"/health\"")), "{wire}");
+    assert!(manifest(&dir).notes.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_stalled_past_its_limit_is_a_hang_naming_the_route() {
+    if !rlharness::spec::command_available("curl") {
+        eprintln!("skipped: the proxied fixture needs curl");
+        return;
+    }
+    // An upstream that accepts and never answers.
+    let stall = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", stall.local_addr().unwrap());
+    let hold = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((c, _)) = stall.accept().await {
+            conns.push(c);
+        }
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let backend_url = format!("backend.url={url}");
+    run_fixture(
+        tmp.path(),
+        "verl-console.yaml",
+        &[
+            "driver.command.1=proxied",
+            "driver.proxy_listen=127.0.0.1:0",
+            "backend.kind=remote",
+            &backend_url,
+            "timeouts.request=1",
+        ],
+        ExitStatus::RunFailed,
+    )
+    .await;
+    hold.abort();
+    let m = manifest(&tmp.path().join("run"));
+    assert_eq!(m.status, RunStatus::TimedOut);
+    assert_eq!(
+        m.reason.as_deref(),
+        Some(
+            "hang at step 1 (a request stalled past timeouts.request = 1s; last activity: /health)"
+        )
+    );
+}
+
+/// A scenario file in a scenarios root of its own, over the repository's verl defaults.
+fn write_scenario(dir: &Path, body: &str) -> PathBuf {
+    std::fs::create_dir_all(dir.join("defaults")).unwrap();
+    std::fs::copy(
+        repo().join("scenarios/defaults/verl.yaml"),
+        dir.join("defaults/verl.yaml"),
+    )
+    .unwrap();
+    let p = dir.join("s.yaml");
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+/// Why the scenario `body` (written as by `write_scenario`) does not load.
+fn load_error(dir: &Path, body: &str) -> String {
+    rlharness::spec::load_scenario(&write_scenario(dir, body), &[])
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn a_minimal_command_scenario_is_valid_and_a_builtin_one_needs_a_backend() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = write_scenario(
+        tmp.path(),
+        "name: m\ndescription: d\nseed: 1\nsteps: 2\n\
+         driver: {kind: command, command: [python3, -m, verl.trainer.main_ppo], metrics_from: verl-console}\n",
+    );
+    let s = rlharness::spec::load_scenario(&p, &[]).unwrap();
+    assert_eq!(s.backend, rlharness::backend::BackendSpec::None);
+    let e = load_error(
+        tmp.path(),
+        "name: m\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\n",
+    );
+    assert!(e.contains("missing required key `backend`"), "{e}");
+    let e = load_error(
+        tmp.path(),
+        "name: m\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\nbackend: {kind: none}\n",
+    );
+    assert!(e.contains("the builtin driver needs a backend"), "{e}");
+    let e = load_error(
+        tmp.path(),
+        "name: m\ndescription: d\nseed: 1\nsteps: 2\n\
+         driver: {kind: command, command: [], metrics_from: verl-console}\n",
+    );
+    assert!(e.contains("`command` must name a program"), "{e}");
+    let e = load_error(
+        tmp.path(),
+        "name: m\ndescription: d\nseed: 1\nsteps: 2\n\
+         driver: {kind: command, command: [x], metrics_from: wandb}\n",
+    );
+    assert!(e.contains("wandb"), "{e}");
+}
+
+#[test]
+fn the_qwen3_gpu_scenarios_validate_and_are_listed_as_skipped_here() {
+    let gpu = repo().join("scenarios/gpu");
+    let names = [
+        "qwen3-0.6b-gsm8k-grpo-zorro.yaml",
+        "qwen3-1.7b-gsm8k-grpo-zorro.yaml",
+    ];
+    let paths: Vec<PathBuf> = names.iter().map(|n| gpu.join(n)).collect();
+    let outcome = rlharness::spec::check::check(&paths);
+    assert!(
+        outcome.is_ok(),
+        "{}",
+        rlharness::spec::check::render_check(&outcome)
+    );
+    // The 1.7B golden holds the published numbers, marked as such.
+    let golden = rlharness::golden::GoldenStore::with_ci(repo().join("golden"), true)
+        .load("qwen3-1.7b-gsm8k-grpo-zorro", "h200")
+        .unwrap()
+        .unwrap();
+    assert!(golden
+        .provenance
+        .source
+        .as_deref()
+        .unwrap()
+        .starts_with("published: Arctic verl integration README"));
+    assert_eq!(
+        golden.table.series("perf/mfu/actor"),
+        vec![(1, 0.261), (2, 0.256), (3, 0.26), (4, 0.264)]
+    );
+    assert_eq!(
+        golden.table.series("val-core/openai/gsm8k/acc/mean@1"),
+        vec![(4, 0.00152)]
+    );
+    let listed = rlharness::spec::check::list(&repo().join("scenarios"));
+    let have_verl = rlharness::spec::Requires {
+        python_modules: vec!["verl".into(), "arctic_platform".into()],
+        gpus: 1,
+        ..Default::default()
+    }
+    .unmet()
+    .is_empty();
+    for n in names {
+        let e = listed
+            .iter()
+            .find(|e| e.path.ends_with(n))
+            .unwrap_or_else(|| panic!("{n} not listed"));
+        if !have_verl {
+            let reasons = e.runnable.clone().unwrap_err();
+            assert!(
+                reasons
+                    .iter()
+                    .any(|r| r.contains("python module `verl`") || r.contains("GPU")),
+                "{reasons:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_qwen3_recipe_reaches_verl_as_the_example_recipes_overrides() {
+    let path = repo().join("scenarios/gpu/qwen3-0.6b-gsm8k-grpo-zorro.yaml");
+    let scenario = rlharness::spec::load_scenario(&path, &[]).unwrap();
+    let rlharness::driver::DriverSpec::Command(spec) = scenario.driver.clone() else {
+        panic!("not a command driver");
+    };
+    let plan = rlharness::plan::RunPlan::new(scenario, None, None);
+    let run_dir = Path::new("/abs/reports/qwen3-0.6b-gsm8k-grpo-zorro/20261202T000000-abcd");
+    let launch = rlharness::plan::launch::launch_for(&spec, &plan, run_dir, None);
+    assert_eq!(launch.program, PathBuf::from("python3"));
+    let want: Vec<String> = [
+        "-m",
+        "verl.trainer.main_ppo",
+        "remote_backend=arctic",
+        "actor_rollout_ref.actor.optim.lr=1e-6",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "actor_rollout_ref.model.path='Qwen/Qwen3-0.6B'",
+        "actor_rollout_ref.rollout.n=5",
+        "actor_rollout_ref.rollout.name='arctic'",
+        "algorithm.adv_estimator='grpo'",
+        "data.max_prompt_length=512",
+        "data.max_response_length=1024",
+        "data.train_batch_size=16",
+        "data.train_files='~/data/gsm8k/train.parquet'",
+        "data.val_files='~/data/gsm8k/test.parquet'",
+        "remote_backend.train.deepspeed.zero_optimization.stage=2",
+        "remote_backend.train.zorro_train.enable=true",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        "trainer.remote_backend='arctic'",
+        "trainer.total_training_steps=6",
+        "trainer.logger=['console','file']",
+        "trainer.project_name='rlharness'",
+        "trainer.experiment_name='qwen3-0.6b-gsm8k-grpo-zorro-20261202T000000-abcd'",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(launch.args, want);
+    assert!(launch.env.contains(&(
+        "VERL_FILE_LOGGER_PATH".to_string(),
+        "/abs/reports/qwen3-0.6b-gsm8k-grpo-zorro/20261202T000000-abcd/verl_metrics.jsonl"
+            .to_string()
+    )));
+    // `--set` reaches the trainer too, with its own quoting.
+    let scenario = rlharness::spec::load_scenario(
+        &path,
+        &["config.actor_rollout_ref.actor.optim.betas=[0.9, 0.95]".to_string()],
+    )
+    .unwrap();
+    let plan = rlharness::plan::RunPlan::new(scenario, None, Some(2));
+    let launch = rlharness::plan::launch::launch_for(&spec, &plan, run_dir, None);
+    assert!(launch
+        .args
+        .contains(&"actor_rollout_ref.actor.optim.betas=[0.9,0.95]".to_string()));
+    assert!(launch
+        .args
+        .contains(&"trainer.total_training_steps=2".to_string()));
+}
+
+/// `rlharness run ...` as the binary parses and runs it (in-process: the target folder may be
+/// shared with other checkouts, so the built binary is not necessarily this one). `CI=true`
+/// is never set here (the process environment is shared by the tests); nothing is blessed
+/// because the fixture has no golden rules.
+#[test]
+fn rlharness_run_exits_3_on_a_hang_and_0_on_a_clean_fixture() {
+    use clap::Parser;
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut argv: Vec<String> = vec!["rlharness".into(), "run".into(), "--no-progress".into()];
+        argv.push("--out".into());
+        argv.push(tmp.path().display().to_string());
+        argv.push("--golden".into());
+        argv.push(tmp.path().join("golden").display().to_string());
+        for a in extra {
+            argv.push("--set".into());
+            argv.push(a.to_string());
+        }
+        argv.push(fixture("verl-console.yaml").display().to_string());
+        rlharness::app::main(rlharness::cli::Cli::parse_from(argv))
+    };
+    assert_eq!(run(&[]), ExitStatus::Passed);
+    assert_eq!(
+        run(&["driver.command.1=hang", "timeouts.step=1"]),
+        ExitStatus::RunFailed
+    );
+    let latest = tmp.path().join("fixture-verl-console/latest");
+    assert_eq!(manifest(&latest).status, RunStatus::TimedOut);
+    let child: i32 = read(&latest, "child.pid").trim().parse().unwrap();
+    assert!(dead(child), "child {child} still alive");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_fast_golden_rule_stops_the_run_at_the_first_point_outside_its_band() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A golden whose score is far above what the trainer reaches.
+    let mut golden = MetricTable::new();
+    for s in 1..=4 {
+        let mut m = rlharness::metrics::StepMetrics::new(s);
+        m.insert("critic/score/mean", 0.9);
+        golden.push(m);
+    }
+    let store = rlharness::golden::GoldenStore::with_ci(tmp.path().join("golden"), false);
+    let prov = rlharness::golden::Provenance {
+        device: "cpu".into(),
+        ..Default::default()
+    };
+    store
+        .write_pending("fixture-verl-jsonl", "cpu", &golden, &prov, None)
+        .unwrap();
+    store.accept(&[]).unwrap();
+    run_fixture(
+        tmp.path(),
+        "verl-jsonl.yaml",
+        &["checks.golden={critic/score/mean: {abs: 0.1, fail_fast: true}}"],
+        ExitStatus::CheckFailed,
+    )
+    .await;
+    assert_aborted(
+        tmp.path(),
+        1,
+        "fail fast: rule `golden:critic/score/mean` can no longer pass after step 1 of 4",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trainer_that_cannot_start_is_a_failed_run_with_a_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_fixture(
+        tmp.path(),
+        "verl-console.yaml",
+        &["driver.command.0=./no-such-trainer.sh"],
+        ExitStatus::RunFailed,
+    )
+    .await;
+    let dir = tmp.path().join("run");
+    let m = manifest(&dir);
+    assert_eq!(m.status, RunStatus::Failed);
+    let reason = m.reason.unwrap();
+    assert!(
+        reason.starts_with("step 1: cannot start the trainer `")
+            && reason.contains("no-such-trainer.sh"),
+        "{reason}"
+    );
+    assert!(dir.join("report.md").is_file());
+}

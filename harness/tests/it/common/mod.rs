@@ -1,0 +1,54 @@
+//! Helpers the end-to-end tests share: where the repository is, the run options of a test
+//! run (the project's goldens, never written; the run directory at `OUT/run`), running a
+//! scenario to the exit status it must reach, and reading a run's `wire.jsonl`. Each test
+//! module uses a part of it.
+
+use std::path::{Path, PathBuf};
+
+use rlharness::app::run_one;
+use rlharness::error::ExitStatus;
+use rlharness::report::Report;
+use rlharness::runner::RunOptions;
+use serde_json::Value;
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Options of a test run into `out`, the goldens read from `golden`, the run directory at
+/// `run_dir`, with `--set` overrides.
+pub fn run_options(out: &Path, golden: PathBuf, run_dir: PathBuf, set: Vec<String>) -> RunOptions {
+    // Tests never write goldens (`ci` is on).
+    RunOptions {
+        set,
+        run_dir: Some(run_dir),
+        ..RunOptions::new(out.to_path_buf(), golden)
+    }
+}
+
+/// Options of a test run into `out/run`, with `--set` overrides.
+pub fn opts(out: &Path, set: &[&str]) -> RunOptions {
+    run_options(
+        out,
+        repo().join("golden"),
+        out.join("run"),
+        set.iter().map(|s| s.to_string()).collect(),
+    )
+}
+
+/// Run `scenario`; the run must end with exit status `want` (the report's summary says why
+/// when it does not).
+pub async fn run_expecting(scenario: &Path, opts: &RunOptions, want: ExitStatus) -> Report {
+    let report = run_one(scenario, opts).await.unwrap();
+    assert_eq!(report.exit_status(), want, "{}", report.summary());
+    report
+}
+
+/// Every record of a run's `wire.jsonl`.
+pub fn wire(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("wire.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}

@@ -1,0 +1,184 @@
+//! The torch flagship and its collapse self-test, end to end through `rlharness run`
+//! (feature `torch`): the first passes against its accepted CPU golden and its convergence
+//! rules; the second is caught, and its verdict names the failed convergence rules.
+#![cfg(feature = "torch")]
+
+use crate::common;
+
+use common::{opts, repo, run_expecting};
+
+use rlharness::error::ExitStatus;
+use rlharness::report::Report;
+
+/// Run `scenarios/NAME` (into a directory of its own); it must exit 0.
+async fn run_passing(name: &str) -> Report {
+    let tmp = tempfile::tempdir().unwrap();
+    run_expecting(
+        &repo().join("scenarios").join(name),
+        &opts(tmp.path(), &[]),
+        ExitStatus::Passed,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flagship_learns_and_passes() {
+    let report = run_passing("tiny-gsm8k-grpo.yaml").await;
+    let v = report.verdict.unwrap();
+    assert!(v.rule("expect:reward-converges").is_some());
+    assert_eq!(report.run.device, "cpu");
+    assert!(report
+        .run
+        .torch_version
+        .as_deref()
+        .unwrap_or("")
+        .starts_with("2.11"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_collapse_is_caught_by_the_convergence_rules() {
+    // The scenario declares the failure it expects: exit 0 means the harness caught it.
+    let report = run_passing("tiny-gsm8k-grpo-collapse.yaml").await;
+    let v = report.verdict.unwrap();
+    let failing: Vec<&str> = v.failing().map(|r| r.rule.as_str()).collect();
+    assert!(
+        failing.contains(&"expect:reward-converges"),
+        "the verdict names the failed convergence rule: {failing:?}"
+    );
+}
+
+/// A 3-step flagship cannot converge: its convergence rules are off, and hand-set bands judge
+/// (its calibrated ones need the shipped golden's calibration).
+fn short() -> Vec<String> {
+    vec![
+        "checks.expect=[]".to_string(),
+        "checks.golden={critic/rewards/mean: {abs: 0.15}, actor/entropy: {abs: 0.1}}".to_string(),
+    ]
+}
+
+/// Bless a short flagship run into a store of the test's own, on this host: whatever CPU
+/// runs the test, the golden then carries this host's numeric fingerprint.
+async fn bless_here(tmp: &std::path::Path, steps: u64) -> std::path::PathBuf {
+    let golden = tmp.join("golden");
+    let mut o = common::run_options(tmp, golden.clone(), tmp.join("bless"), short());
+    o.steps = Some(steps);
+    o.ci = false;
+    let scenario = repo().join("scenarios/tiny-gsm8k-grpo.yaml");
+    run_expecting(&scenario, &o, ExitStatus::NoGolden).await;
+    rlharness::golden::GoldenStore::with_ci(&golden, false)
+        .accept(&[])
+        .unwrap();
+    golden
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exact_lane_holds_a_rerun_and_catches_a_weight_decay_of_a_thousandth() {
+    let tmp = tempfile::tempdir().unwrap();
+    let golden = bless_here(tmp.path(), 3).await;
+    let scenario = repo().join("scenarios/tiny-gsm8k-grpo.yaml");
+    let rerun = |name: &str, plant: &[&str]| {
+        let mut set = short();
+        set.extend(plant.iter().map(|s| s.to_string()));
+        let mut o = common::run_options(tmp.path(), golden.clone(), tmp.path().join(name), set);
+        o.steps = Some(3);
+        o
+    };
+    // The same run again: bit for bit, and the verdict says the exact lane judged it.
+    let same = run_expecting(&scenario, &rerun("same", &[]), ExitStatus::Passed).await;
+    let v = same.verdict.unwrap();
+    assert!(v.exact_lane.as_ref().unwrap().applied, "{:?}", v.exact_lane);
+    let exact = v.rule(rlharness::compare::exact::EXACT_RULE).unwrap();
+    assert!(
+        exact.evidence.message.contains("identical"),
+        "{}",
+        exact.evidence.message
+    );
+    // A drift no band can see: AdamW's weight decay from 0 to 0.001.
+    let drift = run_expecting(
+        &scenario,
+        &rerun(
+            "drift",
+            &["config.actor_rollout_ref.actor.optim.weight_decay=0.001"],
+        ),
+        ExitStatus::CheckFailed,
+    )
+    .await;
+    let v = drift.verdict.unwrap();
+    let failing: Vec<&str> = v.failing().map(|r| r.rule.as_str()).collect();
+    assert_eq!(
+        failing,
+        [rlharness::compare::exact::EXACT_RULE],
+        "only the exact lane sees it"
+    );
+    let exact = v.rule(rlharness::compare::exact::EXACT_RULE).unwrap();
+    assert!(
+        exact
+            .evidence
+            .message
+            .starts_with("first difference at step 2"),
+        "the first update uses the old weights; step 2's numbers are the first to move: {}",
+        exact.evidence.message
+    );
+}
+
+/// One judge on the torch scenarios too: `rlharness compare RUN` writes exactly the
+/// verdict.json `rlharness run` wrote, whatever the verdict is on this host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_reproduces_the_torch_verdicts() {
+    for name in ["tiny-gsm8k-grpo.yaml", "tiny-gsm8k-grpo-collapse.yaml"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let report =
+            rlharness::app::run_one(&repo().join("scenarios").join(name), &opts(tmp.path(), &[]))
+                .await
+                .unwrap();
+        let dir = tmp.path().join("run");
+        let ran = std::fs::read_to_string(dir.join("verdict.json")).unwrap();
+        let status = rlharness::report::compare_command(&dir, None, &repo().join("golden"))
+            .unwrap()
+            .0
+            .exit_status();
+        let again = std::fs::read_to_string(dir.join("compare/golden/verdict.json")).unwrap();
+        assert_eq!(ran, again, "{name}: compare's verdict differs from run's");
+        assert_eq!(status, report.exit_status(), "{name}");
+    }
+}
+
+/// The torch self-tests (`scenarios/selftest/flagship-*.yaml`): each planted regression is
+/// caught by the rules its scenario declares, against a reference made on this host (or, for
+/// the multi-seed one, against the golden's calibration); `compare` re-judges each alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_torch_selftests_catch_their_planted_regressions() {
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(repo().join("scenarios/selftest"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("flagship-"))
+        })
+        .collect();
+    found.sort();
+    assert_eq!(found.len(), 5, "{found:?}");
+    for scenario in found {
+        let tmp = tempfile::tempdir().unwrap();
+        let report = run_expecting(&scenario, &opts(tmp.path(), &[]), ExitStatus::Passed).await;
+        let v = report.verdict.as_ref().unwrap();
+        if report.is_multi_seed() {
+            let rule = v.rule("seeds:critic/rewards/mean").unwrap();
+            assert!(rule.evidence.message.contains("Welch's t"), "{rule:?}");
+        } else {
+            assert!(
+                v.exact_lane.as_ref().unwrap().applied,
+                "{}",
+                scenario.display()
+            );
+        }
+        let dir = tmp.path().join("run");
+        let ran = std::fs::read_to_string(dir.join("verdict.json")).unwrap();
+        rlharness::report::compare_command(&dir, None, &repo().join("golden"))
+            .unwrap()
+            .0
+            .exit_status();
+        let again = std::fs::read_to_string(dir.join("compare/golden/verdict.json")).unwrap();
+        assert_eq!(ran, again, "{}", scenario.display());
+    }
+}

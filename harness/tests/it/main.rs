@@ -1,0 +1,27 @@
+//! The end-to-end tests of `rlharness`, one test binary with a module per area: one build and
+//! one link for the whole suite instead of one per file. Shared helpers live in `common`;
+//! snapshots in `harness/tests/snapshots/`; test data in `harness/tests/data/`, the conformance
+//! scripts in `harness/tests/conformance/`, the verl + Arctic stand-in in
+//! `harness/tests/fixtures/`.
+
+mod common;
+
+mod command_driver;
+mod conformance;
+mod crash;
+mod dssst1;
+mod faults;
+mod flagship;
+mod layers;
+mod load;
+mod mock_server;
+mod other_host;
+mod propagate;
+mod proxy;
+mod ray;
+mod replay;
+mod run;
+mod scale_out;
+mod spec;
+mod torch_child;
+mod verdict;

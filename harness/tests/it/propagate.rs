@@ -1,0 +1,314 @@
+//! End to end: the propagation matrix of the smoke scenario with the builtin driver on the
+//! mock, judged against the facts of the knob reference; and the planted original bug.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rlharness::propagate::command::{run_matrix, MatrixOptions};
+use rlharness::propagate::render::PropagationReport;
+use rlharness::propagate::verdict::{CellVerdict, KnobResult, KnobVerdict};
+use serde_json::json;
+
+fn smoke() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/smoke/mock-gsm8k-grpo.yaml")
+}
+
+fn knob<'a>(r: &'a PropagationReport, path: &str) -> &'a KnobResult {
+    r.knobs
+        .iter()
+        .find(|k| k.path == path)
+        .unwrap_or_else(|| panic!("no row for {path}"))
+}
+
+const ZORRO: &str = "remote_backend.train.zorro_train.enable";
+const LOGITS: [&str; 3] = [
+    "remote_backend.train.logits.optimization",
+    "remote_backend.train.logits.optimization_peak_mem_size_in_gib",
+    "remote_backend.train.logits.compute_in_fp32",
+];
+
+/// The verdicts of a knob's cells under one value of ZoRRo.
+fn under_zorro(k: &KnobResult, on: bool) -> Vec<CellVerdict> {
+    k.cells
+        .iter()
+        .filter(|c| c.condition.get(ZORRO) == Some(&json!(on)))
+        .map(|c| c.verdict)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smoke_matrix_agrees_with_the_knob_reference() {
+    let out = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let (r, dir, failed) = run_matrix(&smoke(), out.path(), &[], &MatrixOptions::default())
+        .await
+        .unwrap();
+    println!(
+        "{}\nwhole matrix: {} runs in {:.1} s",
+        rlharness::propagate::render::markdown(&r),
+        r.runs,
+        t.elapsed().as_secs_f64()
+    );
+    assert!(!failed, "a perturbed run failed");
+    assert!(dir.starts_with(out.path()));
+
+    // The logits knobs are consumed under ZoRRo (from ds_worker_config).
+    for p in LOGITS {
+        let k = knob(&r, p);
+        assert!(
+            under_zorro(k, true)
+                .iter()
+                .all(|v| *v == CellVerdict::Consumed),
+            "{p}: {:?}",
+            k.evidence()
+        );
+        assert!(k.cells.iter().any(|c| c
+            .consumed_at
+            .iter()
+            .any(|a| a.starts_with("job.training.ds_worker_config."))));
+    }
+    assert_eq!(knob(&r, LOGITS[0]).verdict, KnobVerdict::Consumed);
+    assert!(
+        !knob(&r, LOGITS[2]).flagged,
+        "{:?}",
+        knob(&r, LOGITS[2]).problems
+    );
+    // 2.5 GiB where the ZoRRo init path declares an integer.
+    let peak = knob(&r, LOGITS[1]);
+    assert!(
+        peak.problems
+            .iter()
+            .any(|p| p.contains("type mismatch") && p.contains("declares int")),
+        "{:?}",
+        peak.problems
+    );
+
+    // compute_from_fp32_inputs: a no-op without ZoRRo.
+    let k = knob(&r, "remote_backend.train.logits.compute_from_fp32_inputs");
+    assert_eq!(
+        k.verdict,
+        KnobVerdict::ConsumedUnderCondition,
+        "{:?}",
+        k.evidence()
+    );
+    assert_eq!(under_zorro(k, false), vec![CellVerdict::NotSent]);
+    assert!(!k.flagged, "{:?}", k.problems);
+
+    // clip_ratio and loss_mode: sent but not consumed.
+    for p in [
+        "actor_rollout_ref.actor.clip_ratio",
+        "actor_rollout_ref.actor.policy_loss.loss_mode",
+    ] {
+        let k = knob(&r, p);
+        assert_eq!(
+            k.verdict,
+            KnobVerdict::SentNotConsumed,
+            "{p}: {:?}",
+            k.evidence()
+        );
+        assert!(k.flagged);
+    }
+
+    // max_num_batched_tokens: not sent.
+    let k = knob(&r, "actor_rollout_ref.rollout.max_num_batched_tokens");
+    assert_eq!((k.verdict, k.flagged), (KnobVerdict::NotSent, true));
+
+    // The seed matters only with full determinism.
+    let k = knob(&r, "remote_backend.train.determinism.seed");
+    assert_eq!(
+        k.verdict,
+        KnobVerdict::ConsumedUnderCondition,
+        "{:?}",
+        k.evidence()
+    );
+    assert_eq!(
+        k.consumed_when,
+        vec![[(
+            "remote_backend.train.determinism.full".to_string(),
+            json!(true)
+        )]
+        .into_iter()
+        .collect()]
+    );
+
+    // Every flag of the smoke matrix is a known gap of the manifest: CI can gate on exit 0.
+    assert!(
+        r.passed(),
+        "new flags or closed gaps:\n{}",
+        rlharness::propagate::render::markdown(&r)
+    );
+    assert!(r.flagged() > 0 && r.new_flags() == 0);
+    // Start-up flags are observed here: the harness started the server with them.
+    let k = knob(&r, "remote_backend.sampling_gpus");
+    assert_eq!(k.verdict, KnobVerdict::Consumed, "{:?}", k.evidence());
+
+    // The reports are on disk, one JUnit case per knob.
+    rlharness::propagate::command::write_reports(&r, &dir).unwrap();
+    let junit = std::fs::read_to_string(dir.join("propagation.junit.xml")).unwrap();
+    let parsed = quick_junit::Report::deserialize_from_str(&junit).unwrap();
+    assert_eq!(parsed.test_suites[0].test_cases.len(), r.knobs.len());
+    assert!(dir.join("propagation.md").is_file() && dir.join("propagation.html").is_file());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_planted_original_bug_is_flagged_for_all_three_logits_knobs() {
+    let out = tempfile::tempdir().unwrap();
+    let set = vec!["driver.plant=[logits_in_meta_only]".to_string()];
+    let (r, _, failed) = run_matrix(&smoke(), out.path(), &set, &MatrixOptions::default())
+        .await
+        .unwrap();
+    assert!(!failed);
+    for p in LOGITS {
+        let k = knob(&r, p);
+        assert!(k.flagged, "{p} not flagged");
+        assert!(
+            under_zorro(k, true).contains(&CellVerdict::SentNotConsumed),
+            "{p}: {:?}",
+            k.evidence()
+        );
+        assert!(
+            k.problems
+                .iter()
+                .any(|m| m.contains("did not change") && m.contains("ds_worker_config")),
+            "{p}: {:?}",
+            k.problems
+        );
+    }
+}
+
+fn standin() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/propagate/verl-arctic-standin.yaml")
+}
+
+fn new_flags(r: &PropagationReport) -> Vec<&str> {
+    r.knobs
+        .iter()
+        .filter(|k| k.flagged && k.known_gap.is_none())
+        .map(|k| k.path.as_str())
+        .collect()
+}
+
+/// `propagate` over a command scenario drives the trainer under test (a stand-in for verl +
+/// the Arctic adapter, `tests/fixtures/verl/fake_arctic_verl.py`), each trial stopped on the
+/// wire after its first update. Bug-free, it flags only the manifest's known gaps (exit 0);
+/// with the three planted adapter bugs, it flags exactly the knobs they break, each with the
+/// wire location the server reads and what was seen there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_trainer_matrix_flags_exactly_the_planted_adapter_bugs() {
+    let out = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let (r, dir, failed) = run_matrix(&standin(), out.path(), &[], &MatrixOptions::default())
+        .await
+        .unwrap();
+    println!(
+        "bug-free stand-in matrix: {} runs in {:.1} s",
+        r.runs,
+        t.elapsed().as_secs_f64()
+    );
+    assert!(!failed);
+    assert!(r.passed(), "{}", rlharness::propagate::render::markdown(&r));
+    assert!(r.driver.contains("fake_arctic_verl.py"), "{}", r.driver);
+    // The trainer started no server here: a start-up flag is not observable, not "not sent".
+    let k = knob(&r, "remote_backend.sampling_gpus");
+    assert_eq!(k.verdict, KnobVerdict::NotObservable, "{:?}", k.evidence());
+    assert!(!k.flagged);
+    // Over Ray the wire cannot be seen: said so, not "not sent".
+    let k = knob(&r, "remote_backend.comms.protocol");
+    let ray = k.cells.iter().find(|c| c.value == json!("ray")).unwrap();
+    assert_eq!(ray.verdict, CellVerdict::NotObservable);
+    assert!(ray
+        .unobservable
+        .as_deref()
+        .unwrap()
+        .contains("run with remote_backend.comms.protocol=http"));
+    // Each trial stopped when its second step began: no trial ran the scenario's 20 steps.
+    let trial = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.path().join("run.json").is_file())
+        .unwrap()
+        .path();
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trial.join("run.json")).unwrap()).unwrap();
+    assert!(
+        run["notes"].to_string().contains("stopped on purpose"),
+        "{run}"
+    );
+
+    let set = vec![
+        "driver.env.ARCTIC_STANDIN_BUGS=zorro-logits-dropped,wrong-job,forward-compat".to_string(),
+    ];
+    let (r, _, failed) = run_matrix(&standin(), out.path(), &set, &MatrixOptions::default())
+        .await
+        .unwrap();
+    assert!(!failed);
+    let mut flagged = new_flags(&r);
+    flagged.sort();
+    let mut want = vec![
+        LOGITS[0],
+        LOGITS[1],
+        LOGITS[2],
+        "remote_backend.train.logits.compute_from_fp32_inputs",
+        "remote_backend.weight_sync.low_memory",
+    ];
+    want.sort();
+    assert_eq!(
+        flagged,
+        want,
+        "{}",
+        rlharness::propagate::render::markdown(&r)
+    );
+    assert!(!r.passed());
+    // The seed's bug: the knob, the location the server reads under ZoRRo, and that it stayed.
+    for p in LOGITS {
+        let k = knob(&r, p);
+        assert!(
+            k.problems.iter().any(|m| m.contains(ZORRO)
+                && m.contains("job.training.ds_worker_config.logits_")
+                && m.contains("did not change")),
+            "{p}: {:?}",
+            k.problems
+        );
+    }
+    // The knob written to the wrong job: seen on the sampling job, missing on the training job.
+    let k = knob(&r, "remote_backend.weight_sync.low_memory");
+    assert!(
+        k.problems
+            .iter()
+            .any(|m| m.contains("job.training.low_memory"))
+            && k.problems
+                .iter()
+                .any(|m| m.contains("job.sampling.low_memory")),
+        "{:?}",
+        k.problems
+    );
+    // The forward-compatible key nothing reads: where it was sent.
+    let k = knob(&r, "remote_backend.train.logits.compute_from_fp32_inputs");
+    assert!(
+        k.problems
+            .iter()
+            .any(|m| m.contains("unexpected effect meta.logits_compute_from_fp32_inputs")),
+        "{:?}",
+        k.problems
+    );
+}
+
+/// A trainer that never reaches the wire is a clear error naming the run and its last lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trainer_that_never_reaches_the_wire_is_named_with_its_last_lines() {
+    let out = tempfile::tempdir().unwrap();
+    let set = vec!["driver.env.ARCTIC_STANDIN_BUGS=no-such-bug".to_string()];
+    let options = MatrixOptions {
+        until: rlharness::propagate::command::Until::Initialize,
+        jobs: 4,
+    };
+    let err = run_matrix(&standin(), out.path(), &set, &options)
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("never reached the wire") && err.contains("unknown bug switch"),
+        "{err}"
+    );
+}

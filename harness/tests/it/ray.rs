@@ -1,0 +1,290 @@
+//! `rlharness run --executor ray` against a real Ray head. These tests are ignored in a plain
+//! `cargo test`; `bash ci/ray-tests.sh` starts a local head, sets RLHARNESS_RAY_ADDRESS and runs
+//! them with `--ignored`. Without that address they fail (never pass silently).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::repo;
+
+fn address() -> String {
+    std::env::var("RLHARNESS_RAY_ADDRESS")
+        .ok()
+        .filter(|a| !a.is_empty())
+        .expect(
+            "RLHARNESS_RAY_ADDRESS is not set: the Ray tests need a Ray head's jobs API; run them \
+             through `bash ci/ray-tests.sh`, which starts one",
+        )
+}
+
+fn rlharness(args: &[&str], out: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rlharness"));
+    c.current_dir(repo())
+        .arg("run")
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .arg("--no-progress")
+        .env("CI", "true")
+        .env("RUST_LOG", "error");
+    c
+}
+
+fn on_ray(args: &[&str], out: &Path) -> Output {
+    let addr = address();
+    let mut all = args.to_vec();
+    all.extend(["--executor", "ray", "--address", addr.as_str()]);
+    rlharness(&all, out).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn latest(out: &Path, scenario: &str) -> PathBuf {
+    let base = out.join(scenario);
+    std::fs::canonicalize(base.join("latest")).unwrap_or_else(|e| {
+        panic!("{}: no latest run: {e}", base.display());
+    })
+}
+
+#[test]
+#[ignore = "needs a Ray head: bash ci/ray-tests.sh"]
+fn smoke_and_faults_come_back_with_the_metrics_of_a_local_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (here, there) = (tmp.path().join("local"), tmp.path().join("ray"));
+    let scenarios = ["scenarios/smoke", "scenarios/faults"];
+    let mut local_args = scenarios.to_vec();
+    local_args.extend(["--jobs", "2"]);
+    let l = rlharness(&local_args, &here).output().unwrap();
+    assert_eq!(l.status.code(), Some(0), "{}", text(&l));
+    let r = on_ray(&scenarios, &there);
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r));
+    let junit = std::fs::read_to_string(there.join("junit.xml")).unwrap();
+    assert_eq!(junit.matches("<testcase ").count(), 12, "{junit}");
+    let mut compared = 0;
+    for s in std::fs::read_dir(&here).unwrap().flatten() {
+        if !s.path().is_dir() {
+            continue;
+        }
+        let name = s.file_name().to_string_lossy().into_owned();
+        let a = std::fs::read(latest(&here, &name).join("metrics.csv")).unwrap();
+        let run = latest(&there, &name);
+        let b = std::fs::read(run.join("metrics.csv")).unwrap();
+        assert!(
+            a == b,
+            "{name}: metrics.csv differs between the local and the Ray run"
+        );
+        assert!(run.join("job.log").is_file(), "{name}: no job.log");
+        assert!(run.join("report.md").is_file(), "{name}: no report");
+        compared += 1;
+    }
+    assert_eq!(compared, 12);
+    let index = std::fs::read_to_string(there.join("index.md")).unwrap();
+    assert_eq!(index.matches("ray job raysubmit_").count(), 12, "{index}");
+    println!("{index}");
+}
+
+#[test]
+#[ignore = "needs a Ray head: bash ci/ray-tests.sh"]
+fn a_job_stopped_through_the_api_is_exit_3_with_its_finished_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ray");
+    let log = tmp.path().join("stderr.log");
+    let addr = address();
+    let mut child = rlharness(
+        &[
+            "scenarios/smoke",
+            "--steps",
+            "60",
+            "--set",
+            "backend.faults=[{fault: latency, seconds: 0.3, probability: 1.0, at: {route: /generate}}]",
+            "--executor",
+            "ray",
+            "--address",
+            &addr,
+        ],
+        &out,
+    )
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&log).unwrap())
+    .spawn()
+    .unwrap();
+    // Wait for step 3 in the submitter's progress lines, then stop the job through the API.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let id = loop {
+        let t = std::fs::read_to_string(&log).unwrap_or_default();
+        let stepped = t.lines().any(|l| {
+            l.split_once(": step ")
+                .and_then(|(_, r)| r.split('/').next()?.parse::<u64>().ok())
+                .is_some_and(|k| k >= 3)
+        });
+        if stepped {
+            let id = t
+                .split_whitespace()
+                .find(|w| w.starts_with("raysubmit_"))
+                .unwrap()
+                .trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                .to_string();
+            break id;
+        }
+        assert!(Instant::now() < deadline, "no step 3 within 120 s:\n{t}");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended early:\n{t}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rlharness::app::scale::ray::RayClient::new(&addr).unwrap();
+    rt.block_on(async {
+        // The job's supervisor takes the request once it is registered.
+        for _ in 0..50 {
+            if client.stop(&id).await.unwrap() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("Ray did not take the stop request for {id}");
+    });
+    let status = child.wait().unwrap();
+    let t = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.code(), Some(3), "{t}");
+    let run = latest(&out, "mock-gsm8k-grpo");
+    let rows = std::fs::read_to_string(run.join("metrics.csv"))
+        .unwrap()
+        .lines()
+        .count()
+        - 1;
+    assert!((3..60).contains(&rows), "{rows} finished steps kept");
+    let verdict: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("verdict.json")).unwrap()).unwrap();
+    assert_eq!(verdict["run"]["status"], "interrupted", "{verdict}");
+    let index = std::fs::read_to_string(out.join("index.md")).unwrap();
+    assert!(index.contains("was stopped (STOPPED"), "{index}");
+}
+
+#[test]
+#[ignore = "needs a Ray head: bash ci/ray-tests.sh"]
+fn a_gpu_the_cluster_lacks_is_reported_unschedulable_not_hung() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ray");
+    let started = Instant::now();
+    let o = on_ray(
+        &[
+            "scenarios/smoke",
+            "--set",
+            "requires.gpus=1",
+            "--set",
+            "timeouts.queue=3s",
+        ],
+        &out,
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let t = text(&o);
+    assert!(
+        t.contains("unschedulable: not scheduled within timeouts.queue = 3s"),
+        "{t}"
+    );
+    let junit = std::fs::read_to_string(out.join("junit.xml")).unwrap();
+    assert!(junit.contains("unschedulable"), "{junit}");
+    assert!(junit.contains("<error "), "{junit}");
+}
+
+#[test]
+#[ignore = "needs a Ray head: bash ci/ray-tests.sh"]
+fn a_job_that_cannot_start_is_exit_3_with_its_log_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ray");
+    let o = on_ray(
+        &["scenarios/smoke", "--remote-bin", "/nonexistent/rlharness"],
+        &out,
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("did not come back"), "{t}");
+    assert!(t.contains("holds no run-directory frame"), "{t}");
+    let kept: Vec<PathBuf> = std::fs::read_dir(out.join("mock-gsm8k-grpo"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("job.log"))
+        .filter(|p| p.is_file())
+        .collect();
+    assert_eq!(kept.len(), 1, "{t}");
+}
+
+/// The CPU flagship (torch backend, `rlharness-torch` shipped with the job), 3 steps: the same
+/// metrics as a local run, bit for bit.
+#[cfg(feature = "torch")]
+#[test]
+#[ignore = "needs a Ray head: bash ci/ray-tests.sh"]
+fn the_cpu_flagship_through_ray_has_the_metrics_of_a_local_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (here, there) = (tmp.path().join("local"), tmp.path().join("ray"));
+    let args = [
+        "scenarios/tiny-gsm8k-grpo.yaml",
+        "--steps",
+        "3",
+        "--set",
+        "checks.expect=[]",
+        "--set",
+        "checks.golden={critic/rewards/mean: {abs: 0.15}}",
+    ];
+    let l = rlharness(&args, &here).output().unwrap();
+    // The local run completed and was judged (a 3-step run may pass or fail its bands).
+    assert!(
+        matches!(l.status.code(), Some(0 | 1)),
+        "the local flagship did not complete: {}",
+        text(&l)
+    );
+    let r = on_ray(&args, &there);
+    assert_eq!(
+        l.status.code(),
+        r.status.code(),
+        "{}\n{}",
+        text(&l),
+        text(&r)
+    );
+    let a = std::fs::read(latest(&here, "tiny-gsm8k-grpo").join("metrics.csv")).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&a).lines().count(),
+        4,
+        "a header and 3 steps"
+    );
+    let run = latest(&there, "tiny-gsm8k-grpo");
+    let b = std::fs::read(run.join("metrics.csv")).unwrap();
+    // The torch backend's numbers are deterministic; its wall-clock columns (timing_s/*,
+    // perf/* made from them) are measured, so they are left out of the comparison.
+    let (a, b) = (computed_columns(&a), computed_columns(&b));
+    assert!(a.len() > 10, "{a:?}");
+    assert!(
+        a == b,
+        "the flagship's computed metrics differ between local and Ray:\n{a:?}\n{b:?}"
+    );
+    let verdict: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("verdict.json")).unwrap()).unwrap();
+    assert_eq!(verdict["run"]["status"], "completed", "{verdict}");
+    assert_eq!(verdict["run"]["steps_recorded"], 3, "{verdict}");
+}
+
+/// The columns of a metrics.csv that are computed, not measured: (column, values) bit for bit.
+#[cfg(feature = "torch")]
+fn computed_columns(csv: &[u8]) -> Vec<(String, Vec<String>)> {
+    let text = String::from_utf8_lossy(csv);
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split(',').collect()).collect();
+    rows[0]
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| !h.starts_with("timing_s/") && !h.starts_with("perf/"))
+        .map(|(c, h)| {
+            let values = rows[1..].iter().map(|r| r[c].to_string()).collect();
+            (h.to_string(), values)
+        })
+        .collect()
+}

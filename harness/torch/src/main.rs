@@ -1,0 +1,187 @@
+//! `rlharness-torch`: the libtorch engine behind the Arctic API, in a process of its own.
+//! `rlharness run` starts it for a `backend: {kind: torch}` scenario (`--child`: one JSON
+//! ready line on stdout, exit when stdin closes); `rlharness serve torch` runs it in the
+//! foreground. The protocol is described in `rlharness::backend::child`.
+
+#[cfg(not(feature = "torch"))]
+fn main() {
+    eprintln!(
+        "rlharness-torch: this build has no libtorch (built without the cargo feature `torch`); {}",
+        rlharness::backend::child::BUILD_HINT
+    );
+    std::process::exit(rlharness::error::ExitStatus::InvalidInput.code());
+}
+
+#[cfg(feature = "torch")]
+fn main() {
+    use clap::Parser;
+    let args = serve::Args::parse();
+    rlharness::app::init_tracing(args.verbose);
+    let status = match tokio::runtime::Runtime::new() {
+        Ok(rt) => match rt.block_on(serve::serve(args)) {
+            Ok(()) => rlharness::error::ExitStatus::Passed,
+            Err(e) => {
+                eprintln!("rlharness-torch: {}", e.message);
+                e.status
+            }
+        },
+        Err(e) => {
+            eprintln!("rlharness-torch: cannot start the async runtime: {e}");
+            rlharness::error::ExitStatus::RunFailed
+        }
+    };
+    std::process::exit(status.code());
+}
+
+#[cfg(feature = "torch")]
+mod serve {
+    use std::path::PathBuf;
+
+    use rlharness::backend::child::Ready;
+    use rlharness::backend::server::ServerOptions;
+    use rlharness::backend::{BackendSpec, Runtime, TorchSpec};
+    use rlharness::error::CommandError;
+    use rlharness_torch::TorchEngine;
+
+    /// The torch Arctic server: the model from a scenario's backend block (or the CPU
+    /// flagship's defaults).
+    #[derive(Debug, clap::Parser)]
+    #[command(name = "rlharness-torch", version)]
+    pub struct Args {
+        #[arg(long, default_value = "127.0.0.1")]
+        pub host: String,
+        /// 0: any free port (the ready line says which).
+        #[arg(long, default_value_t = 7000)]
+        pub port: u16,
+        /// A scenario with a torch backend block.
+        #[arg(long, conflicts_with = "backend_json")]
+        pub scenario: Option<PathBuf>,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        pub set: Vec<String>,
+        /// The backend block as JSON, its paths already resolved (what `rlharness run` sends).
+        #[arg(long)]
+        pub backend_json: Option<String>,
+        /// The seed (default: the scenario's, else 1).
+        #[arg(long)]
+        pub seed: Option<u64>,
+        #[arg(long)]
+        pub training_gpus: Option<u32>,
+        #[arg(long)]
+        pub sampling_gpus: Option<u32>,
+        #[arg(long)]
+        pub log_prob_gpus: Option<u32>,
+        /// Started by `rlharness run`: print one JSON ready line on stdout, and exit when
+        /// stdin closes.
+        #[arg(long)]
+        pub child: bool,
+        #[arg(short, long, action = clap::ArgAction::Count)]
+        pub verbose: u8,
+    }
+
+    fn spec_and_seed(args: &Args) -> Result<(TorchSpec, u64), CommandError> {
+        if let Some(json) = &args.backend_json {
+            let spec: TorchSpec = serde_json::from_str(json)
+                .map_err(|e| CommandError::invalid(format!("--backend-json: {e}")))?;
+            return Ok((spec, args.seed.unwrap_or(1)));
+        }
+        let Some(path) = &args.scenario else {
+            return Ok((TorchSpec::default(), args.seed.unwrap_or(1)));
+        };
+        let scenario = rlharness::spec::load_scenario(path, &args.set)
+            .map_err(|e| CommandError::invalid(e.to_string()))?;
+        match scenario.backend {
+            BackendSpec::Torch(spec) => Ok((
+                spec.beside(&scenario.path),
+                args.seed.unwrap_or(scenario.seed),
+            )),
+            other => Err(CommandError::invalid(format!(
+                "{}: `serve torch` needs a scenario with a torch backend, not {other:?}",
+                path.display()
+            ))),
+        }
+    }
+
+    pub async fn serve(args: Args) -> Result<(), CommandError> {
+        let (spec, seed) = spec_and_seed(&args)?;
+        // Building the model (and its warm start) is CPU-heavy: off the async threads.
+        let engine = tokio::task::spawn_blocking(move || TorchEngine::new(&spec, seed))
+            .await
+            .map_err(|e| CommandError::run_failed(format!("torch backend crashed: {e}")))?
+            .map_err(|e| CommandError::run_failed(format!("torch backend: {e}")))?;
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .map_err(|e| {
+                CommandError::run_failed(format!("failed to bind {}:{}: {e}", args.host, args.port))
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+        let runtime = engine.runtime();
+        let defaults = ServerOptions::default();
+        let opts = ServerOptions {
+            training_gpus: args.training_gpus.unwrap_or(defaults.training_gpus),
+            sampling_gpus: args.sampling_gpus.unwrap_or(defaults.sampling_gpus),
+            log_prob_gpus: args.log_prob_gpus.unwrap_or(defaults.log_prob_gpus),
+            ..defaults
+        };
+        let (router, _handle) =
+            rlharness::backend::server::router(std::sync::Arc::new(engine), opts);
+        let url = format!("http://{addr}");
+        if args.child {
+            let ready = Ready { url, runtime };
+            let line = serde_json::to_string(&ready)
+                .map_err(|e| CommandError::run_failed(format!("ready line: {e}")))?;
+            println!("{line}");
+        } else {
+            println!("{}", banner(&url, runtime));
+        }
+        if args.child {
+            // The parent is gone (even killed): nothing is left to serve.
+            tokio::spawn(async {
+                parent_gone().await;
+                std::process::exit(0);
+            });
+        }
+        rlharness::backend::server::serve(listener, router, ctrl_c())
+            .await
+            .map_err(|e| CommandError::run_failed(format!("torch server: {e}")))
+    }
+
+    async fn ctrl_c() {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Resolves when stdin reaches its end: the parent closed it or is gone.
+    async fn parent_gone() {
+        use tokio::io::AsyncReadExt;
+        let mut stdin = tokio::io::stdin();
+        let mut buf = [0u8; 64];
+        while let Ok(n) = stdin.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    }
+
+    fn banner(url: &str, runtime: Runtime) -> String {
+        let Runtime {
+            device,
+            threads,
+            torch_version,
+            numerics,
+        } = runtime;
+        let threads = threads.unwrap_or_default();
+        let version = torch_version.unwrap_or_default();
+        let kernels = numerics
+            .and_then(|n| {
+                n.cpu_kernels
+                    .map(|k| format!(", CPU kernels {}, fingerprint {}", k.isa, n.fingerprint))
+            })
+            .unwrap_or_default();
+        format!(
+            "torch Arctic server listening on {url} (device {device}, {threads} threads, torch {version}{kernels})"
+        )
+    }
+}

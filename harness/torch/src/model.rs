@@ -1,0 +1,833 @@
+//! A Qwen3-architecture decoder: RMSNorm (pre-norm, plus per-head q/k norm), rotary position
+//! embeddings, grouped-query attention, SwiGLU MLP, embeddings tied to the output head. The
+//! same code serves the tiny arith model (character vocabulary, small sizes) and the real-size
+//! shapes on random weights, so the CPU learning runs exercise the architecture the GPU
+//! performance runs measure.
+//!
+//! Parameters are plain tensors in a fixed order with HF-style names (`model.layers.0.
+//! self_attn.q_proj.weight`, ...), so saving, weight sync and the optimizer walk one list.
+
+use tch::{Device, Kind, Tensor};
+
+use rlharness::backend::torch_spec::{ModelKind, ModelSpec};
+use rlharness::task::CharTokenizer;
+
+/// Resolved sizes of a decoder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecoderConfig {
+    pub vocab_size: usize,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate: usize,
+    pub rope_theta: f64,
+    pub rms_eps: f64,
+}
+
+impl DecoderConfig {
+    /// Qwen3-0.6B's `config.json`.
+    pub fn qwen3_0_6b() -> Self {
+        Self {
+            vocab_size: 151_936,
+            hidden: 1024,
+            layers: 28,
+            heads: 16,
+            kv_heads: 8,
+            head_dim: 128,
+            intermediate: 3072,
+            rope_theta: 1_000_000.0,
+            rms_eps: 1e-6,
+        }
+    }
+
+    /// Qwen3-1.7B's `config.json`.
+    pub fn qwen3_1_7b() -> Self {
+        Self {
+            hidden: 2048,
+            intermediate: 6144,
+            ..Self::qwen3_0_6b()
+        }
+    }
+
+    /// The flagship tiny model: about 100k parameters over the arith characters.
+    pub fn tiny() -> Self {
+        Self {
+            vocab_size: CharTokenizer::vocab_size(),
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 16,
+            intermediate: 192,
+            rope_theta: 10_000.0,
+            rms_eps: 1e-6,
+        }
+    }
+
+    /// Resolve a scenario's model block: the kind's base sizes, then the given overrides.
+    pub fn from_spec(spec: &ModelSpec) -> Result<Self, String> {
+        let mut c = match spec.kind {
+            ModelKind::Tiny => {
+                if let Some(p) = &spec.preset {
+                    return Err(format!(
+                        "model.preset {p:?} is only for kind qwen3; a tiny model is sized by d_model, layers, heads"
+                    ));
+                }
+                Self::tiny()
+            }
+            ModelKind::Qwen3 => match spec.preset.as_deref() {
+                Some("qwen3-0.6b") => Self::qwen3_0_6b(),
+                Some("qwen3-1.7b") => Self::qwen3_1_7b(),
+                Some(other) => {
+                    return Err(format!(
+                        "unknown model.preset {other:?}; known: qwen3-0.6b, qwen3-1.7b"
+                    ))
+                }
+                None => {
+                    return Err(
+                        "model.kind qwen3 needs model.preset (qwen3-0.6b or qwen3-1.7b)".into(),
+                    )
+                }
+            },
+        };
+        if let Some(v) = spec.d_model {
+            c.hidden = v;
+            if spec.head_dim.is_none() && spec.kind == ModelKind::Tiny {
+                c.head_dim = v / spec.heads.unwrap_or(c.heads).max(1);
+            }
+        }
+        if let Some(v) = spec.layers {
+            c.layers = v;
+        }
+        if let Some(v) = spec.heads {
+            c.heads = v;
+            if spec.head_dim.is_none() && spec.kind == ModelKind::Tiny {
+                c.head_dim = c.hidden / v.max(1);
+            }
+        }
+        if let Some(v) = spec.kv_heads {
+            c.kv_heads = v;
+        } else if spec.kind == ModelKind::Tiny && c.heads % c.kv_heads != 0 {
+            c.kv_heads = c.heads;
+        }
+        if let Some(v) = spec.head_dim {
+            c.head_dim = v;
+        }
+        if let Some(v) = spec.ffn {
+            c.intermediate = v;
+        }
+        if let Some(v) = spec.vocab_size {
+            c.vocab_size = v;
+        }
+        if let Some(v) = spec.rope_theta {
+            c.rope_theta = v;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("d_model", self.hidden),
+            ("layers", self.layers),
+            ("heads", self.heads),
+            ("kv_heads", self.kv_heads),
+            ("head_dim", self.head_dim),
+            ("ffn", self.intermediate),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(format!("model.{name} must be at least 1"));
+            }
+        }
+        if self.heads % self.kv_heads != 0 {
+            return Err(format!(
+                "model.heads ({}) must be a multiple of model.kv_heads ({})",
+                self.heads, self.kv_heads
+            ));
+        }
+        if self.head_dim % 2 != 0 {
+            return Err(format!(
+                "model head_dim ({}) must be even for rotary embeddings",
+                self.head_dim
+            ));
+        }
+        if self.vocab_size < CharTokenizer::vocab_size() {
+            return Err(format!(
+                "model.vocab_size ({}) is smaller than the arith tokenizer's {}",
+                self.vocab_size,
+                CharTokenizer::vocab_size()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Parameter names and shapes in the canonical order.
+    pub fn parameter_shapes(&self) -> Vec<(String, Vec<i64>)> {
+        let h = self.hidden as i64;
+        let q = (self.heads * self.head_dim) as i64;
+        let kv = (self.kv_heads * self.head_dim) as i64;
+        let i = self.intermediate as i64;
+        let hd = self.head_dim as i64;
+        let mut out = vec![(
+            "model.embed_tokens.weight".to_string(),
+            vec![self.vocab_size as i64, h],
+        )];
+        for l in 0..self.layers {
+            let p = format!("model.layers.{l}");
+            out.push((format!("{p}.input_layernorm.weight"), vec![h]));
+            out.push((format!("{p}.self_attn.q_proj.weight"), vec![q, h]));
+            out.push((format!("{p}.self_attn.k_proj.weight"), vec![kv, h]));
+            out.push((format!("{p}.self_attn.v_proj.weight"), vec![kv, h]));
+            out.push((format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
+            out.push((format!("{p}.self_attn.q_norm.weight"), vec![hd]));
+            out.push((format!("{p}.self_attn.k_norm.weight"), vec![hd]));
+            out.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
+            out.push((format!("{p}.mlp.gate_proj.weight"), vec![i, h]));
+            out.push((format!("{p}.mlp.up_proj.weight"), vec![i, h]));
+            out.push((format!("{p}.mlp.down_proj.weight"), vec![h, i]));
+        }
+        out.push(("model.norm.weight".to_string(), vec![h]));
+        out
+    }
+}
+
+/// Per-layer indices into the parameter list (fixed by `parameter_shapes`).
+const PER_LAYER: usize = 11;
+
+/// The model's weights. `params[k]` is the tensor named `names[k]`.
+#[derive(Debug)]
+pub struct Decoder {
+    pub config: DecoderConfig,
+    pub names: Vec<String>,
+    pub params: Vec<Tensor>,
+    pub device: Device,
+    pub kind: Kind,
+    /// Take the fused paths (one QKV and one gate/up GEMM, aten's RMSNorm kernel, GQA inside
+    /// SDPA). On by default on CUDA; the CPU keeps the plain composition, so its bit-exact
+    /// runs and goldens stay. The two agree to rounding (a test runs both).
+    pub fused: bool,
+}
+
+/// Keys and values of one layer for incremental decoding, written in place.
+pub struct LayerCache {
+    k: Tensor,
+    v: Tensor,
+}
+
+/// The KV cache of a batch: preallocated to the longest sequence it will hold.
+pub struct KvCache {
+    layers: Vec<LayerCache>,
+    /// Positions filled so far.
+    pub len: i64,
+}
+
+impl Decoder {
+    /// Random initialisation as HF's Qwen3 does it: normal(0, 0.02) matrices, unit norms.
+    /// Draws from torch's global generator; the caller seeds it.
+    pub fn new_random(config: DecoderConfig, device: Device, kind: Kind) -> Decoder {
+        let _guard = tch::no_grad_guard();
+        let mut names = Vec::new();
+        let mut params = Vec::new();
+        for (name, shape) in config.parameter_shapes() {
+            let t = if shape.len() == 1 {
+                Tensor::ones(shape.as_slice(), (Kind::Float, Device::Cpu))
+            } else {
+                Tensor::randn(shape.as_slice(), (Kind::Float, Device::Cpu)) * 0.02
+            };
+            names.push(name);
+            params.push(t.to_device(device).to_kind(kind));
+        }
+        Decoder {
+            config,
+            names,
+            params,
+            device,
+            kind,
+            fused: device != Device::Cpu,
+        }
+    }
+
+    /// A copy with its own storage (the sampler and reference copies of the trainer).
+    pub fn deep_copy(&self) -> Decoder {
+        let _guard = tch::no_grad_guard();
+        Decoder {
+            config: self.config.clone(),
+            names: self.names.clone(),
+            params: self.params.iter().map(|p| p.detach().copy()).collect(),
+            device: self.device,
+            kind: self.kind,
+            fused: self.fused,
+        }
+    }
+
+    /// A handle on the same storage (no copy): what a sampling call reads while the job's
+    /// lock is free for others. Writers of the weights wait on the engine's weight gate.
+    pub fn share(&self) -> Decoder {
+        Decoder {
+            config: self.config.clone(),
+            names: self.names.clone(),
+            params: self.params.iter().map(|p| p.shallow_clone()).collect(),
+            device: self.device,
+            kind: self.kind,
+            fused: self.fused,
+        }
+    }
+
+    pub fn set_requires_grad(&mut self, on: bool) {
+        self.params = self
+            .params
+            .iter()
+            .map(|p| p.detach().set_requires_grad(on))
+            .collect();
+    }
+
+    /// Overwrite this model's weights with `src`'s (weight sync, checkpoint load).
+    pub fn copy_from(&mut self, src: &[Tensor]) -> Result<(), String> {
+        if src.len() != self.params.len() {
+            return Err(format!(
+                "weight copy: {} tensors for a model of {}",
+                src.len(),
+                self.params.len()
+            ));
+        }
+        let _guard = tch::no_grad_guard();
+        for ((dst, s), name) in self.params.iter_mut().zip(src).zip(&self.names) {
+            if dst.size() != s.size() {
+                return Err(format!(
+                    "weight copy: {name} has shape {:?}, source {:?}",
+                    dst.size(),
+                    s.size()
+                ));
+            }
+            dst.copy_(&s.to_device(self.device).to_kind(self.kind));
+        }
+        Ok(())
+    }
+
+    pub fn num_parameters(&self) -> u64 {
+        self.params.iter().map(|p| p.numel() as u64).sum()
+    }
+
+    fn embed(&self) -> &Tensor {
+        &self.params[0]
+    }
+
+    /// The output head's weight `[V,H]`: the tied input embedding.
+    pub fn head_weight(&self) -> &Tensor {
+        self.embed()
+    }
+
+    fn layer(&self, l: usize) -> &[Tensor] {
+        &self.params[1 + l * PER_LAYER..1 + (l + 1) * PER_LAYER]
+    }
+
+    fn final_norm(&self) -> &Tensor {
+        &self.params[self.params.len() - 1]
+    }
+
+    /// The final hidden states `[B,S,H]` for a full (padded) batch. `positions [B,S]` are the
+    /// rotary positions; `key_mask [B,S]` (1 = real token) keeps padding out of attention.
+    /// Without padding the causal flag alone is used, which lets CUDA pick flash attention.
+    pub fn hidden_states(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        key_mask: Option<&Tensor>,
+    ) -> Tensor {
+        let (b, s) = ids.size2().unwrap_or((1, ids.numel() as i64));
+        if self.fused {
+            if let Some(lead) = key_mask.and_then(leading_padding) {
+                // verl's layout (left-padded prompt, right-padded response): roll each row so
+                // its padding is all on the right. Real tokens then see only real tokens under
+                // the causal flag alone, and CUDA keeps flash attention; rotary positions
+                // travel with their tokens, so the real positions' states are unchanged.
+                let cols = Tensor::arange(s, (Kind::Int64, ids.device())).view([1, s]);
+                let lead = lead.view([b, 1]);
+                let there = (&cols + &lead).remainder(s);
+                let back = (&cols - &lead).remainder(s);
+                let h = self.hidden_states(
+                    &ids.gather(1, &there, false),
+                    &positions.gather(1, &there, false),
+                    None,
+                );
+                let width = h.size()[2];
+                return h.gather(1, &back.unsqueeze(-1).expand([b, s, width], false), false);
+            }
+        }
+        let mut x = self
+            .embed()
+            .index_select(0, &ids.reshape([-1]))
+            .reshape([b, s, -1]);
+        let (cos, sin) = rope_tables(positions, &self.config, self.kind, self.fused);
+        let mask = key_mask.map(|m| full_attention_mask(m, s));
+        for l in 0..self.config.layers {
+            x = self.block(
+                l,
+                &x,
+                &cos,
+                &sin,
+                |q, k, v, gqa| match &mask {
+                    Some(m) => Tensor::scaled_dot_product_attention(
+                        q,
+                        k,
+                        v,
+                        Some(m),
+                        0.0,
+                        false,
+                        None,
+                        gqa,
+                    ),
+                    None => Tensor::scaled_dot_product_attention(
+                        q,
+                        k,
+                        v,
+                        None::<&Tensor>,
+                        0.0,
+                        true,
+                        None,
+                        gqa,
+                    ),
+                },
+                None,
+            );
+        }
+        self.norm(&x, self.final_norm())
+    }
+
+    /// One decoder block. `attend` gets q `[B,nh,S,hd]` and k, v already repeated to `nh`
+    /// heads. With a cache, the new keys/values are written at `cache.len` and attention runs
+    /// over everything cached so far.
+    fn block(
+        &self,
+        l: usize,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        attend: impl Fn(&Tensor, &Tensor, &Tensor, bool) -> Tensor,
+        cache: Option<(&mut LayerCache, i64, i64)>,
+    ) -> Tensor {
+        let w = self.layer(l);
+        let c = &self.config;
+        let (b, s, _) = x.size3().unwrap_or((1, 1, 1));
+        let (nh, nkv, hd) = (c.heads as i64, c.kv_heads as i64, c.head_dim as i64);
+        let fused = self.fused_kernels();
+        let norm = |t: &Tensor, w: &Tensor| self.norm(t, w);
+        let h = norm(x, &w[0]);
+        let (q, k, v) = if fused {
+            // One GEMM for q, k and v: bigger tiles, two fewer launches per layer; the
+            // backward of `cat` only splits the gradient.
+            let qkv = h.matmul(&Tensor::cat(&[&w[1], &w[2], &w[3]], 0).tr());
+            let parts = qkv.split_with_sizes([nh * hd, nkv * hd, nkv * hd], -1);
+            (
+                parts[0].reshape([b, s, nh, hd]),
+                parts[1].reshape([b, s, nkv, hd]),
+                parts[2].reshape([b, s, nkv, hd]),
+            )
+        } else {
+            (
+                h.matmul(&w[1].tr()).reshape([b, s, nh, hd]),
+                h.matmul(&w[2].tr()).reshape([b, s, nkv, hd]),
+                h.matmul(&w[3].tr()).reshape([b, s, nkv, hd]),
+            )
+        };
+        let q = norm(&q, &w[5]).transpose(1, 2);
+        let k = norm(&k, &w[6]).transpose(1, 2);
+        let v = v.transpose(1, 2);
+        let rope = if fused { apply_rope_rolled } else { apply_rope };
+        let q = rope(&q, cos, sin);
+        let k = rope(&k, cos, sin);
+        let (k, v) = match cache {
+            Some((lc, start, kv_len)) => {
+                lc.k.narrow(2, start, s).copy_(&k);
+                lc.v.narrow(2, start, s).copy_(&v);
+                (lc.k.narrow(2, 0, kv_len), lc.v.narrow(2, 0, kv_len))
+            }
+            None => (k, v),
+        };
+        let rep = nh / nkv;
+        // On CUDA, SDPA reads the shared key/value heads itself (`enable_gqa`); the CPU
+        // kernels get them repeated, the layout the CPU numbers were recorded with.
+        let (k, v) = if rep > 1 && !fused {
+            (
+                k.repeat_interleave_self_int(rep, 1, None),
+                v.repeat_interleave_self_int(rep, 1, None),
+            )
+        } else {
+            (k, v)
+        };
+        let a = attend(&q, &k, &v, fused && rep > 1)
+            .transpose(1, 2)
+            .reshape([b, s, nh * hd]);
+        // On the fused path the residual adds ride in the GEMMs' epilogue (`addmm`).
+        let width = x.size()[2];
+        let residual = |x: &Tensor, y: &Tensor, w: &Tensor| {
+            if fused {
+                let k = y.size()[2];
+                x.reshape([-1, width])
+                    .addmm(&y.reshape([-1, k]), &w.tr())
+                    .view([b, s, width])
+            } else {
+                x + y.matmul(&w.tr())
+            }
+        };
+        let x = residual(x, &a, &w[4]);
+        let h = norm(&x, &w[7]);
+        let act = if fused {
+            let gu = h.matmul(&Tensor::cat(&[&w[8], &w[9]], 0).tr());
+            let parts = gu.split(c.intermediate as i64, -1);
+            parts[0].silu() * &parts[1]
+        } else {
+            h.matmul(&w[8].tr()).silu() * h.matmul(&w[9].tr())
+        };
+        residual(&x, &act, &w[10])
+    }
+
+    fn fused_kernels(&self) -> bool {
+        self.fused
+    }
+
+    fn norm(&self, x: &Tensor, weight: &Tensor) -> Tensor {
+        if self.fused_kernels() {
+            let d = x.size().last().copied().unwrap_or(1);
+            Tensor::rms_norm(x, [d].as_slice(), Some(weight), Some(self.config.rms_eps))
+        } else {
+            rms_norm(x, weight, self.config.rms_eps)
+        }
+    }
+
+    /// Logits `[.., V]` of hidden states through the tied head. `fp32` computes the product
+    /// in fp32 (`logits.compute_in_fp32`); otherwise it runs in the model dtype and is then
+    /// widened, so under bf16 the logits carry bf16 rounding.
+    pub fn logits(&self, hidden: &Tensor, fp32: bool) -> Tensor {
+        if fp32 || self.kind == Kind::Float {
+            hidden
+                .to_kind(Kind::Float)
+                .matmul(&self.embed().to_kind(Kind::Float).tr())
+        } else {
+            hidden.matmul(&self.embed().tr()).to_kind(Kind::Float)
+        }
+    }
+
+    /// An empty cache for `batch` sequences of up to `capacity` tokens.
+    pub fn new_cache(&self, batch: i64, capacity: i64) -> KvCache {
+        let c = &self.config;
+        let shape = [batch, c.kv_heads as i64, capacity, c.head_dim as i64];
+        KvCache {
+            layers: (0..c.layers)
+                .map(|_| LayerCache {
+                    k: Tensor::zeros(shape, (self.kind, self.device)),
+                    v: Tensor::zeros(shape, (self.kind, self.device)),
+                })
+                .collect(),
+            len: 0,
+        }
+    }
+
+    /// Run `ids [B,s]` (at `positions [B,s]`) through the model, appending their keys and
+    /// values to `cache`; returns the last position's hidden state `[B,H]`. `key_mask [B,L]`
+    /// marks which of the `cache.len + s` cached positions are real tokens.
+    pub fn extend(
+        &self,
+        cache: &mut KvCache,
+        ids: &Tensor,
+        positions: &Tensor,
+        key_mask: &Tensor,
+    ) -> Tensor {
+        let (b, s) = ids.size2().unwrap_or((1, 1));
+        let start = cache.len;
+        let total = start + s;
+        let mut x = self
+            .embed()
+            .index_select(0, &ids.reshape([-1]))
+            .reshape([b, s, -1]);
+        let (cos, sin) = rope_tables(positions, &self.config, self.kind, self.fused);
+        // On CUDA attention runs over the whole cache, so every decode step has the same
+        // shapes: a new key length per step made each step pay the attention kernel's per-shape
+        // set-up (measured: ~70 ms a step, whatever the batch). Positions not yet written are
+        // masked like future ones. The CPU attends over the filled part only, as recorded.
+        let capacity = cache.layers.first().map_or(total, |lc| lc.k.size()[2]);
+        let kv_len = if self.fused { capacity } else { total };
+        // Query i (absolute start + i) sees real keys up to itself, and always itself so a
+        // padded query row is never empty.
+        let key_ok = key_mask
+            .narrow(1, 0, kv_len)
+            .to_kind(Kind::Bool)
+            .view([b, 1, 1, kv_len]);
+        let qpos = Tensor::arange_start(start, total, (Kind::Int64, self.device)).view([s, 1]);
+        let kpos = Tensor::arange(kv_len, (Kind::Int64, self.device)).view([1, kv_len]);
+        let causal = kpos.le_tensor(&qpos).view([1, 1, s, kv_len]);
+        let diag = kpos.eq_tensor(&qpos).view([1, 1, s, kv_len]);
+        let mask = key_ok.logical_and(&causal).logical_or(&diag);
+        for l in 0..self.config.layers {
+            let lc = &mut cache.layers[l];
+            x = self.block(
+                l,
+                &x,
+                &cos,
+                &sin,
+                |q, k, v, gqa| {
+                    Tensor::scaled_dot_product_attention(
+                        q,
+                        k,
+                        v,
+                        Some(&mask),
+                        0.0,
+                        false,
+                        None,
+                        gqa,
+                    )
+                },
+                Some((lc, start, kv_len)),
+            );
+        }
+        cache.len = total;
+        let last = x.narrow(1, s - 1, 1).squeeze_dim(1);
+        self.norm(&last, self.final_norm())
+    }
+}
+
+/// Per row, the padding before the first real token `[B]`, when every row's real tokens are
+/// one run (zeros, ones, zeros); `None` otherwise. One host sync.
+fn leading_padding(key_mask: &Tensor) -> Option<Tensor> {
+    let m = key_mask.to_kind(Kind::Int64);
+    let s = m.size()[1];
+    // A row is one run when it rises from 0 to 1 at most once, counting a 1 in column 0.
+    let first = m.narrow(1, 0, 1);
+    let rises = m
+        .narrow(1, 1, s - 1)
+        .gt_tensor(&m.narrow(1, 0, s - 1))
+        .sum_dim_intlist(1, false, Kind::Int64)
+        + first.squeeze_dim(1);
+    if rises.gt(1).any().int64_value(&[]) != 0 {
+        return None;
+    }
+    Some(
+        m.cumsum(1, Kind::Int64)
+            .eq(0)
+            .sum_dim_intlist(1, false, Kind::Int64),
+    )
+}
+
+/// `[B,1,S,S]` boolean mask: causal, real keys only, and always the diagonal (so rows of
+/// padding queries are never empty and stay finite).
+fn full_attention_mask(key_mask: &Tensor, s: i64) -> Tensor {
+    let device = key_mask.device();
+    let b = key_mask.size()[0];
+    let causal = Tensor::ones([s, s], (Kind::Bool, device))
+        .tril(0)
+        .view([1, 1, s, s]);
+    let diag = Tensor::eye(s, (Kind::Bool, device)).view([1, 1, s, s]);
+    let keys = key_mask.to_kind(Kind::Bool).view([b, 1, 1, s]);
+    causal.logical_and(&keys).logical_or(&diag)
+}
+
+/// HF's Qwen3RMSNorm: normalise in fp32, scale in the input dtype.
+pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Tensor {
+    let kind = x.kind();
+    let xf = x.to_kind(Kind::Float);
+    let var = xf.square().mean_dim(-1, true, Kind::Float);
+    let normed = (xf * (var + eps).rsqrt()).to_kind(kind);
+    normed * weight
+}
+
+/// cos/sin tables `[B,1,S,hd]` for `positions [B,S]` (HF's `rotate_half` layout), computed in
+/// fp32 and cast to the model dtype. With `signed`, the first half of `sin` is negated: the
+/// table [`apply_rope_rolled`] takes.
+fn rope_tables(
+    positions: &Tensor,
+    c: &DecoderConfig,
+    kind: Kind,
+    signed: bool,
+) -> (Tensor, Tensor) {
+    let device = positions.device();
+    let half = (c.head_dim / 2) as i64;
+    let exponents = Tensor::arange(half, (Kind::Float, device)) * (2.0 / c.head_dim as f64);
+    // The base is filled on the device: copying a host scalar would make every decode step
+    // wait for the GPU.
+    let inv_freq = Tensor::full(
+        [0i64; 0].as_slice(),
+        c.rope_theta as f32 as f64,
+        (Kind::Float, device),
+    )
+    .pow(&exponents)
+    .reciprocal();
+    let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.view([1, 1, half]);
+    let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
+    let sin = if signed {
+        let sf = freqs.sin().unsqueeze(1);
+        Tensor::cat(&[&sf.neg(), &sf], -1)
+    } else {
+        emb.sin()
+    };
+    (emb.cos().to_kind(kind), sin.to_kind(kind))
+}
+
+fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    let half = x.size()[3] / 2;
+    let x1 = x.narrow(3, 0, half);
+    let x2 = x.narrow(3, half, half);
+    let rotated = Tensor::cat(&[&x2.neg(), &x1], 3);
+    x * cos + rotated * sin
+}
+
+/// [`apply_rope`] in three kernels: `rotate_half(x) * sin` is `roll(x, hd/2) * signed_sin`
+/// (the first half of the table negated), and the sum rides in `addcmul`.
+fn apply_rope_rolled(x: &Tensor, cos: &Tensor, signed_sin: &Tensor) -> Tensor {
+    let half = x.size()[3] / 2;
+    (x * cos).addcmul(&x.roll([half], [3]), signed_sin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_resolution_applies_overrides_and_rejects_bad_shapes() {
+        let tiny = DecoderConfig::from_spec(&ModelSpec::default()).unwrap();
+        assert_eq!(tiny, DecoderConfig::tiny());
+        let spec = ModelSpec {
+            kind: ModelKind::Qwen3,
+            preset: Some("qwen3-0.6b".into()),
+            layers: Some(2),
+            ..ModelSpec::default()
+        };
+        let q = DecoderConfig::from_spec(&spec).unwrap();
+        assert_eq!((q.layers, q.hidden, q.vocab_size), (2, 1024, 151_936));
+        let missing = ModelSpec {
+            kind: ModelKind::Qwen3,
+            ..ModelSpec::default()
+        };
+        assert!(DecoderConfig::from_spec(&missing)
+            .unwrap_err()
+            .contains("preset"));
+        let bad = ModelSpec {
+            heads: Some(3),
+            kv_heads: Some(2),
+            ..ModelSpec::default()
+        };
+        assert!(DecoderConfig::from_spec(&bad)
+            .unwrap_err()
+            .contains("multiple"));
+    }
+
+    #[test]
+    fn incremental_decoding_matches_the_full_forward() {
+        tch::manual_seed(3);
+        let m = Decoder::new_random(DecoderConfig::tiny(), Device::Cpu, Kind::Float);
+        let _g = tch::no_grad_guard();
+        // One left-padded row, one full row.
+        let ids = Tensor::from_slice2(&[[0i64, 0, 5, 6, 7, 8], [4, 5, 6, 7, 8, 9]]);
+        let mask = ids.ne(0).to_kind(Kind::Int64);
+        let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let full = m.hidden_states(&ids, &pos, Some(&mask));
+        let mut cache = m.new_cache(2, 6);
+        let _ = m.extend(
+            &mut cache,
+            &ids.narrow(1, 0, 4),
+            &pos.narrow(1, 0, 4),
+            &mask,
+        );
+        let _ = m.extend(
+            &mut cache,
+            &ids.narrow(1, 4, 1),
+            &pos.narrow(1, 4, 1),
+            &mask,
+        );
+        let last = m.extend(
+            &mut cache,
+            &ids.narrow(1, 5, 1),
+            &pos.narrow(1, 5, 1),
+            &mask,
+        );
+        let diff = (full.select(1, 5) - last).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "{diff}");
+    }
+
+    #[test]
+    fn fused_paths_have_the_plain_gradients() {
+        tch::manual_seed(5);
+        let mut plain = Decoder::new_random(DecoderConfig::tiny(), Device::Cpu, Kind::Float);
+        let mut fused = plain.deep_copy();
+        fused.fused = true;
+        plain.set_requires_grad(true);
+        fused.set_requires_grad(true);
+        let ids = Tensor::from_slice2(&[[3i64, 4, 5, 6, 7, 8], [4, 5, 6, 7, 8, 9]]);
+        let pos = Tensor::arange(6, (Kind::Int64, Device::Cpu))
+            .view([1, 6])
+            .repeat([2, 1]);
+        let probe = Tensor::randn(
+            [2, 6, plain.config.hidden as i64],
+            (Kind::Float, Device::Cpu),
+        );
+        for m in [&plain, &fused] {
+            (m.hidden_states(&ids, &pos, None) * &probe)
+                .sum(Kind::Float)
+                .backward();
+        }
+        for (k, (a, b)) in plain.params.iter().zip(&fused.params).enumerate() {
+            let (ga, gb) = (a.grad(), b.grad());
+            assert!(ga.defined() && gb.defined(), "{}", plain.names[k]);
+            let scale = ga.abs().max().double_value(&[]).max(1e-3);
+            let diff = (ga - gb).abs().max().double_value(&[]) / scale;
+            assert!(diff < 1e-4, "{}: {diff}", plain.names[k]);
+        }
+    }
+
+    #[test]
+    fn fused_paths_agree_with_the_plain_composition() {
+        tch::manual_seed(4);
+        let plain = Decoder::new_random(DecoderConfig::tiny(), Device::Cpu, Kind::Float);
+        let mut fused = plain.deep_copy();
+        fused.fused = true;
+        let ids = Tensor::from_slice2(&[[0i64, 0, 5, 6, 7, 8], [4, 5, 6, 7, 8, 9]]);
+        let mask = ids.ne(0).to_kind(Kind::Int64);
+        let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let _g = tch::no_grad_guard();
+        // Padding states are don't-cares; the real positions must agree.
+        let real = mask.to_kind(Kind::Float).unsqueeze(-1);
+        for key_mask in [Some(&mask), None] {
+            let a = plain.hidden_states(&ids, &pos, key_mask);
+            let b = fused.hidden_states(&ids, &pos, key_mask);
+            let diff = ((a - b) * &real).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "{diff}");
+        }
+        // Right padding too (a response shorter than the batch's), and a row with a hole,
+        // which must take the masked path.
+        let ids2 = Tensor::from_slice2(&[[0i64, 5, 6, 7, 0, 0], [4, 0, 6, 7, 8, 9]]);
+        let mask2 = ids2.ne(0).to_kind(Kind::Int64);
+        let pos2 = (mask2.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        assert!(leading_padding(&mask2).is_none());
+        assert_eq!(
+            Vec::<i64>::try_from(leading_padding(&mask2.narrow(0, 0, 1)).unwrap()).unwrap(),
+            vec![1]
+        );
+        let real2 = mask2.to_kind(Kind::Float).unsqueeze(-1);
+        let a = plain.hidden_states(&ids2, &pos2, Some(&mask2));
+        let b = fused.hidden_states(&ids2, &pos2, Some(&mask2));
+        assert!(((a - b) * &real2).abs().max().double_value(&[]) < 1e-5);
+        let one = ids2.narrow(0, 0, 1);
+        let (m1, p1) = (mask2.narrow(0, 0, 1), pos2.narrow(0, 0, 1));
+        let a = plain.hidden_states(&one, &p1, Some(&m1));
+        let b = fused.hidden_states(&one, &p1, Some(&m1));
+        let r1 = m1.to_kind(Kind::Float).unsqueeze(-1);
+        assert!(((a - b) * &r1).abs().max().double_value(&[]) < 1e-5);
+        // A cache with room to spare: the fused path attends over all of it, masked.
+        let room = Tensor::cat(
+            &[&mask, &Tensor::ones([2, 3], (Kind::Int64, Device::Cpu))],
+            1,
+        );
+        let (mut ca, mut cb) = (plain.new_cache(2, 9), fused.new_cache(2, 9));
+        let a = plain.extend(&mut ca, &ids, &pos, &room);
+        let b = fused.extend(&mut cb, &ids, &pos, &room);
+        assert!((a - b).abs().max().double_value(&[]) < 1e-5);
+        let next = Tensor::from_slice2(&[[3i64], [2]]);
+        let npos = Tensor::from_slice2(&[[4i64], [6]]);
+        let a = plain.extend(&mut ca, &next, &npos, &room);
+        let b = fused.extend(&mut cb, &next, &npos, &room);
+        assert!((a - b).abs().max().double_value(&[]) < 1e-5);
+    }
+}

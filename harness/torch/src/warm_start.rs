@@ -1,0 +1,198 @@
+//! The "pretrained" tiny model: a short, deterministic supervised warm start on the arith
+//! task's answer format, cached on disk by a hash of everything that shapes the weights. RL
+//! then starts, as it does in practice, from a model that already writes `#### <number>` and
+//! stops, but is right only about as often as its noisy targets were.
+
+use std::path::{Path, PathBuf};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use sha2::{Digest, Sha256};
+use tch::{Device, Kind, Tensor};
+
+use super::loss::{aggregate, AggMode, AggTotals};
+use super::model::{Decoder, DecoderConfig};
+use super::optim::{AdamW, OptimConfig, Scheduler};
+use rlharness::backend::torch_spec::WarmStartSpec;
+use rlharness::task::{CharTokenizer, EOS_ID, PAD_ID};
+
+/// Bumped whenever the warm-start procedure changes, so stale caches are not reused.
+const PROCEDURE_VERSION: u32 = 1;
+/// The warm start's own seed: the "pretrained checkpoint" is the same for every run seed.
+const WARM_SEED: u64 = 0x5EED_0A17;
+
+/// The cache key: procedure, model sizes, warm-start settings, thread count (reductions and
+/// so the weights depend on it) and the host's numeric fingerprint (a cache trained with
+/// other kernels holds other weights).
+pub fn cache_key(
+    config: &DecoderConfig,
+    ws: &WarmStartSpec,
+    threads: usize,
+    fingerprint: Option<&str>,
+) -> String {
+    let fp = fingerprint.unwrap_or("-");
+    let text = format!(
+        "v{PROCEDURE_VERSION} {config:?} {ws:?} threads={threads} seed={WARM_SEED} numerics={fp}"
+    );
+    let digest = Sha256::digest(text.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn cache_path(dir: &Path, key: &str) -> PathBuf {
+    dir.join(format!("tiny-warm-{key}.safetensors"))
+}
+
+/// Load the cached warm start, or train and cache it. Returns the model and whether it came
+/// from the cache.
+pub fn pretrained(
+    config: &DecoderConfig,
+    ws: &WarmStartSpec,
+    threads: usize,
+    fingerprint: Option<&str>,
+    cache_dir: &Path,
+    device: Device,
+    kind: Kind,
+) -> Result<(Decoder, bool), String> {
+    let key = cache_key(config, ws, threads, fingerprint);
+    let shipped = ws.checkpoint.as_ref().map(PathBuf::from);
+    let cached = shipped.is_none();
+    let path = shipped.unwrap_or_else(|| cache_path(cache_dir, &key));
+    tch::manual_seed(WARM_SEED as i64);
+    let mut model = Decoder::new_random(config.clone(), Device::Cpu, Kind::Float);
+    if !cached && !path.is_file() {
+        return Err(format!(
+            "backend.warm_start.checkpoint {} is not a file",
+            path.display()
+        ));
+    }
+    if path.is_file() {
+        let tensors = Tensor::read_safetensors(&path)
+            .map_err(|e| format!("cannot read warm start {}: {e}", path.display()))?;
+        let by_name: std::collections::HashMap<String, Tensor> = tensors.into_iter().collect();
+        let ordered: Result<Vec<Tensor>, String> = model
+            .names
+            .iter()
+            .map(|n| {
+                by_name
+                    .get(n)
+                    .map(|t| t.shallow_clone())
+                    .ok_or_else(|| format!("warm start {} lacks {n}", path.display()))
+            })
+            .collect();
+        model
+            .copy_from(&ordered?)
+            .map_err(|e| format!("warm start {}: {e}", path.display()))?;
+        return Ok((to_target(model, device, kind), true));
+    }
+    train(&mut model, ws, WARM_SEED);
+    rlharness::fsx::create_dir_all(cache_dir).map_err(|e| e.to_string())?;
+    let named: Vec<(String, Tensor)> = model
+        .names
+        .iter()
+        .cloned()
+        .zip(model.params.iter().map(|p| p.detach()))
+        .collect();
+    // Write then rename, so a concurrent reader never sees half a file.
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    Tensor::write_safetensors(&named, &tmp)
+        .map_err(|e| format!("cannot write warm-start cache {}: {e}", tmp.display()))?;
+    rlharness::fsx::rename(&tmp, &path).map_err(|e| e.to_string())?;
+    Ok((to_target(model, device, kind), false))
+}
+
+fn to_target(model: Decoder, device: Device, kind: Kind) -> Decoder {
+    if device == Device::Cpu && kind == Kind::Float {
+        return model;
+    }
+    let _g = tch::no_grad_guard();
+    Decoder {
+        params: model
+            .params
+            .iter()
+            .map(|p| p.to_device(device).to_kind(kind))
+            .collect(),
+        device,
+        kind,
+        fused: device != Device::Cpu,
+        ..model
+    }
+}
+
+/// One supervised example: `Q:a+b=?\nA:` then `#### <target>` and end-of-sequence, where the
+/// target is the sum with probability `correct_fraction`, else a uniform draw of the same range.
+pub fn example(rng: &mut ChaCha8Rng, ws: &WarmStartSpec) -> (Vec<i64>, Vec<i64>) {
+    let a = rng.random_range(0..=ws.max_operand);
+    let b = rng.random_range(0..=ws.max_operand);
+    let target = if rng.random_bool(ws.correct_fraction.clamp(0.0, 1.0)) {
+        a + b
+    } else {
+        rng.random_range(0..=2 * ws.max_operand)
+    };
+    let prompt = CharTokenizer::encode(&format!("Q:{a}+{b}=?\nA:")).unwrap_or_default();
+    let mut response = CharTokenizer::encode(&format!("#### {target}")).unwrap_or_default();
+    response.push(EOS_ID);
+    (prompt, response)
+}
+
+/// `ws.steps` supervised AdamW steps on examples drawn from a stream of `seed`.
+pub(crate) fn train(model: &mut Decoder, ws: &WarmStartSpec, seed: u64) {
+    if ws.steps == 0 {
+        return;
+    }
+    model.set_requires_grad(true);
+    let config = OptimConfig {
+        lr: ws.lr,
+        betas: (0.9, 0.999),
+        eps: 1e-8,
+        weight_decay: 0.0,
+        clip: 1.0,
+        scheduler: Scheduler::Constant,
+        micro_batch: ws.batch,
+    };
+    let mut opt = AdamW::new(config, &model.params);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for _ in 0..ws.steps {
+        let rows: Vec<(Vec<i64>, Vec<i64>)> = (0..ws.batch.max(1))
+            .map(|_| example(&mut rng, ws))
+            .collect();
+        let p = rows.iter().map(|r| r.0.len()).max().unwrap_or(1);
+        let r = rows.iter().map(|r| r.1.len()).max().unwrap_or(1);
+        let mut ids = Vec::new();
+        let mut mask = Vec::new();
+        let mut loss_mask = Vec::new();
+        for (pr, re) in &rows {
+            let lp = p - pr.len();
+            ids.extend(std::iter::repeat_n(PAD_ID, lp));
+            ids.extend(pr);
+            ids.extend(re);
+            ids.extend(std::iter::repeat_n(PAD_ID, r - re.len()));
+            mask.extend(std::iter::repeat_n(0i64, lp));
+            mask.extend(std::iter::repeat_n(1i64, pr.len() + re.len()));
+            mask.extend(std::iter::repeat_n(0i64, r - re.len()));
+            loss_mask.extend((0..r).map(|t| if t < re.len() { 1.0f32 } else { 0.0 }));
+        }
+        let b = rows.len() as i64;
+        let s = (p + r) as i64;
+        let ids = Tensor::from_slice(&ids).view([b, s]);
+        let mask = Tensor::from_slice(&mask).view([b, s]);
+        let loss_mask = Tensor::from_slice(&loss_mask).view([b, r as i64]);
+        let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let hidden = model.hidden_states(&ids, &pos, Some(&mask));
+        let h = hidden.narrow(1, p as i64 - 1, r as i64);
+        let logits = model.logits(&h, true);
+        let targets = ids.narrow(1, p as i64, r as i64);
+        let lp = logits
+            .log_softmax(-1, Kind::Float)
+            .gather(-1, &targets.unsqueeze(-1), false)
+            .squeeze_dim(-1);
+        let loss = aggregate(
+            &lp.neg(),
+            &loss_mask,
+            AggMode::TokenMean,
+            AggTotals::of(&loss_mask),
+        );
+        loss.backward();
+        opt.step(&model.params, None);
+    }
+    model.set_requires_grad(false);
+}
