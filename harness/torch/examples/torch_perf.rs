@@ -12,7 +12,7 @@
 //! vocabulary head through autograd instead of by hand, to compare), `--no-generate`,
 //! `--head-gib N` (`logits_optimization=compute` with this peak, which sizes the head's chunks),
 //! `--gen-repeats N` (timed generate calls after a warm-up on the same shapes; the median is
-//! reported, and each).
+//! reported, and each), `--graphs` (decode through a CUDA graph instead of eagerly).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,6 +33,7 @@ struct Args {
     smoke: bool,
     autograd_head: bool,
     no_generate: bool,
+    graphs: bool,
     head_gib: Option<usize>,
     gen_repeats: usize,
     micro_batch: usize,
@@ -51,6 +52,7 @@ fn parse() -> anyhow::Result<Args> {
         smoke: false,
         autograd_head: false,
         no_generate: false,
+        graphs: false,
         head_gib: None,
         gen_repeats: 1,
         micro_batch: 8,
@@ -70,6 +72,7 @@ fn parse() -> anyhow::Result<Args> {
             "--smoke" => Some(&mut a.smoke),
             "--autograd-head" => Some(&mut a.autograd_head),
             "--no-generate" => Some(&mut a.no_generate),
+            "--graphs" => Some(&mut a.graphs),
             _ => None,
         };
         if let Some(f) = flag {
@@ -197,6 +200,7 @@ fn main() -> anyhow::Result<()> {
             }),
             device: TorchDevice::Cuda,
             dtype: TorchDType::Bf16,
+            cuda_graphs: a.graphs,
             ..TorchSpec::default()
         }
     };

@@ -20,6 +20,7 @@
 
 pub mod batch;
 pub mod convert;
+pub mod cuda_graph;
 pub mod grpo;
 pub mod head;
 pub mod loss;
@@ -265,6 +266,8 @@ impl TorchEngine {
                 (Decoder::new_random(config.clone(), device, kind), None)
             }
         };
+        let mut base = base;
+        base.graphs = spec.cuda_graphs && device != Device::Cpu;
         let info = RuntimeInfo {
             device: match device {
                 Device::Cuda(i) => format!("cuda:{i}"),

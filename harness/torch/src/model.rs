@@ -210,6 +210,9 @@ pub struct Decoder {
     /// SDPA). On by default on CUDA; the CPU keeps the plain composition, so its bit-exact
     /// runs and goldens stay. The two agree to rounding (a test runs both).
     pub fused: bool,
+    /// Decode through a captured CUDA graph (`cuda_graph.rs`; fused path on CUDA only): set
+    /// by the engine from `backend.cuda_graphs` (`torch_perf --graphs`). Off by default.
+    pub graphs: bool,
 }
 
 /// Keys and values of one layer for incremental decoding, written in place.
@@ -248,6 +251,7 @@ impl Decoder {
             device,
             kind,
             fused: device != Device::Cpu,
+            graphs: false,
         }
     }
 
@@ -261,6 +265,7 @@ impl Decoder {
             device: self.device,
             kind: self.kind,
             fused: self.fused,
+            graphs: self.graphs,
         }
     }
 
@@ -274,6 +279,7 @@ impl Decoder {
             device: self.device,
             kind: self.kind,
             fused: self.fused,
+            graphs: self.graphs,
         }
     }
 
@@ -408,7 +414,7 @@ impl Decoder {
         cos: &Tensor,
         sin: &Tensor,
         attend: impl Fn(&Tensor, &Tensor, &Tensor, bool) -> Tensor,
-        cache: Option<(&mut LayerCache, i64, i64)>,
+        cache: Option<Write<'_>>,
     ) -> Tensor {
         let w = self.layer(l);
         let c = &self.config;
@@ -441,10 +447,15 @@ impl Decoder {
         let q = rope(&q, cos, sin);
         let k = rope(&k, cos, sin);
         let (k, v) = match cache {
-            Some((lc, start, kv_len)) => {
+            Some(Write::At { lc, start, kv_len }) => {
                 lc.k.narrow(2, start, s).copy_(&k);
                 lc.v.narrow(2, start, s).copy_(&v);
                 (lc.k.narrow(2, 0, kv_len), lc.v.narrow(2, 0, kv_len))
+            }
+            Some(Write::Indexed { lc, at }) => {
+                let _ = lc.k.index_copy_(2, at, &k);
+                let _ = lc.v.index_copy_(2, at, &v);
+                (lc.k.shallow_clone(), lc.v.shallow_clone())
             }
             None => (k, v),
         };
@@ -569,24 +580,76 @@ impl Decoder {
                 &x,
                 &cos,
                 &sin,
-                |q, k, v, gqa| {
-                    Tensor::scaled_dot_product_attention(
-                        q,
-                        k,
-                        v,
-                        Some(&mask),
-                        0.0,
-                        false,
-                        None,
-                        gqa,
-                    )
-                },
-                Some((lc, start, kv_len)),
+                masked_attention(&mask),
+                Some(Write::At { lc, start, kv_len }),
             );
         }
         cache.len = total;
         let last = x.narrow(1, s - 1, 1).squeeze_dim(1);
         self.norm(&last, self.final_norm())
+    }
+
+    /// One decode step of the fused (CUDA) path with no host-side position: `ids [B,1]` at
+    /// `positions [B,1]`, keys and values written at cache position `at` (a one-element
+    /// Int64 tensor on the device), attention over the whole cache with `key_ok [B,1,1,L]`
+    /// (real tokens) and `kpos [1,1,1,L]` (0..L). Every step queues the same kernels on the
+    /// same addresses, so a CUDA graph can capture one and replay it for all (`sample`). The
+    /// caller advances `positions` and `at`; `cache.len` is not kept. Computes what
+    /// [`Decoder::extend`] computes for one token on the fused path.
+    pub fn decode_step(
+        &self,
+        cache: &mut KvCache,
+        ids: &Tensor,
+        positions: &Tensor,
+        at: &Tensor,
+        key_ok: &Tensor,
+        kpos: &Tensor,
+    ) -> Tensor {
+        let b = ids.size()[0];
+        let mut x = self
+            .embed()
+            .index_select(0, &ids.reshape([-1]))
+            .reshape([b, 1, -1]);
+        let (cos, sin) = rope_tables(positions, &self.config, self.kind, self.fused);
+        let q = at.view([1, 1, 1, 1]);
+        let mask = key_ok
+            .logical_and(&kpos.le_tensor(&q))
+            .logical_or(&kpos.eq_tensor(&q));
+        for l in 0..self.config.layers {
+            let lc = &mut cache.layers[l];
+            x = self.block(
+                l,
+                &x,
+                &cos,
+                &sin,
+                masked_attention(&mask),
+                Some(Write::Indexed { lc, at }),
+            );
+        }
+        self.norm(&x.squeeze_dim(1), self.final_norm())
+    }
+}
+
+/// Where a call writes its new keys and values into a layer's cache.
+enum Write<'a> {
+    /// At a position known on the host; attention runs over the first `kv_len` positions.
+    At {
+        lc: &'a mut LayerCache,
+        start: i64,
+        kv_len: i64,
+    },
+    /// One token per row at the position the one-element device tensor `at` holds; attention
+    /// runs over the whole cache.
+    Indexed {
+        lc: &'a mut LayerCache,
+        at: &'a Tensor,
+    },
+}
+
+/// SDPA with a boolean mask (GQA inside the kernel when the block asks for it).
+fn masked_attention(mask: &Tensor) -> impl Fn(&Tensor, &Tensor, &Tensor, bool) -> Tensor + '_ {
+    move |q, k, v, gqa| {
+        Tensor::scaled_dot_product_attention(q, k, v, Some(mask), 0.0, false, None, gqa)
     }
 }
 
@@ -829,5 +892,52 @@ mod tests {
         let a = plain.extend(&mut ca, &next, &npos, &room);
         let b = fused.extend(&mut cb, &next, &npos, &room);
         assert!((a - b).abs().max().double_value(&[]) < 1e-5);
+    }
+
+    #[test]
+    fn decode_step_computes_what_extend_computes() {
+        // The graph-capturable step (device-side position, whole-cache attention) against
+        // `extend` one token at a time, on the fused path: same kernels, same bits.
+        tch::manual_seed(6);
+        let mut fused = Decoder::new_random(DecoderConfig::tiny(), Device::Cpu, Kind::Float);
+        fused.fused = true;
+        let _g = tch::no_grad_guard();
+        let ids = Tensor::from_slice2(&[[0i64, 0, 5, 6], [4, 5, 6, 7]]);
+        let prompt_mask = ids.ne(0).to_kind(Kind::Int64);
+        let pos = (prompt_mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let cap = 8;
+        let key_mask = Tensor::cat(
+            &[
+                &prompt_mask,
+                &Tensor::ones([2, cap - 4], (Kind::Int64, Device::Cpu)),
+            ],
+            1,
+        );
+        let (mut ca, mut cb) = (fused.new_cache(2, cap), fused.new_cache(2, cap));
+        let a = fused.extend(&mut ca, &ids, &pos, &key_mask);
+        let b = fused.extend(&mut cb, &ids, &pos, &key_mask);
+        assert!(a.equal(&b));
+        let first_pos = Tensor::from_slice2(&[[2i64], [4]]);
+        let at = Tensor::from_slice(&[4i64]);
+        let key_ok = key_mask.to_kind(Kind::Bool).view([2, 1, 1, cap]);
+        let kpos = Tensor::arange(cap, (Kind::Int64, Device::Cpu)).view([1, 1, 1, cap]);
+        for (step, toks) in [[3i64, 9], [7, 1], [2, 2]].iter().enumerate() {
+            let tok = Tensor::from_slice(toks).view([2, 1]);
+            let next_pos = &first_pos + step as i64;
+            let a = fused.extend(&mut ca, &tok, &next_pos, &key_mask);
+            let b = fused.decode_step(
+                &mut cb,
+                &tok,
+                &next_pos,
+                &(&at + step as i64),
+                &key_ok,
+                &kpos,
+            );
+            assert!(
+                a.equal(&b),
+                "step {step}: {}",
+                (a - b).abs().max().double_value(&[])
+            );
+        }
     }
 }

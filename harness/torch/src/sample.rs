@@ -7,7 +7,8 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::{Map, Value};
 use tch::{Kind, Tensor};
 
-use super::model::Decoder;
+use super::cuda_graph::{self, Graph, SideStream};
+use super::model::{Decoder, KvCache};
 use rlharness::backend::EngineError;
 
 /// `sampling_params` as vLLM reads them (the subset that changes what is sampled).
@@ -161,12 +162,15 @@ pub fn sample(
         .sum_dim_intlist([1i64].as_slice(), false, Kind::Int64)
         .view([b, 1]);
     let mut cache = model.new_cache(b, cap);
-    let mut hidden = model.extend(&mut cache, &ids, &positions, &key_mask);
+    let hidden = model.extend(&mut cache, &ids, &positions, &key_mask);
+    // The head in the model dtype, then widened: what vLLM's sampler does.
+    let mut logits = model.logits(&hidden, false);
+    let mut graph = (model.graphs && model.fused && device.is_cuda() && params.max_tokens > 1)
+        .then(|| GraphDecode::new(&key_mask, &next_pos, p))
+        .flatten();
     let mut out: Vec<Tensor> = Vec::with_capacity(params.max_tokens);
     let mut done = Tensor::zeros([b], (Kind::Bool, device));
     for step in 0..params.max_tokens {
-        // The head in the model dtype, then widened: what vLLM's sampler does.
-        let logits = model.logits(&hidden, false);
         let tok = pick(&logits, params, draws);
         // Finished rows keep sampling padding; it is cut off below.
         let tok = tok.masked_fill(&done, pad);
@@ -179,10 +183,19 @@ pub fn sample(
         if step + 1 == params.max_tokens || (check && done.all().int64_value(&[]) != 0) {
             break;
         }
-        hidden = model.extend(&mut cache, &tok.view([b, 1]), &next_pos, &key_mask);
-        next_pos = next_pos.g_add_scalar(1);
+        logits = match &mut graph {
+            Some(g) => g.step(model, &mut cache, &tok),
+            None => {
+                let hidden = model.extend(&mut cache, &tok.view([b, 1]), &next_pos, &key_mask);
+                next_pos = next_pos.g_add_scalar(1);
+                model.logits(&hidden, false)
+            }
+        };
     }
+    // Copied to the host (a sync) before the side stream is left: the tensors it allocated
+    // are then idle when they are freed.
     let all = Tensor::stack(&out, 1).to_device(tch::Device::Cpu);
+    drop(graph);
     let steps = out.len();
     let flat = Vec::<i64>::try_from(&all.reshape([-1])).unwrap_or_default();
     (0..b as usize)
@@ -200,6 +213,87 @@ pub fn sample(
             }
         })
         .collect()
+}
+
+/// Decode steps through a CUDA graph (`cuda_graph.rs`): the step's inputs live in buffers
+/// written in place, the first step runs eagerly on the side stream (the warm-up: cuBLAS and
+/// the allocator set up outside the capture), the second is captured and every step from then
+/// on is one replay. Lives on a side stream from libtorch's pool for the rest of the call.
+struct GraphDecode {
+    /// The step's input tokens `[B,1]`, positions `[B,1]` and cache slot `[1]`.
+    tok: Tensor,
+    pos: Tensor,
+    at: Tensor,
+    key_ok: Tensor,
+    kpos: Tensor,
+    steps: usize,
+    /// The captured step and the logits tensor each replay rewrites; `None` before the
+    /// capture, or after a capture that failed (the rest of the call then runs eagerly).
+    captured: Option<(Graph, Tensor)>,
+    /// Dropped last: leaves the side stream.
+    _side: SideStream,
+}
+
+impl GraphDecode {
+    /// `None` (with a warning) when graphs are unavailable: the caller decodes eagerly.
+    fn new(key_mask: &Tensor, next_pos: &Tensor, prompt_len: i64) -> Option<GraphDecode> {
+        let side = match cuda_graph::available().and_then(|()| SideStream::enter()) {
+            Ok(side) => side,
+            Err(e) => {
+                warn_once(&e);
+                return None;
+            }
+        };
+        let device = key_mask.device();
+        let (b, cap) = (key_mask.size()[0], key_mask.size()[1]);
+        Some(GraphDecode {
+            tok: Tensor::zeros([b, 1], (Kind::Int64, device)),
+            pos: next_pos.copy(),
+            at: Tensor::full([1], prompt_len, (Kind::Int64, device)),
+            key_ok: key_mask.to_kind(Kind::Bool).view([b, 1, 1, cap]),
+            kpos: Tensor::arange(cap, (Kind::Int64, device)).view([1, 1, 1, cap]),
+            steps: 0,
+            captured: None,
+            _side: side,
+        })
+    }
+
+    /// The logits after feeding `tok [B]`.
+    fn step(&mut self, model: &Decoder, cache: &mut KvCache, tok: &Tensor) -> Tensor {
+        let b = self.tok.size()[0];
+        self.tok.copy_(&tok.view([b, 1]));
+        let run = |cache: &mut KvCache, g: &GraphDecode| {
+            let hidden = model.decode_step(cache, &g.tok, &g.pos, &g.at, &g.key_ok, &g.kpos);
+            model.logits(&hidden, false)
+        };
+        if self.steps == 1 {
+            match Graph::capture(|| run(cache, self)) {
+                Ok(c) => self.captured = Some(c),
+                Err(e) => warn_once(&e),
+            }
+        }
+        let logits = match &self.captured {
+            Some((graph, logits)) => match graph.replay() {
+                Ok(()) => logits.shallow_clone(),
+                Err(e) => {
+                    warn_once(&e);
+                    self.captured = None;
+                    run(cache, self)
+                }
+            },
+            None => run(cache, self),
+        };
+        self.steps += 1;
+        self.pos += 1;
+        self.at += 1;
+        logits
+    }
+}
+
+/// Graphs unavailable or failed: said once per process, then the eager path serves.
+fn warn_once(why: &str) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| tracing::warn!("decoding without CUDA graphs: {why}"));
 }
 
 /// One token per row from `[B,V]` logits: greedy at temperature 0, else temperature, top-k,

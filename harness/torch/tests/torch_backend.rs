@@ -3,7 +3,9 @@
 //! the fp32-logits knob under bf16, determinism, checkpoints, error statuses, and learning.
 #![cfg(feature = "torch")]
 
-use rlharness::backend::torch_spec::{TorchDType, TorchDevice, TorchSpec, WarmStartSpec};
+use rlharness::backend::torch_spec::{
+    ModelKind, ModelSpec, TorchDType, TorchDevice, TorchSpec, WarmStartSpec,
+};
 use rlharness::backend::{Engine, ModelBatch};
 use rlharness::wire::api::JobType;
 use rlharness_torch::grpo::{f32_values, job_config, padded_batch, run_grpo, window_mean, GrpoRun};
@@ -943,5 +945,50 @@ fn a_slowdown_outside_its_range_is_a_clear_error() {
             panic!("slowdown {bad} was accepted")
         };
         assert!(e.detail.contains("backend.slowdown"), "{}", e.detail);
+    }
+}
+
+/// On CUDA, decoding through a captured graph samples exactly what eager decoding samples:
+/// the same kernels on the same inputs, replayed. Greedy and seeded sampling, prompts of
+/// several lengths (left padding), `n` > 1, an end-of-sequence stop. Needs a CUDA device,
+/// so it is ignored by default; run it on a GPU host with
+/// `cargo test --release --features torch -p rlharness-torch --test torch_backend -- --ignored cuda_graph`.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn cuda_graph_decoding_samples_what_eager_decoding_samples() {
+    let engine = |graphs: bool| {
+        let spec = TorchSpec {
+            model: Box::new(ModelSpec {
+                kind: ModelKind::Qwen3,
+                preset: Some("qwen3-0.6b".into()),
+                layers: Some(4),
+                ..ModelSpec::default()
+            }),
+            device: TorchDevice::Cuda,
+            dtype: TorchDType::Bf16,
+            cuda_graphs: graphs,
+            ..TorchSpec::default()
+        };
+        let e = TorchEngine::new(&spec, 11).unwrap();
+        e.create_job(1, &job_config(JobType::Sampling)).unwrap();
+        e
+    };
+    let (eager, graphed) = (engine(false), engine(true));
+    let prompts: Vec<Vec<i64>> = (0..6i64)
+        .map(|i| (0..(5 + 7 * i)).map(|t| 100 + 37 * t + i).collect())
+        .collect();
+    for (temperature, seed) in [(0.0, 1u64), (1.0, 2), (0.7, 3)] {
+        let params = rlharness_torch::sample::SamplingParams {
+            n: 3,
+            temperature,
+            top_p: 1.0,
+            top_k: -1,
+            max_tokens: 40,
+            seed: Some(seed),
+            ignore_eos: false,
+        };
+        let a = eager.generate_ids(1, &prompts, &params).unwrap();
+        let b = graphed.generate_ids(1, &prompts, &params).unwrap();
+        assert_eq!(a, b, "temperature {temperature}");
     }
 }
