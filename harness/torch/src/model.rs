@@ -414,7 +414,7 @@ impl Decoder {
         cos: &Tensor,
         sin: &Tensor,
         attend: impl Fn(&Tensor, &Tensor, &Tensor, bool) -> Tensor,
-        cache: Option<Write<'_>>,
+        cache: Option<(&mut LayerCache, Slot<'_>)>,
     ) -> Tensor {
         let w = self.layer(l);
         let c = &self.config;
@@ -447,12 +447,12 @@ impl Decoder {
         let q = rope(&q, cos, sin);
         let k = rope(&k, cos, sin);
         let (k, v) = match cache {
-            Some(Write::At { lc, start, kv_len }) => {
+            Some((lc, Slot::At { start, kv_len })) => {
                 lc.k.narrow(2, start, s).copy_(&k);
                 lc.v.narrow(2, start, s).copy_(&v);
                 (lc.k.narrow(2, 0, kv_len), lc.v.narrow(2, 0, kv_len))
             }
-            Some(Write::Indexed { lc, at }) => {
+            Some((lc, Slot::Indexed(at))) => {
                 let _ = lc.k.index_copy_(2, at, &k);
                 let _ = lc.v.index_copy_(2, at, &v);
                 (lc.k.shallow_clone(), lc.v.shallow_clone())
@@ -551,7 +551,7 @@ impl Decoder {
         let (b, s) = ids.size2().unwrap_or((1, 1));
         let start = cache.len;
         let total = start + s;
-        let mut x = self
+        let x = self
             .embed()
             .index_select(0, &ids.reshape([-1]))
             .reshape([b, s, -1]);
@@ -573,17 +573,7 @@ impl Decoder {
         let causal = kpos.le_tensor(&qpos).view([1, 1, s, kv_len]);
         let diag = kpos.eq_tensor(&qpos).view([1, 1, s, kv_len]);
         let mask = key_ok.logical_and(&causal).logical_or(&diag);
-        for l in 0..self.config.layers {
-            let lc = &mut cache.layers[l];
-            x = self.block(
-                l,
-                &x,
-                &cos,
-                &sin,
-                masked_attention(&mask),
-                Some(Write::At { lc, start, kv_len }),
-            );
-        }
+        let x = self.cached_layers(x, &cos, &sin, &mask, cache, Slot::At { start, kv_len });
         cache.len = total;
         let last = x.narrow(1, s - 1, 1).squeeze_dim(1);
         self.norm(&last, self.final_norm())
@@ -606,7 +596,7 @@ impl Decoder {
         kpos: &Tensor,
     ) -> Tensor {
         let b = ids.size()[0];
-        let mut x = self
+        let x = self
             .embed()
             .index_select(0, &ids.reshape([-1]))
             .reshape([b, 1, -1]);
@@ -615,35 +605,36 @@ impl Decoder {
         let mask = key_ok
             .logical_and(&kpos.le_tensor(&q))
             .logical_or(&kpos.eq_tensor(&q));
-        for l in 0..self.config.layers {
-            let lc = &mut cache.layers[l];
-            x = self.block(
-                l,
-                &x,
-                &cos,
-                &sin,
-                masked_attention(&mask),
-                Some(Write::Indexed { lc, at }),
-            );
-        }
+        let x = self.cached_layers(x, &cos, &sin, &mask, cache, Slot::Indexed(at));
         self.norm(&x.squeeze_dim(1), self.final_norm())
+    }
+
+    /// Every block over `x`, attending with `mask` and writing its keys and values into the
+    /// cache at `slot`.
+    fn cached_layers(
+        &self,
+        mut x: Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: &Tensor,
+        cache: &mut KvCache,
+        slot: Slot<'_>,
+    ) -> Tensor {
+        for (l, lc) in cache.layers.iter_mut().enumerate() {
+            x = self.block(l, &x, cos, sin, masked_attention(mask), Some((lc, slot)));
+        }
+        x
     }
 }
 
 /// Where a call writes its new keys and values into a layer's cache.
-enum Write<'a> {
+#[derive(Clone, Copy)]
+enum Slot<'a> {
     /// At a position known on the host; attention runs over the first `kv_len` positions.
-    At {
-        lc: &'a mut LayerCache,
-        start: i64,
-        kv_len: i64,
-    },
-    /// One token per row at the position the one-element device tensor `at` holds; attention
+    At { start: i64, kv_len: i64 },
+    /// One token per row at the position this one-element device tensor holds; attention
     /// runs over the whole cache.
-    Indexed {
-        lc: &'a mut LayerCache,
-        at: &'a Tensor,
-    },
+    Indexed(&'a Tensor),
 }
 
 /// SDPA with a boolean mask (GQA inside the kernel when the block asks for it).
