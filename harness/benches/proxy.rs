@@ -86,18 +86,16 @@ async fn send(c: &reqwest::Client, url: &str, body: &Bytes) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
-#[tokio::main]
-async fn main() {
-    let runs: usize = std::env::var("PROXY_BENCH_RUNS")
+/// `name`'s value from the environment as a count, else `default`.
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(9);
-    let mb: usize = std::env::var("PROXY_BENCH_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
-    let body = frame(mb);
+        .unwrap_or(default)
+}
 
+/// The trivial upstream on a free local port: its address.
+async fn start_upstream() -> std::net::SocketAddr {
     let up = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind upstream");
@@ -106,25 +104,13 @@ async fn main() {
         .route("/forward-backward", post(consume))
         .layer(axum::extract::DefaultBodyLimit::disable());
     tokio::spawn(async move { axum::serve(up, app).await });
+    up_addr
+}
 
-    let dir = tempfile::tempdir().expect("temp dir");
-    let pl = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-    let handle = proxy::start(
-        pl,
-        ProxyConfig {
-            upstream: format!("http://{up_addr}"),
-            record_dir: dir.path().to_path_buf(),
-            body_limit: 4 << 30,
-            request_timeout: Duration::from_secs(600),
-        },
-        None,
-    )
-    .await
-    .expect("start proxy");
-
-    // The floor of any user-space relay: a raw TCP relay (no HTTP, no recording) between the
-    // same client and upstream. What it adds is the cost of moving the bytes through one more
-    // process hop on this machine's cores.
+/// The floor of any user-space relay: a raw TCP relay (no HTTP, no recording) between the
+/// same client and upstream. What it adds is the cost of moving the bytes through one more
+/// process hop on this machine's cores. Its address.
+async fn start_relay(up_addr: std::net::SocketAddr) -> std::net::SocketAddr {
     let relay = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
     let relay_addr = relay.local_addr().expect("relay addr");
     tokio::spawn(async move {
@@ -145,6 +131,33 @@ async fn main() {
             });
         }
     });
+    relay_addr
+}
+
+#[tokio::main]
+async fn main() {
+    let runs = env_count("PROXY_BENCH_RUNS", 9);
+    let mb = env_count("PROXY_BENCH_MB", 256);
+    let body = frame(mb);
+
+    let up_addr = start_upstream().await;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pl = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+    let handle = proxy::start(
+        pl,
+        ProxyConfig {
+            upstream: format!("http://{up_addr}"),
+            record_dir: dir.path().to_path_buf(),
+            body_limit: 4 << 30,
+            request_timeout: Duration::from_secs(600),
+        },
+        None,
+    )
+    .await
+    .expect("start proxy");
+
+    let relay_addr = start_relay(up_addr).await;
 
     let c = reqwest::Client::new();
     let direct_url = format!("http://{up_addr}/forward-backward?job_id=1");
@@ -170,8 +183,19 @@ async fn main() {
         .unwrap_or_default()
         .lines()
         .count();
+    print_results(&body, runs, &direct, &proxied, &relayed, lines);
+}
 
-    let (d, p) = (median(direct.clone()), median(proxied.clone()));
+/// The medians (and minima) of the three paths, and the overheads against the direct one.
+fn print_results(
+    body: &Bytes,
+    runs: usize,
+    direct: &[f64],
+    proxied: &[f64],
+    relayed: &[f64],
+    lines: usize,
+) {
+    let (d, p) = (median(direct.to_vec()), median(proxied.to_vec()));
     let gb = body.len() as f64 / 1e9;
     println!(
         "proxy bench: {:.1} MB DSSST1 POST /forward-backward, median of {runs} interleaved runs",
@@ -189,7 +213,7 @@ async fn main() {
         gb / p,
         proxied.iter().cloned().fold(f64::MAX, f64::min) * 1e3
     );
-    let r = median(relayed.clone());
+    let r = median(relayed.to_vec());
     println!(
         "raw TCP relay {:>9.1} ms  {:>6.2} GB/s   (min {:.1} ms; the floor of any relay here)",
         r * 1e3,

@@ -111,6 +111,62 @@ impl Tail {
     }
 }
 
+/// The command that starts `exe` as the backend of `spec`: its arguments, its CPU kernel
+/// pinning, `env` (a matrix slot's) and its own process group.
+fn command(
+    exe: &Path,
+    spec: &TorchSpec,
+    seed: u64,
+    opts: &ServerOptions,
+    env: &[(String, String)],
+) -> Result<Command, CommandError> {
+    let spec_json = serde_json::to_string(spec)
+        .map_err(|e| CommandError::run_failed(format!("backend: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--child")
+        .args(["--host", "127.0.0.1", "--port", "0"])
+        .args(["--backend-json", &spec_json])
+        .args(["--seed", &seed.to_string()])
+        .args(["--training-gpus", &opts.training_gpus.to_string()])
+        .args(["--sampling-gpus", &opts.sampling_gpus.to_string()])
+        .args(["--log-prob-gpus", &opts.log_prob_gpus.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if spec.device == TorchDevice::Cpu {
+        // The child pins the same level itself (and falls back on a CPU without it);
+        // set here, libtorch sees it from the process's first instruction.
+        for (var, value) in spec.cpu_isa.env() {
+            cmd.env(var, value);
+        }
+    }
+    // A scenario of a local matrix (`run --jobs`): its GPU pinning, for this child only.
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    // Its own process group: a terminal's Ctrl-C reaches only the runner, which records
+    // the interrupt and then stops the child.
+    #[cfg(unix)]
+    cmd.process_group(0);
+    Ok(cmd)
+}
+
+/// Echo the child's stderr, each line prefixed with the matrix slot's `label`, keeping its
+/// last lines in `tail`.
+fn echo_stderr(
+    err: tokio::process::ChildStderr,
+    tail: Tail,
+    label: Option<String>,
+) -> tokio::task::JoinHandle<()> {
+    let prefix = label.map(|l| format!("[{l}] ")).unwrap_or_default();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(err).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("{prefix}{line}");
+            tail.push(line);
+        }
+    })
+}
+
 /// A running `rlharness-torch`.
 pub struct TorchChild {
     exe: PathBuf,
@@ -135,34 +191,9 @@ impl TorchChild {
         ready_limit: Duration,
     ) -> Result<TorchChild, CommandError> {
         let exe = locate()?;
-        let spec_json = serde_json::to_string(spec)
-            .map_err(|e| CommandError::run_failed(format!("backend: {e}")))?;
-        let mut cmd = Command::new(&exe);
-        cmd.arg("--child")
-            .args(["--host", "127.0.0.1", "--port", "0"])
-            .args(["--backend-json", &spec_json])
-            .args(["--seed", &seed.to_string()])
-            .args(["--training-gpus", &opts.training_gpus.to_string()])
-            .args(["--sampling-gpus", &opts.sampling_gpus.to_string()])
-            .args(["--log-prob-gpus", &opts.log_prob_gpus.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        if spec.device == TorchDevice::Cpu {
-            // The child pins the same level itself (and falls back on a CPU without it);
-            // set here, libtorch sees it from the process's first instruction.
-            for (var, value) in spec.cpu_isa.env() {
-                cmd.env(var, value);
-            }
-        }
-        // A scenario of a local matrix (`run --jobs`): its GPU pinning, for this child only.
+        // A scenario of a local matrix (`run --jobs`): its GPU pinning and its label.
         let slot = crate::slot::current_slot();
-        cmd.envs(slot.env.iter().map(|(k, v)| (k, v)));
-        // Its own process group: a terminal's Ctrl-C reaches only the runner, which records
-        // the interrupt and then stops the child.
-        #[cfg(unix)]
-        cmd.process_group(0);
+        let mut cmd = command(&exe, spec, seed, opts, &slot.env)?;
         let mut child = cmd.spawn().map_err(|e| {
             CommandError::run_failed(format!(
                 "cannot start the torch backend {}: {e}",
@@ -170,17 +201,10 @@ impl TorchChild {
             ))
         })?;
         let tail = Tail::default();
-        let stderr_task = child.stderr.take().map(|err| {
-            let tail = tail.clone();
-            let prefix = slot.label.map(|l| format!("[{l}] ")).unwrap_or_default();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(err).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    eprintln!("{prefix}{line}");
-                    tail.push(line);
-                }
-            })
-        });
+        let stderr_task = child
+            .stderr
+            .take()
+            .map(|err| echo_stderr(err, tail.clone(), slot.label));
         let stdin = child.stdin.take();
         let mut this = TorchChild {
             exe,

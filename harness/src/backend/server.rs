@@ -742,6 +742,42 @@ const FULL_WIDTH_TENSORS: [&str; 7] = [
 /// Decode and check a `{batch, meta, processing}` frame.
 fn model_batch(bytes: Bytes, route: &str) -> Result<(ModelBatch, RecordedParts), ApiError> {
     let root = decode(bytes)?;
+    let FrameSections {
+        batch,
+        meta,
+        processing,
+    } = frame_sections(root, route)?;
+    let batch = batch_tensors(batch, route)?;
+    let post = post_processors(&processing, route)?;
+    let loss_fn = loss_fn_of(&processing, route)?;
+    let mb = ModelBatch {
+        batch,
+        meta,
+        post,
+        loss_fn,
+    };
+    check_batch_shapes(&mb, route)?;
+    let recorded = RecordedParts {
+        meta: Some(Value::Object(mb.meta.clone())),
+        body: Some(json!({
+            "batch": mb.batch.iter().map(|(k, t)| (k.clone(), json!(describe(t)))).collect::<Map<_, _>>(),
+            "processing": Value::Object(processing),
+        })),
+    };
+    Ok((mb, recorded))
+}
+
+/// A `{batch, meta, processing}` frame's sections.
+struct FrameSections {
+    batch: Node,
+    /// Empty when absent or null.
+    meta: Map<String, Value>,
+    /// Empty when absent or null.
+    processing: Map<String, Value>,
+}
+
+/// A frame's three sections: the `batch` node (required), `meta` and `processing` (objects).
+fn frame_sections(root: Node, route: &str) -> Result<FrameSections, ApiError> {
     let entries =
         object_entries(root, &format!("{route} body")).map_err(ApiError::unprocessable)?;
     let mut batch_node = None;
@@ -776,6 +812,15 @@ fn model_batch(bytes: Bytes, route: &str) -> Result<(ModelBatch, RecordedParts),
     }
     let batch_node =
         batch_node.ok_or_else(|| ApiError::unprocessable(format!("{route}: missing `batch`")))?;
+    Ok(FrameSections {
+        batch: batch_node,
+        meta,
+        processing,
+    })
+}
+
+/// The tensors of a frame's `batch`, by name in the order sent.
+fn batch_tensors(batch_node: Node, route: &str) -> Result<Vec<(String, Tensor)>, ApiError> {
     let mut batch: Vec<(String, Tensor)> = Vec::new();
     for (k, v) in
         object_entries(batch_node, &format!("{route}: `batch`")).map_err(ApiError::unprocessable)?
@@ -792,6 +837,11 @@ fn model_batch(bytes: Bytes, route: &str) -> Result<(ModelBatch, RecordedParts),
             }
         }
     }
+    Ok(batch)
+}
+
+/// `processing.post`: a list of known post-processors (none when absent or null).
+fn post_processors(processing: &Map<String, Value>, route: &str) -> Result<Vec<String>, ApiError> {
     let post = match processing.get("post") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => items
@@ -816,6 +866,11 @@ fn model_batch(bytes: Bytes, route: &str) -> Result<(ModelBatch, RecordedParts),
             POST_PROCESSORS.join(", ")
         )));
     }
+    Ok(post)
+}
+
+/// `processing.loss_fn`: a known loss function, or `None` (an explicit null) for forward only.
+fn loss_fn_of(processing: &Map<String, Value>, route: &str) -> Result<Option<String>, ApiError> {
     // ABSENT: the real server looks up its default `grpo`, whose signature does not match the
     // call, so the request fails with a 500 after the forward pass (which changes nothing).
     // An explicit null means forward only.
@@ -839,21 +894,7 @@ fn model_batch(bytes: Bytes, route: &str) -> Result<(ModelBatch, RecordedParts),
             LOSS_FUNCTIONS.join(", ")
         )));
     }
-    let mb = ModelBatch {
-        batch,
-        meta,
-        post,
-        loss_fn,
-    };
-    check_batch_shapes(&mb, route)?;
-    let recorded = RecordedParts {
-        meta: Some(Value::Object(mb.meta.clone())),
-        body: Some(json!({
-            "batch": mb.batch.iter().map(|(k, t)| (k.clone(), json!(describe(t)))).collect::<Map<_, _>>(),
-            "processing": Value::Object(processing),
-        })),
-    };
-    Ok((mb, recorded))
+    Ok(loss_fn)
 }
 
 /// Shape rules of verl's padded layout, checked once here so every engine can index freely.

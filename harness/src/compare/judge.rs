@@ -396,6 +396,8 @@ impl GoldenRule {
     }
 }
 
+/// Judge one golden rule of `metric`: the run's points (steps or windows) against the
+/// golden's band, failing when more than the rule's budget fall outside it.
 fn judge_golden_rule(
     metric: &str,
     rule: &GoldenRule,
@@ -448,42 +450,7 @@ fn judge_golden_rule(
         .filter(|p| status == RuleStatus::Pass || p.status == status)
         .min_by(|a, b| a.margin().total_cmp(&b.margin()))
         .unwrap_or(&points[0]);
-    let unit = if rule.window.unwrap_or(1) > 1 {
-        "windows"
-    } else {
-        "steps"
-    };
-    let budget = if rule.budget > 0 {
-        format!(" (budget {})", rule.budget)
-    } else {
-        String::new()
-    };
-    let message = match status {
-        RuleStatus::Pass if regressed + improved == 0 => {
-            format!("all {} {unit} within the band", points.len())
-        }
-        RuleStatus::Pass => format!(
-            "{} of {} {unit} outside the band, within the budget of {}",
-            regressed + improved,
-            points.len(),
-            rule.budget
-        ),
-        RuleStatus::Regressed => format!(
-            "{regressed} of {} {unit} regressed{budget}; worst at {}: {} against golden {}",
-            points.len(),
-            worst.at(),
-            fmt_num(worst.value.unwrap_or(f64::NAN)),
-            fmt_num(worst.golden.unwrap_or(f64::NAN)),
-        ),
-        _ => format!(
-            "{improved} of {} {unit} improved beyond the limit{budget}; bless the change if it \
-             is real; largest at {}: {} against golden {}",
-            points.len(),
-            worst.at(),
-            fmt_num(worst.value.unwrap_or(f64::NAN)),
-            fmt_num(worst.golden.unwrap_or(f64::NAN)),
-        ),
-    };
+    let message = golden_rule_message(rule, status, &points, worst, (regressed, improved));
     let failing_steps = points
         .iter()
         .filter(|p| p.status != RuleStatus::Pass)
@@ -508,6 +475,53 @@ fn judge_golden_rule(
         failing_steps,
         points,
         fail_fast: rule.fail_fast.then_some(true),
+    }
+}
+
+/// A golden rule's evidence message: how many of its points (`steps` or `windows`) fell
+/// outside the band against its budget, and the `worst` point for a failing rule.
+fn golden_rule_message(
+    rule: &GoldenRule,
+    status: RuleStatus,
+    points: &[PointCheck],
+    worst: &PointCheck,
+    (regressed, improved): (u64, u64),
+) -> String {
+    let unit = if rule.window.unwrap_or(1) > 1 {
+        "windows"
+    } else {
+        "steps"
+    };
+    let budget = if rule.budget > 0 {
+        format!(" (budget {})", rule.budget)
+    } else {
+        String::new()
+    };
+    match status {
+        RuleStatus::Pass if regressed + improved == 0 => {
+            format!("all {} {unit} within the band", points.len())
+        }
+        RuleStatus::Pass => format!(
+            "{} of {} {unit} outside the band, within the budget of {}",
+            regressed + improved,
+            points.len(),
+            rule.budget
+        ),
+        RuleStatus::Regressed => format!(
+            "{regressed} of {} {unit} regressed{budget}; worst at {}: {} against golden {}",
+            points.len(),
+            worst.at(),
+            fmt_num(worst.value.unwrap_or(f64::NAN)),
+            fmt_num(worst.golden.unwrap_or(f64::NAN)),
+        ),
+        _ => format!(
+            "{improved} of {} {unit} improved beyond the limit{budget}; bless the change if it \
+             is real; largest at {}: {} against golden {}",
+            points.len(),
+            worst.at(),
+            fmt_num(worst.value.unwrap_or(f64::NAN)),
+            fmt_num(worst.golden.unwrap_or(f64::NAN)),
+        ),
     }
 }
 
@@ -670,40 +684,8 @@ pub fn match_expected(
     run: &RunOutcome,
     expected: &ExpectedVerdict,
 ) -> Result<(), String> {
-    let contains = |hay: &str, needle: &str| hay.to_lowercase().contains(&needle.to_lowercase());
     if expected.outcome == ExpectedOutcome::Failed {
-        if !matches!(
-            run.status,
-            RunStatus::Failed | RunStatus::Aborted | RunStatus::TimedOut
-        ) {
-            return Err(format!(
-                "expected the run to fail, but it {}",
-                match (run.status, actual) {
-                    (RunStatus::Completed, Some(v)) =>
-                        format!("completed with verdict {}", v.outcome.as_str()),
-                    (s, _) => format!("ended {}", s.as_str()),
-                }
-            ));
-        }
-        if let Some(want) = &expected.reason {
-            let got = run.reason.as_deref().unwrap_or("");
-            if !contains(got, want) {
-                return Err(format!(
-                    "expected a failure reason containing `{want}`, got `{got}`"
-                ));
-            }
-        }
-        if let Some(want) = expected.step {
-            if run.step != Some(want) {
-                return Err(format!(
-                    "expected the run to fail at step {want}, it failed at {}",
-                    run.step
-                        .map(|s| format!("step {s}"))
-                        .unwrap_or_else(|| "no known step".into())
-                ));
-            }
-        }
-        return Ok(());
+        return match_expected_failure(actual, run, expected);
     }
     if !matches!(run.status, RunStatus::Completed | RunStatus::Aborted) {
         return Err(format!(
@@ -753,46 +735,109 @@ pub fn match_expected(
         ));
     }
     if !expected.rules.is_empty() {
-        for name in &expected.rules {
-            match v.rules.iter().find(|r| names_rule(name, &r.rule)) {
-                None => {
-                    return Err(format!(
-                        "expected rule `{name}` is not a rule of the scenario"
-                    ))
-                }
-                Some(r) if r.status == RuleStatus::Pass => {
-                    return Err(format!("expected rule `{}` to fail, but it passed", r.rule))
-                }
-                Some(_) => {}
+        match_expected_rules(v, expected)?;
+    }
+    match_expected_evidence(v, run, expected)
+}
+
+/// Case-insensitive substring test, as `expected_verdict.reason` is matched.
+fn contains_ci(hay: &str, needle: &str) -> bool {
+    hay.to_lowercase().contains(&needle.to_lowercase())
+}
+
+/// `match_expected` for a scenario that expects the run itself to fail: it must have failed
+/// (aborted, timed out), with the declared reason and at the declared step.
+fn match_expected_failure(
+    actual: Option<&Verdict>,
+    run: &RunOutcome,
+    expected: &ExpectedVerdict,
+) -> Result<(), String> {
+    if !matches!(
+        run.status,
+        RunStatus::Failed | RunStatus::Aborted | RunStatus::TimedOut
+    ) {
+        return Err(format!(
+            "expected the run to fail, but it {}",
+            match (run.status, actual) {
+                (RunStatus::Completed, Some(v)) =>
+                    format!("completed with verdict {}", v.outcome.as_str()),
+                (s, _) => format!("ended {}", s.as_str()),
             }
-        }
-        // The watchdog's rule restates how the run ended (a fail-fast stop names the rule
-        // that caused it): the rules that caused it are what a scenario lists.
-        let unexpected: Vec<&str> = v
-            .failing()
-            .filter(|r| !r.rule.starts_with("watchdog:"))
-            .filter(|r| !expected.rules.iter().any(|n| names_rule(n, &r.rule)))
-            .filter(|r| {
-                !expected
-                    .may_also_fail
-                    .iter()
-                    .any(|n| match n.strip_suffix('*') {
-                        Some(prefix) => r.rule.starts_with(prefix),
-                        None => names_rule(n, &r.rule),
-                    })
-            })
-            .map(|r| r.rule.as_str())
-            .collect();
-        if !unexpected.is_empty() {
+        ));
+    }
+    if let Some(want) = &expected.reason {
+        let got = run.reason.as_deref().unwrap_or("");
+        if !contains_ci(got, want) {
             return Err(format!(
-                "rules failed that the scenario does not expect: {}",
-                unexpected.join(", ")
+                "expected a failure reason containing `{want}`, got `{got}`"
             ));
         }
     }
+    if let Some(want) = expected.step {
+        if run.step != Some(want) {
+            return Err(format!(
+                "expected the run to fail at step {want}, it failed at {}",
+                run.step
+                    .map(|s| format!("step {s}"))
+                    .unwrap_or_else(|| "no known step".into())
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The declared failing rules against the verdict's: each must be a rule of the scenario that
+/// failed, and no other rule may fail unless `may_also_fail` allows it.
+fn match_expected_rules(v: &Verdict, expected: &ExpectedVerdict) -> Result<(), String> {
+    for name in &expected.rules {
+        match v.rules.iter().find(|r| names_rule(name, &r.rule)) {
+            None => {
+                return Err(format!(
+                    "expected rule `{name}` is not a rule of the scenario"
+                ))
+            }
+            Some(r) if r.status == RuleStatus::Pass => {
+                return Err(format!("expected rule `{}` to fail, but it passed", r.rule))
+            }
+            Some(_) => {}
+        }
+    }
+    // The watchdog's rule restates how the run ended (a fail-fast stop names the rule
+    // that caused it): the rules that caused it are what a scenario lists.
+    let unexpected: Vec<&str> = v
+        .failing()
+        .filter(|r| !r.rule.starts_with("watchdog:"))
+        .filter(|r| !expected.rules.iter().any(|n| names_rule(n, &r.rule)))
+        .filter(|r| {
+            !expected
+                .may_also_fail
+                .iter()
+                .any(|n| match n.strip_suffix('*') {
+                    Some(prefix) => r.rule.starts_with(prefix),
+                    None => names_rule(n, &r.rule),
+                })
+        })
+        .map(|r| r.rule.as_str())
+        .collect();
+    if !unexpected.is_empty() {
+        return Err(format!(
+            "rules failed that the scenario does not expect: {}",
+            unexpected.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// The declared reason (in a failing rule's evidence or the run's reason) and first failing
+/// step against the verdict's.
+fn match_expected_evidence(
+    v: &Verdict,
+    run: &RunOutcome,
+    expected: &ExpectedVerdict,
+) -> Result<(), String> {
     if let Some(want) = &expected.reason {
-        let found = v.failing().any(|r| contains(&r.evidence.message, want))
-            || run.reason.as_deref().is_some_and(|r| contains(r, want));
+        let found = v.failing().any(|r| contains_ci(&r.evidence.message, want))
+            || run.reason.as_deref().is_some_and(|r| contains_ci(r, want));
         if !found {
             return Err(format!("no failing rule's evidence mentions `{want}`"));
         }

@@ -150,22 +150,7 @@ fn window_mean(
 /// The combined verdict of a multi-seed run: each seed's own verdict (`seed:<S>`), then per
 /// golden rule the distribution test of its windows (`seeds:<metric>`).
 pub fn judge_seeds(runs: &[SeedRun<'_>], checks: &ChecksSpec, golden: Option<&Golden>) -> Verdict {
-    let mut rules: Vec<RuleVerdict> = runs
-        .iter()
-        .map(|r| RuleVerdict {
-            rule: seed_rule_id(r.seed),
-            status: r.status,
-            evidence: Evidence {
-                message: format!("seed {}: {} ({})", r.seed, r.summary, r.dir),
-                ..Evidence::default()
-            },
-            metrics: Vec::new(),
-            failing_steps: Vec::new(),
-            points: Vec::new(),
-            fail_fast: None,
-        })
-        .collect();
-    let calibration = golden.and_then(|g| g.calibration.as_ref());
+    let mut rules: Vec<RuleVerdict> = runs.iter().map(seed_rule).collect();
     // Every window test first, so the Bonferroni split knows how many there are.
     let mut tests: Vec<(String, Direction, Result<Vec<WindowTest>, String>)> = Vec::new();
     // Windowed rules only: a learning curve's windows are what varies from seed to seed;
@@ -177,44 +162,7 @@ pub fn judge_seeds(runs: &[SeedRun<'_>], checks: &ChecksSpec, golden: Option<&Go
         .filter(|(_, r)| r.window.unwrap_or(1) > 1)
     {
         let direction = rule.resolved(metric).direction();
-        let windows = match calibration.and_then(|c| c.windows.get(metric).map(|w| (c, w))) {
-            None => Err(match golden {
-                None => "no golden for this scenario and hardware yet".to_string(),
-                Some(_) => format!(
-                    "the golden has no calibration of `{metric}`: run `rlharness golden \
-                     calibrate SCENARIO --seeds A..B` to measure the seeds' distribution"
-                ),
-            }),
-            Some((cal, _))
-                if cal
-                    .seeds
-                    .iter()
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .len()
-                    < 2 =>
-            {
-                Err(format!(
-                    "the golden's calibration ran one seed only ({}): a multi-seed verdict needs \
-                     a calibration over seeds (`golden calibrate --seeds A..B`)",
-                    cal.source()
-                ))
-            }
-            Some((_, ws)) => Ok(ws
-                .iter()
-                .map(|w| {
-                    let values: Vec<(u64, f64)> = runs
-                        .iter()
-                        .filter_map(|r| window_mean(r.table, metric, w, rule).map(|v| (r.seed, v)))
-                        .collect();
-                    let xs: Vec<f64> = values.iter().map(|(_, v)| *v).collect();
-                    WindowTest {
-                        reference: w.clone(),
-                        welch: Welch::test(&xs, w),
-                        values,
-                    }
-                })
-                .collect()),
-        };
+        let windows = window_tests(runs, metric, rule, golden);
         tests.push((metric.to_string(), direction, windows));
     }
     let m = tests
@@ -252,6 +200,83 @@ pub fn judge_seeds(runs: &[SeedRun<'_>], checks: &ChecksSpec, golden: Option<&Go
     verdict
 }
 
+/// One seed's own verdict as a rule of the combined one (`seed:<S>`).
+fn seed_rule(r: &SeedRun<'_>) -> RuleVerdict {
+    RuleVerdict {
+        rule: seed_rule_id(r.seed),
+        status: r.status,
+        evidence: Evidence {
+            message: format!("seed {}: {} ({})", r.seed, r.summary, r.dir),
+            ..Evidence::default()
+        },
+        metrics: Vec::new(),
+        failing_steps: Vec::new(),
+        points: Vec::new(),
+        fail_fast: None,
+    }
+}
+
+/// The window tests of one golden rule over the seeds' runs, one per window of the golden's
+/// calibration; or why there are none (no golden, no calibration of `metric`, or a calibration
+/// of one seed).
+fn window_tests(
+    runs: &[SeedRun<'_>],
+    metric: &str,
+    rule: &super::GoldenRule,
+    golden: Option<&Golden>,
+) -> Result<Vec<WindowTest>, String> {
+    let calibration = golden.and_then(|g| g.calibration.as_ref());
+    match calibration.and_then(|c| c.windows.get(metric).map(|w| (c, w))) {
+        None => Err(match golden {
+            None => "no golden for this scenario and hardware yet".to_string(),
+            Some(_) => format!(
+                "the golden has no calibration of `{metric}`: run `rlharness golden \
+                 calibrate SCENARIO --seeds A..B` to measure the seeds' distribution"
+            ),
+        }),
+        Some((cal, _))
+            if cal
+                .seeds
+                .iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                < 2 =>
+        {
+            Err(format!(
+                "the golden's calibration ran one seed only ({}): a multi-seed verdict needs \
+                 a calibration over seeds (`golden calibrate --seeds A..B`)",
+                cal.source()
+            ))
+        }
+        Some((_, ws)) => Ok(ws
+            .iter()
+            .map(|w| {
+                let values: Vec<(u64, f64)> = runs
+                    .iter()
+                    .filter_map(|r| window_mean(r.table, metric, w, rule).map(|v| (r.seed, v)))
+                    .collect();
+                let xs: Vec<f64> = values.iter().map(|(_, v)| *v).collect();
+                WindowTest {
+                    reference: w.clone(),
+                    welch: Welch::test(&xs, w),
+                    values,
+                }
+            })
+            .collect()),
+    }
+}
+
+/// One window's test, judged.
+struct WindowJudgement {
+    status: RuleStatus,
+    /// The p-value on the bad side.
+    p_bad: f64,
+    message: String,
+    point: PointCheck,
+}
+
+/// The `seeds:<metric>` rule: every window of the metric tested at `alpha` (the family's 5%
+/// over `m` tests), decided by the first failing window, else the one nearest to failing.
 fn window_rule(
     metric: &str,
     direction: Direction,
@@ -263,93 +288,24 @@ fn window_rule(
     let mut points = Vec::new();
     let mut failing_steps = Vec::new();
     // The deciding window: the first failing one, else the one nearest to failing.
-    let mut decisive: Option<(RuleStatus, f64, String, PointCheck)> = None;
+    let mut decisive: Option<WindowJudgement> = None;
     let mut missing: Option<String> = None;
     for w in windows {
         let r = &w.reference;
-        let at = format!("steps {}..{}", r.first, r.last);
         let Some(welch) = w.welch else {
             missing.get_or_insert_with(|| {
                 format!(
-                    "{at}: {} of {seeds} seeds have `{metric}` there; the test needs at least 2",
+                    "steps {}..{}: {} of {seeds} seeds have `{metric}` there; the test needs \
+                     at least 2",
+                    r.first,
+                    r.last,
                     w.values.len()
                 )
             });
             continue;
         };
-        let (p_bad, p_good) = welch.p_values(direction);
-        let status = if p_bad < alpha {
-            RuleStatus::Regressed
-        } else if p_good.is_some_and(|p| p < alpha) {
-            RuleStatus::Improved
-        } else {
-            RuleStatus::Pass
-        };
-        // The band a seeds' mean of this size would pass in: the reference mean ± the critical
-        // difference at this alpha (for the plots and the tables).
-        let se = (welch.sd.powi(2) / welch.n as f64 + r.std.powi(2) / r.n as f64).sqrt();
-        let crit = StudentsT::new(0.0, 1.0, welch.df.min(1e6))
-            .map(|d| match direction {
-                Direction::TwoSided => d.inverse_cdf(1.0 - alpha / 2.0),
-                _ => d.inverse_cdf(1.0 - alpha),
-            })
-            .unwrap_or(f64::INFINITY);
-        let half = crit * se;
-        let band = match direction {
-            Direction::HigherIsBetter => Band {
-                lo: Some(r.mean - half),
-                hi: None,
-            },
-            Direction::LowerIsBetter => Band {
-                lo: None,
-                hi: Some(r.mean + half),
-            },
-            Direction::TwoSided => Band {
-                lo: Some(r.mean - half),
-                hi: Some(r.mean + half),
-            },
-        };
-        let point = PointCheck {
-            first: r.first,
-            last: r.last,
-            value: Some(welch.mean),
-            golden: Some(r.mean),
-            band,
-            status,
-        };
-        let side = match direction {
-            Direction::TwoSided => "two-sided",
-            _ => "one-sided",
-        };
-        let seeds_text: Vec<String> = w
-            .values
-            .iter()
-            .map(|(s, v)| format!("{s}: {}", fmt_num(*v)))
-            .collect();
-        let message = format!(
-            "{at}: seeds' mean {} (n {}, sd {}) against the calibrated {} (n {}, σ {}): Welch's \
-             t {:.2}, df {:.1}, {side} p {} {} α {} (0.05 over {m} tests){}; per seed {}",
-            fmt_num(welch.mean),
-            welch.n,
-            fmt_num(welch.sd),
-            fmt_num(r.mean),
-            r.n,
-            fmt_num(r.std),
-            welch.t,
-            welch.df,
-            fmt_p(p_bad),
-            if p_bad < alpha { "<" } else { ">=" },
-            fmt_p(alpha),
-            match status {
-                RuleStatus::Improved => format!(
-                    "; better than the calibration (p {} on the good side): bless if real",
-                    fmt_p(p_good.unwrap_or(1.0))
-                ),
-                _ => String::new(),
-            },
-            seeds_text.join(", ")
-        );
-        if status != RuleStatus::Pass {
+        let judged = judge_window(w, welch, direction, alpha, m);
+        if judged.status != RuleStatus::Pass {
             failing_steps.extend(r.first..=r.last);
         }
         let rank = |s: RuleStatus| match s {
@@ -359,26 +315,27 @@ fn window_rule(
         };
         let replace = match &decisive {
             None => true,
-            Some((s, p, _, _)) => {
-                rank(status) > rank(*s) || (rank(status) == rank(*s) && p_bad < *p)
+            Some(d) => {
+                rank(judged.status) > rank(d.status)
+                    || (rank(judged.status) == rank(d.status) && judged.p_bad < d.p_bad)
             }
         };
+        points.push(judged.point.clone());
         if replace {
-            decisive = Some((status, p_bad, message, point.clone()));
+            decisive = Some(judged);
         }
-        points.push(point);
     }
     let (status, evidence) = match (decisive, missing) {
         // A failing window decides; without one, a window that could not be tested does.
-        (Some((s, _, message, point)), m) if s != RuleStatus::Pass || m.is_none() => (
-            s,
+        (Some(d), m) if d.status != RuleStatus::Pass || m.is_none() => (
+            d.status,
             Evidence {
-                step_or_window: Some(point.at()),
-                value: point.value,
-                golden: point.golden,
-                band: Some(point.band),
-                margin: Some(margin_of(&point)),
-                message,
+                step_or_window: Some(d.point.at()),
+                value: d.point.value,
+                golden: d.point.golden,
+                band: Some(d.point.band),
+                margin: Some(margin_of(&d.point)),
+                message: d.message,
             },
         ),
         (_, Some(why)) => (
@@ -404,6 +361,101 @@ fn window_rule(
         failing_steps,
         points,
         fail_fast: None,
+    }
+}
+
+/// One window's Welch test against its calibrated reference, at `alpha` (the family's 5% over
+/// `m` tests): its status, its point (with the band a seeds' mean would pass in) and its
+/// message.
+fn judge_window(
+    w: &WindowTest,
+    welch: Welch,
+    direction: Direction,
+    alpha: f64,
+    m: usize,
+) -> WindowJudgement {
+    let r = &w.reference;
+    let at = format!("steps {}..{}", r.first, r.last);
+    let (p_bad, p_good) = welch.p_values(direction);
+    let status = if p_bad < alpha {
+        RuleStatus::Regressed
+    } else if p_good.is_some_and(|p| p < alpha) {
+        RuleStatus::Improved
+    } else {
+        RuleStatus::Pass
+    };
+    let point = PointCheck {
+        first: r.first,
+        last: r.last,
+        value: Some(welch.mean),
+        golden: Some(r.mean),
+        band: passing_band(&welch, r, direction, alpha),
+        status,
+    };
+    let side = match direction {
+        Direction::TwoSided => "two-sided",
+        _ => "one-sided",
+    };
+    let seeds_text: Vec<String> = w
+        .values
+        .iter()
+        .map(|(s, v)| format!("{s}: {}", fmt_num(*v)))
+        .collect();
+    let message = format!(
+        "{at}: seeds' mean {} (n {}, sd {}) against the calibrated {} (n {}, σ {}): Welch's \
+         t {:.2}, df {:.1}, {side} p {} {} α {} (0.05 over {m} tests){}; per seed {}",
+        fmt_num(welch.mean),
+        welch.n,
+        fmt_num(welch.sd),
+        fmt_num(r.mean),
+        r.n,
+        fmt_num(r.std),
+        welch.t,
+        welch.df,
+        fmt_p(p_bad),
+        if p_bad < alpha { "<" } else { ">=" },
+        fmt_p(alpha),
+        match status {
+            RuleStatus::Improved => format!(
+                "; better than the calibration (p {} on the good side): bless if real",
+                fmt_p(p_good.unwrap_or(1.0))
+            ),
+            _ => String::new(),
+        },
+        seeds_text.join(", ")
+    );
+    WindowJudgement {
+        status,
+        p_bad,
+        message,
+        point,
+    }
+}
+
+/// The band a seeds' mean of this size would pass in: the reference mean ± the critical
+/// difference at this alpha (for the plots and the tables).
+fn passing_band(welch: &Welch, r: &PointStats, direction: Direction, alpha: f64) -> Band {
+    let se = (welch.sd.powi(2) / welch.n as f64 + r.std.powi(2) / r.n as f64).sqrt();
+    let crit = StudentsT::new(0.0, 1.0, welch.df.min(1e6))
+        .map(|d| match direction {
+            Direction::TwoSided => d.inverse_cdf(1.0 - alpha / 2.0),
+            _ => d.inverse_cdf(1.0 - alpha),
+        })
+        .unwrap_or(f64::INFINITY);
+    let half = crit * se;
+    match direction {
+        Direction::HigherIsBetter => Band {
+            lo: Some(r.mean - half),
+            hi: None,
+        },
+        Direction::LowerIsBetter => Band {
+            lo: None,
+            hi: Some(r.mean + half),
+        },
+        Direction::TwoSided => Band {
+            lo: Some(r.mean - half),
+            hi: Some(r.mean + half),
+        },
     }
 }
 

@@ -830,6 +830,14 @@ impl UpdateTensors {
     }
 }
 
+/// A batch's token planes, padded as verl pads them (see [`PaddedBatch::planes`]).
+struct TokenPlanes {
+    input_ids: Vec<i64>,
+    mask: Vec<i64>,
+    prompts: Vec<i64>,
+    responses: Vec<i64>,
+}
+
 /// verl's padded layout: prompts LEFT-padded to P, responses RIGHT-padded to R, S = P + R.
 #[derive(Clone)]
 struct PaddedBatch {
@@ -879,6 +887,8 @@ impl PaddedBatch {
         out
     }
 
+    /// The `/forward` request of this batch as the adapter frames it: the `batch` tensors,
+    /// `meta` (with an update's extras) and the `processing` a `kind` of forward asks for.
     fn frame(
         &self,
         meta: &Map<String, Value>,
@@ -887,47 +897,23 @@ impl PaddedBatch {
         t: &Translation,
     ) -> Result<Node, StepError> {
         let (b, s, p, r) = (self.b(), self.s(), self.p, self.r);
-        let mut input_ids = vec![PAD_ID; b * s];
-        let mut mask = vec![0i64; b * s];
-        let mut prompts = vec![PAD_ID; b * p];
-        let mut responses = vec![PAD_ID; b * r];
-        for i in 0..b {
-            let pr = &self.prompts[i];
-            let off = p - pr.len();
-            for (j, &tok) in pr.iter().enumerate() {
-                input_ids[i * s + off + j] = tok;
-                mask[i * s + off + j] = 1;
-                prompts[i * p + off + j] = tok;
-            }
-            for (j, &tok) in self.responses[i].iter().enumerate() {
-                input_ids[i * s + p + j] = tok;
-                mask[i * s + p + j] = 1;
-                responses[i * r + j] = tok;
-            }
-        }
+        let planes = self.planes();
         let mut tensors = vec![
             (
                 "input_ids".to_string(),
-                Tensor::from_i64(vec![b, s], &input_ids).map_err(wire_err)?,
+                Tensor::from_i64(vec![b, s], &planes.input_ids).map_err(wire_err)?,
             ),
             (
                 "attention_mask".to_string(),
-                Tensor::from_i64(vec![b, s], &mask).map_err(wire_err)?,
+                Tensor::from_i64(vec![b, s], &planes.mask).map_err(wire_err)?,
             ),
             (
                 "prompts".to_string(),
-                Tensor::from_i64(vec![b, p], &prompts).map_err(wire_err)?,
+                Tensor::from_i64(vec![b, p], &planes.prompts).map_err(wire_err)?,
             ),
         ];
         if !t.drop_position_ids {
-            let mut pos = vec![0i64; b * s];
-            for i in 0..b {
-                let mut c = 0i64;
-                for j in 0..s {
-                    c += mask[i * s + j];
-                    pos[i * s + j] = (c - 1).max(0);
-                }
-            }
+            let pos = self.position_ids(&planes.mask);
             tensors.push((
                 "position_ids".into(),
                 Tensor::from_i64(vec![b, s], &pos).map_err(wire_err)?,
@@ -942,56 +928,14 @@ impl PaddedBatch {
                 "loss_fn": "verl_grpo",
             }),
         };
-        let meta = meta.clone();
         if let Some(u) = update {
             tensors.push((
                 "responses".into(),
-                Tensor::from_i64(vec![b, r], &responses).map_err(wire_err)?,
+                Tensor::from_i64(vec![b, r], &planes.responses).map_err(wire_err)?,
             ));
-            let rmask = self.response_plane(|_, _| 1i64);
-            tensors.push((
-                "response_mask".into(),
-                Tensor::from_i64(vec![b, s], &rmask).map_err(wire_err)?,
-            ));
-            tensors.push((
-                "loss_mask".into(),
-                Tensor::from_i64(vec![b, s], &rmask).map_err(wire_err)?,
-            ));
-            let old = self.response_plane(|i, t| u.old_logp[i].get(t).copied().unwrap_or(0.0));
-            tensors.push((
-                "old_log_probs".into(),
-                Tensor::from_f32(vec![b, s], &old).map_err(wire_err)?,
-            ));
-            let adv = self.response_plane(|i, _| u.advantages[i] as f32);
-            tensors.push((
-                "advantages".into(),
-                Tensor::from_f32(vec![b, s], &adv).map_err(wire_err)?,
-            ));
-            if let Some(rl) = &u.ref_logp {
-                let rp = self.response_plane(|i, t| rl[i].get(t).copied().unwrap_or(0.0));
-                tensors.push((
-                    "ref_log_prob".into(),
-                    Tensor::from_f32(vec![b, s], &rp).map_err(wire_err)?,
-                ));
-            }
+            tensors.extend(self.update_planes(u)?);
         }
-        // An update's meta ends with the mini-batch's `batch_num_tokens` (a 0-d I64 tensor:
-        // `response_mask.sum()`) and `rollout_is_weights` (no importance weights: an explicit
-        // null), as the adapter sends them.
-        let mut meta_entries: Vec<(String, Node)> =
-            meta.into_iter().map(|(k, v)| (k, Node::Json(v))).collect();
-        if update.is_some() {
-            let tokens: usize = self.responses.iter().map(Vec::len).sum();
-            if !planted_drop(t, "batch_num_tokens") {
-                meta_entries.push((
-                    "batch_num_tokens".into(),
-                    Node::scalar(Tensor::from_i64(vec![], &[tokens as i64]).map_err(wire_err)?),
-                ));
-            }
-            if !planted_drop(t, "rollout_is_weights") {
-                meta_entries.push(("rollout_is_weights".into(), Node::Json(Value::Null)));
-            }
-        }
+        let meta_entries = self.meta_entries(meta, update.is_some(), t)?;
         Ok(Node::Dict(vec![
             (
                 "batch".into(),
@@ -1013,6 +957,112 @@ impl PaddedBatch {
             ("meta".into(), Node::Dict(meta_entries)),
             ("processing".into(), Node::Json(processing)),
         ]))
+    }
+
+    /// The padded token planes: `input_ids` and `attention_mask` `[B,S]`, `prompts` `[B,P]`
+    /// (left-padded), `responses` `[B,R]` (right-padded).
+    fn planes(&self) -> TokenPlanes {
+        let (b, s, p, r) = (self.b(), self.s(), self.p, self.r);
+        let mut planes = TokenPlanes {
+            input_ids: vec![PAD_ID; b * s],
+            mask: vec![0i64; b * s],
+            prompts: vec![PAD_ID; b * p],
+            responses: vec![PAD_ID; b * r],
+        };
+        for i in 0..b {
+            let pr = &self.prompts[i];
+            let off = p - pr.len();
+            for (j, &tok) in pr.iter().enumerate() {
+                planes.input_ids[i * s + off + j] = tok;
+                planes.mask[i * s + off + j] = 1;
+                planes.prompts[i * p + off + j] = tok;
+            }
+            for (j, &tok) in self.responses[i].iter().enumerate() {
+                planes.input_ids[i * s + p + j] = tok;
+                planes.mask[i * s + p + j] = 1;
+                planes.responses[i * r + j] = tok;
+            }
+        }
+        planes
+    }
+
+    /// `position_ids` `[B,S]` from the attention mask: the running count of real tokens less
+    /// one, never below zero.
+    fn position_ids(&self, mask: &[i64]) -> Vec<i64> {
+        let (b, s) = (self.b(), self.s());
+        let mut pos = vec![0i64; b * s];
+        for i in 0..b {
+            let mut c = 0i64;
+            for j in 0..s {
+                c += mask[i * s + j];
+                pos[i * s + j] = (c - 1).max(0);
+            }
+        }
+        pos
+    }
+
+    /// An update's response-aligned `[B,S]` planes: the response and loss masks, the old
+    /// log-probs, the advantages and (with a reference model) the reference log-probs.
+    fn update_planes(&self, u: &UpdateTensors) -> Result<Vec<(String, Tensor)>, StepError> {
+        let (b, s) = (self.b(), self.s());
+        let rmask = self.response_plane(|_, _| 1i64);
+        let mut tensors = vec![
+            (
+                "response_mask".into(),
+                Tensor::from_i64(vec![b, s], &rmask).map_err(wire_err)?,
+            ),
+            (
+                "loss_mask".into(),
+                Tensor::from_i64(vec![b, s], &rmask).map_err(wire_err)?,
+            ),
+        ];
+        let old = self.response_plane(|i, t| u.old_logp[i].get(t).copied().unwrap_or(0.0));
+        tensors.push((
+            "old_log_probs".into(),
+            Tensor::from_f32(vec![b, s], &old).map_err(wire_err)?,
+        ));
+        let adv = self.response_plane(|i, _| u.advantages[i] as f32);
+        tensors.push((
+            "advantages".into(),
+            Tensor::from_f32(vec![b, s], &adv).map_err(wire_err)?,
+        ));
+        if let Some(rl) = &u.ref_logp {
+            let rp = self.response_plane(|i, t| rl[i].get(t).copied().unwrap_or(0.0));
+            tensors.push((
+                "ref_log_prob".into(),
+                Tensor::from_f32(vec![b, s], &rp).map_err(wire_err)?,
+            ));
+        }
+        Ok(tensors)
+    }
+
+    /// The frame's `meta`: the step's meta, then for an update the mini-batch's
+    /// `batch_num_tokens` (a 0-d I64 tensor: `response_mask.sum()`) and `rollout_is_weights`
+    /// (no importance weights: an explicit null), as the adapter sends them.
+    fn meta_entries(
+        &self,
+        meta: &Map<String, Value>,
+        update: bool,
+        t: &Translation,
+    ) -> Result<Vec<(String, Node)>, StepError> {
+        let mut meta_entries: Vec<(String, Node)> = meta
+            .clone()
+            .into_iter()
+            .map(|(k, v)| (k, Node::Json(v)))
+            .collect();
+        if update {
+            let tokens: usize = self.responses.iter().map(Vec::len).sum();
+            if !planted_drop(t, "batch_num_tokens") {
+                meta_entries.push((
+                    "batch_num_tokens".into(),
+                    Node::scalar(Tensor::from_i64(vec![], &[tokens as i64]).map_err(wire_err)?),
+                ));
+            }
+            if !planted_drop(t, "rollout_is_weights") {
+                meta_entries.push(("rollout_is_weights".into(), Node::Json(Value::Null)));
+            }
+        }
+        Ok(meta_entries)
     }
 
     /// Response-aligned log-probs (and entropy) out of a `/forward` reply's `[B,S]` planes:

@@ -254,6 +254,7 @@ impl ArcticClient {
         }
     }
 
+    /// One attempt of a call: the reply, or the error with whether it may be tried again.
     async fn call_once(
         &self,
         method: &str,
@@ -305,51 +306,9 @@ impl ArcticClient {
         })?;
         let wall = started.elapsed().as_secs_f64();
         if !(200..300).contains(&status) {
-            let detail = serde_json::from_slice::<Value>(&bytes)
-                .ok()
-                .and_then(|v| v.get("detail").cloned())
-                .map(|d| match d {
-                    Value::String(s) => s,
-                    other => other.to_string(),
-                })
-                .unwrap_or_else(|| {
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned()
-                });
-            let failure = if matches!(status, 502..=504) {
-                Failure::Transient
-            } else {
-                Failure::Final
-            };
-            return Err((
-                ClientError::Status {
-                    route: route.to_string(),
-                    status,
-                    detail,
-                },
-                failure,
-            ));
+            return Err(status_error(route, status, &bytes));
         }
-        let body = if is_frame {
-            Payload::Frame(wire::decode(bytes).map_err(|e| {
-                (
-                    ClientError::BadResponse {
-                        route: route.to_string(),
-                        message: e.to_string(),
-                    },
-                    Failure::Final,
-                )
-            })?)
-        } else {
-            Payload::Json(crate::wire::api::parse_json_lenient(&bytes).map_err(|e| {
-                (
-                    ClientError::BadResponse {
-                        route: route.to_string(),
-                        message: e,
-                    },
-                    Failure::Final,
-                )
-            })?)
-        };
+        let body = payload(route, bytes, is_frame)?;
         Ok(Reply {
             body,
             seconds: sim.unwrap_or(wall),
@@ -523,6 +482,54 @@ impl ArcticClient {
             Body::Json(json!({"job_type": job_type})),
         )
         .await
+    }
+}
+
+/// The error of a reply with a non-2xx `status`: the server's `detail` (or the body's start);
+/// a gateway's 502–504 may be tried again.
+fn status_error(route: &str, status: u16, bytes: &[u8]) -> (ClientError, Failure) {
+    let detail = serde_json::from_slice::<Value>(bytes)
+        .ok()
+        .and_then(|v| v.get("detail").cloned())
+        .map(|d| match d {
+            Value::String(s) => s,
+            other => other.to_string(),
+        })
+        .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned());
+    let failure = if matches!(status, 502..=504) {
+        Failure::Transient
+    } else {
+        Failure::Final
+    };
+    (
+        ClientError::Status {
+            route: route.to_string(),
+            status,
+            detail,
+        },
+        failure,
+    )
+}
+
+/// A 2xx reply's body: a DSSST1 frame when it says so, else (lenient) JSON.
+fn payload(route: &str, bytes: Bytes, is_frame: bool) -> Result<Payload, (ClientError, Failure)> {
+    let bad = |message: String| {
+        (
+            ClientError::BadResponse {
+                route: route.to_string(),
+                message,
+            },
+            Failure::Final,
+        )
+    };
+    if is_frame {
+        wire::decode(bytes)
+            .map(Payload::Frame)
+            .map_err(|e| bad(e.to_string()))
+    } else {
+        crate::wire::api::parse_json_lenient(&bytes)
+            .map(Payload::Json)
+            .map_err(bad)
     }
 }
 

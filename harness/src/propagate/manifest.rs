@@ -231,6 +231,33 @@ pub const GAP_VERDICTS: &[&str] = &[
 /// Semantic checks: what serde cannot see. Every problem names the knob.
 pub fn validate(m: &KnobManifest) -> Vec<String> {
     let mut problems = Vec::new();
+    validate_gaps(m, &mut problems);
+    let mut seen = BTreeMap::new();
+    let families = LOCATION_FAMILIES.join(", ");
+    for v in &m.volatile {
+        if !known_location(v) {
+            problems.push(format!(
+                "volatile `{v}`: not a wire location (families: {families})"
+            ));
+        }
+    }
+    for (i, k) in m.knobs.iter().enumerate() {
+        if let Some(first) = seen.insert(k.path.clone(), i) {
+            problems.push(format!(
+                "knob `{}`: listed twice (entries {} and {})",
+                k.path,
+                first + 1,
+                i + 1
+            ));
+        }
+        validate_knob(k, &mut problems);
+    }
+    problems
+}
+
+/// The known gaps: each names a knob of the manifest and a knob verdict, gives a reason and
+/// is listed once.
+fn validate_gaps(m: &KnobManifest, problems: &mut Vec<String>) {
     let mut gaps = BTreeMap::new();
     for g in &m.known_gaps {
         if !m.knobs.iter().any(|k| k.path == g.knob) {
@@ -254,86 +281,73 @@ pub fn validate(m: &KnobManifest) -> Vec<String> {
             problems.push(format!("known gap `{}`: listed twice", g.knob));
         }
     }
-    let mut seen = BTreeMap::new();
+}
+
+/// One knob on its own: its path, its `try` values, its wire locations, consumers and
+/// conditions.
+fn validate_knob(k: &Knob, problems: &mut Vec<String>) {
+    let name = &k.path;
     let families = LOCATION_FAMILIES.join(", ");
-    for v in &m.volatile {
-        if !known_location(v) {
+    if k.path.is_empty() || k.path.split('.').any(str::is_empty) {
+        problems.push(format!("knob `{name}`: expected a dotted config path"));
+    }
+    if k.tries.is_empty() {
+        problems.push(format!("knob `{name}`: `try` needs at least one value"));
+    } else if k.tries.iter().all(|t| t == &k.default) {
+        problems.push(format!(
+            "knob `{name}`: every `try` value equals the default {}; a perturbation must differ from it",
+            k.default
+        ));
+    }
+    if k.tries.iter().any(Value::is_null) {
+        problems.push(format!(
+            "knob `{name}`: `try` holds null, which removes the key rather than changing it"
+        ));
+    }
+    for loc in k.sent_to.iter().chain(&k.effects) {
+        if !known_location(loc) {
             problems.push(format!(
-                "volatile `{v}`: not a wire location (families: {families})"
+                "knob `{name}`: `{loc}` is not a wire location (families: {families})"
             ));
         }
     }
-    for (i, k) in m.knobs.iter().enumerate() {
-        let name = &k.path;
-        if let Some(first) = seen.insert(k.path.clone(), i) {
+    for c in &k.consumers {
+        if !known_location(&c.at) {
             problems.push(format!(
-                "knob `{name}`: listed twice (entries {} and {})",
-                first + 1,
-                i + 1
+                "knob `{name}`: consumer `{}` is not a wire location (families: {families})",
+                c.at
             ));
         }
-        if k.path.is_empty() || k.path.split('.').any(str::is_empty) {
-            problems.push(format!("knob `{name}`: expected a dotted config path"));
-        }
-        if k.tries.is_empty() {
-            problems.push(format!("knob `{name}`: `try` needs at least one value"));
-        } else if k.tries.iter().all(|t| t == &k.default) {
-            problems.push(format!(
-                "knob `{name}`: every `try` value equals the default {}; a perturbation must differ from it",
-                k.default
-            ));
-        }
-        if k.tries.iter().any(Value::is_null) {
-            problems.push(format!(
-                "knob `{name}`: `try` holds null, which removes the key rather than changing it"
-            ));
-        }
-        for loc in k.sent_to.iter().chain(&k.effects) {
-            if !known_location(loc) {
+        for cond in c.when.keys() {
+            if cond == &k.path {
                 problems.push(format!(
-                    "knob `{name}`: `{loc}` is not a wire location (families: {families})"
-                ));
-            }
-        }
-        for c in &k.consumers {
-            if !known_location(&c.at) {
-                problems.push(format!(
-                    "knob `{name}`: consumer `{}` is not a wire location (families: {families})",
+                    "knob `{name}`: consumer `{}` depends on the knob itself",
                     c.at
                 ));
             }
-            for cond in c.when.keys() {
-                if cond == &k.path {
-                    problems.push(format!(
-                        "knob `{name}`: consumer `{}` depends on the knob itself",
-                        c.at
-                    ));
-                }
-            }
-        }
-        if k.consumers.is_empty() && k.allowed_noop.is_none() && k.note.is_none() {
-            problems.push(format!(
-                "knob `{name}`: no consumer, no `allowed_noop` reason and no `note` saying why nothing reads it"
-            ));
-        }
-        if matches!(&k.allowed_noop, Some(r) if r.trim().is_empty()) {
-            problems.push(format!("knob `{name}`: `allowed_noop` needs a reason"));
-        }
-        for (cond, values) in &k.conditions {
-            if cond == &k.path {
-                problems.push(format!("knob `{name}`: conditioned on itself"));
-            }
-            if is_wire_location(cond) {
-                problems.push(format!(
-                    "knob `{name}`: condition `{cond}` must be a config path (a run sets it)"
-                ));
-            }
-            if values.is_empty() {
-                problems.push(format!("knob `{name}`: condition `{cond}` lists no values"));
-            }
         }
     }
-    problems
+    if k.consumers.is_empty() && k.allowed_noop.is_none() && k.note.is_none() {
+        problems.push(format!(
+            "knob `{name}`: no consumer, no `allowed_noop` reason and no `note` saying why nothing reads it"
+        ));
+    }
+    if matches!(&k.allowed_noop, Some(r) if r.trim().is_empty()) {
+        problems.push(format!("knob `{name}`: `allowed_noop` needs a reason"));
+    }
+    for (cond, values) in &k.conditions {
+        if cond == &k.path {
+            problems.push(format!("knob `{name}`: conditioned on itself"));
+        }
+        if is_wire_location(cond) {
+            problems.push(format!(
+                "knob `{name}`: condition `{cond}` must be a config path (a run sets it)"
+            ));
+        }
+        if values.is_empty() {
+            problems.push(format!("knob `{name}`: condition `{cond}` lists no values"));
+        }
+    }
 }
 
 /// Static coverage: every leaf of the backend YAML (paths relative to the backend block) has

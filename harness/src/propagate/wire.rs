@@ -203,78 +203,13 @@ impl WireSnapshot {
             {
                 errors += 1;
             }
-            let request = r.get("request");
-            match route.as_str() {
-                "/forward" | "/forward-backward" => {
-                    if let Some(meta) = request.and_then(|q| find_key(q, "meta", 4)) {
-                        flatten_into(&mut w, meta, "meta");
-                    }
-                    if let Some(Value::Object(batch)) =
-                        request.and_then(|q| find_key(q, "batch", 4))
-                    {
-                        for (name, t) in batch {
-                            let dtype = t
-                                .get("dtype")
-                                .cloned()
-                                .unwrap_or_else(|| Value::String("json".into()));
-                            w.add(format!("batch.{name}"), dtype);
-                        }
-                    }
-                    if let Some(Value::Object(p)) =
-                        request.and_then(|q| find_key(q, "processing", 4))
-                    {
-                        for (k, v) in p {
-                            w.add(format!("processing.{k}"), v.clone());
-                        }
-                    }
-                }
-                "/generate" => {
-                    if let Some(sp) = request.and_then(|q| find_key(q, "sampling_params", 4)) {
-                        flatten_into(&mut w, sp, "generate.sampling_params");
-                    }
-                }
-                "/initialize" => {
-                    if let Some(body) = request.and_then(|q| find_object_with(q, "model_name", 4)) {
-                        initialized.push(Value::Object(body.clone()));
-                    }
-                }
-                "/status" => {
-                    if let Some(resp) = r
-                        .get("response")
-                        .and_then(|q| find_object_with(q, "training_gpus", 4))
-                    {
-                        for (k, v) in resp {
-                            if k != "jobs" {
-                                w.add(format!("status.{k}"), v.clone());
-                            }
-                        }
-                    }
-                }
-                _ => {}
-            }
+            w.add_exchange(&route, r, &mut initialized);
         }
         // JobConfigs: what the backend recorded, else what the proxy saw in `/initialize`.
-        let mut jobs: Vec<Value> = Vec::new();
-        match server_config {
-            Some(Value::Object(by_type)) => {
-                for (job_type, cfg) in by_type {
-                    let list: Vec<&Value> = match cfg {
-                        Value::Array(a) => a.iter().collect(),
-                        other => vec![other],
-                    };
-                    for c in list {
-                        let mut c = c.clone();
-                        if let Value::Object(m) = &mut c {
-                            m.entry("job_type")
-                                .or_insert_with(|| Value::String(job_type.clone()));
-                        }
-                        jobs.push(c);
-                    }
-                }
-            }
-            Some(Value::Array(list)) => jobs.extend(list.iter().cloned()),
-            _ => jobs = initialized,
-        }
+        let jobs = match server_config {
+            Some(config) => job_configs(config).unwrap_or(initialized),
+            None => initialized,
+        };
         for job in &jobs {
             let job_type = job
                 .get("job_type")
@@ -304,6 +239,84 @@ impl WireSnapshot {
         w.add("routes".into(), Value::String(run_length(&sequence)));
         w.add("http_errors".into(), Value::from(errors));
         w
+    }
+
+    /// Add what one exchange on `route` carried: a forward's meta, batch dtypes and
+    /// processing, `/generate`'s sampling params, `/status`'s answer; an `/initialize` body is
+    /// kept in `initialized`.
+    fn add_exchange(&mut self, route: &str, r: &Value, initialized: &mut Vec<Value>) {
+        let request = r.get("request");
+        match route {
+            "/forward" | "/forward-backward" => {
+                if let Some(meta) = request.and_then(|q| find_key(q, "meta", 4)) {
+                    flatten_into(self, meta, "meta");
+                }
+                if let Some(Value::Object(batch)) = request.and_then(|q| find_key(q, "batch", 4)) {
+                    for (name, t) in batch {
+                        let dtype = t
+                            .get("dtype")
+                            .cloned()
+                            .unwrap_or_else(|| Value::String("json".into()));
+                        self.add(format!("batch.{name}"), dtype);
+                    }
+                }
+                if let Some(Value::Object(p)) = request.and_then(|q| find_key(q, "processing", 4)) {
+                    for (k, v) in p {
+                        self.add(format!("processing.{k}"), v.clone());
+                    }
+                }
+            }
+            "/generate" => {
+                if let Some(sp) = request.and_then(|q| find_key(q, "sampling_params", 4)) {
+                    flatten_into(self, sp, "generate.sampling_params");
+                }
+            }
+            "/initialize" => {
+                if let Some(body) = request.and_then(|q| find_object_with(q, "model_name", 4)) {
+                    initialized.push(Value::Object(body.clone()));
+                }
+            }
+            "/status" => {
+                if let Some(resp) = r
+                    .get("response")
+                    .and_then(|q| find_object_with(q, "training_gpus", 4))
+                {
+                    for (k, v) in resp {
+                        if k != "jobs" {
+                            self.add(format!("status.{k}"), v.clone());
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The JobConfigs of `server_config.json`: a mapping by job type (of one config or a list;
+/// each config gets its `job_type`) or a list. `None` for anything else.
+fn job_configs(server_config: &Value) -> Option<Vec<Value>> {
+    match server_config {
+        Value::Object(by_type) => {
+            let mut jobs = Vec::new();
+            for (job_type, cfg) in by_type {
+                let list: Vec<&Value> = match cfg {
+                    Value::Array(a) => a.iter().collect(),
+                    other => vec![other],
+                };
+                for c in list {
+                    let mut c = c.clone();
+                    if let Value::Object(m) = &mut c {
+                        m.entry("job_type")
+                            .or_insert_with(|| Value::String(job_type.clone()));
+                    }
+                    jobs.push(c);
+                }
+            }
+            Some(jobs)
+        }
+        Value::Array(list) => Some(list.clone()),
+        _ => None,
     }
 }
 

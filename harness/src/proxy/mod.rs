@@ -573,72 +573,106 @@ impl Exchange {
     }
 }
 
+/// Why the proxy answers the driver itself (a limit, an upstream failure): the status and the
+/// detail it records.
+type Refusal = (StatusCode, String);
+
+/// One request through the proxy: forwarded upstream, its answer relayed back, the pair
+/// recorded once it completes; or answered by the proxy itself when it cannot be.
 async fn exchange(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
-    let seq = shared.seq.fetch_add(1, Ordering::Relaxed) + 1;
-    let started = Instant::now();
     let deadline = tokio::time::Instant::now() + shared.cfg.request_timeout;
-    let path_and_query = req
-        .uri()
-        .path_and_query()
+    let (parts, body) = req.into_parts();
+    let ex = Exchange::begin(shared.clone(), &parts);
+    let on = format!("{} {}", parts.method, ex.route);
+    let request = ex.request.clone();
+    let upstream_req = match forward_request(&shared, &request, parts, body, deadline, &on).await {
+        Ok(r) => r,
+        Err((status, detail)) => return ex.reply(status, detail),
+    };
+    match send_upstream(&shared, &request, upstream_req, deadline, &on).await {
+        Ok(resp) => relay_response(ex, resp, deadline, &on),
+        Err((status, detail)) => ex.reply(status, detail),
+    }
+}
+
+/// The path and query of a request's URI (`/` when it has none).
+fn path_and_query(uri: &Uri) -> String {
+    uri.path_and_query()
         .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "/".into());
-    let route = req.uri().path().to_string();
-    let desc = format!("{} {}", req.method(), path_and_query);
-    shared.activity().in_flight.insert(seq, (desc, started));
+        .unwrap_or_else(|| "/".into())
+}
 
-    let limit = shared.cfg.body_limit;
-    let (mut parts, body) = req.into_parts();
-    let request = Capture::new(content_type(&parts.headers), limit);
-    let group = match &shared.cassette {
-        Some(c) => {
-            lock(&request).keep_whole();
-            c.begin(seq)
+impl Exchange {
+    /// Start the record of a request that just arrived: its number, its time, its place among
+    /// the requests in flight and (with a cassette) its concurrency group.
+    fn begin(shared: Arc<Shared>, parts: &hyper::http::request::Parts) -> Exchange {
+        let seq = shared.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let started = Instant::now();
+        let route = parts.uri.path().to_string();
+        let desc = format!("{} {}", parts.method, path_and_query(&parts.uri));
+        shared.activity().in_flight.insert(seq, (desc, started));
+        let request = Capture::new(content_type(&parts.headers), shared.cfg.body_limit);
+        let group = match &shared.cassette {
+            Some(c) => {
+                lock(&request).keep_whole();
+                c.begin(seq)
+            }
+            None => 0,
+        };
+        Exchange {
+            shared,
+            seq,
+            started,
+            time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            method: parts.method.clone(),
+            route,
+            job_id: job_id(&parts.uri),
+            request,
+            query: parts.uri.query().map(str::to_string),
+            group,
+            response_headers: BTreeMap::new(),
+            reply_body: None,
         }
-        None => 0,
-    };
-    let mut ex = Exchange {
-        shared: shared.clone(),
-        seq,
-        started,
-        time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        method: parts.method.clone(),
-        route: route.clone(),
-        job_id: job_id(&parts.uri),
-        request: request.clone(),
-        query: parts.uri.query().map(str::to_string),
-        group,
-        response_headers: BTreeMap::new(),
-        reply_body: None,
-    };
-    let upstream = &shared.upstream_text;
-    let on = format!("{} {}", parts.method, route);
+    }
+}
 
+/// The driver's request made into the upstream's: within the body limit, addressed to the
+/// upstream, without hop-by-hop headers, its body recorded into `request` as it goes (a small
+/// JSON body read whole first, by `deadline`).
+async fn forward_request(
+    shared: &Shared,
+    request: &SharedCapture,
+    mut parts: hyper::http::request::Parts,
+    body: Incoming,
+    deadline: tokio::time::Instant,
+    on: &str,
+) -> Result<Request<ProxyBody>, Refusal> {
+    let limit = shared.cfg.body_limit;
+    let upstream = &shared.upstream_text;
     if let Some(n) = content_length(&parts.headers).filter(|&n| n > limit) {
-        lock(&request).total = n;
-        return ex.reply(
+        lock(request).total = n;
+        return Err((
             StatusCode::PAYLOAD_TOO_LARGE,
             format!(
                 "request body of {n} bytes exceeds the proxy body limit of {limit} bytes on {on}"
             ),
-        );
+        ));
     }
 
+    let path_and_query = path_and_query(&parts.uri);
     let mut uri_parts = shared.upstream.clone().into_parts();
     uri_parts.path_and_query = path_and_query.parse().ok();
-    parts.uri = match Uri::from_parts(uri_parts) {
-        Ok(u) => u,
-        Err(e) => {
-            return ex.reply(
-                StatusCode::BAD_REQUEST,
-                format!("cannot forward {path_and_query} to upstream {upstream}: {e}"),
-            )
-        }
-    };
+    parts.uri = Uri::from_parts(uri_parts).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("cannot forward {path_and_query} to upstream {upstream}: {e}"),
+        )
+    })?;
     strip_hop_headers(&mut parts.headers);
     parts.headers.remove(header::HOST);
     let small = content_length(&parts.headers).is_some_and(|n| n <= JSON_RECORD_CAP as u64);
     let body = TeeBody::new(body, request.clone());
-    let body = if small && !lock(&request).is_frame() {
+    let body = if small && !lock(request).is_frame() {
         // Read small JSON bodies whole before forwarding, so the record keeps what the driver
         // sent even when the upstream never reads it (refused, reset).
         match tokio::time::timeout_at(deadline, body.collect()).await {
@@ -646,51 +680,73 @@ async fn exchange(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Proxy
                 .map_err(|never| -> BoxError { match never {} })
                 .boxed_unsync(),
             Ok(Err(e)) => {
-                return ex.reply(
+                return Err((
                     StatusCode::BAD_REQUEST,
                     format!("cannot read the request body of {on}: {e}"),
-                )
+                ))
             }
             Err(_) => {
-                return ex.reply(
+                return Err((
                     StatusCode::REQUEST_TIMEOUT,
                     format!(
                         "the request body of {on} did not arrive within {:.1} s",
                         shared.cfg.request_timeout.as_secs_f64()
                     ),
-                )
+                ))
             }
         }
     } else {
         body.boxed_unsync()
     };
-    let upstream_req = Request::from_parts(parts, body);
+    Ok(Request::from_parts(parts, body))
+}
 
+/// Send the request upstream and wait for its answer's head until `deadline`.
+async fn send_upstream(
+    shared: &Shared,
+    request: &SharedCapture,
+    upstream_req: Request<ProxyBody>,
+    deadline: tokio::time::Instant,
+    on: &str,
+) -> Result<Response<Incoming>, Refusal> {
+    let limit = shared.cfg.body_limit;
+    let upstream = &shared.upstream_text;
     let timeout_s = shared.cfg.request_timeout.as_secs_f64();
     let answer = tokio::time::timeout_at(deadline, shared.client.request(upstream_req)).await;
-    let resp = match answer {
-        Err(_) => {
-            return ex.reply(
-                StatusCode::GATEWAY_TIMEOUT,
-                format!("upstream {upstream} did not answer within {timeout_s:.1} s on {on}"),
-            )
-        }
+    match answer {
+        Err(_) => Err((
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("upstream {upstream} did not answer within {timeout_s:.1} s on {on}"),
+        )),
         Ok(Err(e)) => {
-            if lock(&request).over_limit {
-                return ex.reply(
+            if lock(request).over_limit {
+                return Err((
                     StatusCode::PAYLOAD_TOO_LARGE,
                     format!("request body exceeds the proxy body limit of {limit} bytes on {on}"),
-                );
+                ));
             }
             let what = describe_upstream_error(&e);
-            return ex.reply(
+            Err((
                 StatusCode::BAD_GATEWAY,
                 format!("upstream {upstream} {what} on {on}"),
-            );
+            ))
         }
-        Ok(Ok(resp)) => resp,
-    };
+        Ok(Ok(resp)) => Ok(resp),
+    }
+}
 
+/// The upstream's answer relayed to the driver, its body recorded as it goes (by `deadline`);
+/// the exchange is recorded when the body ends.
+fn relay_response(
+    mut ex: Exchange,
+    resp: Response<Incoming>,
+    deadline: tokio::time::Instant,
+    on: &str,
+) -> Response<ProxyBody> {
+    let shared = ex.shared.clone();
+    let limit = shared.cfg.body_limit;
+    let upstream = &shared.upstream_text;
+    let timeout_s = shared.cfg.request_timeout.as_secs_f64();
     let (mut parts, body) = resp.into_parts();
     if let Some(n) = content_length(&parts.headers).filter(|&n| n > limit) {
         return ex.reply(

@@ -496,60 +496,12 @@ pub(crate) fn run_rows(r: &Report) -> Vec<(&'static str, Vec<Piece>)> {
         }
         rows.push(("status", vec![Text(t)]));
     }
-    let planned = run.steps.map(|s| format!(" of {s} planned"));
-    if r.is_multi_seed() {
-        let seeds = r
-            .verdict
-            .iter()
-            .flat_map(|v| v.rules.iter())
-            .filter(|x| x.rule.starts_with("seed:"))
-            .count();
-        rows.push((
-            "steps",
-            vec![Text(format!(
-                "{} a seed, {seeds} seeds (each in its own directory)",
-                run.steps.unwrap_or_default()
-            ))],
-        ));
-    } else {
-        rows.push((
-            "steps",
-            vec![Text(format!(
-                "{} recorded{}",
-                r.metrics.len(),
-                planned.unwrap_or_default()
-            ))],
-        ));
-    }
+    rows.push(("steps", vec![Text(steps_text(r))]));
     if let Some(seed) = run.seed {
         rows.push(("seed", vec![Text(seed.to_string())]));
     }
-    let mut details = String::new();
-    if let Some(t) = run.threads {
-        details.push_str(&format!(", {t} threads"));
-    }
-    if let Some(t) = &run.torch_version {
-        details.push_str(&format!(", torch {t}"));
-    }
-    details.push(')');
-    rows.push((
-        "hardware",
-        vec![
-            Text(format!("{} (device ", run.hardware)),
-            Code(run.device.clone()),
-            Text(details),
-        ],
-    ));
-    if let Some(n) = &run.numerics {
-        let mut cells = vec![Text("fingerprint ".into()), Code(n.fingerprint.clone())];
-        if let Some(k) = &n.cpu_kernels {
-            cells.push(Text(format!(", CPU kernels pinned to {} (", k.isa)));
-            cells.push(Code(k.env.join(" ")));
-            cells.push(Text(")".into()));
-            if let Some(note) = &k.note {
-                cells.push(Text(format!("; {note}")));
-            }
-        }
+    rows.push(("hardware", hardware_cells(run)));
+    if let Some(cells) = numerics_cells(run) {
         rows.push(("numerics", cells));
     }
     let mut harness = vec![Text(run.harness_version.clone())];
@@ -565,29 +517,92 @@ pub(crate) fn run_rows(r: &Report) -> Vec<(&'static str, Vec<Piece>)> {
         rows.push(("time", vec![Text(format!("{s} → {ended}"))]));
     }
     if let Some(p) = r.reference.as_ref().and_then(|g| g.provenance.as_ref()) {
-        let golden = match &p.source {
-            Some(src) => format!("{src} (not a run of this harness)"),
-            None => {
-                let commit = p
-                    .git_commit
-                    .as_deref()
-                    .map(|c| format!(" ({c})"))
-                    .unwrap_or_default();
-                format!(
-                    "blessed {} with harness {}{commit} on {}, seed {}",
-                    p.date,
-                    p.harness_version,
-                    p.device,
-                    p.seed.map(|s| s.to_string()).unwrap_or_else(|| "–".into())
-                )
-            }
-        };
-        rows.push(("golden", vec![Text(golden)]));
+        rows.push(("golden", vec![Text(golden_text(p))]));
     }
     if let Some(p) = &r.pending_golden {
         rows.push(("pending golden", vec![Code(p.clone())]));
     }
     rows
+}
+
+/// The "steps" row: steps recorded of those planned, or for a multi-seed run the steps of a
+/// seed and the number of seeds.
+fn steps_text(r: &Report) -> String {
+    let run = &r.run;
+    if r.is_multi_seed() {
+        let seeds = r
+            .verdict
+            .iter()
+            .flat_map(|v| v.rules.iter())
+            .filter(|x| x.rule.starts_with("seed:"))
+            .count();
+        format!(
+            "{} a seed, {seeds} seeds (each in its own directory)",
+            run.steps.unwrap_or_default()
+        )
+    } else {
+        let planned = run.steps.map(|s| format!(" of {s} planned"));
+        format!(
+            "{} recorded{}",
+            r.metrics.len(),
+            planned.unwrap_or_default()
+        )
+    }
+}
+
+/// The "hardware" row: the hardware, its device, threads and torch version.
+fn hardware_cells(run: &RunInfo) -> Vec<Piece> {
+    let mut details = String::new();
+    if let Some(t) = run.threads {
+        details.push_str(&format!(", {t} threads"));
+    }
+    if let Some(t) = &run.torch_version {
+        details.push_str(&format!(", torch {t}"));
+    }
+    details.push(')');
+    vec![
+        Piece::Text(format!("{} (device ", run.hardware)),
+        Piece::Code(run.device.clone()),
+        Piece::Text(details),
+    ]
+}
+
+/// The "numerics" row, when the run recorded its numerics: the fingerprint and any pinned
+/// CPU kernels.
+fn numerics_cells(run: &RunInfo) -> Option<Vec<Piece>> {
+    use Piece::{Code, Text};
+    let n = run.numerics.as_ref()?;
+    let mut cells = vec![Text("fingerprint ".into()), Code(n.fingerprint.clone())];
+    if let Some(k) = &n.cpu_kernels {
+        cells.push(Text(format!(", CPU kernels pinned to {} (", k.isa)));
+        cells.push(Code(k.env.join(" ")));
+        cells.push(Text(")".into()));
+        if let Some(note) = &k.note {
+            cells.push(Text(format!("; {note}")));
+        }
+    }
+    Some(cells)
+}
+
+/// The "golden" row: where the golden came from.
+fn golden_text(p: &Provenance) -> String {
+    match &p.source {
+        Some(src) => format!("{src} (not a run of this harness)"),
+        None => {
+            let commit = p
+                .git_commit
+                .as_deref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default();
+            format!(
+                "blessed {} with harness {}{commit} on {}, seed {}",
+                p.date,
+                p.harness_version,
+                p.device,
+                p.seed.map(|s| s.to_string()).unwrap_or_else(|| "–".into())
+            )
+        }
+    }
 }
 
 /// A file name for a metric's plot: `critic/rewards/mean` -> `critic_rewards_mean.svg`.

@@ -118,19 +118,11 @@ fn seed_status(r: &Report) -> RuleStatus {
 /// against the golden, then the seeds' distribution against the golden's calibration.
 pub fn judge_combined(dir: &Path, golden_root: &Path) -> Result<CombinedReport, CommandError> {
     let manifest = SeedsManifest::read(dir)?;
-    let mut seeds: Vec<(u64, Report)> = Vec::new();
-    let mut absent = Vec::new();
-    let mut errored: Vec<(u64, String)> = Vec::new();
-    for seed in &manifest.seeds {
-        let sd = SeedsManifest::seed_dir(dir, *seed);
-        if let Some(e) = manifest.errors.get(seed) {
-            errored.push((*seed, e.clone()));
-        } else if sd.join(super::manifest::MANIFEST_FILE).is_file() {
-            seeds.push((*seed, judge_stored(&sd, golden_root)?));
-        } else {
-            absent.push(*seed);
-        }
-    }
+    let StoredSeeds {
+        seeds,
+        absent,
+        errored,
+    } = StoredSeeds::judge(dir, &manifest, golden_root)?;
     let first = seeds.first().map(|(_, r)| r);
     let hardware = first.map(|r| r.run.hardware.clone()).unwrap_or_default();
     let golden = match first {
@@ -161,81 +153,14 @@ pub fn judge_combined(dir: &Path, golden_root: &Path) -> Result<CombinedReport, 
         })
         .collect();
     let mut verdict = judge_seeds(&runs, &checks, golden.as_ref());
-    for (seed, e) in &errored {
-        verdict.rules.push(crate::compare::RuleVerdict {
-            rule: crate::compare::seeds::seed_rule_id(*seed),
-            status: RuleStatus::Regressed,
-            evidence: crate::compare::Evidence {
-                message: format!("seed {seed}: the run failed: {e}"),
-                ..Default::default()
-            },
-            metrics: Vec::new(),
-            failing_steps: Vec::new(),
-            points: Vec::new(),
-            fail_fast: None,
-        });
-        verdict.outcome = Outcome::Regressed;
-    }
-    // A seed that never started (the run was stopped before it) is a rule of its own.
-    for seed in &absent {
-        verdict.rules.push(crate::compare::RuleVerdict {
-            rule: crate::compare::seeds::seed_rule_id(*seed),
-            status: RuleStatus::Missing,
-            evidence: crate::compare::Evidence {
-                message: format!(
-                    "seed {seed}: no run directory (the multi-seed run stopped before it)"
-                ),
-                ..Default::default()
-            },
-            metrics: Vec::new(),
-            failing_steps: Vec::new(),
-            points: Vec::new(),
-            fail_fast: None,
-        });
-        if verdict.outcome == Outcome::Passed {
-            verdict.outcome = Outcome::Missing;
-        }
-    }
+    add_unjudged_seed_rules(&mut verdict, &errored, &absent);
     let mut broken: Vec<String> = seeds
         .iter()
         .filter(|(_, r)| r.headline() == Headline::RunFailed)
         .map(|(s, r)| format!("seed {s}: {}", r.summary()))
         .collect();
     broken.extend(errored.iter().map(|(s, e)| format!("seed {s}: {e}")));
-    let status = if broken.is_empty() && absent.is_empty() {
-        RunStatus::Completed
-    } else if broken.is_empty() {
-        RunStatus::Interrupted
-    } else {
-        RunStatus::Failed
-    };
-    let run = RunInfo {
-        run_id: dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        dir: dir.display().to_string(),
-        scenario_path: manifest.scenario_path.clone(),
-        hardware,
-        status: Some(status),
-        reason: (!broken.is_empty()).then(|| broken.join("; ")).or_else(|| {
-            (!absent.is_empty()).then(|| format!("{} seed(s) never ran", absent.len()))
-        }),
-        failed_step: None,
-        seed: None,
-        steps: first.and_then(|r| r.run.steps),
-        harness_version: first
-            .map(|r| r.run.harness_version.clone())
-            .unwrap_or_default(),
-        git_commit: first.and_then(|r| r.run.git_commit.clone()),
-        host: first.map(|r| r.run.host.clone()).unwrap_or_default(),
-        device: first.map(|r| r.run.device.clone()).unwrap_or_default(),
-        threads: first.and_then(|r| r.run.threads),
-        torch_version: first.and_then(|r| r.run.torch_version.clone()),
-        numerics: first.and_then(|r| r.run.numerics.clone()),
-        started: Some(manifest.started.clone()),
-        ended: manifest.ended.clone(),
-    };
+    let run = combined_run_info(dir, &manifest, first, hardware, &broken, &absent);
     let mut notes = vec![format!(
         "multi-seed run: seeds {}, one run directory each (`seed-<S>/`); each seed is judged \
          against the golden alone (`seed:<S>`), then the seeds' window means against the \
@@ -270,6 +195,128 @@ pub fn judge_combined(dir: &Path, golden_root: &Path) -> Result<CombinedReport, 
         seeds,
         golden,
     })
+}
+
+/// The seeds of a multi-seed run as its directory stores them.
+struct StoredSeeds {
+    /// The seeds that ran, each re-judged against the golden alone.
+    seeds: Vec<(u64, Report)>,
+    /// The seeds with no run directory (the multi-seed run stopped before them).
+    absent: Vec<u64>,
+    /// The seeds whose run could not be made at all, with the error.
+    errored: Vec<(u64, String)>,
+}
+
+impl StoredSeeds {
+    /// Sort the manifest's seeds by what `dir` holds of them, judging each that ran.
+    fn judge(
+        dir: &Path,
+        manifest: &SeedsManifest,
+        golden_root: &Path,
+    ) -> Result<StoredSeeds, CommandError> {
+        let mut stored = StoredSeeds {
+            seeds: Vec::new(),
+            absent: Vec::new(),
+            errored: Vec::new(),
+        };
+        for seed in &manifest.seeds {
+            let sd = SeedsManifest::seed_dir(dir, *seed);
+            if let Some(e) = manifest.errors.get(seed) {
+                stored.errored.push((*seed, e.clone()));
+            } else if sd.join(super::manifest::MANIFEST_FILE).is_file() {
+                stored.seeds.push((*seed, judge_stored(&sd, golden_root)?));
+            } else {
+                stored.absent.push(*seed);
+            }
+        }
+        Ok(stored)
+    }
+}
+
+/// Add a `seed:<S>` rule for each seed that could not be judged: a regression for a seed whose
+/// run failed to be made, a missing rule for one that never started.
+fn add_unjudged_seed_rules(
+    verdict: &mut crate::compare::Verdict,
+    errored: &[(u64, String)],
+    absent: &[u64],
+) {
+    let rule = |seed: u64, status: RuleStatus, message: String| crate::compare::RuleVerdict {
+        rule: crate::compare::seeds::seed_rule_id(seed),
+        status,
+        evidence: crate::compare::Evidence {
+            message,
+            ..Default::default()
+        },
+        metrics: Vec::new(),
+        failing_steps: Vec::new(),
+        points: Vec::new(),
+        fail_fast: None,
+    };
+    for (seed, e) in errored {
+        verdict.rules.push(rule(
+            *seed,
+            RuleStatus::Regressed,
+            format!("seed {seed}: the run failed: {e}"),
+        ));
+        verdict.outcome = Outcome::Regressed;
+    }
+    // A seed that never started (the run was stopped before it) is a rule of its own.
+    for seed in absent {
+        verdict.rules.push(rule(
+            *seed,
+            RuleStatus::Missing,
+            format!("seed {seed}: no run directory (the multi-seed run stopped before it)"),
+        ));
+        if verdict.outcome == Outcome::Passed {
+            verdict.outcome = Outcome::Missing;
+        }
+    }
+}
+
+/// The combined run's own run info: the seeds' common facts (from the first seed judged), its
+/// status and reason from the seeds that broke (`broken`) or never ran (`absent`).
+fn combined_run_info(
+    dir: &Path,
+    manifest: &SeedsManifest,
+    first: Option<&Report>,
+    hardware: String,
+    broken: &[String],
+    absent: &[u64],
+) -> RunInfo {
+    let status = if broken.is_empty() && absent.is_empty() {
+        RunStatus::Completed
+    } else if broken.is_empty() {
+        RunStatus::Interrupted
+    } else {
+        RunStatus::Failed
+    };
+    RunInfo {
+        run_id: dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        dir: dir.display().to_string(),
+        scenario_path: manifest.scenario_path.clone(),
+        hardware,
+        status: Some(status),
+        reason: (!broken.is_empty()).then(|| broken.join("; ")).or_else(|| {
+            (!absent.is_empty()).then(|| format!("{} seed(s) never ran", absent.len()))
+        }),
+        failed_step: None,
+        seed: None,
+        steps: first.and_then(|r| r.run.steps),
+        harness_version: first
+            .map(|r| r.run.harness_version.clone())
+            .unwrap_or_default(),
+        git_commit: first.and_then(|r| r.run.git_commit.clone()),
+        host: first.map(|r| r.run.host.clone()).unwrap_or_default(),
+        device: first.map(|r| r.run.device.clone()).unwrap_or_default(),
+        threads: first.and_then(|r| r.run.threads),
+        torch_version: first.and_then(|r| r.run.torch_version.clone()),
+        numerics: first.and_then(|r| r.run.numerics.clone()),
+        started: Some(manifest.started.clone()),
+        ended: manifest.ended.clone(),
+    }
 }
 
 /// The combined report and what its plots draw.

@@ -715,15 +715,35 @@ fn expect_mapping(root: &SpannedNode) -> Result<(), SpecErrors> {
     Ok(())
 }
 
+/// The scenario file's YAML tree, which must be a mapping.
+fn read_tree(path: &Path) -> Result<SpannedNode, SpecErrors> {
+    let text =
+        crate::fsx::read_to_string(path).map_err(|e| SpecError::file(path, e.to_string()))?;
+    let root = yaml::parse(&text, path)?;
+    expect_mapping(&root)?;
+    Ok(root)
+}
+
+/// The `selftest` block, checked against the rest of the scenario (`declares_verdict`:
+/// whether it declares an `expected_verdict`).
+fn selftest_field(
+    root: &SpannedNode,
+    declares_verdict: bool,
+    errors: &mut Vec<SpecError>,
+) -> Option<SelfTest> {
+    let selftest: Option<SelfTest> = field(root, "selftest", errors);
+    if let (Some(st), Some(node)) = (&selftest, root.get("selftest")) {
+        check_selftest(st, node, declares_verdict, errors);
+    }
+    selftest
+}
+
 /// Load, layer, override, interpolate and validate one scenario file. `overrides` are
 /// `--set KEY=VALUE` arguments; KEY is a dotted path from the scenario root. Every error found
 /// is returned, not only the first.
 pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, SpecErrors> {
-    let text =
-        crate::fsx::read_to_string(path).map_err(|e| SpecError::file(path, e.to_string()))?;
-    let mut root = yaml::parse(&text, path)?;
+    let mut root = read_tree(path)?;
     let mut errors = Vec::new();
-    expect_mapping(&root)?;
 
     // Overrides: config ones go to the layering, the rest edit the tree now.
     let parsed: Vec<Override> = overrides
@@ -761,15 +781,11 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
     let timeouts: Option<Timeouts> = field(&root, "timeouts", &mut errors);
     let expected_verdict: Option<Option<crate::checks::ExpectedVerdict>> =
         field(&root, "expected_verdict", &mut errors);
-    let selftest: Option<SelfTest> = field(&root, "selftest", &mut errors);
-    if let (Some(st), Some(node)) = (&selftest, root.get("selftest")) {
-        check_selftest(
-            st,
-            node,
-            matches!(expected_verdict, Some(Some(_))),
-            &mut errors,
-        );
-    }
+    let selftest = selftest_field(
+        &root,
+        matches!(expected_verdict, Some(Some(_))),
+        &mut errors,
+    );
 
     check_name_and_steps(&root, name.as_deref(), steps, &mut errors);
 

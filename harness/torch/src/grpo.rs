@@ -183,40 +183,15 @@ pub fn run_grpo(
     let mut records = Vec::new();
     for step in 0..run.steps {
         let t0 = Instant::now();
-        let problems = task.batch(run.seed, step as u64, run.prompts_per_step);
-        let mut params = Map::new();
-        params.insert("n".into(), json!(run.n));
-        params.insert("temperature".into(), json!(run.temperature));
-        params.insert("top_p".into(), json!(1.0));
-        params.insert("max_tokens".into(), json!(run.max_tokens));
-        let request = GenerateRequest {
-            prompts: problems.iter().map(|p| p.prompt.clone()).collect(),
-            sampling_params: params,
-        };
-        let completions = engine.generate(sampler, &request)?.value;
-        let mut prompts = Vec::new();
-        let mut responses = Vec::new();
-        let mut scores = Vec::new();
-        for (k, c) in completions.iter().enumerate() {
-            let problem = &problems[k / run.n];
-            prompts.push(CharTokenizer::encode(&problem.prompt).map_err(EngineError::internal)?);
-            responses.push(c.token_ids.clone());
-            scores.push(scorer.score(&c.text, &problem.ground_truth()));
-        }
+        let Rollouts {
+            prompts,
+            responses,
+            scores,
+        } = rollouts(engine, sampler, &task, &scorer, run, step)?;
         let (tensors, p, r) = padded_batch(&prompts, &responses);
         let b = prompts.len();
         let s = p + r;
-        let mut meta = Map::new();
-        meta.insert("pad_token_id".into(), json!(PAD_ID));
-        meta.insert("temperature".into(), json!(run.temperature));
-        meta.insert("zorro_train_enable".into(), json!(false));
-        meta.insert("drop_position_ids".into(), json!(true));
-        meta.insert("global_batch_size".into(), json!(b));
-        meta.insert(
-            "actor_config".into(),
-            json!({"entropy_coeff": run.entropy_coeff, "loss_agg_mode": "token-mean", "use_kl_loss": false,
-                   "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0}),
-        );
+        let meta = step_meta(run, b);
         let old = engine.forward(
             trainer,
             &ModelBatch {
@@ -289,6 +264,65 @@ pub fn run_grpo(
     engine.destroy_job(trainer);
     engine.destroy_job(sampler);
     Ok(records)
+}
+
+/// One step's rollouts: each response with its prompt's token ids and its score.
+struct Rollouts {
+    prompts: Vec<Vec<i64>>,
+    responses: Vec<Vec<i64>>,
+    scores: Vec<f64>,
+}
+
+/// Generate `n` responses for each of the step's prompts on the `sampler` job and score them.
+fn rollouts(
+    engine: &dyn Engine,
+    sampler: u64,
+    task: &ArithTask,
+    scorer: &ScorerConfig,
+    run: &GrpoRun,
+    step: usize,
+) -> Result<Rollouts, EngineError> {
+    let problems = task.batch(run.seed, step as u64, run.prompts_per_step);
+    let mut params = Map::new();
+    params.insert("n".into(), json!(run.n));
+    params.insert("temperature".into(), json!(run.temperature));
+    params.insert("top_p".into(), json!(1.0));
+    params.insert("max_tokens".into(), json!(run.max_tokens));
+    let request = GenerateRequest {
+        prompts: problems.iter().map(|p| p.prompt.clone()).collect(),
+        sampling_params: params,
+    };
+    let completions = engine.generate(sampler, &request)?.value;
+    let mut out = Rollouts {
+        prompts: Vec::new(),
+        responses: Vec::new(),
+        scores: Vec::new(),
+    };
+    for (k, c) in completions.iter().enumerate() {
+        let problem = &problems[k / run.n];
+        out.prompts
+            .push(CharTokenizer::encode(&problem.prompt).map_err(EngineError::internal)?);
+        out.responses.push(c.token_ids.clone());
+        out.scores
+            .push(scorer.score(&c.text, &problem.ground_truth()));
+    }
+    Ok(out)
+}
+
+/// The `meta` of a step's forwards over `b` sequences, as the driver sends it.
+fn step_meta(run: &GrpoRun, b: usize) -> Map<String, Value> {
+    let mut meta = Map::new();
+    meta.insert("pad_token_id".into(), json!(PAD_ID));
+    meta.insert("temperature".into(), json!(run.temperature));
+    meta.insert("zorro_train_enable".into(), json!(false));
+    meta.insert("drop_position_ids".into(), json!(true));
+    meta.insert("global_batch_size".into(), json!(b));
+    meta.insert(
+        "actor_config".into(),
+        json!({"entropy_coeff": run.entropy_coeff, "loss_agg_mode": "token-mean", "use_kl_loss": false,
+               "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0}),
+    );
+    meta
 }
 
 /// Mean of `field` over records `[from, to)`.

@@ -189,8 +189,6 @@ pub async fn run_matrix(files: &[PathBuf], opts: &RunOptions, m: &LocalMatrix) -
     } else {
         Vec::new()
     };
-    let gpu_pool = Arc::new(GpuPool::new(gpus));
-    let cpu = Arc::new(tokio::sync::Semaphore::new(jobs));
     let addr_locks: HashMap<String, Arc<tokio::sync::Mutex<()>>> = needs
         .iter()
         .filter_map(|n| n.fixed_addr.clone())
@@ -205,86 +203,25 @@ pub async fn run_matrix(files: &[PathBuf], opts: &RunOptions, m: &LocalMatrix) -
             }
         })
     };
-    // Bars side by side on a terminal; plain lines (each prefixed with its scenario) otherwise.
-    let group = (jobs > 1 && opts.progress).then(indicatif::MultiProgress::new);
+    let task = ScenarioTask {
+        opts: opts.clone(),
+        m: m.clone(),
+        jobs,
+        cpu: Arc::new(tokio::sync::Semaphore::new(jobs)),
+        gpu_pool: Arc::new(GpuPool::new(gpus)),
+        interrupted,
+        // Bars side by side on a terminal; plain lines (each prefixed with its scenario)
+        // otherwise.
+        group: (jobs > 1 && opts.progress).then(indicatif::MultiProgress::new),
+    };
     let mut tasks = Vec::new();
     for (file, need) in files.iter().cloned().zip(needs) {
-        let (opts, m, cpu, gpu_pool, interrupted, group) = (
-            opts.clone(),
-            m.clone(),
-            cpu.clone(),
-            gpu_pool.clone(),
-            interrupted.clone(),
-            group.clone(),
-        );
         let addr_lock = need
             .fixed_addr
             .as_ref()
             .and_then(|a| addr_locks.get(a))
             .cloned();
-        tasks.push(tokio::spawn(async move {
-            // A GPU scenario takes its GPUs (all of them if it asks for more than there are;
-            // its requirements check then says so); any other scenario takes a CPU slot.
-            let pinned = if need.gpus > 0 && gpu_pool.total > 0 {
-                let n = need
-                    .gpus
-                    .min(u32::try_from(gpu_pool.total).unwrap_or(u32::MAX));
-                gpu_pool.take(n).await
-            } else {
-                None
-            };
-            let _cpu = match pinned {
-                Some(_) => None,
-                None => cpu.acquire_owned().await.ok(),
-            };
-            let _addr = match &addr_lock {
-                Some(l) => Some(l.lock().await),
-                None => None,
-            };
-            let started = Instant::now();
-            let mut slot = Slot {
-                progress: group.clone(),
-                label: (jobs > 1).then(|| {
-                    file.file_stem()
-                        .map(|s| s.to_string_lossy().into_owned())
-                        .unwrap_or_default()
-                }),
-                ..Slot::default()
-            };
-            let placement = match &pinned {
-                Some(ids) => {
-                    let v = ids.join(",");
-                    slot.env.push(("CUDA_VISIBLE_DEVICES".into(), v.clone()));
-                    format!("local (CUDA_VISIBLE_DEVICES={v})")
-                }
-                None => "local".into(),
-            };
-            let entry = if interrupted.load(Ordering::SeqCst) {
-                let e = CommandError::run_failed("interrupted (Ctrl-C) before it started");
-                error_entry(&file, &e, &placement, 0.0)
-            } else {
-                let result = SLOT
-                    .scope(slot, async {
-                        match &m.seeds {
-                            Some(list) => {
-                                crate::app::run_seeds(&file, list, m.seed_jobs, &opts).await
-                            }
-                            None => crate::app::run_one(&file, &opts).await,
-                        }
-                    })
-                    .await;
-                let secs = started.elapsed().as_secs_f64();
-                match result {
-                    Ok(r) => report_entry(&file, &r, &placement, secs),
-                    Err(e) => error_entry(&file, &e, &placement, secs),
-                }
-            };
-            if let Some(ids) = pinned {
-                gpu_pool.give_back(ids);
-            }
-            print_entry(&entry, group.as_ref());
-            entry
-        }));
+        tasks.push(tokio::spawn(task.clone().run(file, need, addr_lock)));
     }
     let mut entries = Vec::with_capacity(tasks.len());
     for (file, t) in files.iter().zip(tasks) {
@@ -300,6 +237,100 @@ pub async fn run_matrix(files: &[PathBuf], opts: &RunOptions, m: &LocalMatrix) -
     }
     watcher.abort();
     entries
+}
+
+/// What every scenario's task of one matrix shares: the options, the CPU slots and GPUs it
+/// takes its place from, the Ctrl-C flag and the progress bars.
+#[derive(Clone)]
+struct ScenarioTask {
+    opts: RunOptions,
+    m: LocalMatrix,
+    /// How many scenarios run side by side.
+    jobs: usize,
+    cpu: Arc<tokio::sync::Semaphore>,
+    gpu_pool: Arc<GpuPool>,
+    interrupted: Arc<AtomicBool>,
+    group: Option<indicatif::MultiProgress>,
+}
+
+impl ScenarioTask {
+    /// Run one scenario once its place is free (its GPUs or a CPU slot, and its fixed address
+    /// through `addr_lock`), print its entry and return it.
+    async fn run(
+        self,
+        file: PathBuf,
+        need: Needs,
+        addr_lock: Option<Arc<tokio::sync::Mutex<()>>>,
+    ) -> Entry {
+        // A GPU scenario takes its GPUs (all of them if it asks for more than there are;
+        // its requirements check then says so); any other scenario takes a CPU slot.
+        let pinned = if need.gpus > 0 && self.gpu_pool.total > 0 {
+            let n = need
+                .gpus
+                .min(u32::try_from(self.gpu_pool.total).unwrap_or(u32::MAX));
+            self.gpu_pool.take(n).await
+        } else {
+            None
+        };
+        let _cpu = match pinned {
+            Some(_) => None,
+            None => self.cpu.clone().acquire_owned().await.ok(),
+        };
+        let _addr = match &addr_lock {
+            Some(l) => Some(l.lock().await),
+            None => None,
+        };
+        let started = Instant::now();
+        let (slot, placement) = self.slot(&file, pinned.as_deref());
+        let entry = if self.interrupted.load(Ordering::SeqCst) {
+            let e = CommandError::run_failed("interrupted (Ctrl-C) before it started");
+            error_entry(&file, &e, &placement, 0.0)
+        } else {
+            let result = SLOT
+                .scope(slot, async {
+                    match &self.m.seeds {
+                        Some(list) => {
+                            crate::app::run_seeds(&file, list, self.m.seed_jobs, &self.opts).await
+                        }
+                        None => crate::app::run_one(&file, &self.opts).await,
+                    }
+                })
+                .await;
+            let secs = started.elapsed().as_secs_f64();
+            match result {
+                Ok(r) => report_entry(&file, &r, &placement, secs),
+                Err(e) => error_entry(&file, &e, &placement, secs),
+            }
+        };
+        if let Some(ids) = pinned {
+            self.gpu_pool.give_back(ids);
+        }
+        print_entry(&entry, self.group.as_ref());
+        entry
+    }
+
+    /// The scenario's slot (its progress bar or line label, its GPUs through
+    /// `CUDA_VISIBLE_DEVICES`) and its placement as the entry words it.
+    fn slot(&self, file: &Path, pinned: Option<&[String]>) -> (Slot, String) {
+        let mut slot = Slot {
+            progress: self.group.clone(),
+            label: (self.jobs > 1).then(|| {
+                file.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            }),
+            ..Slot::default()
+        };
+        let placement = match pinned {
+            Some(ids) => {
+                let v = ids.join(",");
+                slot.env.push(("CUDA_VISIBLE_DEVICES".into(), v.clone()));
+                format!("local (CUDA_VISIBLE_DEVICES={v})")
+            }
+            None => "local".into(),
+        };
+        (slot, placement)
+    }
 }
 
 #[cfg(test)]

@@ -505,19 +505,11 @@ async fn watch(
     let mut errors = 0u32;
     let mut last_logs = Instant::now() - Duration::from_secs(10);
     let info = loop {
-        let info = match client.status(&id).await {
-            Ok(i) => {
-                errors = 0;
-                Some(i)
-            }
-            Err(e) => {
-                errors += 1;
-                // A head that stays unreachable: stop waiting, say which job is left.
-                if errors >= 30 {
-                    gave_up = Some(format!("lost contact with the Ray jobs API ({e})"));
-                    break None;
-                }
-                None
+        let info = match poll_status(client, &id, &mut errors).await {
+            Ok(info) => info,
+            Err(why) => {
+                gave_up = Some(why);
+                break None;
             }
         };
         if let Some(i) = &info {
@@ -576,46 +568,7 @@ async fn watch(
     let mut stop_note = None;
     if gave_up.is_some() && !info.as_ref().is_some_and(JobInfo::is_terminal) {
         shown.state("stopping");
-        let pending = info.as_ref().is_some_and(|i| i.status == "PENDING");
-        let stopped = client.stop(&id).await;
-        // A running job ends within Ray's stop grace (SIGTERM, then SIGKILL after
-        // RAY_JOB_STOP_WAIT_TIME_S, 3 s by default).
-        let wait = if pending { 3 } else { 20 };
-        let deadline = Instant::now() + Duration::from_secs(wait);
-        while Instant::now() < deadline {
-            if let Ok(i) = client.status(&id).await {
-                let done = i.is_terminal();
-                info = Some(i);
-                if done {
-                    break;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        if !info.as_ref().is_some_and(JobInfo::is_terminal) {
-            let note = match (&stopped, pending) {
-                // Ray queues the stop on the job's supervisor, which is not placed yet: the
-                // job stays PENDING until the cluster could place it and then stops at once
-                // (Ray fails a job still pending after RAY_JOB_START_TIMEOUT_SECONDS).
-                (Ok(_), true) => format!(
-                    "Ray took the stop request; the job shows PENDING until the cluster could \
-                     place it, then stops at once (`ray job stop {id} --address {}`)",
-                    client.base
-                ),
-                (Ok(_), false) => format!(
-                    "Ray job {id} did not stop within {wait} s; it may still be running: \
-                     `ray job stop {id} --address {}`",
-                    client.base
-                ),
-                (Err(e), _) => format!(
-                    "the stop request for Ray job {id} failed ({e}); it may still be running: \
-                     `ray job stop {id} --address {}`",
-                    client.base
-                ),
-            };
-            eprintln!("warning: {note}");
-            stop_note = Some(note);
-        }
+        (info, stop_note) = stop_job(client, &id, info).await;
         if let Ok(l) = client.logs(&id).await {
             log = l;
         }
@@ -630,6 +583,78 @@ async fn watch(
         stop_note,
         seconds: submitted.elapsed().as_secs_f64(),
     }
+}
+
+/// One look at a job's state; `errors` counts the failed looks in a row. `Err` when the head
+/// stays unreachable: stop waiting, say which job is left.
+async fn poll_status(
+    client: &RayClient,
+    id: &str,
+    errors: &mut u32,
+) -> Result<Option<JobInfo>, String> {
+    match client.status(id).await {
+        Ok(i) => {
+            *errors = 0;
+            Ok(Some(i))
+        }
+        Err(e) => {
+            *errors += 1;
+            if *errors >= 30 {
+                return Err(format!("lost contact with the Ray jobs API ({e})"));
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Stop a job the harness gave up on (last seen as `info`) and wait (bounded) for Ray to say it
+/// ended: its state then, and a note on the stop when it did not end (also printed).
+async fn stop_job(
+    client: &RayClient,
+    id: &str,
+    mut info: Option<JobInfo>,
+) -> (Option<JobInfo>, Option<String>) {
+    let pending = info.as_ref().is_some_and(|i| i.status == "PENDING");
+    let stopped = client.stop(id).await;
+    // A running job ends within Ray's stop grace (SIGTERM, then SIGKILL after
+    // RAY_JOB_STOP_WAIT_TIME_S, 3 s by default).
+    let wait = if pending { 3 } else { 20 };
+    let deadline = Instant::now() + Duration::from_secs(wait);
+    while Instant::now() < deadline {
+        if let Ok(i) = client.status(id).await {
+            let done = i.is_terminal();
+            info = Some(i);
+            if done {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    if info.as_ref().is_some_and(JobInfo::is_terminal) {
+        return (info, None);
+    }
+    let note = match (&stopped, pending) {
+        // Ray queues the stop on the job's supervisor, which is not placed yet: the
+        // job stays PENDING until the cluster could place it and then stops at once
+        // (Ray fails a job still pending after RAY_JOB_START_TIMEOUT_SECONDS).
+        (Ok(_), true) => format!(
+            "Ray took the stop request; the job shows PENDING until the cluster could \
+             place it, then stops at once (`ray job stop {id} --address {}`)",
+            client.base
+        ),
+        (Ok(_), false) => format!(
+            "Ray job {id} did not stop within {wait} s; it may still be running: \
+             `ray job stop {id} --address {}`",
+            client.base
+        ),
+        (Err(e), _) => format!(
+            "the stop request for Ray job {id} failed ({e}); it may still be running: \
+             `ray job stop {id} --address {}`",
+            client.base
+        ),
+    };
+    eprintln!("warning: {note}");
+    (info, Some(note))
 }
 
 /// Put the run directories a frame carried under OUT/<scenario>/ (a name already there gets a
@@ -806,17 +831,7 @@ pub async fn run_matrix(files: &[PathBuf], args: &RunArgs) -> Result<Vec<Entry>,
         .as_deref()
         .ok_or_else(|| CommandError::invalid("--executor ray needs --address http://HEAD:8265"))?;
     let client = RayClient::new(address)?;
-    let mut env_vars = serde_json::Map::new();
-    for kv in &args.ray_env {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| CommandError::invalid(format!("--ray-env {kv}: expected KEY=VALUE")))?;
-        env_vars.insert(k.into(), json!(v));
-    }
-    // A CI submitter's jobs do not write goldens either.
-    if let Ok(ci) = std::env::var("CI") {
-        env_vars.entry("CI").or_insert(json!(ci));
-    }
+    let env_vars = job_env_vars(args)?;
     let (planned, invalid, package_files) = plan(files, args)?;
     crate::fsx::create_dir_all(&args.out).map_err(|e| CommandError::run_failed(e.to_string()))?;
     let mut entries: Vec<Option<Entry>> = vec![None; files.len()];
@@ -827,32 +842,13 @@ pub async fn run_matrix(files: &[PathBuf], args: &RunArgs) -> Result<Vec<Entry>,
     let uri = if planned.is_empty() {
         None
     } else {
-        let zip = tokio::task::spawn_blocking(move || bundle::zip_files(&package_files))
-            .await
-            .map_err(|e| CommandError::run_failed(format!("packing crashed: {e}")))?
-            .map_err(|e| CommandError::run_failed(format!("the job package: {e}")))?;
-        let name = format!("_ray_pkg_{}.zip", &bundle::sha256_hex(&zip)[..32]);
-        let mib = zip.len() as f64 / (1024.0 * 1024.0);
-        let uri = client
-            .ensure_package(&name, zip)
-            .await
-            .map_err(|e| CommandError::run_failed(e.to_string()))?;
-        eprintln!("ray: the jobs' package {uri} ({mib:.1} MiB) is on the cluster");
-        Some(uri)
+        Some(upload_package(&client, package_files).await?)
     };
     let tty = std::io::stderr().is_terminal() && !args.no_progress;
     let group = tty.then(indicatif::MultiProgress::new);
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
     let cancel_tx = Arc::new(cancel_tx);
-    let ctrl_c = {
-        let cancel_tx = cancel_tx.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("interrupted: stopping this invocation's Ray jobs");
-                let _ = cancel_tx.send(true);
-            }
-        })
-    };
+    let ctrl_c = cancel_on_ctrl_c(cancel_tx.clone());
     let mut tasks = Vec::new();
     let files_index: BTreeMap<&Path, usize> = files
         .iter()
@@ -871,21 +867,7 @@ pub async fn run_matrix(files: &[PathBuf], args: &RunArgs) -> Result<Vec<Entry>,
             entries[index] = Some(e);
             continue;
         }
-        let mut body = json!({
-            "entrypoint": entrypoint(args, &p.in_package),
-            "runtime_env": {
-                "working_dir": uri.clone().unwrap_or_default(),
-                "env_vars": Value::Object(env_vars.clone()),
-            },
-            "metadata": {
-                "rlharness_scenario": p.name.clone(),
-                "rlharness_file": p.file.display().to_string(),
-                "submitted_by": "rlharness run --executor ray",
-            },
-        });
-        if let Value::Object(m) = &mut body {
-            m.extend(resources(&p, args));
-        }
+        let body = job_body(&p, args, uri.as_deref(), &env_vars);
         let id = match client.submit(&body).await {
             Ok(id) => id,
             Err(e) => {
@@ -925,6 +907,17 @@ pub async fn run_matrix(files: &[PathBuf], args: &RunArgs) -> Result<Vec<Entry>,
             }),
         ));
     }
+    let entries = gather(files, entries, tasks).await;
+    ctrl_c.abort();
+    Ok(entries)
+}
+
+/// Wait for every watcher and fill in its file's entry; a file left with none has "no result".
+async fn gather(
+    files: &[PathBuf],
+    mut entries: Vec<Option<Entry>>,
+    tasks: Vec<(usize, tokio::task::JoinHandle<Result<Entry, CommandError>>)>,
+) -> Vec<Entry> {
     for (index, t) in tasks {
         let e = match t.await {
             Ok(Ok(e)) => e,
@@ -938,8 +931,7 @@ pub async fn run_matrix(files: &[PathBuf], args: &RunArgs) -> Result<Vec<Entry>,
         };
         entries[index] = Some(e);
     }
-    ctrl_c.abort();
-    Ok(entries
+    entries
         .into_iter()
         .zip(files)
         .map(|(e, f)| {
@@ -947,7 +939,77 @@ pub async fn run_matrix(files: &[PathBuf], args: &RunArgs) -> Result<Vec<Entry>,
                 super::local::error_entry(f, &CommandError::run_failed("no result"), "ray", 0.0)
             })
         })
-        .collect())
+        .collect()
+}
+
+/// The jobs' environment: `--ray-env KEY=VALUE`, and the submitter's `CI`.
+fn job_env_vars(args: &RunArgs) -> Result<serde_json::Map<String, Value>, CommandError> {
+    let mut env_vars = serde_json::Map::new();
+    for kv in &args.ray_env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| CommandError::invalid(format!("--ray-env {kv}: expected KEY=VALUE")))?;
+        env_vars.insert(k.into(), json!(v));
+    }
+    // A CI submitter's jobs do not write goldens either.
+    if let Ok(ci) = std::env::var("CI") {
+        env_vars.entry("CI").or_insert(json!(ci));
+    }
+    Ok(env_vars)
+}
+
+/// Pack the jobs' package and put it on the cluster (unless it is there already): its URI.
+async fn upload_package(client: &RayClient, package_files: Files) -> Result<String, CommandError> {
+    let zip = tokio::task::spawn_blocking(move || bundle::zip_files(&package_files))
+        .await
+        .map_err(|e| CommandError::run_failed(format!("packing crashed: {e}")))?
+        .map_err(|e| CommandError::run_failed(format!("the job package: {e}")))?;
+    let name = format!("_ray_pkg_{}.zip", &bundle::sha256_hex(&zip)[..32]);
+    let mib = zip.len() as f64 / (1024.0 * 1024.0);
+    let uri = client
+        .ensure_package(&name, zip)
+        .await
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    eprintln!("ray: the jobs' package {uri} ({mib:.1} MiB) is on the cluster");
+    Ok(uri)
+}
+
+/// On Ctrl-C, tell every watcher (through `cancel_tx`) to stop its job.
+fn cancel_on_ctrl_c(
+    cancel_tx: Arc<tokio::sync::watch::Sender<bool>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("interrupted: stopping this invocation's Ray jobs");
+            let _ = cancel_tx.send(true);
+        }
+    })
+}
+
+/// The Jobs API's submission of one planned scenario: its entrypoint, the package as its
+/// working directory, its environment, metadata and resources.
+fn job_body(
+    p: &Planned,
+    args: &RunArgs,
+    uri: Option<&str>,
+    env_vars: &serde_json::Map<String, Value>,
+) -> Value {
+    let mut body = json!({
+        "entrypoint": entrypoint(args, &p.in_package),
+        "runtime_env": {
+            "working_dir": uri.unwrap_or_default(),
+            "env_vars": Value::Object(env_vars.clone()),
+        },
+        "metadata": {
+            "rlharness_scenario": p.name.clone(),
+            "rlharness_file": p.file.display().to_string(),
+            "submitted_by": "rlharness run --executor ray",
+        },
+    });
+    if let Value::Object(m) = &mut body {
+        m.extend(resources(p, args));
+    }
+    body
 }
 
 /// `rlharness job-entry`: the entrypoint of a Ray job. `run` for its scenario, then OUT (its run
