@@ -175,8 +175,85 @@ impl MemoryWatch {
 
 fn main() -> anyhow::Result<()> {
     let a = parse()?;
-    let spec = if a.smoke {
-        TorchSpec {
+    let engine = TorchEngine::new(&engine_spec(&a), 0)?.with_hand_head(!a.autograd_head);
+    let cfg = engine.model_config().clone();
+    let watch = (!a.smoke)
+        .then(mem_get_info)
+        .flatten()
+        .map(MemoryWatch::start);
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let vocab = cfg.vocab_size as i64;
+
+    let (b, s) = (a.prompts * a.n, a.prompt_len + a.response_len);
+    let batch = update_batch(&a, vocab, &mut rng)?;
+    let t = time_update(&engine, &a, &batch)?;
+    let shape = ModelShape {
+        hidden_size: cfg.hidden as u64,
+        intermediate_size: cfg.intermediate as u64,
+        num_layers: cfg.layers as u64,
+        num_heads: cfg.heads as u64,
+        num_kv_heads: cfg.kv_heads as u64,
+        head_dim: cfg.head_dim as u64,
+        vocab_size: cfg.vocab_size as u64,
+    };
+    let flops = shape.training_flops(&vec![s as u64; b]);
+    let peak_flops = 989e12;
+
+    let gen_runs = if a.no_generate {
+        Vec::new()
+    } else {
+        time_generate(&engine, &a, vocab, &mut rng)?
+    };
+    let gen_rates: Vec<f64> = gen_runs.iter().map(|&(t, s)| t as f64 / s).collect();
+    let mut by_rate = gen_runs.clone();
+    by_rate.sort_by(|a, b| (a.0 as f64 / a.1).total_cmp(&(b.0 as f64 / b.1)));
+    // The median repeat.
+    let (gen_tokens, gen_s) = by_rate
+        .get(by_rate.len() / 2)
+        .copied()
+        .unwrap_or((0, f64::NAN));
+    let peak_mem = watch.map(MemoryWatch::finish);
+
+    let mfu = flops / t.update_s / peak_flops;
+    let tps = gen_tokens as f64 / gen_s;
+    let line = json!({
+        "device": engine.info().device,
+        "dtype": engine.info().dtype,
+        "torch": engine.info().torch_version,
+        "smoke": a.smoke,
+        "params": engine.info().num_parameters,
+        "sequences": b, "seq_len": s, "micro_batch": a.micro_batch,
+        "update_flops": flops,
+        "forward_backward_seconds": t.forward_backward_s,
+        "update_seconds": t.update_s,
+        "forward_only_seconds": t.forward_s,
+        "mfu": mfu,
+        "mfu_forward_backward_only": flops / t.forward_backward_s / peak_flops,
+        "peak_device_memory_gib": peak_mem,
+        "generate_prompts": a.gen_prompts, "generate_prompt_len": a.gen_prompt_len,
+        "generated_tokens": gen_tokens,
+        "generate_seconds": (!a.no_generate).then_some(gen_s),
+        "generate_tokens_per_s": (!a.no_generate).then_some(tps),
+        "generate_tokens_per_s_each": gen_rates,
+        "cuda_graphs": a.graphs,
+        "autograd_head": a.autograd_head,
+        "head_gib": a.head_gib,
+        "step_seconds": t.update_s - t.forward_backward_s,
+        "targets": {"mfu": 0.35, "generate_tokens_per_s": 3.0 * 1158.0, "peak_memory_gib": 98.0},
+        "pass": {
+            "mfu": mfu >= 0.35,
+            "generate": (!a.no_generate).then_some(tps >= 3.0 * 1158.0),
+            "memory": peak_mem.map(|m| m <= 98.0),
+        },
+    });
+    println!("{line}");
+    Ok(())
+}
+
+/// The Qwen3-0.6B shape on CUDA in bf16, or (`--smoke`) a tiny one on the CPU.
+fn engine_spec(a: &Args) -> TorchSpec {
+    if a.smoke {
+        return TorchSpec {
             model: Box::new(ModelSpec {
                 kind: ModelKind::Qwen3,
                 preset: Some("qwen3-0.6b".into()),
@@ -190,43 +267,24 @@ fn main() -> anyhow::Result<()> {
                 ..ModelSpec::default()
             }),
             ..TorchSpec::default()
-        }
-    } else {
-        TorchSpec {
-            model: Box::new(ModelSpec {
-                kind: ModelKind::Qwen3,
-                preset: Some("qwen3-0.6b".into()),
-                ..ModelSpec::default()
-            }),
-            device: TorchDevice::Cuda,
-            dtype: TorchDType::Bf16,
-            cuda_graphs: a.graphs,
-            ..TorchSpec::default()
-        }
-    };
-    let engine = TorchEngine::new(&spec, 0)?.with_hand_head(!a.autograd_head);
-    let cfg = engine.model_config().clone();
-    let watch = (!a.smoke)
-        .then(mem_get_info)
-        .flatten()
-        .map(MemoryWatch::start);
-    let mut rng = ChaCha8Rng::seed_from_u64(0);
-    let vocab = cfg.vocab_size as i64;
-
-    // Update: one forward-backward over B = prompts x n sequences of P + R tokens, one step.
-    let mut training = job_config(JobType::Training);
-    training.ds_config = Some(json!({
-        "train_micro_batch_size_per_gpu": a.micro_batch,
-        "gradient_clipping": 1.0,
-        "optimizer": {"type": "AdamW", "params": {"lr": 1e-6, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}},
-    }));
-    if let Some(gib) = a.head_gib {
-        training.ds_worker_config = Some(json!({
-            "logits_optimization": "compute",
-            "logits_optimization_peak_mem_size_in_gib": gib,
-        }));
+        };
     }
-    engine.create_job(1, &training)?;
+    TorchSpec {
+        model: Box::new(ModelSpec {
+            kind: ModelKind::Qwen3,
+            preset: Some("qwen3-0.6b".into()),
+            ..ModelSpec::default()
+        }),
+        device: TorchDevice::Cuda,
+        dtype: TorchDType::Bf16,
+        cuda_graphs: a.graphs,
+        ..TorchSpec::default()
+    }
+}
+
+/// One update's batch: B = prompts x n sequences of P + R random tokens, every response token
+/// in the loss, advantages +1 and -1 alternating by row.
+fn update_batch(a: &Args, vocab: i64, rng: &mut ChaCha8Rng) -> anyhow::Result<ModelBatch> {
     let (b, p, r) = (a.prompts * a.n, a.prompt_len, a.response_len);
     let s = p + r;
     let ids: Vec<i64> = (0..b * s).map(|_| rng.random_range(2..vocab)).collect();
@@ -244,7 +302,7 @@ fn main() -> anyhow::Result<()> {
             adv[i * s + t] = if i % 2 == 0 { 1.0 } else { -1.0 };
         }
     }
-    let batch = ModelBatch {
+    Ok(ModelBatch {
         batch: vec![
             ("input_ids".into(), i64_tensor(vec![b, s], &ids)),
             (
@@ -269,12 +327,37 @@ fn main() -> anyhow::Result<()> {
             "compute_entropy_and_logprobs".into(),
         ],
         loss_fn: Some("verl_grpo".into()),
-    };
+    })
+}
+
+/// Mean seconds of the timed updates (after one warm-up), and of one old-log-prob pass.
+struct UpdateTimes {
+    forward_backward_s: f64,
+    update_s: f64,
+    forward_s: f64,
+}
+
+/// Creates the training job, runs `iters` timed updates after a warm-up (forward-backward,
+/// then the optimizer step) and one timed forward-only pass, then destroys the job.
+fn time_update(engine: &TorchEngine, a: &Args, batch: &ModelBatch) -> anyhow::Result<UpdateTimes> {
+    let mut training = job_config(JobType::Training);
+    training.ds_config = Some(json!({
+        "train_micro_batch_size_per_gpu": a.micro_batch,
+        "gradient_clipping": 1.0,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-6, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}},
+    }));
+    if let Some(gib) = a.head_gib {
+        training.ds_worker_config = Some(json!({
+            "logits_optimization": "compute",
+            "logits_optimization_peak_mem_size_in_gib": gib,
+        }));
+    }
+    engine.create_job(1, &training)?;
     let mut fb_times = Vec::new();
     let mut update_times = Vec::new();
     for it in 0..=a.iters {
         let t0 = Instant::now();
-        engine.forward_backward(1, &batch)?;
+        engine.forward_backward(1, batch)?;
         let fb = t0.elapsed().as_secs_f64();
         engine.step(1, None)?;
         let up = t0.elapsed().as_secs_f64();
@@ -291,102 +374,52 @@ fn main() -> anyhow::Result<()> {
     engine.forward(1, &fwd_batch)?;
     let t0 = Instant::now();
     engine.forward(1, &fwd_batch)?;
-    let fwd_s = t0.elapsed().as_secs_f64();
+    let forward_s = t0.elapsed().as_secs_f64();
     engine.destroy_job(1);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let shape = ModelShape {
-        hidden_size: cfg.hidden as u64,
-        intermediate_size: cfg.intermediate as u64,
-        num_layers: cfg.layers as u64,
-        num_heads: cfg.heads as u64,
-        num_kv_heads: cfg.kv_heads as u64,
-        head_dim: cfg.head_dim as u64,
-        vocab_size: cfg.vocab_size as u64,
-    };
-    let flops = shape.training_flops(&vec![s as u64; b]);
-    let peak_flops = 989e12;
-    let (fb_s, up_s) = (mean(&fb_times), mean(&update_times));
+    Ok(UpdateTimes {
+        forward_backward_s: mean(&fb_times),
+        update_s: mean(&update_times),
+        forward_s,
+    })
+}
 
-    // Generate: gen_prompts prompts of gen_prompt_len random tokens, gen_tokens each.
-    let mut generate = || -> anyhow::Result<Vec<(usize, f64)>> {
-        engine.create_job(2, &job_config(JobType::Sampling))?;
-        let gen_prompts: Vec<Vec<i64>> = (0..a.gen_prompts)
-            .map(|_| {
-                (0..a.gen_prompt_len)
-                    .map(|_| rng.random_range(2..vocab))
-                    .collect()
-            })
-            .collect();
-        let params = SamplingParams {
-            n: 1,
-            temperature: 1.0,
-            top_p: 1.0,
-            top_k: -1,
-            max_tokens: a.gen_tokens,
-            seed: Some(0),
-            ignore_eos: true,
-        };
-        // Warm up on the timed shapes (all prompts, a few tokens), then time each repeat.
-        let warm = SamplingParams {
-            max_tokens: 8,
-            ..params.clone()
-        };
-        engine.generate_ids(2, &gen_prompts, &warm)?;
-        let mut runs = Vec::new();
-        for _ in 0..a.gen_repeats.max(1) {
-            let t0 = Instant::now();
-            let out = engine.generate_ids(2, &gen_prompts, &params)?;
-            let secs = t0.elapsed().as_secs_f64();
-            runs.push((out.iter().map(|o| o.tokens.len()).sum::<usize>(), secs));
-        }
-        Ok(runs)
+/// Generate: gen_prompts prompts of gen_prompt_len random tokens, gen_tokens each, after a
+/// warm-up on the timed shapes (all prompts, a few tokens). (tokens, seconds) per repeat.
+fn time_generate(
+    engine: &TorchEngine,
+    a: &Args,
+    vocab: i64,
+    rng: &mut ChaCha8Rng,
+) -> anyhow::Result<Vec<(usize, f64)>> {
+    engine.create_job(2, &job_config(JobType::Sampling))?;
+    let gen_prompts: Vec<Vec<i64>> = (0..a.gen_prompts)
+        .map(|_| {
+            (0..a.gen_prompt_len)
+                .map(|_| rng.random_range(2..vocab))
+                .collect()
+        })
+        .collect();
+    let params = SamplingParams {
+        n: 1,
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: -1,
+        max_tokens: a.gen_tokens,
+        seed: Some(0),
+        ignore_eos: true,
     };
-    let gen_runs = if a.no_generate {
-        Vec::new()
-    } else {
-        generate()?
+    let warm = SamplingParams {
+        max_tokens: 8,
+        ..params.clone()
     };
-    let gen_rates: Vec<f64> = gen_runs.iter().map(|&(t, s)| t as f64 / s).collect();
-    let mut by_rate = gen_runs.clone();
-    by_rate.sort_by(|a, b| (a.0 as f64 / a.1).total_cmp(&(b.0 as f64 / b.1)));
-    // The median repeat.
-    let (gen_tokens, gen_s) = by_rate
-        .get(by_rate.len() / 2)
-        .copied()
-        .unwrap_or((0, f64::NAN));
-    let peak_mem = watch.map(MemoryWatch::finish);
-
-    let mfu = flops / up_s / peak_flops;
-    let tps = gen_tokens as f64 / gen_s;
-    let line = json!({
-        "device": engine.info().device,
-        "dtype": engine.info().dtype,
-        "torch": engine.info().torch_version,
-        "smoke": a.smoke,
-        "params": engine.info().num_parameters,
-        "sequences": b, "seq_len": s, "micro_batch": a.micro_batch,
-        "update_flops": flops,
-        "forward_backward_seconds": fb_s,
-        "update_seconds": up_s,
-        "forward_only_seconds": fwd_s,
-        "mfu": mfu,
-        "mfu_forward_backward_only": flops / fb_s / peak_flops,
-        "peak_device_memory_gib": peak_mem,
-        "generate_prompts": a.gen_prompts, "generate_prompt_len": a.gen_prompt_len,
-        "generated_tokens": gen_tokens,
-        "generate_seconds": (!a.no_generate).then_some(gen_s),
-        "generate_tokens_per_s": (!a.no_generate).then_some(tps),
-        "generate_tokens_per_s_each": gen_rates,
-        "autograd_head": a.autograd_head,
-        "head_gib": a.head_gib,
-        "step_seconds": up_s - fb_s,
-        "targets": {"mfu": 0.35, "generate_tokens_per_s": 3.0 * 1158.0, "peak_memory_gib": 98.0},
-        "pass": {
-            "mfu": mfu >= 0.35,
-            "generate": (!a.no_generate).then_some(tps >= 3.0 * 1158.0),
-            "memory": peak_mem.map(|m| m <= 98.0),
-        },
-    });
-    println!("{line}");
-    Ok(())
+    engine.generate_ids(2, &gen_prompts, &warm)?;
+    let mut runs = Vec::new();
+    for _ in 0..a.gen_repeats.max(1) {
+        let t0 = Instant::now();
+        let out = engine.generate_ids(2, &gen_prompts, &params)?;
+        let secs = t0.elapsed().as_secs_f64();
+        runs.push((out.iter().map(|o| o.tokens.len()).sum::<usize>(), secs));
+    }
+    Ok(runs)
 }
