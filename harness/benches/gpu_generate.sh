@@ -42,7 +42,7 @@ T0=$SECONDS
 timeout 240 python3 harness/benches/hf_generate.py > $OUT/hf.json 2> $OUT/hf.err; echo "rc=$? $((SECONDS-T0))s"; cat $OUT/hf.json; tail -3 $OUT/hf.err
 echo "== scenario"
 for mode in graphs eager; do
-  set_=""; [ $mode = graphs ] && set_="--set backend.cuda_graphs=true"
+  set_="--set backend.cuda_graphs=true"; [ $mode = eager ] && set_="--set backend.cuda_graphs=false"
   T0=$SECONDS
   timeout 200 $S/rlharness run scenarios/gpu/qwen3-0.6b-shape-grpo-h200.yaml --out $OUT/runs-$mode $set_ > $OUT/scen-$mode.log 2>&1
   echo "$mode rc=$? $((SECONDS-T0))s"; tail -4 $OUT/scen-$mode.log

@@ -11,7 +11,7 @@
 //!   cpu_isa: avx2        # CPU kernels' instruction set: avx2 | avx512 | baseline | native
 //!   warm_start: {steps: 600, lr: 0.003, batch: 64, correct_fraction: 0.35}
 //!   cache_dir: target/rlharness-cache
-//!   cuda_graphs: false   # CUDA: decode through a captured CUDA graph (not yet measured)
+//!   cuda_graphs: true    # CUDA: decode through captured CUDA graphs (false: eager)
 //! ```
 //! The defaults are the CPU flagship's. `model: {kind: qwen3, preset: qwen3-0.6b}` builds the
 //! real-size Qwen3 shape on random weights for performance scenarios (no warm start).
@@ -49,11 +49,19 @@ pub struct TorchSpec {
     /// the update's share of the step. 0 (the default) is off.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub slowdown: f64,
-    /// CUDA only: decode through a captured CUDA graph, one launch a token instead of a few
-    /// hundred kernels. Off by default until it has been measured on a GPU
-    /// (docs/performance.md, "Decoding through a CUDA graph"). The CPU never uses graphs.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    /// CUDA only: decode through captured CUDA graphs, one launch a token instead of a few
+    /// hundred kernels (docs/performance.md, "Decoding through CUDA graphs"). On by default;
+    /// `false` decodes eagerly. The CPU never uses graphs.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub cuda_graphs: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(v: &bool) -> bool {
+    *v
 }
 
 fn is_zero(v: &f64) -> bool {
@@ -71,7 +79,7 @@ impl Default for TorchSpec {
             warm_start: WarmStartSpec::default(),
             cache_dir: default_cache_dir(),
             slowdown: 0.0,
-            cuda_graphs: false,
+            cuda_graphs: true,
         }
     }
 }

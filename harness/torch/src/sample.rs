@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use tch::{Kind, Tensor};
 
 use super::cuda_graph::{self, Graph, SideStream};
-use super::model::{Decoder, KvCache};
+use super::model::{DecodeInputs, Decoder, KvCache};
 use rlharness::backend::EngineError;
 
 /// `sampling_params` as vLLM reads them (the subset that changes what is sampled).
@@ -161,6 +161,8 @@ pub fn sample(
     let mut next_pos = prompt_mask
         .sum_dim_intlist([1i64].as_slice(), false, Kind::Int64)
         .view([b, 1]);
+    // On the fused path: each layer's concatenated weights once for the call, not per step.
+    let model = &model.for_decoding();
     let mut cache = model.new_cache(b, cap);
     let hidden = model.extend(&mut cache, &ids, &positions, &key_mask);
     // The head in the model dtype, then widened: what vLLM's sampler does.
@@ -215,21 +217,24 @@ pub fn sample(
         .collect()
 }
 
-/// Decode steps through a CUDA graph (`cuda_graph.rs`): the step's inputs live in buffers
-/// written in place, the first step runs eagerly on the side stream (the warm-up: cuBLAS and
-/// the allocator set up outside the capture), the second is captured and every step from then
-/// on is one replay. Lives on a side stream from libtorch's pool for the rest of the call.
+/// Decode steps through CUDA graphs (`cuda_graph.rs`), one per attended length (the cache's
+/// buckets, [`KvCache::attended`]): the step's inputs live in buffers written in place; at each
+/// new length the first step runs eagerly on the side stream (the warm-up: cuBLAS, the
+/// attention kernel's plan for the shape and the allocator set up outside the capture), the
+/// second is captured, and every further step of that length is one replay. Lives on a side
+/// stream from libtorch's pool for the rest of the call.
 struct GraphDecode {
-    /// The step's input tokens `[B,1]`, positions `[B,1]` and cache slot `[1]`.
-    tok: Tensor,
-    pos: Tensor,
-    at: Tensor,
-    key_ok: Tensor,
-    kpos: Tensor,
-    steps: usize,
-    /// The captured step and the logits tensor each replay rewrites; `None` before the
-    /// capture, or after a capture that failed (the rest of the call then runs eagerly).
+    inp: DecodeInputs,
+    /// Positions filled before the step to come (the prompt, then one per step).
+    filled: i64,
+    /// The attended length of the steps since the last change, and how many ran at it.
+    kv_len: i64,
+    at_len: usize,
+    /// The captured step for `kv_len` and the logits tensor each replay rewrites; `None`
+    /// before its capture.
     captured: Option<(Graph, Tensor)>,
+    /// A capture or replay failed: the rest of the call runs eagerly.
+    failed: bool,
     /// Dropped last: leaves the side stream.
     _side: SideStream,
 }
@@ -244,49 +249,59 @@ impl GraphDecode {
                 return None;
             }
         };
-        let device = key_mask.device();
-        let (b, cap) = (key_mask.size()[0], key_mask.size()[1]);
         Some(GraphDecode {
-            tok: Tensor::zeros([b, 1], (Kind::Int64, device)),
-            pos: next_pos.copy(),
-            at: Tensor::full([1], prompt_len, (Kind::Int64, device)),
-            key_ok: key_mask.to_kind(Kind::Bool).view([b, 1, 1, cap]),
-            kpos: Tensor::arange(cap, (Kind::Int64, device)).view([1, 1, 1, cap]),
-            steps: 0,
+            inp: DecodeInputs::new(key_mask, next_pos, prompt_len),
+            filled: prompt_len,
+            kv_len: 0,
+            at_len: 0,
             captured: None,
+            failed: false,
             _side: side,
         })
     }
 
     /// The logits after feeding `tok [B]`.
     fn step(&mut self, model: &Decoder, cache: &mut KvCache, tok: &Tensor) -> Tensor {
-        let b = self.tok.size()[0];
-        self.tok.copy_(&tok.view([b, 1]));
-        let run = |cache: &mut KvCache, g: &GraphDecode| {
-            let hidden = model.decode_step(cache, &g.tok, &g.pos, &g.at, &g.key_ok, &g.kpos);
+        let b = self.inp.ids.size()[0];
+        self.inp.ids.copy_(&tok.view([b, 1]));
+        let kv_len = cache.attended(self.filled + 1);
+        if kv_len != self.kv_len {
+            // The previous length's graph is never replayed again; its logits are read on
+            // this stream before anything reuses their memory.
+            self.captured = None;
+            (self.kv_len, self.at_len) = (kv_len, 0);
+        }
+        let run = |cache: &mut KvCache, inp: &DecodeInputs| {
+            let hidden = model.decode_step(cache, inp, kv_len);
             model.logits(&hidden, false)
         };
-        if self.steps == 1 {
-            match Graph::capture(|| run(cache, self)) {
+        if self.at_len == 1 && !self.failed {
+            match Graph::capture(|| run(cache, &self.inp)) {
                 Ok(c) => self.captured = Some(c),
-                Err(e) => warn_once(&e),
+                Err(e) => self.fail(&e),
             }
         }
-        let logits = match &self.captured {
+        let replayed = match &self.captured {
             Some((graph, logits)) => match graph.replay() {
-                Ok(()) => logits.shallow_clone(),
+                Ok(()) => Some(logits.shallow_clone()),
                 Err(e) => {
-                    warn_once(&e);
-                    self.captured = None;
-                    run(cache, self)
+                    self.fail(&e);
+                    None
                 }
             },
-            None => run(cache, self),
+            None => None,
         };
-        self.steps += 1;
-        self.pos += 1;
-        self.at += 1;
+        let logits = replayed.unwrap_or_else(|| run(cache, &self.inp));
+        self.at_len += 1;
+        self.filled += 1;
+        self.inp.advance();
         logits
+    }
+
+    fn fail(&mut self, why: &str) {
+        warn_once(why);
+        self.failed = true;
+        self.captured = None;
     }
 }
 

@@ -950,7 +950,9 @@ fn a_slowdown_outside_its_range_is_a_clear_error() {
 
 /// On CUDA, decoding through a captured graph samples exactly what eager decoding samples:
 /// the same kernels on the same inputs, replayed. Greedy and seeded sampling, prompts of
-/// several lengths (left padding), `n` > 1, an end-of-sequence stop. Needs a CUDA device,
+/// several lengths (left padding) whose decoding crosses from one attended length (a
+/// 256-position bucket of the cache) to the next, so a second graph is captured mid-call,
+/// `n` > 1, an end-of-sequence stop. Needs a CUDA device,
 /// so it is ignored by default; run it on a GPU host with
 /// `cargo test --release --features torch -p rlharness-torch --test torch_backend -- --ignored cuda_graph`.
 #[test]
@@ -975,7 +977,7 @@ fn cuda_graph_decoding_samples_what_eager_decoding_samples() {
     };
     let (eager, graphed) = (engine(false), engine(true));
     let prompts: Vec<Vec<i64>> = (0..6i64)
-        .map(|i| (0..(5 + 7 * i)).map(|t| 100 + 37 * t + i).collect())
+        .map(|i| (0..(5 + 45 * i)).map(|t| 100 + 37 * t + i).collect())
         .collect();
     for (temperature, seed) in [(0.0, 1u64), (1.0, 2), (0.7, 3)] {
         let params = rlharness_torch::sample::SamplingParams {
