@@ -15,16 +15,18 @@ bash ci/ray-install.sh
 # A short path: Ray's session sockets live under the temp dir (a Unix socket path is limited).
 HEAD_DIR=$(mktemp -d /tmp/rlh-ray.XXXXXX)
 trap 'bash ci/ray-head.sh stop "$HEAD_DIR"' EXIT
-# Build before the head starts (the build is the slow part on a 2-core machine).
+# Build before the head starts (the build is the slow part on a 2-core machine). `--workspace`,
+# as ci/test.sh's `cargo test` builds: the same feature set, so its build is reused (`-p
+# rlharness` unifies dependency features differently and rebuilt most of the tree, ~3 min).
 # shellcheck disable=SC2086
 cargo build --workspace $FEATURES --quiet
 # shellcheck disable=SC2086
-cargo test -p rlharness $FEATURES --test it --no-run --quiet
+cargo test --workspace $FEATURES --test it --no-run --quiet
 RLHARNESS_RAY_ADDRESS=$(bash ci/ray-head.sh start "$HEAD_DIR")
 export RLHARNESS_RAY_ADDRESS
 echo "ray-tests: a local Ray head at $RLHARNESS_RAY_ADDRESS (temp dir $HEAD_DIR)"
 # shellcheck disable=SC2086
-cargo test -p rlharness $FEATURES --test it -- --ignored --test-threads 1 ray::
+cargo test --workspace $FEATURES --test it -- --ignored --test-threads 1 ray::
 # The overhead per scenario on an idle head: submission to the first step in the job's log.
 out=$(mktemp -d)
 CI=true RUST_LOG=error target/debug/rlharness run scenarios/smoke --out "$out" --no-progress \

@@ -243,6 +243,12 @@ impl Requires {
                 reasons.push(format!("needs command `{c}` on PATH"));
             }
         }
+        // Python is asked last and only when nothing else is missing: its start costs more
+        // than the rest of `list` (130 ms through a version manager's shim), and its answer
+        // cannot make runnable a scenario that needs a GPU this machine lacks.
+        if !reasons.is_empty() {
+            return reasons;
+        }
         let found = python_modules_available(&self.python_modules);
         for (m, found) in self.python_modules.iter().zip(found) {
             match found {
@@ -953,6 +959,30 @@ mod tests {
         assert_eq!(
             r.summary(),
             "feature no_such_feature, command definitely-not-a-command-rlh, command sh"
+        );
+    }
+
+    #[test]
+    fn python_is_asked_only_when_nothing_else_is_missing() {
+        let modules = vec!["no_such_module_rlharness".to_string()];
+        let blocked = Requires {
+            commands: vec!["definitely-not-a-command-rlh".into()],
+            python_modules: modules.clone(),
+            ..Default::default()
+        };
+        assert_eq!(
+            blocked.unmet(),
+            vec!["needs command `definitely-not-a-command-rlh` on PATH".to_string()]
+        );
+        let alone = Requires {
+            python_modules: modules,
+            ..Default::default()
+        };
+        let unmet = alone.unmet();
+        assert_eq!(unmet.len(), 1, "{unmet:?}");
+        assert!(
+            unmet[0].starts_with("needs python module `no_such_module_rlharness`"),
+            "{unmet:?}"
         );
     }
 
