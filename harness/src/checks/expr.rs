@@ -1204,16 +1204,9 @@ impl Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::StepMetrics;
 
     fn table(metric: &str, values: &[f64]) -> MetricTable {
-        let mut t = MetricTable::new();
-        for (i, v) in values.iter().enumerate() {
-            let mut m = StepMetrics::new(i as u64 + 1);
-            m.insert(metric, *v);
-            t.push(m);
-        }
-        t
+        MetricTable::from_columns(&[(metric, values)])
     }
 
     #[test]

@@ -864,16 +864,9 @@ fn match_expected_evidence(
 mod tests {
     use super::*;
     use crate::checks::StepRange;
-    use crate::metrics::StepMetrics;
 
     fn table(metric: &str, values: &[f64]) -> MetricTable {
-        let mut t = MetricTable::new();
-        for (i, v) in values.iter().enumerate() {
-            let mut m = StepMetrics::new(i as u64 + 1);
-            m.insert(metric, *v);
-            t.push(m);
-        }
-        t
+        MetricTable::from_columns(&[(metric, values)])
     }
 
     fn checks(json: &str) -> ChecksSpec {

@@ -197,16 +197,9 @@ fn seeds_text(seeds: &[u64]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::StepMetrics;
 
     fn run(vals: &[f64]) -> MetricTable {
-        let mut t = MetricTable::new();
-        for (i, v) in vals.iter().enumerate() {
-            let mut m = StepMetrics::new(i as u64 + 1);
-            m.insert("r", *v);
-            t.push(m);
-        }
-        t
+        MetricTable::from_columns(&[("r", vals)])
     }
 
     #[test]

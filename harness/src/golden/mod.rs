@@ -856,17 +856,10 @@ pub fn golden_reject(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::StepMetrics;
 
     fn table(values: &[f64]) -> MetricTable {
-        let mut t = MetricTable::new();
-        for (i, v) in values.iter().enumerate() {
-            let mut m = StepMetrics::new(i as u64 + 1);
-            m.insert("critic/rewards/mean", *v);
-            m.insert("perf/mfu/actor", 0.25);
-            t.push(m);
-        }
-        t
+        let mfu = vec![0.25; values.len()];
+        MetricTable::from_columns(&[("critic/rewards/mean", values), ("perf/mfu/actor", &mfu)])
     }
 
     fn prov() -> Provenance {

@@ -117,6 +117,23 @@ impl MetricTable {
         Self::default()
     }
 
+    /// A table from named columns, row `i` at step `i + 1`; a column shorter than the longest
+    /// has no value at the steps past its end. Values go in as given, NaN included.
+    pub fn from_columns(cols: &[(&str, &[f64])]) -> Self {
+        let mut t = Self::new();
+        let n = cols.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
+        for i in 0..n {
+            let mut m = StepMetrics::new(i as u64 + 1);
+            for (name, v) in cols {
+                if let Some(x) = v.get(i) {
+                    m.insert(*name, *x);
+                }
+            }
+            t.push(m);
+        }
+        t
+    }
+
     /// Add or replace the row of `m.step`, keeping rows sorted by step.
     pub fn push(&mut self, m: StepMetrics) {
         match self.rows.binary_search_by_key(&m.step, |r| r.step) {
@@ -292,6 +309,17 @@ impl MetricsCsvWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tables_from_columns_number_steps_from_one_and_keep_nan() {
+        let t = MetricTable::from_columns(&[("a", &[1.0, f64::NAN, 3.0]), ("b", &[5.0])]);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.series("a").len(), 3);
+        assert!(t.series("a")[1].1.is_nan());
+        assert_eq!(t.series("b"), vec![(1, 5.0)]);
+        assert_eq!(t.rows()[2].step, 3);
+        assert!(MetricTable::from_columns(&[]).is_empty());
+    }
 
     #[test]
     fn csv_round_trip_keeps_gaps_and_non_finite() {

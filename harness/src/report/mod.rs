@@ -906,21 +906,9 @@ mod tests {
     use super::*;
     use crate::compare::judge_tables;
     use crate::compare::ChecksSpec;
-    use crate::metrics::StepMetrics;
 
     fn series(values: &[(&str, &[f64])]) -> MetricTable {
-        let mut t = MetricTable::new();
-        let n = values.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
-        for i in 0..n {
-            let mut m = StepMetrics::new(i as u64 + 1);
-            for (name, v) in values {
-                if let Some(x) = v.get(i) {
-                    m.insert(*name, *x);
-                }
-            }
-            t.push(m);
-        }
-        t
+        MetricTable::from_columns(values)
     }
 
     fn manifest(checks: &str, expected: Option<&str>) -> RunManifest {

@@ -3,10 +3,10 @@
 //! them with `--ignored`. Without that address they fail (never pass silently).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::repo;
+use crate::common::{rlharness_run as rlharness, text};
 
 fn address() -> String {
     std::env::var("RLHARNESS_RAY_ADDRESS")
@@ -18,32 +18,11 @@ fn address() -> String {
         )
 }
 
-fn rlharness(args: &[&str], out: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_rlharness"));
-    c.current_dir(repo())
-        .arg("run")
-        .args(args)
-        .arg("--out")
-        .arg(out)
-        .arg("--no-progress")
-        .env("CI", "true")
-        .env("RUST_LOG", "error");
-    c
-}
-
 fn on_ray(args: &[&str], out: &Path) -> Output {
     let addr = address();
     let mut all = args.to_vec();
     all.extend(["--executor", "ray", "--address", addr.as_str()]);
     rlharness(&all, out).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn latest(out: &Path, scenario: &str) -> PathBuf {

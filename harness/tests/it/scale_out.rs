@@ -2,30 +2,12 @@
 //! (OUT/index.md, OUT/index.html, OUT/junit.xml), the worst exit status.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use crate::common::repo;
+use crate::common::{rlharness_run, text};
 
 fn run(args: &[&str], out: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rlharness"))
-        .current_dir(repo())
-        .arg("run")
-        .args(args)
-        .arg("--out")
-        .arg(out)
-        .arg("--no-progress")
-        .env("CI", "true")
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    rlharness_run(args, out).output().unwrap()
 }
 
 /// (started, ended) of every run directory under OUT, from verdict.json.

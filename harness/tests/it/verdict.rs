@@ -6,18 +6,12 @@ use std::path::Path;
 use rlharness::compare::RunStatus;
 use rlharness::error::ExitStatus;
 use rlharness::golden::{GoldenStore, Provenance};
-use rlharness::metrics::{MetricTable, StepMetrics};
+use rlharness::metrics::MetricTable;
 use rlharness::report::{compare_command, RunManifest};
 
 fn table(rewards: &[f64]) -> MetricTable {
-    let mut t = MetricTable::new();
-    for (i, v) in rewards.iter().enumerate() {
-        let mut m = StepMetrics::new(i as u64 + 1);
-        m.insert("critic/rewards/mean", *v);
-        m.insert("perf/mfu/actor", 0.3);
-        t.push(m);
-    }
-    t
+    let mfu = vec![0.3; rewards.len()];
+    MetricTable::from_columns(&[("critic/rewards/mean", rewards), ("perf/mfu/actor", &mfu)])
 }
 
 fn write_run(dir: &Path, rewards: &[f64]) {

@@ -334,19 +334,7 @@ impl TorchEngine {
     pub fn job_weights(&self, job_id: u64) -> Result<Vec<(String, Tensor)>, EngineError> {
         let job = self.job(job_id)?;
         let job = lock(&job);
-        let _g = tch::no_grad_guard();
-        Ok(job
-            .model
-            .names
-            .iter()
-            .cloned()
-            .zip(
-                job.model
-                    .params
-                    .iter()
-                    .map(|p| p.detach().to_device(Device::Cpu).to_kind(Kind::Float)),
-            )
-            .collect())
+        Ok(job.model.host_weights(Some(Kind::Float)))
     }
 
     /// Sample from a job's model given token ids (no tokenizer); what `generate` does after
@@ -779,18 +767,7 @@ impl TorchEngine {
         };
         rlharness::fsx::create_dir_all(&dir).map_err(|e| EngineError::internal(e.to_string()))?;
         let _g = tch::no_grad_guard();
-        let weights: Vec<(String, Tensor)> = job
-            .model
-            .names
-            .iter()
-            .cloned()
-            .zip(
-                job.model
-                    .params
-                    .iter()
-                    .map(|p| p.detach().to_device(Device::Cpu).contiguous()),
-            )
-            .collect();
+        let weights = job.model.host_weights(None);
         let model_file = dir.join("model.safetensors");
         Tensor::write_safetensors(&weights, &model_file).map_err(|e| {
             EngineError::internal(format!("cannot write {}: {e}", model_file.display()))

@@ -401,6 +401,24 @@ impl Decoder {
         Ok(())
     }
 
+    /// The weights by name, detached, on the host and contiguous: in `kind` when given, else
+    /// in the model's dtype (checkpoints, tests, inspection).
+    pub fn host_weights(&self, kind: Option<Kind>) -> Vec<(String, Tensor)> {
+        let _guard = tch::no_grad_guard();
+        let host = |p: &Tensor| {
+            let t = p.detach().to_device(Device::Cpu).contiguous();
+            match kind {
+                Some(k) => t.to_kind(k),
+                None => t,
+            }
+        };
+        self.names
+            .iter()
+            .cloned()
+            .zip(self.params.iter().map(host))
+            .collect()
+    }
+
     pub fn num_parameters(&self) -> u64 {
         self.params.iter().map(|p| p.numel() as u64).sum()
     }

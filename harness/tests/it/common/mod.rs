@@ -1,9 +1,10 @@
 //! Helpers the end-to-end tests share: where the repository is, the run options of a test
 //! run (the project's goldens, never written; the run directory at `OUT/run`), running a
-//! scenario to the exit status it must reach, and reading a run's `wire.jsonl`. Each test
-//! module uses a part of it.
+//! scenario to the exit status it must reach, reading a run's `wire.jsonl`, and `rlharness
+//! run` as a command. Each test module uses a part of it.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use rlharness::app::run_one;
 use rlharness::error::ExitStatus;
@@ -51,4 +52,28 @@ pub fn wire(dir: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// `rlharness run ARGS --out OUT --no-progress` from the repository root, as CI runs it
+/// (`CI=true`, errors only in the log).
+pub fn rlharness_run(args: &[&str], out: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rlharness"));
+    c.current_dir(repo())
+        .arg("run")
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .arg("--no-progress")
+        .env("CI", "true")
+        .env("RUST_LOG", "error");
+    c
+}
+
+/// A finished command's standard output, then its standard error.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
