@@ -7,7 +7,7 @@ use std::fmt;
 use pest::iterators::Pair;
 use pest::Parser;
 
-use crate::metrics::MetricTable;
+use crate::metrics::{MetricTable, StepRange};
 
 #[derive(pest_derive::Parser)]
 #[grammar = "checks/expr.pest"]
@@ -113,7 +113,8 @@ pub enum Selection {
     All,
     Last(u64),
     First(u64),
-    Steps(Option<u64>, Option<u64>),
+    /// `steps a..b`, either end open.
+    Steps(StepRange),
 }
 
 impl Selection {
@@ -122,9 +123,9 @@ impl Selection {
             Selection::All => series,
             Selection::Last(n) => &series[series.len().saturating_sub(n as usize)..],
             Selection::First(n) => &series[..series.len().min(n as usize)],
-            Selection::Steps(a, b) => {
-                let lo = series.partition_point(|(s, _)| a.is_some_and(|a| *s < a));
-                let hi = series.partition_point(|(s, _)| b.is_none_or(|b| *s <= b));
+            Selection::Steps(r) => {
+                let lo = series.partition_point(|(s, _)| r.from.is_some_and(|a| *s < a));
+                let hi = series.partition_point(|(s, _)| r.to.is_none_or(|b| *s <= b));
                 if lo >= hi {
                     &series[0..0]
                 } else {
@@ -141,17 +142,7 @@ impl fmt::Display for Selection {
             Selection::All => Ok(()),
             Selection::Last(n) => write!(f, "last {n}"),
             Selection::First(n) => write!(f, "first {n}"),
-            Selection::Steps(a, b) => {
-                f.write_str("steps ")?;
-                if let Some(a) = a {
-                    write!(f, "{a}")?;
-                }
-                f.write_str("..")?;
-                if let Some(b) = b {
-                    write!(f, "{b}")?;
-                }
-                Ok(())
-            }
+            Selection::Steps(r) => write!(f, "steps {}", r.bounds()),
         }
     }
 }
@@ -618,7 +609,7 @@ fn build_selection(pair: Pair<'_, Rule>) -> Result<Selection, ExprError> {
                     });
                 }
             }
-            Ok(Selection::Steps(a, b))
+            Ok(Selection::Steps(StepRange { from: a, to: b }))
         }
     }
 }
@@ -1062,9 +1053,9 @@ impl Partial<'_> {
                 let v = s.into_iter().filter(|(st, _)| *st >= from).collect();
                 (v, finished)
             }
-            Selection::Steps(_, b) => {
+            Selection::Steps(r) => {
                 let v = sel.apply(&s).to_vec();
-                let complete = finished || b.is_some_and(|b| self.done() >= b);
+                let complete = finished || r.to.is_some_and(|b| self.done() >= b);
                 (v, complete)
             }
         }
@@ -1391,7 +1382,7 @@ mod tests {
                     proptest::option::of(0u64..20),
                     proptest::option::of(20u64..40)
                 )
-                    .prop_map(|(a, b)| Selection::Steps(a, b)),
+                    .prop_map(|(from, to)| Selection::Steps(StepRange { from, to })),
             ]
         }
 

@@ -54,20 +54,20 @@ impl StepRange {
     }
 }
 
+impl StepRange {
+    /// Always as `a..b` (either end left out when open), where `Display` writes a one-step
+    /// range as `5`: the form of the expressions' `steps a..b`.
+    pub fn bounds(&self) -> String {
+        let end = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+        format!("{}..{}", end(self.from), end(self.to))
+    }
+}
+
 impl fmt::Display for StepRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.from, self.to) {
             (Some(a), Some(b)) if a == b => write!(f, "{a}"),
-            (a, b) => {
-                if let Some(a) = a {
-                    write!(f, "{a}")?;
-                }
-                f.write_str("..")?;
-                if let Some(b) = b {
-                    write!(f, "{b}")?;
-                }
-                Ok(())
-            }
+            _ => f.write_str(&self.bounds()),
         }
     }
 }
