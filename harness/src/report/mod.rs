@@ -54,10 +54,7 @@ pub struct RunInfo {
 impl RunInfo {
     pub fn from_manifest(m: &RunManifest, dir: &Path) -> RunInfo {
         RunInfo {
-            run_id: dir
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
+            run_id: RunInfo::id_of(dir),
             dir: dir.display().to_string(),
             scenario_path: m.scenario_path.clone(),
             hardware: m.hardware.clone(),
@@ -76,6 +73,13 @@ impl RunInfo {
             started: Some(m.started.clone()),
             ended: m.ended.clone(),
         }
+    }
+
+    /// A run's id: the name of its directory.
+    pub fn id_of(dir: &Path) -> String {
+        dir.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
     }
 }
 

@@ -290,11 +290,10 @@ fn combined_run_info(
     } else {
         RunStatus::Failed
     };
+    // The build and host facts (steps, versions, host, device, threads, numerics) are the
+    // first seed's; the rest is the combined run's own.
     RunInfo {
-        run_id: dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        run_id: RunInfo::id_of(dir),
         dir: dir.display().to_string(),
         scenario_path: manifest.scenario_path.clone(),
         hardware,
@@ -304,18 +303,9 @@ fn combined_run_info(
         }),
         failed_step: None,
         seed: None,
-        steps: first.and_then(|r| r.run.steps),
-        harness_version: first
-            .map(|r| r.run.harness_version.clone())
-            .unwrap_or_default(),
-        git_commit: first.and_then(|r| r.run.git_commit.clone()),
-        host: first.map(|r| r.run.host.clone()).unwrap_or_default(),
-        device: first.map(|r| r.run.device.clone()).unwrap_or_default(),
-        threads: first.and_then(|r| r.run.threads),
-        torch_version: first.and_then(|r| r.run.torch_version.clone()),
-        numerics: first.and_then(|r| r.run.numerics.clone()),
         started: Some(manifest.started.clone()),
         ended: manifest.ended.clone(),
+        ..first.map(|r| r.run.clone()).unwrap_or_default()
     }
 }
 
