@@ -991,6 +991,25 @@ fn tensor_shape(key: &str, info: &TensorInfo, scalar: bool) -> Result<Vec<usize>
     }
 }
 
+/// The tensor the tree names as `key` (at `at`), with its checked dtype and shape.
+fn tree_tensor<'m>(
+    metadata: &'m Metadata,
+    key: &str,
+    scalar: bool,
+    at: &str,
+) -> Result<(&'m TensorInfo, DType, Vec<usize>), WireError> {
+    let info = metadata.info(key).ok_or_else(|| {
+        invalid(format!(
+            "tree names tensor '{key}' at {at}, which the frame lacks"
+        ))
+    })?;
+    Ok((
+        info,
+        frame_dtype(key, info)?,
+        tensor_shape(key, info, scalar)?,
+    ))
+}
+
 fn frame_dtype(key: &str, info: &TensorInfo) -> Result<DType, WireError> {
     DType::from_safetensors(info.dtype).ok_or_else(|| {
         invalid(format!(
@@ -1007,13 +1026,7 @@ pub fn decode(buf: Bytes) -> Result<Node, WireError> {
         .map_err(|e| refuse(&buf, format!("safetensors container: {e}")))?;
     let tree = dss_tree(metadata.metadata().as_ref())?;
     let mut resolve = |key: &str, scalar: bool, at: &str| -> Result<Node, WireError> {
-        let info = metadata.info(key).ok_or_else(|| {
-            invalid(format!(
-                "tree names tensor '{key}' at {at}, which the frame lacks"
-            ))
-        })?;
-        let dtype = frame_dtype(key, info)?;
-        let shape = tensor_shape(key, info, scalar)?;
+        let (info, dtype, shape) = tree_tensor(&metadata, key, scalar, at)?;
         // read_metadata checked every offset against the buffer.
         let (s, e) = info.data_offsets;
         let data = buf.slice(extent + s..extent + e);
@@ -1064,13 +1077,7 @@ pub fn header_summary(prefix: &[u8]) -> Result<Value, WireError> {
         .map_err(|e| refuse(prefix, format!("safetensors container: {e}")))?;
     let tree = dss_tree(metadata.metadata().as_ref())?;
     let mut resolve = |key: &str, scalar: bool, at: &str| -> Result<Node, WireError> {
-        let info = metadata.info(key).ok_or_else(|| {
-            invalid(format!(
-                "tree names tensor '{key}' at {at}, which the frame lacks"
-            ))
-        })?;
-        let dtype = frame_dtype(key, info)?;
-        let shape = tensor_shape(key, info, scalar)?;
+        let (_, dtype, shape) = tree_tensor(&metadata, key, scalar, at)?;
         Ok(Node::Json(
             serde_json::json!({"dtype": dtype.name(), "shape": shape}),
         ))
