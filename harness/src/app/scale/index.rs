@@ -143,11 +143,9 @@ pub fn render_markdown(out: &Path, entries: &[Entry]) -> String {
     o.push_str("|---|---|---|---|---|---|\n");
     let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
     for e in entries {
-        let report = match &e.run_dir {
-            Some(d) if !d.join("report.md").exists() && d.join("job.log").exists() => {
-                format!("[job log]({}/job.log)", rel(out, d))
-            }
-            Some(d) => format!("[report]({}/report.md)", rel(out, d)),
+        let report = match report_target(out, e) {
+            Some((d, ReportKind::JobLog)) => format!("[job log]({d}/job.log)"),
+            Some((d, ReportKind::Report)) => format!("[report]({d}/report.md)"),
             None => "-".into(),
         };
         o.push_str(&format!(
@@ -171,6 +169,25 @@ pub fn render_markdown(out: &Path, entries: &[Entry]) -> String {
         }
     }
     o
+}
+
+/// What an index row links to: the run's reports, or only its job log (a Ray job that never
+/// wrote a report).
+enum ReportKind {
+    Report,
+    JobLog,
+}
+
+/// The run directory of a row, relative to OUT, and what in it the row links to.
+fn report_target(out: &Path, e: &Entry) -> Option<(String, ReportKind)> {
+    e.run_dir.as_ref().map(|d| {
+        let kind = if !d.join("report.md").exists() && d.join("job.log").exists() {
+            ReportKind::JobLog
+        } else {
+            ReportKind::Report
+        };
+        (rel(out, d), kind)
+    })
 }
 
 pub fn render_html(out: &Path, entries: &[Entry]) -> String {
@@ -201,11 +218,13 @@ pub fn render_html(out: &Path, entries: &[Entry]) -> String {
          <th>seconds</th><th>report</th></tr>\n",
     );
     for e in entries {
-        let report = match &e.run_dir {
-            Some(d) if !d.join("report.md").exists() && d.join("job.log").exists() => {
-                format!("<a href=\"{0}/job.log\">{0}/job.log</a>", esc(&rel(out, d)))
+        let report = match report_target(out, e) {
+            Some((d, ReportKind::JobLog)) => {
+                format!("<a href=\"{0}/job.log\">{0}/job.log</a>", esc(&d))
             }
-            Some(d) => format!("<a href=\"{0}/report.html\">{0}</a>", esc(&rel(out, d))),
+            Some((d, ReportKind::Report)) => {
+                format!("<a href=\"{0}/report.html\">{0}</a>", esc(&d))
+            }
             None => "-".into(),
         };
         o.push_str(&format!(
