@@ -80,22 +80,56 @@ pub enum Command {
     },
 }
 
+/// The options `run` and `record` share: where runs and goldens go, and what the run is.
+#[derive(Debug, Args, Clone)]
+pub struct RunCommonArgs {
+    /// Where run directories go: OUT/<scenario>/<run-id>/.
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+    /// The golden store (`record` installs its cassette there).
+    #[arg(long, default_value = "golden")]
+    pub golden: PathBuf,
+    /// The seed, instead of the scenario's.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Run this many steps instead of the scenario's (`record`: a few keep the cassette small).
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Override a scenario value, e.g. `--set config.actor_rollout_ref.actor.optim.lr=1e-5`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// The hardware key of the golden (default: derived from the device, e.g. `cpu`, `h200`).
+    #[arg(long)]
+    pub hardware: Option<String>,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+impl RunCommonArgs {
+    /// The run options these set; the rest at their defaults.
+    pub fn options(&self) -> crate::runner::RunOptions {
+        crate::runner::RunOptions {
+            seed: self.seed,
+            steps: self.steps,
+            set: self.set.clone(),
+            hardware: self.hardware.clone(),
+            progress: !self.no_progress,
+            ..crate::runner::RunOptions::new(self.out.clone(), self.golden.clone())
+        }
+    }
+}
+
 #[derive(Debug, Args, Clone)]
 pub struct RunArgs {
     #[arg(required = true)]
     pub scenarios: Vec<PathBuf>,
-    /// Where run directories go: OUT/<scenario>/<run-id>/.
-    #[arg(long, default_value = "reports")]
-    pub out: PathBuf,
-    /// The golden store.
-    #[arg(long, default_value = "golden")]
-    pub golden: PathBuf,
-    #[arg(long, conflicts_with = "seeds")]
-    pub seed: Option<u64>,
+    #[command(flatten)]
+    pub common: RunCommonArgs,
     /// `A..B`: run every seed from A to B (inclusive), one run directory each under one
     /// combined directory, and judge the seeds' distribution against the golden's calibration
     /// (Welch's t-test) besides each seed's own verdict.
-    #[arg(long, value_name = "A..B")]
+    #[arg(long, value_name = "A..B", conflicts_with = "seed")]
     pub seeds: Option<String>,
     /// Scenarios side by side on this host (a scenario that requires GPUs takes that many of
     /// the visible GPUs instead, pinned with CUDA_VISIBLE_DEVICES); with `--seeds`, seeds side
@@ -117,20 +151,9 @@ pub struct RunArgs {
     /// `LD_LIBRARY_PATH=...` where the workers' libtorch lives.
     #[arg(long = "ray-env", value_name = "KEY=VALUE")]
     pub ray_env: Vec<String>,
-    #[arg(long)]
-    pub steps: Option<u64>,
-    /// Override a scenario value, e.g. `--set config.actor_rollout_ref.actor.optim.lr=1e-5`.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub set: Vec<String>,
     /// Write the run's series as a pending golden (`.new`) for review, even if one exists.
     #[arg(long)]
     pub update_golden: bool,
-    /// The hardware key of the golden (default: derived from the device, e.g. `cpu`, `h200`).
-    #[arg(long)]
-    pub hardware: Option<String>,
-    /// No progress bar.
-    #[arg(long)]
-    pub no_progress: bool,
     /// The builtin driver talks to the backend without the recording proxy (no wire.jsonl,
     /// no server_config.json): to measure what the proxy costs inside a real step.
     #[arg(long)]
@@ -153,24 +176,8 @@ pub enum Executor {
 #[derive(Debug, Args, Clone)]
 pub struct RecordArgs {
     pub scenario: PathBuf,
-    /// Where the recording run's directory goes: OUT/<scenario>/<run-id>/.
-    #[arg(long, default_value = "reports")]
-    pub out: PathBuf,
-    /// The golden store the cassette is installed into.
-    #[arg(long, default_value = "golden")]
-    pub golden: PathBuf,
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Record this many steps (a few keep the cassette small).
-    #[arg(long)]
-    pub steps: Option<u64>,
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub set: Vec<String>,
-    /// The hardware key (default: derived from the device).
-    #[arg(long)]
-    pub hardware: Option<String>,
-    #[arg(long)]
-    pub no_progress: bool,
+    #[command(flatten)]
+    pub common: RunCommonArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

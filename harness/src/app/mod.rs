@@ -434,15 +434,10 @@ async fn calibrate(
 /// The options of `rlharness run` that apply to every scenario.
 pub fn run_options(args: &crate::cli::RunArgs) -> crate::runner::RunOptions {
     crate::runner::RunOptions {
-        seed: args.seed,
-        steps: args.steps,
-        set: args.set.clone(),
         update_golden: args.update_golden,
-        hardware: args.hardware.clone(),
-        progress: !args.no_progress,
         ci: std::env::var("CI").is_ok_and(|v| v == "true" || v == "1"),
         direct: args.direct,
-        ..crate::runner::RunOptions::new(args.out.clone(), args.golden.clone())
+        ..args.common.options()
     }
 }
 
@@ -482,13 +477,14 @@ pub async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, CommandError> 
         }
         crate::cli::Executor::Ray => crate::app::scale::ray::run_matrix(&files, &args).await?,
     };
-    crate::fsx::create_dir_all(&args.out).map_err(|e| CommandError::run_failed(e.to_string()))?;
-    crate::app::scale::index::write_index(&args.out, &entries)
+    crate::fsx::create_dir_all(&args.common.out)
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    crate::app::scale::index::write_index(&args.common.out, &entries)
         .map_err(|e| CommandError::run_failed(format!("the combined verdict: {e}")))?;
     if entries.len() > 1 {
         println!(
             "combined: {} (exit {})",
-            args.out.join("index.md").display(),
+            args.common.out.join("index.md").display(),
             crate::app::scale::index::worst(&entries).code()
         );
     }
@@ -759,14 +755,7 @@ async fn reference_run(
 /// convergence run.
 async fn record(args: crate::cli::RecordArgs) -> Result<ExitStatus, CommandError> {
     use crate::backend::replay::cassette::{Cassette, META_FILE, METRICS_FILE};
-    let opts = crate::runner::RunOptions {
-        seed: args.seed,
-        steps: args.steps,
-        set: args.set.clone(),
-        hardware: args.hardware.clone(),
-        progress: !args.no_progress,
-        ..crate::runner::RunOptions::new(args.out.clone(), args.golden.clone())
-    };
+    let opts = args.common.options();
     let scenario = crate::spec::load_scenario(&args.scenario, &opts.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     if matches!(

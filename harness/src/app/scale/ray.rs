@@ -224,23 +224,23 @@ fn entrypoint(args: &RunArgs, scenario: &str) -> String {
         format!("--out {OUT_DIR}"),
         format!("--golden {GOLDEN_DIR}"),
     ];
-    if let Some(s) = args.seed {
+    if let Some(s) = args.common.seed {
         words.push(format!("--seed {s}"));
     }
     if let Some(s) = &args.seeds {
         words.push(format!("--seeds {}", sh_quote(s)));
         words.push(format!("--jobs {}", args.jobs));
     }
-    if let Some(s) = args.steps {
+    if let Some(s) = args.common.steps {
         words.push(format!("--steps {s}"));
     }
-    for s in &args.set {
+    for s in &args.common.set {
         words.push(format!("--set {}", sh_quote(s)));
     }
     if args.update_golden {
         words.push("--update-golden".into());
     }
-    if let Some(h) = &args.hardware {
+    if let Some(h) = &args.common.hardware {
         words.push(format!("--hardware {}", sh_quote(h)));
     }
     let run = format!("{bin} {}", words.join(" "));
@@ -307,7 +307,7 @@ fn plan(files: &[PathBuf], args: &RunArgs) -> Result<Planning, CommandError> {
     let mut goldens = std::collections::BTreeSet::new();
     let mut torch = false;
     for (i, file) in files.iter().enumerate() {
-        let scenario = match crate::spec::load_scenario(file, &args.set) {
+        let scenario = match crate::spec::load_scenario(file, &args.common.set) {
             Ok(s) => s,
             Err(e) => {
                 let err = CommandError::invalid(e.to_string());
@@ -359,7 +359,7 @@ fn plan(files: &[PathBuf], args: &RunArgs) -> Result<Planning, CommandError> {
         files_out.extend(bundle::files_under(root, name).map_err(pack)?);
     }
     for g in goldens {
-        let dir = args.golden.join(&g);
+        let dir = args.common.golden.join(&g);
         if dir.is_dir() {
             files_out
                 .extend(bundle::files_under(&dir, &format!("{GOLDEN_DIR}/{g}")).map_err(pack)?);
@@ -833,7 +833,8 @@ pub async fn run_matrix(files: &[PathBuf], args: &RunArgs) -> Result<Vec<Entry>,
     let client = RayClient::new(address)?;
     let env_vars = job_env_vars(args)?;
     let (planned, invalid, package_files) = plan(files, args)?;
-    crate::fsx::create_dir_all(&args.out).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    crate::fsx::create_dir_all(&args.common.out)
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
     let mut entries: Vec<Option<Entry>> = vec![None; files.len()];
     for (i, e) in invalid {
         super::local::print_entry(&e, None);
@@ -844,7 +845,7 @@ pub async fn run_matrix(files: &[PathBuf], args: &RunArgs) -> Result<Vec<Entry>,
     } else {
         Some(upload_package(&client, package_files).await?)
     };
-    let tty = std::io::stderr().is_terminal() && !args.no_progress;
+    let tty = std::io::stderr().is_terminal() && !args.common.no_progress;
     let group = tty.then(indicatif::MultiProgress::new);
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
     let cancel_tx = Arc::new(cancel_tx);
@@ -890,7 +891,7 @@ pub async fn run_matrix(files: &[PathBuf], args: &RunArgs) -> Result<Vec<Entry>,
         let (client, rx, out, group) = (
             client.clone(),
             cancel_rx.clone(),
-            args.out.clone(),
+            args.common.out.clone(),
             group.clone(),
         );
         tasks.push((
@@ -1041,9 +1042,9 @@ pub async fn job_entry(args: RunArgs) -> Result<ExitStatus, CommandError> {
         .prefix("rlharness-job-")
         .tempdir()
         .map_err(|e| CommandError::run_failed(format!("cannot make the run's folder: {e}")))?;
-    let out = scratch.path().join(&args.out);
+    let out = scratch.path().join(&args.common.out);
     let mut local = args;
-    local.out = out.clone();
+    local.common.out = out.clone();
     local.executor = crate::cli::Executor::Local;
     let status = match crate::app::run(local).await {
         Ok(s) => s,
