@@ -10,15 +10,28 @@ use common::{opts, repo, run_expecting};
 use rlharness::error::ExitStatus;
 use rlharness::report::Report;
 
-/// Run `scenarios/NAME` (into a directory of its own); it must exit 0.
+/// Run `scenarios/NAME` (into a directory of its own); it must exit 0. Then the one-judge
+/// check: `rlharness compare RUN` writes exactly the verdict.json `rlharness run` wrote, with
+/// the same exit status (done on the same run rather than a second one: a torch run is the
+/// suite's most expensive step).
 async fn run_passing(name: &str) -> Report {
     let tmp = tempfile::tempdir().unwrap();
-    run_expecting(
+    let report = run_expecting(
         &repo().join("scenarios").join(name),
         &opts(tmp.path(), &[]),
         ExitStatus::Passed,
     )
-    .await
+    .await;
+    let dir = tmp.path().join("run");
+    let ran = std::fs::read_to_string(dir.join("verdict.json")).unwrap();
+    let status = rlharness::report::compare_command(&dir, None, &repo().join("golden"))
+        .unwrap()
+        .0
+        .exit_status();
+    let again = std::fs::read_to_string(dir.join("compare/golden/verdict.json")).unwrap();
+    assert_eq!(ran, again, "{name}: compare's verdict differs from run's");
+    assert_eq!(status, report.exit_status(), "{name}");
+    report
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,28 +132,6 @@ async fn the_exact_lane_holds_a_rerun_and_catches_a_weight_decay_of_a_thousandth
         "the first update uses the old weights; step 2's numbers are the first to move: {}",
         exact.evidence.message
     );
-}
-
-/// One judge on the torch scenarios too: `rlharness compare RUN` writes exactly the
-/// verdict.json `rlharness run` wrote, whatever the verdict is on this host.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compare_reproduces_the_torch_verdicts() {
-    for name in ["tiny-gsm8k-grpo.yaml", "tiny-gsm8k-grpo-collapse.yaml"] {
-        let tmp = tempfile::tempdir().unwrap();
-        let report =
-            rlharness::app::run_one(&repo().join("scenarios").join(name), &opts(tmp.path(), &[]))
-                .await
-                .unwrap();
-        let dir = tmp.path().join("run");
-        let ran = std::fs::read_to_string(dir.join("verdict.json")).unwrap();
-        let status = rlharness::report::compare_command(&dir, None, &repo().join("golden"))
-            .unwrap()
-            .0
-            .exit_status();
-        let again = std::fs::read_to_string(dir.join("compare/golden/verdict.json")).unwrap();
-        assert_eq!(ran, again, "{name}: compare's verdict differs from run's");
-        assert_eq!(status, report.exit_status(), "{name}");
-    }
 }
 
 /// The torch self-tests (`scenarios/selftest/flagship-*.yaml`): each planted regression is
