@@ -9,11 +9,16 @@
 # Each step prints how long it took, and the total at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A suite run compiles each workspace crate once per configuration: incremental compilation's
+# caches only cost time here (a later plain `cargo` command rebuilds the two workspace crates
+# once, with its own setting).
+export CARGO_INCREMENTAL=0
 started=$SECONDS
 step() {
-    local t=$SECONDS
-    "$@"
+    local t=$SECONDS rc=0
+    "$@" || rc=$?
     echo "ci/test.sh: \`$*\` took $((SECONDS - t)) s" >&2
+    return "$rc"
 }
 mkdir -p target/ci-logs
 declare -A installs=()
@@ -42,12 +47,31 @@ step cargo fmt --all --check
 step cargo clippy --workspace --all-targets -- -D warnings
 installed setup-libtorch
 step cargo clippy --workspace --all-targets --features torch -- -D warnings
-installed python-deps
-step cargo test --workspace --features torch --no-fail-fast
-# Its own step: the Ray executor against a real local Ray head (starts and always stops its own
-# head). A Ray that cannot be installed or started fails here.
+# `--tests`: the library's and binaries' unit tests and the integration tests. The examples are
+# compiled by the clippy step above (`--all-targets`), and there are no doctests (every block in
+# the docs is text, YAML or a shell line), so `cargo test`'s default would only link the
+# examples again and run rustdoc over both crates for nothing.
+step cargo test --workspace --features torch --tests --no-run
+# The Ray executor against a real local Ray head (ci/ray-tests.sh starts and always stops its
+# own head; a Ray that cannot be installed or started fails the run). It runs beside the main
+# test run: its tests mostly wait on Ray (job start-up, polling), which leaves a core idle.
+# Its output goes to target/ci-logs/ray-tests.log, printed when it ends.
 installed ray-install
-step bash ci/ray-tests.sh
+bash ci/ray-tests.sh >target/ci-logs/ray-tests.log 2>&1 &
+ray_tests=$!
+installed python-deps
+test_status=0
+step cargo test --workspace --features torch --no-fail-fast --tests || test_status=$?
+# Waited for whatever the tests did, so that its head is always stopped by its own trap.
+t=$SECONDS
+ray_status=0
+wait "$ray_tests" || ray_status=$?
+cat target/ci-logs/ray-tests.log >&2
+echo "ci/test.sh: waited $((SECONDS - t)) s for ci/ray-tests.sh" >&2
+if ((test_status != 0 || ray_status != 0)); then
+    echo "ci/test.sh: failed (cargo test: exit $test_status, ci/ray-tests.sh: exit $ray_status)" >&2
+    exit 1
+fi
 # The fuzz targets (their own workspace) are checked, not run: ci/FUZZING.md says how to run
 # them. In the main target directory, whose checked dependencies they share.
 step cargo check --manifest-path harness/fuzz/Cargo.toml --bins --target-dir target
