@@ -1,17 +1,65 @@
 //! The torch backend's layout (issue #21) end to end on the CPU: `rlharness run` passes
 //! `remote_backend.colocate` to the `rlharness-torch` child, which records in the run
 //! directory (`backend_layout.json`) each job's device and each weight sync's bytes and
-//! seconds; `server_flags.json` records the flag as the server launch would carry it.
-#![cfg(feature = "torch")]
+//! seconds; `server_flags.json` records the flag as the server launch would carry it. And the
+//! two-GPU scenario of that layout, listed and skipped here.
 
 use crate::common::repo;
 
+#[cfg(feature = "torch")]
 use std::path::Path;
+#[cfg(feature = "torch")]
 use std::process::Command;
 
 use serde_json::Value;
 
+/// The two-H200 split-layout scenario validates, asks for 2 GPUs, and (without them) is listed
+/// as not runnable here, with the reason.
+#[test]
+fn the_two_gpu_split_scenario_validates_and_is_skipped_without_two_gpus() {
+    let path = repo().join("scenarios/gpu/qwen3-0.6b-shape-grpo-2xh200.yaml");
+    let outcome = rlharness::spec::check::check(std::slice::from_ref(&path));
+    assert!(
+        outcome.is_ok(),
+        "{}",
+        rlharness::spec::check::render_check(&outcome)
+    );
+    let scenario = rlharness::spec::load_scenario(&path, &[]).unwrap();
+    assert_eq!(scenario.requires.gpus, 2);
+    let cfg = scenario.config.to_json();
+    let rb = &cfg["remote_backend"];
+    assert_eq!(
+        (&rb["colocate"], &rb["training_gpus"], &rb["sampling_gpus"]),
+        (&Value::from(false), &Value::from(1), &Value::from(1))
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("NO GOLDEN YET"),
+        "the header says the golden is to come"
+    );
+    let listed = rlharness::spec::check::list(&repo().join("scenarios"));
+    let e = listed
+        .iter()
+        .find(|e| e.path.ends_with("qwen3-0.6b-shape-grpo-2xh200.yaml"))
+        .expect("listed");
+    assert!(e.requires.contains("2 GPUs"), "{}", e.requires);
+    let two_gpus = rlharness::spec::Requires {
+        gpus: 2,
+        ..Default::default()
+    }
+    .unmet()
+    .is_empty();
+    if !two_gpus {
+        let reasons = e.runnable.clone().unwrap_err();
+        assert!(
+            reasons.iter().any(|r| r.contains("needs 2 GPUs")),
+            "{reasons:?}"
+        );
+    }
+}
+
 /// Two steps of the CPU flagship into `out` with `sets` overrides; the run directory.
+#[cfg(feature = "torch")]
 fn run_flagship(out: &Path, sets: &[&str]) -> std::path::PathBuf {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rlharness"));
     cmd.current_dir(repo())
@@ -35,10 +83,12 @@ fn run_flagship(out: &Path, sets: &[&str]) -> std::path::PathBuf {
     std::fs::canonicalize(out.join("tiny-gsm8k-grpo/latest")).unwrap()
 }
 
+#[cfg(feature = "torch")]
 fn json_file(dir: &Path, name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
 }
 
+#[cfg(feature = "torch")]
 #[test]
 fn the_torch_backend_records_its_layout_split_and_colocated() {
     let tmp = tempfile::tempdir().unwrap();
