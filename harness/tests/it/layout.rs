@@ -126,6 +126,12 @@ fn the_torch_backend_records_its_layout_split_and_colocated() {
         assert!(sync["seconds"].as_f64().unwrap() > 0.0, "{sync}");
         assert_eq!(sync["from"], "cpu");
     }
+    // Split, nothing sleeps to make room for the other side: whatever sleeps frees nothing.
+    let sleeps = s["sleeps"].as_array().unwrap();
+    assert!(
+        sleeps.iter().all(|e| e["frees"] == serde_json::json!([])),
+        "{s}"
+    );
     let flags = json_file(&split, "server_flags.json");
     assert_eq!(flags["flags"]["colocate"], false, "{flags}");
     assert!(!flags["argv"]
@@ -144,6 +150,22 @@ fn the_torch_backend_records_its_layout_split_and_colocated() {
     assert!(!syncs.is_empty(), "{c}");
     // The same model either way: the same bytes a sync.
     assert_eq!(syncs[0]["bytes"], s["weight_syncs"][0]["bytes"]);
+    // Colocated, the sampler sleeps around each rollout and its sleep frees its weights and
+    // KV cache.
+    let sampler_sleeps: Vec<&Value> = c["sleeps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["job_type"] == "sampling" && e["asleep"] == true)
+        .collect();
+    assert!(sampler_sleeps.len() >= 2, "one a step: {c}");
+    for e in sampler_sleeps {
+        assert_eq!(
+            e["frees"],
+            serde_json::json!(["weights", "kv_cache"]),
+            "{e}"
+        );
+    }
     let flags = json_file(&colocated, "server_flags.json");
     assert_eq!(flags["flags"]["colocate"], true, "{flags}");
     assert!(flags["argv"]

@@ -94,7 +94,22 @@ pub struct SyncRecord {
     pub seconds: f64,
 }
 
-/// What `backend_layout.json` holds: the layout and its rules, each job's device, each sync.
+/// One sleep or wake of a job, and what the layout's rules free for it: the sampler's weights
+/// and KV cache, or the trainer's weights and optimizer state, when colocated; nothing when
+/// split (each side has its own devices). The torch engine itself keeps its weights resident
+/// and holds no KV cache between calls, so it releases nothing either way: the record says
+/// which side sleeps and what the real server frees.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SleepRecord {
+    pub job_id: u64,
+    pub job_type: String,
+    /// `true`: it went to sleep; `false`: it woke.
+    pub asleep: bool,
+    pub frees: Vec<&'static str>,
+}
+
+/// What `backend_layout.json` holds: the layout and its rules, each job's device, each sync,
+/// each sleep and wake.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LayoutRecord {
     pub colocate: bool,
@@ -103,6 +118,7 @@ pub struct LayoutRecord {
     pub rules: LayoutRules,
     pub jobs: Vec<JobPlacement>,
     pub weight_syncs: Vec<SyncRecord>,
+    pub sleeps: Vec<SleepRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -122,6 +138,7 @@ impl LayoutRecord {
             rules: LayoutRules::new(layout.colocate, false),
             jobs: Vec::new(),
             weight_syncs: Vec::new(),
+            sleeps: Vec::new(),
         }
     }
 

@@ -40,7 +40,9 @@ use serde_json::{json, Map, Value};
 use tch::{Device, Kind, Tensor};
 
 use self::batch::{place, response_logprobs, Padded};
-use self::layout::{device_name, EngineLayout, JobPlacement, LayoutRecord, SyncRecord};
+use self::layout::{
+    device_name, EngineLayout, JobPlacement, LayoutRecord, SleepRecord, SyncRecord,
+};
 use self::loss::{grpo_micro_loss, AggMode, AggTotals, LossSums, Sum};
 use self::model::{Decoder, DecoderConfig};
 use self::optim::{AdamW, OptimConfig};
@@ -1344,6 +1346,23 @@ impl Engine for TorchEngine {
         let out = guard("load-checkpoint", || self.load_impl(&mut job, request))?;
         job.weights_changed();
         Ok(out)
+    }
+
+    fn sleep_changed(&self, job_id: u64, asleep: bool) {
+        let Ok(job) = self.job(job_id) else { return };
+        let job_type = lock(&job).job_type;
+        let mut record = lock(&self.record);
+        let frees = match job_type {
+            JobType::Sampling => record.rules.sampler_sleep_frees.clone(),
+            JobType::Training | JobType::LogProb => record.rules.trainer_sleep_frees.clone(),
+        };
+        record.sleeps.push(SleepRecord {
+            job_id,
+            job_type: job_type.as_str().to_string(),
+            asleep,
+            frees: if asleep { frees } else { Vec::new() },
+        });
+        record.write(self.layout.record.as_ref());
     }
 
     fn weight_norm(&self, job_id: u64) -> Result<(f64, u64), EngineError> {
