@@ -1349,16 +1349,25 @@ impl Engine for TorchEngine {
     }
 
     fn sleep_changed(&self, job_id: u64, asleep: bool) {
-        let Ok(job) = self.job(job_id) else { return };
-        let job_type = lock(&job).job_type;
+        // The job's type from the record, not the job: a running call may hold the job's lock,
+        // and the server calls this on its async threads.
         let mut record = lock(&self.record);
-        let frees = match job_type {
-            JobType::Sampling => record.rules.sampler_sleep_frees.clone(),
-            JobType::Training | JobType::LogProb => record.rules.trainer_sleep_frees.clone(),
+        let Some(job_type) = record
+            .jobs
+            .iter()
+            .find(|j| j.job_id == job_id)
+            .map(|j| j.job_type.clone())
+        else {
+            return;
+        };
+        let frees = if job_type == JobType::Sampling.as_str() {
+            record.rules.sampler_sleep_frees.clone()
+        } else {
+            record.rules.trainer_sleep_frees.clone()
         };
         record.sleeps.push(SleepRecord {
             job_id,
-            job_type: job_type.as_str().to_string(),
+            job_type,
             asleep,
             frees: if asleep { frees } else { Vec::new() },
         });
