@@ -111,6 +111,24 @@ impl Tail {
     }
 }
 
+/// The layout flags of the child beside the GPU counts: `--colocate` (from
+/// `remote_backend.colocate`) and where it records what it did of the layout
+/// (`backend_layout.json` of the run directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildLayout {
+    pub colocate: bool,
+    pub record: Option<PathBuf>,
+}
+
+impl Default for ChildLayout {
+    fn default() -> Self {
+        ChildLayout {
+            colocate: true,
+            record: None,
+        }
+    }
+}
+
 /// The command that starts `exe` as the backend of `spec`: its arguments, its CPU kernel
 /// pinning, `env` (a matrix slot's) and its own process group.
 fn command(
@@ -118,6 +136,7 @@ fn command(
     spec: &TorchSpec,
     seed: u64,
     opts: &ServerOptions,
+    layout: &ChildLayout,
     env: &[(String, String)],
 ) -> Result<Command, CommandError> {
     let spec_json = serde_json::to_string(spec)
@@ -130,10 +149,14 @@ fn command(
         .args(["--training-gpus", &opts.training_gpus.to_string()])
         .args(["--sampling-gpus", &opts.sampling_gpus.to_string()])
         .args(["--log-prob-gpus", &opts.log_prob_gpus.to_string()])
+        .args(["--colocate", &layout.colocate.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    if let Some(record) = &layout.record {
+        cmd.arg("--layout-record").arg(record);
+    }
     if spec.device == TorchDevice::Cpu {
         // The child pins the same level itself (and falls back on a CPU without it);
         // set here, libtorch sees it from the process's first instruction.
@@ -188,12 +211,13 @@ impl TorchChild {
         spec: &TorchSpec,
         seed: u64,
         opts: &ServerOptions,
+        layout: &ChildLayout,
         ready_limit: Duration,
     ) -> Result<TorchChild, CommandError> {
         let exe = locate()?;
         // A scenario of a local matrix (`run --jobs`): its GPU pinning and its label.
         let slot = crate::slot::current_slot();
-        let mut cmd = command(&exe, spec, seed, opts, &slot.env)?;
+        let mut cmd = command(&exe, spec, seed, opts, layout, &slot.env)?;
         let mut child = cmd.spawn().map_err(|e| {
             CommandError::run_failed(format!(
                 "cannot start the torch backend {}: {e}",

@@ -154,6 +154,11 @@ pub trait Engine: Send + Sync + 'static {
     fn load_checkpoint(&self, job_id: u64, request: &Value) -> Result<Value, EngineError>;
     /// `/weight-norm`: `(norm, number of parameters)` of one job's weights.
     fn weight_norm(&self, job_id: u64) -> Result<(f64, u64), EngineError>;
+    /// A job went to sleep (`asleep`) or woke (`/sleep-*`, `/wake-*`, `/operation`); called
+    /// after the server's state machine moved. The default does nothing.
+    fn sleep_changed(&self, job_id: u64, asleep: bool) {
+        let _ = (job_id, asleep);
+    }
     /// The simulated duration of a call that computes nothing (health, sleep, wake, status).
     /// `None` for a real engine: the driver then measures wall time.
     fn control_seconds(&self) -> Option<f64> {

@@ -1241,6 +1241,7 @@ fn sleep_job(s: &Shared, id: u64, body: &Map<String, Value>, route: &str) -> Api
         "already_sleeping"
     } else {
         s.set_sampling_state(id, SamplingState::Sleeping);
+        s.engine.sleep_changed(id, true);
         "sleeping"
     };
     ok_json(json!({
@@ -1302,6 +1303,9 @@ fn wake_job(s: &Shared, id: u64, body: Option<&Value>, route: &str) -> ApiResult
     let (next, status) = wake_transition(job.sampling, tags)
         .map_err(|e| ApiError::bad_request(format!("{route}: job {id}: {e}")))?;
     s.set_sampling_state(id, next);
+    if status != "already_ready" {
+        s.engine.sleep_changed(id, false);
+    }
     // `already_ready` carries no tags.
     let mut sampling = Map::new();
     sampling.insert("status".into(), json!(status));
@@ -1443,6 +1447,9 @@ fn offload_job(
             }
         }
     };
+    if !status.starts_with("already_") {
+        s.engine.sleep_changed(id, sleep.is_some());
+    }
     ok_json(json!({"job_id": id, "workers": [{"status": status}]}))
 }
 

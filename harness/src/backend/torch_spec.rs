@@ -18,6 +18,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod layout;
+
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TorchSpec {

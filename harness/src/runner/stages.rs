@@ -92,7 +92,7 @@ pub(super) async fn start_backend_stage(
 ) -> Result<Option<RunningBackend>, CommandError> {
     let backend = match &plan.scenario.backend {
         BackendSpec::None => return Ok(None),
-        _ => start_backend(plan).await?,
+        _ => start_backend(plan, &p.run_dir).await?,
     };
     if let Some(flags) = backend
         .flags
@@ -353,6 +353,13 @@ impl RunningBackend {
     }
 }
 
+/// `remote_backend.colocate` (default `true`, as `backends/arctic.yaml`'s).
+fn colocate(plan: &RunPlan) -> bool {
+    translate::lookup(&plan.scenario.config.to_json(), "remote_backend.colocate")
+        .and_then(Value::as_bool)
+        .unwrap_or(true)
+}
+
 /// The start-up flags of a server the harness starts (what `--training-gpus` etc. would be),
 /// from `remote_backend.*`, and as `server_flags.json` records them.
 fn server_options(plan: &RunPlan) -> (crate::backend::server::ServerOptions, Value) {
@@ -372,23 +379,33 @@ fn server_options(plan: &RunPlan) -> (crate::backend::server::ServerOptions, Val
     // How the harness started its server, as the Arctic client would start a real one. Only the
     // builtin driver stands in for the client; an external trainer did not start this server,
     // so its runs record no flags (see `execute_with`).
+    // `--colocate` is a switch of the real server: present only when colocated.
+    let colocate = colocate(plan);
+    let mut argv = vec![
+        "--training-gpus".to_string(),
+        opts.training_gpus.to_string(),
+        "--sampling-gpus".to_string(),
+        opts.sampling_gpus.to_string(),
+        "--log-prob-gpus".to_string(),
+        opts.log_prob_gpus.to_string(),
+    ];
+    if colocate {
+        argv.push("--colocate".to_string());
+    }
     let flags = serde_json::json!({
         "started_by": "rlharness, standing in for the Arctic client's server launch (builtin driver)",
-        "argv": [
-            "--training-gpus", opts.training_gpus.to_string(),
-            "--sampling-gpus", opts.sampling_gpus.to_string(),
-            "--log-prob-gpus", opts.log_prob_gpus.to_string(),
-        ],
+        "argv": argv,
         "flags": {
             "training_gpus": opts.training_gpus,
             "sampling_gpus": opts.sampling_gpus,
             "log_prob_gpus": opts.log_prob_gpus,
+            "colocate": colocate,
         },
     });
     (opts, flags)
 }
 
-async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
+async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend, CommandError> {
     let runtime: Option<crate::backend::Runtime>;
     let engine: Arc<dyn crate::backend::Engine> = match &plan.scenario.backend {
         BackendSpec::Mock(script) => {
@@ -403,7 +420,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
                     .map_err(|e| CommandError::invalid(format!("backend: {e}")))?,
             )
         }
-        BackendSpec::Torch(spec) => return start_torch_child(plan, spec).await,
+        BackendSpec::Torch(spec) => return start_torch_child(plan, spec, run_dir).await,
         BackendSpec::Remote { url } => {
             return Ok(RunningBackend {
                 url: url.trim_end_matches('/').to_string(),
@@ -463,6 +480,7 @@ async fn start_backend(plan: &RunPlan) -> Result<RunningBackend, CommandError> {
 async fn start_torch_child(
     plan: &RunPlan,
     spec: &crate::backend::TorchSpec,
+    run_dir: &Path,
 ) -> Result<RunningBackend, CommandError> {
     let (opts, flags) = server_options(plan);
     let spec = spec.beside(&plan.scenario.path);
@@ -471,9 +489,18 @@ async fn start_torch_child(
         .timeouts
         .run
         .unwrap_or(Duration::from_secs(600));
-    let child =
-        crate::backend::child::TorchChild::start(&spec, plan.scenario.seed, &opts, ready_limit)
-            .await?;
+    let layout = crate::backend::child::ChildLayout {
+        colocate: colocate(plan),
+        record: Some(run_dir.join("backend_layout.json")),
+    };
+    let child = crate::backend::child::TorchChild::start(
+        &spec,
+        plan.scenario.seed,
+        &opts,
+        &layout,
+        ready_limit,
+    )
+    .await?;
     Ok(RunningBackend {
         url: child.url().to_string(),
         runtime: Some(child.runtime().clone()),

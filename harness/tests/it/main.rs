@@ -13,6 +13,7 @@ mod dssst1;
 mod faults;
 mod flagship;
 mod layers;
+mod layout;
 mod load;
 mod mock_server;
 mod other_host;

@@ -23,6 +23,7 @@ pub mod convert;
 pub mod cuda_graph;
 pub mod grpo;
 pub mod head;
+pub mod layout;
 pub mod loss;
 pub mod model;
 pub mod numerics;
@@ -39,6 +40,9 @@ use serde_json::{json, Map, Value};
 use tch::{Device, Kind, Tensor};
 
 use self::batch::{place, response_logprobs, Padded};
+use self::layout::{
+    device_name, EngineLayout, JobPlacement, LayoutRecord, SleepRecord, SyncRecord,
+};
 use self::loss::{grpo_micro_loss, AggMode, AggTotals, LossSums, Sum};
 use self::model::{Decoder, DecoderConfig};
 use self::optim::{AdamW, OptimConfig};
@@ -94,6 +98,8 @@ struct Trainer {
 
 struct Job {
     job_type: JobType,
+    /// Where this job's model lives (the layout's device for its role).
+    device: Device,
     model: Decoder,
     trainer: Option<Trainer>,
     worker: WorkerSettings,
@@ -157,6 +163,10 @@ pub struct TorchEngine {
     /// the autograd head beside it.
     hand_head: bool,
     info: RuntimeInfo,
+    /// Where each role's model lives ([`TorchEngine::with_layout`]).
+    layout: EngineLayout,
+    /// What the engine did of the layout (`backend_layout.json`).
+    record: Mutex<LayoutRecord>,
 }
 
 /// Generate calls waiting for the running batch to end (CUDA only).
@@ -299,6 +309,8 @@ impl TorchEngine {
             weight_gate: RwLock::new(()),
             hand_head: true,
             info,
+            record: Mutex::new(LayoutRecord::new(&EngineLayout::colocated(device))),
+            layout: EngineLayout::colocated(device),
         })
     }
 
@@ -351,6 +363,31 @@ impl TorchEngine {
     pub fn with_hand_head(mut self, on: bool) -> TorchEngine {
         self.hand_head = on;
         self
+    }
+
+    /// Place the trainer (and the log_prob job) and the sampler as `layout` says (by default
+    /// both on the engine's device, colocated). Before any job is created: jobs already there
+    /// stay where they are. A layout on devices of another kind than the engine's is refused.
+    pub fn with_layout(mut self, layout: EngineLayout) -> Result<TorchEngine, EngineError> {
+        for d in [layout.training, layout.sampling] {
+            if d.is_cuda() != self.device.is_cuda() {
+                return Err(EngineError::bad_request(format!(
+                    "layout: a {} role on an engine on {}",
+                    device_name(d),
+                    device_name(self.device)
+                )));
+            }
+        }
+        let record = LayoutRecord::new(&layout);
+        record.write(layout.record.as_ref());
+        self.record = Mutex::new(record);
+        self.layout = layout;
+        Ok(self)
+    }
+
+    /// What the engine recorded of its layout so far: each job's device, each weight sync.
+    pub fn layout_record(&self) -> LayoutRecord {
+        lock(&self.record).clone()
     }
 
     /// The most rows one batch of identical one-row CPU calls held so far.
@@ -615,11 +652,11 @@ impl TorchEngine {
 
     fn forward_impl(&self, job: &Job, batch: &ModelBatch) -> Result<ForwardOutput, EngineError> {
         let settings = CallSettings::resolve(&job.worker, &batch.meta, &batch.post)?;
-        let x = Padded::from_batch(batch, &settings, self.config.vocab_size, self.device)?;
+        let x = Padded::from_batch(batch, &settings, self.config.vocab_size, job.device)?;
         let loss_inputs = match batch.loss_fn.as_deref() {
             None => None,
             Some(name @ ("grpo" | "verl_grpo" | "sft" | "sft_ce")) => {
-                Some(LossInputs::read(batch, &x, name, self.device)?)
+                Some(LossInputs::read(batch, &x, name, job.device)?)
             }
             Some(other) => {
                 return Err(EngineError::bad_request(format!(
@@ -697,8 +734,8 @@ impl TorchEngine {
                 )))
             }
         };
-        let x = Padded::from_batch(batch, &settings, self.config.vocab_size, self.device)?;
-        let li = LossInputs::read(batch, &x, &loss_name, self.device)?;
+        let x = Padded::from_batch(batch, &settings, self.config.vocab_size, job.device)?;
+        let li = LossInputs::read(batch, &x, &loss_name, job.device)?;
         let totals = AggTotals::of(&li.mask);
         let mut sums = LossSums::default();
         let mb = job.micro_batch.max(1) as i64;
@@ -869,11 +906,11 @@ impl TorchEngine {
             .ok_or_else(|| EngineError::internal("training job lost its trainer"))?;
         let _g = tch::no_grad_guard();
         for (k, n) in names.iter().enumerate() {
-            trainer.opt.m[k].copy_(&get(&opt, format!("exp_avg.{n}"))?.to_device(self.device));
-            trainer.opt.v[k].copy_(&get(&opt, format!("exp_avg_sq.{n}"))?.to_device(self.device));
+            trainer.opt.m[k].copy_(&get(&opt, format!("exp_avg.{n}"))?.to_device(job.device));
+            trainer.opt.v[k].copy_(&get(&opt, format!("exp_avg_sq.{n}"))?.to_device(job.device));
             if !trainer.opt.master.is_empty() {
                 trainer.opt.master[k]
-                    .copy_(&get(&opt, format!("master.{n}"))?.to_device(self.device));
+                    .copy_(&get(&opt, format!("master.{n}"))?.to_device(job.device));
             }
         }
         trainer.global_step = state
@@ -1090,7 +1127,15 @@ impl Engine for TorchEngine {
             JobType::Sampling => None,
         };
         let optim = OptimConfig::from_ds_config(ds).map_err(EngineError::bad_request)?;
-        let mut model = lock(&self.base).deep_copy();
+        let device = self.layout.device_for(config.job_type);
+        let mut model = {
+            let base = lock(&self.base);
+            if device == base.device {
+                base.deep_copy()
+            } else {
+                base.copy_to(device)
+            }
+        };
         let trainer = if config.job_type == JobType::Training {
             model.set_requires_grad(true);
             Some(Trainer {
@@ -1102,6 +1147,7 @@ impl Engine for TorchEngine {
         };
         let job = Job {
             job_type: config.job_type,
+            device,
             model,
             trainer,
             worker,
@@ -1111,6 +1157,22 @@ impl Engine for TorchEngine {
             occurrences: HashMap::new(),
         };
         lock(&self.jobs).insert(job_id, Arc::new(Mutex::new(job)));
+        let mut record = lock(&self.record);
+        record.jobs.retain(|j| j.job_id != job_id);
+        record.jobs.push(JobPlacement {
+            job_id,
+            job_type: config.job_type.as_str().to_string(),
+            device: device_name(device),
+        });
+        if config.job_type == JobType::Training {
+            // The sync strategy is the training job's (`cuda_ipc`); the layout decides
+            // whether it takes effect.
+            record.rules = rlharness::backend::torch_spec::layout::LayoutRules::new(
+                self.layout.colocate,
+                config.cuda_ipc,
+            );
+        }
+        record.write(self.layout.record.as_ref());
         Ok(())
     }
 
@@ -1215,8 +1277,9 @@ impl Engine for TorchEngine {
 
     fn weight_sync(&self, source: u64, targets: &[u64]) -> Result<Timed<()>, EngineError> {
         let _writing = write_gate(&self.weight_gate);
+        let started = std::time::Instant::now();
         let src = self.job(source)?;
-        let snapshot: Vec<Tensor> = {
+        let (from, snapshot): (Device, Vec<Tensor>) = {
             let src = lock(&src);
             if src.job_type != JobType::Training {
                 return Err(EngineError::bad_request(format!(
@@ -1224,8 +1287,16 @@ impl Engine for TorchEngine {
                 )));
             }
             let _g = tch::no_grad_guard();
-            src.model.params.iter().map(|p| p.detach().copy()).collect()
+            (
+                src.device,
+                src.model.params.iter().map(|p| p.detach().copy()).collect(),
+            )
         };
+        let snapshot_bytes: u64 = snapshot
+            .iter()
+            .map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as u64)
+            .sum();
+        let mut to = Vec::with_capacity(targets.len());
         for &t in targets {
             if t == source {
                 return Err(EngineError::bad_request(
@@ -1238,7 +1309,27 @@ impl Engine for TorchEngine {
                 .copy_from(&snapshot)
                 .map_err(EngineError::internal)?;
             job.weights_changed();
+            to.push(job.device);
         }
+        if to.iter().any(|d| d.is_cuda()) {
+            // The copies are queued on the devices: the seconds are the copies', not the
+            // queueing's.
+            for d in std::iter::once(from).chain(to.iter().copied()) {
+                if let Device::Cuda(i) = d {
+                    tch::Cuda::synchronize(i as i64);
+                }
+            }
+        }
+        let mut record = lock(&self.record);
+        record.weight_syncs.push(SyncRecord {
+            source,
+            targets: targets.to_vec(),
+            from: device_name(from),
+            to: to.iter().map(|&d| device_name(d)).collect(),
+            bytes: snapshot_bytes * targets.len() as u64,
+            seconds: started.elapsed().as_secs_f64(),
+        });
+        record.write(self.layout.record.as_ref());
         Ok(Timed::untimed(()))
     }
 
@@ -1255,6 +1346,32 @@ impl Engine for TorchEngine {
         let out = guard("load-checkpoint", || self.load_impl(&mut job, request))?;
         job.weights_changed();
         Ok(out)
+    }
+
+    fn sleep_changed(&self, job_id: u64, asleep: bool) {
+        // The job's type from the record, not the job: a running call may hold the job's lock,
+        // and the server calls this on its async threads.
+        let mut record = lock(&self.record);
+        let Some(job_type) = record
+            .jobs
+            .iter()
+            .find(|j| j.job_id == job_id)
+            .map(|j| j.job_type.clone())
+        else {
+            return;
+        };
+        let frees = if job_type == JobType::Sampling.as_str() {
+            record.rules.sampler_sleep_frees.clone()
+        } else {
+            record.rules.trainer_sleep_frees.clone()
+        };
+        record.sleeps.push(SleepRecord {
+            job_id,
+            job_type,
+            asleep,
+            frees: if asleep { frees } else { Vec::new() },
+        });
+        record.write(self.layout.record.as_ref());
     }
 
     fn weight_norm(&self, job_id: u64) -> Result<(f64, u64), EngineError> {

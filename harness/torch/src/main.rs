@@ -64,8 +64,11 @@ mod serve {
 
     use rlharness::backend::child::Ready;
     use rlharness::backend::server::ServerOptions;
-    use rlharness::backend::{BackendSpec, Runtime, TorchSpec};
+    use rlharness::backend::torch_spec::layout::{device_map, LayoutKnobs};
+    use rlharness::backend::torch_spec::TorchDevice;
+    use rlharness::backend::{BackendSpec, EngineError, Runtime, TorchSpec};
     use rlharness::error::CommandError;
+    use rlharness_torch::layout::EngineLayout;
     use rlharness_torch::TorchEngine;
 
     /// The torch Arctic server: the model from a scenario's backend block (or the CPU
@@ -95,6 +98,15 @@ mod serve {
         pub sampling_gpus: Option<u32>,
         #[arg(long)]
         pub log_prob_gpus: Option<u32>,
+        /// The layout: trainer and sampler on the same device (`true`, the default here) or
+        /// each on its own (`false`: the trainer on the first `--training-gpus` devices, the
+        /// sampler on the next `--sampling-gpus`). `--colocate` alone means `true`.
+        #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+        pub colocate: Option<bool>,
+        /// Write what the engine did of the layout (each job's device, each weight sync's bytes
+        /// and seconds) to this JSON file, rewritten as it changes.
+        #[arg(long)]
+        pub layout_record: Option<PathBuf>,
         /// Started by `rlharness run`: print one JSON ready line on stdout, and exit when
         /// stdin closes.
         #[arg(long)]
@@ -128,11 +140,27 @@ mod serve {
 
     pub async fn serve(args: Args) -> Result<(), CommandError> {
         let (spec, seed) = spec_and_seed(&args)?;
+        let defaults = ServerOptions::default();
+        let knobs = LayoutKnobs {
+            colocate: args.colocate.unwrap_or(true),
+            training_gpus: args.training_gpus.unwrap_or(defaults.training_gpus),
+            sampling_gpus: args.sampling_gpus.unwrap_or(defaults.sampling_gpus),
+        };
+        let record = args.layout_record.clone();
         // Building the model (and its warm start) is CPU-heavy: off the async threads.
-        let engine = tokio::task::spawn_blocking(move || TorchEngine::new(&spec, seed))
-            .await
-            .map_err(|e| CommandError::run_failed(format!("torch backend crashed: {e}")))?
-            .map_err(|e| CommandError::run_failed(format!("torch backend: {e}")))?;
+        let engine = tokio::task::spawn_blocking(move || {
+            let engine = TorchEngine::new(&spec, seed)?;
+            // Counted once libtorch's CUDA backend is loaded (`TorchEngine::new` loads it).
+            let visible = match spec.device {
+                TorchDevice::Cuda => usize::try_from(tch::Cuda::device_count()).unwrap_or(0),
+                TorchDevice::Cpu => 0,
+            };
+            let map = device_map(spec.device, knobs, visible).map_err(EngineError::bad_request)?;
+            engine.with_layout(EngineLayout::from_map(knobs.colocate, map).with_record(record))
+        })
+        .await
+        .map_err(|e| CommandError::run_failed(format!("torch backend crashed: {e}")))?
+        .map_err(|e| CommandError::run_failed(format!("torch backend: {e}")))?;
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
             .await
             .map_err(|e| {
@@ -142,7 +170,6 @@ mod serve {
             .local_addr()
             .map_err(|e| CommandError::run_failed(e.to_string()))?;
         let runtime = engine.runtime();
-        let defaults = ServerOptions::default();
         let opts = ServerOptions {
             training_gpus: args.training_gpus.unwrap_or(defaults.training_gpus),
             sampling_gpus: args.sampling_gpus.unwrap_or(defaults.sampling_gpus),

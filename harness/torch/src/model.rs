@@ -330,6 +330,27 @@ impl Decoder {
         }
     }
 
+    /// A copy with its own storage on `device` (a role of the split layout on a device of
+    /// its own). CUDA graphs are captured on the current device's side stream, cuda:0's, so a
+    /// copy on another CUDA device decodes eagerly.
+    pub fn copy_to(&self, device: Device) -> Decoder {
+        let _guard = tch::no_grad_guard();
+        Decoder {
+            config: self.config.clone(),
+            names: self.names.clone(),
+            params: self
+                .params
+                .iter()
+                .map(|p| p.detach().to_device(device).copy())
+                .collect(),
+            device,
+            kind: self.kind,
+            fused: self.fused,
+            graphs: self.graphs && device == Device::Cuda(0),
+            fused_weights: None,
+        }
+    }
+
     /// A handle on the same storage (no copy): what a sampling call reads while the job's
     /// lock is free for others. Writers of the weights wait on the engine's weight gate.
     pub fn share(&self) -> Decoder {
