@@ -532,24 +532,28 @@ mod tests {
     fn jsonl_errors_say_what_is_wrong() {
         let e = |l: &str| parse_jsonl_line(l).unwrap_err().to_string();
         assert!(e("{").starts_with("invalid JSON"));
-        assert_eq!(
-            e("[1]"),
-            "expected a JSON object with `step` and `data`, found a list"
-        );
-        assert_eq!(e(r#"{"data":{}}"#), "missing key `step`");
-        assert_eq!(
-            e(r#"{"step":-1,"data":{}}"#),
-            "`step` must be a non-negative integer, found -1"
-        );
-        assert_eq!(
-            e(r#"{"step":"1","data":{}}"#),
-            "`step` must be a non-negative integer, found a string"
-        );
-        assert_eq!(e(r#"{"step":1}"#), "missing key `data`");
-        assert_eq!(
-            e(r#"{"step":1,"data":3}"#),
-            "`data` must be an object, found a number"
-        );
+        for (line, want) in [
+            (
+                "[1]",
+                "expected a JSON object with `step` and `data`, found a list",
+            ),
+            (r#"{"data":{}}"#, "missing key `step`"),
+            (
+                r#"{"step":-1,"data":{}}"#,
+                "`step` must be a non-negative integer, found -1",
+            ),
+            (
+                r#"{"step":"1","data":{}}"#,
+                "`step` must be a non-negative integer, found a string",
+            ),
+            (r#"{"step":1}"#, "missing key `data`"),
+            (
+                r#"{"step":1,"data":3}"#,
+                "`data` must be an object, found a number",
+            ),
+        ] {
+            assert_eq!(e(line), want);
+        }
         assert_eq!(
             parse_jsonl_line(r#"{"step":1.0,"data":{}}"#).unwrap().step,
             1

@@ -396,15 +396,28 @@ pub fn parse_expr(src: &str) -> Result<Expr, ExprError> {
     // Token-level attempts make errors point at the furthest character reached.
     pest::set_error_detail(true);
     let mut pairs = ExprParser::parse(Rule::expr, src).map_err(|e| pest_error(e, src))?;
-    let top = pairs.next().ok_or_else(|| ExprError {
-        column: 1,
-        message: "empty expression".into(),
-    })?;
-    let or = top.into_inner().next().ok_or_else(|| ExprError {
-        column: 1,
-        message: "empty expression".into(),
-    })?;
+    let top = pairs
+        .next()
+        .ok_or_else(|| expr_err(1, "empty expression"))?;
+    let or = first_child(top, 1, "empty expression")?;
     build_or(or)
+}
+
+/// A parse error at `column`.
+fn expr_err(column: usize, message: impl Into<String>) -> ExprError {
+    ExprError {
+        column,
+        message: message.into(),
+    }
+}
+
+/// The first child of `pair`, or a parse error at `column` saying `what` was expected.
+fn first_child<'i>(
+    pair: Pair<'i, Rule>,
+    column: usize,
+    what: &str,
+) -> Result<Pair<'i, Rule>, ExprError> {
+    inner(pair).next().ok_or_else(|| expr_err(column, what))
 }
 
 fn inner(pair: Pair<'_, Rule>) -> pest::iterators::Pairs<'_, Rule> {
@@ -455,10 +468,7 @@ fn build_unary(pair: Pair<'_, Rule>) -> Result<Expr, ExprError> {
             _ => {}
         }
     }
-    Err(ExprError {
-        column: 1,
-        message: "expected a condition".into(),
-    })
+    Err(expr_err(1, "expected a condition"))
 }
 
 fn wrap_not(mut e: Expr, n: usize) -> Expr {
@@ -470,10 +480,7 @@ fn wrap_not(mut e: Expr, n: usize) -> Expr {
 
 fn build_boolean(pair: Pair<'_, Rule>) -> Result<Expr, ExprError> {
     let c = col(&pair);
-    let p = inner(pair).next().ok_or_else(|| ExprError {
-        column: c,
-        message: "expected a condition".into(),
-    })?;
+    let p = first_child(pair, c, "expected a condition")?;
     match p.as_rule() {
         Rule::comparison => {
             let mut it = inner(p);
@@ -484,10 +491,7 @@ fn build_boolean(pair: Pair<'_, Rule>) -> Result<Expr, ExprError> {
                     CmpOp::parse(op.as_str()),
                     build_sum(b)?,
                 )),
-                _ => Err(ExprError {
-                    column: c,
-                    message: "incomplete comparison".into(),
-                }),
+                _ => Err(expr_err(c, "incomplete comparison")),
             }
         }
         Rule::quantifier => {
@@ -499,12 +503,7 @@ fn build_boolean(pair: Pair<'_, Rule>) -> Result<Expr, ExprError> {
             let metric = it.next().map(metric_name).unwrap_or_default();
             let pred = match it.next() {
                 Some(p) => build_pred(p)?,
-                None => {
-                    return Err(ExprError {
-                        column: c,
-                        message: "expected a predicate".into(),
-                    })
-                }
+                None => return Err(expr_err(c, "expected a predicate")),
             };
             let sel = match it.next() {
                 Some(s) => build_selection(s)?,
@@ -518,10 +517,7 @@ fn build_boolean(pair: Pair<'_, Rule>) -> Result<Expr, ExprError> {
             })
         }
         Rule::or_expr => build_or(p),
-        _ => Err(ExprError {
-            column: col(&p),
-            message: "expected a condition".into(),
-        }),
+        _ => Err(expr_err(col(&p), "expected a condition")),
     }
 }
 
@@ -540,48 +536,39 @@ fn build_pred(pair: Pair<'_, Rule>) -> Result<Pred, ExprError> {
         Some(p) if p.as_rule() == Rule::kw_finite => Ok(Pred::Finite),
         Some(p) if p.as_rule() == Rule::cmp_op => {
             let op = CmpOp::parse(p.as_str());
-            let rhs = it.next().ok_or_else(|| ExprError {
-                column: c,
-                message: "expected a value after the comparison".into(),
-            })?;
+            let rhs = it
+                .next()
+                .ok_or_else(|| expr_err(c, "expected a value after the comparison"))?;
             Ok(Pred::Cmp(op, Box::new(build_sum(rhs)?)))
         }
-        _ => Err(ExprError {
-            column: c,
-            message: "expected a predicate (finite, or a comparison such as `> 0`)".into(),
-        }),
+        _ => Err(expr_err(
+            c,
+            "expected a predicate (finite, or a comparison such as `> 0`)",
+        )),
     }
 }
 
 fn parse_int(p: &Pair<'_, Rule>) -> Result<u64, ExprError> {
-    p.as_str().parse().map_err(|_| ExprError {
-        column: col(p),
-        message: format!("`{}` is too large", p.as_str()),
-    })
+    p.as_str()
+        .parse()
+        .map_err(|_| expr_err(col(p), format!("`{}` is too large", p.as_str())))
 }
 
 fn build_selection(pair: Pair<'_, Rule>) -> Result<Selection, ExprError> {
     let c = col(&pair);
-    let p = inner(pair).next().ok_or_else(|| ExprError {
-        column: c,
-        message: "expected a selection".into(),
-    })?;
+    let p = first_child(pair, c, "expected a selection")?;
     let rule = p.as_rule();
     let ints: Vec<Pair<'_, Rule>> = inner(p.clone())
         .filter(|q| q.as_rule() == Rule::integer)
         .collect();
     match rule {
         Rule::sel_last | Rule::sel_first => {
-            let n = ints.first().ok_or_else(|| ExprError {
-                column: c,
-                message: "expected a count".into(),
-            })?;
+            let n = ints
+                .first()
+                .ok_or_else(|| expr_err(c, "expected a count"))?;
             let v = parse_int(n)?;
             if v == 0 {
-                return Err(ExprError {
-                    column: col(n),
-                    message: "a window of 0 steps selects nothing".into(),
-                });
+                return Err(expr_err(col(n), "a window of 0 steps selects nothing"));
             }
             Ok(if rule == Rule::sel_last {
                 Selection::Last(v)
@@ -603,10 +590,10 @@ fn build_selection(pair: Pair<'_, Rule>) -> Result<Selection, ExprError> {
             }
             if let (Some(x), Some(y)) = (a, b) {
                 if x > y {
-                    return Err(ExprError {
-                        column: c,
-                        message: format!("empty step range {x}..{y}: the start is after the end"),
-                    });
+                    return Err(expr_err(
+                        c,
+                        format!("empty step range {x}..{y}: the start is after the end"),
+                    ));
                 }
             }
             Ok(Selection::Steps(StepRange { from: a, to: b }))
@@ -643,10 +630,7 @@ fn build_chain(pair: Pair<'_, Rule>) -> Result<Num, ExprError> {
             _ => {}
         }
     }
-    acc.ok_or_else(|| ExprError {
-        column: 1,
-        message: "expected a value".into(),
-    })
+    acc.ok_or_else(|| expr_err(1, "expected a value"))
 }
 
 fn fold(acc: Option<Num>, op: Option<ArithOp>, n: Num) -> Num {
@@ -658,22 +642,17 @@ fn fold(acc: Option<Num>, op: Option<ArithOp>, n: Num) -> Num {
 
 fn build_factor(pair: Pair<'_, Rule>) -> Result<Num, ExprError> {
     let c = col(&pair);
-    let p = inner(pair).next().ok_or_else(|| ExprError {
-        column: c,
-        message: "expected a value".into(),
-    })?;
+    let p = first_child(pair, c, "expected a value")?;
     match p.as_rule() {
         Rule::neg => {
-            let f = inner(p).next().ok_or_else(|| ExprError {
-                column: c,
-                message: "expected a value after `-`".into(),
-            })?;
+            let f = first_child(p, c, "expected a value after `-`")?;
             Ok(Num::Neg(Box::new(build_factor(f)?)))
         }
-        Rule::number => p.as_str().parse().map(Num::Const).map_err(|_| ExprError {
-            column: col(&p),
-            message: format!("`{}` is not a number", p.as_str()),
-        }),
+        Rule::number => p
+            .as_str()
+            .parse()
+            .map(Num::Const)
+            .map_err(|_| expr_err(col(&p), format!("`{}` is not a number", p.as_str()))),
         Rule::sum => build_sum(p),
         Rule::aggregate => {
             let mut it = inner(p);
@@ -707,10 +686,7 @@ fn build_factor(pair: Pair<'_, Rule>) -> Result<Num, ExprError> {
             }
             Ok(Num::Count { metric, pred, sel })
         }
-        _ => Err(ExprError {
-            column: col(&p),
-            message: "expected a value".into(),
-        }),
+        _ => Err(expr_err(col(&p), "expected a value")),
     }
 }
 
@@ -1326,39 +1302,31 @@ mod tests {
     #[test]
     fn fail_fast_decides_only_what_is_settled() {
         let partial = table("x", &[0.5, 1.5]);
-        // max can only grow: already above the limit.
-        assert!(!parse_expr("max(x) <= 1")
-            .unwrap()
-            .can_still_hold(&partial, 10));
-        // min can only shrink: still undecided.
-        assert!(!parse_expr("min(x) >= 1")
-            .unwrap()
-            .can_still_hold(&partial, 10));
-        assert!(parse_expr("min(x) <= 0")
-            .unwrap()
-            .can_still_hold(&partial, 10));
-        // a mean over the whole run is undecided until the end.
-        assert!(parse_expr("mean(x) > 5")
-            .unwrap()
-            .can_still_hold(&partial, 10));
-        // a finished window is final.
-        assert!(!parse_expr("mean(x, first 2) > 5")
-            .unwrap()
-            .can_still_hold(&partial, 10));
-        // a NaN is final for all(.., finite) and for any aggregate over it.
         let nan = table("x", &[0.5, f64::NAN]);
-        assert!(!parse_expr("all(x, finite)")
-            .unwrap()
-            .can_still_hold(&nan, 10));
-        assert!(!parse_expr("max(x) <= 1").unwrap().can_still_hold(&nan, 10));
-        // a NaN outside the final `last 3` window does not decide it.
-        assert!(parse_expr("all(x, finite, last 3)")
-            .unwrap()
-            .can_still_hold(&nan, 10));
-        // or: one undecided side keeps it alive.
-        assert!(parse_expr("max(x) <= 1 or mean(x) > 0")
-            .unwrap()
-            .can_still_hold(&partial, 10));
+        for (src, t, can_hold) in [
+            // max can only grow: already above the limit.
+            ("max(x) <= 1", &partial, false),
+            // min can only shrink: still undecided.
+            ("min(x) >= 1", &partial, false),
+            ("min(x) <= 0", &partial, true),
+            // a mean over the whole run is undecided until the end.
+            ("mean(x) > 5", &partial, true),
+            // a finished window is final.
+            ("mean(x, first 2) > 5", &partial, false),
+            // a NaN is final for all(.., finite) and for any aggregate over it.
+            ("all(x, finite)", &nan, false),
+            ("max(x) <= 1", &nan, false),
+            // a NaN outside the final `last 3` window does not decide it.
+            ("all(x, finite, last 3)", &nan, true),
+            // or: one undecided side keeps it alive.
+            ("max(x) <= 1 or mean(x) > 0", &partial, true),
+        ] {
+            assert_eq!(
+                parse_expr(src).unwrap().can_still_hold(t, 10),
+                can_hold,
+                "{src}"
+            );
+        }
     }
     mod props {
         use super::super::*;

@@ -454,20 +454,10 @@ mod tests {
             table(&[("r", &[0.48, 0.48, 0.5, 0.5])]),
             table(&[("r", &[0.52, 0.52, 0.5, 0.5])]),
         ];
-        let (steps, windows) = crate::golden::calibration::Calibration::measure(&runs, &c);
         let mut g = golden(gold, None);
-        g.calibration = Some(crate::golden::calibration::Calibration {
-            scenario: "s".into(),
-            hardware: "cpu".into(),
-            date: "d".into(),
-            host: "h".into(),
-            git_commit: None,
-            numeric_fingerprint: None,
-            runs: 2,
-            seeds: vec![1, 2],
-            steps,
-            windows,
-        });
+        g.calibration = Some(crate::golden::calibration::Calibration::of_test_runs(
+            &runs, &c,
+        ));
         let v = judge_run(&record(&near, &c, &dropped), Some(&g)).unwrap();
         let r = v.rule("golden:r").unwrap();
         assert_eq!(r.status, RuleStatus::Pass, "{r:?}");

@@ -540,7 +540,6 @@ mod tests {
     }
 
     fn golden_with_calibration(runs: &[MetricTable], checks: &ChecksSpec) -> Golden {
-        let (steps, windows) = crate::golden::calibration::Calibration::measure(runs, checks);
         Golden {
             scenario: "s".into(),
             hardware: "cpu".into(),
@@ -548,18 +547,9 @@ mod tests {
             provenance: Default::default(),
             rules: None,
             dir: std::path::PathBuf::from("golden/s/cpu"),
-            calibration: Some(crate::golden::calibration::Calibration {
-                scenario: "s".into(),
-                hardware: "cpu".into(),
-                date: "d".into(),
-                host: "h".into(),
-                git_commit: None,
-                numeric_fingerprint: None,
-                runs: runs.len(),
-                seeds: (1..=runs.len() as u64).collect(),
-                steps,
-                windows,
-            }),
+            calibration: Some(crate::golden::calibration::Calibration::of_test_runs(
+                runs, checks,
+            )),
         }
     }
 

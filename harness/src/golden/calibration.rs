@@ -195,6 +195,26 @@ fn seeds_text(seeds: &[u64]) -> String {
 }
 
 #[cfg(test)]
+impl Calibration {
+    /// What `golden calibrate` would write for `runs` (seeds 1 to n, scenario `s` on `cpu`).
+    pub(crate) fn of_test_runs(runs: &[MetricTable], checks: &ChecksSpec) -> Self {
+        let (steps, windows) = Self::measure(runs, checks);
+        Calibration {
+            scenario: "s".into(),
+            hardware: "cpu".into(),
+            date: "d".into(),
+            host: "h".into(),
+            git_commit: None,
+            numeric_fingerprint: None,
+            runs: runs.len(),
+            seeds: (1..=runs.len() as u64).collect(),
+            steps,
+            windows,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -208,28 +228,19 @@ mod tests {
         let checks: ChecksSpec =
             serde_json::from_str(r#"{"golden": {"r": {"window": 2, "calibrated": {"k": 3}}}}"#)
                 .unwrap();
-        let (steps, windows) = Calibration::measure(&runs, &checks);
-        let s1 = &steps["r"][0];
+        let c = Calibration {
+            numeric_fingerprint: Some("abc".into()),
+            ..Calibration::of_test_runs(&runs, &checks)
+        };
+        let s1 = &c.steps["r"][0];
         assert_eq!((s1.n, s1.mean, s1.min, s1.max), (2, 0.2, 0.1, 0.3));
         assert!((s1.std - 0.141421356).abs() < 1e-6, "{s1:?}");
-        let w = &windows["r"];
+        let w = &c.windows["r"];
         assert_eq!(w.len(), 2);
         assert_eq!((w[0].first, w[0].last), (1, 2));
         // Window means per run: (0.2, 0.3) then (0.6, 0.7).
         assert!((w[0].mean - 0.25).abs() < 1e-12);
         assert!((w[1].std - 0.070710678).abs() < 1e-6, "{:?}", w[1]);
-        let c = Calibration {
-            scenario: "s".into(),
-            hardware: "cpu".into(),
-            date: "d".into(),
-            host: "h".into(),
-            git_commit: None,
-            numeric_fingerprint: Some("abc".into()),
-            runs: 2,
-            seeds: vec![1, 2],
-            steps,
-            windows,
-        };
         assert!((c.sigma("r").unwrap() - 0.070710678).abs() < 1e-6);
         assert_eq!(c.sigma("nope"), None);
         assert_eq!(c.source(), "2 runs on h (seeds 1..2, fingerprint abc)");

@@ -715,6 +715,26 @@ knobs:
         json!({"remote_backend": {"train": {"zorro_train": {"enable": zorro}}}})
     }
 
+    /// [`judge_cell`] of `trial` against `base` on a run that sent `wire`, with ZoRRo training
+    /// `zorro`.
+    fn judge_ran(
+        m: &KnobManifest,
+        trial: &Trial,
+        base: &WireSnapshot,
+        wire: &WireSnapshot,
+        zorro: bool,
+    ) -> Cell {
+        judge_cell(
+            m,
+            trial,
+            base,
+            Observed::Ran {
+                wire,
+                config: &cfg(zorro),
+            },
+        )
+    }
+
     #[test]
     fn plans_conditions_and_skips_values_equal_to_the_scenario() {
         let m = manifest();
@@ -762,23 +782,19 @@ knobs:
         let base_off = snap(&[("meta.logits_compute_in_fp32", json!(false))]);
         let pert_off = snap(&[("meta.logits_compute_in_fp32", json!(true))]);
         let key = "remote_backend.train.zorro_train.enable";
-        let c_on = judge_cell(
+        let c_on = judge_ran(
             &m,
             &trial(0, json!(true), &[(key, json!(true))]),
             &base_on,
-            Observed::Ran {
-                wire: &pert_on,
-                config: &cfg(true),
-            },
+            &pert_on,
+            true,
         );
-        let c_off = judge_cell(
+        let c_off = judge_ran(
             &m,
             &trial(0, json!(true), &[(key, json!(false))]),
             &base_off,
-            Observed::Ran {
-                wire: &pert_off,
-                config: &cfg(false),
-            },
+            &pert_off,
+            false,
         );
         assert_eq!(c_on.verdict, CellVerdict::Consumed);
         assert_eq!(
@@ -798,14 +814,12 @@ knobs:
         // The DWC copy is missing: only meta changes.
         let base = snap(&[("meta.logits_compute_in_fp32", json!(false))]);
         let pert = snap(&[("meta.logits_compute_in_fp32", json!(true))]);
-        let on = judge_cell(
+        let on = judge_ran(
             &m,
             &trial(0, json!(true), &[(key, json!(true))]),
             &base,
-            Observed::Ran {
-                wire: &pert,
-                config: &cfg(true),
-            },
+            &pert,
+            true,
         );
         assert_eq!(on.verdict, CellVerdict::SentNotConsumed);
         assert!(
@@ -813,14 +827,12 @@ knobs:
             "{:?}",
             on.problems
         );
-        let off = judge_cell(
+        let off = judge_ran(
             &m,
             &trial(0, json!(true), &[(key, json!(false))]),
             &base,
-            Observed::Ran {
-                wire: &pert,
-                config: &cfg(false),
-            },
+            &pert,
+            false,
         );
         assert_eq!(off.verdict, CellVerdict::Consumed);
         let r = judge_knob(&m.knobs[0], vec![on, off], None);
@@ -837,24 +849,20 @@ knobs:
         let m = manifest();
         let at = "job.training.ds_worker_config.logits_optimization_peak_mem_size_in_gib";
         let base = snap(&[(at, json!(4))]);
-        let ok = judge_cell(
+        let ok = judge_ran(
             &m,
             &trial(1, json!(8), &[]),
             &base,
-            Observed::Ran {
-                wire: &snap(&[(at, json!(8))]),
-                config: &cfg(true),
-            },
+            &snap(&[(at, json!(8))]),
+            true,
         );
         assert!(ok.problems.is_empty(), "{:?}", ok.problems);
-        let float = judge_cell(
+        let float = judge_ran(
             &m,
             &trial(1, json!(2.5), &[]),
             &base,
-            Observed::Ran {
-                wire: &snap(&[(at, json!(2.5))]),
-                config: &cfg(true),
-            },
+            &snap(&[(at, json!(2.5))]),
+            true,
         );
         assert_eq!(float.verdict, CellVerdict::Consumed);
         assert!(
@@ -864,14 +872,12 @@ knobs:
             "{:?}",
             float.problems
         );
-        let wrong = judge_cell(
+        let wrong = judge_ran(
             &m,
             &trial(1, json!(8), &[]),
             &base,
-            Observed::Ran {
-                wire: &snap(&[(at, json!(9))]),
-                config: &cfg(true),
-            },
+            &snap(&[(at, json!(9))]),
+            true,
         );
         assert!(
             wrong
@@ -897,15 +903,7 @@ knobs:
             ("meta.actor_config.clip_ratio", json!(0.3)),
             ("meta.batch_num_tokens", json!(11)),
         ]);
-        let c = judge_cell(
-            &m,
-            &trial(2, json!(0.3), &[]),
-            &base,
-            Observed::Ran {
-                wire: &pert,
-                config: &cfg(true),
-            },
-        );
+        let c = judge_ran(&m, &trial(2, json!(0.3), &[]), &base, &pert, true);
         assert_eq!(c.verdict, CellVerdict::SentNotConsumed);
         assert_eq!(c.changes.len(), 1, "volatile batch_num_tokens is ignored");
         let r = judge_knob(&m.knobs[2], vec![c], None);
@@ -916,15 +914,7 @@ knobs:
             r.problems
         );
 
-        let c = judge_cell(
-            &m,
-            &trial(3, json!(4096), &[]),
-            &base,
-            Observed::Ran {
-                wire: &base,
-                config: &cfg(true),
-            },
-        );
+        let c = judge_ran(&m, &trial(3, json!(4096), &[]), &base, &base, true);
         assert_eq!(c.verdict, CellVerdict::NotSent);
         let r = judge_knob(&m.knobs[3], vec![c], None);
         assert_eq!((r.verdict, r.flagged), (KnobVerdict::NotSent, true));
@@ -933,15 +923,7 @@ knobs:
             ("meta.actor_config.clip_ratio", json!(0.2)),
             ("route./step", json!(2)),
         ]);
-        let c = judge_cell(
-            &m,
-            &trial(3, json!(4096), &[]),
-            &base,
-            Observed::Ran {
-                wire: &odd,
-                config: &cfg(true),
-            },
-        );
+        let c = judge_ran(&m, &trial(3, json!(4096), &[]), &base, &odd, true);
         assert_eq!(c.verdict, CellVerdict::UnexpectedEffect);
         assert!(
             c.problems
@@ -974,23 +956,19 @@ knobs:
             ("job.sampling.seed", json!(7)),
             ("job.training.full_determinism", json!(false)),
         ]);
-        let on = judge_cell(
+        let on = judge_ran(
             &m,
             &trial(4, json!(7), &[(key, json!(true))]),
             &base_on,
-            Observed::Ran {
-                wire: &pert_on,
-                config: &cfg(true),
-            },
+            &pert_on,
+            true,
         );
-        let off = judge_cell(
+        let off = judge_ran(
             &m,
             &trial(4, json!(7), &[(key, json!(false))]),
             &base_off,
-            Observed::Ran {
-                wire: &pert_off,
-                config: &cfg(true),
-            },
+            &pert_off,
+            true,
         );
         assert_eq!(on.verdict, CellVerdict::Consumed);
         assert_eq!(off.verdict, CellVerdict::SentNotConsumed);
@@ -1006,15 +984,7 @@ knobs:
         let m = manifest();
         let base = snap(&[("meta.load_balancer", json!(true))]);
         let pert = snap(&[("meta.load_balancer", json!(false))]);
-        let c = judge_cell(
-            &m,
-            &trial(5, json!(false), &[]),
-            &base,
-            Observed::Ran {
-                wire: &pert,
-                config: &cfg(true),
-            },
-        );
+        let c = judge_ran(&m, &trial(5, json!(false), &[]), &base, &pert, true);
         let r = judge_knob(&m.knobs[5], vec![c], None);
         assert_eq!(r.verdict, KnobVerdict::Consumed);
         // The defaults are two hand-written manifest fields: shown as a claim, never a flag.
@@ -1025,15 +995,7 @@ knobs:
             r.claims
         );
 
-        let c = judge_cell(
-            &m,
-            &trial(6, json!("draft"), &[]),
-            &base,
-            Observed::Ran {
-                wire: &base,
-                config: &cfg(true),
-            },
-        );
+        let c = judge_ran(&m, &trial(6, json!("draft"), &[]), &base, &base, true);
         let r = judge_knob(&m.knobs[6], vec![c], None);
         assert_eq!(r.verdict_text(), "not sent (allowed no-op)");
         assert!(!r.flagged, "{:?}", r.problems);
@@ -1068,16 +1030,20 @@ knobs:
             value: json!(2),
             condition: Condition::new(),
         };
+        // Runs with no configuration recorded.
+        let ran = |base: &WireSnapshot, wire: &WireSnapshot| {
+            judge_cell(
+                &m,
+                &t,
+                base,
+                Observed::Ran {
+                    wire,
+                    config: &json!({}),
+                },
+            )
+        };
         let empty = snap(&[("meta.x", json!(1))]);
-        let c = judge_cell(
-            &m,
-            &t,
-            &empty,
-            Observed::Ran {
-                wire: &empty,
-                config: &json!({}),
-            },
-        );
+        let c = ran(&empty, &empty);
         assert_eq!(c.verdict, CellVerdict::NotObservable);
         assert!(c.unobservable.as_deref().unwrap().contains("start-up flag"));
         let r = judge_knob(&m.knobs[0], vec![c], None);
@@ -1086,15 +1052,7 @@ knobs:
         // With the flags recorded (the harness started the server with them), it is judged.
         let base = snap(&[("srv.sampling_gpus", json!(1))]);
         let pert = snap(&[("srv.sampling_gpus", json!(2))]);
-        let c = judge_cell(
-            &m,
-            &t,
-            &base,
-            Observed::Ran {
-                wire: &pert,
-                config: &json!({}),
-            },
-        );
+        let c = ran(&base, &pert);
         assert_eq!(c.verdict, CellVerdict::Consumed);
         let c = judge_cell(&m, &t, &base, Observed::NotObservable("over Ray".into()));
         assert_eq!(c.verdict, CellVerdict::NotObservable);
@@ -1105,15 +1063,7 @@ knobs:
         let mut m = manifest();
         let base = snap(&[("meta.load_balancer", json!(true))]);
         let judge = |m: &KnobManifest, knob: usize, value: Value, wire: &WireSnapshot| {
-            let c = judge_cell(
-                m,
-                &trial(knob, value, &[]),
-                &base,
-                Observed::Ran {
-                    wire,
-                    config: &cfg(true),
-                },
-            );
+            let c = judge_ran(m, &trial(knob, value, &[]), &base, wire, true);
             judge_knob(&m.knobs[knob], vec![c], None)
         };
         let path = m.knobs[2].path.clone();

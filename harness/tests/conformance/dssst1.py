@@ -142,3 +142,23 @@ def decode(frame):
         raise ValueError(f"unknown tag {tag!r}")
 
     return node(doc["tree"])
+
+
+OCTET_STREAM = "application/octet-stream"
+
+
+def request_body(body=None, frame=None):
+    """The data and headers of a request carrying `frame` (a DSSST1 frame) or else `body` (JSON,
+    NaN refused as the sync client refuses it); `(None, {})` for neither."""
+    if frame is not None:
+        return encode(frame), {"Content-Type": OCTET_STREAM}
+    if body is not None:
+        return json.dumps(body, allow_nan=False).encode(), {"Content-Type": "application/json"}
+    return None, {}
+
+
+def response_value(raw, content_type):
+    """What an answer holds: the tree of a DSSST1 frame, else its JSON (None when empty)."""
+    if OCTET_STREAM in (content_type or ""):
+        return decode(raw)
+    return json.loads(raw) if raw else None

@@ -13,7 +13,6 @@ the jobs destroyed in the client's order. Like the real client, any non-2xx answ
 every binary answer is decoded with the Python codec. Exit 0 when the whole step went through.
 """
 
-import json
 import math
 import os
 import struct
@@ -25,7 +24,7 @@ import urllib.request
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dssst1 import Raw, decode, encode  # noqa: E402
+from dssst1 import Raw, request_body, response_value  # noqa: E402
 
 P, R, B = 12, 8, 4
 MODEL = "Qwen/Qwen3-0.6B"
@@ -36,13 +35,7 @@ class Client:
         self.base = base.rstrip("/")
 
     def call(self, method, route, body=None, frame=None):
-        data, headers = None, {}
-        if frame is not None:
-            data, headers = encode(frame), {"Content-Type": "application/octet-stream"}
-        elif body is not None:
-            # The sync client refuses NaN in JSON bodies (allow_nan=False).
-            data = json.dumps(body, allow_nan=False).encode()
-            headers = {"Content-Type": "application/json"}
+        data, headers = request_body(body, frame)
         req = urllib.request.Request(self.base + route, data=data, headers=headers, method=method)
         try:
             with urllib.request.urlopen(req, timeout=120) as resp:
@@ -50,9 +43,7 @@ class Client:
                 ctype = resp.headers.get("Content-Type", "")
         except urllib.error.HTTPError as e:
             raise SystemExit(f"{method} {route}: HTTP {e.code}: {e.read()[:500]!r}")
-        if "application/octet-stream" in ctype:
-            return decode(raw)
-        return json.loads(raw) if raw else None
+        return response_value(raw, ctype)
 
     def wait_healthy(self):
         # The client polls /health every 2 s and swallows errors; a test polls faster.

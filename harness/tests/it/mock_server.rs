@@ -1081,23 +1081,15 @@ async fn save_and_load_assertions_are_plain_500s() {
     let (router, _) = app();
     let (_sid, tid, dir) = two_jobs(&router).await;
     let q = |route: &str| format!("{route}?job_id={tid}");
-    let latest = post_json(
-        &router,
-        &q("/load-checkpoint"),
-        json!({"path": null, "step": null}),
-    )
-    .await;
-    assert_eq!(latest.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(latest.body, "Internal Server Error");
     let missing = dir.path().join("nowhere").display().to_string();
-    let r = post_json(
-        &router,
-        &q("/load-checkpoint"),
+    for load in [
+        json!({"path": null, "step": null}),
         json!({"path": missing, "step": null}),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(r.body, "Internal Server Error");
+    ] {
+        let r = post_json(&router, &q("/load-checkpoint"), load).await;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(r.body, "Internal Server Error");
+    }
     let r = post_json(&router, &q("/save"), json!({"step": "one"})).await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(r.json()["detail"].is_array());

@@ -13,6 +13,14 @@ fn smoke() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/smoke/mock-gsm8k-grpo.yaml")
 }
 
+/// [`run_matrix`] of `scenario` into `out` with `set` and the default options, which must
+/// finish: the report, its folder and whether a perturbed run failed.
+async fn matrix(scenario: &Path, out: &Path, set: &[String]) -> (PropagationReport, PathBuf, bool) {
+    run_matrix(scenario, out, set, &MatrixOptions::default())
+        .await
+        .unwrap()
+}
+
 fn knob<'a>(r: &'a PropagationReport, path: &str) -> &'a KnobResult {
     r.knobs
         .iter()
@@ -40,9 +48,7 @@ fn under_zorro(k: &KnobResult, on: bool) -> Vec<CellVerdict> {
 async fn smoke_matrix_agrees_with_the_knob_reference() {
     let out = tempfile::tempdir().unwrap();
     let t = Instant::now();
-    let (r, dir, failed) = run_matrix(&smoke(), out.path(), &[], &MatrixOptions::default())
-        .await
-        .unwrap();
+    let (r, dir, failed) = matrix(&smoke(), out.path(), &[]).await;
     println!(
         "{}\nwhole matrix: {} runs in {:.1} s",
         rlharness::propagate::render::markdown(&r),
@@ -154,9 +160,7 @@ async fn smoke_matrix_agrees_with_the_knob_reference() {
 async fn the_planted_original_bug_is_flagged_for_all_three_logits_knobs() {
     let out = tempfile::tempdir().unwrap();
     let set = vec!["driver.plant=[logits_in_meta_only]".to_string()];
-    let (r, _, failed) = run_matrix(&smoke(), out.path(), &set, &MatrixOptions::default())
-        .await
-        .unwrap();
+    let (r, _, failed) = matrix(&smoke(), out.path(), &set).await;
     assert!(!failed);
     for p in LOGITS {
         let k = knob(&r, p);
@@ -197,9 +201,7 @@ fn new_flags(r: &PropagationReport) -> Vec<&str> {
 async fn the_command_trainer_matrix_flags_exactly_the_planted_adapter_bugs() {
     let out = tempfile::tempdir().unwrap();
     let t = Instant::now();
-    let (r, dir, failed) = run_matrix(&standin(), out.path(), &[], &MatrixOptions::default())
-        .await
-        .unwrap();
+    let (r, dir, failed) = matrix(&standin(), out.path(), &[]).await;
     println!(
         "bug-free stand-in matrix: {} runs in {:.1} s",
         r.runs,
@@ -238,9 +240,7 @@ async fn the_command_trainer_matrix_flags_exactly_the_planted_adapter_bugs() {
     let set = vec![
         "driver.env.ARCTIC_STANDIN_BUGS=zorro-logits-dropped,wrong-job,forward-compat".to_string(),
     ];
-    let (r, _, failed) = run_matrix(&standin(), out.path(), &set, &MatrixOptions::default())
-        .await
-        .unwrap();
+    let (r, _, failed) = matrix(&standin(), out.path(), &set).await;
     assert!(!failed);
     let mut flagged = new_flags(&r);
     flagged.sort();

@@ -378,12 +378,8 @@ async fn body_over_the_limit_gets_413() {
     let up = upstream().await;
     let (h, dir, url) = proxy_to(&up, 1000, Duration::from_secs(20)).await;
     let c = reqwest::Client::new();
-    let r = c
-        .post(format!("{url}/echo"))
-        .body(vec![0u8; 1001])
-        .send()
-        .await
-        .unwrap();
+    let echo = |len: usize| c.post(format!("{url}/echo")).body(vec![0u8; len]).send();
+    let r = echo(1001).await.unwrap();
     assert_eq!(r.status(), 413);
     assert!(r.json::<Value>().await.unwrap()["detail"]
         .as_str()
@@ -391,12 +387,7 @@ async fn body_over_the_limit_gets_413() {
         .contains("limit of 1000 bytes"));
     // Without a length up front (chunked) the limit cuts the stream.
     assert_eq!(chunked_post_status(&url, "/echo", 4, 400).await, 413);
-    let r = c
-        .post(format!("{url}/echo"))
-        .body(vec![0u8; 1000])
-        .send()
-        .await
-        .unwrap();
+    let r = echo(1000).await.unwrap();
     assert_eq!(r.status(), 200);
     h.shutdown().await;
     let recs = records(&dir);

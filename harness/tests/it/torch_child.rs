@@ -32,17 +32,30 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// [`run_flagship`] into `dir/out` with `bin` as the torch executable, which must fail the run
+/// with exit status 3: its stderr.
+fn failed_run_with_torch_bin(dir: &Path, bin: &Path, args: &[&str]) -> String {
+    let out = run_flagship(&dir.join("out"), &[("RLHARNESS_TORCH_BIN", bin)], args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    err
+}
+
+/// An executable shell script `dir/name` that runs `body`.
+#[cfg(unix)]
+fn fake_torch_bin(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = dir.join(name);
+    std::fs::write(&fake, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fake
+}
+
 #[test]
 fn a_missing_torch_executable_fails_the_run_and_says_how_to_build_it() {
     let tmp = tempfile::tempdir().unwrap();
     let missing = tmp.path().join("no-such-rlharness-torch");
-    let out = run_flagship(
-        &tmp.path().join("out"),
-        &[("RLHARNESS_TORCH_BIN", &missing)],
-        &[],
-    );
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(3), "{err}");
+    let err = failed_run_with_torch_bin(tmp.path(), &missing, &[]);
     assert!(err.contains("no-such-rlharness-torch"), "{err}");
     assert!(err.contains("does not exist"), "{err}");
     assert!(
@@ -54,22 +67,13 @@ fn a_missing_torch_executable_fails_the_run_and_says_how_to_build_it() {
 #[cfg(unix)]
 #[test]
 fn a_torch_executable_that_dies_before_it_is_ready_fails_the_run_with_its_last_lines() {
-    use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
-    let fake: PathBuf = tmp.path().join("fake-rlharness-torch");
-    std::fs::write(
-        &fake,
-        "#!/bin/sh\necho 'loading the model' >&2\necho 'error: libtorch_cpu.so: cannot open shared object file' >&2\nexit 7\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = run_flagship(
-        &tmp.path().join("out"),
-        &[("RLHARNESS_TORCH_BIN", &fake)],
-        &[],
+    let fake = fake_torch_bin(
+        tmp.path(),
+        "fake-rlharness-torch",
+        "echo 'loading the model' >&2\necho 'error: libtorch_cpu.so: cannot open shared object file' >&2\nexit 7\n",
     );
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(3), "{err}");
+    let err = failed_run_with_torch_bin(tmp.path(), &fake, &[]);
     assert!(err.contains("fake-rlharness-torch"), "{err}");
     assert!(err.contains("before it was ready"), "{err}");
     assert!(err.contains("exit status: 7"), "{err}");
@@ -82,23 +86,14 @@ fn a_torch_executable_that_dies_before_it_is_ready_fails_the_run_with_its_last_l
 #[cfg(unix)]
 #[test]
 fn a_torch_executable_that_hangs_before_it_is_ready_is_stopped_at_the_run_limit() {
-    use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
-    let fake: PathBuf = tmp.path().join("hung-rlharness-torch");
-    std::fs::write(
-        &fake,
-        "#!/bin/sh\necho 'loading the model' >&2\nexec sleep 600\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let t = std::time::Instant::now();
-    let out = run_flagship(
-        &tmp.path().join("out"),
-        &[("RLHARNESS_TORCH_BIN", &fake)],
-        &["--set", "timeouts.run=2s"],
+    let fake = fake_torch_bin(
+        tmp.path(),
+        "hung-rlharness-torch",
+        "echo 'loading the model' >&2\nexec sleep 600\n",
     );
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(3), "{err}");
+    let t = std::time::Instant::now();
+    let err = failed_run_with_torch_bin(tmp.path(), &fake, &["--set", "timeouts.run=2s"]);
     assert!(err.contains("no ready line within 2s"), "{err}");
     assert!(err.contains("loading the model"), "{err}");
     assert!(

@@ -65,25 +65,19 @@ fn compare_rejudges_a_stored_run_against_its_golden() {
     let tmp = tempfile::tempdir().unwrap();
     let (run, golden) = (tmp.path().join("run"), tmp.path().join("golden"));
     write_run(&run, &[0.1, 0.2, 0.3, 0.4]);
-
-    // No golden yet: 4, and nothing is written into the store.
-    assert_eq!(
+    let rejudge = || {
         compare_command(&run, None, &golden)
             .unwrap()
             .0
-            .exit_status(),
-        ExitStatus::NoGolden
-    );
+            .exit_status()
+    };
+
+    // No golden yet: 4, and nothing is written into the store.
+    assert_eq!(rejudge(), ExitStatus::NoGolden);
     assert!(!golden.exists());
 
     bless(&golden, &[0.1, 0.2, 0.3, 0.4]);
-    assert_eq!(
-        compare_command(&run, None, &golden)
-            .unwrap()
-            .0
-            .exit_status(),
-        ExitStatus::Passed
-    );
+    assert_eq!(rejudge(), ExitStatus::Passed);
     let out = run.join("compare/golden");
     for f in ["verdict.json", "report.md", "report.html", "junit.xml"] {
         assert!(out.join(f).is_file(), "{f}");
@@ -93,13 +87,7 @@ fn compare_rejudges_a_stored_run_against_its_golden() {
 
     // A golden from a better run: the stored run now regresses in its second window.
     bless(&golden, &[0.1, 0.2, 0.6, 0.7]);
-    assert_eq!(
-        compare_command(&run, None, &golden)
-            .unwrap()
-            .0
-            .exit_status(),
-        ExitStatus::CheckFailed
-    );
+    assert_eq!(rejudge(), ExitStatus::CheckFailed);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
     assert_eq!(v["outcome"], "regressed");

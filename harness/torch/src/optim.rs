@@ -459,22 +459,17 @@ mod tests {
 
     #[test]
     fn schedulers_follow_deepspeed() {
-        let warm = Scheduler::WarmupLr {
+        let warmup = |log: bool| Scheduler::WarmupLr {
             min_lr: 0.0,
             max_lr: 1.0,
             warmup_steps: 10.0,
-            log: false,
+            log,
         };
+        let warm = warmup(false);
         assert_eq!(warm.lr_at(0, 5.0), 0.0);
         assert!((warm.lr_at(5, 5.0) - 0.5).abs() < 1e-12);
         assert_eq!(warm.lr_at(10, 5.0), 1.0);
-        let logw = Scheduler::WarmupLr {
-            min_lr: 0.0,
-            max_lr: 1.0,
-            warmup_steps: 10.0,
-            log: true,
-        };
-        assert!((logw.lr_at(9, 1.0) - 1.0).abs() < 1e-12);
+        assert!((warmup(true).lr_at(9, 1.0) - 1.0).abs() < 1e-12);
         let cos = Scheduler::WarmupCosineLr {
             total_steps: 20.0,
             warmup_min_ratio: 0.0,

@@ -9,6 +9,7 @@ use rlharness::backend::torch_spec::{
 use rlharness::backend::{Engine, ModelBatch};
 use rlharness::wire::api::JobType;
 use rlharness_torch::grpo::{f32_values, job_config, padded_batch, run_grpo, window_mean, GrpoRun};
+use rlharness_torch::sample::SamplingParams;
 use rlharness_torch::TorchEngine;
 use serde_json::{json, Map, Value};
 use std::path::Path;
@@ -34,6 +35,40 @@ fn random_engine(dtype: TorchDType, seed: u64) -> TorchEngine {
         ..warm_spec(0)
     };
     TorchEngine::new(&spec, seed).unwrap()
+}
+
+/// A random-weight engine (as [`random_engine`]) with job 1 created as `job`.
+fn engine_with_job(dtype: TorchDType, seed: u64, job: JobType) -> TorchEngine {
+    let engine = random_engine(dtype, seed);
+    engine.create_job(1, &job_config(job)).unwrap();
+    engine
+}
+
+/// Sampling over the whole vocabulary (`top_p` 1, `top_k` -1).
+fn sampling(
+    n: usize,
+    temperature: f64,
+    max_tokens: usize,
+    seed: Option<u64>,
+    ignore_eos: bool,
+) -> SamplingParams {
+    SamplingParams {
+        n,
+        temperature,
+        top_p: 1.0,
+        top_k: -1,
+        max_tokens,
+        seed,
+        ignore_eos,
+    }
+}
+
+/// The largest element-wise difference of two equally long vectors.
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
 }
 
 fn meta(v: Value) -> Map<String, Value> {
@@ -203,10 +238,7 @@ fn rows_of(t: &rlharness::wire::Tensor) -> Vec<Vec<i64>> {
 
 #[test]
 fn forward_logprobs_match_a_plain_forward_in_fp32() {
-    let engine = random_engine(TorchDType::F32, 11);
-    engine
-        .create_job(1, &job_config(JobType::Training))
-        .unwrap();
+    let engine = engine_with_job(TorchDType::F32, 11, JobType::Training);
     let (prompts, responses) = sample_rows();
     let (tensors, p, r) = padded_batch(&prompts, &responses);
     let s = p + r;
@@ -349,10 +381,7 @@ fn grpo_update(
 
 #[test]
 fn weight_sync_makes_sampler_and_trainer_agree() {
-    let engine = random_engine(TorchDType::F32, 13);
-    engine
-        .create_job(1, &job_config(JobType::Sampling))
-        .unwrap();
+    let engine = engine_with_job(TorchDType::F32, 13, JobType::Sampling);
     let mut training = job_config(JobType::Training);
     training.ds_config =
         Some(json!({"optimizer": {"params": {"lr": 1e-2}}, "train_micro_batch_size_per_gpu": 2}));
@@ -361,12 +390,6 @@ fn weight_sync_makes_sampler_and_trainer_agree() {
     let (tensors, p, r) = padded_batch(&prompts, &responses);
     let (b, s) = (3, p + r);
     let fwd = |job| forward_logprobs(&engine, job, &tensors, json!({}));
-    let max_diff = |a: &[f32], c: &[f32]| {
-        a.iter()
-            .zip(c)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0f32, f32::max)
-    };
     assert_eq!(fwd(1), fwd(2), "both jobs start from the same weights");
     let old = fwd(2);
     let fb = engine
@@ -393,7 +416,7 @@ fn weight_sync_makes_sampler_and_trainer_agree() {
     let st = engine.step(2, None).unwrap().value;
     assert!(st.grad_norm.unwrap() > 0.0);
     assert_eq!(st.last_lr, 1e-2);
-    let before = max_diff(&fwd(1), &fwd(2));
+    let before = max_abs_diff(&fwd(1), &fwd(2));
     assert!(
         before > 1e-3,
         "an update must move the trainer away from the sampler: {before}"
@@ -402,7 +425,7 @@ fn weight_sync_makes_sampler_and_trainer_agree() {
     let (n2, count) = engine.weight_norm(2).unwrap();
     assert_ne!(n1, n2);
     engine.weight_sync(2, &[1]).unwrap();
-    let after = max_diff(&fwd(1), &fwd(2));
+    let after = max_abs_diff(&fwd(1), &fwd(2));
     assert_eq!(
         after, 0.0,
         "after sync the sampler's copy must equal the trainer's"
@@ -455,45 +478,23 @@ fn entropy_coeff_reaches_the_gradient() {
 
 #[test]
 fn compute_in_fp32_changes_bf16_logprobs() {
-    let engine = random_engine(TorchDType::Bf16, 14);
-    engine
-        .create_job(1, &job_config(JobType::Training))
-        .unwrap();
+    let engine = engine_with_job(TorchDType::Bf16, 14, JobType::Training);
     let (prompts, responses) = sample_rows();
     let (tensors, _, _) = padded_batch(&prompts, &responses);
-    let run = |fp32: bool| {
-        forward_logprobs(
-            &engine,
-            1,
-            &tensors,
-            json!({"logits_compute_in_fp32": fp32}),
-        )
+    let with_fp32 = |engine: &TorchEngine, fp32: bool| {
+        forward_logprobs(engine, 1, &tensors, json!({"logits_compute_in_fp32": fp32}))
     };
+    let run = |fp32: bool| with_fp32(&engine, fp32);
     let (a, b) = (run(false), run(true));
-    let diff = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max);
+    let diff = max_abs_diff(&a, &b);
     assert!(
         diff > 1e-4,
         "fp32 logits must change bf16 results, max diff {diff}"
     );
     assert_eq!(run(true), b, "and be reproducible");
     // Under f32 the knob has nothing to change.
-    let f32_engine = random_engine(TorchDType::F32, 14);
-    f32_engine
-        .create_job(1, &job_config(JobType::Training))
-        .unwrap();
-    let run32 = |fp32: bool| {
-        forward_logprobs(
-            &f32_engine,
-            1,
-            &tensors,
-            json!({"logits_compute_in_fp32": fp32}),
-        )
-    };
-    assert_eq!(run32(false), run32(true));
+    let f32_engine = engine_with_job(TorchDType::F32, 14, JobType::Training);
+    assert_eq!(with_fp32(&f32_engine, false), with_fp32(&f32_engine, true));
 }
 
 #[test]
@@ -579,10 +580,7 @@ fn checkpoints_round_trip_through_safetensors() {
 
 #[test]
 fn bad_requests_get_clear_statuses() {
-    let engine = random_engine(TorchDType::F32, 16);
-    engine
-        .create_job(1, &job_config(JobType::Sampling))
-        .unwrap();
+    let engine = engine_with_job(TorchDType::F32, 16, JobType::Sampling);
     engine
         .create_job(2, &job_config(JobType::Training))
         .unwrap();
@@ -700,15 +698,7 @@ fn batched_generate_calls_get_their_own_rows() {
     for e in [&alone, batched.as_ref()] {
         e.create_job(1, &job_config(JobType::Sampling)).unwrap();
     }
-    let params = rlharness_torch::sample::SamplingParams {
-        n: 2,
-        temperature: 0.0,
-        top_p: 1.0,
-        top_k: -1,
-        max_tokens: 6,
-        seed: None,
-        ignore_eos: true,
-    };
+    let params = sampling(2, 0.0, 6, None, true);
     let calls: Vec<Vec<Vec<i64>>> = (0..6i64)
         .map(|i| vec![vec![3 + i, 4, 5, 6], vec![7, 8 + i, 9, 10]])
         .collect();
@@ -733,18 +723,10 @@ fn batched_generate_calls_get_their_own_rows() {
 /// not from a generator the calls share, so arrival order does not matter.
 #[test]
 fn concurrent_cpu_generate_calls_draw_their_own_streams() {
-    let engine = std::sync::Arc::new(random_engine(TorchDType::F32, 4));
-    engine
-        .create_job(1, &job_config(JobType::Sampling))
-        .unwrap();
-    let params = |seed: u64| rlharness_torch::sample::SamplingParams {
-        n: 3,
-        temperature: 1.0,
+    let engine = std::sync::Arc::new(engine_with_job(TorchDType::F32, 4, JobType::Sampling));
+    let params = |seed: u64| SamplingParams {
         top_p: 0.9,
-        top_k: -1,
-        max_tokens: 8,
-        seed: Some(seed),
-        ignore_eos: true,
+        ..sampling(3, 1.0, 8, Some(seed), true)
     };
     let calls: Vec<(Vec<Vec<i64>>, u64)> = (0..8i64)
         .map(|i| (vec![vec![3 + i, 4, 5, 6, 7]], 100 + i as u64))
@@ -778,21 +760,10 @@ fn concurrent_cpu_generate_calls_draw_their_own_streams() {
 /// samples, and the repeats of a prompt get different samples.
 #[test]
 fn seedless_requests_give_each_prompt_the_same_samples_whatever_the_order() {
-    let params = rlharness_torch::sample::SamplingParams {
-        n: 1,
-        temperature: 1.0,
-        top_p: 1.0,
-        top_k: -1,
-        max_tokens: 8,
-        seed: None,
-        ignore_eos: true,
-    };
+    let params = sampling(1, 1.0, 8, None, true);
     let (a, b) = (vec![3i64, 4, 5, 6], vec![7i64, 8, 9, 10]);
     let samples = |order: &[&Vec<i64>]| {
-        let engine = random_engine(TorchDType::F32, 1);
-        engine
-            .create_job(1, &job_config(JobType::Sampling))
-            .unwrap();
+        let engine = engine_with_job(TorchDType::F32, 1, JobType::Sampling);
         let mut per_prompt: std::collections::BTreeMap<Vec<i64>, Vec<Vec<i64>>> =
             Default::default();
         for p in order {
@@ -823,23 +794,14 @@ fn seedless_requests_give_each_prompt_the_same_samples_whatever_the_order() {
 /// calls happened to batch (the flagship's exact lane relies on it).
 #[test]
 fn batched_cpu_rows_equal_single_calls() {
-    let params = rlharness_torch::sample::SamplingParams {
-        n: 1,
-        temperature: 1.0,
-        top_p: 1.0,
-        top_k: -1,
-        max_tokens: 8,
-        seed: None,
-        ignore_eos: false,
-    };
+    let params = sampling(1, 1.0, 8, None, false);
     let prompts = [vec![3i64, 4, 5, 6], vec![7i64, 8, 9, 10, 11, 12]];
     let sorted = |mut v: Vec<(Vec<i64>, Vec<i64>)>| {
         v.sort();
         v
     };
     // One at a time: every batch holds one row.
-    let alone = random_engine(TorchDType::F32, 5);
-    alone.create_job(1, &job_config(JobType::Sampling)).unwrap();
+    let alone = engine_with_job(TorchDType::F32, 5, JobType::Sampling);
     let mut one_by_one = Vec::new();
     for _ in 0..12 {
         for p in &prompts {
@@ -854,10 +816,7 @@ fn batched_cpu_rows_equal_single_calls() {
     let mut tries = 0;
     loop {
         tries += 1;
-        let engine = std::sync::Arc::new(random_engine(TorchDType::F32, 5));
-        engine
-            .create_job(1, &job_config(JobType::Sampling))
-            .unwrap();
+        let engine = std::sync::Arc::new(engine_with_job(TorchDType::F32, 5, JobType::Sampling));
         let gate = std::sync::Arc::new(std::sync::Barrier::new(24));
         let threads: Vec<_> = (0..24)
             .map(|i| {
@@ -980,15 +939,7 @@ fn cuda_graph_decoding_samples_what_eager_decoding_samples() {
         .map(|i| (0..(5 + 45 * i)).map(|t| 100 + 37 * t + i).collect())
         .collect();
     for (temperature, seed) in [(0.0, 1u64), (1.0, 2), (0.7, 3)] {
-        let params = rlharness_torch::sample::SamplingParams {
-            n: 3,
-            temperature,
-            top_p: 1.0,
-            top_k: -1,
-            max_tokens: 40,
-            seed: Some(seed),
-            ignore_eos: false,
-        };
+        let params = sampling(3, temperature, 40, Some(seed), false);
         let a = eager.generate_ids(1, &prompts, &params).unwrap();
         let b = graphed.generate_ids(1, &prompts, &params).unwrap();
         assert_eq!(a, b, "temperature {temperature}");

@@ -536,24 +536,19 @@ mod tests {
         let t = Tensor::from_f32(vec![2, 3], &[-1.0; 6]).unwrap();
         let root = Node::dict([("batch", Node::dict([("logprobs", Node::tensor(t))]))]);
         let bytes = Bytes::from(encode(&root).unwrap());
-        let nan = decode(Bytes::from(corrupt_logprobs(&bytes, false).unwrap())).unwrap();
-        let lp = nan
-            .get("batch")
-            .unwrap()
-            .get("logprobs")
-            .unwrap()
-            .as_tensor()
-            .unwrap();
-        let v = lp.to_f32_vec();
+        // The logprobs tensor of the corrupted message.
+        let corrupted = |shape: bool| {
+            let root = decode(Bytes::from(corrupt_logprobs(&bytes, shape).unwrap())).unwrap();
+            root.get("batch")
+                .unwrap()
+                .get("logprobs")
+                .unwrap()
+                .as_tensor()
+                .unwrap()
+                .clone()
+        };
+        let v = corrupted(false).to_f32_vec();
         assert!(v[..3].iter().all(|x| x.is_nan()) && v[3..].iter().all(|x| *x == -1.0));
-        let cut = decode(Bytes::from(corrupt_logprobs(&bytes, true).unwrap())).unwrap();
-        let lp = cut
-            .get("batch")
-            .unwrap()
-            .get("logprobs")
-            .unwrap()
-            .as_tensor()
-            .unwrap();
-        assert_eq!(lp.shape, vec![2, 2]);
+        assert_eq!(corrupted(true).shape, vec![2, 2]);
     }
 }

@@ -591,46 +591,29 @@ mod tests {
     /// and one more generate.
     fn cassette(dir: &Path) -> Cassette {
         let w = CassetteWriter::create(dir).unwrap();
-        w.push(ex(
-            1,
-            1,
-            "/initialize",
-            None,
-            r#"{"model_name":"/home/me/m","job_type":"sampling"}"#,
-            r#"{"job_id":1}"#,
-        ));
-        w.push(ex(
-            2,
-            2,
-            "/generate",
-            Some(1),
-            r#"{"p":"a"}"#,
-            r#"{"r":"A"}"#,
-        ));
-        w.push(ex(
-            3,
-            2,
-            "/generate",
-            Some(1),
-            r#"{"p":"b"}"#,
-            r#"{"r":"B"}"#,
-        ));
-        w.push(ex(
-            4,
-            4,
-            "/sleep-inference",
-            Some(1),
-            r#"{"level":1}"#,
-            r#"{"status":"sleeping"}"#,
-        ));
-        w.push(ex(
-            5,
-            5,
-            "/generate",
-            Some(1),
-            r#"{"p":"c"}"#,
-            r#"{"r":"C"}"#,
-        ));
+        for (seq, group, path, job, req, resp) in [
+            (
+                1,
+                1,
+                "/initialize",
+                None,
+                r#"{"model_name":"/home/me/m","job_type":"sampling"}"#,
+                r#"{"job_id":1}"#,
+            ),
+            (2, 2, "/generate", Some(1), r#"{"p":"a"}"#, r#"{"r":"A"}"#),
+            (3, 2, "/generate", Some(1), r#"{"p":"b"}"#, r#"{"r":"B"}"#),
+            (
+                4,
+                4,
+                "/sleep-inference",
+                Some(1),
+                r#"{"level":1}"#,
+                r#"{"status":"sleeping"}"#,
+            ),
+            (5, 5, "/generate", Some(1), r#"{"p":"c"}"#, r#"{"r":"C"}"#),
+        ] {
+            w.push(ex(seq, group, path, job, req, resp));
+        }
         w.finish().unwrap();
         Cassette::load(dir).unwrap()
     }
