@@ -21,7 +21,7 @@ use crate::wire::api::JobType;
 use crate::wire::{pyjson, Node, Tensor};
 
 #[derive(Debug, thiserror::Error)]
-pub enum DriverError {
+pub(crate) enum DriverError {
     #[error("step {step}: {source}")]
     Backend {
         step: u64,
@@ -47,7 +47,7 @@ pub enum DriverError {
 }
 
 impl DriverError {
-    pub fn step(&self) -> Option<u64> {
+    pub(crate) fn step(&self) -> Option<u64> {
         match self {
             DriverError::Backend { step, .. }
             | DriverError::Protocol { step, .. }
@@ -56,7 +56,7 @@ impl DriverError {
             _ => None,
         }
     }
-    pub fn route(&self) -> Option<&str> {
+    pub(crate) fn route(&self) -> Option<&str> {
         match self {
             DriverError::Backend { source, .. } | DriverError::Startup(source) => {
                 Some(source.route())
@@ -69,16 +69,16 @@ impl DriverError {
 
 /// What a driver run needs besides the translated config.
 #[derive(Debug, Clone)]
-pub struct DriverRun {
-    pub seed: u64,
-    pub steps: u64,
-    pub spec: BuiltinDriverSpec,
-    pub translation: Translation,
+pub(crate) struct DriverRun {
+    pub(crate) seed: u64,
+    pub(crate) steps: u64,
+    pub(crate) spec: BuiltinDriverSpec,
+    pub(crate) translation: Translation,
     /// For `perf/mfu/actor`: the declared model and the device's promised peak.
-    pub model: Option<ModelShape>,
-    pub peak_flops: Option<f64>,
+    pub(crate) model: Option<ModelShape>,
+    pub(crate) peak_flops: Option<f64>,
     /// Number of GPUs the throughput is divided by (`trainer.n_gpus_per_node x nnodes`).
-    pub n_gpus: f64,
+    pub(crate) n_gpus: f64,
 }
 
 struct Jobs {
@@ -128,7 +128,7 @@ impl Phase {
     }
 }
 
-pub async fn run(
+pub(crate) async fn run(
     client: &ArcticClient,
     run: &DriverRun,
     events: &EventSender,

@@ -9,16 +9,16 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// An inclusive range of step numbers, open at either end: `"2.."`, `"..10"`, `"3..7"`, `"5"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StepRange {
-    pub from: Option<u64>,
-    pub to: Option<u64>,
+    pub(crate) from: Option<u64>,
+    pub(crate) to: Option<u64>,
 }
 
 impl StepRange {
-    pub fn contains(&self, step: u64) -> bool {
+    pub(crate) fn contains(&self, step: u64) -> bool {
         self.from.is_none_or(|a| step >= a) && self.to.is_none_or(|b| step <= b)
     }
 
-    pub fn parse(s: &str) -> Result<StepRange, String> {
+    pub(crate) fn parse(s: &str) -> Result<StepRange, String> {
         let s = s.trim();
         let num = |t: &str| -> Result<Option<u64>, String> {
             let t = t.trim();
@@ -57,7 +57,7 @@ impl StepRange {
 impl StepRange {
     /// Always as `a..b` (either end left out when open), where `Display` writes a one-step
     /// range as `5`: the form of the expressions' `steps a..b`.
-    pub fn bounds(&self) -> String {
+    pub(crate) fn bounds(&self) -> String {
         let end = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
         format!("{}..{}", end(self.from), end(self.to))
     }
