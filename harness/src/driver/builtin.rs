@@ -41,6 +41,8 @@ pub(crate) enum DriverError {
     },
     #[error("{0}")]
     Config(String),
+    #[error(transparent)]
+    Task(#[from] crate::task::TaskError),
     /// An external trainer (the command driver) failed; `step` is the step it was on.
     #[error("step {step}: {message}")]
     Trainer { step: u64, message: String },
@@ -138,7 +140,7 @@ pub(crate) async fn run(
     let run = &run;
     let t = &run.translation;
     let task = match &run.spec.task {
-        super::TaskSpec::Arith(cfg) => ArithTask::new(cfg.clone()).map_err(DriverError::Config)?,
+        super::TaskSpec::Arith(cfg) => ArithTask::new(cfg.clone())?,
     };
     client.health().await.map_err(DriverError::Startup)?;
     let jobs = create_jobs(client, t).await?;

@@ -538,7 +538,7 @@ fn payload(route: &str, bytes: Bytes, is_frame: bool) -> Result<Payload, (Client
     } else {
         crate::wire::api::parse_json_lenient(&bytes)
             .map(Payload::Json)
-            .map_err(bad)
+            .map_err(|e| bad(e.to_string()))
     }
 }
 

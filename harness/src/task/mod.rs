@@ -97,6 +97,15 @@ impl Problem {
     }
 }
 
+/// Why an arithmetic task's configuration is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    #[error("arith: max_operand must be at least 1")]
+    MaxOperand,
+    #[error("arith: ops must be a non-empty list of `+`, `-`, `*`")]
+    Ops,
+}
+
 /// Seeded problem generator: the same seed and step give the same prompts.
 #[derive(Debug, Clone)]
 pub struct ArithTask {
@@ -104,12 +113,12 @@ pub struct ArithTask {
 }
 
 impl ArithTask {
-    pub fn new(config: ArithConfig) -> Result<Self, String> {
+    pub fn new(config: ArithConfig) -> Result<Self, TaskError> {
         if config.max_operand < 1 {
-            return Err("arith: max_operand must be at least 1".into());
+            return Err(TaskError::MaxOperand);
         }
         if config.ops.is_empty() || config.ops.iter().any(|c| !matches!(c, '+' | '-' | '*')) {
-            return Err("arith: ops must be a non-empty list of `+`, `-`, `*`".into());
+            return Err(TaskError::Ops);
         }
         Ok(Self { config })
     }

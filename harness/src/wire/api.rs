@@ -166,12 +166,15 @@ impl JobConfig {
 /// Parse a JSON body the way a Python peer writes it (`json.loads`): strict JSON plus `NaN`,
 /// `Infinity` and `-Infinity` (an aiohttp client can send them), which become
 /// `{"$float": ...}` objects (see [`super::pyjson`]), never `null`.
-pub(crate) fn parse_json_lenient(bytes: &[u8]) -> Result<Value, String> {
+/// When both readings fail, the error is the strict parser's.
+pub(crate) fn parse_json_lenient(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     match serde_json::from_slice::<Value>(bytes) {
         Ok(v) => Ok(v),
         Err(strict) => {
-            let text = std::str::from_utf8(bytes).map_err(|_| strict.to_string())?;
-            super::pyjson::parse(text).map_err(|_| strict.to_string())
+            let Ok(text) = std::str::from_utf8(bytes) else {
+                return Err(strict);
+            };
+            super::pyjson::parse(text).map_err(|_| strict)
         }
     }
 }

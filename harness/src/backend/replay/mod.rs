@@ -487,15 +487,24 @@ pub struct RunningReplay {
     pub(crate) task: tokio::task::JoinHandle<()>,
 }
 
+/// Why a replay server did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayStartError {
+    #[error(transparent)]
+    Cassette(#[from] CassetteError),
+    #[error("cannot bind the replay port: {0}")]
+    Bind(#[source] std::io::Error),
+    #[error("cannot read the replay port: {0}")]
+    Addr(#[source] std::io::Error),
+}
+
 /// Load nothing, bind `127.0.0.1:0` and serve `cassette` until `stop` fires.
-pub async fn start(cassette: Cassette) -> Result<RunningReplay, String> {
-    let (router, handle) = router(cassette).map_err(|e| e.to_string())?;
+pub async fn start(cassette: Cassette) -> Result<RunningReplay, ReplayStartError> {
+    let (router, handle) = router(cassette)?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
-        .map_err(|e| format!("cannot bind the replay port: {e}"))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| format!("cannot read the replay port: {e}"))?;
+        .map_err(ReplayStartError::Bind)?;
+    let addr = listener.local_addr().map_err(ReplayStartError::Addr)?;
     let (stop, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, router)
