@@ -7,7 +7,7 @@
 //! hand-picked number. The report says where each band came from.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +16,21 @@ use crate::fsx;
 use crate::metrics::MetricTable;
 
 pub(crate) const CALIBRATION_FILE: &str = "calibration.json";
+
+/// Why `calibration.json` could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrationError {
+    #[error(transparent)]
+    Fs(#[from] fsx::FsError),
+    #[error(transparent)]
+    Encode(serde_json::Error),
+    #[error("invalid calibration {}: {source}", path.display())]
+    Invalid {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
 
 /// The statistics of one point (a step, or a window `first..=last`) over the calibration runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -137,23 +152,23 @@ impl Calibration {
         (per_step, windows)
     }
 
-    pub(crate) fn read(dir: &Path) -> Result<Option<Calibration>, String> {
+    pub(crate) fn read(dir: &Path) -> Result<Option<Calibration>, CalibrationError> {
         let path = dir.join(CALIBRATION_FILE);
         if !path.is_file() {
             return Ok(None);
         }
-        let text = fsx::read_to_string(&path).map_err(|e| e.to_string())?;
+        let text = fsx::read_to_string(&path)?;
         serde_json::from_str(&text)
             .map(Some)
-            .map_err(|e| format!("invalid calibration {}: {e}", path.display()))
+            .map_err(|source| CalibrationError::Invalid { path, source })
     }
 
-    pub(crate) fn write(&self, dir: &Path) -> Result<std::path::PathBuf, String> {
+    pub(crate) fn write(&self, dir: &Path) -> Result<PathBuf, CalibrationError> {
         let path = dir.join(CALIBRATION_FILE);
-        let mut text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        let mut text = serde_json::to_string_pretty(self).map_err(CalibrationError::Encode)?;
         text.push('\n');
-        fsx::create_dir_all(dir).map_err(|e| e.to_string())?;
-        fsx::write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())?;
+        fsx::create_dir_all(dir)?;
+        fsx::write_atomic(&path, text.as_bytes())?;
         Ok(path)
     }
 

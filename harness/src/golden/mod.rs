@@ -13,6 +13,7 @@
 //! before it existed) are read as before.
 
 pub(crate) mod calibration;
+pub use calibration::CalibrationError;
 
 use std::path::{Path, PathBuf};
 
@@ -71,8 +72,8 @@ pub enum GoldenError {
     Metrics(#[from] MetricsError),
     #[error("invalid golden header {path}: {message}")]
     Header { path: PathBuf, message: String },
-    #[error("{0}")]
-    Calibration(String),
+    #[error(transparent)]
+    Calibration(#[from] calibration::CalibrationError),
     #[error(
         "refusing to write a golden for {scenario} on {hardware}: CI=true, and CI never writes \
          goldens; run it locally and commit the accepted golden"
@@ -531,7 +532,7 @@ fn read_golden(
             message: "the file is missing (every golden needs its provenance header)".into(),
         });
     };
-    let calibration = calibration::Calibration::read(dir).map_err(GoldenError::Calibration)?;
+    let calibration = calibration::Calibration::read(dir)?;
     Ok(Golden {
         scenario: scenario.into(),
         hardware: hardware.into(),
