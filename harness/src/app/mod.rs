@@ -410,9 +410,7 @@ async fn calibrate(
         windows,
     };
     let dir = golden_root.join(&cal.scenario).join(&cal.hardware);
-    let path = cal
-        .write(&dir)
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let path = cal.write(&dir)?;
     println!("{}: {} runs, {}", cal.scenario, cal.runs, cal.source());
     println!("| rule | window | n | mean | std | min | max |\n|---|---|---:|---:|---:|---:|---:|");
     for (metric, points) in &cal.windows {
