@@ -16,13 +16,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub struct Cli {
     /// More log output (repeat for more); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    pub verbose: u8,
+    pub(crate) verbose: u8,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Validate scenario files (default: scenarios/) and lint backend YAML files.
     Check { paths: Vec<PathBuf> },
     /// List the scenarios, their tags and requirements, and whether they can run here.
@@ -82,33 +82,33 @@ pub enum Command {
 
 /// The options `run` and `record` share: where runs and goldens go, and what the run is.
 #[derive(Debug, Args, Clone)]
-pub struct RunCommonArgs {
+pub(crate) struct RunCommonArgs {
     /// Where run directories go: OUT/<scenario>/<run-id>/.
     #[arg(long, default_value = "reports")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// The golden store (`record` installs its cassette there).
     #[arg(long, default_value = "golden")]
-    pub golden: PathBuf,
+    pub(crate) golden: PathBuf,
     /// The seed, instead of the scenario's.
     #[arg(long)]
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// Run this many steps instead of the scenario's (`record`: a few keep the cassette small).
     #[arg(long)]
-    pub steps: Option<u64>,
+    pub(crate) steps: Option<u64>,
     /// Override a scenario value, e.g. `--set config.actor_rollout_ref.actor.optim.lr=1e-5`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub set: Vec<String>,
+    pub(crate) set: Vec<String>,
     /// The hardware key of the golden (default: derived from the device, e.g. `cpu`, `h200`).
     #[arg(long)]
-    pub hardware: Option<String>,
+    pub(crate) hardware: Option<String>,
     /// No progress bar.
     #[arg(long)]
-    pub no_progress: bool,
+    pub(crate) no_progress: bool,
 }
 
 impl RunCommonArgs {
     /// The run options these set; the rest at their defaults.
-    pub fn options(&self) -> crate::runner::RunOptions {
+    pub(crate) fn options(&self) -> crate::runner::RunOptions {
         crate::runner::RunOptions {
             seed: self.seed,
             steps: self.steps,
@@ -121,52 +121,52 @@ impl RunCommonArgs {
 }
 
 #[derive(Debug, Args, Clone)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     #[arg(required = true)]
-    pub scenarios: Vec<PathBuf>,
+    pub(crate) scenarios: Vec<PathBuf>,
     #[command(flatten)]
-    pub common: RunCommonArgs,
+    pub(crate) common: RunCommonArgs,
     /// `A..B`: run every seed from A to B (inclusive), one run directory each under one
     /// combined directory, and judge the seeds' distribution against the golden's calibration
     /// (Welch's t-test) besides each seed's own verdict.
     #[arg(long, value_name = "A..B", conflicts_with = "seed")]
-    pub seeds: Option<String>,
+    pub(crate) seeds: Option<String>,
     /// Scenarios side by side on this host (a scenario that requires GPUs takes that many of
     /// the visible GPUs instead, pinned with CUDA_VISIBLE_DEVICES); with `--seeds`, seeds side
     /// by side (a torch CPU scenario with `threads: 1` fits one per core). One combined verdict
     /// goes to OUT/index.md, OUT/index.html and OUT/junit.xml either way.
     #[arg(long, default_value_t = 1)]
-    pub jobs: usize,
+    pub(crate) jobs: usize,
     /// Where scenarios run: here, or one Ray job each on the cluster at `--address`.
     #[arg(long, value_enum, default_value = "local")]
-    pub executor: Executor,
+    pub(crate) executor: Executor,
     /// The Ray dashboard (jobs API) address, e.g. `http://HEAD:8265` (`--executor ray`).
     #[arg(long, env = "RAY_ADDRESS", required_if_eq("executor", "ray"))]
-    pub address: Option<String>,
+    pub(crate) address: Option<String>,
     /// `--executor ray`: run the rlharness installed at this path on the workers instead of
     /// shipping this executable (and rlharness-torch beside it) with each job.
     #[arg(long, value_name = "PATH")]
-    pub remote_bin: Option<String>,
+    pub(crate) remote_bin: Option<String>,
     /// `--executor ray`: an environment variable for every job (its runtime_env), e.g.
     /// `LD_LIBRARY_PATH=...` where the workers' libtorch lives.
     #[arg(long = "ray-env", value_name = "KEY=VALUE")]
-    pub ray_env: Vec<String>,
+    pub(crate) ray_env: Vec<String>,
     /// Write the run's series as a pending golden (`.new`) for review, even if one exists.
     #[arg(long)]
-    pub update_golden: bool,
+    pub(crate) update_golden: bool,
     /// The builtin driver talks to the backend without the recording proxy (no wire.jsonl,
     /// no server_config.json): to measure what the proxy costs inside a real step.
     #[arg(long)]
-    pub direct: bool,
+    pub(crate) direct: bool,
     /// Exit 1 when any scenario is skipped (its requirements are not met here), so a CI job
     /// that ran nothing is red, not green.
     #[arg(long)]
-    pub fail_on_skip: bool,
+    pub(crate) fail_on_skip: bool,
 }
 
 /// Where `rlharness run` runs its scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Executor {
+pub(crate) enum Executor {
     /// On this host (`--jobs` side by side).
     Local,
     /// One Ray job per scenario, through the Ray Jobs REST API at `--address`.
@@ -174,58 +174,58 @@ pub enum Executor {
 }
 
 #[derive(Debug, Args, Clone)]
-pub struct RecordArgs {
-    pub scenario: PathBuf,
+pub(crate) struct RecordArgs {
+    pub(crate) scenario: PathBuf,
     #[command(flatten)]
-    pub common: RunCommonArgs,
+    pub(crate) common: RunCommonArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CompareFormat {
+pub(crate) enum CompareFormat {
     Summary,
     Md,
     Json,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ServeKind {
+pub(crate) enum ServeKind {
     Mock,
     Torch,
 }
 
 #[derive(Debug, Args)]
-pub struct ServeArgs {
-    pub kind: ServeKind,
+pub(crate) struct ServeArgs {
+    pub(crate) kind: ServeKind,
     #[arg(long, default_value = "127.0.0.1")]
-    pub host: String,
+    pub(crate) host: String,
     #[arg(long, default_value_t = 7000)]
-    pub port: u16,
+    pub(crate) port: u16,
     /// A scenario whose backend block scripts the server (mock curves, torch model).
     #[arg(long)]
-    pub scenario: Option<PathBuf>,
+    pub(crate) scenario: Option<PathBuf>,
     #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub set: Vec<String>,
+    pub(crate) set: Vec<String>,
 }
 
 #[derive(Debug, Args)]
-pub struct ProxyArgs {
+pub(crate) struct ProxyArgs {
     #[arg(long)]
-    pub upstream: String,
+    pub(crate) upstream: String,
     #[arg(long, default_value = "127.0.0.1:7001")]
-    pub listen: String,
+    pub(crate) listen: String,
     /// Folder for wire.jsonl and server_config.json.
     #[arg(long)]
-    pub record: PathBuf,
+    pub(crate) record: PathBuf,
     /// Largest request or response body, in bytes.
     #[arg(long, default_value_t = 2 * 1024 * 1024 * 1024)]
-    pub body_limit: u64,
+    pub(crate) body_limit: u64,
     /// Upstream time-out per request, in seconds.
     #[arg(long, default_value_t = 1800)]
-    pub timeout_s: u64,
+    pub(crate) timeout_s: u64,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum GoldenAction {
+pub(crate) enum GoldenAction {
     /// List pending goldens with a diff summary.
     Status,
     /// Accept pending goldens (all, or those of the named scenarios).
@@ -242,24 +242,24 @@ pub enum GoldenAction {
 }
 
 #[derive(Debug, Args, Clone)]
-pub struct CalibrateArgs {
-    pub scenario: PathBuf,
+pub(crate) struct CalibrateArgs {
+    pub(crate) scenario: PathBuf,
     /// Runs of the scenario's own seed.
     #[arg(long, default_value_t = 10)]
-    pub runs: usize,
+    pub(crate) runs: usize,
     /// `A..B`: one run per seed from A to B (inclusive) instead of `--runs`.
     #[arg(long)]
-    pub seeds: Option<String>,
+    pub(crate) seeds: Option<String>,
     /// Runs side by side (a torch CPU scenario with `threads: 1` fits one per core).
     #[arg(long, default_value_t = 1)]
-    pub jobs: usize,
+    pub(crate) jobs: usize,
     /// Where the runs' directories go.
     #[arg(long, default_value = "reports")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Override the hardware key.
     #[arg(long)]
-    pub hardware: Option<String>,
+    pub(crate) hardware: Option<String>,
     /// Override scenario values for every run (as `run --set`).
     #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub set: Vec<String>,
+    pub(crate) set: Vec<String>,
 }

@@ -21,7 +21,7 @@ impl ExitStatus {
     }
 
     /// The status of a documented exit code (`None` for any other number).
-    pub fn from_code(code: i32) -> Option<ExitStatus> {
+    pub(crate) fn from_code(code: i32) -> Option<ExitStatus> {
         Some(match code {
             0 => ExitStatus::Passed,
             1 => ExitStatus::CheckFailed,
@@ -33,7 +33,7 @@ impl ExitStatus {
     }
 
     /// When several scenarios run, the worst status wins: 2 > 3 > 1 > 4 > 0.
-    pub fn severity(self) -> u8 {
+    pub(crate) fn severity(self) -> u8 {
         match self {
             ExitStatus::Passed => 0,
             ExitStatus::NoGolden => 1,
@@ -43,7 +43,7 @@ impl ExitStatus {
         }
     }
 
-    pub fn worst(self, other: ExitStatus) -> ExitStatus {
+    pub(crate) fn worst(self, other: ExitStatus) -> ExitStatus {
         if other.severity() > self.severity() {
             other
         } else {
@@ -62,7 +62,7 @@ pub struct CommandError {
 }
 
 impl CommandError {
-    pub fn new(status: ExitStatus, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: ExitStatus, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),

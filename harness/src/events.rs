@@ -19,8 +19,8 @@ pub enum RunEvent {
     Warning(String),
 }
 
-pub type EventSender = tokio::sync::mpsc::UnboundedSender<RunEvent>;
-pub type EventReceiver = tokio::sync::mpsc::UnboundedReceiver<RunEvent>;
+pub(crate) type EventSender = tokio::sync::mpsc::UnboundedSender<RunEvent>;
+pub(crate) type EventReceiver = tokio::sync::mpsc::UnboundedReceiver<RunEvent>;
 
 pub fn channel() -> (EventSender, EventReceiver) {
     tokio::sync::mpsc::unbounded_channel()

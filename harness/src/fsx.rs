@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 #[error("failed to {action} {path}: {source}")]
 pub struct FsError {
-    pub action: &'static str,
-    pub path: PathBuf,
+    pub(crate) action: &'static str,
+    pub(crate) path: PathBuf,
     #[source]
-    pub source: std::io::Error,
+    pub(crate) source: std::io::Error,
 }
 
 fn err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> FsError + 'a {
@@ -21,7 +21,7 @@ fn err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) 
     }
 }
 
-pub fn read(path: &Path) -> Result<Vec<u8>, FsError> {
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>, FsError> {
     std::fs::read(path).map_err(err("read", path))
 }
 
@@ -33,7 +33,7 @@ pub fn create_dir_all(path: &Path) -> Result<(), FsError> {
     std::fs::create_dir_all(path).map_err(err("create directory", path))
 }
 
-pub fn remove_file(path: &Path) -> Result<(), FsError> {
+pub(crate) fn remove_file(path: &Path) -> Result<(), FsError> {
     std::fs::remove_file(path).map_err(err("remove", path))
 }
 
@@ -61,7 +61,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FsError> {
 }
 
 /// Append one line (a `\n` is added) and flush, for streaming logs such as `wire.jsonl`.
-pub fn append_line(file: &mut std::fs::File, path: &Path, line: &str) -> Result<(), FsError> {
+pub(crate) fn append_line(
+    file: &mut std::fs::File,
+    path: &Path,
+    line: &str,
+) -> Result<(), FsError> {
     let mut buf = Vec::with_capacity(line.len() + 1);
     buf.extend_from_slice(line.as_bytes());
     buf.push(b'\n');

@@ -3,11 +3,35 @@
 //! Data flows one way: `spec` (scenario files) -> `plan` (RunPlan with provenance) -> `run`
 //! (driver -> proxy -> backend) -> `metrics` -> `compare` (golden rules, expressions) -> `report`.
 //! See `docs/architecture.md`.
+//!
+//! # Public surface
+//!
+//! Everything is `pub(crate)` unless a user outside the crate needs it: the `rlharness`
+//! binary (`src/main.rs`), the torch backend (`harness/torch`), the integration tests, the
+//! benches and the fuzz targets. What they use:
+//!
+//! - [`cli`], [`app`]: the command line (`Cli`, `app::main`, `run_one`, `init_tracing`) and
+//!   `app::scale::ray` (the Ray client).
+//! - [`spec`], [`plan`]: loading and checking scenario files (`load_scenario`, `spec::check`,
+//!   `spec::lint`), planning a run (`RunPlan`, `plan::launch`).
+//! - [`runner`], [`events`]: executing a plan (`execute`, `RunOptions`, `Executed`, `RunEnd`)
+//!   and its progress events.
+//! - [`backend`]: the `Engine` trait, the mock, replay and torch-spec backends, the Arctic
+//!   HTTP server (`backend::server`) and the torch child's hand-shake (`backend::child`).
+//! - [`wire`]: the DSSST1 frame codec, the Arctic API types, Python-style JSON floats.
+//! - [`driver`], [`proxy`], [`capture`], [`task`]: the built-in and command drivers, the
+//!   recording proxy, trainer-log parsing, the arithmetic task and its scorers.
+//! - [`metrics`], [`compare`], [`golden`], [`report`], [`propagate`]: metric tables, judging
+//!   (`judge`, `judge_run`, `compare::expr`), golden stores, reports, knob propagation.
+//! - [`error`], [`fsx`]: `ExitStatus`, `CommandError` and filesystem helpers with typed errors.
+//!
+//! `checks` (rule and expression types, re-exported through `compare`), `slot` and `util` are
+//! private.
 
 pub mod app;
 pub mod backend;
 pub mod capture;
-pub mod checks;
+mod checks;
 pub mod cli;
 pub mod compare;
 pub mod driver;
@@ -21,8 +45,8 @@ pub mod propagate;
 pub mod proxy;
 pub mod report;
 pub mod runner;
-pub mod slot;
+mod slot;
 pub mod spec;
 pub mod task;
-pub mod util;
+mod util;
 pub mod wire;

@@ -8,17 +8,17 @@
 /// output. Scoped to the scenario's task ([`SLOT`]), so the process environment of the harness
 /// is never changed and scenarios side by side never see each other's pinning.
 #[derive(Debug, Clone, Default)]
-pub struct Slot {
-    pub env: Vec<(String, String)>,
-    pub progress: Option<indicatif::MultiProgress>,
-    pub label: Option<String>,
+pub(crate) struct Slot {
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) progress: Option<indicatif::MultiProgress>,
+    pub(crate) label: Option<String>,
 }
 
 tokio::task_local! {
-    pub static SLOT: Slot;
+    pub(crate) static SLOT: Slot;
 }
 
 /// The current scenario's slot (empty outside a matrix).
-pub fn current_slot() -> Slot {
+pub(crate) fn current_slot() -> Slot {
     SLOT.try_with(Slot::clone).unwrap_or_default()
 }

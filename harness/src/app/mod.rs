@@ -97,7 +97,7 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
 }
 
 /// `rlharness check`: every scenario validated, every backend file linted; exit 2 on any error.
-pub fn check(paths: &[std::path::PathBuf]) -> ExitStatus {
+pub(crate) fn check(paths: &[std::path::PathBuf]) -> ExitStatus {
     let outcome = crate::spec::check::check(paths);
     print!("{}", crate::spec::check::render_check(&outcome));
     // Knob manifests: validated like a scenario, and covered both ways by their backend YAML.
@@ -244,7 +244,7 @@ fn golden_command(
 /// provenance. Refused for a run that did not complete, a self-test's planted run, and a run
 /// whose plan differs from the scenario file's today (a `--set`, another seed or step count, an
 /// edited scenario): its series would not stand for the scenario.
-pub fn golden_bless(
+pub(crate) fn golden_bless(
     run: &std::path::Path,
     root: &std::path::Path,
 ) -> Result<(String, ExitStatus), CommandError> {
@@ -326,7 +326,7 @@ fn short(hash: &str) -> &str {
     &hash[..hash.len().min(8)]
 }
 
-pub use crate::compare::seeds::parse_seed_range;
+pub(crate) use crate::compare::seeds::parse_seed_range;
 
 /// `rlharness golden calibrate`: run the scenario `runs` times with its own seed (or once per
 /// seed), side by side up to `jobs`, and write the measured statistics beside its golden.
@@ -410,7 +410,7 @@ async fn calibrate(
         windows,
     };
     let dir = golden_root.join(&cal.scenario).join(&cal.hardware);
-    let path = cal.write(&dir).map_err(CommandError::invalid)?;
+    let path = cal.write(&dir)?;
     println!("{}: {} runs, {}", cal.scenario, cal.runs, cal.source());
     println!("| rule | window | n | mean | std | min | max |\n|---|---|---:|---:|---:|---:|---:|");
     for (metric, points) in &cal.windows {
@@ -432,7 +432,7 @@ async fn calibrate(
 }
 
 /// The options of `rlharness run` that apply to every scenario.
-pub fn run_options(args: &crate::cli::RunArgs) -> crate::runner::RunOptions {
+pub(crate) fn run_options(args: &crate::cli::RunArgs) -> crate::runner::RunOptions {
     crate::runner::RunOptions {
         update_golden: args.update_golden,
         ci: std::env::var("CI").is_ok_and(|v| v == "true" || v == "1"),
@@ -444,7 +444,7 @@ pub fn run_options(args: &crate::cli::RunArgs) -> crate::runner::RunOptions {
 /// `rlharness run`: every scenario, side by side up to `--jobs` here or as Ray jobs
 /// (`--executor ray`); one combined verdict in OUT/index.md, index.html and junit.xml; the
 /// worst exit status wins.
-pub async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, CommandError> {
+pub(crate) async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, CommandError> {
     let opts = run_options(&args);
     let files =
         crate::spec::discover(&args.scenarios).map_err(|e| CommandError::invalid(e.to_string()))?;
@@ -502,7 +502,7 @@ pub async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, CommandError> 
 
 /// `--fail-on-skip`: a skipped scenario is a failed check (exit 1), so a run where nothing ran
 /// cannot be green. Worse statuses (2, 3, 4) keep winning.
-pub fn fail_on_skip(worst: ExitStatus, skipped: &[String], enabled: bool) -> ExitStatus {
+pub(crate) fn fail_on_skip(worst: ExitStatus, skipped: &[String], enabled: bool) -> ExitStatus {
     if !enabled || skipped.is_empty() {
         return worst;
     }
@@ -625,7 +625,7 @@ async fn judge_plan(
 /// once per seed into `DIR/seed-<S>/`, `jobs` side by side, each judged against the golden alone
 /// and never writing one; then the combined verdict, made from what the directories store
 /// (`report::seeds::judge_combined`, as `compare DIR` makes it).
-pub async fn run_seeds(
+pub(crate) async fn run_seeds(
     file: &std::path::Path,
     seeds: &[u64],
     jobs: usize,

@@ -27,10 +27,10 @@ use crate::backend::Runtime;
 use crate::error::CommandError;
 
 /// The executable's file name (next to `rlharness`).
-pub const EXE_NAME: &str = "rlharness-torch";
+pub(crate) const EXE_NAME: &str = "rlharness-torch";
 
 /// Overrides where the executable is looked for.
-pub const EXE_ENV: &str = "RLHARNESS_TORCH_BIN";
+pub(crate) const EXE_ENV: &str = "RLHARNESS_TORCH_BIN";
 
 /// How a missing executable is built.
 pub const BUILD_HINT: &str =
@@ -52,7 +52,7 @@ pub struct Ready {
 
 /// Where the executable is: `RLHARNESS_TORCH_BIN`, else beside the current executable, else
 /// (a test binary in `target/<profile>/deps/`) in `target/<profile>/`.
-pub fn locate() -> Result<PathBuf, CommandError> {
+pub(crate) fn locate() -> Result<PathBuf, CommandError> {
     if let Some(p) = std::env::var_os(EXE_ENV).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         return if p.is_file() {
@@ -191,7 +191,7 @@ fn echo_stderr(
 }
 
 /// A running `rlharness-torch`.
-pub struct TorchChild {
+pub(crate) struct TorchChild {
     exe: PathBuf,
     child: Child,
     /// Held open: the child exits when it closes.
@@ -207,7 +207,7 @@ impl TorchChild {
     /// dies before it is ready (the message names it and quotes its last lines).
     /// A child that prints no ready line within `ready_limit` (a hang while loading) is
     /// stopped and fails the run the same way.
-    pub async fn start(
+    pub(crate) async fn start(
         spec: &TorchSpec,
         seed: u64,
         opts: &ServerOptions,
@@ -283,11 +283,11 @@ impl TorchChild {
         Ok(this)
     }
 
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.ready.url
     }
 
-    pub fn runtime(&self) -> &Runtime {
+    pub(crate) fn runtime(&self) -> &Runtime {
         &self.ready.runtime
     }
 
@@ -315,7 +315,7 @@ impl TorchChild {
 
     /// When the child has exited (or exits within `grace`): what to add to a failed run's
     /// reason, naming it, its exit status and its last lines. `None` while it still runs.
-    pub async fn exited(&mut self, grace: Duration) -> Option<String> {
+    pub(crate) async fn exited(&mut self, grace: Duration) -> Option<String> {
         let status = tokio::time::timeout(grace, self.child.wait())
             .await
             .ok()?
@@ -329,7 +329,7 @@ impl TorchChild {
     }
 
     /// Kill the child and reap it.
-    pub async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         let _ = self.child.start_kill();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
     }

@@ -50,7 +50,7 @@ impl EngineError {
 #[derive(Debug, Clone)]
 pub struct Timed<T> {
     pub value: T,
-    pub sim_seconds: Option<f64>,
+    pub(crate) sim_seconds: Option<f64>,
 }
 
 impl<T> Timed<T> {
@@ -189,7 +189,7 @@ pub fn f32_tensor(shape: Vec<usize>, values: &[f32]) -> Tensor {
 
 pub mod torch_spec;
 
-pub use mock::MockScript;
+pub(crate) use mock::MockScript;
 pub use torch_spec::TorchSpec;
 
 /// The scenario's `backend` block: which server sits behind the proxy.

@@ -64,7 +64,7 @@ impl ServerOptions {
 /// which job, the per-call `meta`, the JSON body) without keeping tensors around.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RecordedRequest {
-    pub method: String,
+    pub(crate) method: String,
     /// The route pattern (`/job/{job_id}` rather than `/job/3`).
     pub route: String,
     pub job_id: Option<u64>,
@@ -72,19 +72,19 @@ pub struct RecordedRequest {
     /// `meta` of `/forward` and `/forward-backward`.
     pub meta: Option<Value>,
     /// A JSON body as sent; for binary routes the JSON part of the tree (no tensors).
-    pub body: Option<Value>,
+    pub(crate) body: Option<Value>,
 }
 
 /// The sampling engine's sleep state (see the API reference's state machine).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SamplingState {
+pub(crate) enum SamplingState {
     Ready,
     Sleeping,
     WeightsReady,
 }
 
 impl SamplingState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SamplingState::Ready => "READY",
             SamplingState::Sleeping => "SLEEPING",
@@ -95,14 +95,14 @@ impl SamplingState {
 
 /// A wake-up request: which parts of the sampling engine come back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WakeTags {
-    pub weights: bool,
-    pub kv_cache: bool,
+pub(crate) struct WakeTags {
+    pub(crate) weights: bool,
+    pub(crate) kv_cache: bool,
 }
 
 /// The state machine's wake transition: the new state and the status word the server answers,
 /// or why the transition is refused.
-pub fn wake_transition(
+pub(crate) fn wake_transition(
     state: SamplingState,
     tags: WakeTags,
 ) -> Result<(SamplingState, &'static str), String> {
@@ -174,7 +174,7 @@ impl ServerHandle {
 
     /// Put every sampling engine to sleep, as a server that offloads on its own would: the
     /// next `/generate` is refused until the job is woken.
-    pub fn put_samplers_to_sleep(&self) {
+    pub(crate) fn put_samplers_to_sleep(&self) {
         for job in lock(&self.shared.table).jobs.values_mut() {
             if job.job_type == JobType::Sampling {
                 job.sampling = SamplingState::Sleeping;
@@ -201,9 +201,9 @@ impl ServerHandle {
 /// An error answer: a status and the `detail` of the JSON body.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{status}: {detail}")]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub detail: String,
+pub(crate) struct ApiError {
+    pub(crate) status: StatusCode,
+    pub(crate) detail: String,
 }
 
 impl ApiError {
@@ -243,10 +243,10 @@ impl From<WireError> for ApiError {
 
 /// The plain-text body of the real server's 500 (its framework's default for an exception
 /// inside a handler).
-pub const INTERNAL_SERVER_ERROR_BODY: &str = "Internal Server Error";
+pub(crate) const INTERNAL_SERVER_ERROR_BODY: &str = "Internal Server Error";
 
 /// A 500 as the real server sends it: plain text, no detail (the mock's log says more).
-pub fn internal_server_error() -> Response {
+pub(crate) fn internal_server_error() -> Response {
     let mut resp = Response::new(Body::from(INTERNAL_SERVER_ERROR_BODY));
     *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     resp.headers_mut().insert(
@@ -371,7 +371,7 @@ pub fn router(engine: Arc<dyn Engine>, opts: ServerOptions) -> (Router, ServerHa
 /// Bind a listening socket with a deep accept queue. `TcpListener::bind` asks for 1024, and a
 /// burst of a thousand connections then overflows it: the kernel drops or resets some of them
 /// before the server ever sees them. The kernel still caps the depth at `net.core.somaxconn`.
-pub async fn bind(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
+pub(crate) async fn bind(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
     let mut last = None;
     for a in tokio::net::lookup_host(addr).await? {
         let socket = if a.is_ipv4() {

@@ -117,15 +117,6 @@ pub enum TorchDevice {
     Cuda,
 }
 
-impl TorchDevice {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TorchDevice::Cpu => "cpu",
-            TorchDevice::Cuda => "cuda",
-        }
-    }
-}
-
 /// The dtype of the model weights and activations. With `bf16` the trainer keeps fp32 master
 /// weights and optimizer state, as DeepSpeed's bf16 mode does.
 /// The instruction-set level of libtorch's CPU kernels, set through the three switches that

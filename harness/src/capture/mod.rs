@@ -22,21 +22,21 @@ use crate::metrics::StepMetrics;
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConsoleRecord {
     pub step: u64,
-    pub values: Vec<(String, f64)>,
+    pub(crate) values: Vec<(String, f64)>,
     /// `key:value` parts whose value is not a number this parser reads (kept for warnings).
-    pub unparsed: Vec<String>,
+    pub(crate) unparsed: Vec<String>,
 }
 
 /// One parsed file-logger line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JsonlRecord {
-    pub step: u64,
+    pub(crate) step: u64,
     /// Numeric values; `null` (a non-finite value in verl's output) reads as NaN.
     pub values: Vec<(String, f64)>,
     /// Keys whose value was `null`: non-finite in the trainer, exact value lost.
     pub non_finite: Vec<String>,
     /// Keys whose value is not a number (strings, objects, lists): skipped.
-    pub skipped: Vec<String>,
+    pub(crate) skipped: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -225,7 +225,7 @@ pub fn strip_ansi(s: &str) -> String {
 
 /// Strip Ray's `(ActorName pid=123, ip=10.0.0.2) ` prefix from a line (ANSI already removed).
 /// A line without one is returned as it is.
-pub fn strip_ray_prefix(line: &str) -> &str {
+pub(crate) fn strip_ray_prefix(line: &str) -> &str {
     let t = line.trim_start();
     let Some(rest) = t.strip_prefix('(') else {
         return line;
@@ -349,14 +349,14 @@ pub fn parse_console_line(line: &str) -> Option<ConsoleRecord> {
 /// read stopped. A file that shrinks was truncated (verl opens it with `"w"`): reading starts
 /// over. A file that does not exist yet gives no lines.
 #[derive(Debug)]
-pub struct JsonlTail {
+pub(crate) struct JsonlTail {
     path: PathBuf,
     offset: u64,
     partial: Vec<u8>,
 }
 
 impl JsonlTail {
-    pub fn new(path: &Path) -> Self {
+    pub(crate) fn new(path: &Path) -> Self {
         Self {
             path: path.to_path_buf(),
             offset: 0,
@@ -364,12 +364,12 @@ impl JsonlTail {
         }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The complete lines appended since the last call.
-    pub fn poll(&mut self) -> std::io::Result<Vec<String>> {
+    pub(crate) fn poll(&mut self) -> std::io::Result<Vec<String>> {
         let mut f = match std::fs::File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -400,7 +400,7 @@ impl JsonlTail {
     }
 
     /// What is left after the writer stopped: a last line without its newline.
-    pub fn finish(&mut self) -> std::io::Result<Vec<String>> {
+    pub(crate) fn finish(&mut self) -> std::io::Result<Vec<String>> {
         let mut lines = self.poll()?;
         if !self.partial.is_empty() {
             let text = String::from_utf8_lossy(&self.partial).into_owned();
@@ -414,7 +414,7 @@ impl JsonlTail {
 }
 
 /// verl's step-0 validation record, kept apart from the training series.
-pub fn validation_json(values: &[(String, f64)]) -> Value {
+pub(crate) fn validation_json(values: &[(String, f64)]) -> Value {
     let m: BTreeMap<&str, Value> = values
         .iter()
         .map(|(k, v)| {

@@ -17,8 +17,8 @@ struct ExprParser;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("column {column}: {message}")]
 pub struct ExprError {
-    pub column: usize,
-    pub message: String,
+    pub(crate) column: usize,
+    pub(crate) message: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -43,7 +43,7 @@ impl CmpOp {
         }
     }
 
-    pub fn symbol(self) -> &'static str {
+    pub(crate) fn symbol(self) -> &'static str {
         match self {
             CmpOp::Lt => "<",
             CmpOp::Le => "<=",
@@ -56,7 +56,7 @@ impl CmpOp {
 
     /// IEEE says `NaN != x` is true; a harness must never let a NaN pass, so any comparison
     /// that involves a NaN is false.
-    pub fn holds(self, a: f64, b: f64) -> bool {
+    pub(crate) fn holds(self, a: f64, b: f64) -> bool {
         if a.is_nan() || b.is_nan() {
             return false;
         }
@@ -118,7 +118,7 @@ pub enum Selection {
 }
 
 impl Selection {
-    pub fn apply(self, series: &[(u64, f64)]) -> &[(u64, f64)] {
+    pub(crate) fn apply(self, series: &[(u64, f64)]) -> &[(u64, f64)] {
         match self {
             Selection::All => series,
             Selection::Last(n) => &series[series.len().saturating_sub(n as usize)..],
@@ -695,22 +695,22 @@ fn build_factor(pair: Pair<'_, Rule>) -> Result<Num, ExprError> {
 
 /// Why an expression could not be decided on this run.
 #[derive(Debug, Clone, PartialEq)]
-pub enum EvalIssue {
+pub(crate) enum EvalIssue {
     /// A metric the expression needs is absent, or the selection holds no step.
     Missing(String),
 }
 
 /// The result of one expression on one run, with the numbers that decided it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Evaluation {
-    pub holds: bool,
+pub(crate) struct Evaluation {
+    pub(crate) holds: bool,
     /// For a top-level comparison: the left value, the right value.
-    pub lhs: Option<f64>,
-    pub rhs: Option<f64>,
+    pub(crate) lhs: Option<f64>,
+    pub(crate) rhs: Option<f64>,
     /// For a quantifier: the first step that broke `all` (or `None`).
-    pub step: Option<u64>,
+    pub(crate) step: Option<u64>,
     /// Every aggregate's value, in order, e.g. `mean(x, last 5) = 0.41`.
-    pub trace: Vec<String>,
+    pub(crate) trace: Vec<String>,
 }
 
 struct Ctx<'a> {
@@ -733,7 +733,7 @@ impl Ctx<'_> {
 
 /// Evidence text: six significant decimals are plenty to see why a check failed, and hide
 /// binary noise such as `0.6499999999999999`.
-pub fn fmt_num(v: f64) -> String {
+pub(crate) fn fmt_num(v: f64) -> String {
     let a = v.abs();
     if !v.is_finite() || a == 0.0 {
         return crate::metrics::format_value(v);
@@ -747,7 +747,7 @@ pub fn fmt_num(v: f64) -> String {
 }
 
 impl Expr {
-    pub fn evaluate(&self, table: &MetricTable) -> Result<Evaluation, EvalIssue> {
+    pub(crate) fn evaluate(&self, table: &MetricTable) -> Result<Evaluation, EvalIssue> {
         let mut ctx = Ctx {
             table,
             trace: Vec::new(),
@@ -829,7 +829,7 @@ impl Expr {
     }
 
     /// Every metric the expression reads, in order of first use.
-    pub fn metrics(&self) -> Vec<String> {
+    pub(crate) fn metrics(&self) -> Vec<String> {
         let mut out = Vec::new();
         self.visit_metrics(&mut |m| {
             if !out.iter().any(|x: &String| x == m) {
@@ -885,7 +885,7 @@ impl Pred {
 }
 
 /// Aggregates propagate NaN: `f64::max` would silently drop it and let a NaN run pass.
-pub fn aggregate(func: AggFn, values: &[f64]) -> f64 {
+pub(crate) fn aggregate(func: AggFn, values: &[f64]) -> f64 {
     if values.iter().any(|v| v.is_nan()) {
         return f64::NAN;
     }
@@ -1115,7 +1115,7 @@ impl Expr {
     /// `false` only when the run's steps so far already decide that the expression fails at the
     /// end of a run of `total_steps` steps (a NaN in an `all(.., finite)`, a `max` already above
     /// its limit, a finished window below its floor). Anything undecided can still pass.
-    pub fn can_still_hold(&self, partial: &MetricTable, total_steps: u64) -> bool {
+    pub(crate) fn can_still_hold(&self, partial: &MetricTable, total_steps: u64) -> bool {
         let p = Partial {
             table: partial,
             total: total_steps,

@@ -7,9 +7,9 @@
 pub mod expr;
 mod spec;
 
-pub use expr::{parse_expr, Expr, ExprError};
-pub use spec::{
-    parse_seed_range, stability_enabled_for, window_value, Calibrated, ChecksSpec, Direction,
-    Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule, GoldenRules, ImprovementLimit,
-    RuleRef, StepRange,
+#[cfg(test)]
+pub(crate) use spec::window_value;
+pub(crate) use spec::{
+    parse_seed_range, stability_enabled_for, Calibrated, ChecksSpec, Direction, Expectation,
+    ExpectedOutcome, ExpectedVerdict, GoldenRule, GoldenRules, ImprovementLimit, RuleRef,
 };

@@ -7,12 +7,12 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::expr::{parse_expr, Expr};
-pub use crate::metrics::StepRange;
+pub(crate) use crate::metrics::StepRange;
 
 /// Which way a metric is allowed to move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Direction {
+pub(crate) enum Direction {
     /// Any move outside the band fails (losses, rewards of a deterministic backend).
     #[default]
     TwoSided,
@@ -26,7 +26,7 @@ pub enum Direction {
 /// `improved` (and fails until blessed): a fraction of |golden|, or `unlimited` (the good side
 /// never fails, e.g. a validation score). Absent, the limit is the band's own tolerance.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum ImprovementLimit {
+pub(crate) enum ImprovementLimit {
     Fraction(f64),
     Unlimited,
 }
@@ -91,39 +91,39 @@ impl<'de> Deserialize<'de> for ImprovementLimit {
 #[serde(deny_unknown_fields, try_from = "RawGoldenRule")]
 pub struct GoldenRule {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub abs: Option<f64>,
+    pub(crate) abs: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rel: Option<f64>,
+    pub(crate) rel: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub window: Option<u64>,
+    pub(crate) window: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub steps: Option<StepRange>,
+    pub(crate) steps: Option<StepRange>,
     #[serde(skip_serializing_if = "is_zero")]
-    pub budget: u64,
+    pub(crate) budget: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub direction: Option<Direction>,
+    pub(crate) direction: Option<Direction>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub improvement_limit: Option<ImprovementLimit>,
+    pub(crate) improvement_limit: Option<ImprovementLimit>,
     #[serde(skip_serializing_if = "is_false")]
-    pub fail_fast: bool,
+    pub(crate) fail_fast: bool,
     /// The band from measured noise (`rlharness golden calibrate`) instead of `abs`/`rel`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub calibrated: Option<Calibrated>,
+    pub(crate) calibrated: Option<Calibrated>,
     /// A window's point is the median of its steps instead of their mean: one spike (a
     /// gradient-norm outlier, a slow step of a noisy machine) does not move it.
     #[serde(skip_serializing_if = "is_false")]
-    pub median: bool,
+    pub(crate) median: bool,
 }
 
 impl GoldenRule {
     /// The point of a window: its mean, or with `median` its median (a NaN poisons either).
-    pub fn window_value(&self, values: &[f64]) -> f64 {
+    pub(crate) fn window_value(&self, values: &[f64]) -> f64 {
         window_value(values, self.median)
     }
 }
 
 /// The mean of `values`, or their median; NaN when any is NaN or there are none.
-pub fn window_value(values: &[f64], median: bool) -> f64 {
+pub(crate) fn window_value(values: &[f64], median: bool) -> f64 {
     if values.is_empty() || values.iter().any(|v| v.is_nan()) {
         return f64::NAN;
     }
@@ -144,10 +144,10 @@ pub fn window_value(values: &[f64], median: bool) -> f64 {
 /// largest standard deviation the golden's calibration measured over the rule's points.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Calibrated {
-    pub k: f64,
+pub(crate) struct Calibrated {
+    pub(crate) k: f64,
     #[serde(default)]
-    pub floor: f64,
+    pub(crate) floor: f64,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -231,16 +231,16 @@ impl TryFrom<RawGoldenRule> for GoldenRule {
 
 /// The golden rules in the order the scenario lists them (a report reads in that order).
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct GoldenRules(pub Vec<(String, GoldenRule)>);
+pub(crate) struct GoldenRules(pub(crate) Vec<(String, GoldenRule)>);
 
 impl GoldenRules {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &GoldenRule)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &GoldenRule)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v))
     }
-    pub fn get(&self, metric: &str) -> Option<&GoldenRule> {
+    pub(crate) fn get(&self, metric: &str) -> Option<&GoldenRule> {
         self.0.iter().find(|(k, _)| k == metric).map(|(_, r)| r)
     }
 }
@@ -290,14 +290,14 @@ impl<'de> Deserialize<'de> for GoldenRules {
 /// `{expr: "...", name: short-name, fail_fast: true}`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expectation {
-    pub src: String,
-    pub expr: Expr,
-    pub name: Option<String>,
-    pub fail_fast: bool,
+    pub(crate) src: String,
+    pub(crate) expr: Expr,
+    pub(crate) name: Option<String>,
+    pub(crate) fail_fast: bool,
 }
 
 impl Expectation {
-    pub fn parse(src: &str) -> Result<Expectation, String> {
+    pub(crate) fn parse(src: &str) -> Result<Expectation, String> {
         let expr = parse_expr(src).map_err(|e| format!("invalid expression `{src}`: {e}"))?;
         Ok(Expectation {
             src: src.to_string(),
@@ -308,7 +308,7 @@ impl Expectation {
     }
 
     /// The rule id in verdicts: `expect:<name>` or `expect:<source>`.
-    pub fn id(&self) -> String {
+    pub(crate) fn id(&self) -> String {
         format!("expect:{}", self.name.as_deref().unwrap_or(&self.src))
     }
 }
@@ -377,15 +377,15 @@ impl<'de> Deserialize<'de> for Expectation {
 #[serde(deny_unknown_fields)]
 pub struct ChecksSpec {
     #[serde(default, skip_serializing_if = "GoldenRules::is_empty")]
-    pub golden: GoldenRules,
+    pub(crate) golden: GoldenRules,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub expect: Vec<Expectation>,
+    pub(crate) expect: Vec<Expectation>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub allow_missing: Vec<String>,
+    pub(crate) allow_missing: Vec<String>,
     /// Default stability rules (`compare::stability`): on for a scenario tagged `convergence`
     /// unless it says `stability: false`; resolved when the scenario loads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stability: Option<bool>,
+    pub(crate) stability: Option<bool>,
 }
 
 /// One rule of a `ChecksSpec`, for code that walks all of them (fail fast, reports).
@@ -396,13 +396,13 @@ pub enum RuleRef<'a> {
 }
 
 impl RuleRef<'_> {
-    pub fn id(&self) -> String {
+    pub(crate) fn id(&self) -> String {
         match self {
             RuleRef::Golden(m, _) => format!("golden:{m}"),
             RuleRef::Expect(e) => e.id(),
         }
     }
-    pub fn fail_fast(&self) -> bool {
+    pub(crate) fn fail_fast(&self) -> bool {
         match self {
             RuleRef::Golden(_, r) => r.fail_fast,
             RuleRef::Expect(e) => e.fail_fast,
@@ -411,11 +411,7 @@ impl RuleRef<'_> {
 }
 
 impl ChecksSpec {
-    pub fn is_empty(&self) -> bool {
-        self.golden.is_empty() && self.expect.is_empty()
-    }
-
-    pub fn rules(&self) -> Vec<RuleRef<'_>> {
+    pub(crate) fn rules(&self) -> Vec<RuleRef<'_>> {
         let mut v: Vec<RuleRef<'_>> = self
             .golden
             .iter()
@@ -426,7 +422,7 @@ impl ChecksSpec {
     }
 
     /// Every metric a rule or an expression reads, golden rules first, without repeats.
-    pub fn metrics(&self) -> Vec<String> {
+    pub(crate) fn metrics(&self) -> Vec<String> {
         let mut out: Vec<String> = self.golden.iter().map(|(m, _)| m.to_string()).collect();
         for e in &self.expect {
             for m in e.expr.metrics() {
@@ -442,7 +438,7 @@ impl ChecksSpec {
 /// What a scenario expects to happen (a strict expected failure, like a strict xfail).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ExpectedOutcome {
+pub(crate) enum ExpectedOutcome {
     Passed,
     Regressed,
     Improved,
@@ -463,18 +459,18 @@ pub enum ExpectedOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, try_from = "RawExpectedVerdict")]
 pub struct ExpectedVerdict {
-    pub outcome: ExpectedOutcome,
+    pub(crate) outcome: ExpectedOutcome,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rules: Vec<String>,
+    pub(crate) rules: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<u64>,
     /// Rules that may fail besides `rules` without a mismatch (a pattern ending in `*` names
     /// every rule it starts): e.g. a multi-seed self-test's `seed:*`, where some seeds' own
     /// bands catch the plant too, but how many depends on the host.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub may_also_fail: Vec<String>,
+    pub(crate) may_also_fail: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -531,7 +527,7 @@ impl TryFrom<RawExpectedVerdict> for ExpectedVerdict {
 }
 
 /// `A..B` (inclusive) or a single seed.
-pub fn parse_seed_range(text: &str) -> Result<Vec<u64>, String> {
+pub(crate) fn parse_seed_range(text: &str) -> Result<Vec<u64>, String> {
     let num = |t: &str| {
         t.trim()
             .parse::<u64>()
@@ -552,6 +548,6 @@ pub fn parse_seed_range(text: &str) -> Result<Vec<u64>, String> {
 
 /// Whether a scenario gets the default stability rules: `checks.stability` when it says, else
 /// whether it is tagged `convergence` (resolved when the scenario loads).
-pub fn stability_enabled_for(explicit: Option<bool>, tags: &[String]) -> bool {
+pub(crate) fn stability_enabled_for(explicit: Option<bool>, tags: &[String]) -> bool {
     explicit.unwrap_or_else(|| tags.iter().any(|t| t == "convergence"))
 }

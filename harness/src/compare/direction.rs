@@ -48,7 +48,7 @@ const DEFAULT_DIRECTIONS: &[(Pattern, Direction)] = &[
 /// The direction a metric has when its rule does not say: higher is better for rewards,
 /// scores and accuracies, MFU and throughput; lower is better for step times (`timing_s/*`)
 /// and memory; two-sided for everything else.
-pub fn default_direction(metric: &str) -> Direction {
+pub(crate) fn default_direction(metric: &str) -> Direction {
     let m = metric.to_ascii_lowercase();
     DEFAULT_DIRECTIONS
         .iter()
@@ -59,14 +59,14 @@ pub fn default_direction(metric: &str) -> Direction {
 impl GoldenRule {
     /// The rule as it is judged for `metric`: its direction made explicit (the scenario's, or
     /// the metric's default).
-    pub fn resolved(&self, metric: &str) -> GoldenRule {
+    pub(crate) fn resolved(&self, metric: &str) -> GoldenRule {
         let mut r = self.clone();
         r.direction = Some(r.direction.unwrap_or_else(|| default_direction(metric)));
         r
     }
 
     /// The direction in force (two-sided when none was resolved or written).
-    pub fn direction(&self) -> Direction {
+    pub(crate) fn direction(&self) -> Direction {
         self.direction.unwrap_or_default()
     }
 }

@@ -29,7 +29,7 @@ pub struct ExactLane {
 }
 
 /// Series that follow the clock or the machine's load, not the arithmetic: never exact.
-pub fn is_timing(metric: &str) -> bool {
+pub(crate) fn is_timing(metric: &str) -> bool {
     metric.starts_with("timing_")
         || metric.starts_with("time/")
         || metric.starts_with("perf/mfu")
@@ -40,7 +40,7 @@ pub fn is_timing(metric: &str) -> bool {
 }
 
 /// Decide the lane for a run of `seed` with `numerics` against `golden`.
-pub fn lane(numerics: Option<&Numerics>, seed: u64, golden: &Golden) -> ExactLane {
+pub(crate) fn lane(numerics: Option<&Numerics>, seed: u64, golden: &Golden) -> ExactLane {
     let off = |message: String| ExactLane {
         applied: false,
         message,
@@ -87,7 +87,7 @@ fn same(a: f64, b: f64) -> bool {
 }
 
 /// Compare every non-timing series of the golden with the run's at the steps both have.
-pub fn judge_exact(run: &MetricTable, golden: &MetricTable) -> RuleVerdict {
+pub(crate) fn judge_exact(run: &MetricTable, golden: &MetricTable) -> RuleVerdict {
     let metrics: Vec<String> = golden
         .columns()
         .into_iter()
@@ -156,7 +156,7 @@ pub fn judge_exact(run: &MetricTable, golden: &MetricTable) -> RuleVerdict {
 }
 
 /// The lane for a run against `golden`, and the exact rule when the lane applies.
-pub fn judge_lane(
+pub(crate) fn judge_lane(
     run: &MetricTable,
     golden: &Golden,
     numerics: Option<&Numerics>,

@@ -8,6 +8,7 @@ use crate::checks::{
     ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule,
     ImprovementLimit, RuleRef,
 };
+#[cfg(test)]
 use crate::error::ExitStatus;
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
@@ -17,7 +18,7 @@ use crate::metrics::MetricTable;
 pub(crate) mod json_f64 {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             None => s.serialize_none(),
             Some(x) if x.is_finite() => s.serialize_f64(*x),
@@ -25,7 +26,7 @@ pub(crate) mod json_f64 {
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum N {
@@ -67,7 +68,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn exit_status(self) -> ExitStatus {
+    #[cfg(test)]
+    pub(crate) fn exit_status(self) -> ExitStatus {
         match self {
             Outcome::Passed => ExitStatus::Passed,
             Outcome::NoGolden => ExitStatus::NoGolden,
@@ -75,7 +77,7 @@ impl Outcome {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Outcome::Passed => "passed",
             Outcome::Regressed => "regressed",
@@ -90,9 +92,9 @@ impl Outcome {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Band {
     #[serde(with = "json_f64")]
-    pub lo: Option<f64>,
+    pub(crate) lo: Option<f64>,
     #[serde(with = "json_f64")]
-    pub hi: Option<f64>,
+    pub(crate) hi: Option<f64>,
 }
 
 impl Band {
@@ -102,10 +104,10 @@ impl Band {
             hi: Some(hi),
         }
     }
-    pub fn lo(&self) -> f64 {
+    pub(crate) fn lo(&self) -> f64 {
         self.lo.unwrap_or(f64::NEG_INFINITY)
     }
-    pub fn hi(&self) -> f64 {
+    pub(crate) fn hi(&self) -> f64 {
         self.hi.unwrap_or(f64::INFINITY)
     }
 }
@@ -115,33 +117,33 @@ impl Band {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Evidence {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step_or_window: Option<String>,
+    pub(crate) step_or_window: Option<String>,
     #[serde(default, with = "json_f64", skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
     #[serde(default, with = "json_f64", skip_serializing_if = "Option::is_none")]
-    pub golden: Option<f64>,
+    pub(crate) golden: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub band: Option<Band>,
+    pub(crate) band: Option<Band>,
     #[serde(default, with = "json_f64", skip_serializing_if = "Option::is_none")]
-    pub margin: Option<f64>,
+    pub(crate) margin: Option<f64>,
     pub message: String,
 }
 
 /// One compared point of a golden rule: a step, or a window of steps `first..=last`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PointCheck {
-    pub first: u64,
-    pub last: u64,
+    pub(crate) first: u64,
+    pub(crate) last: u64,
     #[serde(with = "json_f64")]
-    pub value: Option<f64>,
+    pub(crate) value: Option<f64>,
     #[serde(with = "json_f64")]
-    pub golden: Option<f64>,
-    pub band: Band,
-    pub status: RuleStatus,
+    pub(crate) golden: Option<f64>,
+    pub(crate) band: Band,
+    pub(crate) status: RuleStatus,
 }
 
 impl PointCheck {
-    pub fn at(&self) -> String {
+    pub(crate) fn at(&self) -> String {
         if self.first == self.last {
             format!("step {}", self.first)
         } else {
@@ -162,15 +164,15 @@ pub struct RuleVerdict {
     pub evidence: Evidence,
     /// The metrics the rule reads (for plots).
     #[serde(default)]
-    pub metrics: Vec<String>,
+    pub(crate) metrics: Vec<String>,
     /// Steps that fall outside the band (every step of a failing window).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failing_steps: Vec<u64>,
     /// Golden rules: every compared point, for tables and plots.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub points: Vec<PointCheck>,
+    pub(crate) points: Vec<PointCheck>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fail_fast: Option<bool>,
+    pub(crate) fail_fast: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -178,7 +180,7 @@ pub struct Verdict {
     pub outcome: Outcome,
     pub rules: Vec<RuleVerdict>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub grid_mismatch: Option<String>,
+    pub(crate) grid_mismatch: Option<String>,
     /// Whether the exact lane judged the run bit for bit, and why (not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exact_lane: Option<super::exact::ExactLane>,
@@ -199,7 +201,7 @@ pub fn judge(run: &MetricTable, golden: Option<&Golden>, checks: &ChecksSpec) ->
 }
 
 /// `judge` against any reference series: a golden's, or another run's (`rlharness compare`).
-pub fn judge_tables(
+pub(crate) fn judge_tables(
     run: &MetricTable,
     golden: Option<&MetricTable>,
     checks: &ChecksSpec,
@@ -309,7 +311,7 @@ impl GoldenRule {
     /// On a one-sided rule's good side the edge is the improvement limit: the tolerance
     /// itself when none is written, `improvement_limit·|golden|` (never narrower than the
     /// tolerance), or open with `unlimited`.
-    pub fn band(&self, golden: f64) -> Band {
+    pub(crate) fn band(&self, golden: f64) -> Band {
         let tol = self.tolerance(golden);
         let good = match self.improvement_limit {
             None => Some(tol),
@@ -585,7 +587,7 @@ fn judge_expectation(e: &Expectation, run: &MetricTable) -> RuleVerdict {
 
 /// Fail fast: can `rule` still pass when the run reaches `total_steps`, given its steps so far?
 /// `false` only when the steps already seen decide the failure, so the runner may stop.
-pub fn can_still_pass(
+fn can_still_pass(
     rule: RuleRef<'_>,
     golden: Option<&MetricTable>,
     partial: &MetricTable,
@@ -605,7 +607,7 @@ pub fn can_still_pass(
 }
 
 /// The first rule marked `fail_fast` that can no longer pass, if any: the runner's stop signal.
-pub fn first_settled_failure(
+pub(crate) fn first_settled_failure(
     checks: &ChecksSpec,
     golden: Option<&MetricTable>,
     partial: &MetricTable,
@@ -639,7 +641,7 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RunStatus::Completed => "completed",
             RunStatus::Aborted => "aborted",
@@ -654,10 +656,10 @@ impl RunStatus {
 /// The run's end, for `match_expected`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
-    pub status: RunStatus,
-    pub reason: Option<String>,
+    pub(crate) status: RunStatus,
+    pub(crate) reason: Option<String>,
     /// The step the run failed or stopped at.
-    pub step: Option<u64>,
+    pub(crate) step: Option<u64>,
 }
 
 fn norm(s: &str) -> String {
@@ -679,7 +681,7 @@ fn names_rule(pattern: &str, rule: &str) -> bool {
 
 /// Strict match of the actual result against the declared one: an unexpected pass is a
 /// mismatch too. `Err` says why it does not match.
-pub fn match_expected(
+pub(crate) fn match_expected(
     actual: Option<&Verdict>,
     run: &RunOutcome,
     expected: &ExpectedVerdict,
@@ -863,7 +865,7 @@ fn match_expected_evidence(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::StepRange;
+    use crate::metrics::StepRange;
 
     fn table(metric: &str, values: &[f64]) -> MetricTable {
         MetricTable::from_columns(&[(metric, values)])

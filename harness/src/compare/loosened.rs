@@ -120,7 +120,7 @@ fn failing(rule: String, metrics: Vec<String>, message: String) -> RuleVerdict {
 
 /// One failing rule (`loosened:<rule id>`) per rule of `current` that is looser than the one
 /// the golden was blessed with (`blessed`), or per blessed rule that is gone.
-pub fn loosened_rules(blessed: &ChecksSpec, current: &ChecksSpec) -> Vec<RuleVerdict> {
+pub(crate) fn loosened_rules(blessed: &ChecksSpec, current: &ChecksSpec) -> Vec<RuleVerdict> {
     let mut out = Vec::new();
     for (metric, old) in blessed.golden.iter() {
         let id = format!("golden:{metric}");

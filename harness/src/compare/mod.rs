@@ -11,23 +11,17 @@ mod judge;
 mod loosened;
 mod presence;
 mod run;
-pub mod seeds;
-pub mod stability;
+pub(crate) mod seeds;
+pub(crate) mod stability;
 
 pub use crate::checks::expr;
-pub use crate::checks::{parse_expr, Expr, ExprError};
-pub use crate::checks::{
-    Calibrated, ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule,
-    GoldenRules, ImprovementLimit, RuleRef, StepRange,
-};
-pub use direction::default_direction;
+pub(crate) use crate::checks::{ChecksSpec, ExpectedOutcome, ExpectedVerdict, GoldenRule};
+#[cfg(test)]
+pub(crate) use judge::judge_tables;
+pub(crate) use judge::{first_settled_failure, match_expected};
 pub use judge::{
-    can_still_pass, first_settled_failure, judge, judge_tables, match_expected, Band, Evidence,
-    Outcome, PointCheck, RuleStatus, RuleVerdict, RunOutcome, RunStatus, Verdict,
+    judge, Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, RunOutcome, RunStatus,
+    Verdict,
 };
-pub use loosened::loosened_rules;
-pub use presence::judge_presence;
-pub use run::{
-    is_insane, judge_run, watchdog_rule_id, DroppedValue, ReplayRecord, RunRecord,
-    FRACTION_METRICS, REPLAY_RULE,
-};
+pub(crate) use run::{is_insane, FRACTION_METRICS, REPLAY_RULE};
+pub use run::{judge_run, DroppedValue, ReplayRecord, RunRecord};

@@ -11,13 +11,13 @@ use crate::checks::ChecksSpec;
 use crate::metrics::MetricTable;
 
 /// The rule id of a metric's presence check.
-pub fn presence_rule_id(metric: &str) -> String {
+pub(crate) fn presence_rule_id(metric: &str) -> String {
     format!("presence:{metric}")
 }
 
 /// One failing rule per golden metric absent from the run at some golden step the run has;
 /// nothing when every metric is present (or allowed to be missing).
-pub fn judge_presence(
+pub(crate) fn judge_presence(
     run: &MetricTable,
     golden: &MetricTable,
     checks: &ChecksSpec,

@@ -27,11 +27,11 @@ use crate::golden::Golden;
 use crate::metrics::MetricTable;
 
 /// Metrics that are a fraction of a peak, so a value outside (0, 1] cannot be true.
-pub const FRACTION_METRICS: &[&str] = &["perf/mfu/actor"];
+pub(crate) const FRACTION_METRICS: &[&str] = &["perf/mfu/actor"];
 
 /// Whether the runner must keep `value` of `metric` out of the series (and the judge fail
 /// `sanity:0 < {metric} <= 1` on it): a fraction of a peak outside (0, 1], NaN included.
-pub fn is_insane(metric: &str, value: f64) -> bool {
+pub(crate) fn is_insane(metric: &str, value: f64) -> bool {
     FRACTION_METRICS.contains(&metric) && !(value > 0.0 && value <= 1.0)
 }
 
@@ -39,14 +39,14 @@ pub fn is_insane(metric: &str, value: f64) -> bool {
 /// (0, 1]); stored in `run.json` so the sanity rule can be judged again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DroppedValue {
-    pub step: u64,
-    pub metric: String,
+    pub(crate) step: u64,
+    pub(crate) metric: String,
     #[serde(with = "json_f64")]
-    pub value: Option<f64>,
+    pub(crate) value: Option<f64>,
 }
 
 impl DroppedValue {
-    pub fn new(step: u64, metric: impl Into<String>, value: f64) -> DroppedValue {
+    pub(crate) fn new(step: u64, metric: impl Into<String>, value: f64) -> DroppedValue {
         DroppedValue {
             step,
             metric: metric.into(),
@@ -63,26 +63,26 @@ impl DroppedValue {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ReplayRecord {
     /// The cassette folder, as the scenario resolved it.
-    pub cassette: String,
+    pub(crate) cassette: String,
     /// Exchanges in the cassette.
-    pub recorded: usize,
+    pub(crate) recorded: usize,
     /// Requests served.
-    pub served: usize,
+    pub(crate) served: usize,
     /// Every mismatch, first first, as the report words it.
     #[serde(default)]
-    pub mismatches: Vec<String>,
+    pub(crate) mismatches: Vec<String>,
 }
 
 /// The rule id of a replay.
-pub const REPLAY_RULE: &str = "replay:requests match the cassette";
+pub(crate) const REPLAY_RULE: &str = "replay:requests match the cassette";
 
 impl ReplayRecord {
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.mismatches.is_empty()
     }
 
     /// The first mismatch, and how many there were.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         match self.mismatches.as_slice() {
             [] => format!(
                 "all {} recorded exchanges requested as recorded ({})",
@@ -94,7 +94,7 @@ impl ReplayRecord {
     }
 
     /// The verdict's rule for this replay: passes when every request matched.
-    pub fn rule_verdict(&self) -> RuleVerdict {
+    pub(crate) fn rule_verdict(&self) -> RuleVerdict {
         RuleVerdict {
             rule: REPLAY_RULE.to_string(),
             status: if self.passed() {
@@ -172,7 +172,7 @@ fn sanity_rule(d: &DroppedValue) -> RuleVerdict {
 }
 
 /// The rule id of the watchdog's verdict on a run it stopped.
-pub fn watchdog_rule_id(status: RunStatus) -> String {
+fn watchdog_rule_id(status: RunStatus) -> String {
     format!("watchdog:{}", status.as_str())
 }
 

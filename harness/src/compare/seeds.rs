@@ -27,47 +27,47 @@ use crate::golden::Golden;
 use crate::metrics::MetricTable;
 
 /// The false-alarm rate of a whole multi-seed verdict (split over its tests by Bonferroni).
-pub const FAMILY_ALPHA: f64 = 0.05;
+pub(crate) const FAMILY_ALPHA: f64 = 0.05;
 
-pub use crate::checks::parse_seed_range;
+pub(crate) use crate::checks::parse_seed_range;
 
 /// The rule id of one seed's own verdict.
-pub fn seed_rule_id(seed: u64) -> String {
+pub(crate) fn seed_rule_id(seed: u64) -> String {
     format!("seed:{seed}")
 }
 
 /// The rule id of a metric's distribution test.
-pub fn seeds_rule_id(metric: &str) -> String {
+pub(crate) fn seeds_rule_id(metric: &str) -> String {
     format!("seeds:{metric}")
 }
 
 /// One seed's run as the combined verdict reads it.
 #[derive(Debug, Clone)]
-pub struct SeedRun<'a> {
-    pub seed: u64,
-    pub table: &'a MetricTable,
+pub(crate) struct SeedRun<'a> {
+    pub(crate) seed: u64,
+    pub(crate) table: &'a MetricTable,
     /// The seed's own verdict (against the golden), as its report words it.
-    pub status: RuleStatus,
-    pub summary: String,
+    pub(crate) status: RuleStatus,
+    pub(crate) summary: String,
     /// Its run directory.
-    pub dir: String,
+    pub(crate) dir: String,
 }
 
 /// Welch's t-test of a sample against a reference given by its summary statistics.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Welch {
-    pub n: usize,
-    pub mean: f64,
-    pub sd: f64,
-    pub t: f64,
-    pub df: f64,
+pub(crate) struct Welch {
+    pub(crate) n: usize,
+    pub(crate) mean: f64,
+    pub(crate) sd: f64,
+    pub(crate) t: f64,
+    pub(crate) df: f64,
     /// P(T <= t): small when the sample's mean is below the reference's.
-    pub p_below: f64,
+    pub(crate) p_below: f64,
 }
 
 impl Welch {
     /// `None` when either side has fewer than 2 values (no variance to test with).
-    pub fn test(xs: &[f64], reference: &PointStats) -> Option<Welch> {
+    pub(crate) fn test(xs: &[f64], reference: &PointStats) -> Option<Welch> {
         let n = xs.len();
         if n < 2 || reference.n < 2 {
             return None;
@@ -114,7 +114,7 @@ impl Welch {
 
     /// The p-value of a move to the bad side (the two-sided p for a two-sided metric), and of
     /// one to the good side (`None` for a two-sided metric).
-    pub fn p_values(&self, direction: Direction) -> (f64, Option<f64>) {
+    pub(crate) fn p_values(&self, direction: Direction) -> (f64, Option<f64>) {
         let (below, above) = (self.p_below, 1.0 - self.p_below);
         match direction {
             Direction::HigherIsBetter => (below, Some(above)),
@@ -149,7 +149,11 @@ fn window_mean(
 
 /// The combined verdict of a multi-seed run: each seed's own verdict (`seed:<S>`), then per
 /// golden rule the distribution test of its windows (`seeds:<metric>`).
-pub fn judge_seeds(runs: &[SeedRun<'_>], checks: &ChecksSpec, golden: Option<&Golden>) -> Verdict {
+pub(crate) fn judge_seeds(
+    runs: &[SeedRun<'_>],
+    checks: &ChecksSpec,
+    golden: Option<&Golden>,
+) -> Verdict {
     let mut rules: Vec<RuleVerdict> = runs.iter().map(seed_rule).collect();
     // Every window test first, so the Bonferroni split knows how many there are.
     let mut tests: Vec<(String, Direction, Result<Vec<WindowTest>, String>)> = Vec::new();

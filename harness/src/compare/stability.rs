@@ -15,7 +15,7 @@
 use crate::checks::{Calibrated, ChecksSpec, Direction, GoldenRule, GoldenRules};
 
 /// The stability metrics (verl's names) and each one's absolute floor.
-pub const METRICS: &[(&str, f64)] = &[
+pub(crate) const METRICS: &[(&str, f64)] = &[
     ("actor/entropy", 0.02),
     ("actor/grad_norm", 0.0),
     ("actor/ppo_kl", 0.01),
@@ -23,23 +23,24 @@ pub const METRICS: &[(&str, f64)] = &[
 ];
 
 /// Steps per compared window.
-pub const WINDOW: u64 = 5;
+pub(crate) const WINDOW: u64 = 5;
 /// σ multiples of a calibrated stability band.
-pub const K: f64 = 4.0;
+pub(crate) const K: f64 = 4.0;
 /// The hand-set band without a calibration: ± this fraction of the golden's window mean.
-pub const REL: f64 = 0.4;
+pub(crate) const REL: f64 = 0.4;
 
 /// The rule id of a default stability rule.
-pub fn rule_id(metric: &str) -> String {
+pub(crate) fn rule_id(metric: &str) -> String {
     format!("stability:{metric}")
 }
 
-pub use crate::checks::stability_enabled_for as enabled_for;
+#[cfg(test)]
+use crate::checks::stability_enabled_for as enabled_for;
 
 /// The default stability rules of `checks` over a golden with these `columns`: calibrated
 /// where `calibrated(metric)` (the golden's calibration measured it), hand-set elsewhere.
 /// Empty when the scenario has them off.
-pub fn rules(
+pub(crate) fn rules(
     checks: &ChecksSpec,
     columns: &[String],
     calibrated: impl Fn(&str) -> bool,
@@ -83,7 +84,7 @@ pub fn rules(
 }
 
 /// What a stability rule's evidence adds: that it is a default, and how to change it.
-pub fn note(calibrated: bool) -> String {
+pub(crate) fn note(calibrated: bool) -> String {
     format!(
         "a default stability rule of a learning scenario (medians of windows of {WINDOW} steps, two-sided, \
          {}; name the metric in `checks.golden` to set your own, or `checks.stability: false`)",

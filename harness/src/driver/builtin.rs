@@ -21,7 +21,7 @@ use crate::wire::api::JobType;
 use crate::wire::{pyjson, Node, Tensor};
 
 #[derive(Debug, thiserror::Error)]
-pub enum DriverError {
+pub(crate) enum DriverError {
     #[error("step {step}: {source}")]
     Backend {
         step: u64,
@@ -41,13 +41,15 @@ pub enum DriverError {
     },
     #[error("{0}")]
     Config(String),
+    #[error(transparent)]
+    Task(#[from] crate::task::TaskError),
     /// An external trainer (the command driver) failed; `step` is the step it was on.
     #[error("step {step}: {message}")]
     Trainer { step: u64, message: String },
 }
 
 impl DriverError {
-    pub fn step(&self) -> Option<u64> {
+    pub(crate) fn step(&self) -> Option<u64> {
         match self {
             DriverError::Backend { step, .. }
             | DriverError::Protocol { step, .. }
@@ -56,7 +58,7 @@ impl DriverError {
             _ => None,
         }
     }
-    pub fn route(&self) -> Option<&str> {
+    pub(crate) fn route(&self) -> Option<&str> {
         match self {
             DriverError::Backend { source, .. } | DriverError::Startup(source) => {
                 Some(source.route())
@@ -69,16 +71,16 @@ impl DriverError {
 
 /// What a driver run needs besides the translated config.
 #[derive(Debug, Clone)]
-pub struct DriverRun {
-    pub seed: u64,
-    pub steps: u64,
-    pub spec: BuiltinDriverSpec,
-    pub translation: Translation,
+pub(crate) struct DriverRun {
+    pub(crate) seed: u64,
+    pub(crate) steps: u64,
+    pub(crate) spec: BuiltinDriverSpec,
+    pub(crate) translation: Translation,
     /// For `perf/mfu/actor`: the declared model and the device's promised peak.
-    pub model: Option<ModelShape>,
-    pub peak_flops: Option<f64>,
+    pub(crate) model: Option<ModelShape>,
+    pub(crate) peak_flops: Option<f64>,
     /// Number of GPUs the throughput is divided by (`trainer.n_gpus_per_node x nnodes`).
-    pub n_gpus: f64,
+    pub(crate) n_gpus: f64,
 }
 
 struct Jobs {
@@ -128,7 +130,7 @@ impl Phase {
     }
 }
 
-pub async fn run(
+pub(crate) async fn run(
     client: &ArcticClient,
     run: &DriverRun,
     events: &EventSender,
@@ -138,7 +140,7 @@ pub async fn run(
     let run = &run;
     let t = &run.translation;
     let task = match &run.spec.task {
-        super::TaskSpec::Arith(cfg) => ArithTask::new(cfg.clone()).map_err(DriverError::Config)?,
+        super::TaskSpec::Arith(cfg) => ArithTask::new(cfg.clone())?,
     };
     client.health().await.map_err(DriverError::Startup)?;
     let jobs = create_jobs(client, t).await?;

@@ -10,7 +10,7 @@ use crate::wire::api::{JobConfig, SIM_DURATION_HEADER};
 use crate::wire::{self, Node};
 
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub(crate) enum ClientError {
     #[error("{route}: HTTP {status}: {detail}")]
     Status {
         route: String,
@@ -48,14 +48,15 @@ impl ClientError {
     }
 
     /// The HTTP status of an error answer.
-    pub fn status(&self) -> Option<u16> {
+    #[cfg(test)]
+    pub(crate) fn status(&self) -> Option<u16> {
         match self {
             ClientError::Status { status, .. } => Some(*status),
             _ => None,
         }
     }
 
-    pub fn route(&self) -> &str {
+    pub(crate) fn route(&self) -> &str {
         match self {
             ClientError::Status { route, .. }
             | ClientError::Transport { route, .. }
@@ -86,11 +87,11 @@ impl ClientError {
 /// The backoff doubles from `first_backoff` up to `max_backoff`, for at most `attempts`
 /// sends, so a retried call costs a few seconds at most before its error is final.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RetryPolicy {
+pub(crate) struct RetryPolicy {
     /// Sends in all, the first included (1: never retry).
-    pub attempts: u32,
-    pub first_backoff: Duration,
-    pub max_backoff: Duration,
+    pub(crate) attempts: u32,
+    pub(crate) first_backoff: Duration,
+    pub(crate) max_backoff: Duration,
 }
 
 /// The default is the real on-prem client's behaviour: never send a call twice.
@@ -102,7 +103,7 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// Never send twice (the real client).
-    pub fn none() -> Self {
+    pub(crate) fn none() -> Self {
         Self {
             attempts: 1,
             first_backoff: Duration::from_millis(200),
@@ -111,7 +112,8 @@ impl RetryPolicy {
     }
 
     /// Up to four sends with a 200 ms backoff doubling to 2 s: an opt-in policy.
-    pub fn standard() -> Self {
+    #[cfg(test)]
+    pub(crate) fn standard() -> Self {
         Self {
             attempts: 4,
             ..Self::none()
@@ -119,7 +121,7 @@ impl RetryPolicy {
     }
 
     /// The wait before send number `attempt + 1` (`attempt` counts from 1).
-    pub fn backoff(&self, attempt: u32) -> Duration {
+    pub(crate) fn backoff(&self, attempt: u32) -> Duration {
         let factor = 1u32 << attempt.saturating_sub(1).min(16);
         self.first_backoff
             .saturating_mul(factor)
@@ -128,7 +130,7 @@ impl RetryPolicy {
 }
 
 /// Whether sending `method route` twice leaves the server as sending it once.
-pub fn idempotent(method: &str, route: &str) -> bool {
+pub(crate) fn idempotent(method: &str, route: &str) -> bool {
     if method == "GET" {
         return true;
     }
@@ -161,15 +163,15 @@ enum Failure {
 
 /// A response body with the time it took.
 #[derive(Debug, Clone)]
-pub struct Reply<T> {
-    pub body: T,
-    pub seconds: f64,
+pub(crate) struct Reply<T> {
+    pub(crate) body: T,
+    pub(crate) seconds: f64,
     /// Whether `seconds` came from the backend (simulated) rather than the wall clock.
-    pub reported: bool,
+    pub(crate) reported: bool,
 }
 
 #[derive(Debug, Clone)]
-pub struct ArcticClient {
+pub(crate) struct ArcticClient {
     base: String,
     http: reqwest::Client,
     timeout: Duration,
@@ -191,7 +193,7 @@ enum Payload {
 impl ArcticClient {
     /// `base` like `http://127.0.0.1:7000`; `timeout` bounds every request (the real client
     /// uses 1800 s).
-    pub fn new(base: &str, timeout: Duration) -> Result<Self, ClientError> {
+    pub(crate) fn new(base: &str, timeout: Duration) -> Result<Self, ClientError> {
         let http = reqwest::Client::builder()
             .no_proxy()
             .pool_max_idle_per_host(64)
@@ -209,13 +211,9 @@ impl ArcticClient {
     }
 
     /// The same client with another retry policy.
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+    pub(crate) fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
-    }
-
-    pub fn base(&self) -> &str {
-        &self.base
     }
 
     async fn call(
@@ -378,18 +376,18 @@ impl ArcticClient {
         }
     }
 
-    pub async fn health(&self) -> Result<(), ClientError> {
+    pub(crate) async fn health(&self) -> Result<(), ClientError> {
         self.json("GET", "/health", Body::None).await.map(|_| ())
     }
 
     /// `POST /initialize`; returns the job id.
-    pub async fn initialize(&self, config: &JobConfig) -> Result<u64, ClientError> {
+    pub(crate) async fn initialize(&self, config: &JobConfig) -> Result<u64, ClientError> {
         self.initialize_raw(config.to_onprem()).await
     }
 
     /// `POST /initialize` with a raw JobConfig body (the driver may add keys the typed config
     /// does not know, exactly as a buggy adapter would).
-    pub async fn initialize_raw(&self, body: Value) -> Result<u64, ClientError> {
+    pub(crate) async fn initialize_raw(&self, body: Value) -> Result<u64, ClientError> {
         let r = self.json("POST", "/initialize", Body::Json(body)).await?;
         r.body
             .get("job_id")
@@ -400,16 +398,24 @@ impl ArcticClient {
             })
     }
 
-    pub async fn generate(&self, job: u64, request: &Node) -> Result<Reply<Node>, ClientError> {
+    pub(crate) async fn generate(
+        &self,
+        job: u64,
+        request: &Node,
+    ) -> Result<Reply<Node>, ClientError> {
         self.frame(&format!("/generate?job_id={job}"), request)
             .await
     }
 
-    pub async fn forward(&self, job: u64, request: &Node) -> Result<Reply<Node>, ClientError> {
+    pub(crate) async fn forward(
+        &self,
+        job: u64,
+        request: &Node,
+    ) -> Result<Reply<Node>, ClientError> {
         self.frame(&format!("/forward?job_id={job}"), request).await
     }
 
-    pub async fn forward_backward(
+    pub(crate) async fn forward_backward(
         &self,
         job: u64,
         request: &Node,
@@ -418,7 +424,7 @@ impl ArcticClient {
             .await
     }
 
-    pub async fn step(&self, job: u64) -> Result<Reply<Value>, ClientError> {
+    pub(crate) async fn step(&self, job: u64) -> Result<Reply<Value>, ClientError> {
         self.json(
             "POST",
             &format!("/step?job_id={job}"),
@@ -427,7 +433,11 @@ impl ArcticClient {
         .await
     }
 
-    pub async fn wake(&self, job: u64, tags: Option<&[&str]>) -> Result<Reply<Value>, ClientError> {
+    pub(crate) async fn wake(
+        &self,
+        job: u64,
+        tags: Option<&[&str]>,
+    ) -> Result<Reply<Value>, ClientError> {
         let body = match tags {
             Some(t) => Body::Json(json!(t)),
             None => Body::None,
@@ -436,7 +446,7 @@ impl ArcticClient {
             .await
     }
 
-    pub async fn sleep(&self, job: u64, level: u32) -> Result<Reply<Value>, ClientError> {
+    pub(crate) async fn sleep(&self, job: u64, level: u32) -> Result<Reply<Value>, ClientError> {
         self.json(
             "POST",
             &format!("/sleep-inference?job_id={job}"),
@@ -447,7 +457,7 @@ impl ArcticClient {
 
     /// `POST /operation` on the job that owns it (`job`), for a sub-job. The adapter's
     /// reset-prefix-cache envelope has no `sub_job_id` (`None` leaves the key out).
-    pub async fn operation(
+    pub(crate) async fn operation(
         &self,
         job: u64,
         operation_type: &str,
@@ -470,12 +480,11 @@ impl ArcticClient {
         .await
     }
 
-    pub async fn save(&self, job: u64, body: Value) -> Result<Reply<Value>, ClientError> {
-        self.json("POST", &format!("/save?job_id={job}"), Body::Json(body))
-            .await
-    }
-
-    pub async fn destroy(&self, job: u64, job_type: &str) -> Result<Reply<Value>, ClientError> {
+    pub(crate) async fn destroy(
+        &self,
+        job: u64,
+        job_type: &str,
+    ) -> Result<Reply<Value>, ClientError> {
         self.json(
             "POST",
             &format!("/destroy?job_id={job}"),
@@ -529,7 +538,7 @@ fn payload(route: &str, bytes: Bytes, is_frame: bool) -> Result<Payload, (Client
     } else {
         crate::wire::api::parse_json_lenient(&bytes)
             .map(Payload::Json)
-            .map_err(bad)
+            .map_err(|e| bad(e.to_string()))
     }
 }
 

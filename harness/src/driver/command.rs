@@ -22,14 +22,14 @@ use crate::events::{EventSender, RunEvent};
 use crate::metrics::StepMetrics;
 
 /// Lines of trainer output a failure report keeps.
-pub const TAIL_LINES: usize = 50;
+pub(crate) const TAIL_LINES: usize = 50;
 /// The address the Arctic client uses (`localhost:7000`): where the recording proxy listens by
 /// default, so the client reaches the proxy without any change to the trainer.
-pub const ARCTIC_CLIENT_ADDR: &str = "127.0.0.1:7000";
+pub(crate) const ARCTIC_CLIENT_ADDR: &str = "127.0.0.1:7000";
 /// The file verl's file logger writes, inside the run directory.
-pub const JSONL_FILE: &str = "verl_metrics.jsonl";
+pub(crate) const JSONL_FILE: &str = "verl_metrics.jsonl";
 /// verl's step-0 validation record (`val-*` keys), kept apart from `metrics.csv`.
-pub const VALIDATION_FILE: &str = "val_before_train.json";
+pub(crate) const VALIDATION_FILE: &str = "val_before_train.json";
 /// How often the JSONL file is polled for new lines.
 const JSONL_POLL: Duration = Duration::from_millis(200);
 /// How long the trainer's pipes may stay open after it exited (a grandchild holding them).
@@ -38,7 +38,7 @@ const PIPE_DRAIN: Duration = Duration::from_secs(2);
 /// Where the trainer's per-step metrics come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum MetricsSource {
+pub(crate) enum MetricsSource {
     /// `$VERL_FILE_LOGGER_PATH`, tailed as it grows.
     VerlJsonl,
     /// `step:N - key:value ...` lines anywhere in stdout or stderr.
@@ -51,16 +51,16 @@ pub enum MetricsSource {
 pub struct CommandDriverSpec {
     /// Program and arguments, without a shell. A relative program path with a `/` is relative
     /// to the scenario file's folder; a bare name is looked up on PATH.
-    pub command: Vec<String>,
+    pub(crate) command: Vec<String>,
     /// Extra environment for the trainer (on top of the harness's own).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-    pub metrics_from: MetricsSource,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) metrics_from: MetricsSource,
     /// Where the recording proxy listens when the scenario has an Arctic backend; default
     /// `127.0.0.1:7000`, the Arctic client's address. `127.0.0.1:0` picks a free port (the
     /// trainer then learns it from `RLHARNESS_BACKEND_URL`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub proxy_listen: Option<String>,
+    pub(crate) proxy_listen: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -107,7 +107,7 @@ impl TryFrom<RawCommandDriverSpec> for CommandDriverSpec {
 // Hydra overrides.
 
 /// Keys the harness sets itself; a scenario's values for them are replaced.
-pub const HARNESS_KEYS: &[&str] = &[
+pub(crate) const HARNESS_KEYS: &[&str] = &[
     "trainer.total_training_steps",
     "trainer.logger",
     "trainer.project_name",
@@ -117,7 +117,7 @@ pub const HARNESS_KEYS: &[&str] = &[
 /// A string as a Hydra quoted value: single quotes; `\'` for a quote; backslashes doubled
 /// where Hydra would read them as escapes (before a quote or at the end); `${` escaped so
 /// OmegaConf does not interpolate a value the harness already resolved.
-pub fn hydra_quote(s: &str) -> String {
+pub(crate) fn hydra_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('\'');
     let mut run = 0usize;
@@ -151,7 +151,7 @@ pub fn hydra_quote(s: &str) -> String {
 
 /// A JSON value in Hydra's override grammar: strings quoted, floats always with a `.` or an
 /// exponent (so `1.0` stays a float), lists `[a,b]`, mappings `{k:v}`.
-pub fn hydra_value(v: &Value) -> String {
+pub(crate) fn hydra_value(v: &Value) -> String {
     match v {
         Value::Null => "null".into(),
         Value::Bool(b) => b.to_string(),
@@ -191,14 +191,14 @@ pub struct TrainerLaunch {
     pub program: PathBuf,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
-    pub metrics_from: MetricsSource,
+    pub(crate) metrics_from: MetricsSource,
     /// Absolute: verl's file logger runs in a Ray actor with another working directory.
-    pub jsonl_path: PathBuf,
-    pub run_dir: PathBuf,
+    pub(crate) jsonl_path: PathBuf,
+    pub(crate) run_dir: PathBuf,
 }
 
 /// Replace the experiment name the harness passes (`trainer.experiment_name=...`).
-pub fn set_experiment_name(launch: &mut TrainerLaunch, name: &str) {
+pub(crate) fn set_experiment_name(launch: &mut TrainerLaunch, name: &str) {
     for a in launch.args.iter_mut() {
         if a.starts_with("trainer.experiment_name=") {
             *a = format!("trainer.experiment_name={}", hydra_quote(name));
@@ -207,7 +207,7 @@ pub fn set_experiment_name(launch: &mut TrainerLaunch, name: &str) {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CommandDriverError {
+pub(crate) enum CommandDriverError {
     #[error("cannot start the trainer `{program}`: {source}")]
     Spawn {
         program: String,
@@ -294,19 +294,19 @@ impl Shared {
 }
 
 /// The trainer's exit, as the driver's result.
-pub type TrainerTask = tokio::task::JoinHandle<Result<(), DriverError>>;
+pub(crate) type TrainerTask = tokio::task::JoinHandle<Result<(), DriverError>>;
 
 /// A started trainer: what stops it ([`Trainer::terminate`]) and what it printed last. The
 /// runner awaits its [`TrainerTask`] like any driver's.
-pub struct Trainer {
-    pub pgid: i32,
+pub(crate) struct Trainer {
+    pub(crate) pgid: i32,
     shared: Arc<Shared>,
     reaper: Mutex<Option<Reaper>>,
 }
 
 impl Trainer {
     /// The trainer's last output lines (at most [`TAIL_LINES`]), oldest first.
-    pub fn tail(&self) -> String {
+    pub(crate) fn tail(&self) -> String {
         let t = lock(&self.shared.tail);
         let mut s = t.lines.iter().cloned().collect::<Vec<_>>().join("\n");
         if !s.is_empty() {
@@ -316,13 +316,13 @@ impl Trainer {
     }
 
     /// The trainer's last non-empty output line.
-    pub fn last_line(&self) -> Option<String> {
+    pub(crate) fn last_line(&self) -> Option<String> {
         lock(&self.shared.tail).lines.back().cloned()
     }
 
     /// Stop every process of the trainer's group: TERM, then KILL after `grace`. Returns when
     /// no live process is left in the group (or after one more second past KILL).
-    pub async fn terminate(&self, grace: Duration) {
+    pub(crate) async fn terminate(&self, grace: Duration) {
         terminate_group(self.pgid, grace).await;
         if let Some(r) = lock(&self.reaper).take() {
             r.disarm();
@@ -376,7 +376,7 @@ impl Reaper {
 
 /// Start the trainer. Its stdout and stderr go to `stdout.log` and `stderr.log` in the run
 /// directory as they arrive; metrics go to `tx` as steps.
-pub fn start(
+pub(crate) fn start(
     launch: &TrainerLaunch,
     tx: EventSender,
 ) -> Result<(Trainer, TrainerTask), CommandDriverError> {
@@ -621,7 +621,7 @@ fn signal_group(pgid: i32, sig: libc::c_int) {
 }
 
 /// TERM the group, wait up to `grace` for it to go, then KILL what is left.
-pub async fn terminate_group(pgid: i32, grace: Duration) {
+pub(crate) async fn terminate_group(pgid: i32, grace: Duration) {
     if !group_alive(pgid) {
         return;
     }

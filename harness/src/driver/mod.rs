@@ -1,10 +1,10 @@
 //! Drivers: the builtin GRPO client of the Arctic API, and external commands (verl).
 
-pub mod builtin;
-pub mod client;
+pub(crate) mod builtin;
+pub(crate) mod client;
 pub mod command;
 pub mod grpo;
-pub mod translate;
+pub(crate) mod translate;
 
 use crate::task::scorer::ScorerConfig;
 use crate::task::ArithConfig;
@@ -23,16 +23,16 @@ pub enum DriverSpec {
 #[serde(deny_unknown_fields)]
 pub struct BuiltinDriverSpec {
     #[serde(default)]
-    pub task: TaskSpec,
+    pub(crate) task: TaskSpec,
     #[serde(default)]
-    pub scorer: ScorerConfig,
+    pub(crate) scorer: ScorerConfig,
     /// Bugs to plant on purpose, so the harness's own tests prove it would notice them.
     #[serde(default)]
-    pub plant: Vec<Plant>,
+    pub(crate) plant: Vec<Plant>,
     /// Resend policy. Absent: the real on-prem client's behaviour, which never sends a call
     /// twice (its first non-2xx answer raises). A scenario opts in to retries explicitly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry: Option<RetrySpec>,
+    pub(crate) retry: Option<RetrySpec>,
 }
 
 /// An opt-in retry policy (`driver.retry`): transient failures (a 502/503/504 answer, a
@@ -40,12 +40,12 @@ pub struct BuiltinDriverSpec {
 /// sends in all, with a doubling backoff from `first_backoff_ms` up to `max_backoff_ms`.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct RetrySpec {
-    pub attempts: u32,
+pub(crate) struct RetrySpec {
+    pub(crate) attempts: u32,
     #[serde(default = "default_first_backoff_ms")]
-    pub first_backoff_ms: u64,
+    pub(crate) first_backoff_ms: u64,
     #[serde(default = "default_max_backoff_ms")]
-    pub max_backoff_ms: u64,
+    pub(crate) max_backoff_ms: u64,
 }
 
 fn default_first_backoff_ms() -> u64 {
@@ -56,7 +56,7 @@ fn default_max_backoff_ms() -> u64 {
 }
 
 impl RetrySpec {
-    pub fn policy(&self) -> client::RetryPolicy {
+    pub(crate) fn policy(&self) -> client::RetryPolicy {
         client::RetryPolicy {
             attempts: self.attempts.max(1),
             first_backoff: std::time::Duration::from_millis(self.first_backoff_ms),
@@ -68,7 +68,7 @@ impl RetrySpec {
 /// A deliberate driver bug (self-tests of the harness).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum Plant {
+pub(crate) enum Plant {
     /// Never sync weights to the sampler: the reward stays flat.
     SkipWeightSync,
     /// The Arctic integration's original bug: under ZoRRo the logits knobs travel only in
@@ -79,14 +79,14 @@ pub enum Plant {
 }
 
 impl BuiltinDriverSpec {
-    pub fn planted(&self, p: &Plant) -> bool {
+    pub(crate) fn planted(&self, p: &Plant) -> bool {
         self.plant.contains(p)
     }
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(tag = "name", rename_all = "snake_case", deny_unknown_fields)]
-pub enum TaskSpec {
+pub(crate) enum TaskSpec {
     Arith(ArithConfig),
 }
 

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use crate::wire::api::{JobConfig, JobType};
 
 /// Read a dotted path from a JSON tree.
-pub fn lookup<'a>(tree: &'a Value, path: &str) -> Option<&'a Value> {
+pub(crate) fn lookup<'a>(tree: &'a Value, path: &str) -> Option<&'a Value> {
     let mut cur = tree;
     for part in path.split('.') {
         cur = cur.as_object()?.get(part)?;
@@ -17,17 +17,17 @@ pub fn lookup<'a>(tree: &'a Value, path: &str) -> Option<&'a Value> {
 
 #[derive(Debug, thiserror::Error)]
 #[error("config key `{key}`: {message}")]
-pub struct TranslateError {
-    pub key: String,
-    pub message: String,
+pub(crate) struct TranslateError {
+    pub(crate) key: String,
+    pub(crate) message: String,
 }
 
 /// Typed access to the resolved config tree with errors that name the key.
 #[derive(Debug, Clone, Copy)]
-pub struct Cfg<'a>(pub &'a Value);
+pub(crate) struct Cfg<'a>(pub(crate) &'a Value);
 
 impl<'a> Cfg<'a> {
-    pub fn raw(&self, path: &str) -> Option<&'a Value> {
+    pub(crate) fn raw(&self, path: &str) -> Option<&'a Value> {
         lookup(self.0, path).filter(|v| !v.is_null())
     }
     fn err(path: &str, expected: &str, v: &Value) -> TranslateError {
@@ -36,13 +36,13 @@ impl<'a> Cfg<'a> {
             message: format!("expected {expected}, found {v}"),
         }
     }
-    pub fn f64_or(&self, path: &str, default: f64) -> Result<f64, TranslateError> {
+    pub(crate) fn f64_or(&self, path: &str, default: f64) -> Result<f64, TranslateError> {
         match self.raw(path) {
             None => Ok(default),
             Some(v) => v.as_f64().ok_or_else(|| Self::err(path, "a number", v)),
         }
     }
-    pub fn u64_or(&self, path: &str, default: u64) -> Result<u64, TranslateError> {
+    pub(crate) fn u64_or(&self, path: &str, default: u64) -> Result<u64, TranslateError> {
         match self.raw(path) {
             None => Ok(default),
             Some(v) => v
@@ -50,7 +50,7 @@ impl<'a> Cfg<'a> {
                 .ok_or_else(|| Self::err(path, "a non-negative integer", v)),
         }
     }
-    pub fn opt_u64(&self, path: &str) -> Result<Option<u64>, TranslateError> {
+    pub(crate) fn opt_u64(&self, path: &str) -> Result<Option<u64>, TranslateError> {
         match self.raw(path) {
             None => Ok(None),
             Some(v) => v
@@ -60,7 +60,7 @@ impl<'a> Cfg<'a> {
         }
     }
     /// A step count where verl writes `-1` or `null` for "unset".
-    pub fn opt_positive(&self, path: &str) -> Result<Option<u64>, TranslateError> {
+    pub(crate) fn opt_positive(&self, path: &str) -> Result<Option<u64>, TranslateError> {
         match self.raw(path) {
             None => Ok(None),
             Some(v) => v
@@ -69,7 +69,7 @@ impl<'a> Cfg<'a> {
                 .ok_or_else(|| Self::err(path, "an integer", v)),
         }
     }
-    pub fn bool_or(&self, path: &str, default: bool) -> Result<bool, TranslateError> {
+    pub(crate) fn bool_or(&self, path: &str, default: bool) -> Result<bool, TranslateError> {
         match self.raw(path) {
             None => Ok(default),
             Some(v) => v
@@ -77,65 +77,63 @@ impl<'a> Cfg<'a> {
                 .ok_or_else(|| Self::err(path, "true or false", v)),
         }
     }
-    pub fn str_or(&self, path: &str, default: &str) -> Result<String, TranslateError> {
+    pub(crate) fn str_or(&self, path: &str, default: &str) -> Result<String, TranslateError> {
         match self.raw(path) {
             None => Ok(default.to_string()),
             Some(Value::String(s)) => Ok(s.clone()),
             Some(v) => Err(Self::err(path, "a string", v)),
         }
     }
-    pub fn value_or(&self, path: &str, default: Value) -> Value {
+    pub(crate) fn value_or(&self, path: &str, default: Value) -> Value {
         self.raw(path).cloned().unwrap_or(default)
     }
 }
 
 /// Everything the driver derives from the config once, at start-up.
 #[derive(Debug, Clone)]
-pub struct Translation {
+pub(crate) struct Translation {
     /// In creation order: sampling, log_prob (when `log_prob_gpus > 0`), training.
-    pub jobs: Vec<JobConfig>,
+    pub(crate) jobs: Vec<JobConfig>,
     /// The `meta` of every `/forward`: the adapter's 14 keys.
-    pub meta: Map<String, Value>,
+    pub(crate) meta: Map<String, Value>,
     /// The `meta` of every `/forward-backward` before its per-mini-batch tensors: the 14 keys
     /// (with the actor's `calculate_entropy`), `actor_config`, `policy_loss_config`,
     /// `global_batch_size`.
-    pub update_meta: Map<String, Value>,
+    pub(crate) update_meta: Map<String, Value>,
     /// `meta` keys a planted bug drops (the per-mini-batch ones included).
-    pub dropped_meta: Vec<String>,
+    pub(crate) dropped_meta: Vec<String>,
     /// `sampling_params` of every `/generate`: exactly the adapter's keys (`temperature`,
     /// `top_p`, `top_k`, `max_tokens`, `logprobs`, `repetition_penalty`).
-    pub sampling_params: Map<String, Value>,
-    pub shape: BatchShape,
-    pub zorro: bool,
-    pub colocate: bool,
-    pub use_kl_loss: bool,
-    pub training_gpus: u64,
-    pub log_prob_gpus: u64,
-    pub drop_position_ids: bool,
-    pub norm_adv_by_std: bool,
-    pub entropy_coeff: f64,
+    pub(crate) sampling_params: Map<String, Value>,
+    pub(crate) shape: BatchShape,
+    pub(crate) zorro: bool,
+    pub(crate) colocate: bool,
+    pub(crate) use_kl_loss: bool,
+    pub(crate) drop_position_ids: bool,
+    pub(crate) norm_adv_by_std: bool,
 }
 
 /// Batch sizing of one training step.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BatchShape {
+pub(crate) struct BatchShape {
     /// Prompts per step (`data.train_batch_size`).
-    pub prompts: usize,
+    pub(crate) prompts: usize,
     /// Rollouts per prompt (`actor_rollout_ref.rollout.n`).
-    pub n: usize,
+    pub(crate) n: usize,
     /// Prompts per PPO mini-batch (`actor.ppo_mini_batch_size`).
-    pub mini_batch_prompts: usize,
-    pub ppo_epochs: usize,
-    pub max_prompt_len: usize,
-    pub max_response_len: usize,
+    pub(crate) mini_batch_prompts: usize,
+    pub(crate) ppo_epochs: usize,
+    pub(crate) max_prompt_len: usize,
+    pub(crate) max_response_len: usize,
 }
 
 impl BatchShape {
-    pub fn mini_batches(&self) -> usize {
+    pub(crate) fn mini_batches(&self) -> usize {
         self.prompts.div_ceil(self.mini_batch_prompts).max(1)
     }
     /// forward-backward + step pairs per training step.
-    pub fn updates_per_step(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn updates_per_step(&self) -> usize {
         self.ppo_epochs * self.mini_batches()
     }
 }
@@ -207,7 +205,7 @@ fn basics(c: &Cfg) -> Result<Basics, TranslateError> {
 }
 
 /// Translate the resolved `config` tree (plain JSON) for a run of `total_steps` steps.
-pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, TranslateError> {
+pub(crate) fn translate(config: &Value, total_steps: u64) -> Result<Translation, TranslateError> {
     let c = Cfg(config);
     let b = basics(&c)?;
     let ds = ds_config(&c, &b, total_steps)?;
@@ -234,11 +232,8 @@ pub fn translate(config: &Value, total_steps: u64) -> Result<Translation, Transl
         zorro: b.zorro,
         colocate: b.colocate,
         use_kl_loss: c.bool_or(&format!("{A}.use_kl_loss"), false)?,
-        training_gpus: b.training_gpus,
-        log_prob_gpus: b.log_prob_gpus,
         drop_position_ids,
         norm_adv_by_std: c.bool_or("algorithm.norm_adv_by_std_in_grpo", true)?,
-        entropy_coeff,
     })
 }
 

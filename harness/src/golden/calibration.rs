@@ -7,7 +7,7 @@
 //! hand-picked number. The report says where each band came from.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -15,19 +15,40 @@ use crate::checks::{ChecksSpec, GoldenRule};
 use crate::fsx;
 use crate::metrics::MetricTable;
 
-pub const CALIBRATION_FILE: &str = "calibration.json";
+pub(crate) const CALIBRATION_FILE: &str = "calibration.json";
+
+/// Why `calibration.json` could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrationError {
+    #[error(transparent)]
+    Fs(#[from] fsx::FsError),
+    #[error(transparent)]
+    Encode(serde_json::Error),
+    #[error("invalid calibration {}: {source}", path.display())]
+    Invalid {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl From<CalibrationError> for crate::error::CommandError {
+    fn from(e: CalibrationError) -> Self {
+        crate::error::CommandError::invalid(e.to_string())
+    }
+}
 
 /// The statistics of one point (a step, or a window `first..=last`) over the calibration runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PointStats {
-    pub first: u64,
-    pub last: u64,
-    pub n: usize,
-    pub mean: f64,
+pub(crate) struct PointStats {
+    pub(crate) first: u64,
+    pub(crate) last: u64,
+    pub(crate) n: usize,
+    pub(crate) mean: f64,
     /// Sample standard deviation (n − 1); 0 for a single run.
-    pub std: f64,
-    pub min: f64,
-    pub max: f64,
+    pub(crate) std: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
 }
 
 impl PointStats {
@@ -57,20 +78,20 @@ impl PointStats {
 
 /// What `golden calibrate` measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Calibration {
-    pub scenario: String,
-    pub hardware: String,
+pub(crate) struct Calibration {
+    pub(crate) scenario: String,
+    pub(crate) hardware: String,
     /// RFC 3339.
-    pub date: String,
-    pub host: String,
-    pub git_commit: Option<String>,
-    pub numeric_fingerprint: Option<String>,
-    pub runs: usize,
-    pub seeds: Vec<u64>,
+    pub(crate) date: String,
+    pub(crate) host: String,
+    pub(crate) git_commit: Option<String>,
+    pub(crate) numeric_fingerprint: Option<String>,
+    pub(crate) runs: usize,
+    pub(crate) seeds: Vec<u64>,
     /// Per metric, per step.
-    pub steps: BTreeMap<String, Vec<PointStats>>,
+    pub(crate) steps: BTreeMap<String, Vec<PointStats>>,
     /// Per golden rule (metric), per window of that rule.
-    pub windows: BTreeMap<String, Vec<PointStats>>,
+    pub(crate) windows: BTreeMap<String, Vec<PointStats>>,
 }
 
 /// The steps a rule compares, chunked into its windows (as the judge chunks them).
@@ -90,7 +111,7 @@ fn rule_windows(rule: &GoldenRule, steps: &[u64]) -> Vec<(u64, u64, Vec<u64>)> {
 
 impl Calibration {
     /// Statistics of `runs` (one table per run) for every metric and every golden rule.
-    pub fn measure(
+    pub(crate) fn measure(
         runs: &[MetricTable],
         checks: &ChecksSpec,
     ) -> (
@@ -137,28 +158,28 @@ impl Calibration {
         (per_step, windows)
     }
 
-    pub fn read(dir: &Path) -> Result<Option<Calibration>, String> {
+    pub(crate) fn read(dir: &Path) -> Result<Option<Calibration>, CalibrationError> {
         let path = dir.join(CALIBRATION_FILE);
         if !path.is_file() {
             return Ok(None);
         }
-        let text = fsx::read_to_string(&path).map_err(|e| e.to_string())?;
+        let text = fsx::read_to_string(&path)?;
         serde_json::from_str(&text)
             .map(Some)
-            .map_err(|e| format!("invalid calibration {}: {e}", path.display()))
+            .map_err(|source| CalibrationError::Invalid { path, source })
     }
 
-    pub fn write(&self, dir: &Path) -> Result<std::path::PathBuf, String> {
+    pub(crate) fn write(&self, dir: &Path) -> Result<PathBuf, CalibrationError> {
         let path = dir.join(CALIBRATION_FILE);
-        let mut text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        let mut text = serde_json::to_string_pretty(self).map_err(CalibrationError::Encode)?;
         text.push('\n');
-        fsx::create_dir_all(dir).map_err(|e| e.to_string())?;
-        fsx::write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())?;
+        fsx::create_dir_all(dir)?;
+        fsx::write_atomic(&path, text.as_bytes())?;
         Ok(path)
     }
 
     /// The largest σ measured over a rule's windows, and the number of runs behind it.
-    pub fn sigma(&self, metric: &str) -> Option<f64> {
+    pub(crate) fn sigma(&self, metric: &str) -> Option<f64> {
         self.windows
             .get(metric)
             .filter(|p| !p.is_empty())
@@ -166,7 +187,7 @@ impl Calibration {
     }
 
     /// Where a calibrated band came from, for the rule's evidence.
-    pub fn source(&self) -> String {
+    pub(crate) fn source(&self) -> String {
         format!(
             "{} runs on {} (seeds {}{})",
             self.runs,

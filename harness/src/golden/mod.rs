@@ -12,7 +12,8 @@
 //! `load` refuses (the pair disagrees) and `accept` finishes. Headers without the digest (from
 //! before it existed) are read as before.
 
-pub mod calibration;
+pub(crate) mod calibration;
+pub use calibration::CalibrationError;
 
 use std::path::{Path, PathBuf};
 
@@ -21,9 +22,9 @@ use crate::error::{CommandError, ExitStatus};
 use crate::fsx;
 use crate::metrics::{MetricTable, MetricsError};
 
-pub const METRICS_FILE: &str = "metrics.csv";
-pub const HEADER_FILE: &str = "golden.yaml";
-pub const PENDING_SUFFIX: &str = ".new";
+pub(crate) const METRICS_FILE: &str = "metrics.csv";
+pub(crate) const HEADER_FILE: &str = "golden.yaml";
+pub(crate) const PENDING_SUFFIX: &str = ".new";
 
 /// Where an accepted series came from.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
@@ -52,15 +53,15 @@ pub struct Provenance {
 /// An accepted (or pending) baseline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Golden {
-    pub scenario: String,
-    pub hardware: String,
+    pub(crate) scenario: String,
+    pub(crate) hardware: String,
     pub table: MetricTable,
     pub provenance: Provenance,
     /// The rules in force when it was blessed.
-    pub rules: Option<ChecksSpec>,
-    pub dir: PathBuf,
+    pub(crate) rules: Option<ChecksSpec>,
+    pub(crate) dir: PathBuf,
     /// The measured noise beside it (`calibration.json`), when calibrated.
-    pub calibration: Option<calibration::Calibration>,
+    pub(crate) calibration: Option<calibration::Calibration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,8 +72,8 @@ pub enum GoldenError {
     Metrics(#[from] MetricsError),
     #[error("invalid golden header {path}: {message}")]
     Header { path: PathBuf, message: String },
-    #[error("{0}")]
-    Calibration(String),
+    #[error(transparent)]
+    Calibration(#[from] calibration::CalibrationError),
     #[error(
         "refusing to write a golden for {scenario} on {hardware}: CI=true, and CI never writes \
          goldens; run it locally and commit the accepted golden"
@@ -100,7 +101,7 @@ pub enum GoldenError {
 }
 
 impl GoldenError {
-    pub fn exit_status(&self) -> ExitStatus {
+    pub(crate) fn exit_status(&self) -> ExitStatus {
         match self {
             GoldenError::Fs(_) => ExitStatus::RunFailed,
             _ => ExitStatus::InvalidInput,
@@ -117,10 +118,10 @@ impl From<GoldenError> for CommandError {
 /// A pending golden waiting for review.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pending {
-    pub scenario: String,
-    pub hardware: String,
-    pub dir: PathBuf,
-    pub diff_summary: String,
+    pub(crate) scenario: String,
+    pub(crate) hardware: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) diff_summary: String,
 }
 
 /// The golden key of a device: an override wins; a known accelerator name maps to its model
@@ -128,7 +129,7 @@ pub struct Pending {
 /// `rtx4090`), whatever else the string holds (`NVIDIA H200 (cuda:3)` is `h200`); a CUDA
 /// device known only by its ordinal (`cuda:0`, no name) is `cuda`, never `cuda-0`; CPUs map to
 /// `cpu`. A pure function of the text, so every mapping is tested without a GPU.
-pub fn hardware_key(device: &str, override_key: Option<&str>) -> String {
+pub(crate) fn hardware_key(device: &str, override_key: Option<&str>) -> String {
     if let Some(k) = override_key.map(str::trim).filter(|k| !k.is_empty()) {
         return slug(k);
     }
@@ -187,7 +188,10 @@ pub fn hardware_key(device: &str, override_key: Option<&str>) -> String {
 /// the devices listed in `CUDA_VISIBLE_DEVICES` (indices or UUIDs) from 0, so ordinal N is
 /// the N-th entry there; without it, the ordinal is the index (with `CUDA_DEVICE_ORDER=
 /// PCI_BUS_ID`, or on a host of one GPU model, where the order cannot change the key).
-pub fn nvidia_smi_index(ordinal: usize, cuda_visible_devices: Option<&str>) -> Option<String> {
+pub(crate) fn nvidia_smi_index(
+    ordinal: usize,
+    cuda_visible_devices: Option<&str>,
+) -> Option<String> {
     match cuda_visible_devices.map(str::trim) {
         None | Some("") => Some(ordinal.to_string()),
         Some(list) => list
@@ -200,7 +204,7 @@ pub fn nvidia_smi_index(ordinal: usize, cuda_visible_devices: Option<&str>) -> O
 }
 
 /// The CUDA ordinal of a device string such as `cuda:2` (`cuda` alone is ordinal 0).
-pub fn cuda_ordinal(device: &str) -> Option<usize> {
+pub(crate) fn cuda_ordinal(device: &str) -> Option<usize> {
     let rest = device.trim().strip_prefix("cuda")?;
     if rest.is_empty() {
         return Some(0);
@@ -212,7 +216,7 @@ pub fn cuda_ordinal(device: &str) -> Option<usize> {
 /// `cuda:0` -> `NVIDIA H200 (cuda:0)`, the name read with
 /// `nvidia-smi --query-gpu=name --format=csv,noheader -i N` (tch 0.24 has no device-name
 /// call). Anything else, or a name that cannot be read, comes back unchanged.
-pub fn name_cuda_device(device: &str) -> String {
+pub(crate) fn name_cuda_device(device: &str) -> String {
     let Some(ordinal) = cuda_ordinal(device) else {
         return device.to_string();
     };
@@ -304,15 +308,7 @@ impl GoldenStore {
         }
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    pub fn is_ci(&self) -> bool {
-        self.ci
-    }
-
-    pub fn dir(&self, scenario: &str, hardware: &str) -> Result<PathBuf, GoldenError> {
+    pub(crate) fn dir(&self, scenario: &str, hardware: &str) -> Result<PathBuf, GoldenError> {
         check_name("scenario name", scenario, true)?;
         check_name("hardware key", hardware, false)?;
         Ok(self.root.join(scenario).join(hardware))
@@ -353,7 +349,7 @@ impl GoldenStore {
     }
 
     /// Every pending golden under the root, sorted, with a summary of what it changes.
-    pub fn pending(&self) -> Result<Vec<Pending>, GoldenError> {
+    pub(crate) fn pending(&self) -> Result<Vec<Pending>, GoldenError> {
         let mut dirs = Vec::new();
         find_pending(&self.root, &mut dirs)?;
         dirs.sort();
@@ -440,7 +436,7 @@ impl GoldenStore {
     }
 
     /// Delete pending goldens (all, or the named ones); the accepted ones stay.
-    pub fn reject(&self, filter: &[String]) -> Result<Vec<Pending>, GoldenError> {
+    pub(crate) fn reject(&self, filter: &[String]) -> Result<Vec<Pending>, GoldenError> {
         let chosen = self.select(filter)?;
         for p in &chosen {
             for f in [METRICS_FILE, HEADER_FILE] {
@@ -536,7 +532,7 @@ fn read_golden(
             message: "the file is missing (every golden needs its provenance header)".into(),
         });
     };
-    let calibration = calibration::Calibration::read(dir).map_err(GoldenError::Calibration)?;
+    let calibration = calibration::Calibration::read(dir)?;
     Ok(Golden {
         scenario: scenario.into(),
         hardware: hardware.into(),
@@ -565,7 +561,7 @@ fn yaml_opt_u64(v: Option<u64>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "null".into())
 }
 
-pub fn render_header(
+pub(crate) fn render_header(
     scenario: &str,
     hardware: &str,
     table: &MetricTable,
@@ -653,7 +649,7 @@ fn yaml_to_json(y: &yaml_rust2::Yaml) -> serde_json::Value {
     }
 }
 
-pub fn parse_header(
+pub(crate) fn parse_header(
     text: &str,
     path: &Path,
 ) -> Result<(Provenance, Option<ChecksSpec>), GoldenError> {
@@ -683,7 +679,7 @@ pub fn parse_header(
 
 /// The digest a header records for its series: SHA-256 of the CSV bytes, carriage returns
 /// dropped (a checkout with `core.autocrlf` must not break the pair).
-pub fn metrics_digest(csv: &[u8]) -> String {
+pub(crate) fn metrics_digest(csv: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     for chunk in csv.split(|&b| b == b'\r') {
@@ -726,7 +722,7 @@ fn diff_summary(dir: &Path) -> Result<String, GoldenError> {
 
 /// `20 -> 15 steps; 3 of 34 metrics changed (largest: critic/rewards/mean |Δ| 0.012 at step 7);
 /// added: x; removed: y`.
-pub fn summarize_change(old: &MetricTable, new: &MetricTable) -> String {
+pub(crate) fn summarize_change(old: &MetricTable, new: &MetricTable) -> String {
     let (oc, nc) = (old.columns(), new.columns());
     let added: Vec<&String> = nc.iter().filter(|c| !oc.contains(c)).collect();
     let removed: Vec<&String> = oc.iter().filter(|c| !nc.contains(c)).collect();
@@ -801,7 +797,7 @@ pub fn summarize_change(old: &MetricTable, new: &MetricTable) -> String {
 // Commands (the CLI calls these).
 
 /// `rlharness golden status`: exit 0 when nothing is pending, 4 when something waits for review.
-pub fn golden_status(root: &Path) -> Result<(String, ExitStatus), CommandError> {
+pub(crate) fn golden_status(root: &Path) -> Result<(String, ExitStatus), CommandError> {
     let store = GoldenStore::new(root);
     let pending = store.pending()?;
     if pending.is_empty() {
@@ -836,7 +832,7 @@ fn listing(verb: &str, done: &[Pending]) -> String {
 }
 
 /// `rlharness golden accept [SCENARIO...]`.
-pub fn golden_accept(
+pub(crate) fn golden_accept(
     root: &Path,
     scenarios: &[String],
 ) -> Result<(String, ExitStatus), CommandError> {
@@ -845,7 +841,7 @@ pub fn golden_accept(
 }
 
 /// `rlharness golden reject [SCENARIO...]`.
-pub fn golden_reject(
+pub(crate) fn golden_reject(
     root: &Path,
     scenarios: &[String],
 ) -> Result<(String, ExitStatus), CommandError> {

@@ -17,7 +17,7 @@ pub struct ModelShape {
 
 impl ModelShape {
     /// Qwen3-0.6B (`Qwen/Qwen3-0.6B` config.json).
-    pub const QWEN3_0_6B: ModelShape = ModelShape {
+    pub(crate) const QWEN3_0_6B: ModelShape = ModelShape {
         hidden_size: 1024,
         intermediate_size: 3072,
         num_layers: 28,
@@ -27,7 +27,7 @@ impl ModelShape {
         vocab_size: 151_936,
     };
     /// Qwen3-1.7B.
-    pub const QWEN3_1_7B: ModelShape = ModelShape {
+    pub(crate) const QWEN3_1_7B: ModelShape = ModelShape {
         hidden_size: 2048,
         intermediate_size: 6144,
         num_layers: 28,
@@ -37,7 +37,7 @@ impl ModelShape {
         vocab_size: 151_936,
     };
 
-    pub fn preset(name: &str) -> Option<ModelShape> {
+    pub(crate) fn preset(name: &str) -> Option<ModelShape> {
         match name {
             "qwen3-0.6b" => Some(Self::QWEN3_0_6B),
             "qwen3-1.7b" => Some(Self::QWEN3_1_7B),
@@ -46,7 +46,7 @@ impl ModelShape {
     }
 
     /// N in verl's formula: `(3*h*i + h*(q+k+v+o)) * layers + 2 * vocab * h`.
-    pub fn dense_params(&self) -> f64 {
+    pub(crate) fn dense_params(&self) -> f64 {
         let h = self.hidden_size as f64;
         let q = (self.num_heads * self.head_dim) as f64;
         let kv = (self.num_kv_heads * self.head_dim) as f64;
@@ -67,7 +67,7 @@ impl ModelShape {
 
 /// Promised dense bf16 peak of a device, by name, as verl's table gives it; unknown is `None`
 /// (verl would use infinity and report MFU 0).
-pub fn promised_peak_flops(device: &str) -> Option<f64> {
+pub(crate) fn promised_peak_flops(device: &str) -> Option<f64> {
     let d = device.to_ascii_lowercase();
     if d.contains("h100") || d.contains("h200") || d.contains("h800") {
         Some(989e12)

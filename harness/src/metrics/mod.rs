@@ -11,8 +11,8 @@ use crate::fsx;
 pub mod flops;
 mod range;
 
-pub use flops::{promised_peak_flops, ModelShape};
-pub use range::StepRange;
+pub(crate) use flops::{promised_peak_flops, ModelShape};
+pub(crate) use range::StepRange;
 
 /// The declared model: a preset name (`qwen3-0.6b`) or an explicit shape.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -23,7 +23,7 @@ pub enum ModelSpec {
 }
 
 impl ModelSpec {
-    pub fn shape(&self) -> Option<ModelShape> {
+    pub(crate) fn shape(&self) -> Option<ModelShape> {
         match self {
             ModelSpec::Preset(name) => ModelShape::preset(name),
             ModelSpec::Shape(s) => Some(*s),
@@ -35,35 +35,35 @@ impl ModelSpec {
 /// watchdog watches for non-finite values.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MetricsSpec {
+pub(crate) struct MetricsSpec {
     /// The model shape for verl's FLOP formula (`perf/mfu/actor`).
     #[serde(default)]
-    pub model: Option<ModelSpec>,
+    pub(crate) model: Option<ModelSpec>,
     /// The device whose promised peak divides MFU (`h200`, `a100`, ...).
     #[serde(default)]
-    pub device: Option<String>,
+    pub(crate) device: Option<String>,
     /// Metrics whose NaN or infinity aborts the run.
     #[serde(default)]
-    pub watch: Vec<String>,
+    pub(crate) watch: Vec<String>,
     /// Fault injection for self-tests: keep these metrics out of the series (at every step, or
     /// at `steps`), as an integration that stops logging a metric would. Recorded in the plan.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub suppress: Vec<Suppress>,
+    pub(crate) suppress: Vec<Suppress>,
 }
 
 /// One `metrics.suppress` entry: `{metric: perf/throughput, steps: "3..5"}`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Suppress {
-    pub metric: String,
+pub(crate) struct Suppress {
+    pub(crate) metric: String,
     /// The steps it is missing at (default: every step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steps: Option<StepRange>,
+    pub(crate) steps: Option<StepRange>,
 }
 
 impl MetricsSpec {
     /// Remove the suppressed metrics from one step's values.
-    pub fn suppress_in(&self, m: &mut StepMetrics) {
+    pub(crate) fn suppress_in(&self, m: &mut StepMetrics) {
         for s in &self.suppress {
             if s.steps.is_none_or(|r| r.contains(m.step)) {
                 m.values.remove(&s.metric);
@@ -76,7 +76,7 @@ impl MetricsSpec {
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct StepMetrics {
     pub step: u64,
-    pub values: BTreeMap<String, f64>,
+    pub(crate) values: BTreeMap<String, f64>,
 }
 
 impl StepMetrics {
@@ -158,7 +158,7 @@ impl MetricTable {
         self.rows.iter().map(|r| r.step).collect()
     }
 
-    pub fn last_step(&self) -> Option<u64> {
+    pub(crate) fn last_step(&self) -> Option<u64> {
         self.rows.last().map(|r| r.step)
     }
 
@@ -203,7 +203,7 @@ impl MetricTable {
         String::from_utf8(w.into_inner().expect("csv flush to memory")).expect("csv is utf-8")
     }
 
-    pub fn from_csv_str(text: &str, path: &Path) -> Result<Self, MetricsError> {
+    pub(crate) fn from_csv_str(text: &str, path: &Path) -> Result<Self, MetricsError> {
         let perr = |line: u64, message: String| MetricsError::Parse {
             path: path.to_path_buf(),
             line,
@@ -251,7 +251,7 @@ impl MetricTable {
 }
 
 /// Shortest text that reads back to the same f64; non-finite as `NaN`, `inf`, `-inf`.
-pub fn format_value(v: f64) -> String {
+pub(crate) fn format_value(v: f64) -> String {
     if v.is_nan() {
         "NaN".into()
     } else if v.is_infinite() {
@@ -263,7 +263,7 @@ pub fn format_value(v: f64) -> String {
 }
 
 /// Read a metric cell: numbers, `NaN`/`nan`, `inf`/`Infinity` with sign.
-pub fn parse_value(s: &str) -> Option<f64> {
+pub(crate) fn parse_value(s: &str) -> Option<f64> {
     match s {
         "NaN" | "nan" | "NAN" => Some(f64::NAN),
         "inf" | "+inf" | "Infinity" | "+Infinity" => Some(f64::INFINITY),
@@ -276,13 +276,13 @@ pub fn parse_value(s: &str) -> Option<f64> {
 /// run killed at any moment leaves a complete, readable file with every finished step.
 /// Runs are tens to hundreds of steps, so the rewrite costs nothing that matters.
 #[derive(Debug)]
-pub struct MetricsCsvWriter {
+pub(crate) struct MetricsCsvWriter {
     path: PathBuf,
     table: MetricTable,
 }
 
 impl MetricsCsvWriter {
-    pub fn create(path: &Path) -> Result<Self, MetricsError> {
+    pub(crate) fn create(path: &Path) -> Result<Self, MetricsError> {
         let w = Self {
             path: path.to_path_buf(),
             table: MetricTable::new(),
@@ -291,17 +291,17 @@ impl MetricsCsvWriter {
         Ok(w)
     }
 
-    pub fn push(&mut self, m: StepMetrics) -> Result<(), MetricsError> {
+    pub(crate) fn push(&mut self, m: StepMetrics) -> Result<(), MetricsError> {
         self.table.push(m);
         fsx::write_atomic(&self.path, self.table.to_csv().as_bytes())?;
         Ok(())
     }
 
-    pub fn table(&self) -> &MetricTable {
+    pub(crate) fn table(&self) -> &MetricTable {
         &self.table
     }
 
-    pub fn into_table(self) -> MetricTable {
+    pub(crate) fn into_table(self) -> MetricTable {
         self.table
     }
 }

@@ -6,28 +6,46 @@ use std::fmt;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// Why a step range does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum StepRangeError {
+    #[error("`{text}` is not a step number")]
+    NotANumber {
+        text: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("an empty step range")]
+    Empty,
+    #[error("empty step range `{0}`: the start is after the end")]
+    Backwards(String),
+}
+
 /// An inclusive range of step numbers, open at either end: `"2.."`, `"..10"`, `"3..7"`, `"5"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StepRange {
-    pub from: Option<u64>,
-    pub to: Option<u64>,
+    pub(crate) from: Option<u64>,
+    pub(crate) to: Option<u64>,
 }
 
 impl StepRange {
-    pub fn contains(&self, step: u64) -> bool {
+    pub(crate) fn contains(&self, step: u64) -> bool {
         self.from.is_none_or(|a| step >= a) && self.to.is_none_or(|b| step <= b)
     }
 
-    pub fn parse(s: &str) -> Result<StepRange, String> {
+    pub(crate) fn parse(s: &str) -> Result<StepRange, StepRangeError> {
         let s = s.trim();
-        let num = |t: &str| -> Result<Option<u64>, String> {
+        let num = |t: &str| -> Result<Option<u64>, StepRangeError> {
             let t = t.trim();
             if t.is_empty() {
                 Ok(None)
             } else {
                 t.parse()
                     .map(Some)
-                    .map_err(|_| format!("`{t}` is not a step number"))
+                    .map_err(|source| StepRangeError::NotANumber {
+                        text: t.to_string(),
+                        source,
+                    })
             }
         };
         let r = match s.split_once("..") {
@@ -36,7 +54,7 @@ impl StepRange {
                 to: num(b)?,
             },
             None => {
-                let n = num(s)?.ok_or("an empty step range")?;
+                let n = num(s)?.ok_or(StepRangeError::Empty)?;
                 StepRange {
                     from: Some(n),
                     to: Some(n),
@@ -45,9 +63,7 @@ impl StepRange {
         };
         if let (Some(a), Some(b)) = (r.from, r.to) {
             if a > b {
-                return Err(format!(
-                    "empty step range `{s}`: the start is after the end"
-                ));
+                return Err(StepRangeError::Backwards(s.to_string()));
             }
         }
         Ok(r)
@@ -57,7 +73,7 @@ impl StepRange {
 impl StepRange {
     /// Always as `a..b` (either end left out when open), where `Display` writes a one-step
     /// range as `5`: the form of the expressions' `steps a..b`.
-    pub fn bounds(&self) -> String {
+    pub(crate) fn bounds(&self) -> String {
         let end = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
         format!("{}..{}", end(self.from), end(self.to))
     }

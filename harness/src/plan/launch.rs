@@ -13,17 +13,17 @@ use crate::spec::Origin;
 
 /// What the harness itself tells the trainer.
 #[derive(Debug, Clone)]
-pub struct HarnessSettings {
-    pub steps: u64,
-    pub project_name: String,
-    pub experiment_name: String,
+pub(crate) struct HarnessSettings {
+    pub(crate) steps: u64,
+    pub(crate) project_name: String,
+    pub(crate) experiment_name: String,
 }
 
 /// The scenario's config as Hydra overrides: every leaf the scenario (or `--set`) wrote, in
 /// path order; defaults and included backend files are left to the trainer's own config
 /// (verl has them), except where the scenario changed them. A key no default layer defines
 /// was added with `+` and is passed with `+`. Then the harness's own keys.
-pub fn hydra_overrides(plan: &RunPlan, settings: &HarnessSettings) -> Vec<String> {
+pub(crate) fn hydra_overrides(plan: &RunPlan, settings: &HarnessSettings) -> Vec<String> {
     let config = &plan.scenario.config;
     let layer_files: BTreeSet<&Path> = plan
         .scenario

@@ -18,7 +18,7 @@ use crate::runner::{self, RunEnd, RunOptions};
 
 /// Runs in flight at once by default: each is a backend, a proxy and a driver (or a trainer
 /// process).
-pub const CONCURRENCY: usize = 4;
+pub(crate) const CONCURRENCY: usize = 4;
 
 /// How far each trial runs: the matrix needs the wire up to that point, not a whole run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +82,7 @@ impl Default for MatrixOptions {
 
 /// The manifest of the scenario's backend: `backends/<trainer.remote_backend>.knobs.yaml`
 /// under the scenarios root.
-pub fn manifest_path(scenario: &Path, config: &Value) -> Result<PathBuf, CommandError> {
+pub(crate) fn manifest_path(scenario: &Path, config: &Value) -> Result<PathBuf, CommandError> {
     let backend = crate::driver::translate::lookup(config, "trainer.remote_backend")
         .and_then(Value::as_str)
         .ok_or_else(|| {
@@ -146,7 +146,7 @@ fn run_label(overrides: &[String]) -> String {
 /// Run the matrix of `scenario` and write `propagation.{md,html,junit.xml}` under
 /// `out/<scenario>/propagate-<stamp>/`. Exit: 0 nothing flagged but known gaps, 1 a new flag or
 /// a known gap that closed, 2 a bad manifest or scenario, 3 a run failed.
-pub async fn propagate_command(
+pub(crate) async fn propagate_command(
     scenario: &Path,
     out: &Path,
     set: &[String],

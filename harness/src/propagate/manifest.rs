@@ -13,97 +13,97 @@ use serde_json::Value;
 /// A whole manifest file (`scenarios/backends/<backend>.knobs.yaml`).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct KnobManifest {
+pub(crate) struct KnobManifest {
     /// The backend this manifest describes (`arctic`).
-    pub backend: String,
+    pub(crate) backend: String,
     /// The backend YAML whose every leaf must have an entry (relative to the scenarios root).
-    pub backend_yaml: String,
+    pub(crate) backend_yaml: String,
     /// Where the backend block sits in a scenario's `config` (`remote_backend`).
-    pub backend_prefix: String,
+    pub(crate) backend_prefix: String,
     /// Wire locations that carry data rather than configuration (token counts, ...): a change
     /// there is never evidence for or against a knob.
     #[serde(default)]
-    pub volatile: Vec<String>,
-    pub knobs: Vec<Knob>,
+    pub(crate) volatile: Vec<String>,
+    pub(crate) knobs: Vec<Knob>,
     /// Flags already known and accepted for now: `propagate` exits 0 when every flagged knob
     /// is one of these with the same verdict, and 1 when one of them is no longer flagged (the
     /// gap closed: remove it here, so the list stays true).
     #[serde(default)]
-    pub known_gaps: Vec<KnownGap>,
+    pub(crate) known_gaps: Vec<KnownGap>,
 }
 
 /// One accepted flag: the knob, the verdict it is flagged with, why, and where it is tracked.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct KnownGap {
-    pub knob: String,
+pub(crate) struct KnownGap {
+    pub(crate) knob: String,
     /// The knob verdict's snake-case name (`sent_not_consumed`, `not_sent`,
     /// `unexpected_effect`, `consumed`, ...), as in `propagation.json`.
-    pub verdict: String,
-    pub reason: String,
+    pub(crate) verdict: String,
+    pub(crate) reason: String,
     /// An issue, a line of the reference, a pull request.
     #[serde(default)]
-    pub link: Option<String>,
+    pub(crate) link: Option<String>,
 }
 
 /// One knob: a dotted path from the scenario's `config` root.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct Knob {
-    pub path: String,
+pub(crate) struct Knob {
+    pub(crate) path: String,
     /// The value the backend YAML (or the trainer's defaults) gives it; `null` when unset.
-    pub default: Value,
+    pub(crate) default: Value,
     /// Perturbations, each valid for the server. The matrix runs those that differ from the
     /// scenario's own value, so a second value covers scenarios that already set the first.
     #[serde(rename = "try")]
-    pub tries: Vec<Value>,
+    pub(crate) tries: Vec<Value>,
     /// Every wire location the adapter writes the knob to (whether or not anything reads it).
     #[serde(default)]
-    pub sent_to: Vec<String>,
+    pub(crate) sent_to: Vec<String>,
     /// Where the server reads it, and when.
     #[serde(default)]
-    pub consumers: Vec<Consumer>,
+    pub(crate) consumers: Vec<Consumer>,
     /// Wire changes the knob causes on purpose that are not reads of its value (call counts).
     #[serde(default)]
-    pub effects: Vec<String>,
+    pub(crate) effects: Vec<String>,
     /// The server's own default when the key is absent; absent when the reference gives none.
     #[serde(default)]
-    pub server_default: Option<Value>,
+    pub(crate) server_default: Option<Value>,
     /// Why the knob may change nothing the server reads (forward-compatible knobs).
     #[serde(default)]
-    pub allowed_noop: Option<String>,
+    pub(crate) allowed_noop: Option<String>,
     /// Interaction pairs: run the knob under each value of each listed knob.
     #[serde(default)]
-    pub conditions: BTreeMap<String, Vec<Value>>,
+    pub(crate) conditions: BTreeMap<String, Vec<Value>>,
     /// Free text for the report (why a consumer is conditional, what the server ignores).
     #[serde(default)]
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 /// One reader of a knob on the server side.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct Consumer {
+pub(crate) struct Consumer {
     /// The wire location (`job.training.ds_worker_config.logits_compute_in_fp32`); a prefix of
     /// a location names its whole subtree.
-    pub at: String,
+    pub(crate) at: String,
     /// Conditions for the read: config paths (`remote_backend.train.zorro_train.enable`) or
     /// wire locations (`job.training.full_determinism`), each with the value it must have.
     #[serde(default)]
-    pub when: BTreeMap<String, Value>,
+    pub(crate) when: BTreeMap<String, Value>,
     /// The JSON type the consumer declares.
     #[serde(default, rename = "type")]
-    pub value_type: Option<ValueType>,
+    pub(crate) value_type: Option<ValueType>,
     /// The location holds a value computed from the knob (a product, a sum), not the knob
     /// itself: a change is enough, equality is not expected.
     #[serde(default)]
-    pub derived: bool,
+    pub(crate) derived: bool,
 }
 
 /// JSON types a consumer can declare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ValueType {
+pub(crate) enum ValueType {
     Bool,
     Int,
     Float,
@@ -114,7 +114,7 @@ pub enum ValueType {
 }
 
 impl ValueType {
-    pub fn matches(self, v: &Value) -> bool {
+    pub(crate) fn matches(self, v: &Value) -> bool {
         match self {
             ValueType::Bool => v.is_boolean(),
             ValueType::Int => v.is_i64() || v.is_u64(),
@@ -125,7 +125,7 @@ impl ValueType {
             ValueType::Object => v.is_object(),
         }
     }
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ValueType::Bool => "bool",
             ValueType::Int => "int",
@@ -139,7 +139,7 @@ impl ValueType {
 }
 
 /// The JSON type name of a value, in the words of [`ValueType`].
-pub fn type_name(v: &Value) -> &'static str {
+pub(crate) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "bool",
@@ -152,7 +152,7 @@ pub fn type_name(v: &Value) -> &'static str {
 }
 
 /// The families of wire locations the recorded wire is read into (see `wire.rs`).
-pub const LOCATION_FAMILIES: &[&str] = &[
+pub(crate) const LOCATION_FAMILIES: &[&str] = &[
     "job",
     "meta",
     "batch",
@@ -166,13 +166,13 @@ pub const LOCATION_FAMILIES: &[&str] = &[
 ];
 
 /// Whether a condition key names a wire location rather than a config path.
-pub fn is_wire_location(key: &str) -> bool {
+pub(crate) fn is_wire_location(key: &str) -> bool {
     let first = key.split('.').next().unwrap_or(key);
     LOCATION_FAMILIES.contains(&first)
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ManifestError {
+pub(crate) enum ManifestError {
     #[error("failed to read knob manifest {path}: {message}")]
     Read { path: PathBuf, message: String },
     #[error("knob manifest {path}: {message}")]
@@ -185,7 +185,7 @@ pub enum ManifestError {
 }
 
 /// Read, parse and validate a manifest file.
-pub fn load(path: &Path) -> Result<KnobManifest, ManifestError> {
+pub(crate) fn load(path: &Path) -> Result<KnobManifest, ManifestError> {
     let text = crate::fsx::read_to_string(path).map_err(|e| ManifestError::Read {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -204,7 +204,7 @@ pub fn load(path: &Path) -> Result<KnobManifest, ManifestError> {
 
 /// Parse manifest text (no semantic validation) through the scenario loader's spanned
 /// deserializer, so an unknown key or a wrong type is reported with its file, line and column.
-pub fn parse(text: &str, path: &Path) -> Result<KnobManifest, ManifestError> {
+pub(crate) fn parse(text: &str, path: &Path) -> Result<KnobManifest, ManifestError> {
     let err = |e: crate::spec::SpecError| ManifestError::Parse {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -219,7 +219,7 @@ fn known_location(loc: &str) -> bool {
 }
 
 /// The knob verdicts a known gap may name (`KnobVerdict`'s snake-case names).
-pub const GAP_VERDICTS: &[&str] = &[
+pub(crate) const GAP_VERDICTS: &[&str] = &[
     "consumed",
     "consumed_under_condition",
     "sent_not_consumed",
@@ -229,7 +229,7 @@ pub const GAP_VERDICTS: &[&str] = &[
 ];
 
 /// Semantic checks: what serde cannot see. Every problem names the knob.
-pub fn validate(m: &KnobManifest) -> Vec<String> {
+pub(crate) fn validate(m: &KnobManifest) -> Vec<String> {
     let mut problems = Vec::new();
     validate_gaps(m, &mut problems);
     let mut seen = BTreeMap::new();
@@ -353,7 +353,7 @@ fn validate_knob(k: &Knob, problems: &mut Vec<String>) {
 /// Static coverage: every leaf of the backend YAML (paths relative to the backend block) has
 /// a manifest entry, and every manifest entry under the backend prefix is a leaf of the YAML.
 /// An entry may also name a subtree (a whole `deepspeed` block passed verbatim).
-pub fn coverage(backend_yaml_leaves: &[String], manifest: &KnobManifest) -> Vec<String> {
+pub(crate) fn coverage(backend_yaml_leaves: &[String], manifest: &KnobManifest) -> Vec<String> {
     let prefix = format!("{}.", manifest.backend_prefix);
     let entries: Vec<&str> = manifest
         .knobs
@@ -387,7 +387,7 @@ pub fn coverage(backend_yaml_leaves: &[String], manifest: &KnobManifest) -> Vec<
 }
 
 /// Leaf paths of a YAML mapping (scalars, sequences, empty mappings), for [`coverage`].
-pub fn yaml_leaves(text: &str, path: &Path) -> Result<Vec<(String, Value)>, ManifestError> {
+pub(crate) fn yaml_leaves(text: &str, path: &Path) -> Result<Vec<(String, Value)>, ManifestError> {
     let node = crate::spec::yaml::parse(text, path).map_err(|e| ManifestError::Parse {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -419,7 +419,7 @@ fn flatten_leaves(v: &Value, path: &str, out: &mut Vec<(String, Value)>) {
 
 /// Whether the manifest's `default` of each backend knob matches the backend YAML's value
 /// (interpolations such as `${actor_rollout_ref.rollout.n}` are compared as written).
-pub fn default_drift(leaves: &[(String, Value)], manifest: &KnobManifest) -> Vec<String> {
+pub(crate) fn default_drift(leaves: &[(String, Value)], manifest: &KnobManifest) -> Vec<String> {
     let prefix = format!("{}.", manifest.backend_prefix);
     let mut problems = Vec::new();
     for k in &manifest.knobs {
@@ -441,7 +441,7 @@ pub fn default_drift(leaves: &[(String, Value)], manifest: &KnobManifest) -> Vec
 /// Everything `rlharness check` reports about one manifest file: parse and validation
 /// errors, then static coverage against its backend YAML (both directions) and default drift.
 /// The backend YAML is found relative to the folder above the manifest's (`scenarios/`).
-pub fn check_file(path: &Path) -> Vec<String> {
+pub(crate) fn check_file(path: &Path) -> Vec<String> {
     let m = match load(path) {
         Ok(m) => m,
         Err(e) => return vec![e.to_string()],
@@ -468,7 +468,7 @@ pub fn check_file(path: &Path) -> Vec<String> {
 
 /// Equality where `4` and `4.0` are the same number (YAML writers differ on that); types are
 /// judged separately.
-pub fn json_equal(a: &Value, b: &Value) -> bool {
+pub(crate) fn json_equal(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
         (Value::Array(x), Value::Array(y)) => {

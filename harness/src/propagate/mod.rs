@@ -7,9 +7,7 @@
 //! `render` writes the matrix.
 
 pub mod command;
-pub mod manifest;
+pub(crate) mod manifest;
 pub mod render;
 pub mod verdict;
-pub mod wire;
-
-pub use manifest::{coverage, KnobManifest};
+pub(crate) mod wire;

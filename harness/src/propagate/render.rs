@@ -7,24 +7,24 @@ use super::verdict::{KnobResult, KnobVerdict};
 /// Everything the renderers show.
 #[derive(Debug, Clone, Serialize)]
 pub struct PropagationReport {
-    pub scenario: String,
-    pub backend: String,
+    pub(crate) scenario: String,
+    pub(crate) backend: String,
     /// Distinct runs executed (baselines included).
     pub runs: usize,
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// Who drove the trials: `the builtin driver (rlharness's own adapter)` or the command.
     #[serde(default)]
     pub driver: String,
     /// The knob manifest the claims come from (where the server reads each location).
     #[serde(default)]
-    pub manifest: String,
+    pub(crate) manifest: String,
     /// How far each trial ran (`--until`).
     #[serde(default)]
-    pub until: String,
+    pub(crate) until: String,
     pub knobs: Vec<KnobResult>,
     /// Known gaps of the manifest that no longer hold (each fails the check).
     #[serde(default)]
-    pub closed_gaps: Vec<String>,
+    pub(crate) closed_gaps: Vec<String>,
 }
 
 impl PropagationReport {
@@ -190,7 +190,7 @@ pub fn markdown(r: &PropagationReport) -> String {
 
 use crate::util::html_escape as esc;
 
-pub fn html(r: &PropagationReport) -> String {
+pub(crate) fn html(r: &PropagationReport) -> String {
     let mut s = String::new();
     s.push_str("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n");
     s.push_str(&format!(
@@ -258,7 +258,7 @@ pub fn html(r: &PropagationReport) -> String {
 }
 
 /// One test case per knob; a flagged knob is a failure whose text holds the evidence.
-pub fn junit(r: &PropagationReport) -> Result<String, quick_junit::SerializeError> {
+pub(crate) fn junit(r: &PropagationReport) -> Result<String, quick_junit::SerializeError> {
     use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
     let mut suite = TestSuite::new(format!("propagate.{}", r.scenario));
     for k in &r.knobs {

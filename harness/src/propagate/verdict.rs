@@ -27,10 +27,10 @@ use super::manifest::{is_wire_location, json_equal, type_name, Knob, KnobManifes
 use super::wire::{diff, pattern_matches, show, Change, WireSnapshot};
 
 /// An assignment of condition knobs (config path -> value).
-pub type Condition = BTreeMap<String, Value>;
+pub(crate) type Condition = BTreeMap<String, Value>;
 
 /// `a=1, b=true`, or `-` for none.
-pub fn condition_label(c: &Condition) -> String {
+pub(crate) fn condition_label(c: &Condition) -> String {
     if c.is_empty() {
         return "-".into();
     }
@@ -41,26 +41,26 @@ pub fn condition_label(c: &Condition) -> String {
 }
 
 /// The value of a `--set` override: a YAML flow value (JSON is one).
-pub fn set_value(v: &Value) -> String {
+pub(crate) fn set_value(v: &Value) -> String {
     v.to_string()
 }
 
 /// One perturbed run of the matrix.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Trial {
+pub(crate) struct Trial {
     /// Index into `KnobManifest::knobs`.
-    pub knob: usize,
-    pub value: Value,
-    pub condition: Condition,
+    pub(crate) knob: usize,
+    pub(crate) value: Value,
+    pub(crate) condition: Condition,
 }
 
 impl Trial {
     /// The overrides of its baseline (the condition only), sorted.
-    pub fn baseline_overrides(&self) -> Vec<String> {
+    pub(crate) fn baseline_overrides(&self) -> Vec<String> {
         condition_overrides(&self.condition)
     }
     /// The overrides of the perturbed run, sorted.
-    pub fn overrides(&self, m: &KnobManifest) -> Vec<String> {
+    pub(crate) fn overrides(&self, m: &KnobManifest) -> Vec<String> {
         let mut o = condition_overrides(&self.condition);
         o.push(format!(
             "++config.{}={}",
@@ -72,7 +72,7 @@ impl Trial {
     }
 }
 
-pub fn condition_overrides(c: &Condition) -> Vec<String> {
+pub(crate) fn condition_overrides(c: &Condition) -> Vec<String> {
     let mut o: Vec<String> = c
         .iter()
         .map(|(k, v)| format!("++config.{k}={}", set_value(v)))
@@ -83,10 +83,10 @@ pub fn condition_overrides(c: &Condition) -> Vec<String> {
 
 /// What the matrix runs: the trials, and the knobs that have no perturbation left.
 #[derive(Debug, Clone, Default)]
-pub struct MatrixPlan {
-    pub trials: Vec<Trial>,
+pub(crate) struct MatrixPlan {
+    pub(crate) trials: Vec<Trial>,
     /// (knob index, why nothing runs for it).
-    pub not_exercised: Vec<(usize, String)>,
+    pub(crate) not_exercised: Vec<(usize, String)>,
 }
 
 fn lookup<'a>(tree: &'a Value, path: &str) -> Option<&'a Value> {
@@ -96,7 +96,7 @@ fn lookup<'a>(tree: &'a Value, path: &str) -> Option<&'a Value> {
 /// The trials for a scenario whose resolved config is `config`: each knob, under each
 /// combination of its condition values, with each `try` value that differs from the
 /// scenario's own value (strictly: `4.0` differs from `4`).
-pub fn plan_matrix(m: &KnobManifest, config: &Value) -> MatrixPlan {
+pub(crate) fn plan_matrix(m: &KnobManifest, config: &Value) -> MatrixPlan {
     let mut plan = MatrixPlan::default();
     for (i, k) in m.knobs.iter().enumerate() {
         let current = lookup(config, &k.path).cloned().unwrap_or(Value::Null);
@@ -152,7 +152,7 @@ pub enum CellVerdict {
 }
 
 impl CellVerdict {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             CellVerdict::Consumed => "consumed",
             CellVerdict::SentNotConsumed => "sent but not consumed",
@@ -170,20 +170,20 @@ pub struct Cell {
     pub value: Value,
     pub condition: Condition,
     pub verdict: CellVerdict,
-    pub changes: Vec<Change>,
+    pub(crate) changes: Vec<Change>,
     /// Active consumers (the manifest expects a read here).
-    pub active: Vec<String>,
+    pub(crate) active: Vec<String>,
     /// Active consumers whose location changed.
     pub consumed_at: Vec<String>,
     /// Problems this trial shows (each flags the knob).
-    pub problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
     /// Why this trial could not be observed (a `not observable` cell).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unobservable: Option<String>,
 }
 
 /// The perturbed run of a trial, as the judge needs it.
-pub enum Observed<'a> {
+pub(crate) enum Observed<'a> {
     Ran {
         wire: &'a WireSnapshot,
         /// The perturbed run's resolved config (for config-path conditions).
@@ -294,7 +294,7 @@ fn cell_problems(
 }
 
 /// Judge one trial against its baseline.
-pub fn judge_cell(
+pub(crate) fn judge_cell(
     m: &KnobManifest,
     trial: &Trial,
     baseline: &WireSnapshot,
@@ -400,7 +400,7 @@ pub enum KnobVerdict {
 }
 
 impl KnobVerdict {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             KnobVerdict::Consumed => "consumed",
             KnobVerdict::ConsumedUnderCondition => "consumed under a condition only",
@@ -421,16 +421,16 @@ pub struct KnobResult {
     pub verdict: KnobVerdict,
     /// For a conditional verdict: the assignments under which the server consumed it.
     pub consumed_when: Vec<Condition>,
-    pub allowed_noop: Option<String>,
+    pub(crate) allowed_noop: Option<String>,
     pub flagged: bool,
     /// Every reason it is flagged.
     pub problems: Vec<String>,
     pub cells: Vec<Cell>,
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
     /// What the manifest states that no run observes (its YAML default against the server's
     /// default for an absent key): shown, labelled as the manifest's claim, never flagged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub claims: Vec<String>,
+    pub(crate) claims: Vec<String>,
     /// The manifest's `known_gaps` entry this flag matches (reason, link).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub known_gap: Option<String>,
@@ -438,7 +438,7 @@ pub struct KnobResult {
 
 impl KnobVerdict {
     /// The snake-case name (`propagation.json`, `known_gaps`).
-    pub fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         serde_json::to_value(self)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
@@ -448,7 +448,7 @@ impl KnobVerdict {
 
 impl KnobResult {
     /// The verdict in words, with the condition for a conditional one.
-    pub fn verdict_text(&self) -> String {
+    pub(crate) fn verdict_text(&self) -> String {
         match self.verdict {
             KnobVerdict::ConsumedUnderCondition => {
                 let when: Vec<String> = self.consumed_when.iter().map(condition_label).collect();
@@ -502,7 +502,7 @@ fn default_mismatch(k: &Knob) -> Option<String> {
 }
 
 /// Combine a knob's cells into its verdict.
-pub fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>) -> KnobResult {
+pub(crate) fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>) -> KnobResult {
     let mut problems: Vec<String> = Vec::new();
     let claims: Vec<String> = default_mismatch(k).into_iter().collect();
     for c in &cells {
@@ -584,7 +584,7 @@ pub fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>) -> Kn
 /// closed gap (returned, each in words), which fails the check until the entry is removed. A
 /// knob that was not judged here (not exercised, not observable, a failed run) neither
 /// confirms nor closes its entry.
-pub fn apply_known_gaps(m: &KnobManifest, knobs: &mut [KnobResult]) -> Vec<String> {
+pub(crate) fn apply_known_gaps(m: &KnobManifest, knobs: &mut [KnobResult]) -> Vec<String> {
     let mut closed = Vec::new();
     for g in &m.known_gaps {
         let Some(k) = knobs.iter_mut().find(|k| k.path == g.knob) else {

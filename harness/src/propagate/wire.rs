@@ -22,12 +22,12 @@ use serde_json::{Map, Value};
 
 /// The wire of one run, by location.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct WireSnapshot {
-    pub locations: BTreeMap<String, Vec<Value>>,
+pub(crate) struct WireSnapshot {
+    pub(crate) locations: BTreeMap<String, Vec<Value>>,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum WireLoadError {
+pub(crate) enum WireLoadError {
     #[error("failed to read {path}: {message}")]
     Read { path: PathBuf, message: String },
     #[error("{path}:{line}: invalid wire record: {message}")]
@@ -40,7 +40,7 @@ pub enum WireLoadError {
 
 /// Where a stopped trial's wire is cut (see [`WireSnapshot::load_run_until`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WireCut {
+pub(crate) enum WireCut {
     /// Through the `/initialize` calls (and any `/health` before them).
     Initialized,
     /// Through training step `n`: up to the `n`-th `/generate` that follows a `/step` (the
@@ -93,7 +93,7 @@ impl WireCut {
 
 impl WireSnapshot {
     /// One value, when the location was seen with exactly one.
-    pub fn single(&self, loc: &str) -> Option<&Value> {
+    pub(crate) fn single(&self, loc: &str) -> Option<&Value> {
         match self.locations.get(loc)?.as_slice() {
             [v] => Some(v),
             _ => None,
@@ -109,14 +109,18 @@ impl WireSnapshot {
 
     /// Load `wire.jsonl`, `server_config.json` and (if present) `server_flags.json` of a run
     /// directory.
-    pub fn load_run(dir: &Path) -> Result<WireSnapshot, WireLoadError> {
+    #[cfg(test)]
+    pub(crate) fn load_run(dir: &Path) -> Result<WireSnapshot, WireLoadError> {
         Self::load_run_until(dir, None)
     }
 
     /// [`Self::load_run`], keeping only the records up to `cut`: a trainer stopped on purpose
     /// may have sent a request or two more before it went, and a trial and its baseline must be
     /// compared over the same stretch of the wire.
-    pub fn load_run_until(dir: &Path, cut: Option<WireCut>) -> Result<WireSnapshot, WireLoadError> {
+    pub(crate) fn load_run_until(
+        dir: &Path,
+        cut: Option<WireCut>,
+    ) -> Result<WireSnapshot, WireLoadError> {
         let wire_path = dir.join("wire.jsonl");
         let text = read(&wire_path)?;
         let mut records = Vec::new();
@@ -183,7 +187,7 @@ impl WireSnapshot {
     }
 
     /// Build from parsed `wire.jsonl` records and the optional side files.
-    pub fn from_records(
+    pub(crate) fn from_records(
         records: &[Value],
         server_config: Option<&Value>,
         server_flags: Option<&Value>,
@@ -328,7 +332,7 @@ fn read(path: &Path) -> Result<String, WireLoadError> {
 }
 
 /// `/forward?job_id=2` -> `/forward`; `/job/3` -> `/job/{job_id}`.
-pub fn normalize_route(route: &str) -> String {
+pub(crate) fn normalize_route(route: &str) -> String {
     let path = route.split('?').next().unwrap_or(route);
     let path = path
         .split_once(' ')
@@ -415,7 +419,7 @@ fn flatten_into(w: &mut WireSnapshot, v: &Value, path: &str) {
 
 /// Whether a location pattern names a location: equal, a prefix at a `.` boundary (a
 /// subtree), with `*` matching one whole segment.
-pub fn pattern_matches(pattern: &str, location: &str) -> bool {
+pub(crate) fn pattern_matches(pattern: &str, location: &str) -> bool {
     let p: Vec<&str> = pattern.split('.').collect();
     let l: Vec<&str> = location.split('.').collect();
     if p.len() > l.len() {
@@ -426,15 +430,15 @@ pub fn pattern_matches(pattern: &str, location: &str) -> bool {
 
 /// One location that differs between two runs.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Change {
-    pub location: String,
+pub(crate) struct Change {
+    pub(crate) location: String,
     /// `None`: absent in that run.
-    pub before: Option<Vec<Value>>,
-    pub after: Option<Vec<Value>>,
+    pub(crate) before: Option<Vec<Value>>,
+    pub(crate) after: Option<Vec<Value>>,
 }
 
 impl Change {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "{}: {} -> {}",
             self.location,
@@ -445,7 +449,7 @@ impl Change {
 }
 
 /// A location's values for a report: `absent`, one value, or `a | b`.
-pub fn show(values: Option<&[Value]>) -> String {
+pub(crate) fn show(values: Option<&[Value]>) -> String {
     match values {
         None => "absent".into(),
         Some(vs) => {
@@ -466,7 +470,11 @@ fn short(v: &Value) -> String {
 }
 
 /// Every location whose values differ, except those matching a volatile pattern.
-pub fn diff(baseline: &WireSnapshot, perturbed: &WireSnapshot, volatile: &[String]) -> Vec<Change> {
+pub(crate) fn diff(
+    baseline: &WireSnapshot,
+    perturbed: &WireSnapshot,
+    volatile: &[String],
+) -> Vec<Change> {
     let mut keys: Vec<&String> = baseline
         .locations
         .keys()
@@ -499,7 +507,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    pub fn records() -> Vec<Value> {
+    pub(crate) fn records() -> Vec<Value> {
         vec![
             json!({"route": "/health", "status": 200}),
             json!({"route": "/initialize", "status": 200, "request": {"model_name": "m", "job_type": "sampling", "vllm_config": {"max_model_len": 32}}}),

@@ -13,14 +13,14 @@ use serde_json::{json, Value};
 
 use crate::wire::dssst1;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// JSON bodies larger than this are recorded as `{"bytes": n, "truncated": true}`.
-pub const JSON_RECORD_CAP: usize = 1024 * 1024;
+pub(crate) const JSON_RECORD_CAP: usize = 1024 * 1024;
 
 /// What to keep of a body for its record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyKind {
+pub(crate) enum BodyKind {
     /// `application/octet-stream`: a DSSST1 frame; keep its header only.
     Frame,
     /// Anything else: kept up to [`JSON_RECORD_CAP`] and read as JSON if it parses.
@@ -28,7 +28,7 @@ pub enum BodyKind {
 }
 
 impl BodyKind {
-    pub fn from_content_type(ct: Option<&str>) -> BodyKind {
+    pub(crate) fn from_content_type(ct: Option<&str>) -> BodyKind {
         match ct {
             Some(ct) if ct.contains("application/octet-stream") => BodyKind::Frame,
             _ => BodyKind::Other,
@@ -38,31 +38,31 @@ impl BodyKind {
 
 /// The part of a body kept for the record, shared between the streaming body and the exchange.
 #[derive(Debug)]
-pub struct Capture {
+pub(crate) struct Capture {
     kind: BodyKind,
     content_type: Option<String>,
     prefix: Vec<u8>,
     /// Bytes of prefix wanted; grows from 8 to the header extent for a frame.
     want: usize,
-    pub total: u64,
+    pub(crate) total: u64,
     limit: u64,
-    pub over_limit: bool,
-    pub complete: bool,
+    pub(crate) over_limit: bool,
+    pub(crate) complete: bool,
     /// Why the stream ended early, if it did.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// The whole body, only when a cassette is recorded (see [`Capture::keep_whole`]).
     whole: Option<Vec<u8>>,
 }
 
-pub type SharedCapture = Arc<Mutex<Capture>>;
+pub(crate) type SharedCapture = Arc<Mutex<Capture>>;
 
 /// Lock that survives a panicked holder: a capture is plain data and stays usable.
-pub fn lock(c: &SharedCapture) -> MutexGuard<'_, Capture> {
+pub(crate) fn lock(c: &SharedCapture) -> MutexGuard<'_, Capture> {
     c.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Capture {
-    pub fn new(content_type: Option<&str>, limit: u64) -> SharedCapture {
+    pub(crate) fn new(content_type: Option<&str>, limit: u64) -> SharedCapture {
         let kind = BodyKind::from_content_type(content_type);
         Arc::new(Mutex::new(Capture {
             kind,
@@ -83,20 +83,20 @@ impl Capture {
 
     /// Keep every byte of the body, not just what the record needs: for a cassette. Off by
     /// default, so the streaming path holds at most a frame header or a capped JSON body.
-    pub fn keep_whole(&mut self) {
+    pub(crate) fn keep_whole(&mut self) {
         self.whole.get_or_insert_with(Vec::new);
     }
 
     /// The whole body kept so far (empty unless [`Capture::keep_whole`] was called).
-    pub fn take_whole(&mut self) -> Vec<u8> {
+    pub(crate) fn take_whole(&mut self) -> Vec<u8> {
         self.whole.take().unwrap_or_default()
     }
 
-    pub fn content_type(&self) -> Option<&str> {
+    pub(crate) fn content_type(&self) -> Option<&str> {
         self.content_type.as_deref()
     }
 
-    pub fn is_frame(&self) -> bool {
+    pub(crate) fn is_frame(&self) -> bool {
         self.kind == BodyKind::Frame
     }
 
@@ -124,7 +124,7 @@ impl Capture {
     }
 
     /// The body as the record shows it (see the module docs of `proxy`).
-    pub fn summary(&self) -> Value {
+    pub(crate) fn summary(&self) -> Value {
         if self.total == 0 && self.error.is_none() {
             return Value::Null;
         }
@@ -183,7 +183,7 @@ impl Capture {
     }
 
     /// The whole body as JSON, if it was complete, small enough and JSON.
-    pub fn json(&self) -> Option<Value> {
+    pub(crate) fn json(&self) -> Option<Value> {
         if self.kind != BodyKind::Other || !self.complete || self.total > JSON_RECORD_CAP as u64 {
             return None;
         }
@@ -193,7 +193,7 @@ impl Capture {
 
 /// Error a tee body ends with when the proxy cuts it.
 #[derive(Debug, thiserror::Error)]
-pub enum CutReason {
+pub(crate) enum CutReason {
     #[error("body exceeds the limit of {0} bytes")]
     OverLimit(u64),
     #[error("upstream body stalled past the {0:.1} s request time-out")]
@@ -201,7 +201,7 @@ pub enum CutReason {
 }
 
 /// A body that forwards `inner` frame by frame, recording into a [`Capture`].
-pub struct TeeBody<B: Body> {
+pub(crate) struct TeeBody<B: Body> {
     inner: B,
     capture: SharedCapture,
     deadline: Option<(Pin<Box<tokio::time::Sleep>>, f64)>,
@@ -211,7 +211,7 @@ pub struct TeeBody<B: Body> {
 }
 
 impl<B: Body> TeeBody<B> {
-    pub fn new(inner: B, capture: SharedCapture) -> Self {
+    pub(crate) fn new(inner: B, capture: SharedCapture) -> Self {
         TeeBody {
             inner,
             capture,
@@ -222,12 +222,12 @@ impl<B: Body> TeeBody<B> {
     }
 
     /// Cut the body when `deadline` passes before it ends.
-    pub fn with_deadline(mut self, deadline: tokio::time::Instant, limit_s: f64) -> Self {
+    pub(crate) fn with_deadline(mut self, deadline: tokio::time::Instant, limit_s: f64) -> Self {
         self.deadline = Some((Box::pin(tokio::time::sleep_until(deadline)), limit_s));
         self
     }
 
-    pub fn on_end(mut self, f: impl FnOnce() + Send + Sync + 'static) -> Self {
+    pub(crate) fn on_end(mut self, f: impl FnOnce() + Send + Sync + 'static) -> Self {
         self.on_end = Some(Box::new(f));
         self
     }

@@ -50,7 +50,7 @@ use crate::fsx::{self, FsError};
 use crate::wire::api::SIM_DURATION_HEADER;
 
 use capture::{lock, Capture, SharedCapture, TeeBody};
-pub use capture::{BoxError, JSON_RECORD_CAP};
+pub(crate) use capture::{BoxError, JSON_RECORD_CAP};
 
 /// How long `shutdown` lets in-flight exchanges finish before cutting them.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -279,7 +279,7 @@ pub async fn start(
 
 /// [`start`], and keep every exchange whole in a cassette (`rlharness record`): the bodies
 /// still stream through, but each is also kept in memory until its exchange completes.
-pub async fn start_recording(
+pub(crate) async fn start_recording(
     listener: TcpListener,
     cfg: ProxyConfig,
     events: Option<EventSender>,
@@ -778,7 +778,7 @@ fn relay_response(
 }
 
 /// A standalone proxy (`rlharness proxy`): listen on `listen` until Ctrl-C.
-pub async fn run_standalone(listen: &str, cfg: ProxyConfig) -> Result<(), ProxyError> {
+pub(crate) async fn run_standalone(listen: &str, cfg: ProxyConfig) -> Result<(), ProxyError> {
     let listener = crate::backend::server::bind(listen)
         .await
         .map_err(|source| ProxyError::Bind {

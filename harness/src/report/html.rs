@@ -21,7 +21,7 @@ fn class(h: Headline) -> &'static str {
     }
 }
 
-pub fn render_html(r: &Report) -> String {
+pub(crate) fn render_html(r: &Report) -> String {
     let mut o = String::new();
     head_section(&mut o, r);
     if r.skipped.is_some() {

@@ -108,7 +108,7 @@ fn suite(r: &Report) -> TestSuite {
 }
 
 /// All scenarios of one invocation in one JUnit document.
-pub fn render_junit(reports: &[Report]) -> String {
+pub(crate) fn render_junit(reports: &[Report]) -> String {
     let mut report = JunitReport::new("rlharness");
     for r in reports {
         report.add_test_suite(suite(r));

@@ -5,34 +5,34 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::compare::RunStatus;
+pub(crate) use crate::compare::RunStatus;
 use crate::compare::{ChecksSpec, DroppedValue, ExpectedVerdict, ReplayRecord};
 use crate::fsx;
 
-pub const MANIFEST_FILE: &str = "run.json";
-pub const METRICS_FILE: &str = "metrics.csv";
+pub(crate) const MANIFEST_FILE: &str = "run.json";
+pub(crate) const METRICS_FILE: &str = "metrics.csv";
 
 /// A scenario value that differs from its default, and where the value came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KnobDiff {
     /// Dotted path, e.g. `config.actor_rollout_ref.actor.optim.lr`.
-    pub key: String,
+    pub(crate) key: String,
     /// The default, as text (`None` when the knob has no default).
-    pub default: Option<String>,
-    pub value: String,
+    pub(crate) default: Option<String>,
+    pub(crate) value: String,
     /// `scenarios/x.yaml:12:5`, `--set`, `backends/arctic.yaml:3:1`, ...
-    pub origin: String,
+    pub(crate) origin: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunManifest {
     /// The scenario's name (the golden store's first key).
-    pub scenario: String,
+    pub(crate) scenario: String,
     /// The scenario file, relative to where the harness ran.
-    pub scenario_path: String,
+    pub(crate) scenario_path: String,
     /// The golden hardware key (`cpu`, `h200`, ...).
-    pub hardware: String,
+    pub(crate) hardware: String,
     pub status: RunStatus,
     /// Why the run ended as it did when it did not complete (or why it was skipped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -42,61 +42,61 @@ pub struct RunManifest {
     pub failed_step: Option<u64>,
     pub seed: u64,
     /// Planned steps.
-    pub steps: u64,
+    pub(crate) steps: u64,
     #[serde(default)]
-    pub checks: ChecksSpec,
+    pub(crate) checks: ChecksSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expected_verdict: Option<ExpectedVerdict>,
-    pub harness_version: String,
+    pub(crate) expected_verdict: Option<ExpectedVerdict>,
+    pub(crate) harness_version: String,
     /// The commit of the checkout the run was started in (its scenarios and goldens).
     #[serde(default)]
-    pub git_commit: Option<String>,
+    pub(crate) git_commit: Option<String>,
     /// The commit the binary was built from; differs from `git_commit` when a binary runs in
     /// another tree (a copied working tree on a GPU box).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub build_commit: Option<String>,
-    pub host: String,
+    pub(crate) build_commit: Option<String>,
+    pub(crate) host: String,
     /// The device as reported (`cpu`, `NVIDIA H200`).
-    pub device: String,
+    pub(crate) device: String,
     #[serde(default)]
-    pub threads: Option<u64>,
+    pub(crate) threads: Option<u64>,
     #[serde(default)]
-    pub torch_version: Option<String>,
+    pub(crate) torch_version: Option<String>,
     /// A deterministic backend's numeric fingerprint and CPU kernel pinning: a golden of the
     /// same fingerprint is held bit for bit (the exact lane).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub numerics: Option<crate::wire::runtime::Numerics>,
+    pub(crate) numerics: Option<crate::wire::runtime::Numerics>,
     /// RFC 3339.
-    pub started: String,
+    pub(crate) started: String,
     #[serde(default)]
-    pub ended: Option<String>,
-    pub plan_hash: String,
-    pub scenario_hash: String,
+    pub(crate) ended: Option<String>,
+    pub(crate) plan_hash: String,
+    pub(crate) scenario_hash: String,
     /// Knobs that differ from the defaults.
     #[serde(default)]
-    pub knobs: Vec<KnobDiff>,
+    pub(crate) knobs: Vec<KnobDiff>,
     /// A self-test's planted run: the directory of the reference run it was judged against
     /// (its golden), as given to the harness.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference_run: Option<String>,
     /// Set when this run wrote a pending golden (the path of its `metrics.csv.new`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pending_golden: Option<String>,
+    pub(crate) pending_golden: Option<String>,
     /// Facts the report must state about how the run was observed (e.g. "no wire observed").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     /// Values kept out of `metrics.csv` because they cannot be true (an MFU outside (0, 1]);
     /// the judge fails a sanity rule on each and lets expectations see them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub dropped: Vec<DroppedValue>,
+    pub(crate) dropped: Vec<DroppedValue>,
     /// A replay backend's account of the requests it was sent (the replay rule's evidence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replay: Option<ReplayRecord>,
+    pub(crate) replay: Option<ReplayRecord>,
 }
 
 impl RunManifest {
     /// What the judge reads of this run (with its series).
-    pub fn record<'a>(
+    pub(crate) fn record<'a>(
         &'a self,
         metrics: &'a crate::metrics::MetricTable,
     ) -> crate::compare::RunRecord<'a> {

@@ -27,7 +27,7 @@ fn code(s: &str) -> String {
     format!("`{}`", cell(s).replace('`', "'"))
 }
 
-pub fn render_markdown(r: &Report) -> String {
+pub(crate) fn render_markdown(r: &Report) -> String {
     let mut out = String::new();
     headline_section(&mut out, r);
     if r.skipped.is_some() {

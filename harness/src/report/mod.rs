@@ -14,45 +14,45 @@ use crate::metrics::MetricTable;
 
 mod html;
 mod junit;
-pub mod manifest;
+pub(crate) mod manifest;
 pub(crate) mod markdown;
 mod plots;
-pub mod seeds;
-pub mod terminal;
+pub(crate) mod seeds;
+pub(crate) mod terminal;
 
-pub use html::render_html;
-pub use junit::render_junit;
+pub(crate) use html::render_html;
+pub(crate) use junit::render_junit;
 pub use manifest::{KnobDiff, ManifestError, RunManifest};
-pub use markdown::render_markdown;
-pub use plots::{render_overlay, render_plots};
-pub use terminal::render_terminal;
+pub(crate) use markdown::render_markdown;
+pub(crate) use plots::{render_overlay, render_plots};
+pub(crate) use terminal::render_terminal;
 
 /// Facts about the run that the reports show (paths and times are volatile: snapshot tests
 /// redact them).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunInfo {
-    pub run_id: String,
-    pub dir: String,
-    pub scenario_path: String,
-    pub hardware: String,
-    pub status: Option<RunStatus>,
-    pub reason: Option<String>,
-    pub failed_step: Option<u64>,
-    pub seed: Option<u64>,
-    pub steps: Option<u64>,
-    pub harness_version: String,
-    pub git_commit: Option<String>,
-    pub host: String,
+    pub(crate) run_id: String,
+    pub(crate) dir: String,
+    pub(crate) scenario_path: String,
+    pub(crate) hardware: String,
+    pub(crate) status: Option<RunStatus>,
+    pub(crate) reason: Option<String>,
+    pub(crate) failed_step: Option<u64>,
+    pub(crate) seed: Option<u64>,
+    pub(crate) steps: Option<u64>,
+    pub(crate) harness_version: String,
+    pub(crate) git_commit: Option<String>,
+    pub(crate) host: String,
     pub device: String,
-    pub threads: Option<u64>,
+    pub(crate) threads: Option<u64>,
     pub torch_version: Option<String>,
     pub numerics: Option<crate::wire::runtime::Numerics>,
-    pub started: Option<String>,
-    pub ended: Option<String>,
+    pub(crate) started: Option<String>,
+    pub(crate) ended: Option<String>,
 }
 
 impl RunInfo {
-    pub fn from_manifest(m: &RunManifest, dir: &Path) -> RunInfo {
+    pub(crate) fn from_manifest(m: &RunManifest, dir: &Path) -> RunInfo {
         RunInfo {
             run_id: RunInfo::id_of(dir),
             dir: dir.display().to_string(),
@@ -76,7 +76,7 @@ impl RunInfo {
     }
 
     /// A run's id: the name of its directory.
-    pub fn id_of(dir: &Path) -> String {
+    pub(crate) fn id_of(dir: &Path) -> String {
         dir.file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
@@ -88,20 +88,20 @@ impl RunInfo {
 pub struct Reference {
     /// `golden` or the other run's id.
     pub label: String,
-    pub table: MetricTable,
-    pub provenance: Option<Provenance>,
+    pub(crate) table: MetricTable,
+    pub(crate) provenance: Option<Provenance>,
 }
 
 impl Reference {
     /// A self-test's reference run (`reference_golden`), labelled as what it is.
-    pub fn from_reference_run(g: &Golden) -> Reference {
+    pub(crate) fn from_reference_run(g: &Golden) -> Reference {
         Reference {
             label: "reference run".into(),
             ..Reference::from_golden(g)
         }
     }
 
-    pub fn from_golden(g: &Golden) -> Reference {
+    pub(crate) fn from_golden(g: &Golden) -> Reference {
         Reference {
             label: "golden".into(),
             table: g.table.clone(),
@@ -113,25 +113,25 @@ impl Reference {
 /// Everything every renderer needs about one scenario's run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
-    pub scenario: String,
+    pub(crate) scenario: String,
     pub run: RunInfo,
     /// `None` when the scenario was skipped or never judged.
     pub verdict: Option<Verdict>,
     pub expected: Option<ExpectedVerdict>,
     pub metrics: MetricTable,
     pub reference: Option<Reference>,
-    pub knobs: Vec<KnobDiff>,
-    pub skipped: Option<String>,
+    pub(crate) knobs: Vec<KnobDiff>,
+    pub(crate) skipped: Option<String>,
     pub trainer_tail: Option<String>,
     /// The pending golden this run wrote, if any.
-    pub pending_golden: Option<String>,
+    pub(crate) pending_golden: Option<String>,
     /// Facts about how the run was observed ("no wire observed: ...").
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// The verdict in one line, shared by every renderer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Headline {
+pub(crate) enum Headline {
     Passed,
     ExpectedFailure,
     Failed,
@@ -142,7 +142,7 @@ pub enum Headline {
 
 impl Report {
     /// A skipped scenario: its requirements are not met here.
-    pub fn skipped(scenario: &str, reason: &str) -> Report {
+    pub(crate) fn skipped(scenario: &str, reason: &str) -> Report {
         Report {
             scenario: scenario.into(),
             run: RunInfo {
@@ -163,7 +163,7 @@ impl Report {
     }
 
     /// A judged (or failed) run from its manifest.
-    pub fn from_run(
+    pub(crate) fn from_run(
         dir: &Path,
         manifest: &RunManifest,
         metrics: MetricTable,
@@ -194,7 +194,7 @@ impl Report {
     }
 
     /// The strict match against `expected_verdict`, when the scenario declares one.
-    pub fn expected_match(&self) -> Option<Result<(), String>> {
+    pub(crate) fn expected_match(&self) -> Option<Result<(), String>> {
         let e = self.expected.as_ref()?;
         Some(match_expected(
             self.verdict.as_ref(),
@@ -210,7 +210,7 @@ impl Report {
         )
     }
 
-    pub fn headline(&self) -> Headline {
+    pub(crate) fn headline(&self) -> Headline {
         if self.skipped.is_some() {
             return Headline::Skipped;
         }
@@ -343,7 +343,7 @@ impl Report {
     }
 
     /// The checked metrics, in rule order (plots and per-metric tables follow it).
-    pub fn checked_metrics(&self) -> Vec<String> {
+    pub(crate) fn checked_metrics(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         if let Some(v) = &self.verdict {
             for r in &v.rules {
@@ -421,15 +421,15 @@ pub(crate) fn status_cell(s: RuleStatus) -> String {
 
 /// One row of the rules table.
 pub(crate) struct RuleRow<'a> {
-    pub rule: &'a str,
-    pub status: RuleStatus,
+    pub(crate) rule: &'a str,
+    pub(crate) status: RuleStatus,
     /// The step or window of the evidence.
-    pub at: &'a str,
-    pub value: String,
-    pub golden: String,
-    pub band: String,
-    pub margin: String,
-    pub evidence: &'a str,
+    pub(crate) at: &'a str,
+    pub(crate) value: String,
+    pub(crate) golden: String,
+    pub(crate) band: String,
+    pub(crate) margin: String,
+    pub(crate) evidence: &'a str,
 }
 
 impl<'a> RuleRow<'a> {
@@ -450,13 +450,13 @@ impl<'a> RuleRow<'a> {
 
 /// One compared point of a golden rule, in a metric's points table.
 pub(crate) struct PointRow {
-    pub at: String,
-    pub value: String,
-    pub golden: String,
-    pub band: String,
+    pub(crate) at: String,
+    pub(crate) value: String,
+    pub(crate) golden: String,
+    pub(crate) band: String,
     /// Distance to the nearer band edge (negative outside the band).
-    pub margin: String,
-    pub status: RuleStatus,
+    pub(crate) margin: String,
+    pub(crate) status: RuleStatus,
 }
 
 impl PointRow {
@@ -610,7 +610,7 @@ fn golden_text(p: &Provenance) -> String {
 }
 
 /// A file name for a metric's plot: `critic/rewards/mean` -> `critic_rewards_mean.svg`.
-pub fn plot_file_name(metric: &str) -> String {
+pub(crate) fn plot_file_name(metric: &str) -> String {
     let mut s: String = metric
         .chars()
         .map(|c| {
@@ -679,7 +679,7 @@ struct RunDoc<'a> {
     ended: Option<&'a str>,
 }
 
-pub fn render_verdict_json(r: &Report) -> String {
+pub(crate) fn render_verdict_json(r: &Report) -> String {
     let doc = VerdictDoc {
         scenario: &r.scenario,
         exit_code: r.exit_status().code(),
@@ -728,14 +728,14 @@ pub fn render_verdict_json(r: &Report) -> String {
 // The one place that writes.
 
 #[derive(Debug, thiserror::Error)]
-pub enum ReportError {
+pub(crate) enum ReportError {
     #[error(transparent)]
     Fs(#[from] fsx::FsError),
 }
 
 /// Write every report of one scenario into `dir`: verdict.json, report.md, report.html,
 /// junit.xml and plots/*.svg (atomically, file by file).
-pub fn write_reports(dir: &Path, r: &Report) -> Result<(), ReportError> {
+pub(crate) fn write_reports(dir: &Path, r: &Report) -> Result<(), ReportError> {
     fsx::write_atomic(&dir.join("verdict.json"), render_verdict_json(r).as_bytes())?;
     fsx::write_atomic(&dir.join("report.md"), render_markdown(r).as_bytes())?;
     fsx::write_atomic(&dir.join("report.html"), render_html(r).as_bytes())?;
@@ -753,7 +753,7 @@ pub fn write_reports(dir: &Path, r: &Report) -> Result<(), ReportError> {
 // `rlharness compare RUN [RUN2]`
 
 /// The provenance of a golden made from a run: what its manifest says of the run, dated `date`.
-pub fn provenance_of_run(m: &RunManifest, date: String) -> Provenance {
+pub(crate) fn provenance_of_run(m: &RunManifest, date: String) -> Provenance {
     Provenance {
         date,
         harness_version: m.harness_version.clone(),
@@ -774,7 +774,7 @@ pub fn provenance_of_run(m: &RunManifest, date: String) -> Provenance {
 }
 
 /// A self-test's reference run as the golden its planted run is judged against.
-pub fn reference_golden(dir: &Path, m: &RunManifest, table: MetricTable) -> Golden {
+pub(crate) fn reference_golden(dir: &Path, m: &RunManifest, table: MetricTable) -> Golden {
     Golden {
         scenario: m.scenario.clone(),
         hardware: m.hardware.clone(),
@@ -787,7 +787,7 @@ pub fn reference_golden(dir: &Path, m: &RunManifest, table: MetricTable) -> Gold
 }
 
 /// The golden a stored run was judged against: its self-test reference run, or the store's.
-pub fn golden_of_run(
+pub(crate) fn golden_of_run(
     manifest: &RunManifest,
     golden_root: &Path,
 ) -> Result<Option<Golden>, CommandError> {
@@ -803,7 +803,7 @@ pub fn golden_of_run(
     }
 }
 
-pub fn load_run(dir: &Path) -> Result<(RunManifest, MetricTable), CommandError> {
+pub(crate) fn load_run(dir: &Path) -> Result<(RunManifest, MetricTable), CommandError> {
     let m = RunManifest::read(dir).map_err(|e| CommandError::invalid(e.to_string()))?;
     let t = MetricTable::read_csv(&dir.join(manifest::METRICS_FILE))
         .map_err(|e| CommandError::invalid(format!("invalid run series: {e}")))?;
@@ -811,7 +811,7 @@ pub fn load_run(dir: &Path) -> Result<(RunManifest, MetricTable), CommandError> 
 }
 
 /// Where `compare` writes: beside the run, never over the run's own reports.
-pub fn compare_out_dir(run: &Path, run2: Option<&Path>) -> PathBuf {
+pub(crate) fn compare_out_dir(run: &Path, run2: Option<&Path>) -> PathBuf {
     match run2 {
         None => run.join("compare").join("golden"),
         Some(b) => run.join("compare").join(

@@ -247,7 +247,7 @@ fn draw_metric(
 }
 
 /// One SVG per checked metric: `(file name, svg)`.
-pub fn render_plots(r: &Report) -> Vec<(String, String)> {
+pub(crate) fn render_plots(r: &Report) -> Vec<(String, String)> {
     let Some(v) = &r.verdict else {
         return Vec::new();
     };
@@ -284,7 +284,7 @@ pub fn render_plots(r: &Report) -> Vec<(String, String)> {
 }
 
 /// Two runs of one metric on one chart (`rlharness compare RUN RUN2`).
-pub fn render_overlay(
+pub(crate) fn render_overlay(
     run_a: &MetricTable,
     run_b: &MetricTable,
     metric: &str,
@@ -306,7 +306,7 @@ pub fn render_overlay(
 /// A multi-seed run's plot of one metric: every seed's series, the golden's, the calibration's
 /// spread per step (mean ± 2σ, shaded), and the windows the seeds were tested on, each with the
 /// seeds' mean and the limit the test put on it.
-pub fn render_seeds(
+pub(crate) fn render_seeds(
     metric: &str,
     seeds: &[(u64, Vec<(u64, f64)>)],
     golden: Option<&[(u64, f64)]>,

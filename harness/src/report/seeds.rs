@@ -22,7 +22,7 @@ use crate::fsx;
 use crate::golden::GoldenStore;
 use crate::metrics::MetricTable;
 
-pub const SEEDS_FILE: &str = "seeds.json";
+pub(crate) const SEEDS_FILE: &str = "seeds.json";
 
 /// The id of a metric's distribution test (see `compare::seeds`).
 pub(crate) fn seeds_rule_id_of(metric: &str) -> String {
@@ -32,43 +32,43 @@ pub(crate) fn seeds_rule_id_of(metric: &str) -> String {
 /// `seeds.json`: what a multi-seed run ran. Written before the first seed starts and again
 /// when the last one ends, so a run that dies still says what it was.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SeedsManifest {
-    pub format: String,
-    pub scenario: String,
-    pub scenario_path: String,
+pub(crate) struct SeedsManifest {
+    pub(crate) format: String,
+    pub(crate) scenario: String,
+    pub(crate) scenario_path: String,
     /// The scenario whose golden the seeds are judged against, when not this one (a
     /// multi-seed self-test's `selftest.golden`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub golden: Option<String>,
-    pub seeds: Vec<u64>,
+    pub(crate) golden: Option<String>,
+    pub(crate) seeds: Vec<u64>,
     /// The `--set` overrides and a self-test's plant, in order.
     #[serde(default)]
-    pub overrides: Vec<String>,
+    pub(crate) overrides: Vec<String>,
     /// A multi-seed self-test's declared verdict (of the combined run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expected_verdict: Option<ExpectedVerdict>,
-    pub started: String,
+    pub(crate) expected_verdict: Option<ExpectedVerdict>,
+    pub(crate) started: String,
     #[serde(default)]
-    pub ended: Option<String>,
+    pub(crate) ended: Option<String>,
     /// Seeds whose run could not be made at all (the error, by seed): their directories may
     /// hold no more than a manifest.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub errors: std::collections::BTreeMap<u64, String>,
+    pub(crate) errors: std::collections::BTreeMap<u64, String>,
 }
 
 impl SeedsManifest {
-    pub fn seed_dir(dir: &Path, seed: u64) -> PathBuf {
+    pub(crate) fn seed_dir(dir: &Path, seed: u64) -> PathBuf {
         dir.join(format!("seed-{seed}"))
     }
 
-    pub fn read(dir: &Path) -> Result<SeedsManifest, CommandError> {
+    pub(crate) fn read(dir: &Path) -> Result<SeedsManifest, CommandError> {
         let path = dir.join(SEEDS_FILE);
         let text = fsx::read_to_string(&path).map_err(|e| CommandError::invalid(e.to_string()))?;
         serde_json::from_str(&text)
             .map_err(|e| CommandError::invalid(format!("invalid {}: {e}", path.display())))
     }
 
-    pub fn write(&self, dir: &Path) -> Result<(), CommandError> {
+    pub(crate) fn write(&self, dir: &Path) -> Result<(), CommandError> {
         let mut text = serde_json::to_string_pretty(self)
             .map_err(|e| CommandError::run_failed(e.to_string()))?;
         text.push('\n');
@@ -78,12 +78,12 @@ impl SeedsManifest {
 }
 
 /// Whether `dir` is a multi-seed run's combined directory.
-pub fn is_combined(dir: &Path) -> bool {
+pub(crate) fn is_combined(dir: &Path) -> bool {
     dir.join(SEEDS_FILE).is_file()
 }
 
 /// A stored single run re-judged as `compare RUN` judges it: its report, in memory.
-pub fn judge_stored(dir: &Path, golden_root: &Path) -> Result<Report, CommandError> {
+pub(crate) fn judge_stored(dir: &Path, golden_root: &Path) -> Result<Report, CommandError> {
     let (manifest, table) = load_run(dir)?;
     let golden = golden_of_run(&manifest, golden_root)?;
     let verdict = crate::compare::judge_run(&manifest.record(&table), golden.as_ref());
@@ -116,7 +116,10 @@ fn seed_status(r: &Report) -> RuleStatus {
 
 /// The combined report of the multi-seed run in `dir`, from what it stores: each seed re-judged
 /// against the golden, then the seeds' distribution against the golden's calibration.
-pub fn judge_combined(dir: &Path, golden_root: &Path) -> Result<CombinedReport, CommandError> {
+pub(crate) fn judge_combined(
+    dir: &Path,
+    golden_root: &Path,
+) -> Result<CombinedReport, CommandError> {
     let manifest = SeedsManifest::read(dir)?;
     let StoredSeeds {
         seeds,
@@ -310,16 +313,16 @@ fn combined_run_info(
 }
 
 /// The combined report and what its plots draw.
-pub struct CombinedReport {
-    pub report: Report,
-    pub seeds: Vec<(u64, Report)>,
-    pub golden: Option<crate::golden::Golden>,
+pub(crate) struct CombinedReport {
+    pub(crate) report: Report,
+    pub(crate) seeds: Vec<(u64, Report)>,
+    pub(crate) golden: Option<crate::golden::Golden>,
 }
 
 impl CombinedReport {
     /// Write the combined reports into `out`: the usual files, with one plot per checked metric
     /// showing every seed, the golden and the calibration's spread.
-    pub fn write(&self, out: &Path) -> Result<(), CommandError> {
+    pub(crate) fn write(&self, out: &Path) -> Result<(), CommandError> {
         let fail = |e: String| CommandError::run_failed(e);
         // The combined report has no series of its own: its plots are the seeds'.
         write_reports(out, &self.report).map_err(|e| fail(e.to_string()))?;

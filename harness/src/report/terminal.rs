@@ -9,7 +9,7 @@ use super::{Headline, Report, RuleRow};
 use crate::compare::RuleStatus;
 
 /// Whether stdout should get colours: a terminal, and no `NO_COLOR`.
-pub fn stdout_color() -> bool {
+pub(crate) fn stdout_color() -> bool {
     std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
@@ -22,7 +22,7 @@ fn paint(text: &str, code: &str, color: bool) -> String {
 }
 
 /// The summary of one judged scenario; `reports` is the folder its files were written to.
-pub fn render_terminal(r: &Report, reports: Option<&str>, color: bool) -> String {
+pub(crate) fn render_terminal(r: &Report, reports: Option<&str>, color: bool) -> String {
     let code = match r.headline() {
         Headline::Passed | Headline::ExpectedFailure => "32",
         Headline::Skipped | Headline::NoGolden => "33",
@@ -44,7 +44,7 @@ pub fn render_terminal(r: &Report, reports: Option<&str>, color: bool) -> String
 
 /// One plain line per rule that did not pass: rule, status, step or window, value, reference
 /// and band (or the evidence's message when there is no value).
-pub fn failing_rules(r: &Report) -> Vec<String> {
+pub(crate) fn failing_rules(r: &Report) -> Vec<String> {
     let Some(v) = &r.verdict else {
         return Vec::new();
     };
@@ -72,7 +72,7 @@ pub fn failing_rules(r: &Report) -> Vec<String> {
 }
 
 /// The failing-rule lines of a finished scenario, as `render_terminal` prints them.
-pub fn print_failing(lines: &[String], color: bool) -> String {
+pub(crate) fn print_failing(lines: &[String], color: bool) -> String {
     lines
         .iter()
         .map(|l| format!("  {} {l}\n", paint("✗", "31", color)))

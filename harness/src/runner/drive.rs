@@ -13,15 +13,15 @@ use crate::proxy::ProxyHandle;
 
 /// How the run's end was decided.
 pub(super) struct Driven {
-    pub end: RunEnd,
+    pub(crate) end: RunEnd,
     /// The loop awaited the driver's task to completion (a JoinHandle is polled only once).
-    pub driver_done: bool,
+    pub(crate) driver_done: bool,
 }
 
 /// What the loop watches besides the events.
 pub(super) struct Limits {
-    pub step: Option<Duration>,
-    pub run: Option<Duration>,
+    pub(crate) step: Option<Duration>,
+    pub(crate) run: Option<Duration>,
 }
 
 /// The driver task's result as the run's end.

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::RunEnd;
 use crate::compare::RunStatus;
 use crate::driver::DriverSpec;
-use crate::error::{CommandError, ExitStatus};
+use crate::error::CommandError;
 use crate::plan::RunPlan;
 use crate::report::{KnobDiff, RunManifest};
 
@@ -60,19 +60,19 @@ pub(super) fn wire_notes(plan: &RunPlan, proxied: bool) -> Vec<String> {
 
 /// Facts about where a run ran, for `run.json` and the golden provenance.
 #[derive(Debug, Clone)]
-pub struct RunEnv {
-    pub device: String,
-    pub hardware: String,
-    pub threads: Option<u64>,
-    pub torch_version: Option<String>,
+pub(crate) struct RunEnv {
+    pub(crate) device: String,
+    pub(crate) hardware: String,
+    pub(crate) threads: Option<u64>,
+    pub(crate) torch_version: Option<String>,
     /// A deterministic backend's numeric identity (the exact lane's key).
-    pub numerics: Option<crate::wire::runtime::Numerics>,
+    pub(crate) numerics: Option<crate::wire::runtime::Numerics>,
 }
 
 impl RunEnv {
     /// The device a run computes on: what an in-process backend reports (torch), else this
     /// machine's CPU (the mock's simulated device only shapes the numbers it reports).
-    pub fn new(
+    pub(crate) fn new(
         runtime: Option<crate::backend::Runtime>,
         hardware_override: Option<&str>,
     ) -> RunEnv {
@@ -102,7 +102,7 @@ impl RunEnv {
 /// Build `run.json` for a plan; the runner writes it at start (status `running` is not a
 /// `RunStatus`, so a run in progress reads as `interrupted` until it ends: exactly what a
 /// killed run should say).
-pub fn manifest_for(
+pub(crate) fn manifest_for(
     plan: &RunPlan,
     env: &RunEnv,
     started: chrono::DateTime<chrono::Utc>,
@@ -153,7 +153,7 @@ pub(super) fn write_manifest(dir: &Path, m: &RunManifest) -> Result<(), CommandE
         .map_err(|e| CommandError::run_failed(e.to_string()))
 }
 
-pub fn git_commit() -> Option<String> {
+pub(crate) fn git_commit() -> Option<String> {
     let git = |args: &[&str]| -> Option<String> {
         let out = std::process::Command::new("git").args(args).output().ok()?;
         out.status
@@ -171,18 +171,10 @@ pub fn git_commit() -> Option<String> {
     })
 }
 
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
-}
-
-/// The exit status a finished run maps to before judging.
-pub fn end_status(end: &RunEnd) -> ExitStatus {
-    match end {
-        RunEnd::Completed => ExitStatus::Passed,
-        _ => ExitStatus::RunFailed,
-    }
 }
 
 /// How the run ended, for `run.json`, with what the judge needs besides the series (values

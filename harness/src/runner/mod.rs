@@ -22,8 +22,8 @@ use crate::metrics::MetricTable;
 use crate::plan::RunPlan;
 use crate::report::RunManifest;
 
-pub use env::{end_status, git_commit, hostname, manifest_for, RunEnv};
-pub use stages::create_run_dir;
+pub(crate) use env::RunEnv;
+pub(crate) use stages::create_run_dir;
 
 /// Options of `rlharness run` that apply to every scenario.
 #[derive(Debug, Clone)]
@@ -112,7 +112,7 @@ pub enum RunEnd {
 }
 
 impl RunEnd {
-    pub fn status(&self) -> &'static str {
+    pub(crate) fn status(&self) -> &'static str {
         match self {
             RunEnd::Completed => "completed",
             RunEnd::Failed { .. } => "failed",
@@ -121,7 +121,7 @@ impl RunEnd {
             RunEnd::Aborted { .. } => "aborted",
         }
     }
-    pub fn run_status(&self) -> RunStatus {
+    pub(crate) fn run_status(&self) -> RunStatus {
         match self {
             RunEnd::Completed => RunStatus::Completed,
             RunEnd::Failed { .. } => RunStatus::Failed,
@@ -130,7 +130,7 @@ impl RunEnd {
             RunEnd::Aborted { .. } => RunStatus::Aborted,
         }
     }
-    pub fn step(&self) -> Option<u64> {
+    pub(crate) fn step(&self) -> Option<u64> {
         match self {
             RunEnd::Completed => None,
             RunEnd::Failed { step, .. } => *step,
@@ -155,10 +155,10 @@ impl RunEnd {
 /// What one executed scenario produced.
 #[derive(Debug)]
 pub struct Executed {
-    pub manifest: RunManifest,
-    pub env: RunEnv,
-    pub plan: RunPlan,
-    pub run_dir: PathBuf,
+    pub(crate) manifest: RunManifest,
+    pub(crate) env: RunEnv,
+    pub(crate) plan: RunPlan,
+    pub(crate) run_dir: PathBuf,
     pub end: RunEnd,
     pub metrics: MetricTable,
     /// Built-in sanity failures (e.g. an MFU outside (0, 1]) as (step, metric, value).
@@ -166,9 +166,9 @@ pub struct Executed {
     /// A replay backend's account of the requests it was sent.
     pub replay: Option<crate::backend::replay::ReplayOutcome>,
     pub started: chrono::DateTime<chrono::Utc>,
-    pub ended: chrono::DateTime<chrono::Utc>,
+    pub(crate) ended: chrono::DateTime<chrono::Utc>,
     /// An external trainer's last output lines, when the run did not complete.
-    pub trainer_tail: Option<String>,
+    pub(crate) trainer_tail: Option<String>,
 }
 
 /// Run one planned scenario to its end (not judged yet).

@@ -12,15 +12,15 @@ use crate::plan::RunPlan;
 
 /// Every observer of one run, fed by the runner's event loop (`drive`).
 pub(super) struct Observers<'a> {
-    pub sanity: Sanity,
-    pub progress: Progress,
-    pub watchdog: Watchdog<'a>,
-    pub csv: MetricsCsvWriter,
-    pub stop_at: StopTracker,
-    pub request_timeout: Duration,
+    pub(crate) sanity: Sanity,
+    pub(crate) progress: Progress,
+    pub(crate) watchdog: Watchdog<'a>,
+    pub(crate) csv: MetricsCsvWriter,
+    pub(crate) stop_at: StopTracker,
+    pub(crate) request_timeout: Duration,
     plan: &'a RunPlan,
     /// The step the driver said it is on (for the reasons of hangs and interrupts).
-    pub current_step: u64,
+    pub(crate) current_step: u64,
 }
 
 impl<'a> Observers<'a> {
@@ -98,7 +98,7 @@ impl<'a> Observers<'a> {
 #[derive(Debug, Default)]
 pub(super) struct Sanity {
     /// (step, metric, value) of every dropped value.
-    pub dropped: Vec<(u64, String, f64)>,
+    pub(crate) dropped: Vec<(u64, String, f64)>,
 }
 
 impl Sanity {
@@ -121,7 +121,7 @@ pub(super) struct StopTracker {
     stepped: bool,
     step_starts: u64,
     /// Why the run was stopped, once it was.
-    pub why: Option<String>,
+    pub(crate) why: Option<String>,
 }
 
 impl StopTracker {

@@ -30,11 +30,11 @@ pub(super) type DriverTask = tokio::task::JoinHandle<Result<(), DriverError>>;
 
 /// What the first stage made: the run directory with its manifest and its (empty) series.
 pub(super) struct Prepared {
-    pub translation: Option<Translation>,
-    pub run_dir: PathBuf,
-    pub env: RunEnv,
-    pub manifest: RunManifest,
-    pub csv: MetricsCsvWriter,
+    pub(crate) translation: Option<Translation>,
+    pub(crate) run_dir: PathBuf,
+    pub(crate) env: RunEnv,
+    pub(crate) manifest: RunManifest,
+    pub(crate) csv: MetricsCsvWriter,
 }
 
 /// Stage 1: translate (input errors come before anything starts; only the builtin driver
@@ -115,11 +115,11 @@ pub(super) async fn start_backend_stage(
 
 /// Where the driver's requests go, and the proxy that records them.
 pub(super) struct Wire {
-    pub proxy: Option<ProxyHandle>,
+    pub(crate) proxy: Option<ProxyHandle>,
     /// The proxy's URL (what a command trainer is told).
-    pub proxy_url: Option<String>,
+    pub(crate) proxy_url: Option<String>,
     /// Where the builtin driver sends: the proxy, or the backend itself under `--direct`.
-    pub driver_url: Option<String>,
+    pub(crate) driver_url: Option<String>,
 }
 
 /// Stage 3: the recording proxy in front of the backend (a fixed address for a command
@@ -326,17 +326,17 @@ pub(super) async fn stop_servers(
 
 /// A backend running in-process, with what stops it.
 pub(super) struct RunningBackend {
-    pub url: String,
+    pub(crate) url: String,
     /// Where an in-process backend computes, and its numeric identity when deterministic.
-    pub runtime: Option<crate::backend::Runtime>,
+    pub(crate) runtime: Option<crate::backend::Runtime>,
     /// The start-up flags of an in-process server (what `--training-gpus` etc. would be), so
     /// the propagation check sees them (`srv.*`).
-    pub flags: Option<Value>,
+    pub(crate) flags: Option<Value>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
-    pub replay: Option<crate::backend::replay::ReplayHandle>,
+    pub(crate) replay: Option<crate::backend::replay::ReplayHandle>,
     /// The torch backend's process, killed and reaped at shutdown (and when dropped).
-    pub child: Option<crate::backend::child::TorchChild>,
+    pub(crate) child: Option<crate::backend::child::TorchChild>,
 }
 
 impl RunningBackend {
@@ -535,7 +535,7 @@ async fn start_replay(plan: &RunPlan, cassette: &str) -> Result<RunningBackend, 
 }
 
 /// Create `OUT/<scenario>/<run-id>/` and point `OUT/<scenario>/latest` at it.
-pub fn create_run_dir(
+pub(crate) fn create_run_dir(
     out: &Path,
     scenario: &str,
     plan_hash: &str,

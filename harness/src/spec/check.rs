@@ -11,7 +11,7 @@ use super::{discover, load_scenario, SpecError};
 
 /// What kind of file a report is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileKind {
+pub(crate) enum FileKind {
     Scenario,
     /// A backend or defaults file (linted for verl's config format).
     LayerFile,
@@ -27,8 +27,8 @@ pub enum Diagnostic {
 /// The outcome of one file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FileReport {
-    pub path: PathBuf,
-    pub kind: FileKind,
+    pub(crate) path: PathBuf,
+    pub(crate) kind: FileKind,
     pub errors: Vec<Diagnostic>,
 }
 
@@ -174,10 +174,10 @@ fn plural(n: usize) -> &'static str {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListEntry {
     pub path: PathBuf,
-    pub name: String,
-    pub tags: Vec<String>,
+    pub(crate) name: String,
+    pub(crate) tags: Vec<String>,
     /// `Requires::summary`.
-    pub requires: String,
+    pub(crate) requires: String,
     /// `Err(reasons)` when it cannot run here (unmet requirements, or the file is invalid).
     pub runnable: Result<(), Vec<String>>,
 }

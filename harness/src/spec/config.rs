@@ -37,14 +37,14 @@ use super::SpecError;
 use crate::fsx;
 
 /// The defaults file, relative to the scenarios root.
-pub const DEFAULTS_FILE: &str = "defaults/verl.yaml";
+pub(crate) const DEFAULTS_FILE: &str = "defaults/verl.yaml";
 
 /// The verl defaults built into the binary: used when the scenarios root has no
 /// `defaults/verl.yaml` of its own (a scenario in a user's repository or a temp folder).
-pub const BUILTIN_DEFAULTS: &str = include_str!("../../../scenarios/defaults/verl.yaml");
+pub(crate) const BUILTIN_DEFAULTS: &str = include_str!("../../../scenarios/defaults/verl.yaml");
 
 /// The name the built-in defaults go by in origins and error messages.
-pub const BUILTIN_DEFAULTS_NAME: &str = "<built-in>/defaults/verl.yaml";
+pub(crate) const BUILTIN_DEFAULTS_NAME: &str = "<built-in>/defaults/verl.yaml";
 
 /// A resolved value (a leaf or a whole subtree) and where it came from. For a subtree the
 /// origin is that of the highest layer that wrote the mapping itself.
@@ -81,19 +81,13 @@ impl ConfigTree {
         }
     }
 
-    /// A tree with no layers at all (for tests and callers that build scenarios in code).
-    pub fn empty() -> Self {
-        let root = SpannedNode::new(SpannedValue::Map(Vec::new()), Pos::new("<none>", 0, 0));
-        Self::build(root, None)
-    }
-
     /// A leaf or a subtree; `""` is the whole tree.
     pub fn get(&self, path: &str) -> Option<&Resolved> {
         self.entries.get(path)
     }
 
     /// The spanned node at a path (for positioned errors in later stages).
-    pub fn node(&self, path: &str) -> Option<&SpannedNode> {
+    pub(crate) fn node(&self, path: &str) -> Option<&SpannedNode> {
         if path.is_empty() {
             return Some(&self.root);
         }
@@ -121,7 +115,7 @@ impl ConfigTree {
     }
 
     /// The default value of a leaf (from the defaults file and included files), if any.
-    pub fn default_of(&self, path: &str) -> Option<&Value> {
+    pub(crate) fn default_of(&self, path: &str) -> Option<&Value> {
         self.defaults.get(path)
     }
 
@@ -174,7 +168,7 @@ fn collect_entries(
 
 /// The scenarios root of a scenario file: the nearest ancestor folder named `scenarios`, else
 /// the file's own folder.
-pub fn scenarios_root(scenario: &Path) -> PathBuf {
+pub(crate) fn scenarios_root(scenario: &Path) -> PathBuf {
     let parent = scenario.parent().unwrap_or(Path::new(""));
     parent
         .ancestors()
@@ -184,7 +178,7 @@ pub fn scenarios_root(scenario: &Path) -> PathBuf {
 }
 
 /// Read and parse a layer file (defaults or include); its values become `Origin::Default`.
-pub fn load_layer_file(path: &Path) -> Result<SpannedNode, SpecError> {
+pub(crate) fn load_layer_file(path: &Path) -> Result<SpannedNode, SpecError> {
     let text = fsx::read_to_string(path).map_err(|e| SpecError::file(path, e.to_string()))?;
     load_layer_text(&text, path)
 }
@@ -203,16 +197,16 @@ fn load_layer_text(text: &str, path: &Path) -> Result<SpannedNode, SpecError> {
 }
 
 /// Merges layers into one spanned tree, collecting every error it meets.
-pub struct Layering {
+pub(crate) struct Layering {
     root: PathBuf,
-    pub errors: Vec<SpecError>,
+    pub(crate) errors: Vec<SpecError>,
     /// Every file read, in reading order (for the scenario hash).
-    pub sources: Vec<PathBuf>,
+    pub(crate) sources: Vec<PathBuf>,
     include_stack: Vec<PathBuf>,
 }
 
 impl Layering {
-    pub fn new(root: PathBuf) -> Self {
+    pub(crate) fn new(root: PathBuf) -> Self {
         Self {
             root,
             errors: Vec::new(),
@@ -230,7 +224,13 @@ impl Layering {
 
     /// Apply `over` onto `base` at `path`. With `strict`, keys must exist in `base` (the
     /// scenario and `--set` layers); without, a layer may add keys (included files).
-    pub fn apply(&mut self, base: &mut SpannedNode, over: SpannedNode, path: &str, strict: bool) {
+    pub(crate) fn apply(
+        &mut self,
+        base: &mut SpannedNode,
+        over: SpannedNode,
+        path: &str,
+        strict: bool,
+    ) {
         let SpannedNode { value, origin, pos } = over;
         let mut entries = match value {
             SpannedValue::Map(entries) => entries,
@@ -433,7 +433,7 @@ impl Layering {
 
 /// Keep only what the include layer contributes: the `include` keys and the mappings that
 /// lead to them. Applying this to the defaults gives the scenario's base, its "defaults".
-pub fn includes_only(node: &SpannedNode) -> Option<SpannedNode> {
+pub(crate) fn includes_only(node: &SpannedNode) -> Option<SpannedNode> {
     let SpannedValue::Map(entries) = &node.value else {
         return None;
     };
@@ -459,19 +459,19 @@ pub fn includes_only(node: &SpannedNode) -> Option<SpannedNode> {
 
 /// One parsed `--set` argument.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Override {
+pub(crate) struct Override {
     /// `KEY=VALUE` as given, minus nothing (for messages and provenance).
-    pub arg: String,
+    pub(crate) arg: String,
     /// 0: plain; 1: `+key` (add a new key); 2: `++key` (add or replace).
-    pub plus: u8,
-    pub segments: Vec<String>,
-    pub value: SpannedNode,
+    pub(crate) plus: u8,
+    pub(crate) segments: Vec<String>,
+    pub(crate) value: SpannedNode,
 }
 
 impl Override {
     /// Parse `KEY=VALUE`. VALUE is a YAML flow value (`[1, 2]`, `true`, `'text'`, `{a: 1}`);
     /// an empty VALUE is the empty string, as in Hydra.
-    pub fn parse(arg: &str) -> Result<Self, SpecError> {
+    pub(crate) fn parse(arg: &str) -> Result<Self, SpecError> {
         let pos = Pos::set_arg(arg);
         let Some((key, raw)) = arg.split_once('=') else {
             return Err(SpecError::at(&pos, "", "expected KEY=VALUE"));
@@ -511,11 +511,11 @@ impl Override {
         })
     }
 
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         self.segments.join(".")
     }
 
-    pub fn pos(&self) -> Pos {
+    pub(crate) fn pos(&self) -> Pos {
         Pos::set_arg(&self.arg)
     }
 }
@@ -533,7 +533,7 @@ fn set_pos_deep(node: &mut SpannedNode, pos: &Pos) {
 }
 
 /// Apply a config override (segments relative to the config root) to the layered tree.
-pub fn apply_config_override(
+pub(crate) fn apply_config_override(
     layering: &mut Layering,
     tree: &mut SpannedNode,
     ov: &Override,
@@ -599,7 +599,10 @@ pub fn apply_config_override(
 
 /// Resolve every `${...}` of a tree. Errors name the position of the string holding the
 /// reference and its `config.` key path.
-pub fn resolve_interpolations(root: &SpannedNode, errors: &mut Vec<SpecError>) -> SpannedNode {
+pub(crate) fn resolve_interpolations(
+    root: &SpannedNode,
+    errors: &mut Vec<SpecError>,
+) -> SpannedNode {
     let mut r = Resolver {
         root,
         done: HashMap::new(),
@@ -912,14 +915,14 @@ impl<'a> Resolver<'a> {
 }
 
 /// Everything layering produces for one scenario.
-pub struct LayeredConfig {
-    pub tree: ConfigTree,
-    pub sources: Vec<PathBuf>,
+pub(crate) struct LayeredConfig {
+    pub(crate) tree: ConfigTree,
+    pub(crate) sources: Vec<PathBuf>,
 }
 
 /// Build the config tree of a scenario: defaults, includes and the scenario's `config` node
 /// (`None` when the scenario has none), then the config overrides, then interpolation.
-pub fn layer_config(
+pub(crate) fn layer_config(
     root_dir: &Path,
     scenario_config: Option<SpannedNode>,
     overrides: &[(&Override, Vec<String>)],

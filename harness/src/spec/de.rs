@@ -20,9 +20,9 @@ use super::SpecError;
 /// A serde error on its way out: position and key path are filled in by the innermost node
 /// that sees it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeError {
-    pub message: String,
-    pub at: Option<(Pos, String)>,
+pub(crate) struct DeError {
+    pub(crate) message: String,
+    pub(crate) at: Option<(Pos, String)>,
 }
 
 impl fmt::Display for DeError {
@@ -52,7 +52,7 @@ impl DeError {
 }
 
 /// Deserialize a typed value from a node. `path` is the node's key path (for messages).
-pub fn from_node<'a, T: de::Deserialize<'a>>(
+pub(crate) fn from_node<'a, T: de::Deserialize<'a>>(
     node: &'a SpannedNode,
     path: &str,
 ) -> Result<T, SpecError> {
@@ -79,9 +79,9 @@ fn located<T>(node: &SpannedNode, path: &str, r: Result<T, DeError>) -> Result<T
 }
 
 /// A deserializer over one node, knowing its key path.
-pub struct NodeDe<'a> {
-    pub node: &'a SpannedNode,
-    pub path: String,
+pub(crate) struct NodeDe<'a> {
+    pub(crate) node: &'a SpannedNode,
+    pub(crate) path: String,
 }
 
 impl<'a> NodeDe<'a> {

@@ -20,7 +20,7 @@ pub struct SpecError {
 }
 
 impl SpecError {
-    pub fn at(pos: &Pos, key_path: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn at(pos: &Pos, key_path: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             file: pos.file.clone(),
             line: pos.line,
@@ -31,7 +31,7 @@ impl SpecError {
     }
 
     /// An error about a whole file (it cannot be read, or is missing).
-    pub fn file(file: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+    pub(crate) fn file(file: impl Into<PathBuf>, message: impl Into<String>) -> Self {
         Self {
             file: file.into(),
             line: 0,
@@ -39,20 +39,6 @@ impl SpecError {
             key_path: String::new(),
             message: message.into(),
         }
-    }
-
-    /// The same error with its key path under a prefix (`config` + `a.b` = `config.a.b`).
-    pub fn prefixed(mut self, prefix: &str) -> Self {
-        if !prefix.is_empty() {
-            self.key_path = if self.key_path.is_empty() {
-                prefix.to_string()
-            } else if self.key_path.starts_with('[') {
-                format!("{prefix}{}", self.key_path)
-            } else {
-                format!("{prefix}.{}", self.key_path)
-            };
-        }
-        self
     }
 }
 

@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 /// One format violation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LintIssue {
-    pub file: PathBuf,
-    pub line: usize,
-    pub message: String,
+    pub(crate) file: PathBuf,
+    pub(crate) line: usize,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for LintIssue {
@@ -78,7 +78,7 @@ fn is_comment(line: &str) -> bool {
 }
 
 /// Lint YAML text. `file` is only used in the issues.
-pub fn lint_text(file: &Path, text: &str) -> Vec<LintIssue> {
+pub(crate) fn lint_text(file: &Path, text: &str) -> Vec<LintIssue> {
     let lines: Vec<&str> = text.lines().collect();
     let mut issues = Vec::new();
     let issue = |line: usize, message: String| LintIssue {
@@ -131,7 +131,7 @@ pub fn lint_file(path: &Path) -> Vec<LintIssue> {
 
 /// The layer files of a scenarios root that must follow the format: `backends/*.yaml`
 /// (except `*.knobs.yaml` manifests, which are data, not config) and `defaults/*.yaml`.
-pub fn layer_files(root: &Path) -> Vec<PathBuf> {
+pub(crate) fn layer_files(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for dir in ["backends", "defaults"] {
         let Ok(entries) = std::fs::read_dir(root.join(dir)) else {

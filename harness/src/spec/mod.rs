@@ -7,11 +7,11 @@
 //! are collected across blocks, so one `check` shows every problem of a file.
 
 pub mod check;
-pub mod config;
-pub mod de;
-pub mod error;
+pub(crate) mod config;
+pub(crate) mod de;
+pub(crate) mod error;
 pub mod lint;
-pub mod yaml;
+pub(crate) mod yaml;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use config::{ConfigTree, Resolved};
+pub(crate) use config::ConfigTree;
 pub use error::{SpecError, SpecErrors};
 pub use yaml::{Origin, Pos, SpannedNode, SpannedValue};
 
@@ -31,20 +31,20 @@ use yaml::join_path;
 pub struct Scenario {
     pub path: PathBuf,
     pub name: String,
-    pub description: String,
-    pub tags: Vec<String>,
-    pub requires: Requires,
+    pub(crate) description: String,
+    pub(crate) tags: Vec<String>,
+    pub(crate) requires: Requires,
     pub seed: u64,
     pub steps: u64,
     pub driver: crate::driver::DriverSpec,
     pub backend: crate::backend::BackendSpec,
-    pub metrics: crate::metrics::MetricsSpec,
+    pub(crate) metrics: crate::metrics::MetricsSpec,
     pub checks: crate::checks::ChecksSpec,
-    pub timeouts: Timeouts,
+    pub(crate) timeouts: Timeouts,
     pub expected_verdict: Option<crate::checks::ExpectedVerdict>,
     /// A self-test of the harness: a planted change judged against a reference run of the
     /// same scenario on this host.
-    pub selftest: Option<SelfTest>,
+    pub(crate) selftest: Option<SelfTest>,
     /// The resolved verl-style tree, every leaf with its origin.
     pub config: ConfigTree,
     /// Origins of every value outside `config`, by dotted path (`seed`, `backend.url`, ...).
@@ -53,7 +53,7 @@ pub struct Scenario {
     /// Every file the scenario was built from: the scenario, the defaults file, then includes.
     pub sources: Vec<PathBuf>,
     /// The `--set` arguments applied, in order.
-    pub overrides: Vec<String>,
+    pub(crate) overrides: Vec<String>,
 }
 
 /// `selftest: {plant: [key=value, ...]}`: the harness is the thing under test. The scenario
@@ -68,21 +68,21 @@ pub struct Scenario {
 /// reference run. That is how a shift smaller than one run's band is caught on any host.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SelfTest {
+pub(crate) struct SelfTest {
     /// The planted change, as `--set` overrides.
-    pub plant: Vec<String>,
+    pub(crate) plant: Vec<String>,
     /// `A..B`: a multi-seed self-test over these seeds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seeds: Option<String>,
+    pub(crate) seeds: Option<String>,
     /// A multi-seed self-test's seeds run as this scenario (by name), so they are judged
     /// against its golden and calibration; the self-test's checks must be that scenario's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub golden: Option<String>,
+    pub(crate) golden: Option<String>,
 }
 
 impl SelfTest {
     /// The seeds of a multi-seed self-test (validated when the scenario loads).
-    pub fn seed_list(&self) -> Option<Vec<u64>> {
+    pub(crate) fn seed_list(&self) -> Option<Vec<u64>> {
         self.seeds
             .as_deref()
             .and_then(|s| crate::checks::parse_seed_range(s).ok())
@@ -118,7 +118,7 @@ fn feature_enabled(name: &str) -> bool {
 }
 
 /// The names of the GPUs `nvidia-smi` lists, or why none could be listed.
-pub fn detect_gpus() -> Result<Vec<String>, String> {
+pub(crate) fn detect_gpus() -> Result<Vec<String>, String> {
     let out = std::process::Command::new("nvidia-smi")
         .args(["--query-gpu=name", "--format=csv,noheader"])
         .output()
@@ -261,7 +261,7 @@ impl Requires {
     }
 
     /// A one-line summary for `list` ("1 GPU (H200), feature torch, python verl"); `-` if none.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let mut parts = Vec::new();
         if self.gpus > 0 || self.gpu_name.is_some() {
             let n = self.gpus.max(1);
@@ -286,28 +286,28 @@ impl Requires {
 /// `"10m"`, `"1h"`, `"500ms"`); absent means no limit of that kind.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Timeouts {
+pub(crate) struct Timeouts {
     /// One training step.
     #[serde(
         default,
         deserialize_with = "de_duration",
         serialize_with = "ser_duration"
     )]
-    pub step: Option<Duration>,
+    pub(crate) step: Option<Duration>,
     /// The whole run.
     #[serde(
         default,
         deserialize_with = "de_duration",
         serialize_with = "ser_duration"
     )]
-    pub run: Option<Duration>,
+    pub(crate) run: Option<Duration>,
     /// One HTTP request to the backend.
     #[serde(
         default,
         deserialize_with = "de_duration",
         serialize_with = "ser_duration"
     )]
-    pub request: Option<Duration>,
+    pub(crate) request: Option<Duration>,
     /// How long a Ray job (`run --executor ray`) may wait to be scheduled before it is stopped
     /// and reported unschedulable (exit 3); [`DEFAULT_QUEUE_TIMEOUT`] when absent. Not part of
     /// the plan: where a scenario waits does not change what it computes.
@@ -317,11 +317,11 @@ pub struct Timeouts {
         serialize_with = "ser_duration",
         skip_serializing_if = "Option::is_none"
     )]
-    pub queue: Option<Duration>,
+    pub(crate) queue: Option<Duration>,
 }
 
 /// `timeouts.queue` when a scenario does not set it.
-pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(600);
 
 fn ser_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
     match d {
@@ -331,7 +331,7 @@ fn ser_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::O
 }
 
 /// Parse `90`, `1.5s`, `500ms`, `10m`, `1h` into a duration.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -399,7 +399,7 @@ fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration
 }
 
 /// The top-level keys of a scenario file.
-pub const TOP_LEVEL_KEYS: &[&str] = &[
+pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "name",
     "description",
     "tags",

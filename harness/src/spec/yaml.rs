@@ -17,13 +17,13 @@ use super::SpecError;
 /// argument, whose "file" is the argument text); lines and columns are 1-based otherwise.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Pos {
-    pub file: PathBuf,
-    pub line: usize,
-    pub col: usize,
+    pub(crate) file: PathBuf,
+    pub(crate) line: usize,
+    pub(crate) col: usize,
 }
 
 impl Pos {
-    pub fn new(file: impl Into<PathBuf>, line: usize, col: usize) -> Self {
+    pub(crate) fn new(file: impl Into<PathBuf>, line: usize, col: usize) -> Self {
         Self {
             file: file.into(),
             line,
@@ -32,7 +32,7 @@ impl Pos {
     }
 
     /// The position of a `--set` argument: it has no file lines.
-    pub fn set_arg(arg: &str) -> Self {
+    pub(crate) fn set_arg(arg: &str) -> Self {
         Self::new(format!("--set {arg}"), 0, 0)
     }
 
@@ -73,7 +73,7 @@ pub enum Origin {
 
 impl Origin {
     /// The origin of the node's source position, as a file value.
-    pub fn file(pos: &Pos) -> Self {
+    pub(crate) fn file(pos: &Pos) -> Self {
         Origin::File {
             path: pos.file.clone(),
             line: pos.line,
@@ -82,7 +82,7 @@ impl Origin {
     }
 
     /// True when the value was not written by the scenario or the command line.
-    pub fn is_default(&self) -> bool {
+    pub(crate) fn is_default(&self) -> bool {
         match self {
             Origin::Default { .. } => true,
             Origin::Interpolated { origin, .. } => origin.is_default(),
@@ -112,9 +112,9 @@ impl serde::Serialize for Origin {
 /// where its value comes from (for provenance); they differ after layering or interpolation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpannedNode {
-    pub value: SpannedValue,
-    pub origin: Origin,
-    pub pos: Pos,
+    pub(crate) value: SpannedValue,
+    pub(crate) origin: Origin,
+    pub(crate) pos: Pos,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -131,7 +131,7 @@ pub enum SpannedValue {
 
 impl SpannedValue {
     /// What the value is, in the words an error message uses.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             SpannedValue::Null => "null",
             SpannedValue::Bool(_) => "a boolean",
@@ -145,7 +145,7 @@ impl SpannedValue {
 }
 
 impl SpannedNode {
-    pub fn new(value: SpannedValue, pos: Pos) -> Self {
+    pub(crate) fn new(value: SpannedValue, pos: Pos) -> Self {
         Self {
             origin: Origin::file(&pos),
             value,
@@ -153,30 +153,20 @@ impl SpannedNode {
         }
     }
 
-    pub fn is_map(&self) -> bool {
+    pub(crate) fn is_map(&self) -> bool {
         matches!(self.value, SpannedValue::Map(_))
     }
 
     /// The child of a mapping.
-    pub fn get(&self, key: &str) -> Option<&SpannedNode> {
+    pub(crate) fn get(&self, key: &str) -> Option<&SpannedNode> {
         match &self.value {
             SpannedValue::Map(entries) => entries.iter().find(|(k, _, _)| k == key).map(|e| &e.2),
             _ => None,
         }
     }
 
-    pub fn get_mut(&mut self, key: &str) -> Option<&mut SpannedNode> {
-        match &mut self.value {
-            SpannedValue::Map(entries) => entries
-                .iter_mut()
-                .find(|(k, _, _)| k == key)
-                .map(|e| &mut e.2),
-            _ => None,
-        }
-    }
-
     /// The node at a dotted path split into segments; a numeric segment indexes a sequence.
-    pub fn lookup(&self, segments: &[String]) -> Option<&SpannedNode> {
+    pub(crate) fn lookup(&self, segments: &[String]) -> Option<&SpannedNode> {
         let mut node = self;
         for seg in segments {
             node = match &node.value {
@@ -189,7 +179,7 @@ impl SpannedNode {
     }
 
     /// Set the origin of this node and all nodes below it.
-    pub fn set_origin_deep(&mut self, f: &dyn Fn(&SpannedNode) -> Origin) {
+    pub(crate) fn set_origin_deep(&mut self, f: &dyn Fn(&SpannedNode) -> Origin) {
         self.origin = f(self);
         match &mut self.value {
             SpannedValue::Seq(items) => items.iter_mut().for_each(|n| n.set_origin_deep(f)),
@@ -201,7 +191,7 @@ impl SpannedNode {
     }
 
     /// The plain JSON value (non-finite floats become strings such as `"inf"`: JSON has none).
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         use serde_json::Value;
         match &self.value {
             SpannedValue::Null => Value::Null,
@@ -223,7 +213,7 @@ impl SpannedNode {
 }
 
 /// Join a key path and a key: `a.b` + `c` = `a.b.c`.
-pub fn join_path(base: &str, key: &str) -> String {
+pub(crate) fn join_path(base: &str, key: &str) -> String {
     if base.is_empty() {
         key.to_string()
     } else {
@@ -233,7 +223,7 @@ pub fn join_path(base: &str, key: &str) -> String {
 
 /// Parse YAML text into one spanned document. `file` is only used for positions. An empty
 /// document is `Null` at 1:1; a stream with more than one document is an error.
-pub fn parse(text: &str, file: &Path) -> Result<SpannedNode, SpecError> {
+pub(crate) fn parse(text: &str, file: &Path) -> Result<SpannedNode, SpecError> {
     let mut builder = Builder {
         file: file.to_path_buf(),
         stack: Vec::new(),
@@ -268,7 +258,7 @@ pub fn parse(text: &str, file: &Path) -> Result<SpannedNode, SpecError> {
 
 /// Parse one scalar the way a plain (unquoted) YAML scalar resolves: YAML 1.2 core schema,
 /// which is also what OmegaConf does for the values verl configs use (`1e-6` is a float).
-pub fn resolve_plain_scalar(v: &str) -> SpannedValue {
+pub(crate) fn resolve_plain_scalar(v: &str) -> SpannedValue {
     match v {
         "" | "~" | "null" | "Null" | "NULL" => return SpannedValue::Null,
         "true" | "True" | "TRUE" => return SpannedValue::Bool(true),

@@ -16,7 +16,7 @@ pub struct CharTokenizer;
 pub const PAD_ID: i64 = 0;
 pub const EOS_ID: i64 = 1;
 /// The characters the tokenizer knows, in id order starting at 2.
-pub const ALPHABET: &str = "0123456789+-*= #\n?:QA";
+pub(crate) const ALPHABET: &str = "0123456789+-*= #\n?:QA";
 
 impl CharTokenizer {
     pub fn vocab_size() -> usize {
@@ -56,10 +56,10 @@ impl CharTokenizer {
 pub struct ArithConfig {
     /// Operands are drawn from `0..=max_operand`.
     #[serde(default = "default_max_operand")]
-    pub max_operand: i64,
+    pub(crate) max_operand: i64,
     /// Operators to draw from: any of `+`, `-`, `*`.
     #[serde(default = "default_ops")]
-    pub ops: Vec<char>,
+    pub(crate) ops: Vec<char>,
 }
 
 fn default_max_operand() -> i64 {
@@ -82,7 +82,7 @@ impl Default for ArithConfig {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Problem {
     pub prompt: String,
-    pub answer: i64,
+    pub(crate) answer: i64,
 }
 
 impl Problem {
@@ -91,9 +91,19 @@ impl Problem {
         self.answer.to_string()
     }
     /// The response a perfect policy writes.
-    pub fn ideal_response(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn ideal_response(&self) -> String {
         format!("#### {}", self.answer)
     }
+}
+
+/// Why an arithmetic task's configuration is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    #[error("arith: max_operand must be at least 1")]
+    MaxOperand,
+    #[error("arith: ops must be a non-empty list of `+`, `-`, `*`")]
+    Ops,
 }
 
 /// Seeded problem generator: the same seed and step give the same prompts.
@@ -103,18 +113,14 @@ pub struct ArithTask {
 }
 
 impl ArithTask {
-    pub fn new(config: ArithConfig) -> Result<Self, String> {
+    pub fn new(config: ArithConfig) -> Result<Self, TaskError> {
         if config.max_operand < 1 {
-            return Err("arith: max_operand must be at least 1".into());
+            return Err(TaskError::MaxOperand);
         }
         if config.ops.is_empty() || config.ops.iter().any(|c| !matches!(c, '+' | '-' | '*')) {
-            return Err("arith: ops must be a non-empty list of `+`, `-`, `*`".into());
+            return Err(TaskError::Ops);
         }
         Ok(Self { config })
-    }
-
-    pub fn config(&self) -> &ArithConfig {
-        &self.config
     }
 
     /// `count` problems for training step `step` of a run seeded with `seed`.
@@ -140,7 +146,7 @@ impl ArithTask {
 
     /// Parse one of this task's prompts back into its answer (the mock's sampler uses this to
     /// answer correctly with a scripted probability).
-    pub fn solve(prompt: &str) -> Option<i64> {
+    pub(crate) fn solve(prompt: &str) -> Option<i64> {
         let body = prompt.strip_prefix("Q:")?.strip_suffix("=?\nA:")?;
         let (pos, op) = body
             .char_indices()

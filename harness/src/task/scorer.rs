@@ -57,7 +57,7 @@ impl ScorerConfig {
 }
 
 /// verl's `extract_solution`: search the last 300 characters.
-pub fn extract_solution(response: &str, mode: Gsm8kMode) -> Option<String> {
+pub(crate) fn extract_solution(response: &str, mode: Gsm8kMode) -> Option<String> {
     let chars: Vec<char> = response.chars().collect();
     let tail: String = chars[chars.len().saturating_sub(300)..].iter().collect();
     match mode {

@@ -16,7 +16,7 @@ pub enum JobType {
 }
 
 impl JobType {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             JobType::Training => "training",
             JobType::Sampling => "sampling",
@@ -36,33 +36,33 @@ fn default_seed() -> i64 {
 /// drops them silently, the harness records and flags them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobConfig {
-    pub model_name: String,
+    pub(crate) model_name: String,
     #[serde(default = "default_job_type")]
     pub job_type: JobType,
     #[serde(default)]
     pub ds_config: Option<Value>,
     #[serde(default)]
-    pub training_config: Option<Value>,
+    pub(crate) training_config: Option<Value>,
     #[serde(default)]
     pub log_prob_config: Option<Value>,
     #[serde(default)]
     pub ds_worker_config: Option<Value>,
     #[serde(default)]
-    pub vllm_config: Option<Value>,
+    pub(crate) vllm_config: Option<Value>,
     #[serde(default)]
     pub checkpoint_path: Option<String>,
     #[serde(default)]
-    pub arctic_inference_config: Option<Value>,
+    pub(crate) arctic_inference_config: Option<Value>,
     #[serde(default)]
-    pub full_determinism: bool,
+    pub(crate) full_determinism: bool,
     #[serde(default = "default_seed")]
-    pub seed: i64,
+    pub(crate) seed: i64,
     #[serde(default)]
-    pub cuda_ipc: bool,
+    pub(crate) cuda_ipc: bool,
     #[serde(default)]
-    pub low_memory: bool,
+    pub(crate) low_memory: bool,
     #[serde(flatten)]
-    pub extra: Map<String, Value>,
+    pub(crate) extra: Map<String, Value>,
 }
 
 fn non_empty(v: &Option<Value>) -> Option<&Value> {
@@ -97,7 +97,7 @@ impl JobConfig {
 
     /// Whether the job runs a DeepSpeed engine: training, and log_prob when it has a
     /// `ds_config` (a log_prob job without one runs on vLLM).
-    pub fn is_deepspeed(&self) -> bool {
+    pub(crate) fn is_deepspeed(&self) -> bool {
         match self.job_type {
             JobType::Training => true,
             JobType::LogProb => non_empty(&self.ds_config).is_some(),
@@ -115,7 +115,7 @@ impl JobConfig {
     ///   non-empty, `vllm_config` when set.
     ///
     /// `training_config` (legacy) is never written. Keys in `extra` follow, as sent.
-    pub fn to_onprem(&self) -> Value {
+    pub(crate) fn to_onprem(&self) -> Value {
         let mut m = Map::new();
         m.insert("model_name".into(), Value::from(self.model_name.clone()));
         m.insert("job_type".into(), Value::from(self.job_type.as_str()));
@@ -163,21 +163,18 @@ impl JobConfig {
     }
 }
 
-/// `{"detail": ...}` error body used by every route.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ErrorBody {
-    pub detail: Value,
-}
-
 /// Parse a JSON body the way a Python peer writes it (`json.loads`): strict JSON plus `NaN`,
 /// `Infinity` and `-Infinity` (an aiohttp client can send them), which become
 /// `{"$float": ...}` objects (see [`super::pyjson`]), never `null`.
-pub fn parse_json_lenient(bytes: &[u8]) -> Result<Value, String> {
+/// When both readings fail, the error is the strict parser's.
+pub(crate) fn parse_json_lenient(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     match serde_json::from_slice::<Value>(bytes) {
         Ok(v) => Ok(v),
         Err(strict) => {
-            let text = std::str::from_utf8(bytes).map_err(|_| strict.to_string())?;
-            super::pyjson::parse(text).map_err(|_| strict.to_string())
+            let Ok(text) = std::str::from_utf8(bytes) else {
+                return Err(strict);
+            };
+            super::pyjson::parse(text).map_err(|_| strict)
         }
     }
 }

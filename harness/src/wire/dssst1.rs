@@ -27,13 +27,13 @@ use serde_json::{Map, Value};
 use super::pyjson;
 
 /// Format tag inside the `dss` document.
-pub const FORMAT_VERSION: &str = "DSSST1";
+pub(crate) const FORMAT_VERSION: &str = "DSSST1";
 /// Tensor key of a tensor that is the whole tree.
-pub const ROOT_KEY: &str = "__root__";
+pub(crate) const ROOT_KEY: &str = "__root__";
 /// Placeholder tensor of a frame that carries no tensor (safetensors needs at least one).
-pub const EMPTY_KEY: &str = "__dss_empty__";
+pub(crate) const EMPTY_KEY: &str = "__dss_empty__";
 /// Largest header a reader accepts.
-pub const MAX_HEADER_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const MAX_HEADER_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Tensor element types the frame carries: every dtype the safetensors container names (the
 /// real codec takes any torch tensor, so any of them can arrive).
@@ -299,12 +299,12 @@ impl Tensor {
         Ok(t)
     }
 
-    pub fn numel(&self) -> usize {
+    pub(crate) fn numel(&self) -> usize {
         checked_numel(&self.shape).unwrap_or(usize::MAX)
     }
 
     /// Bytes the data must have for this dtype and shape.
-    pub fn expected_len(&self) -> Option<usize> {
+    pub(crate) fn expected_len(&self) -> Option<usize> {
         self.dtype.byte_len(checked_numel(&self.shape)?)
     }
 
@@ -347,7 +347,11 @@ impl Tensor {
         })
     }
 
-    pub fn from_f64(shape: impl Into<Vec<usize>>, values: &[f64]) -> Result<Tensor, WireError> {
+    #[cfg(test)]
+    pub(crate) fn from_f64(
+        shape: impl Into<Vec<usize>>,
+        values: &[f64],
+    ) -> Result<Tensor, WireError> {
         Self::from_le(DType::F64, shape.into(), values, |v| v.to_le_bytes())
     }
 
@@ -355,11 +359,19 @@ impl Tensor {
         Self::from_le(DType::I64, shape.into(), values, |v| v.to_le_bytes())
     }
 
-    pub fn from_i32(shape: impl Into<Vec<usize>>, values: &[i32]) -> Result<Tensor, WireError> {
+    #[cfg(test)]
+    pub(crate) fn from_i32(
+        shape: impl Into<Vec<usize>>,
+        values: &[i32],
+    ) -> Result<Tensor, WireError> {
         Self::from_le(DType::I32, shape.into(), values, |v| v.to_le_bytes())
     }
 
-    pub fn from_bool(shape: impl Into<Vec<usize>>, values: &[bool]) -> Result<Tensor, WireError> {
+    #[cfg(test)]
+    pub(crate) fn from_bool(
+        shape: impl Into<Vec<usize>>,
+        values: &[bool],
+    ) -> Result<Tensor, WireError> {
         Self::from_le(DType::Bool, shape.into(), values, |v| [u8::from(*v)])
     }
 
@@ -425,7 +437,7 @@ impl Tensor {
     /// The value of a one-element tensor (a 0-d tensor where a number is expected) as JSON:
     /// an integer for integer dtypes, `true`/`false` for BOOL, a float otherwise (non-finite
     /// ones as [`pyjson::float`] writes them).
-    pub fn scalar_json(&self) -> Option<Value> {
+    pub(crate) fn scalar_json(&self) -> Option<Value> {
         if self.numel() != 1 {
             return None;
         }
@@ -441,7 +453,7 @@ impl Tensor {
     }
 
     /// `{"dtype": "BF16", "shape": [B, S]}`: what logs show of a tensor.
-    pub fn summary(&self) -> Value {
+    pub(crate) fn summary(&self) -> Value {
         serde_json::json!({"dtype": self.dtype.name(), "shape": self.shape})
     }
 }
@@ -491,7 +503,8 @@ impl Node {
         Node::Json(value.into())
     }
 
-    pub fn tensor(tensor: Tensor) -> Node {
+    #[cfg(test)]
+    pub(crate) fn tensor(tensor: Tensor) -> Node {
         Node::from(tensor)
     }
 
@@ -584,7 +597,7 @@ impl Node {
     /// as in `meta.batch_num_tokens`), other tensors as nested arrays of
     /// their values (complex and packed sub-byte ones as their `{"dtype", "shape"}` summary),
     /// tuples as arrays: what a route reads out of `meta`.
-    pub fn to_values(&self) -> Value {
+    pub(crate) fn to_values(&self) -> Value {
         match self {
             Node::Tensor { tensor, scalar } => match tensor.scalar_json() {
                 Some(v) if *scalar || tensor.shape.is_empty() => v,
@@ -600,7 +613,7 @@ impl Node {
 }
 
 /// Key under which [`Node::summary`] keeps a tuple's tag.
-pub const TUPLE_KEY: &str = "$tuple";
+pub(crate) const TUPLE_KEY: &str = "$tuple";
 
 /// A tensor's values as nested arrays following its shape.
 fn tensor_values(t: &Tensor) -> Option<Value> {
@@ -761,7 +774,7 @@ pub fn encode(root: &Node) -> Result<Vec<u8>, WireError> {
 }
 
 /// Encode a tree with the optional `op` metadata string (chunk descriptors on the hosted path).
-pub fn encode_with_op(root: &Node, op: Option<&str>) -> Result<Vec<u8>, WireError> {
+pub(crate) fn encode_with_op(root: &Node, op: Option<&str>) -> Result<Vec<u8>, WireError> {
     let placeholder = Tensor {
         dtype: DType::U8,
         shape: vec![1],
@@ -832,7 +845,7 @@ pub fn encode_with_op(root: &Node, op: Option<&str>) -> Result<Vec<u8>, WireErro
 /// Whether `buf` starts like a pickle (protocol 2..5) or a ZIP (`torch.save`) file. Only
 /// consulted once the container has failed to parse: a frame whose header length happens to
 /// begin with the same bytes (0x0280 = 640 does) is a frame.
-pub fn is_legacy_payload(buf: &[u8]) -> bool {
+pub(crate) fn is_legacy_payload(buf: &[u8]) -> bool {
     matches!(buf, [0x80, 2..=5, ..]) || buf.starts_with(b"PK\x03\x04")
 }
 
@@ -1041,7 +1054,7 @@ pub fn decode(buf: Bytes) -> Result<Node, WireError> {
 /// The byte length of the whole frame its header announces: the header extent plus the end of
 /// the last tensor's `data_offsets` (`prefix` holds at least [`header_extent`] bytes). A body
 /// of another length is cut short or carries trailing bytes, and does not decode.
-pub fn frame_len(prefix: &[u8]) -> Result<usize, WireError> {
+pub(crate) fn frame_len(prefix: &[u8]) -> Result<usize, WireError> {
     let extent = header_extent(prefix)?;
     let header = prefix
         .get(8..extent)

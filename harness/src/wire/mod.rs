@@ -3,6 +3,6 @@
 pub mod api;
 pub mod dssst1;
 pub mod pyjson;
-pub mod runtime;
+pub(crate) mod runtime;
 
 pub use dssst1::{decode, encode, DType, Node, Tensor, WireError};

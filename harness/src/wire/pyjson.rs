@@ -16,10 +16,10 @@
 use serde_json::{Map, Number, Value};
 
 /// Key of the object that stands for a non-finite float.
-pub const FLOAT_KEY: &str = "$float";
+pub(crate) const FLOAT_KEY: &str = "$float";
 
 /// Deepest nesting [`parse`] accepts (hostile input must not overflow the stack).
-pub const MAX_DEPTH: usize = 256;
+pub(crate) const MAX_DEPTH: usize = 256;
 
 /// A float as a JSON value: a number when finite, the `{"$float": ...}` object otherwise.
 pub fn float(x: f64) -> Value {
@@ -41,7 +41,7 @@ pub fn float(x: f64) -> Value {
 }
 
 /// The non-finite float a `{"$float": ...}` object stands for.
-pub fn non_finite(v: &Value) -> Option<f64> {
+pub(crate) fn non_finite(v: &Value) -> Option<f64> {
     let m = v.as_object().filter(|m| m.len() == 1)?;
     match m.get(FLOAT_KEY)?.as_str()? {
         "NaN" => Some(f64::NAN),
@@ -58,7 +58,7 @@ pub fn as_f64(v: &Value) -> Option<f64> {
 
 /// The value with every non-finite float turned into `null`: what the adapter does to a
 /// config before sending it as JSON (`actor_config`, `policy_loss_config`).
-pub fn json_safe(v: &Value) -> Value {
+pub(crate) fn json_safe(v: &Value) -> Value {
     if non_finite(v).is_some() {
         return Value::Null;
     }
@@ -72,7 +72,7 @@ pub fn json_safe(v: &Value) -> Value {
 }
 
 /// `json.dumps(v)` with Python's default settings.
-pub fn to_python(v: &Value) -> String {
+pub(crate) fn to_python(v: &Value) -> String {
     let mut out = String::new();
     write_value(&mut out, v);
     out
@@ -126,7 +126,7 @@ fn write_value(out: &mut String, v: &Value) {
 }
 
 /// A string with `ensure_ascii` escaping.
-pub fn write_str(out: &mut String, s: &str) {
+pub(crate) fn write_str(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -151,7 +151,7 @@ pub fn write_str(out: &mut String, s: &str) {
 
 /// Python's `repr` of a finite float: the shortest digits that round-trip, written in
 /// positional form when the decimal exponent lies in `-4..16`, otherwise as `d.ddde+XX`.
-pub fn float_repr(x: f64) -> String {
+pub(crate) fn float_repr(x: f64) -> String {
     if !x.is_finite() {
         return if x.is_nan() {
             "NaN".into()
@@ -202,7 +202,7 @@ pub fn float_repr(x: f64) -> String {
 /// `json.loads(text)`: strict JSON plus the `NaN`, `Infinity` and `-Infinity` literals, which
 /// become `{"$float": ...}` objects. Integers stay integers and floats stay floats (`1.0` is a
 /// float), so [`to_python`] writes back the same text for Python-written input.
-pub fn parse(text: &str) -> Result<Value, String> {
+pub(crate) fn parse(text: &str) -> Result<Value, String> {
     let mut p = Parser {
         s: text.as_bytes(),
         i: 0,

@@ -174,7 +174,8 @@ pub fn run_grpo(
     run: &GrpoRun,
     mut on_step: impl FnMut(&StepRecord),
 ) -> Result<Vec<StepRecord>, EngineError> {
-    let task = ArithTask::new(run.task.clone()).map_err(EngineError::bad_request)?;
+    let task =
+        ArithTask::new(run.task.clone()).map_err(|e| EngineError::bad_request(e.to_string()))?;
     let scorer = ScorerConfig::default();
     let (sampling_cfg, training_cfg) = job_configs(run);
     let (sampler, trainer) = (1, 2);

@@ -17,7 +17,7 @@ const END: &str = "@@rlharness-rundir end";
 const WIDTH: usize = 96;
 
 #[derive(Debug, thiserror::Error)]
-pub enum BundleError {
+pub(crate) enum BundleError {
     #[error("the job's log holds no run-directory frame (the job ended before it printed one)")]
     NoFrame,
     #[error("the run-directory frame is cut short (no end line after its header)")]
@@ -51,16 +51,16 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
 use crate::util::hex;
 
 /// The SHA-256 of `bytes`, in hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
 /// Files for a zip: (name inside the archive, file on disk).
-pub type Files = Vec<(String, PathBuf)>;
+pub(crate) type Files = Vec<(String, PathBuf)>;
 
 /// Every regular file under `dir`, named by its path relative to `prefix` + that path (`/`
 /// separated), sorted; symbolic links are left out.
-pub fn files_under(dir: &Path, prefix: &str) -> Result<Files, BundleError> {
+pub(crate) fn files_under(dir: &Path, prefix: &str) -> Result<Files, BundleError> {
     fn walk(dir: &Path, name: &str, out: &mut Files) -> Result<(), BundleError> {
         let mut entries: Vec<_> = std::fs::read_dir(dir)
             .map_err(io(dir))?
@@ -90,7 +90,7 @@ pub fn files_under(dir: &Path, prefix: &str) -> Result<Files, BundleError> {
 
 /// A zip of `files` (deflated; unix permissions kept; a fixed timestamp, so the same files
 /// make the same bytes).
-pub fn zip_files(files: &Files) -> Result<Vec<u8>, BundleError> {
+pub(crate) fn zip_files(files: &Files) -> Result<Vec<u8>, BundleError> {
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     for (name, path) in files {
         let meta = std::fs::metadata(path).map_err(io(path))?;
@@ -116,7 +116,7 @@ pub fn zip_files(files: &Files) -> Result<Vec<u8>, BundleError> {
 }
 
 /// Unpack a zip into `dest` (names that would leave it are refused by the zip reader).
-pub fn unzip(bytes: &[u8], dest: &Path) -> Result<(), BundleError> {
+pub(crate) fn unzip(bytes: &[u8], dest: &Path) -> Result<(), BundleError> {
     std::fs::create_dir_all(dest).map_err(io(dest))?;
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))?;
     archive.extract(dest)?;
@@ -125,13 +125,13 @@ pub fn unzip(bytes: &[u8], dest: &Path) -> Result<(), BundleError> {
 
 /// A decoded frame: the run's exit code and the archive.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Frame {
-    pub exit_code: i32,
-    pub archive: Vec<u8>,
+pub(crate) struct Frame {
+    pub(crate) exit_code: i32,
+    pub(crate) archive: Vec<u8>,
 }
 
 /// The frame of `archive` (one header line, base64 lines, one end line, each ending in `\n`).
-pub fn encode_frame(archive: &[u8], exit_code: i32) -> String {
+pub(crate) fn encode_frame(archive: &[u8], exit_code: i32) -> String {
     let b64 = base64::engine::general_purpose::STANDARD.encode(archive);
     let mut out = format!(
         "{BEGIN} exit={exit_code} bytes={} sha256={}@@\n",
@@ -151,7 +151,7 @@ pub fn encode_frame(archive: &[u8], exit_code: i32) -> String {
 
 /// The last frame in a job's log; lines between the frame's lines that are not its own (other
 /// output that reached the log meanwhile) are skipped.
-pub fn decode_frame(log: &str) -> Result<Frame, BundleError> {
+pub(crate) fn decode_frame(log: &str) -> Result<Frame, BundleError> {
     let lines: Vec<&str> = log.lines().collect();
     let start = lines
         .iter()

@@ -13,33 +13,33 @@ use crate::report::markdown::html_escape as esc;
 
 /// One scenario of the invocation.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The scenario file as given on the command line.
-    pub file: String,
+    pub(crate) file: String,
     /// The scenario's name (the file's stem when it could not be loaded).
-    pub scenario: String,
-    pub status: ExitStatus,
+    pub(crate) scenario: String,
+    pub(crate) status: ExitStatus,
     /// The one-line summary (`passed`, `run failed: ...`).
-    pub summary: String,
+    pub(crate) summary: String,
     /// Its run directory, when it has one.
-    pub run_dir: Option<PathBuf>,
+    pub(crate) run_dir: Option<PathBuf>,
     /// Where it ran: `local`, `local (CUDA_VISIBLE_DEVICES=1)`, `ray job raysubmit_...`.
-    pub placement: String,
+    pub(crate) placement: String,
     /// Wall-clock seconds from start (or submission) to its end.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// A multi-seed run's seeds, read from `seed-<S>/verdict.json`.
-    pub seeds: Vec<SeedEntry>,
+    pub(crate) seeds: Vec<SeedEntry>,
     /// Skipped here (its requirements are not met).
-    pub skipped: bool,
+    pub(crate) skipped: bool,
     /// The rules that did not pass, one plain line each (rule, value, reference, band, step).
-    pub failing: Vec<String>,
+    pub(crate) failing: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct SeedEntry {
-    pub seed: u64,
-    pub status: ExitStatus,
-    pub summary: String,
+pub(crate) struct SeedEntry {
+    pub(crate) seed: u64,
+    pub(crate) status: ExitStatus,
+    pub(crate) summary: String,
 }
 
 /// The part of `verdict.json` the index reads.
@@ -51,7 +51,7 @@ struct VerdictHead {
 }
 
 /// The scenario name, exit status and summary a run directory's `verdict.json` records.
-pub fn read_verdict(dir: &Path) -> Result<(String, ExitStatus, String), String> {
+pub(crate) fn read_verdict(dir: &Path) -> Result<(String, ExitStatus, String), String> {
     let path = dir.join("verdict.json");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -69,7 +69,7 @@ pub fn read_verdict(dir: &Path) -> Result<(String, ExitStatus, String), String> 
 
 /// The seeds of a multi-seed run directory (`seed-<S>/verdict.json`), in seed order; empty for
 /// a single run.
-pub fn read_seeds(dir: &Path) -> Vec<SeedEntry> {
+pub(crate) fn read_seeds(dir: &Path) -> Vec<SeedEntry> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -97,7 +97,7 @@ pub fn read_seeds(dir: &Path) -> Vec<SeedEntry> {
 }
 
 /// The worst status of the entries (an empty invocation passes).
-pub fn worst(entries: &[Entry]) -> ExitStatus {
+pub(crate) fn worst(entries: &[Entry]) -> ExitStatus {
     entries
         .iter()
         .fold(ExitStatus::Passed, |w, e| w.worst(e.status))
@@ -130,7 +130,7 @@ fn counts(entries: &[Entry]) -> String {
     )
 }
 
-pub fn render_markdown(out: &Path, entries: &[Entry]) -> String {
+pub(crate) fn render_markdown(out: &Path, entries: &[Entry]) -> String {
     let mut o = String::new();
     let w = worst(entries);
     o.push_str(&format!(
@@ -190,7 +190,7 @@ fn report_target(out: &Path, e: &Entry) -> Option<(String, ReportKind)> {
     })
 }
 
-pub fn render_html(out: &Path, entries: &[Entry]) -> String {
+pub(crate) fn render_html(out: &Path, entries: &[Entry]) -> String {
     let w = worst(entries);
     let class = |s: ExitStatus| match s {
         ExitStatus::Passed => "pass",
@@ -274,7 +274,7 @@ fn case_status(status: ExitStatus, summary: &str, skipped: bool) -> TestCaseStat
 
 /// One JUnit document: a test case per scenario (classname: its file), and one per seed of a
 /// multi-seed run (`<scenario> seed <S>`).
-pub fn render_junit(entries: &[Entry]) -> String {
+pub(crate) fn render_junit(entries: &[Entry]) -> String {
     let mut suite = TestSuite::new("rlharness run");
     for e in entries {
         let mut c = TestCase::new(
@@ -312,7 +312,7 @@ pub fn render_junit(entries: &[Entry]) -> String {
 }
 
 /// Write `OUT/index.md`, `OUT/index.html` and `OUT/junit.xml`.
-pub fn write_index(out: &Path, entries: &[Entry]) -> Result<(), fsx::FsError> {
+pub(crate) fn write_index(out: &Path, entries: &[Entry]) -> Result<(), fsx::FsError> {
     fsx::write_atomic(
         &out.join("index.md"),
         render_markdown(out, entries).as_bytes(),

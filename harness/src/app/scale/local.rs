@@ -22,26 +22,26 @@ use crate::runner::RunOptions;
 
 /// How a local matrix runs.
 #[derive(Debug, Clone)]
-pub struct LocalMatrix {
+pub(crate) struct LocalMatrix {
     /// CPU scenarios side by side.
-    pub jobs: usize,
+    pub(crate) jobs: usize,
     /// `--seeds A..B`: every scenario once per seed (then `seed_jobs` seeds side by side and the
     /// scenarios one after the other).
-    pub seeds: Option<Vec<u64>>,
-    pub seed_jobs: usize,
+    pub(crate) seeds: Option<Vec<u64>>,
+    pub(crate) seed_jobs: usize,
 }
 
 /// What one scenario needs before it may start.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Needs {
-    pub gpus: u32,
+pub(crate) struct Needs {
+    pub(crate) gpus: u32,
     /// A fixed address the run binds (a command driver's proxy), not port 0.
-    pub fixed_addr: Option<String>,
+    pub(crate) fixed_addr: Option<String>,
 }
 
 /// Read a scenario's needs; a scenario that does not load needs nothing (running it reports
 /// the error).
-pub fn needs(file: &Path, set: &[String]) -> Needs {
+pub(crate) fn needs(file: &Path, set: &[String]) -> Needs {
     let Ok(s) = crate::spec::load_scenario(file, set) else {
         return Needs::default();
     };
@@ -64,7 +64,7 @@ pub fn needs(file: &Path, set: &[String]) -> Needs {
 
 /// The GPUs this host lets the harness use: `CUDA_VISIBLE_DEVICES` when set (its entries as
 /// written, indices or UUIDs), else every GPU `nvidia-smi` lists, by index.
-pub fn visible_gpus() -> Vec<String> {
+pub(crate) fn visible_gpus() -> Vec<String> {
     if let Some(v) = std::env::var_os("CUDA_VISIBLE_DEVICES") {
         return v
             .to_string_lossy()
@@ -110,7 +110,7 @@ impl GpuPool {
 }
 
 /// An entry for a scenario that ended before it was judged.
-pub fn error_entry(file: &Path, e: &CommandError, placement: &str, seconds: f64) -> Entry {
+pub(crate) fn error_entry(file: &Path, e: &CommandError, placement: &str, seconds: f64) -> Entry {
     Entry {
         file: file.display().to_string(),
         scenario: file
@@ -129,7 +129,7 @@ pub fn error_entry(file: &Path, e: &CommandError, placement: &str, seconds: f64)
 }
 
 /// The entry of a judged (or skipped) scenario.
-pub fn report_entry(
+pub(crate) fn report_entry(
     file: &Path,
     r: &crate::report::Report,
     placement: &str,
@@ -151,7 +151,7 @@ pub fn report_entry(
 }
 
 /// Print a finished scenario's lines (kept the same as one after the other).
-pub fn print_entry(e: &Entry, progress: Option<&indicatif::MultiProgress>) {
+pub(crate) fn print_entry(e: &Entry, progress: Option<&indicatif::MultiProgress>) {
     let print = || {
         if e.run_dir.is_none() && !e.skipped && e.status != ExitStatus::Passed {
             eprintln!("error: {}: {}", e.file, e.summary);
@@ -181,7 +181,11 @@ pub fn print_entry(e: &Entry, progress: Option<&indicatif::MultiProgress>) {
 
 /// Run every scenario file, side by side as placed, and return one entry per file in the
 /// order given.
-pub async fn run_matrix(files: &[PathBuf], opts: &RunOptions, m: &LocalMatrix) -> Vec<Entry> {
+pub(crate) async fn run_matrix(
+    files: &[PathBuf],
+    opts: &RunOptions,
+    m: &LocalMatrix,
+) -> Vec<Entry> {
     let jobs = if m.seeds.is_some() { 1 } else { m.jobs.max(1) };
     let needs: Vec<Needs> = files.iter().map(|f| needs(f, &opts.set)).collect();
     let gpus = if jobs > 1 && needs.iter().any(|n| n.gpus > 0) {

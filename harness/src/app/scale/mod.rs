@@ -2,9 +2,9 @@
 //! on a cluster (`run --executor ray`), with one combined verdict (`OUT/index.md`,
 //! `OUT/index.html`, `OUT/junit.xml`). See docs/scale-out.md.
 
-pub mod bundle;
-pub mod index;
-pub mod local;
+pub(crate) mod bundle;
+pub(crate) mod index;
+pub(crate) mod local;
 pub mod ray;
 
-pub use crate::slot::{current_slot, Slot, SLOT};
+pub(crate) use crate::slot::{Slot, SLOT};

@@ -55,14 +55,14 @@ pub enum RayError {
 
 /// A job's state as the API reports it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct JobInfo {
+pub(crate) struct JobInfo {
     /// PENDING, RUNNING, STOPPED, SUCCEEDED or FAILED.
-    pub status: String,
-    pub message: Option<String>,
+    pub(crate) status: String,
+    pub(crate) message: Option<String>,
 }
 
 impl JobInfo {
-    pub fn is_terminal(&self) -> bool {
+    pub(crate) fn is_terminal(&self) -> bool {
         matches!(self.status.as_str(), "STOPPED" | "SUCCEEDED" | "FAILED")
     }
 }
@@ -122,7 +122,11 @@ impl RayClient {
     }
 
     /// Upload a `working_dir` package unless the cluster has it; returns its `gcs://` URI.
-    pub async fn ensure_package(&self, name: &str, bytes: Vec<u8>) -> Result<String, RayError> {
+    pub(crate) async fn ensure_package(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+    ) -> Result<String, RayError> {
         let url = format!("{}/api/packages/gcs/{name}", self.base);
         match self.send(self.http.get(&url), &url).await {
             Ok(_) => {}
@@ -135,7 +139,7 @@ impl RayClient {
     }
 
     /// Submit a job (`POST /api/jobs/`); returns its submission id.
-    pub async fn submit(&self, body: &Value) -> Result<String, RayError> {
+    pub(crate) async fn submit(&self, body: &Value) -> Result<String, RayError> {
         let url = format!("{}/api/jobs/", self.base);
         let text = self.send(self.http.post(&url).json(body), &url).await?;
         let v = Self::json(&url, &text)?;
@@ -149,7 +153,7 @@ impl RayClient {
             })
     }
 
-    pub async fn status(&self, id: &str) -> Result<JobInfo, RayError> {
+    pub(crate) async fn status(&self, id: &str) -> Result<JobInfo, RayError> {
         let url = format!("{}/api/jobs/{id}", self.base);
         let text = self.send(self.http.get(&url), &url).await?;
         let v = Self::json(&url, &text)?;
@@ -170,7 +174,7 @@ impl RayClient {
         })
     }
 
-    pub async fn logs(&self, id: &str) -> Result<String, RayError> {
+    pub(crate) async fn logs(&self, id: &str) -> Result<String, RayError> {
         let url = format!("{}/api/jobs/{id}/logs", self.base);
         let text = self.send(self.http.get(&url), &url).await?;
         let v = Self::json(&url, &text)?;
@@ -370,14 +374,14 @@ fn plan(files: &[PathBuf], args: &RunArgs) -> Result<Planning, CommandError> {
 
 /// A scenario's live progress, from the `NAME: step K/N reward R` lines its run prints.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StepLine {
-    pub step: u64,
-    pub total: u64,
-    pub reward: Option<f64>,
+pub(crate) struct StepLine {
+    pub(crate) step: u64,
+    pub(crate) total: u64,
+    pub(crate) reward: Option<f64>,
 }
 
 /// The last progress line in a job's log.
-pub fn last_step(log: &str) -> Option<StepLine> {
+pub(crate) fn last_step(log: &str) -> Option<StepLine> {
     log.lines().rev().find_map(|l| {
         let (_, rest) = l.split_once(": step ")?;
         let mut words = rest.split_whitespace();
@@ -825,7 +829,10 @@ fn entry_of(p: &Planned, w: &Watched, out: &Path) -> Entry {
 
 /// Submit every scenario as a Ray job, watch them, collect their run directories under OUT/
 /// and return one entry per file in the order given.
-pub async fn run_matrix(files: &[PathBuf], args: &RunArgs) -> Result<Vec<Entry>, CommandError> {
+pub(crate) async fn run_matrix(
+    files: &[PathBuf],
+    args: &RunArgs,
+) -> Result<Vec<Entry>, CommandError> {
     let address = args
         .address
         .as_deref()
@@ -1016,7 +1023,7 @@ fn job_body(
 /// `rlharness job-entry`: the entrypoint of a Ray job. `run` for its scenario, then OUT (its run
 /// directory) printed on stdout as one frame. Ray stops a job with SIGTERM; that becomes the
 /// run's own interrupt, so its finished steps are written and come back.
-pub async fn job_entry(args: RunArgs) -> Result<ExitStatus, CommandError> {
+pub(crate) async fn job_entry(args: RunArgs) -> Result<ExitStatus, CommandError> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -7,7 +7,7 @@ use crate::metrics::ModelShape;
 
 /// HBM bandwidth in bytes/s of the devices the peak table knows; the mock's own table since
 /// verl's MFU needs only the FLOP peak.
-pub fn hbm_bandwidth(device: &str) -> Option<f64> {
+pub(crate) fn hbm_bandwidth(device: &str) -> Option<f64> {
     let d = device.to_ascii_lowercase();
     if d.contains("h200") {
         Some(4.8e12)
@@ -26,22 +26,22 @@ pub fn hbm_bandwidth(device: &str) -> Option<f64> {
 const HOST_SYNC_BANDWIDTH: f64 = 25e9;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct CostModel {
-    pub shape: ModelShape,
-    pub peak_flops: f64,
-    pub bandwidth: f64,
+pub(crate) struct CostModel {
+    pub(crate) shape: ModelShape,
+    pub(crate) peak_flops: f64,
+    pub(crate) bandwidth: f64,
     /// Efficiency of compute-bound work with `tokens` tokens: `eff_start` for a tiny batch,
     /// approaching `eff_end` past `ramp_tokens`, times `scale`.
-    pub eff_start: f64,
-    pub eff_end: f64,
-    pub ramp_tokens: f64,
-    pub scale: f64,
+    pub(crate) eff_start: f64,
+    pub(crate) eff_end: f64,
+    pub(crate) ramp_tokens: f64,
+    pub(crate) scale: f64,
     /// Efficiency of autoregressive decoding (memory-bound, so far below prefill).
-    pub decode_eff: f64,
+    pub(crate) decode_eff: f64,
 }
 
 impl CostModel {
-    pub fn efficiency(&self, tokens: f64) -> f64 {
+    pub(crate) fn efficiency(&self, tokens: f64) -> f64 {
         let ramp = 1.0 - (-tokens / self.ramp_tokens).exp();
         ((self.eff_start + (self.eff_end - self.eff_start) * ramp) * self.scale).clamp(1e-6, 1.0)
     }
@@ -51,31 +51,31 @@ impl CostModel {
     }
 
     /// Forward and backward over sequences of these lengths.
-    pub fn forward_backward(&self, seqlens: &[u64]) -> f64 {
+    pub(crate) fn forward_backward(&self, seqlens: &[u64]) -> f64 {
         let tokens: u64 = seqlens.iter().sum();
         self.compute_seconds(self.shape.training_flops(seqlens), tokens as f64)
     }
 
     /// A forward pass only: a third of the training FLOPs.
-    pub fn forward(&self, seqlens: &[u64]) -> f64 {
+    pub(crate) fn forward(&self, seqlens: &[u64]) -> f64 {
         let tokens: u64 = seqlens.iter().sum();
         self.compute_seconds(self.shape.training_flops(seqlens) / 3.0, tokens as f64)
     }
 
     /// AdamW reads and writes weights, gradients and two moments: about 16 bytes a parameter.
-    pub fn optimizer_step(&self) -> f64 {
+    pub(crate) fn optimizer_step(&self) -> f64 {
         self.shape.dense_params() * 16.0 / self.bandwidth
     }
 
     /// Prefill of the prompts, then decoding the generated tokens.
-    pub fn generate(&self, prompt_tokens: u64, generated_tokens: u64) -> f64 {
+    pub(crate) fn generate(&self, prompt_tokens: u64, generated_tokens: u64) -> f64 {
         let per_token = 2.0 * self.shape.dense_params();
         self.compute_seconds(per_token * prompt_tokens as f64, prompt_tokens as f64)
             + per_token * generated_tokens as f64 / (self.peak_flops * self.decode_eff * self.scale)
     }
 
     /// Copy bf16 weights to the sampler: device-local with CUDA IPC, else through the host.
-    pub fn weight_sync(&self, cuda_ipc: bool) -> f64 {
+    pub(crate) fn weight_sync(&self, cuda_ipc: bool) -> f64 {
         let bytes = self.shape.dense_params() * 2.0;
         bytes
             / if cuda_ipc {

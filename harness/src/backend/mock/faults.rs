@@ -30,7 +30,7 @@ use crate::wire::{decode, encode, Node, Tensor};
 /// What goes wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum FaultKind {
+pub(crate) enum FaultKind {
     /// The answer comes `seconds` late.
     Latency,
     /// An error answer with `status` (a 5xx or a 4xx) instead of the real one.
@@ -53,7 +53,7 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FaultKind::Latency => "latency",
             FaultKind::HttpError => "http_error",
@@ -82,41 +82,41 @@ impl FaultKind {
 /// Where a fault strikes: `{step: 3, route: /step, call: 1}`; every field is optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FaultAt {
-    pub step: Option<u64>,
-    pub route: Option<String>,
+pub(crate) struct FaultAt {
+    pub(crate) step: Option<u64>,
+    pub(crate) route: Option<String>,
     /// The K-th matching call (1-based); 1 when neither `call` nor `probability` is given.
-    pub call: Option<u64>,
+    pub(crate) call: Option<u64>,
 }
 
 /// One scripted fault of `backend.faults`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultSpec {
-    pub fault: FaultKind,
+    pub(crate) fault: FaultKind,
     #[serde(default)]
-    pub at: FaultAt,
+    pub(crate) at: FaultAt,
     /// Each matching call is hit with this probability instead of at `at.call`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probability: Option<f64>,
+    pub(crate) probability: Option<f64>,
     /// How many matching calls in a row are hit from `at.call` on (a transient fault is 1 or
     /// 2, a persistent one large). Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub times: Option<u64>,
+    pub(crate) times: Option<u64>,
     /// `http_error`: the status answered (default 503).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<u16>,
+    pub(crate) status: Option<u16>,
     /// `latency`: seconds added (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seconds: Option<f64>,
+    pub(crate) seconds: Option<f64>,
     /// `drop`: bytes of the body sent before the connection drops (default: half of it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after_bytes: Option<usize>,
+    pub(crate) after_bytes: Option<usize>,
 }
 
 impl FaultSpec {
     /// What is wrong with the fault, if anything (`index` is its place in `faults`).
-    pub fn validate(&self, index: usize) -> Result<(), String> {
+    pub(crate) fn validate(&self, index: usize) -> Result<(), String> {
         let at = format!("faults[{index}] ({})", self.fault.as_str());
         if let Some(p) = self.probability {
             if !(0.0..=1.0).contains(&p) {
@@ -198,7 +198,7 @@ impl FaultSpec {
 }
 
 /// Validate every fault of a script.
-pub fn validate(faults: &[FaultSpec]) -> Result<(), String> {
+pub(crate) fn validate(faults: &[FaultSpec]) -> Result<(), String> {
     faults
         .iter()
         .enumerate()
@@ -232,7 +232,12 @@ impl FaultState {
 
 /// Put the scripted faults in front of a router built by `server::router`. `seed` is the
 /// mock's seed (the script's own, else the scenario's): probabilistic faults follow it.
-pub fn inject(router: Router, server: ServerHandle, faults: &[FaultSpec], seed: u64) -> Router {
+pub(crate) fn inject(
+    router: Router,
+    server: ServerHandle,
+    faults: &[FaultSpec],
+    seed: u64,
+) -> Router {
     if faults.is_empty() {
         return router;
     }

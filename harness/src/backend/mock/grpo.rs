@@ -10,12 +10,12 @@ pub const CLIP_RATIO_C: f64 = 3.0;
 
 /// The response tokens of one sequence (only those the loss mask keeps).
 #[derive(Debug, Clone, Default)]
-pub struct SeqTokens {
-    pub logp: Vec<f64>,
-    pub old_logp: Vec<f64>,
-    pub advantages: Vec<f64>,
-    pub ref_logp: Option<Vec<f64>>,
-    pub entropy: Vec<f64>,
+pub(crate) struct SeqTokens {
+    pub(crate) logp: Vec<f64>,
+    pub(crate) old_logp: Vec<f64>,
+    pub(crate) advantages: Vec<f64>,
+    pub(crate) ref_logp: Option<Vec<f64>>,
+    pub(crate) entropy: Vec<f64>,
 }
 
 /// verl's `loss_agg_mode` (shared by the mock's and the torch backend's losses).
@@ -47,7 +47,7 @@ impl AggMode {
 
 /// The KL estimator of the KL loss (`kl_loss_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KlType {
+pub(crate) enum KlType {
     K1,
     Abs,
     K2,
@@ -55,7 +55,7 @@ pub enum KlType {
 }
 
 impl KlType {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         Ok(match s {
             "kl" | "k1" => KlType::K1,
             "abs" => KlType::Abs,
@@ -80,18 +80,18 @@ impl KlType {
 
 /// The loss settings a call carries in `meta.actor_config`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LossSettings {
-    pub agg: AggMode,
-    pub entropy_coeff: f64,
-    pub kl_coef: f64,
-    pub kl_type: KlType,
+pub(crate) struct LossSettings {
+    pub(crate) agg: AggMode,
+    pub(crate) entropy_coeff: f64,
+    pub(crate) kl_coef: f64,
+    pub(crate) kl_type: KlType,
     /// The padded response width (the `seq-mean-token-sum-norm` divisor).
-    pub horizon: usize,
+    pub(crate) horizon: usize,
 }
 
 impl LossSettings {
     /// Read `meta.actor_config` (an object, or that object as a JSON string).
-    pub fn from_meta(meta: &Map<String, Value>, horizon: usize) -> Result<Self, String> {
+    pub(crate) fn from_meta(meta: &Map<String, Value>, horizon: usize) -> Result<Self, String> {
         let parsed;
         let cfg = match meta.get("actor_config") {
             Some(Value::Object(m)) => Some(m),
@@ -128,7 +128,7 @@ impl LossSettings {
 }
 
 /// Aggregate per-token values of each sequence as verl's `agg_loss` does.
-pub fn aggregate(per_seq: &[Vec<f64>], mode: AggMode, horizon: usize) -> f64 {
+pub(crate) fn aggregate(per_seq: &[Vec<f64>], mode: AggMode, horizon: usize) -> f64 {
     let tokens: usize = per_seq.iter().map(Vec::len).sum();
     let total: f64 = per_seq.iter().flatten().sum();
     let seqs = per_seq.len().max(1) as f64;
@@ -164,7 +164,7 @@ fn token_mean(per_seq: &[Vec<f64>]) -> f64 {
 }
 
 /// `(metrics, loss)` of the vanilla PPO clipped surrogate with GRPO advantages.
-pub fn policy_loss(
+pub(crate) fn policy_loss(
     seqs: &[SeqTokens],
     s: &LossSettings,
     with_entropy: bool,
@@ -242,7 +242,7 @@ pub fn policy_loss(
 }
 
 /// Supervised loss: the negative mean log-likelihood of the kept tokens.
-pub fn sft_loss(seqs: &[SeqTokens], s: &LossSettings) -> (Map<String, Value>, f64) {
+pub(crate) fn sft_loss(seqs: &[SeqTokens], s: &LossSettings) -> (Map<String, Value>, f64) {
     let nll: Vec<Vec<f64>> = seqs
         .iter()
         .map(|q| q.logp.iter().map(|l| -l).collect())

@@ -2,11 +2,11 @@
 //! accuracy follows the number of weight syncs that brought it new weights; log-probs follow
 //! the policy version), and simulating time with a cost model instead of sleeping.
 
-pub mod cost;
-pub mod faults;
+pub(crate) mod cost;
+pub(crate) mod faults;
 pub mod grpo;
 pub mod policy;
-pub mod schedule;
+pub(crate) mod schedule;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,7 +35,7 @@ use schedule::LrSchedule;
 /// How the sampler's accuracy moves from `start` to `end` over the syncs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum CurveShape {
+pub(crate) enum CurveShape {
     /// Straight line, flat after `syncs_to_plateau`.
     #[default]
     Linear,
@@ -48,12 +48,12 @@ pub enum CurveShape {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RewardCurve {
-    pub start: f64,
-    pub end: f64,
-    pub syncs_to_plateau: u64,
-    pub shape: CurveShape,
+    pub(crate) start: f64,
+    pub(crate) end: f64,
+    pub(crate) syncs_to_plateau: u64,
+    pub(crate) shape: CurveShape,
     /// Added to the whole curve (a scenario lowers it with `backend.reward.offset=-0.1`).
-    pub offset: f64,
+    pub(crate) offset: f64,
 }
 
 impl Default for RewardCurve {
@@ -70,7 +70,7 @@ impl Default for RewardCurve {
 
 impl RewardCurve {
     /// Accuracy after `syncs` effective syncs, clamped to `[0, 1]`.
-    pub fn accuracy(&self, syncs: u64) -> f64 {
+    pub(crate) fn accuracy(&self, syncs: u64) -> f64 {
         let x = syncs as f64 / self.syncs_to_plateau.max(1) as f64;
         let progress = match self.shape {
             CurveShape::Linear => x.min(1.0),
@@ -85,15 +85,15 @@ impl RewardCurve {
 #[serde(default, deny_unknown_fields)]
 pub struct EfficiencyCurve {
     /// Efficiency of a tiny batch.
-    pub start: f64,
+    pub(crate) start: f64,
     /// Efficiency approached by large batches.
-    pub end: f64,
+    pub(crate) end: f64,
     /// Tokens at which about 63% of the way from `start` to `end` is covered.
-    pub ramp_tokens: f64,
+    pub(crate) ramp_tokens: f64,
     /// Multiplies everything (a scenario lowers the MFU 10% with `backend.efficiency.scale=0.9`).
-    pub scale: f64,
+    pub(crate) scale: f64,
     /// Efficiency of autoregressive decoding in `/generate`.
-    pub decode: f64,
+    pub(crate) decode: f64,
 }
 
 impl Default for EfficiencyCurve {
@@ -114,8 +114,8 @@ impl Default for EfficiencyCurve {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ResponseShape {
-    pub min_len: usize,
-    pub max_len: usize,
+    pub(crate) min_len: usize,
+    pub(crate) max_len: usize,
 }
 
 impl Default for ResponseShape {
@@ -176,11 +176,11 @@ impl Default for MockScript {
 /// A script the mock cannot run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("invalid mock script: {0}")]
-pub struct MockScriptError(pub String);
+pub struct MockScriptError(pub(crate) String);
 
 impl MockScript {
     /// The cost model the script describes, or what is wrong with it.
-    pub fn cost_model(&self) -> Result<CostModel, MockScriptError> {
+    pub(crate) fn cost_model(&self) -> Result<CostModel, MockScriptError> {
         let err = |m: String| Err(MockScriptError(m));
         let Some(shape) = self.model.shape() else {
             return err(format!(
@@ -293,16 +293,8 @@ impl MockEngine {
         })
     }
 
-    /// The seed the mock's randomness (and its probabilistic faults) follows.
-    pub fn seed(&self) -> u64 {
-        self.seed
-    }
-
-    pub fn script(&self) -> &MockScript {
-        &self.script
-    }
-
-    pub fn cost_model(&self) -> &CostModel {
+    #[cfg(test)]
+    pub(crate) fn cost_model(&self) -> &CostModel {
         &self.cost
     }
 
@@ -310,7 +302,7 @@ impl MockEngine {
     /// (`exp`, `ln`, `cos`, ... of the simulated curves, losses and costs), whose last bits
     /// may differ between implementations. The fingerprint hashes those functions' results
     /// over a probe set, so a golden made on another libm is judged by its bands only.
-    pub fn numerics() -> super::Numerics {
+    pub(crate) fn numerics() -> super::Numerics {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
         h.update(b"mock v1");
@@ -340,7 +332,7 @@ impl MockEngine {
     }
 
     /// The policy version a job holds (what a weight sync copies).
-    pub fn policy_version(&self, job_id: u64) -> Result<u64, EngineError> {
+    pub(crate) fn policy_version(&self, job_id: u64) -> Result<u64, EngineError> {
         self.jobs()
             .get(&job_id)
             .map(|j| j.version)
@@ -348,7 +340,8 @@ impl MockEngine {
     }
 
     /// The sampler's accuracy now: the reward curve at its effective sync count.
-    pub fn sampling_accuracy(&self, job_id: u64) -> Result<f64, EngineError> {
+    #[cfg(test)]
+    pub(crate) fn sampling_accuracy(&self, job_id: u64) -> Result<f64, EngineError> {
         let jobs = self.jobs();
         let j = jobs.get(&job_id).ok_or_else(|| not_found(job_id))?;
         Ok(self.script.reward.accuracy(j.syncs))
@@ -357,7 +350,8 @@ impl MockEngine {
     /// The sampler-side view of log-probs: log p(response token t) under the sampling job's
     /// weights, for a response that follows `prompt`. Equal to the trainer's `/forward`
     /// values only when both hold the same version.
-    pub fn sampler_logprobs(
+    #[cfg(test)]
+    pub(crate) fn sampler_logprobs(
         &self,
         job_id: u64,
         prompt: &str,

@@ -4,7 +4,7 @@
 //! grow more confident, so the entropy and the log-probs trend like a learning policy.
 
 /// SplitMix64 finaliser: a cheap, well-mixed 64-bit hash step.
-pub fn mix(mut z: u64) -> u64 {
+pub(crate) fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -17,7 +17,7 @@ pub fn hash_words(words: &[u64]) -> u64 {
 }
 
 /// A stable hash of text (FNV-1a, then mixed), independent of the platform.
-pub fn hash_text(text: &str) -> u64 {
+pub(crate) fn hash_text(text: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.as_bytes() {
         h ^= *b as u64;
@@ -27,7 +27,7 @@ pub fn hash_text(text: &str) -> u64 {
 }
 
 /// A uniform number in `[0, 1)` from a hash.
-pub fn unit(h: u64) -> f64 {
+pub(crate) fn unit(h: u64) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
@@ -41,7 +41,7 @@ fn confidence_decay(version: u64) -> f64 {
 }
 
 /// log p(token at position) under the policy of `version`; always in about (-2.7, -0.03).
-pub fn token_logprob(seed: u64, token: i64, position: usize, version: u64) -> f32 {
+pub(crate) fn token_logprob(seed: u64, token: i64, position: usize, version: u64) -> f32 {
     let t = token as u64;
     let p = position as u64;
     let base = unit(hash_words(&[seed, BASE, t, p]));
@@ -50,7 +50,7 @@ pub fn token_logprob(seed: u64, token: i64, position: usize, version: u64) -> f3
 }
 
 /// The entropy of the policy's next-token distribution at a position.
-pub fn token_entropy(seed: u64, position: usize, version: u64) -> f32 {
+pub(crate) fn token_entropy(seed: u64, position: usize, version: u64) -> f32 {
     let u = unit(hash_words(&[seed, ENTROPY, position as u64, version]));
     ((0.2 + 1.2 * u) * confidence_decay(version)) as f32
 }

@@ -8,10 +8,10 @@
 use serde_json::Value;
 
 /// Optimizer learning rate when `ds_config` names none (the Arctic server's default).
-pub const DEFAULT_LR: f64 = 1e-5;
+pub(crate) const DEFAULT_LR: f64 = 1e-5;
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum LrSchedule {
+pub(crate) enum LrSchedule {
     Constant(f64),
     /// `WarmupLR` (and `WarmupDecayLR` when `total_num_steps` is set).
     Warmup {
@@ -55,7 +55,7 @@ fn warmup_type(params: &Value, ctx: &str) -> Result<bool, String> {
 
 impl LrSchedule {
     /// Read the schedule from a training job's `ds_config` (absent: constant default rate).
-    pub fn from_ds_config(ds_config: Option<&Value>) -> Result<Self, String> {
+    pub(crate) fn from_ds_config(ds_config: Option<&Value>) -> Result<Self, String> {
         let null = Value::Null;
         let ds = ds_config.unwrap_or(&null);
         let opt_params = ds
@@ -117,7 +117,7 @@ impl LrSchedule {
     }
 
     /// The rate at DeepSpeed's `last_batch_iteration = it`.
-    pub fn at_iteration(&self, it: i64) -> f64 {
+    pub(crate) fn at_iteration(&self, it: i64) -> f64 {
         let warm = |it: f64, w: f64, log: bool| {
             if log {
                 (it + 1.0).ln() / w.ln()
@@ -173,7 +173,7 @@ impl LrSchedule {
     }
 
     /// `last_lr` after `steps` optimizer steps.
-    pub fn after_steps(&self, steps: u64) -> f64 {
+    pub(crate) fn after_steps(&self, steps: u64) -> f64 {
         self.at_iteration(steps as i64 - 1)
     }
 }

@@ -32,8 +32,8 @@ use sha2::{Digest, Sha256};
 
 use crate::fsx::{self, FsError};
 
-pub const INDEX_FILE: &str = "index.jsonl";
-pub const META_FILE: &str = "cassette.json";
+pub(crate) const INDEX_FILE: &str = "index.jsonl";
+pub(crate) const META_FILE: &str = "cassette.json";
 pub const METRICS_FILE: &str = "recorded_metrics.csv";
 pub const PACK_FILE: &str = "bodies.gz";
 /// Inline text bodies up to this size; larger ones go to a file.
@@ -64,14 +64,14 @@ pub enum CassetteError {
 #[serde(deny_unknown_fields)]
 pub struct BodyRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content_type: Option<String>,
-    pub bytes: u64,
+    pub(crate) content_type: Option<String>,
+    pub(crate) bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
+    pub(crate) text: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
+    pub(crate) sha256: Option<String>,
     /// Where the body starts in the uncompressed `bodies.gz`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
@@ -81,8 +81,8 @@ pub struct BodyRef {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IndexEntry {
-    pub seq: u64,
-    pub group: u64,
+    pub(crate) seq: u64,
+    pub(crate) group: u64,
     pub method: String,
     pub path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,35 +91,35 @@ pub struct IndexEntry {
     pub job_id: Option<u64>,
     /// The role of `job_id` (from the recorded `/initialize`), for a person reading the index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_type: Option<String>,
+    pub(crate) job_type: Option<String>,
     pub status: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<BodyRef>,
     /// The headers a replay answers with (`content-type`, the simulated duration).
     #[serde(default)]
-    pub response_headers: BTreeMap<String, String>,
+    pub(crate) response_headers: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub response: Option<BodyRef>,
+    pub(crate) response: Option<BodyRef>,
     /// Why the exchange did not complete, when it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// A completed exchange as the proxy hands it to the writer.
 #[derive(Debug, Clone)]
-pub struct RecordedExchange {
-    pub seq: u64,
-    pub group: u64,
-    pub method: String,
-    pub path: String,
-    pub query: Option<String>,
-    pub job_id: Option<u64>,
-    pub status: u16,
-    pub request_content_type: Option<String>,
-    pub request: Vec<u8>,
-    pub response_headers: BTreeMap<String, String>,
-    pub response: Vec<u8>,
-    pub error: Option<String>,
+pub(crate) struct RecordedExchange {
+    pub(crate) seq: u64,
+    pub(crate) group: u64,
+    pub(crate) method: String,
+    pub(crate) path: String,
+    pub(crate) query: Option<String>,
+    pub(crate) job_id: Option<u64>,
+    pub(crate) status: u16,
+    pub(crate) request_content_type: Option<String>,
+    pub(crate) request: Vec<u8>,
+    pub(crate) response_headers: BTreeMap<String, String>,
+    pub(crate) response: Vec<u8>,
+    pub(crate) error: Option<String>,
 }
 
 fn is_frame(content_type: Option<&str>) -> bool {
@@ -299,7 +299,7 @@ fn load_body(
 
 /// Job id -> job type, from the recorded `/initialize` exchanges (request `job_type`,
 /// response `job_id`).
-pub fn job_types<'a>(
+pub(crate) fn job_types<'a>(
     entries: impl Iterator<Item = (&'a str, &'a str, u16, Option<&'a Value>, Option<&'a Value>)>,
 ) -> BTreeMap<u64, String> {
     let mut out = BTreeMap::new();
@@ -323,7 +323,7 @@ pub fn job_types<'a>(
 
 /// Writes a cassette while the proxy runs: bodies go to disk as exchanges complete (on a
 /// thread of its own, off the proxy's async threads), the index when the recording ends.
-pub struct CassetteWriter {
+pub(crate) struct CassetteWriter {
     dir: PathBuf,
     tx: Mutex<Option<mpsc::Sender<RecordedExchange>>>,
     thread: Mutex<Option<std::thread::JoinHandle<Result<usize, CassetteError>>>>,
@@ -333,7 +333,7 @@ pub struct CassetteWriter {
 
 impl CassetteWriter {
     /// Start a cassette in `dir`, which must not hold one already.
-    pub fn create(dir: &Path) -> Result<Arc<CassetteWriter>, CassetteError> {
+    pub(crate) fn create(dir: &Path) -> Result<Arc<CassetteWriter>, CassetteError> {
         if dir.join(INDEX_FILE).exists() {
             return Err(CassetteError::Writer(format!(
                 "{} already holds a cassette",
@@ -355,13 +355,13 @@ impl CassetteWriter {
         }))
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// An exchange arrived: its concurrency group is that of the oldest exchange still in
     /// flight, or its own `seq` when none is.
-    pub fn begin(&self, seq: u64) -> u64 {
+    pub(crate) fn begin(&self, seq: u64) -> u64 {
         let mut f = crate::util::lock(&self.in_flight);
         let group = f.values().next().copied().unwrap_or(seq);
         f.insert(seq, group);
@@ -369,7 +369,7 @@ impl CassetteWriter {
     }
 
     /// The exchange is over: hand it to the writer thread.
-    pub fn push(&self, ex: RecordedExchange) {
+    pub(crate) fn push(&self, ex: RecordedExchange) {
         crate::util::lock(&self.in_flight).remove(&ex.seq);
         if let Some(tx) = crate::util::lock(&self.tx).as_ref() {
             let _ = tx.send(ex);
@@ -378,7 +378,7 @@ impl CassetteWriter {
 
     /// End the recording: write the index and return how many exchanges it holds. Blocks
     /// until the writer thread is done; later calls return an error.
-    pub fn finish(&self) -> Result<usize, CassetteError> {
+    pub(crate) fn finish(&self) -> Result<usize, CassetteError> {
         drop(crate::util::lock(&self.tx).take());
         let thread = crate::util::lock(&self.thread)
             .take()
@@ -456,7 +456,7 @@ pub struct Body {
 #[derive(Debug, Clone)]
 pub struct Exchange {
     /// Line of `index.jsonl` (1-based).
-    pub line: usize,
+    pub(crate) line: usize,
     pub entry: IndexEntry,
     pub request: Option<Body>,
     pub response: Bytes,
@@ -465,12 +465,12 @@ pub struct Exchange {
 /// A cassette read back and checked: every body decompressed and verified.
 #[derive(Debug, Clone)]
 pub struct Cassette {
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// `cassette.json`, when present.
     pub meta: Option<Value>,
     pub exchanges: Vec<Exchange>,
     /// Job id -> job type of the recorded jobs.
-    pub job_types: BTreeMap<u64, String>,
+    pub(crate) job_types: BTreeMap<u64, String>,
 }
 
 impl Cassette {
@@ -570,7 +570,7 @@ impl Cassette {
     }
 
     /// Total bytes of bodies (uncompressed).
-    pub fn body_bytes(&self) -> u64 {
+    pub(crate) fn body_bytes(&self) -> u64 {
         self.exchanges
             .iter()
             .map(|x| {

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::wire::dssst1;
 
 /// What a redacted path becomes.
-pub const REDACTED: &str = "<path>";
+pub(crate) const REDACTED: &str = "<path>";
 
 /// Does this string name a file on the recording machine? An absolute path (`/...`, `~/...`,
 /// `C:\...`); `model_name` and `checkpoint_path` also count when relative (`./x`, `../x`).
@@ -32,7 +32,7 @@ fn looks_like_path(s: &str, key: Option<&str>) -> bool {
 
 /// Replace machine paths by [`REDACTED`]: every string under a `checkpoint_path` key,
 /// `model_name` when it is a local path, and any string that is an absolute path.
-pub fn redact(v: &mut Value) {
+pub(crate) fn redact(v: &mut Value) {
     redact_at(v, None);
 }
 
@@ -54,7 +54,7 @@ fn redact_at(v: &mut Value, key: Option<&str>) {
 }
 
 /// The comparable view of a request body: `Ok(Value::Null)` for none.
-pub fn request_view(content_type: Option<&str>, bytes: &[u8]) -> Result<Value, String> {
+pub(crate) fn request_view(content_type: Option<&str>, bytes: &[u8]) -> Result<Value, String> {
     if bytes.is_empty() {
         return Ok(Value::Null);
     }
@@ -73,9 +73,9 @@ pub fn request_view(content_type: Option<&str>, bytes: &[u8]) -> Result<Value, S
 /// One difference: where, and the two sides (`None`: the key is absent).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Difference {
-    pub path: String,
-    pub recorded: Option<Value>,
-    pub got: Option<Value>,
+    pub(crate) path: String,
+    pub(crate) recorded: Option<Value>,
+    pub(crate) got: Option<Value>,
 }
 
 fn show(v: &Option<Value>) -> String {
@@ -124,7 +124,7 @@ fn small_scalar_array(a: &[Value]) -> bool {
 
 /// Every difference between `recorded` and `got` in document order (the recorded keys in
 /// their order, then the keys only `got` has), at most `limit` of them.
-pub fn differences(recorded: &Value, got: &Value, limit: usize) -> Vec<Difference> {
+pub(crate) fn differences(recorded: &Value, got: &Value, limit: usize) -> Vec<Difference> {
     let mut out = Vec::new();
     walk("", recorded, got, limit, &mut out);
     out

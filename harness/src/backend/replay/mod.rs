@@ -20,7 +20,7 @@
 //! `replay:requests match the cassette` (see [`ReplayOutcome::rule_verdict`]).
 
 pub mod cassette;
-pub mod diff;
+pub(crate) mod diff;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -33,8 +33,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::{json, Value};
 
-use crate::compare::{ReplayRecord, RuleVerdict};
-pub use cassette::{Cassette, CassetteError, CassetteWriter, RecordedExchange};
+use crate::compare::ReplayRecord;
+#[cfg(test)]
+use crate::compare::RuleVerdict;
+pub(crate) use cassette::{Cassette, CassetteError, CassetteWriter, RecordedExchange};
 use diff::{differences, request_view, Difference};
 
 /// The rule a replay adds to the verdict.
@@ -43,7 +45,7 @@ pub const RULE: &str = crate::compare::REPLAY_RULE;
 const DIFF_LIMIT: usize = 64;
 
 /// Where a scenario's `backend.cassette` points: relative to the scenario file's folder.
-pub fn resolve_cassette(scenario_file: &Path, cassette: &str) -> PathBuf {
+pub(crate) fn resolve_cassette(scenario_file: &Path, cassette: &str) -> PathBuf {
     let p = Path::new(cassette);
     if p.is_absolute() {
         return p.to_path_buf();
@@ -58,13 +60,13 @@ pub fn resolve_cassette(scenario_file: &Path, cassette: &str) -> PathBuf {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mismatch {
     /// `POST /forward-backward`.
-    pub route: String,
+    pub(crate) route: String,
     /// 1-based index of the call within its stream.
-    pub call: usize,
+    pub(crate) call: usize,
     /// The recorded job id (`None` for routes without a job).
     pub job: Option<u64>,
     /// The id the request carried, when it differs from the recorded one.
-    pub got_job: Option<u64>,
+    pub(crate) got_job: Option<u64>,
     pub what: MismatchKind,
 }
 
@@ -111,8 +113,8 @@ impl std::fmt::Display for Mismatch {
 /// How a replay went: what was served and every mismatch, in order.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ReplayOutcome {
-    pub cassette: PathBuf,
-    pub recorded: usize,
+    pub(crate) cassette: PathBuf,
+    pub(crate) recorded: usize,
     pub served: usize,
     pub mismatches: Vec<Mismatch>,
 }
@@ -123,7 +125,7 @@ impl ReplayOutcome {
     }
 
     /// What `run.json` keeps of this replay, for the judge (`compare::judge_run`).
-    pub fn record(&self) -> ReplayRecord {
+    pub(crate) fn record(&self) -> ReplayRecord {
         ReplayRecord {
             cassette: self.cassette.display().to_string(),
             recorded: self.recorded,
@@ -138,7 +140,8 @@ impl ReplayOutcome {
     }
 
     /// The verdict's rule for this replay: passes when every request matched.
-    pub fn rule_verdict(&self) -> RuleVerdict {
+    #[cfg(test)]
+    pub(crate) fn rule_verdict(&self) -> RuleVerdict {
         self.record().rule_verdict()
     }
 }
@@ -278,7 +281,7 @@ fn recorded_view(dir: &Path, x: &cassette::Exchange) -> Result<Value, CassetteEr
 }
 
 /// Build the replay router over a loaded cassette.
-pub fn router(cassette: Cassette) -> Result<(Router, ReplayHandle), CassetteError> {
+pub(crate) fn router(cassette: Cassette) -> Result<(Router, ReplayHandle), CassetteError> {
     let mut views = Vec::with_capacity(cassette.exchanges.len());
     for x in &cassette.exchanges {
         views.push(recorded_view(&cassette.dir, x)?);
@@ -481,18 +484,27 @@ pub struct RunningReplay {
     pub url: String,
     pub handle: ReplayHandle,
     pub stop: tokio::sync::oneshot::Sender<()>,
-    pub task: tokio::task::JoinHandle<()>,
+    pub(crate) task: tokio::task::JoinHandle<()>,
+}
+
+/// Why a replay server did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayStartError {
+    #[error(transparent)]
+    Cassette(#[from] CassetteError),
+    #[error("cannot bind the replay port: {0}")]
+    Bind(#[source] std::io::Error),
+    #[error("cannot read the replay port: {0}")]
+    Addr(#[source] std::io::Error),
 }
 
 /// Load nothing, bind `127.0.0.1:0` and serve `cassette` until `stop` fires.
-pub async fn start(cassette: Cassette) -> Result<RunningReplay, String> {
-    let (router, handle) = router(cassette).map_err(|e| e.to_string())?;
+pub async fn start(cassette: Cassette) -> Result<RunningReplay, ReplayStartError> {
+    let (router, handle) = router(cassette)?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
-        .map_err(|e| format!("cannot bind the replay port: {e}"))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| format!("cannot read the replay port: {e}"))?;
+        .map_err(ReplayStartError::Bind)?;
+    let addr = listener.local_addr().map_err(ReplayStartError::Addr)?;
     let (stop, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, router)
@@ -511,7 +523,7 @@ pub async fn start(cassette: Cassette) -> Result<RunningReplay, String> {
 
 /// Put the cassette `from` in place at `to`, replacing what is there: the copy is made beside
 /// the target first, so a failure leaves the old cassette whole.
-pub fn install_cassette(from: &Path, to: &Path) -> Result<(), String> {
+pub(crate) fn install_cassette(from: &Path, to: &Path) -> Result<(), String> {
     let parent = to.parent().unwrap_or_else(|| Path::new("."));
     std::fs::create_dir_all(parent)
         .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;

@@ -8,7 +8,7 @@ use crate::wire::{DType, Node, Tensor};
 
 /// Number of elements a shape holds (`[]` is a scalar: 1).
 /// Saturates instead of overflowing: a hostile shape must not panic the server.
-pub fn numel(shape: &[usize]) -> usize {
+pub(crate) fn numel(shape: &[usize]) -> usize {
     shape.iter().fold(1usize, |a, &d| a.saturating_mul(d))
 }
 
@@ -38,7 +38,7 @@ pub fn tensor_f64(t: &Tensor, name: &str) -> Result<Vec<f64>, String> {
 
 /// The elements of an integer or boolean tensor as `i64`; a float tensor is an error, since
 /// token ids and masks must be exact.
-pub fn tensor_i64(t: &Tensor, name: &str) -> Result<Vec<i64>, String> {
+pub(crate) fn tensor_i64(t: &Tensor, name: &str) -> Result<Vec<i64>, String> {
     check_len(t, name)?;
     if !t.dtype.is_integer() {
         return Err(format!(
@@ -80,7 +80,7 @@ pub fn node_to_json(node: &Node) -> Option<Value> {
 
 /// The top-level entries of an object-shaped tree: a `d` node, or a `j` node holding an object
 /// (a body without tensors). `what` names the body in the error.
-pub fn object_entries(node: Node, what: &str) -> Result<Vec<(String, Node)>, String> {
+pub(crate) fn object_entries(node: Node, what: &str) -> Result<Vec<(String, Node)>, String> {
     match node {
         Node::Dict(entries) => Ok(entries),
         Node::Json(Value::Object(m)) => {
@@ -94,7 +94,7 @@ pub fn object_entries(node: Node, what: &str) -> Result<Vec<(String, Node)>, Str
 }
 
 /// A short name of a node's kind for error messages.
-pub fn node_kind(node: &Node) -> &'static str {
+pub(crate) fn node_kind(node: &Node) -> &'static str {
     match node {
         Node::Tensor { .. } => "a tensor",
         Node::Json(Value::Object(_)) => "a JSON object",
@@ -108,7 +108,7 @@ pub fn node_kind(node: &Node) -> &'static str {
 }
 
 /// Describe a tensor for error messages: `F32 [2, 8]`.
-pub fn describe(t: &Tensor) -> String {
+pub(crate) fn describe(t: &Tensor) -> String {
     format!("{} {:?}", t.dtype.name(), t.shape)
 }
 
