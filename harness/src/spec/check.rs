@@ -177,7 +177,7 @@ pub struct ListEntry {
     pub(crate) name: String,
     pub(crate) tags: Vec<String>,
     /// `Requires::summary`.
-    pub(crate) requires: String,
+    pub requires: String,
     /// `Err(reasons)` when it cannot run here (unmet requirements, or the file is invalid).
     pub runnable: Result<(), Vec<String>>,
 }

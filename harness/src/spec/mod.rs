@@ -33,7 +33,7 @@ pub struct Scenario {
     pub name: String,
     pub(crate) description: String,
     pub(crate) tags: Vec<String>,
-    pub(crate) requires: Requires,
+    pub requires: Requires,
     pub seed: u64,
     pub steps: u64,
     pub driver: crate::driver::DriverSpec,

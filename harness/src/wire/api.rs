@@ -16,7 +16,7 @@ pub enum JobType {
 }
 
 impl JobType {
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             JobType::Training => "training",
             JobType::Sampling => "sampling",
@@ -58,7 +58,7 @@ pub struct JobConfig {
     #[serde(default = "default_seed")]
     pub(crate) seed: i64,
     #[serde(default)]
-    pub(crate) cuda_ipc: bool,
+    pub cuda_ipc: bool,
     #[serde(default)]
     pub(crate) low_memory: bool,
     #[serde(flatten)]
