@@ -40,6 +40,8 @@ done
 python3 - "$OUT" <<'PY'
 import csv, glob, json, os, sys
 for run in sorted(glob.glob(sys.argv[1] + '/*/*/*/metrics.csv')):
+    if '/latest/' in run:
+        continue
     d = os.path.dirname(run)
     print('==', os.path.relpath(d, sys.argv[1]))
     for r in csv.DictReader(open(run)):
