@@ -17,6 +17,9 @@ pub enum RunEvent {
     },
     /// Something worth telling the user that does not stop the run.
     Warning(String),
+    /// The driver ran its `steps` steps and tore its jobs down: nothing more comes from it.
+    /// (A driver that ends otherwise says so by its result.)
+    Finished { steps: u64 },
 }
 
 pub(crate) type EventSender = tokio::sync::mpsc::UnboundedSender<RunEvent>;

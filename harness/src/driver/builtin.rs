@@ -175,6 +175,7 @@ pub(crate) async fn run(
             .await
             .map_err(|source| DriverError::Backend { step, source })?;
     }
+    let _ = events.send(RunEvent::Finished { steps: run.steps });
     Ok(())
 }
 

@@ -1,7 +1,9 @@
 //! The event loop of one run: it feeds the observers, watches the step and run time-outs and
 //! Ctrl-C, and decides how the run ended. It stops nothing itself; `finish` does.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::observe::Observers;
 use super::stages::DriverTask;
@@ -79,29 +81,27 @@ pub(super) async fn drive(
             (a, b) => a.or(b),
         };
         let sleep = tokio::time::sleep_until(
-            deadline
-                .unwrap_or(now + Duration::from_secs(3600 * 24 * 365))
-                .into(),
+            deadline.unwrap_or(now + Duration::from_secs(3600 * 24 * 365)),
         );
         // Events first: a step or a stalled request the driver reported before it ended
         // decides over its exit.
         tokio::select! {
             biased;
             ev = rx.recv() => match ev {
-                Some(RunEvent::StepStarted { step, .. }) => observers.current_step = step,
-                Some(RunEvent::Step(m)) => {
-                    last_activity = Instant::now();
-                    if let Some(end) = observers.step(m) {
+                Some(ev @ RunEvent::Finished { .. }) => {
+                    // The driver's last word: its result decides (its task ends next).
+                    observers.observe(ev);
+                    let end = driver_end((&mut *driver_task).await, observers.current_step);
+                    return Driven { end, driver_done: true };
+                }
+                Some(ev) => {
+                    if matches!(ev, RunEvent::Step(_) | RunEvent::Request { .. }) {
+                        last_activity = Instant::now();
+                    }
+                    if let Some(end) = observers.observe(ev) {
                         return Driven { end, driver_done: false };
                     }
                 }
-                Some(RunEvent::Request { route, status, duration_s }) => {
-                    last_activity = Instant::now();
-                    if let Some(end) = observers.request(&route, status, duration_s) {
-                        return Driven { end, driver_done: false };
-                    }
-                }
-                Some(RunEvent::Warning(w)) => tracing::warn!("{w}"),
                 None => {
                     // Every sender is gone: the driver ended; its result decides.
                     let end = driver_end((&mut *driver_task).await, observers.current_step);
@@ -131,6 +131,126 @@ pub(super) async fn drive(
             _ = &mut ctrl_c => {
                 return Driven { end: RunEnd::Interrupted { step: observers.current_step }, driver_done: false };
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The loop's time-outs on tokio's paused clock: a minute of silence or a run limit takes no
+    //! wall time, and the elapsed (virtual) time is exact.
+    use super::*;
+    use crate::events::{channel, EventSender};
+    use crate::metrics::{MetricsCsvWriter, StepMetrics};
+    use crate::plan::RunPlan;
+    use crate::runner::RunOptions;
+
+    /// Drive the smoke scenario's plan with `driver` (given the event sender) under `limits`;
+    /// how the run ended and how much (virtual) time it took.
+    async fn drive_with(
+        driver: impl FnOnce(EventSender) -> DriverTask,
+        limits: Limits,
+    ) -> (RunEnd, Duration) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scenarios/smoke/mock-gsm8k-grpo.yaml");
+        let plan = RunPlan::new(crate::spec::load_scenario(&path, &[]).unwrap(), None, None);
+        let dir = tempfile::tempdir().unwrap();
+        let opts = RunOptions::new(dir.path().into(), dir.path().into());
+        let csv = MetricsCsvWriter::create(&dir.path().join("metrics.csv")).unwrap();
+        let mut observers = Observers::new(&plan, &opts, "test", csv, Duration::from_secs(600));
+        let (tx, mut rx) = channel();
+        let mut task = driver(tx);
+        let started = Instant::now();
+        let driven = drive(&mut rx, &mut task, &mut observers, limits, None, None).await;
+        (driven.end, started.elapsed())
+    }
+
+    fn limits(step_s: u64, run_s: u64) -> Limits {
+        Limits {
+            step: Some(Duration::from_secs(step_s)),
+            run: Some(Duration::from_secs(run_s)),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_driver_is_a_hang_at_the_step_limit() {
+        let (end, took) = drive_with(
+            |tx| {
+                tokio::spawn(async move {
+                    let _tx = tx;
+                    std::future::pending::<()>().await;
+                    Ok(())
+                })
+            },
+            limits(60, 3600),
+        )
+        .await;
+        let RunEnd::Hang { reason, step } = end else {
+            panic!("{end:?}")
+        };
+        assert_eq!(step, 1);
+        assert!(
+            reason.starts_with("hang at step 1 (no new step within timeouts.step = 60s; "),
+            "{reason}"
+        );
+        assert_eq!(took, Duration::from_secs(60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn steps_that_keep_coming_end_at_the_run_limit() {
+        let (end, took) = drive_with(
+            |tx| {
+                tokio::spawn(async move {
+                    for step in 1.. {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        let _ = tx.send(RunEvent::StepStarted { step, total: 100 });
+                        let _ = tx.send(RunEvent::Step(StepMetrics::new(step)));
+                    }
+                    Ok(())
+                })
+            },
+            limits(60, 100),
+        )
+        .await;
+        let RunEnd::Hang { reason, step } = end else {
+            panic!("{end:?}")
+        };
+        // Steps at 30, 60 and 90 s kept the step limit away; the run limit ended it at 100 s.
+        assert_eq!(step, 3);
+        assert!(
+            reason.contains("(run exceeded timeouts.run = 100s; "),
+            "{reason}"
+        );
+        assert_eq!(took, Duration::from_secs(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finished_ends_the_run_with_the_driver_result() {
+        for (result, completed) in [(Ok(()), true), (Err("teardown failed"), false)] {
+            let (end, took) = drive_with(
+                |tx| {
+                    tokio::spawn(async move {
+                        let _ = tx.send(RunEvent::Step(StepMetrics::new(1)));
+                        let _ = tx.send(RunEvent::Finished { steps: 1 });
+                        // The sender lives on: the end comes from `Finished`, not a closed
+                        // channel.
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        drop(tx);
+                        result.map_err(|m| DriverError::Protocol {
+                            step: 1,
+                            message: m.to_string(),
+                        })
+                    })
+                },
+                limits(60, 3600),
+            )
+            .await;
+            assert_eq!(end == RunEnd::Completed, completed, "{end:?}");
+            assert_eq!(
+                took,
+                Duration::from_secs(5),
+                "it waited for the driver's result"
+            );
         }
     }
 }

@@ -7,6 +7,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use super::{RunEnd, RunOptions, StopAt};
+use crate::events::RunEvent;
 use crate::metrics::{MetricTable, MetricsCsvWriter, StepMetrics};
 use crate::plan::RunPlan;
 
@@ -43,8 +44,32 @@ impl<'a> Observers<'a> {
         }
     }
 
+    /// One event of the run's stream, to the observers it concerns; `Some` ends the run.
+    pub(super) fn observe(&mut self, ev: RunEvent) -> Option<RunEnd> {
+        match ev {
+            RunEvent::StepStarted { step, .. } => {
+                self.current_step = step;
+                None
+            }
+            RunEvent::Step(m) => self.step(m),
+            RunEvent::Request {
+                route,
+                status,
+                duration_s,
+            } => self.request(&route, status, duration_s),
+            RunEvent::Warning(w) => {
+                tracing::warn!("{w}");
+                None
+            }
+            RunEvent::Finished { .. } => {
+                self.progress.finish();
+                None
+            }
+        }
+    }
+
     /// A finished step: filtered, shown, watched and written; `Some` ends the run.
-    pub(super) fn step(&mut self, mut m: StepMetrics) -> Option<RunEnd> {
+    fn step(&mut self, mut m: StepMetrics) -> Option<RunEnd> {
         self.sanity.filter(&mut m);
         self.plan.scenario.metrics.suppress_in(&mut m);
         self.progress.step(&m, self.plan.scenario.steps);
@@ -70,7 +95,7 @@ impl<'a> Observers<'a> {
     }
 
     /// A request through the proxy; `Some` ends the run (stopped on purpose, or a hang).
-    pub(super) fn request(&mut self, route: &str, status: u16, duration_s: f64) -> Option<RunEnd> {
+    fn request(&mut self, route: &str, status: u16, duration_s: f64) -> Option<RunEnd> {
         if self.stop_at.see(route, (200..300).contains(&status)) {
             return Some(RunEnd::Completed);
         }

@@ -7,9 +7,9 @@
 use crate::common::repo;
 
 #[cfg(feature = "torch")]
-use std::path::Path;
+use crate::common::rlharness_run;
 #[cfg(feature = "torch")]
-use std::process::Command;
+use std::path::Path;
 
 use serde_json::Value;
 
@@ -61,14 +61,8 @@ fn the_two_gpu_split_scenario_validates_and_is_skipped_without_two_gpus() {
 /// Two steps of the CPU flagship into `out` with `sets` overrides; the run directory.
 #[cfg(feature = "torch")]
 fn run_flagship(out: &Path, sets: &[&str]) -> std::path::PathBuf {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rlharness"));
-    cmd.current_dir(repo())
-        .arg("run")
-        .arg("scenarios/tiny-gsm8k-grpo.yaml")
-        .arg("--out")
-        .arg(out)
-        .args(["--no-progress", "--steps", "2"])
-        .env_remove("RLHARNESS_TORCH_BIN");
+    let mut cmd = rlharness_run(&["scenarios/tiny-gsm8k-grpo.yaml", "--steps", "2"], out);
+    cmd.env_remove("RLHARNESS_TORCH_BIN");
     for s in sets {
         cmd.args(["--set", s]);
     }

@@ -949,12 +949,13 @@ fn cuda_graph_decoding_samples_what_eager_decoding_samples() {
 // ------------------------------------------------------------------ the layout (issue #21)
 
 /// An engine laid out as `colocate` says, both roles on `training`/`sampling`, recording into
-/// `record`: trainer job 2 (with `cuda_ipc`), sampler job 1. One update of the trainer, then a
-/// weight sync; returns the engine.
+/// `record`: trainer job 2 (with `cuda_ipc`, learning rate `lr`), sampler job 1. One update of
+/// the trainer, then a weight sync; returns the engine.
 fn laid_out_engine(
     spec: &TorchSpec,
     layout: rlharness_torch::layout::EngineLayout,
     cuda_ipc: bool,
+    lr: f64,
 ) -> TorchEngine {
     let engine = TorchEngine::new(spec, 13)
         .unwrap()
@@ -966,7 +967,7 @@ fn laid_out_engine(
     let mut training = job_config(JobType::Training);
     training.cuda_ipc = cuda_ipc;
     training.ds_config =
-        Some(json!({"optimizer": {"params": {"lr": 1e-2}}, "train_micro_batch_size_per_gpu": 2}));
+        Some(json!({"optimizer": {"params": {"lr": lr}}, "train_micro_batch_size_per_gpu": 2}));
     engine.create_job(2, &training).unwrap();
     let (prompts, responses) = sample_rows();
     let (tensors, p, r) = padded_batch(&prompts, &responses);
@@ -1006,8 +1007,13 @@ fn split_layout_on_the_cpu_records_devices_syncs_and_rules() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("backend_layout.json");
     let cpu = tch::Device::Cpu;
-    let split = laid_out_engine(&spec, layout(false, cpu, cpu, Some(path.clone())), true);
-    let colocated = laid_out_engine(&spec, layout(true, cpu, cpu, None), true);
+    let split = laid_out_engine(
+        &spec,
+        layout(false, cpu, cpu, Some(path.clone())),
+        true,
+        1e-2,
+    );
+    let colocated = laid_out_engine(&spec, layout(true, cpu, cpu, None), true, 1e-2);
 
     let r = split.layout_record();
     assert!(!r.colocate);
@@ -1122,29 +1128,12 @@ fn split_layout_on_cuda_places_the_roles_and_syncs_across() {
         tch::Device::Cuda(0)
     };
     let want_sampling = if visible >= 2 { "cuda:1" } else { "cuda:0" };
-    let engine = TorchEngine::new(&spec, 13)
-        .unwrap()
-        .with_layout(layout(false, tch::Device::Cuda(0), sampling, None))
-        .unwrap();
-    engine
-        .create_job(1, &job_config(JobType::Sampling))
-        .unwrap();
-    let mut training = job_config(JobType::Training);
-    training.cuda_ipc = true;
-    training.ds_config =
-        Some(json!({"optimizer": {"params": {"lr": 1e-3}}, "train_micro_batch_size_per_gpu": 2}));
-    engine.create_job(2, &training).unwrap();
-    let (prompts, responses) = sample_rows();
-    let (tensors, p, r) = padded_batch(&prompts, &responses);
-    let old = forward_logprobs(&engine, 2, &tensors, json!({}));
-    engine
-        .forward_backward(
-            2,
-            &grpo_update(&tensors, prompts.len(), p + r, p, &old, 1.0),
-        )
-        .unwrap();
-    engine.step(2, None).unwrap();
-    engine.weight_sync(2, &[1]).unwrap();
+    let engine = laid_out_engine(
+        &spec,
+        layout(false, tch::Device::Cuda(0), sampling, None),
+        true,
+        1e-3,
+    );
     let (a, b) = (
         engine.job_weights(1).unwrap(),
         engine.job_weights(2).unwrap(),
@@ -1181,6 +1170,7 @@ fn split_layout_on_cuda_places_the_roles_and_syncs_across() {
         seed: Some(3),
         ignore_eos: true,
     };
+    let (prompts, _) = sample_rows();
     let out = engine.generate_ids(1, &prompts, &params).unwrap();
     assert_eq!(out.len(), prompts.len() * 2);
     assert!(out.iter().all(|s| s.tokens.len() == 8));
