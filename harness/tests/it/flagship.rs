@@ -134,42 +134,68 @@ async fn the_exact_lane_holds_a_rerun_and_catches_a_weight_decay_of_a_thousandth
     );
 }
 
-/// The torch self-tests (`scenarios/selftest/flagship-*.yaml`): each planted regression is
-/// caught by the rules its scenario declares, against a reference made on this host (or, for
-/// the multi-seed one, against the golden's calibration); `compare` re-judges each alike.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_torch_selftests_catch_their_planted_regressions() {
-    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(repo().join("scenarios/selftest"))
+/// The torch self-tests (`scenarios/selftest/flagship-*.yaml`), one test each so that the
+/// suite's two test threads share them (together they train the flagship for 150 steps): each
+/// planted regression is caught by the rules its scenario declares, against a reference made
+/// on this host (or, for the multi-seed one, against the golden's calibration); `compare`
+/// re-judges each alike.
+const SELFTESTS: [&str; 5] = [
+    "flagship-entropy-collapse",
+    "flagship-grad-norm",
+    "flagship-lr-x2",
+    "flagship-reward-drop",
+    "flagship-weight-decay",
+];
+
+/// Every `flagship-*` self-test on disk has its test here.
+#[test]
+fn every_torch_selftest_has_its_test() {
+    let mut found: Vec<String> = std::fs::read_dir(repo().join("scenarios/selftest"))
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("flagship-"))
-        })
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("flagship-"))
         .collect();
     found.sort();
-    assert_eq!(found.len(), 5, "{found:?}");
-    for scenario in found {
-        let tmp = tempfile::tempdir().unwrap();
-        let report = run_expecting(&scenario, &opts(tmp.path(), &[]), ExitStatus::Passed).await;
-        let v = report.verdict.as_ref().unwrap();
-        if report.is_multi_seed() {
-            let rule = v.rule("seeds:critic/rewards/mean").unwrap();
-            assert!(rule.evidence.message.contains("Welch's t"), "{rule:?}");
-        } else {
-            assert!(
-                v.exact_lane.as_ref().unwrap().applied,
-                "{}",
-                scenario.display()
-            );
-        }
-        let dir = tmp.path().join("run");
-        let ran = std::fs::read_to_string(dir.join("verdict.json")).unwrap();
-        rlharness::report::compare_command(&dir, None, &repo().join("golden"))
-            .unwrap()
-            .0
-            .exit_status();
-        let again = std::fs::read_to_string(dir.join("compare/golden/verdict.json")).unwrap();
-        assert_eq!(ran, again, "{}", scenario.display());
+    let named: Vec<String> = SELFTESTS.iter().map(|n| format!("{n}.yaml")).collect();
+    assert_eq!(found, named);
+}
+
+async fn selftest_is_caught(name: &str) {
+    let scenario = repo()
+        .join("scenarios/selftest")
+        .join(format!("{name}.yaml"));
+    let tmp = tempfile::tempdir().unwrap();
+    let report = run_expecting(&scenario, &opts(tmp.path(), &[]), ExitStatus::Passed).await;
+    let v = report.verdict.as_ref().unwrap();
+    if report.is_multi_seed() {
+        let rule = v.rule("seeds:critic/rewards/mean").unwrap();
+        assert!(rule.evidence.message.contains("Welch's t"), "{rule:?}");
+    } else {
+        assert!(v.exact_lane.as_ref().unwrap().applied, "{name}");
     }
+    let dir = tmp.path().join("run");
+    let ran = std::fs::read_to_string(dir.join("verdict.json")).unwrap();
+    rlharness::report::compare_command(&dir, None, &repo().join("golden"))
+        .unwrap()
+        .0
+        .exit_status();
+    let again = std::fs::read_to_string(dir.join("compare/golden/verdict.json")).unwrap();
+    assert_eq!(ran, again, "{name}");
+}
+
+macro_rules! selftests {
+    ($($test:ident => $index:expr),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            selftest_is_caught(SELFTESTS[$index]).await;
+        }
+    )*};
+}
+
+selftests! {
+    selftest_entropy_collapse_is_caught => 0,
+    selftest_grad_norm_is_caught => 1,
+    selftest_lr_x2_is_caught => 2,
+    selftest_reward_drop_is_caught => 3,
+    selftest_weight_decay_is_caught => 4,
 }
