@@ -15,13 +15,13 @@ bash ci/ray-install.sh
 # A short path: Ray's session sockets live under the temp dir (a Unix socket path is limited).
 HEAD_DIR=$(mktemp -d /tmp/rlh-ray.XXXXXX)
 trap 'bash ci/ray-head.sh stop "$HEAD_DIR"' EXIT
-# Build before the head starts (the build is the slow part on a 2-core machine). `--workspace`,
-# as ci/test.sh's `cargo test` builds: the same feature set, so its build is reused (`-p
-# rlharness` unifies dependency features differently and rebuilt most of the tree, ~3 min).
+# Build before the head starts (the build is the slow part on a 2-core machine), with the
+# command ci/test.sh builds the tests with: under ci/test.sh it finds everything built. It also
+# builds and places the `rlharness` and `rlharness-torch` executables the Ray jobs ship. A
+# `cargo build` instead compiled the harness and both executables a second time beside the test
+# run (without the dev-dependencies, regex-syntax and getrandom get other features).
 # shellcheck disable=SC2086
-cargo build --workspace $FEATURES --quiet
-# shellcheck disable=SC2086
-cargo test --workspace $FEATURES --test it --no-run --quiet
+cargo test --workspace $FEATURES --tests --no-run --quiet
 RLHARNESS_RAY_ADDRESS=$(bash ci/ray-head.sh start "$HEAD_DIR")
 export RLHARNESS_RAY_ADDRESS
 echo "ray-tests: a local Ray head at $RLHARNESS_RAY_ADDRESS (temp dir $HEAD_DIR)"

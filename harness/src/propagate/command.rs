@@ -235,18 +235,32 @@ pub async fn run_matrix(
         ..RunOptions::new(out.to_path_buf(), PathBuf::from("golden"))
     };
     let jobs = if fixed_port { 1 } else { options.jobs.max(1) };
+    let run = |(i, run_plan, run_dir): (usize, crate::plan::RunPlan, PathBuf)| {
+        let o = opts(run_dir.clone());
+        let label = run_label(&runs[i]);
+        async move {
+            (
+                i,
+                execute_trial(run_plan, o, &label, &run_dir, stop_at).await,
+            )
+        }
+    };
+    // The plain baseline first, alone: a trainer that cannot run it (broken, or not reaching
+    // the wire) would fail every trial the same way, so the matrix stops there.
+    if let Some(k) = planned.todo.iter().position(|(i, ..)| runs[*i].is_empty()) {
+        let (i, r) = run(planned.todo.remove(k)).await;
+        if let Err(e) = baseline_wire(scenario, &runs[i], &r) {
+            let left = planned.todo.len();
+            return Err(CommandError {
+                message: format!("{}; the other {left} runs were not started", e.message),
+                ..e
+            });
+        }
+        planned.results[i] = Some(r);
+    }
     let finished: Vec<(usize, RunResult)> =
         futures_util::stream::iter(std::mem::take(&mut planned.todo))
-            .map(|(i, run_plan, run_dir)| {
-                let o = opts(run_dir.clone());
-                let label = run_label(&runs[i]);
-                async move {
-                    (
-                        i,
-                        execute_trial(run_plan, o, &label, &run_dir, stop_at).await,
-                    )
-                }
-            })
+            .map(run)
             .buffer_unordered(jobs)
             .collect()
             .await;
@@ -439,6 +453,26 @@ struct Judged {
     any_failed: bool,
 }
 
+/// A baseline run's wire, or why it leaves nothing to judge against.
+fn baseline_wire<'a>(
+    scenario: &Path,
+    overrides: &[String],
+    r: &'a RunResult,
+) -> Result<&'a WireSnapshot, CommandError> {
+    match r {
+        RunResult::Ran { wire, .. } => Ok(wire),
+        RunResult::Failed(why) => Err(CommandError::run_failed(format!(
+            "the baseline run ({}) failed: {why}",
+            run_label(overrides)
+        ))),
+        RunResult::NotObservable(why) => Err(CommandError::invalid(format!(
+            "{}: the baseline run ({}) shows nothing to judge: {why}",
+            scenario.display(),
+            run_label(overrides)
+        ))),
+    }
+}
+
 fn judge_trials(
     scenario: &Path,
     m: &KnobManifest,
@@ -452,20 +486,7 @@ fn judge_trials(
     let mut any_failed = false;
     for (t, (b, p)) in plan.trials.iter().zip(trial_runs) {
         let baseline = match result(*b) {
-            Some(RunResult::Ran { wire, .. }) => wire,
-            Some(RunResult::Failed(why)) => {
-                return Err(CommandError::run_failed(format!(
-                    "the baseline run ({}) failed: {why}",
-                    run_label(&runs[*b])
-                )))
-            }
-            Some(RunResult::NotObservable(why)) => {
-                return Err(CommandError::invalid(format!(
-                    "{}: the baseline run ({}) shows nothing to judge: {why}",
-                    scenario.display(),
-                    run_label(&runs[*b])
-                )))
-            }
+            Some(r) => baseline_wire(scenario, &runs[*b], r)?,
             None => {
                 return Err(CommandError::run_failed(
                     "internal: a baseline run has no result",

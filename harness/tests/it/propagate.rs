@@ -311,4 +311,17 @@ async fn a_trainer_that_never_reaches_the_wire_is_named_with_its_last_lines() {
         err.contains("never reached the wire") && err.contains("unknown bug switch"),
         "{err}"
     );
+    // The plain baseline runs first, alone: the matrix stops at it.
+    assert!(err.contains("runs were not started"), "{err}");
+    let matrix_dir = std::fs::read_dir(out.path().join("verl-arctic-standin"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let runs: Vec<_> = std::fs::read_dir(&matrix_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(runs.len(), 1, "only the baseline ran: {runs:?}");
 }
