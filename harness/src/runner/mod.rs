@@ -161,11 +161,8 @@ pub struct Executed {
     pub(crate) run_dir: PathBuf,
     pub end: RunEnd,
     pub metrics: MetricTable,
-    /// Built-in sanity failures (e.g. an MFU outside (0, 1]) as (step, metric, value).
-    pub insane: Vec<(u64, String, f64)>,
     /// A replay backend's account of the requests it was sent.
     pub replay: Option<crate::backend::replay::ReplayOutcome>,
-    pub started: chrono::DateTime<chrono::Utc>,
     pub(crate) ended: chrono::DateTime<chrono::Utc>,
     /// An external trainer's last output lines, when the run did not complete.
     pub(crate) trainer_tail: Option<String>,
@@ -278,9 +275,7 @@ async fn execute_with(
         run_dir,
         end,
         metrics,
-        insane: sanity.dropped,
         replay,
-        started,
         ended,
         trainer_tail,
     })

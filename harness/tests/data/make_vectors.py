@@ -43,6 +43,14 @@ def has_tensor(x):
     return False
 
 
+def str_key(k):
+    """A key of a dict that holds a tensor: the real codec refuses any but a string (integer
+    keys become strings only inside tensor-free `j` subtrees, through JSON)."""
+    if not isinstance(k, str):
+        raise TypeError(f"a dict that holds a tensor has a non-string key {k!r}")
+    return k
+
+
 def to_tree(x, path, tensors):
     key = path or "__root__"
     if isinstance(x, np.generic):  # a 0-dim scalar
@@ -57,7 +65,7 @@ def to_tree(x, path, tensors):
     if not has_tensor(x):
         return ["j", x]
     if isinstance(x, dict):
-        return ["d", [[str(k), to_tree(v, child(k), tensors)] for k, v in x.items()]]
+        return ["d", [[str_key(k), to_tree(v, child(k), tensors)] for k, v in x.items()]]
     return ["l", [to_tree(v, child(i), tensors) for i, v in enumerate(x)]]
 
 

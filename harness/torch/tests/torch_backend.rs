@@ -439,7 +439,6 @@ fn weight_sync_makes_sampler_and_trainer_agree() {
         .map(|k| new[k - 1] - old[k - 1])
         .sum();
     assert!(gain > 0.0, "{gain}");
-    let _ = r;
 }
 
 /// `entropy_coeff` is part of the loss and its gradient: with zero advantages the policy
@@ -473,7 +472,6 @@ fn entropy_coeff_reaches_the_gradient() {
         norms[1] > 1e-4,
         "the entropy bonus must move the weights: {norms:?}"
     );
-    let _ = r;
 }
 
 #[test]

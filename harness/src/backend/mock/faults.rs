@@ -375,8 +375,12 @@ async fn fault_layer(State(s): State<Arc<FaultState>>, req: Request, next: Next)
             FaultKind::NanGradNorm if resp.status().is_success() => {
                 crate::backend::server::internal_server_error()
             }
-            FaultKind::NanLogprobs => rewrite(resp, |b| corrupt_logprobs(b, false)).await,
-            FaultKind::WrongShape => rewrite(resp, |b| corrupt_logprobs(b, true)).await,
+            FaultKind::NanLogprobs => {
+                rewrite(resp, |b| corrupt_logprobs(b, Corruption::NanFirstRow)).await
+            }
+            FaultKind::WrongShape => {
+                rewrite(resp, |b| corrupt_logprobs(b, Corruption::DropLastColumn)).await
+            }
             _ => resp,
         };
     }
@@ -423,8 +427,17 @@ async fn rewrite(resp: Response, f: impl FnOnce(&Bytes) -> Option<Vec<u8>>) -> R
     Response::from_parts(parts, Body::from(out))
 }
 
-/// `batch.logprobs` with its first row NaN, or (`shape`) one column short.
-fn corrupt_logprobs(body: &Bytes, shape: bool) -> Option<Vec<u8>> {
+/// What [`corrupt_logprobs`] does to `batch.logprobs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Corruption {
+    /// Its first row NaN.
+    NanFirstRow,
+    /// One column short.
+    DropLastColumn,
+}
+
+/// `batch.logprobs` corrupted as `how` says.
+fn corrupt_logprobs(body: &Bytes, how: Corruption) -> Option<Vec<u8>> {
     let mut root = decode(body.clone()).ok()?;
     let Node::Dict(entries) = &mut root else {
         return None;
@@ -441,7 +454,7 @@ fn corrupt_logprobs(body: &Bytes, shape: bool) -> Option<Vec<u8>> {
         return None;
     };
     let mut values = tensor.to_f32_vec();
-    *tensor = if shape && s > 0 {
+    *tensor = if how == Corruption::DropLastColumn && s > 0 {
         let cut: Vec<f32> = values
             .chunks(s)
             .flat_map(|row| row[..s - 1].iter().copied())
@@ -542,8 +555,8 @@ mod tests {
         let root = Node::dict([("batch", Node::dict([("logprobs", Node::tensor(t))]))]);
         let bytes = Bytes::from(encode(&root).unwrap());
         // The logprobs tensor of the corrupted message.
-        let corrupted = |shape: bool| {
-            let root = decode(Bytes::from(corrupt_logprobs(&bytes, shape).unwrap())).unwrap();
+        let corrupted = |how: Corruption| {
+            let root = decode(Bytes::from(corrupt_logprobs(&bytes, how).unwrap())).unwrap();
             root.get("batch")
                 .unwrap()
                 .get("logprobs")
@@ -552,8 +565,8 @@ mod tests {
                 .unwrap()
                 .clone()
         };
-        let v = corrupted(false).to_f32_vec();
+        let v = corrupted(Corruption::NanFirstRow).to_f32_vec();
         assert!(v[..3].iter().all(|x| x.is_nan()) && v[3..].iter().all(|x| *x == -1.0));
-        assert_eq!(corrupted(true).shape, vec![2, 2]);
+        assert_eq!(corrupted(Corruption::DropLastColumn).shape, vec![2, 2]);
     }
 }
