@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{rlharness_run as rlharness, text};
+use crate::common::{rlharness_run as rlharness, says, text};
 
 fn address() -> String {
     std::env::var("RLHARNESS_RAY_ADDRESS")
@@ -172,8 +172,7 @@ fn a_gpu_the_cluster_lacks_is_reported_unschedulable_not_hung() {
         "{t}"
     );
     let junit = std::fs::read_to_string(out.join("junit.xml")).unwrap();
-    assert!(junit.contains("unschedulable"), "{junit}");
-    assert!(junit.contains("<error "), "{junit}");
+    says(&junit, &["unschedulable", "<error "]);
 }
 
 #[test]
@@ -187,8 +186,7 @@ fn a_job_that_cannot_start_is_exit_3_with_its_log_kept() {
     );
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     let t = text(&o);
-    assert!(t.contains("did not come back"), "{t}");
-    assert!(t.contains("holds no run-directory frame"), "{t}");
+    says(&t, &["did not come back", "holds no run-directory frame"]);
     let kept: Vec<PathBuf> = std::fs::read_dir(out.join("mock-gsm8k-grpo"))
         .unwrap()
         .flatten()

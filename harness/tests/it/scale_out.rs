@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use crate::common::{rlharness_run, text};
+use crate::common::{rlharness_run, says, text};
 
 fn run(args: &[&str], out: &Path) -> Output {
     rlharness_run(args, out).output().unwrap()
@@ -110,8 +110,13 @@ fn a_multi_seed_run_has_a_case_per_seed() {
         "{junit}\n{}",
         text(&o)
     );
-    assert!(junit.contains("name=\"mock-gsm8k-grpo seed 1\""), "{junit}");
-    assert!(junit.contains("name=\"mock-gsm8k-grpo seed 2\""), "{junit}");
+    says(
+        &junit,
+        &[
+            "name=\"mock-gsm8k-grpo seed 1\"",
+            "name=\"mock-gsm8k-grpo seed 2\"",
+        ],
+    );
 }
 
 /// What `run` prints for a scenario that fails: its summary, then each failing rule with its

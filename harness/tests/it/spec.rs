@@ -60,6 +60,24 @@ fn only_error(r: Result<Scenario, SpecErrors>) -> SpecError {
     errs.0.into_iter().next().unwrap()
 }
 
+/// Loading `p` with `sets` fails with exactly one error: at `line` (and `col`, where the test
+/// pins it), under `key`, its message containing `says`. Returns it for further checks.
+fn fails_at(
+    p: &Path,
+    sets: &[&str],
+    (line, col): (usize, Option<usize>),
+    key: &str,
+    says: &str,
+) -> SpecError {
+    let e = only_error(load(p, sets));
+    assert_eq!((e.line, e.key_path.as_str()), (line, key), "{e}");
+    if let Some(col) = col {
+        assert_eq!(e.col, col, "{e}");
+    }
+    assert!(e.message.contains(says), "{e}");
+    e
+}
+
 #[test]
 fn valid_scenario_layers_defaults_includes_and_file_values() {
     let r = Root::new();
@@ -169,11 +187,14 @@ fn misspelled_config_key_names_file_line_col_and_path() {
         "bad.yaml",
         "  actor_rollout_ref:\n    actor:\n      ppo_epoch: 2\n",
     );
-    let e = only_error(load(&p, &[]));
+    let e = fails_at(
+        &p,
+        &[],
+        (10, Some(7)),
+        "config.actor_rollout_ref.actor.ppo_epoch",
+        "unknown key `ppo_epoch`",
+    );
     assert_eq!(e.file, p);
-    assert_eq!((e.line, e.col), (10, 7));
-    assert_eq!(e.key_path, "config.actor_rollout_ref.actor.ppo_epoch");
-    assert!(e.message.contains("unknown key `ppo_epoch`"), "{e}");
     assert!(e.message.contains("did you mean `ppo_epochs`?"), "{e}");
     let shown = e.to_string();
     assert!(
@@ -219,18 +240,19 @@ fn wrong_type_says_what_was_expected() {
         "bad.yaml",
         "name: t\ndescription: d\nseed: one\nsteps: 2\ndriver: {kind: builtin}\nbackend: {kind: mock}\n",
     );
-    let e = only_error(load(&p, &[]));
-    assert_eq!((e.line, e.col, e.key_path.as_str()), (3, 7, "seed"));
+    let e = fails_at(&p, &[], (3, Some(7)), "seed", "invalid type");
     assert_eq!(e.message, "invalid type: string \"one\", expected u64");
 
     let p = r.scenario(
         "bad2.yaml",
         "  actor_rollout_ref:\n    actor:\n      optim: 3\n",
     );
-    let e = only_error(load(&p, &[]));
-    assert_eq!(
-        (e.line, e.key_path.as_str()),
-        (10, "config.actor_rollout_ref.actor.optim")
+    let e = fails_at(
+        &p,
+        &[],
+        (10, None),
+        "config.actor_rollout_ref.actor.optim",
+        "expected a mapping",
     );
     assert!(
         e.message
@@ -246,15 +268,12 @@ fn an_expected_failure_without_a_reason_names_file_and_line() {
         "bad.yaml",
         "name: t\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\nbackend: {kind: mock}\nexpected_verdict:\n  outcome: failed\n",
     );
-    let e = only_error(load(&p, &[]));
-    assert_eq!(
-        (e.line, e.key_path.as_str()),
-        (8, "expected_verdict"),
-        "{e}"
-    );
-    assert!(
-        e.message.contains("`outcome: failed` needs a `reason`"),
-        "{e}"
+    let e = fails_at(
+        &p,
+        &[],
+        (8, None),
+        "expected_verdict",
+        "`outcome: failed` needs a `reason`",
     );
     assert!(e.to_string().contains("bad.yaml:8:"), "{e}");
 }
@@ -279,12 +298,12 @@ fn internally_tagged_backend_error_points_at_the_inner_key() {
         "bad2.yaml",
         "name: t\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\nbackend:\n  kind: remote\n  url: 7\n",
     );
-    let e = only_error(load(&p, &[]));
-    assert_eq!((e.line, e.col, e.key_path.as_str()), (8, 8, "backend.url"));
-    assert!(
-        e.message
-            .contains("invalid type: integer `7`, expected a string"),
-        "{e}"
+    fails_at(
+        &p,
+        &[],
+        (8, Some(8)),
+        "backend.url",
+        "invalid type: integer `7`, expected a string",
     );
 }
 
@@ -295,14 +314,12 @@ fn bad_interpolations_are_errors_with_position() {
         "missing.yaml",
         "  trainer:\n    experiment_name: run-${data.no_such}\n",
     );
-    let e = only_error(load(&p, &[]));
-    assert_eq!(
-        (e.line, e.col, e.key_path.as_str()),
-        (9, 22, "config.trainer.experiment_name")
-    );
-    assert!(
-        e.message.contains("`data.no_such`, which does not exist"),
-        "{e}"
+    fails_at(
+        &p,
+        &[],
+        (9, Some(22)),
+        "config.trainer.experiment_name",
+        "`data.no_such`, which does not exist",
     );
 
     let p = r.scenario(
@@ -325,13 +342,12 @@ fn missing_include_names_the_include_key() {
         "inc.yaml",
         "  remote_backend:\n    include: backends/nope.yaml\n",
     );
-    let e = only_error(load(&p, &[]));
-    assert_eq!((e.line, e.col), (9, 5));
-    assert_eq!(e.key_path, "config.remote_backend.include");
-    assert!(
-        e.message
-            .contains("included file `backends/nope.yaml` not found"),
-        "{e}"
+    fails_at(
+        &p,
+        &[],
+        (9, Some(5)),
+        "config.remote_backend.include",
+        "included file `backends/nope.yaml` not found",
     );
 }
 
@@ -684,9 +700,7 @@ fn a_selftest_needs_a_plant_and_a_declared_verdict() {
         "empty.yaml",
         &format!("{head}selftest: {{plant: []}}\nexpected_verdict: {{outcome: regressed}}\n"),
     );
-    let e = only_error(load(&p, &[]));
-    assert_eq!((e.line, e.key_path.as_str()), (7, "selftest.plant"), "{e}");
-    assert!(e.message.contains("at least one change"), "{e}");
+    fails_at(&p, &[], (7, None), "selftest.plant", "at least one change");
     let p = r.write(
         "bad.yaml",
         &format!("{head}selftest: {{plant: [lr]}}\nexpected_verdict: {{outcome: regressed}}\n"),
@@ -700,11 +714,12 @@ fn a_selftest_needs_a_plant_and_a_declared_verdict() {
         "undeclared.yaml",
         &format!("{head}selftest: {{plant: [seed=2]}}\n"),
     );
-    let e = only_error(load(&p, &[]));
-    assert_eq!((e.line, e.key_path.as_str()), (7, "selftest"), "{e}");
-    assert!(
-        e.message.contains("must declare the verdict it expects"),
-        "{e}"
+    fails_at(
+        &p,
+        &[],
+        (7, None),
+        "selftest",
+        "must declare the verdict it expects",
     );
 }
 
@@ -736,9 +751,7 @@ fn a_multi_seed_selftest_is_checked() {
         ),
     ] {
         let p = r.write(file, &format!("{head}selftest: {selftest}\n{tail}"));
-        let e = only_error(load(&p, &[]));
-        assert_eq!((e.line, e.key_path.as_str()), (7, key), "{e}");
-        assert!(e.message.contains(words), "{e}");
+        fails_at(&p, &[], (7, None), key, words);
     }
     let ok = r.write(
         "ok.yaml",

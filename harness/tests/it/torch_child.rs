@@ -56,11 +56,13 @@ fn a_missing_torch_executable_fails_the_run_and_says_how_to_build_it() {
     let tmp = tempfile::tempdir().unwrap();
     let missing = tmp.path().join("no-such-rlharness-torch");
     let err = failed_run_with_torch_bin(tmp.path(), &missing, &[]);
-    assert!(err.contains("no-such-rlharness-torch"), "{err}");
-    assert!(err.contains("does not exist"), "{err}");
-    assert!(
-        err.contains("cargo build --release --features torch"),
-        "{err}"
+    common::says(
+        &err,
+        &[
+            "no-such-rlharness-torch",
+            "does not exist",
+            "cargo build --release --features torch",
+        ],
     );
 }
 
@@ -74,12 +76,14 @@ fn a_torch_executable_that_dies_before_it_is_ready_fails_the_run_with_its_last_l
         "echo 'loading the model' >&2\necho 'error: libtorch_cpu.so: cannot open shared object file' >&2\nexit 7\n",
     );
     let err = failed_run_with_torch_bin(tmp.path(), &fake, &[]);
-    assert!(err.contains("fake-rlharness-torch"), "{err}");
-    assert!(err.contains("before it was ready"), "{err}");
-    assert!(err.contains("exit status: 7"), "{err}");
-    assert!(
-        err.contains("libtorch_cpu.so: cannot open shared object file"),
-        "{err}"
+    common::says(
+        &err,
+        &[
+            "fake-rlharness-torch",
+            "before it was ready",
+            "exit status: 7",
+            "libtorch_cpu.so: cannot open shared object file",
+        ],
     );
 }
 
@@ -94,8 +98,7 @@ fn a_torch_executable_that_hangs_before_it_is_ready_is_stopped_at_the_run_limit(
     );
     let t = std::time::Instant::now();
     let err = failed_run_with_torch_bin(tmp.path(), &fake, &["--set", "timeouts.run=2s"]);
-    assert!(err.contains("no ready line within 2s"), "{err}");
-    assert!(err.contains("loading the model"), "{err}");
+    common::says(&err, &["no ready line within 2s", "loading the model"]);
     assert!(
         t.elapsed() < std::time::Duration::from_secs(60),
         "{:?}",

@@ -77,3 +77,14 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// `text` contains every one of `parts`; a failure names the missing ones and shows the text.
+#[track_caller]
+pub fn says(text: &str, parts: &[&str]) {
+    let missing: Vec<&str> = parts
+        .iter()
+        .copied()
+        .filter(|p| !text.contains(p))
+        .collect();
+    assert!(missing.is_empty(), "missing {missing:?} in:\n{text}");
+}
