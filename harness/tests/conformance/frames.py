@@ -14,7 +14,11 @@ import os
 import struct
 import sys
 
-import numpy as np
+# Tiny arrays: one BLAS thread. OpenBLAS's default (a thread per core that spins between calls)
+# cost more CPU than the work itself, beside the harness on a 2-core machine.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dssst1 import BYTES_PER_ELEMENT, Raw, decode, encode  # noqa: E402
