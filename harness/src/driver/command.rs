@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::builtin::DriverError;
+use super::strays;
 use crate::capture::{self, JsonlTail};
 use crate::events::{EventSender, RunEvent};
 use crate::metrics::StepMetrics;
@@ -300,6 +301,8 @@ pub(crate) type TrainerTask = tokio::task::JoinHandle<Result<(), DriverError>>;
 /// runner awaits its [`TrainerTask`] like any driver's.
 pub(crate) struct Trainer {
     pub(crate) pgid: i32,
+    /// The run's token in the trainer's environment ([`strays::TOKEN_VAR`]).
+    token: String,
     shared: Arc<Shared>,
     reaper: Mutex<Option<Reaper>>,
 }
@@ -322,11 +325,15 @@ impl Trainer {
 
     /// Stop every process of the trainer's group: TERM, then KILL after `grace`. Returns when
     /// no live process is left in the group (or after one more second past KILL).
-    pub(crate) async fn terminate(&self, grace: Duration) {
+    /// Stop the trainer's process group, then every process it started elsewhere (marked
+    /// with the run's token); returns those, for the report.
+    pub(crate) async fn terminate(&self, grace: Duration) -> Vec<strays::Stray> {
         terminate_group(self.pgid, grace).await;
+        let strays = strays::stop_marked(&self.token, grace).await;
         if let Some(r) = lock(&self.reaper).take() {
             r.disarm();
         }
+        strays
     }
 }
 
@@ -340,21 +347,38 @@ struct Reaper {
     child: std::process::Child,
 }
 
-/// The watcher's script; `$1` is the group. No `--` before the negative group id: dash's
+/// The watcher's script; `$1` is the group, `$2` the run's token ([`strays::TOKEN_VAR`]): the
+/// group gets TERM, then KILL; so does every process still marked with the token (Ray's and
+/// the processes it spawned, outside the group). No `--` before the negative group id: dash's
 /// `kill` takes `--` for a pid and fails ("Illegal number"); `-SIG -PGID` works in dash and bash.
 const REAPER_SCRIPT: &str = r#"if read -r x && [ "$x" = done ]; then exit 0; fi
-kill -TERM "-$1" 2>/dev/null || exit 0
+g=$1 tok="RLHARNESS_RUN_TOKEN=$2"
+sweep() {
+  [ -n "$2" ] || return 0
+  for e in /proc/[0-9]*/environ; do
+    if grep -qszxF "$tok" "$e"; then p=${e#/proc/}; kill "-$1" "${p%/environ}" 2>/dev/null; fi
+  done
+}
+kill -TERM "-$g" 2>/dev/null
+sweep TERM "$2"
 i=0
-while [ "$i" -lt 30 ] && kill -0 "-$1" 2>/dev/null; do sleep 0.1; i=$((i+1)); done
-kill -KILL "-$1" 2>/dev/null
+while [ "$i" -lt 30 ] && kill -0 "-$g" 2>/dev/null; do sleep 0.1; i=$((i+1)); done
+kill -KILL "-$g" 2>/dev/null
+sweep KILL "$2"
 exit 0"#;
 
 impl Reaper {
-    fn start(pgid: i32) -> std::io::Result<Reaper> {
+    fn start(pgid: i32, token: &str) -> std::io::Result<Reaper> {
         use std::os::unix::process::CommandExt;
         // std makes the pipe close-on-exec: no later child holds the writer.
         let mut child = std::process::Command::new("/bin/sh")
-            .args(["-c", REAPER_SCRIPT, "rlharness-reaper", &pgid.to_string()])
+            .args([
+                "-c",
+                REAPER_SCRIPT,
+                "rlharness-reaper",
+                &pgid.to_string(),
+                token,
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -431,7 +455,13 @@ pub(crate) fn start(
     let task = tokio::spawn(supervise(child, readers, jsonl, shared.clone()));
     // Without a watcher a SIGKILL of the harness would leave the trainer running; say so,
     // but a missing `/bin/sh` is no reason to refuse the run.
-    let reaper = match (pgid > 0).then(|| Reaper::start(pgid)).transpose() {
+    let token = launch
+        .env
+        .iter()
+        .find(|(k, _)| k == strays::TOKEN_VAR)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let reaper = match (pgid > 0).then(|| Reaper::start(pgid, &token)).transpose() {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!("cannot start the trainer's watcher (/bin/sh): {e}; if rlharness is killed, stop process group {pgid} by hand");
@@ -441,6 +471,7 @@ pub(crate) fn start(
     Ok((
         Trainer {
             pgid,
+            token,
             shared,
             reaper: Mutex::new(reaper),
         },

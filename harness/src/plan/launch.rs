@@ -107,6 +107,18 @@ pub fn launch_for(
         ("RLHARNESS_RUN_DIR".into(), run_dir.display().to_string()),
         // Piped stdout is block-buffered in Python: console lines would arrive in bursts.
         ("PYTHONUNBUFFERED".into(), "1".into()),
+        // A launcher may call the harness (e.g. `rlharness assets`) with the same build.
+        (
+            "RLHARNESS_BIN".into(),
+            std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "rlharness".into()),
+        ),
+        // Marks every process the trainer starts, wherever it ends up (driver/strays.rs).
+        (
+            crate::driver::strays::TOKEN_VAR.into(),
+            crate::driver::strays::new_token(&run_id),
+        ),
     ];
     if let Some(url) = backend_url {
         env.push(("RLHARNESS_BACKEND_URL".into(), url.to_string()));

@@ -92,6 +92,10 @@ pub struct RunManifest {
     /// A replay backend's account of the requests it was sent (the replay rule's evidence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) replay: Option<ReplayRecord>,
+    /// Processes an external trainer left running outside its process group, which the
+    /// harness stopped after it (`driver/strays.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub strays: Vec<crate::driver::strays::Stray>,
 }
 
 impl RunManifest {

@@ -950,6 +950,7 @@ mod tests {
             notes: Vec::new(),
             dropped: Vec::new(),
             replay: None,
+            strays: Vec::new(),
         }
     }
 

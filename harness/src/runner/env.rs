@@ -145,6 +145,7 @@ pub(crate) fn manifest_for(
         notes: Vec::new(),
         dropped: Vec::new(),
         replay: None,
+        strays: Vec::new(),
     }
 }
 

@@ -232,7 +232,7 @@ async fn execute_with(
         wire.proxy_url.is_some()
             && std::fs::metadata(run_dir.join("wire.jsonl")).is_ok_and(|m| m.len() == 0)
     };
-    stages::stop_driver(trainer.as_ref(), &mut driver_task, driven.driver_done).await;
+    let strays = stages::stop_driver(trainer.as_ref(), &mut driver_task, driven.driver_done).await;
     let trainer_tail = trainer
         .as_ref()
         .filter(|_| driven.end != RunEnd::Completed || silent_wire())
@@ -264,6 +264,11 @@ async fn execute_with(
     if let Some(why) = stop_at.why {
         manifest.notes.push(why);
     }
+    if let Some(n) = crate::driver::strays::note(&strays) {
+        tracing::warn!("{n}");
+        manifest.notes.push(n);
+    }
+    manifest.strays = strays;
     let ended = chrono::Utc::now();
     let metrics = csv.into_table();
     env::finalize_manifest(&mut manifest, &end, &sanity.dropped, replay.as_ref(), ended);

@@ -145,9 +145,9 @@ pub(super) async fn start_proxy(
                     .clone()
                     .unwrap_or_else(|| command::ARCTIC_CLIENT_ADDR.to_string()),
             };
-            let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| {
-                CommandError::run_failed(format!("cannot bind the proxy port {listen}: {e}"))
-            })?;
+            let listener = tokio::net::TcpListener::bind(&listen)
+                .await
+                .map_err(|e| CommandError::run_failed(bind_error(&listen, &e)))?;
             let cfg = crate::proxy::ProxyConfig {
                 upstream: backend.url.clone(),
                 record_dir: p.run_dir.clone(),
@@ -186,6 +186,26 @@ pub(super) async fn start_proxy(
         proxy_url,
         driver_url,
     })
+}
+
+/// Why the proxy cannot listen where the trainer's client connects, naming who holds the port.
+fn bind_error(listen: &str, e: &std::io::Error) -> String {
+    let mut msg = format!("cannot bind the proxy port {listen}: {e}");
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        let port = listen
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok());
+        if let Some(holder) = port.and_then(crate::driver::strays::port_holder) {
+            msg.push_str(&format!("; it is held by {holder}"));
+        }
+        msg.push_str(
+            ". The trainer's Arctic client connects to this fixed address, so only one such run \
+             can go at a time on a host: stop the holder (an earlier run's leftover, or another \
+             run; `rlharness run --jobs` runs such scenarios one after another)",
+        );
+    }
+    msg
 }
 
 /// Stage 4: the builtin driver as a task, or the external trainer as a process group and the
@@ -269,12 +289,12 @@ pub(super) async fn stop_driver(
     trainer: Option<&Trainer>,
     driver_task: &mut DriverTask,
     driver_done: bool,
-) {
+) -> Vec<crate::driver::strays::Stray> {
     let Some(t) = trainer else {
         driver_task.abort();
-        return;
+        return Vec::new();
     };
-    t.terminate(TERM_GRACE).await;
+    let strays = t.terminate(TERM_GRACE).await;
     if !driver_done
         && tokio::time::timeout(Duration::from_secs(5), &mut *driver_task)
             .await
@@ -282,6 +302,7 @@ pub(super) async fn stop_driver(
     {
         driver_task.abort();
     }
+    strays
 }
 
 /// Last: stop the proxy and the backend. A replay backend says what it was sent; a torch
