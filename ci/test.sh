@@ -2,10 +2,11 @@
 # The README's test command: formatting, lints (with and without the `torch` feature, since the
 # core harness must build without libtorch), and the whole test suite with the torch backend.
 # Sets up the project-local libtorch (ci/setup-libtorch.sh), the Python test dependencies of the
-# conformance suite (ci/python-deps.sh) and Ray for the Ray executor's tests (ci/ray-install.sh),
-# all idempotent. The installs download and unpack while the first builds compile: each runs in
-# the background, its output in target/ci-logs/, and is waited for before the first step that
-# needs it; a failed install fails the run with its log.
+# conformance suite (ci/python-deps.sh), Ray for the Ray executor's tests (ci/ray-install.sh)
+# and real verl's environment for the real-verl tests (ci/verl-install.sh), all idempotent. The
+# installs download and unpack while the first builds compile: each runs in the background, its
+# output in target/ci-logs/, and is waited for before the first step that needs it; a failed
+# install fails the run with its log.
 # Each step prints how long it took, and the total at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +44,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 install_in_background setup-libtorch
 install_in_background python-deps
 install_in_background ray-install
+install_in_background verl-install
 # The suite starts a few hundred Python processes (the stand-in trainer, the conformance
 # clients). Through a version manager's shim (pyenv's: a bash script) each start cost about
 # 0.1 CPU-seconds more; they start from the interpreter the shim resolves to instead. (After
@@ -81,6 +83,10 @@ if ((test_status != 0 || ray_status != 0)); then
     echo "ci/test.sh: failed (cargo test: exit $test_status, ci/ray-tests.sh: exit $ray_status)" >&2
     exit 1
 fi
+# Real verl and the real Arctic adapter driving the harness (ci/verl-tests.sh): after the other
+# tests, alone, since each of its runs uses both cores and the adapter's fixed port.
+installed verl-install
+step bash ci/verl-tests.sh
 # The fuzz targets (their own workspace) are checked, not run: ci/FUZZING.md says how to run
 # them. In the main target directory, whose checked dependencies they share.
 step cargo check --manifest-path harness/fuzz/Cargo.toml --bins --target-dir target

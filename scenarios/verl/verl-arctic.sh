@@ -10,6 +10,9 @@
 #                by ci/verl-install.sh)
 #   VERL_ASSETS  a folder of `rlharness assets verl` (default: made fresh in the run directory)
 #   RLHARNESS_BIN  the harness binary (the harness sets it for its trainers)
+#   RLHARNESS_SEED the scenario's seed (set by the harness): verl's data shuffle (`data.seed`)
+#                  and the Arctic jobs' seed (`remote_backend.train.determinism.seed`, which
+#                  the torch engine samples with)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -51,4 +54,5 @@ exec "$py" -m verl.trainer.main_ppo \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64 \
     "trainer.default_local_dir=$run_dir/checkpoints" \
+    "data.seed=${RLHARNESS_SEED:-1}" "remote_backend.train.determinism.seed=${RLHARNESS_SEED:-1}" \
     "$@"

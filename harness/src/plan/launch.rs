@@ -107,6 +107,9 @@ pub fn launch_for(
         ("RLHARNESS_RUN_DIR".into(), run_dir.display().to_string()),
         // Piped stdout is block-buffered in Python: console lines would arrive in bursts.
         ("PYTHONUNBUFFERED".into(), "1".into()),
+        // The scenario's seed (`--seed`, `--seeds`), for a launcher to pass on: a trainer's
+        // seeds are its own config keys, which the harness cannot name for every trainer.
+        ("RLHARNESS_SEED".into(), plan.scenario.seed.to_string()),
         // A launcher may call the harness (e.g. `rlharness assets`) with the same build.
         (
             "RLHARNESS_BIN".into(),

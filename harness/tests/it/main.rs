@@ -20,6 +20,7 @@ mod other_host;
 mod propagate;
 mod proxy;
 mod ray;
+mod real_verl;
 mod replay;
 mod run;
 mod scale_out;
