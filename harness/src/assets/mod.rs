@@ -156,11 +156,19 @@ pub fn vocab() -> Vec<(String, i64)> {
     out
 }
 
-fn special(id: i64, content: &str) -> Value {
+/// A special token as `tokenizer_config.json`'s `added_tokens_decoder` lists it (by id).
+fn special_token(content: &str) -> Value {
     json!({
-        "id": id, "content": content, "single_word": false, "lstrip": false,
-        "rstrip": false, "normalized": false, "special": true,
+        "content": content, "single_word": false, "lstrip": false, "rstrip": false,
+        "normalized": false, "special": true,
     })
+}
+
+/// A special token as `tokenizer.json`'s `added_tokens` lists it: the same, with its id.
+fn special(id: i64, content: &str) -> Value {
+    let mut t = special_token(content);
+    t["id"] = json!(id);
+    t
 }
 
 /// The `tokenizers` JSON: a WordLevel model over [`vocab`] behind a pre-tokenizer that splits
@@ -194,8 +202,8 @@ pub fn tokenizer_config(c: &DecoderConfig) -> Value {
     json!({
         "tokenizer_class": "PreTrainedTokenizerFast",
         "added_tokens_decoder": {
-            PAD_ID.to_string(): special(PAD_ID, PAD_TOKEN),
-            EOS_ID.to_string(): special(EOS_ID, EOS_TOKEN),
+            PAD_ID.to_string(): special_token(PAD_TOKEN),
+            EOS_ID.to_string(): special_token(EOS_TOKEN),
         },
         "pad_token": PAD_TOKEN,
         "eos_token": EOS_TOKEN,
