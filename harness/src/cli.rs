@@ -62,6 +62,11 @@ pub(crate) enum Command {
         #[arg(long, value_enum, default_value = "summary")]
         format: CompareFormat,
     },
+    /// Generate the files an external trainer needs to train against the torch engine.
+    Assets {
+        #[command(subcommand)]
+        target: AssetsTarget,
+    },
     /// Prove every knob reaches the server: the propagation matrix.
     Propagate {
         scenario: PathBuf,
@@ -262,4 +267,37 @@ pub(crate) struct CalibrateArgs {
     /// Override scenario values for every run (as `run --set`).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub(crate) set: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AssetsTarget {
+    /// For real verl: OUT/model/ (a HuggingFace config of the torch engine's model and a
+    /// tokenizer with its ids) and OUT/data/{train,val}.jsonl (GSM8K-shaped rows of the task).
+    Verl(VerlAssetsArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct VerlAssetsArgs {
+    /// The folder to write; it must be empty or absent unless `--force`.
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+    /// The scenario whose torch backend (model sizes) and task (operands, operators) the
+    /// assets follow.
+    #[arg(long, default_value = "scenarios/tiny-gsm8k-grpo.yaml")]
+    pub(crate) scenario: PathBuf,
+    /// Training rows (the default is 32 steps of 8 prompts).
+    #[arg(long, default_value_t = 256)]
+    pub(crate) rows: usize,
+    /// Validation rows.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) val_rows: usize,
+    /// The seed the rows are drawn from, instead of the scenario's.
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// Override scenario values, as `run --set`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) set: Vec<String>,
+    /// Write into a folder that is not empty (the files named here are replaced).
+    #[arg(long)]
+    pub(crate) force: bool,
 }

@@ -29,6 +29,7 @@
 //! private.
 
 pub mod app;
+pub mod assets;
 pub mod backend;
 pub mod capture;
 mod checks;

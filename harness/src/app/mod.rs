@@ -1,5 +1,6 @@
 //! One function per command, chaining the stages. Errors become exit codes here.
 
+mod assets;
 pub mod scale;
 
 use crate::cli::{Cli, Command};
@@ -83,6 +84,9 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
                 .map_err(|e| CommandError::run_failed(format!("proxy: {e}")))?;
             Ok(ExitStatus::Passed)
         }
+        Command::Assets {
+            target: crate::cli::AssetsTarget::Verl(args),
+        } => assets::verl(&args),
         Command::Propagate {
             scenario,
             out,

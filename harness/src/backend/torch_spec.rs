@@ -18,6 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod decoder;
 pub mod layout;
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

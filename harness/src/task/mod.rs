@@ -90,8 +90,8 @@ impl Problem {
     pub fn ground_truth(&self) -> String {
         self.answer.to_string()
     }
-    /// The response a perfect policy writes.
-    #[cfg(test)]
+    /// The response a perfect policy writes (the warm start teaches this form, then
+    /// end-of-sequence): what GSM8K's strict scorer accepts.
     pub(crate) fn ideal_response(&self) -> String {
         format!("#### {}", self.answer)
     }
@@ -129,7 +129,19 @@ impl ArithTask {
         (0..count).map(|_| self.draw(&mut rng)).collect()
     }
 
-    fn draw(&self, rng: &mut ChaCha8Rng) -> Problem {
+    /// How many different prompts the task can draw (saturating).
+    pub(crate) fn distinct_problems(&self) -> u64 {
+        let ops: std::collections::BTreeSet<&char> = self.config.ops.iter().collect();
+        let operands = u64::try_from(self.config.max_operand)
+            .unwrap_or(0)
+            .saturating_add(1);
+        operands
+            .saturating_mul(operands)
+            .saturating_mul(ops.len() as u64)
+    }
+
+    /// One problem from `rng`: the draw every batch is made of.
+    pub(crate) fn draw(&self, rng: &mut ChaCha8Rng) -> Problem {
         let a = rng.random_range(0..=self.config.max_operand);
         let b = rng.random_range(0..=self.config.max_operand);
         let op = self.config.ops[rng.random_range(0..self.config.ops.len())];

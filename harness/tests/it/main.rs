@@ -6,6 +6,7 @@
 
 mod common;
 
+mod assets;
 mod command_driver;
 mod conformance;
 mod crash;

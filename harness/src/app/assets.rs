@@ -1,0 +1,73 @@
+//! `rlharness assets verl`: the scenario's torch model and task as files for real verl.
+
+use crate::assets::{verl_files, write_files, DataPlan};
+use crate::backend::torch_spec::decoder::DecoderConfig;
+use crate::backend::{BackendSpec, TorchSpec};
+use crate::cli::VerlAssetsArgs;
+use crate::driver::{DriverSpec, TaskSpec};
+use crate::error::{CommandError, ExitStatus};
+use crate::task::{ArithConfig, ArithTask};
+
+pub(crate) fn verl(args: &VerlAssetsArgs) -> Result<ExitStatus, CommandError> {
+    let scenario = crate::spec::load_scenario(&args.scenario, &args.set)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let file = args.scenario.display();
+    let spec = match &scenario.backend {
+        BackendSpec::Torch(spec) => spec,
+        other => {
+            return Err(CommandError::invalid(format!(
+                "{file}: `assets verl` describes the torch engine's model, but the scenario's backend is {}",
+                backend_kind(other)
+            )))
+        }
+    };
+    let model = DecoderConfig::from_spec(&spec.model)
+        .map_err(|e| CommandError::invalid(format!("{file}: backend: {e}")))?;
+    let task = ArithTask::new(task_config(&scenario.driver, spec))
+        .map_err(|e| CommandError::invalid(format!("{file}: driver.task: {e}")))?;
+    let plan = DataPlan {
+        rows: args.rows,
+        val_rows: args.val_rows,
+        seed: args.seed.unwrap_or(scenario.seed),
+    };
+    let invalid = |e: crate::assets::AssetsError| CommandError::invalid(e.to_string());
+    let files = verl_files(&model, &task, plan).map_err(invalid)?;
+    write_files(&args.out, &files, args.force).map_err(invalid)?;
+    let out = args.out.display();
+    println!(
+        "wrote {out}/model (qwen3 config: vocab {}, hidden {}, {} layers; tokenizer) and \
+         {out}/data (train.jsonl {} rows, val.jsonl {} rows; seed {}, {} distinct problems)",
+        model.vocab_size,
+        model.hidden,
+        model.layers,
+        plan.rows,
+        plan.val_rows,
+        plan.seed,
+        task.distinct_problems()
+    );
+    Ok(ExitStatus::Passed)
+}
+
+/// The task the rows are drawn from: the builtin driver's; for another driver, the problems
+/// the engine's model was warm-started on (`a+b` up to the warm start's largest operand).
+fn task_config(driver: &DriverSpec, spec: &TorchSpec) -> ArithConfig {
+    match driver {
+        DriverSpec::Builtin(b) => match &b.task {
+            TaskSpec::Arith(cfg) => cfg.clone(),
+        },
+        DriverSpec::Command(_) => ArithConfig {
+            max_operand: spec.warm_start.max_operand,
+            ..ArithConfig::default()
+        },
+    }
+}
+
+fn backend_kind(b: &BackendSpec) -> &'static str {
+    match b {
+        BackendSpec::Mock(_) => "mock",
+        BackendSpec::Torch(_) => "torch",
+        BackendSpec::Remote { .. } => "remote",
+        BackendSpec::Replay { .. } => "replay",
+        BackendSpec::None => "none",
+    }
+}
