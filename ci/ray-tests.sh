@@ -33,8 +33,8 @@ echo "ray-tests: a local Ray head at $RLHARNESS_RAY_ADDRESS (temp dir $HEAD_DIR)
 cargo test --workspace $FEATURES --test it -- --ignored --test-threads 1 ray::
 # The overhead per scenario on an idle head: submission to the first step in the job's log.
 out=$(mktemp -d)
-env -u RAY_AUTH_TOKEN -u RAY_AUTH_TOKEN_PATH -u RAY_AUTH_MODE \
-    CI=true RUST_LOG=error "${CARGO_TARGET_DIR:-target}/debug/rlharness" run scenarios/smoke --out "$out" --no-progress \
+env -u RAY_AUTH_TOKEN -u RAY_AUTH_TOKEN_PATH -u RAY_AUTH_MODE CI=true RUST_LOG=error \
+    "${CARGO_TARGET_DIR:-target}/debug/rlharness" run scenarios/smoke --out "$out" --no-progress \
     --executor ray --address "$RLHARNESS_RAY_ADDRESS" --ray-token-file "$RLHARNESS_RAY_TOKEN_FILE" \
     >/dev/null
 grep -o 'first step [0-9.]* s after submission' "$out/index.md" | sed 's/^/ray-tests: overhead: /'
