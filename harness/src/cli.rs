@@ -156,6 +156,11 @@ pub(crate) struct RunArgs {
     /// `LD_LIBRARY_PATH=...` where the workers' libtorch lives.
     #[arg(long = "ray-env", value_name = "KEY=VALUE")]
     pub(crate) ray_env: Vec<String>,
+    /// `--executor ray`: the cluster's token (Ray token authentication) is in this file. Without
+    /// it: RAY_AUTH_TOKEN, then the file RAY_AUTH_TOKEN_PATH names, then ~/.ray/auth_token with
+    /// RAY_AUTH_MODE=token (Ray's own order). The token is never printed.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) ray_token_file: Option<PathBuf>,
     /// Write the run's series as a pending golden (`.new`) for review, even if one exists.
     #[arg(long)]
     pub(crate) update_golden: bool,

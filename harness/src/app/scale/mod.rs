@@ -6,5 +6,6 @@ pub(crate) mod bundle;
 pub(crate) mod index;
 pub(crate) mod local;
 pub mod ray;
+pub mod ray_auth;
 
 pub(crate) use crate::slot::{Slot, SLOT};

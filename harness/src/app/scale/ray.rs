@@ -28,6 +28,7 @@ use serde_json::{json, Value};
 
 use super::bundle::{self, Files};
 use super::index::{read_seeds, read_verdict, Entry};
+use super::ray_auth::RayToken;
 use crate::cli::RunArgs;
 use crate::error::{CommandError, ExitStatus};
 
@@ -51,6 +52,50 @@ pub enum RayError {
     },
     #[error("the Ray jobs API at {url} answered something unexpected: {what}")]
     Unexpected { url: String, what: String },
+    /// 401 or 403: the cluster has token authentication on. Names where the token came from,
+    /// never the token (nor the answer's body).
+    #[error("the Ray jobs API at {url} {why}")]
+    Auth {
+        url: String,
+        status: u16,
+        why: String,
+    },
+}
+
+impl RayError {
+    /// A token missing or refused is the invocation's input (exit 2); the rest, the run's (3).
+    pub(crate) fn exit_status(&self) -> ExitStatus {
+        match self {
+            RayError::Auth { .. } => ExitStatus::InvalidInput,
+            _ => ExitStatus::RunFailed,
+        }
+    }
+
+    fn auth(url: &str, status: u16, token: Option<&RayToken>) -> RayError {
+        let why = match (status, token) {
+            (401, None) => "answered 401 Unauthorized: the cluster has token authentication on \
+                            and no token was sent; give it with --ray-token-file PATH or \
+                            RAY_AUTH_TOKEN (docs/scale-out.md)"
+                .to_string(),
+            (401, Some(t)) => format!(
+                "answered 401 Unauthorized to the token from {} (docs/scale-out.md)",
+                t.origin()
+            ),
+            (_, Some(t)) => format!(
+                "refused the token from {} ({status} Forbidden): it is not this cluster's token",
+                t.origin()
+            ),
+            (_, None) => format!(
+                "answered {status} Forbidden and no token was sent; give it with \
+                 --ray-token-file PATH or RAY_AUTH_TOKEN (docs/scale-out.md)"
+            ),
+        };
+        RayError::Auth {
+            url: url.into(),
+            status,
+            why,
+        }
+    }
 }
 
 /// A job's state as the API reports it.
@@ -67,11 +112,13 @@ impl JobInfo {
     }
 }
 
-/// The Ray Jobs REST API of one cluster.
-#[derive(Clone)]
+/// The Ray Jobs REST API of one cluster. Its `Debug` shows the token as `<redacted>`.
+#[derive(Clone, Debug)]
 pub struct RayClient {
     base: String,
     http: reqwest::Client,
+    /// Sent as `Authorization: Bearer ...` with every request (token authentication).
+    token: Option<RayToken>,
 }
 
 impl RayClient {
@@ -87,7 +134,26 @@ impl RayClient {
             .timeout(Duration::from_secs(300))
             .build()
             .map_err(|e| CommandError::run_failed(format!("HTTP client: {e}")))?;
-        Ok(RayClient { base, http })
+        Ok(RayClient {
+            base,
+            http,
+            token: None,
+        })
+    }
+
+    /// The same client, sending `token` with every request.
+    pub fn with_token(mut self, token: Option<RayToken>) -> RayClient {
+        self.token = token;
+        self
+    }
+
+    /// A request to the API, with the token's `Authorization` header when there is one.
+    fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        let req = self.http.request(method, url);
+        match &self.token {
+            Some(t) => req.header(reqwest::header::AUTHORIZATION, t.header()),
+            None => req,
+        }
     }
 
     async fn send(&self, req: reqwest::RequestBuilder, url: &str) -> Result<String, RayError> {
@@ -96,6 +162,9 @@ impl RayClient {
             source,
         })?;
         let status = resp.status().as_u16();
+        if status == 401 || status == 403 {
+            return Err(RayError::auth(url, status, self.token.as_ref()));
+        }
         let body = resp.text().await.map_err(|source| RayError::Http {
             url: url.into(),
             source,
@@ -128,10 +197,14 @@ impl RayClient {
         bytes: Vec<u8>,
     ) -> Result<String, RayError> {
         let url = format!("{}/api/packages/gcs/{name}", self.base);
-        match self.send(self.http.get(&url), &url).await {
+        match self
+            .send(self.request(reqwest::Method::GET, &url), &url)
+            .await
+        {
             Ok(_) => {}
             Err(RayError::Status { status: 404, .. }) => {
-                self.send(self.http.put(&url).body(bytes), &url).await?;
+                self.send(self.request(reqwest::Method::PUT, &url).body(bytes), &url)
+                    .await?;
             }
             Err(e) => return Err(e),
         }
@@ -141,7 +214,9 @@ impl RayClient {
     /// Submit a job (`POST /api/jobs/`); returns its submission id.
     pub(crate) async fn submit(&self, body: &Value) -> Result<String, RayError> {
         let url = format!("{}/api/jobs/", self.base);
-        let text = self.send(self.http.post(&url).json(body), &url).await?;
+        let text = self
+            .send(self.request(reqwest::Method::POST, &url).json(body), &url)
+            .await?;
         let v = Self::json(&url, &text)?;
         v.get("submission_id")
             .or_else(|| v.get("job_id"))
@@ -155,7 +230,9 @@ impl RayClient {
 
     pub(crate) async fn status(&self, id: &str) -> Result<JobInfo, RayError> {
         let url = format!("{}/api/jobs/{id}", self.base);
-        let text = self.send(self.http.get(&url), &url).await?;
+        let text = self
+            .send(self.request(reqwest::Method::GET, &url), &url)
+            .await?;
         let v = Self::json(&url, &text)?;
         let status = v
             .get("status")
@@ -176,7 +253,9 @@ impl RayClient {
 
     pub(crate) async fn logs(&self, id: &str) -> Result<String, RayError> {
         let url = format!("{}/api/jobs/{id}/logs", self.base);
-        let text = self.send(self.http.get(&url), &url).await?;
+        let text = self
+            .send(self.request(reqwest::Method::GET, &url), &url)
+            .await?;
         let v = Self::json(&url, &text)?;
         Ok(v.get("logs")
             .and_then(Value::as_str)
@@ -184,10 +263,22 @@ impl RayClient {
             .to_string())
     }
 
+    /// The command that stops a job by hand (Ray's CLI sends a token only with
+    /// `RAY_AUTH_MODE=token`).
+    fn stop_command(&self, id: &str) -> String {
+        let mut c = format!("`ray job stop {id} --address {}`", self.base);
+        if self.token.is_some() {
+            c.push_str(" with RAY_AUTH_MODE=token and the cluster's token in RAY_AUTH_TOKEN");
+        }
+        c
+    }
+
     /// `POST /api/jobs/{id}/stop`: whether a running job was told to stop.
     pub async fn stop(&self, id: &str) -> Result<bool, RayError> {
         let url = format!("{}/api/jobs/{id}/stop", self.base);
-        let text = self.send(self.http.post(&url), &url).await?;
+        let text = self
+            .send(self.request(reqwest::Method::POST, &url), &url)
+            .await?;
         let v = Self::json(&url, &text)?;
         Ok(v.get("stopped").and_then(Value::as_bool).unwrap_or(false))
     }
@@ -643,18 +734,16 @@ async fn stop_job(
         // (Ray fails a job still pending after RAY_JOB_START_TIMEOUT_SECONDS).
         (Ok(_), true) => format!(
             "Ray took the stop request; the job shows PENDING until the cluster could \
-             place it, then stops at once (`ray job stop {id} --address {}`)",
-            client.base
+             place it, then stops at once ({})",
+            client.stop_command(id)
         ),
         (Ok(_), false) => format!(
-            "Ray job {id} did not stop within {wait} s; it may still be running: \
-             `ray job stop {id} --address {}`",
-            client.base
+            "Ray job {id} did not stop within {wait} s; it may still be running: {}",
+            client.stop_command(id)
         ),
         (Err(e), _) => format!(
-            "the stop request for Ray job {id} failed ({e}); it may still be running: \
-             `ray job stop {id} --address {}`",
-            client.base
+            "the stop request for Ray job {id} failed ({e}); it may still be running: {}",
+            client.stop_command(id)
         ),
     };
     eprintln!("warning: {note}");
@@ -837,7 +926,12 @@ pub(crate) async fn run_matrix(
         .address
         .as_deref()
         .ok_or_else(|| CommandError::invalid("--executor ray needs --address http://HEAD:8265"))?;
-    let client = RayClient::new(address)?;
+    let token = RayToken::from_environment(args.ray_token_file.as_deref())
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    if let Some(t) = &token {
+        tracing::info!("ray: sending the token from {} to {address}", t.origin());
+    }
+    let client = RayClient::new(address)?.with_token(token);
     let env_vars = job_env_vars(args)?;
     let (planned, invalid, package_files) = plan(files, args)?;
     crate::fsx::create_dir_all(&args.common.out)
@@ -881,7 +975,7 @@ pub(crate) async fn run_matrix(
             Err(e) => {
                 let e = super::local::error_entry(
                     &p.file,
-                    &CommandError::run_failed(format!("the job was not submitted: {e}")),
+                    &CommandError::new(e.exit_status(), format!("the job was not submitted: {e}")),
                     "not submitted",
                     0.0,
                 );
@@ -957,6 +1051,14 @@ fn job_env_vars(args: &RunArgs) -> Result<serde_json::Map<String, Value>, Comman
         let (k, v) = kv
             .split_once('=')
             .ok_or_else(|| CommandError::invalid(format!("--ray-env {kv}: expected KEY=VALUE")))?;
+        if k.starts_with("RAY_AUTH_TOKEN") {
+            // A job's env_vars show in the dashboard; the jobs need no token to run.
+            return Err(CommandError::invalid(format!(
+                "--ray-env {k}=...: the cluster's token is not passed to the jobs (their \
+                 environment shows in the Ray dashboard); the submitter reads it from \
+                 --ray-token-file or RAY_AUTH_TOKEN"
+            )));
+        }
         env_vars.insert(k.into(), json!(v));
     }
     // A CI submitter's jobs do not write goldens either.
@@ -977,7 +1079,7 @@ async fn upload_package(client: &RayClient, package_files: Files) -> Result<Stri
     let uri = client
         .ensure_package(&name, zip)
         .await
-        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+        .map_err(|e| CommandError::new(e.exit_status(), e.to_string()))?;
     eprintln!("ray: the jobs' package {uri} ({mib:.1} MiB) is on the cluster");
     Ok(uri)
 }
@@ -1147,6 +1249,100 @@ mod tests {
             })
         );
         assert_eq!(last_step("nothing yet\n"), None);
+    }
+
+    /// A one-request HTTP server answering `status` with `body`; returns its address and the
+    /// request it got.
+    async fn answer_once(
+        status: &'static str,
+        body: &'static str,
+    ) -> (String, tokio::task::JoinHandle<String>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = format!("http://{}", listener.local_addr().unwrap());
+        let served = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = conn.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            let reply = format!(
+                "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            conn.write_all(reply.as_bytes()).await.unwrap();
+            String::from_utf8_lossy(&got).into_owned()
+        });
+        (addr, served)
+    }
+
+    #[tokio::test]
+    async fn the_token_goes_in_the_authorization_header_and_nowhere_else() {
+        const SECRET: &str = "s3cret-0123456789abcdef";
+        let token = RayToken::new(SECRET, "RAY_AUTH_TOKEN").unwrap();
+        // A server that echoes what it got in its answer: the harness must not repeat it.
+        let (addr, served) =
+            answer_once("403 Forbidden", "Forbidden: s3cret-0123456789abcdef").await;
+        let client = RayClient::new(&addr).unwrap().with_token(token);
+        let req = client
+            .request(reqwest::Method::GET, &format!("{addr}/api/version"))
+            .build()
+            .unwrap();
+        let header = &req.headers()[reqwest::header::AUTHORIZATION];
+        assert_eq!(header.to_str().unwrap(), format!("Bearer {SECRET}"));
+        assert!(header.is_sensitive());
+        let e = client
+            .submit(&json!({"entrypoint": "true"}))
+            .await
+            .unwrap_err();
+        let got = served.await.unwrap();
+        assert!(
+            got.to_ascii_lowercase()
+                .contains(&format!("authorization: bearer {SECRET}")),
+            "{got}"
+        );
+        assert_eq!(e.exit_status(), ExitStatus::InvalidInput);
+        let shown = format!("{e} {e:?} {client:?} {req:?}");
+        assert!(!shown.contains(SECRET), "{shown}");
+        assert!(
+            shown.contains("refused the token from RAY_AUTH_TOKEN"),
+            "{shown}"
+        );
+        assert!(shown.contains("<redacted>"), "{shown}");
+        assert!(client
+            .stop_command("raysubmit_1")
+            .contains("RAY_AUTH_MODE=token"));
+    }
+
+    #[tokio::test]
+    async fn a_cluster_that_wants_a_token_says_how_to_give_it() {
+        let (addr, served) = answer_once("401 Unauthorized", "Unauthorized").await;
+        let client = RayClient::new(&addr).unwrap();
+        let e = client.status("raysubmit_1").await.unwrap_err();
+        let got = served.await.unwrap();
+        assert!(
+            !got.to_ascii_lowercase().contains("authorization:"),
+            "{got}"
+        );
+        assert_eq!(e.exit_status(), ExitStatus::InvalidInput);
+        let shown = e.to_string();
+        assert!(
+            shown.contains("401 Unauthorized") && shown.contains("--ray-token-file"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn the_token_is_not_passed_to_the_jobs() {
+        let args = run_args(&["--ray-env", "RAY_AUTH_TOKEN=abc123"]);
+        let e = job_env_vars(&args).unwrap_err();
+        assert_eq!(e.status, ExitStatus::InvalidInput);
+        assert!(!e.message.contains("abc123"), "{}", e.message);
     }
 
     #[test]
