@@ -9,9 +9,8 @@
 # torch 2.9.0 and vllm 0.12.0, which verl imports without running, ray 2.60.0, deepspeed
 # 0.19.8, transformers 4.57.6, numpy < 2, ...) and installed with --no-deps. flash-attn has no
 # wheel: its sdist is built without its CUDA extension (verl imports only its pure-PyTorch
-# pad/unpad helpers). Needs Python >= 3.12 (Arctic-Platform's floor): VERL_INSTALL_PYTHON, else
-# the first of python3.13, python3.12, python3 and a version manager's 3.12/3.13 that is new
-# enough. Idempotent: a stamp (the lock's hash, the interpreter's version) skips the work.
+# pad/unpad helpers). Needs Python 3.12 (Arctic-Platform's floor; numpy 1.26.4 has no 3.13
+# wheel): VERL_INSTALL_PYTHON, else the first of python3.12, python3 and a version manager's 3.12. Idempotent: a stamp (the lock's hash, the interpreter's version) skips the work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv-verl
@@ -20,11 +19,10 @@ FLASH_ATTN="flash-attn==2.8.3.post2"
 STAMP="$VENV/.rlharness-stamp"
 find_python() {
     local c
-    for c in "${VERL_INSTALL_PYTHON:-}" python3.13 python3.12 python3 \
-        "$HOME"/.pyenv/versions/3.13*/bin/python3 "$HOME"/.pyenv/versions/3.12*/bin/python3; do
+    for c in "${VERL_INSTALL_PYTHON:-}" python3.12 python3 "$HOME"/.pyenv/versions/3.12*/bin/python3; do
         [[ -n "$c" ]] || continue
         command -v "$c" >/dev/null 2>&1 || continue
-        if "$c" -c 'import sys; sys.exit(0 if (3, 12) <= sys.version_info[:2] < (3, 14) else 1)' 2>/dev/null; then
+        if "$c" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 12) else 1)' 2>/dev/null; then
             # The interpreter itself, not a version manager's shim (the venv links to it).
             "$c" -c 'import sys; print(sys.executable)'
             return 0
@@ -33,11 +31,14 @@ find_python() {
     return 1
 }
 PY=$(find_python) || {
-    echo "error: ci/verl-install.sh needs Python 3.12 or 3.13 (Arctic-Platform requires >= 3.12;" \
-        "vllm 0.12 has no wheel for 3.14); none found. Set VERL_INSTALL_PYTHON to one." >&2
+    echo "error: ci/verl-install.sh needs Python 3.12 (Arctic-Platform requires >= 3.12; the lock's" \
+        "numpy 1.26.4 has no wheel for 3.13, and 3.12 is what was proven); none found on PATH or in" \
+        "~/.pyenv/versions. Set VERL_INSTALL_PYTHON to one." >&2
     exit 1
 }
 want="$(sha256sum "$LOCK" | cut -c1-16) $FLASH_ATTN $("$PY" -c 'import sys; print(sys.version.split()[0])')"
+# flash-attn's __init__ skips its missing CUDA extension only with this set (as verl runs it).
+export FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] && "$VENV/bin/python" -c "import torch, vllm, ray, deepspeed, flash_attn" >/dev/null 2>&1; then
     exit 0
 fi
@@ -50,6 +51,10 @@ pipi() { "$P" -m pip install --disable-pip-version-check --no-input --progress-b
 # deepspeed's sdist compiles no ops at install; the wheel cache keeps the built sdists.
 DS_BUILD_OPS=0 pipi --no-deps -r "$LOCK"
 FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE pipi --no-deps --no-build-isolation "$FLASH_ATTN"
-"$P" -c "import torch, vllm, ray, deepspeed, flash_attn, transformers, hydra, tensordict" 2>&1 | tail -3
+if ! out=$("$P" -c "import torch, vllm, ray, deepspeed, flash_attn, transformers, hydra, tensordict" 2>&1); then
+    echo "$out" | tail -20 >&2
+    echo "error: verl's environment in $VENV does not import" >&2
+    exit 1
+fi
 echo "$want" > "$STAMP"
 echo "ci/verl-install.sh: installed in $((SECONDS - started)) s"

@@ -10,6 +10,7 @@
 #                by ci/verl-install.sh)
 #   VERL_ASSETS  a folder of `rlharness assets verl` (default: made fresh in the run directory)
 #   RLHARNESS_BIN  the harness binary (the harness sets it for its trainers)
+#   RLHARNESS_SCENARIO  the scenario file (set by the harness): the assets follow its model
 #   RLHARNESS_SEED the scenario's seed (set by the harness): verl's data shuffle (`data.seed`)
 #                  and the Arctic jobs' seed (`remote_backend.train.determinism.seed`, which
 #                  the torch engine samples with)
@@ -28,7 +29,9 @@ run_dir=${RLHARNESS_RUN_DIR:?the harness sets RLHARNESS_RUN_DIR}
 assets=${VERL_ASSETS:-}
 if [[ -z "$assets" ]]; then
     assets="$run_dir/verl-assets"
-    "${RLHARNESS_BIN:?the harness sets RLHARNESS_BIN}" assets verl --out "$assets" --force >&2
+    "${RLHARNESS_BIN:?the harness sets RLHARNESS_BIN}" assets verl --out "$assets" --force \
+        --scenario "${RLHARNESS_SCENARIO:?the harness sets RLHARNESS_SCENARIO}" \
+        --seed "${RLHARNESS_SEED:-1}" >&2
 fi
 export PYTHONPATH="$VERL_SRC:$ARCTIC_SRC${PYTHONPATH:+:$PYTHONPATH}"
 export VERL_USE_EXTERNAL_MODULES=arctic_platform.integrations.verl.register
@@ -36,6 +39,14 @@ export VERL_USE_EXTERNAL_MODULES=arctic_platform.integrations.verl.register
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 export FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=false
 export HF_HOME="$run_dir/hf-home" RAY_TMPDIR=${RAY_TMPDIR:-/tmp}
+# verl's `ray.init()` starts a local cluster. Ray 2.60 turns token authentication on for it and
+# reads, or else WRITES, ~/.ray/auth_token; that file then turns token auth on for every later
+# `ray start --head` of the user. So the cluster gets a token of this run's own: the user's file
+# is neither read nor written. Never printed.
+export RAY_AUTH_MODE=token
+RAY_AUTH_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+export RAY_AUTH_TOKEN
+unset RAY_AUTH_TOKEN_PATH RAY_ADDRESS
 exec "$py" -m verl.trainer.main_ppo \
     remote_backend=arctic \
     "hydra.searchpath=[file://$adapter/config]" \

@@ -110,6 +110,14 @@ pub fn launch_for(
         // The scenario's seed (`--seed`, `--seeds`), for a launcher to pass on: a trainer's
         // seeds are its own config keys, which the harness cannot name for every trainer.
         ("RLHARNESS_SEED".into(), plan.scenario.seed.to_string()),
+        // The scenario file, absolute (e.g. for `rlharness assets verl --scenario`).
+        (
+            "RLHARNESS_SCENARIO".into(),
+            std::path::absolute(&plan.scenario.path)
+                .unwrap_or_else(|_| plan.scenario.path.clone())
+                .display()
+                .to_string(),
+        ),
         // A launcher may call the harness (e.g. `rlharness assets`) with the same build.
         (
             "RLHARNESS_BIN".into(),
