@@ -280,7 +280,8 @@ pub(crate) fn add_reason(resp: &mut Response, reason: &str) {
 fn missing_body(route: &str) -> Response {
     let why = format!("{route}: the request body is empty, and this route requires one");
     tracing::warn!("answering 422 Field required: {why}");
-    let detail = json!([{"type": "missing", "loc": ["body"], "msg": "Field required", "input": null}]);
+    let detail =
+        json!([{"type": "missing", "loc": ["body"], "msg": "Field required", "input": null}]);
     let mut resp = json_response(
         StatusCode::UNPROCESSABLE_ENTITY,
         &json!({ "detail": detail }),
@@ -499,7 +500,8 @@ async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respo
     {
         missing_body(&route)
     } else {
-        next.run(Request::from_parts(parts, Body::from(bytes))).await
+        next.run(Request::from_parts(parts, Body::from(bytes)))
+            .await
     };
     // A simulating engine times every successful call, control routes included, so a mock
     // run's timings are fully simulated and deterministic.

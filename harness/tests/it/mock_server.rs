@@ -833,7 +833,13 @@ async fn an_empty_body_is_fastapis_field_required() {
     let status = call(&router, "GET", "/status", Body::empty()).await.json();
     assert_eq!(status["jobs"].as_object().unwrap().len(), 2, "{status}");
     for route in ["/wake-inference", "/reset-prefix-cache", "/sleep-inference"] {
-        let r = call(&router, "POST", &format!("{route}?job_id={sid}"), Body::empty()).await;
+        let r = call(
+            &router,
+            "POST",
+            &format!("{route}?job_id={sid}"),
+            Body::empty(),
+        )
+        .await;
         assert_eq!(r.status, StatusCode::OK, "{route}: {:?}", r.body);
     }
 }
