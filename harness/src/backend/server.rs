@@ -23,7 +23,7 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use crate::backend::{Engine, EngineError, GenerateRequest, ModelBatch};
-use crate::wire::api::{JobConfig, JobType, SIM_DURATION_HEADER};
+use crate::wire::api::{JobConfig, JobType, ERROR_REASON_HEADER, SIM_DURATION_HEADER};
 use crate::wire::{decode, encode, Node, Tensor, WireError};
 
 use frame::{describe, node_to_json, object_entries};
@@ -245,16 +245,69 @@ impl From<WireError> for ApiError {
 /// inside a handler).
 pub(crate) const INTERNAL_SERVER_ERROR_BODY: &str = "Internal Server Error";
 
-/// A 500 as the real server sends it: plain text, no detail (the mock's log says more).
-pub(crate) fn internal_server_error() -> Response {
+/// A 500 as the real server sends it: plain text, no detail. The mock's log says more, and so
+/// does the `x-rlharness-error` header (`reason`), which the recording proxy writes to the wire.
+pub(crate) fn internal_server_error(reason: &str) -> Response {
     let mut resp = Response::new(Body::from(INTERNAL_SERVER_ERROR_BODY));
     *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    add_reason(&mut resp, reason);
     resp
 }
+
+/// The longest reason the `x-rlharness-error` header carries.
+const MAX_REASON_LEN: usize = 2000;
+
+/// Say why in the `x-rlharness-error` header: printable ASCII only (anything else becomes `?`),
+/// at most `MAX_REASON_LEN` characters.
+pub(crate) fn add_reason(resp: &mut Response, reason: &str) {
+    let text: String = reason
+        .chars()
+        .take(MAX_REASON_LEN)
+        .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&text) {
+        resp.headers_mut().insert(ERROR_REASON_HEADER, v);
+    }
+}
+
+/// FastAPI's answer to a required body that is absent (zero bytes): a 422 whose `detail` lists
+/// one `missing` error at `["body"]`. It happens before the handler runs, so it says nothing
+/// about the route; the log and the `x-rlharness-error` header do.
+fn missing_body(route: &str) -> Response {
+    let why = format!("{route}: the request body is empty, and this route requires one");
+    tracing::warn!("answering 422 Field required: {why}");
+    let detail =
+        json!([{"type": "missing", "loc": ["body"], "msg": "Field required", "input": null}]);
+    let mut resp = json_response(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        &json!({ "detail": detail }),
+        None,
+    );
+    add_reason(&mut resp, &why);
+    resp
+}
+
+/// The POST routes whose handler reads a required body: an empty one is FastAPI's 422 before
+/// the handler runs. The others take an optional body (`/wake-inference`: no tags; the sleep
+/// routes: `level` or `mode` in the query; `/reset-prefix-cache`) or none.
+const BODY_REQUIRED: [&str; 12] = [
+    "/initialize",
+    "/destroy",
+    "/forward-backward",
+    "/forward",
+    "/step",
+    "/save",
+    "/load-checkpoint",
+    "/generate",
+    "/log-probs",
+    "/operation",
+    "/weight-sync",
+    "/weight-norm",
+];
 
 impl IntoResponse for ApiError {
     /// The real server's shapes: a 500 is plain text; a 422 (framework validation) carries a
@@ -262,7 +315,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::warn!("answering 500 Internal Server Error: {}", self.detail);
-            let mut resp = internal_server_error();
+            let mut resp = internal_server_error(&self.detail);
             resp.extensions_mut().insert(self);
             return resp;
         }
@@ -441,8 +494,15 @@ async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respo
             .and_then(|b| b.get("training_job_id"))
             .and_then(Value::as_u64);
     }
-    let req = Request::from_parts(parts, Body::from(bytes));
-    let mut resp = next.run(req).await;
+    let mut resp = if parts.method == axum::http::Method::POST
+        && bytes.is_empty()
+        && BODY_REQUIRED.contains(&route.as_str())
+    {
+        missing_body(&route)
+    } else {
+        next.run(Request::from_parts(parts, Body::from(bytes)))
+            .await
+    };
     // A simulating engine times every successful call, control routes included, so a mock
     // run's timings are fully simulated and deterministic.
     if resp.status().is_success() && !resp.headers().contains_key(SIM_DURATION_HEADER) {
@@ -747,6 +807,7 @@ fn model_batch(bytes: Bytes, route: &str) -> Result<(ModelBatch, RecordedParts),
         meta,
         processing,
     } = frame_sections(root, route)?;
+    check_meta(&meta, route)?;
     let batch = batch_tensors(batch, route)?;
     let post = post_processors(&processing, route)?;
     let loss_fn = loss_fn_of(&processing, route)?;
@@ -817,6 +878,18 @@ fn frame_sections(root: Node, route: &str) -> Result<FrameSections, ApiError> {
         meta,
         processing,
     })
+}
+
+/// The `meta` keys the real server's handler reads unguarded: with `load_balancer` present it
+/// looks `max_token_len_per_gpu` up by subscript, so a `meta` without it raises inside the
+/// handler: the plain-text 500.
+fn check_meta(meta: &Map<String, Value>, route: &str) -> Result<(), ApiError> {
+    if meta.contains_key("load_balancer") && !meta.contains_key("max_token_len_per_gpu") {
+        return Err(ApiError::internal(format!(
+            "{route}: meta has load_balancer but no max_token_len_per_gpu (the real server's handler fails on the missing key)"
+        )));
+    }
+    Ok(())
 }
 
 /// The tensors of a frame's `batch`, by name in the order sent.

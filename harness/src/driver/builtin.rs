@@ -1,8 +1,9 @@
 //! The builtin GRPO driver: an Arctic API client that trains the way verl does through the
-//! Arctic adapter. Each step: (colocated) the weight sync that wakes the sampler, generate
-//! `n` samples per prompt (one request each), score, (colocated) sleep, old log-probs by
-//! `/forward`, reference log-probs with KL, GRPO advantages, per epoch and mini-batch one
-//! `/forward-backward` and one `/step`, (on separate GPUs) the four-call weight sync.
+//! Arctic adapter. After the jobs are created, (colocated) the sampler sleeps and the four-call
+//! weight sync wakes it before the first rollout. Each step: generate `n` samples per prompt
+//! (one request each), score, (colocated) sleep, old log-probs by `/forward`, reference
+//! log-probs with KL, GRPO advantages, per epoch and mini-batch one `/forward-backward` and one
+//! `/step`, then the four-call weight sync (wake weights, weight-sync, wake kv_cache, reset).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -144,6 +145,23 @@ pub(crate) async fn run(
     };
     client.health().await.map_err(DriverError::Startup)?;
     let jobs = create_jobs(client, t).await?;
+    if t.colocate {
+        // verl's hybrid engine puts the rollout to sleep once it is built, and syncs the
+        // weights (which wakes it) before the first rollout.
+        client
+            .sleep(jobs.sampling, 1)
+            .await
+            .map_err(DriverError::Startup)?;
+        weight_sync_calls(client, run, &jobs)
+            .await
+            .map_err(|e| match e {
+                StepError::Client(source) => DriverError::Startup(source),
+                other => DriverError::Protocol {
+                    step: 0,
+                    message: other.message(),
+                },
+            })?;
+    }
     for step in 1..=run.steps {
         let _ = events.send(RunEvent::StepStarted {
             step,
@@ -210,6 +228,10 @@ async fn create_jobs(client: &ArcticClient, t: &Translation) -> Result<Jobs, Dri
             JobType::Training => training = Some(id),
         }
     }
+    // The adapter reads each job's record back once all are created.
+    for id in [sampling, log_prob, training].into_iter().flatten() {
+        client.job(id).await.map_err(DriverError::Startup)?;
+    }
     match (sampling, training) {
         (Some(sampling), Some(training)) => Ok(Jobs {
             sampling,
@@ -226,6 +248,16 @@ enum StepError {
     Client(ClientError),
     Protocol(String),
     BadReply { route: String, message: String },
+}
+
+impl StepError {
+    fn message(&self) -> String {
+        match self {
+            StepError::Client(e) => e.to_string(),
+            StepError::Protocol(m) => m.clone(),
+            StepError::BadReply { route, message } => format!("{route}: {message}"),
+        }
+    }
 }
 
 fn bad_reply(route: &str, message: impl Into<String>) -> StepError {
@@ -249,9 +281,9 @@ fn protocol(msg: impl Into<String>) -> StepError {
     StepError::Protocol(msg.into())
 }
 
-/// One training step, in verl's order: (0) the colocated weight sync, (1-3) rollout, (4-5)
-/// old and reference log-probs, (6) GRPO advantages, (7) the update, (8) the weight sync on
-/// separate GPUs; then the step's metrics in verl's names.
+/// One training step, in verl's order: (1-3) rollout, (4-5) old and reference log-probs, (6)
+/// GRPO advantages, (7) the update, (8) the weight sync; then the step's metrics in verl's
+/// names.
 async fn one_step(
     client: &ArcticClient,
     run: &DriverRun,
@@ -262,15 +294,6 @@ async fn one_step(
     let t = &run.translation;
     let step_started = Instant::now();
     let mut m = StepMetrics::new(step);
-
-    // 0 (colocated): the weight sync opens the rollout: verl's hybrid mode wakes the sampler
-    // inside it (the rollout's own wake raises there).
-    let mut sync = Phase::start();
-    let mut sync_s = 0.0;
-    if t.colocate {
-        colocated_weight_sync(client, run, jobs, &mut sync).await?;
-        sync_s = sync.seconds();
-    }
     let (samples, gen) = rollout(client, run, task, jobs, step).await?;
     m.insert("timing_s/gen", gen.seconds());
     let batch = PaddedBatch::build(&samples, &t.shape);
@@ -287,11 +310,8 @@ async fn one_step(
     };
     let (upd, update_s) =
         update_actor(client, run, jobs, &batch, &update, samples.len(), &mut m).await?;
-    if !t.colocate {
-        sync = separate_weight_sync(client, run, jobs).await?;
-        sync_s = sync.seconds();
-    }
-    m.insert("timing_s/update_weights", sync_s);
+    let sync = weight_sync_calls(client, run, jobs).await?;
+    m.insert("timing_s/update_weights", sync.seconds());
 
     // Metrics in verl's names.
     let all_reported =
@@ -498,9 +518,10 @@ async fn update_actor(
     Ok((upd, update_s))
 }
 
-/// 8 (separate GPUs): the weight sync after the update: wake weights, weight-sync, wake
-/// kv_cache, reset the prefix cache.
-async fn separate_weight_sync(
+/// 8: the weight sync after the update, as the adapter drives it (colocated, before the first
+/// rollout too): wake weights, weight-sync, wake kv_cache, one reset of the prefix cache. On
+/// separate GPUs the sampler never sleeps, and its wakes answer `already_ready`.
+async fn weight_sync_calls(
     client: &ArcticClient,
     run: &DriverRun,
     jobs: &Jobs,
@@ -575,30 +596,6 @@ fn batch_metrics(
             m.insert("perf/mfu/actor", flops / update_s / peak);
         }
     }
-}
-
-/// The colocated weight sync, as verl's hybrid mode drives it through the adapter before each
-/// rollout: wake `["kv_cache", "weights"]`, the weight-sync operation, then two
-/// reset-prefix-cache operations. The sampler sleeps (`{"level": 1}`) after the rollout.
-async fn colocated_weight_sync(
-    client: &ArcticClient,
-    run: &DriverRun,
-    jobs: &Jobs,
-    phase: &mut Phase,
-) -> Result<(), StepError> {
-    let r = client
-        .wake(jobs.sampling, Some(&["kv_cache", "weights"]))
-        .await?;
-    phase.add(&r);
-    if !run.spec.planted(&super::Plant::SkipWeightSync) {
-        let r = weight_sync(client, jobs).await?;
-        phase.add(&r);
-    }
-    for _ in 0..2 {
-        let r = reset_prefix_cache(client, jobs).await?;
-        phase.add(&r);
-    }
-    Ok(())
 }
 
 /// `/operation weight-sync` from the training job into the sampling job.
@@ -679,7 +676,7 @@ fn generate_request(prompt: &str, sampling_params: &Map<String, Value>) -> Node 
         "prompts": [prompt],
         "sampling_params": sampling_params,
         "routing_key": null,
-        "strict": true,
+        "strict": false,
     }))
 }
 
@@ -1219,10 +1216,10 @@ mod tests {
     }
 
     /// A `/generate` body is the adapter's: the prompt as text, alone; its `sampling_params`
-    /// with no `n` and no `seed`; `routing_key` an explicit null; `strict`.
+    /// with no `n` and no `seed`; `routing_key` an explicit null; `strict` false.
     #[test]
     fn a_generate_request_is_the_adapters() {
-        let params = json!({"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_tokens": 8,
+        let params = json!({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_tokens": 8,
                             "logprobs": null, "repetition_penalty": 1.0});
         let Value::Object(map) = params.clone() else {
             unreachable!()
@@ -1231,7 +1228,7 @@ mod tests {
         assert_eq!(
             body,
             json!({"prompts": ["Q:1+2=?\nA:"], "sampling_params": params,
-                   "routing_key": null, "strict": true})
+                   "routing_key": null, "strict": false})
         );
     }
 

@@ -380,6 +380,11 @@ impl ArcticClient {
         self.json("GET", "/health", Body::None).await.map(|_| ())
     }
 
+    /// `GET /job/{job}`: the job's record (the adapter reads it once a job is created).
+    pub(crate) async fn job(&self, job: u64) -> Result<Reply<Value>, ClientError> {
+        self.json("GET", &format!("/job/{job}"), Body::None).await
+    }
+
     /// `POST /initialize`; returns the job id.
     pub(crate) async fn initialize(&self, config: &JobConfig) -> Result<u64, ClientError> {
         self.initialize_raw(config.to_onprem()).await

@@ -520,14 +520,8 @@ fn sampling_params(c: &Cfg, b: &Basics) -> Map<String, Value> {
         "top_p".into(),
         c.value_or(&format!("{R}.top_p"), json!(1.0)),
     );
-    let top_k = c.value_or(&format!("{R}.top_k"), json!(0));
-    // verl writes -1 for "off"; vLLM's off is 0 in the adapter's defaults.
-    let top_k = if top_k.as_i64().is_some_and(|k| k < 0) {
-        json!(0)
-    } else {
-        top_k
-    };
-    sampling_params.insert("top_k".into(), top_k);
+    // verl's -1 ("off") goes through as is, as the adapter sends it.
+    sampling_params.insert("top_k".into(), c.value_or(&format!("{R}.top_k"), json!(-1)));
     let max_model_len = c
         .raw(&format!("{R}.max_model_len"))
         .and_then(Value::as_u64)
@@ -608,7 +602,7 @@ mod tests {
         let t = translate(&cfg, 1).unwrap();
         assert_eq!(
             Value::Object(t.sampling_params.clone()),
-            json!({"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_tokens": 8,
+            json!({"temperature": 0.7, "top_p": 1.0, "top_k": -1, "max_tokens": 8,
                    "logprobs": null, "repetition_penalty": 1.0})
         );
     }

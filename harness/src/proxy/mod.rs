@@ -3,8 +3,11 @@
 //!
 //! Every request/response pair appends one line to `wire.jsonl` when it completes:
 //! `{"seq", "time", "method", "route", "job_id", "status", "duration_s", "sim_seconds"?,
-//!   "request", "response", "error"?}`. `seq` counts requests in arrival order, so under
-//! concurrency lines may appear out of `seq` order. A body is summarised as
+//!   "request", "response", "error"?, "server_error"?}`. `error` says why the proxy cut or
+//! answered an exchange itself; `server_error` why the harness's own server (mock, torch)
+//! refused it when its answer, like the real server's, does not say (its `x-rlharness-error`
+//! header, on a plain-text 500 or a `Field required` 422). `seq` counts requests in arrival
+//! order, so under concurrency lines may appear out of `seq` order. A body is summarised as
 //! - `null` when empty;
 //! - `{"bytes": n, "json": value}` when it is JSON of at most 1 MiB (Python's `NaN`,
 //!   `Infinity`, `-Infinity` read, and recorded as `{"$float": "NaN"}` etc., apart from `null`);
@@ -47,7 +50,7 @@ use tokio::task::JoinSet;
 use crate::backend::replay::{CassetteWriter, RecordedExchange};
 use crate::events::{EventSender, RunEvent};
 use crate::fsx::{self, FsError};
-use crate::wire::api::SIM_DURATION_HEADER;
+use crate::wire::api::{ERROR_REASON_HEADER, SIM_DURATION_HEADER};
 
 use capture::{lock, Capture, SharedCapture, TeeBody};
 pub(crate) use capture::{BoxError, JSON_RECORD_CAP};
@@ -479,6 +482,8 @@ struct Exchange {
     group: u64,
     response_headers: BTreeMap<String, String>,
     reply_body: Option<Vec<u8>>,
+    /// Why the harness's own server refused the request (its `x-rlharness-error` header).
+    server_error: Option<String>,
 }
 
 impl Exchange {
@@ -515,6 +520,9 @@ impl Exchange {
         );
         if let Some(e) = &error {
             o.insert("error".into(), e.clone().into());
+        }
+        if let Some(e) = &self.server_error {
+            o.insert("server_error".into(), e.clone().into());
         }
         if let Some(c) = &self.shared.cassette {
             c.push(RecordedExchange {
@@ -632,6 +640,7 @@ impl Exchange {
             group,
             response_headers: BTreeMap::new(),
             reply_body: None,
+            server_error: None,
         }
     }
 }
@@ -760,6 +769,11 @@ fn relay_response(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<f64>().ok());
     let status = parts.status.as_u16();
+    ex.server_error = parts
+        .headers
+        .get(ERROR_REASON_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     strip_hop_headers(&mut parts.headers);
     let response = Capture::new(content_type(&parts.headers), limit);
     if shared.cassette.is_some() {

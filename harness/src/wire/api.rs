@@ -7,6 +7,12 @@ use serde_json::{Map, Value};
 /// have taken on the modelled device. A driver prefers it to wall time when present.
 pub const SIM_DURATION_HEADER: &str = "x-rlharness-sim-seconds";
 
+/// Header through which the harness's own server (the mock, the torch backend) says why it
+/// refused a request whose body, as the real server's, says nothing useful (a plain-text 500,
+/// FastAPI's `Field required` 422). No client reads it; the recording proxy writes it to
+/// `wire.jsonl` as `server_error`.
+pub const ERROR_REASON_HEADER: &str = "x-rlharness-error";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum JobType {

@@ -754,6 +754,96 @@ async fn garbage_bodies_never_crash_the_server() {
     assert_eq!(health.status, StatusCode::OK);
 }
 
+/// A `meta` with `load_balancer` but no `max_token_len_per_gpu` fails inside the real server's
+/// handler: a plain-text 500 that says nothing. The `x-rlharness-error` header (which the
+/// recording proxy writes to the wire) names the missing key.
+#[tokio::test]
+async fn a_load_balancer_without_max_token_len_is_a_plain_500() {
+    let (router, _) = app();
+    let (_sid, tid, _dir) = two_jobs(&router).await;
+    let call_with = |meta: Value, update: bool| {
+        let processing = if update {
+            json!({"loss_fn": "grpo"})
+        } else {
+            json!({"loss_fn": null})
+        };
+        Node::Dict(vec![
+            ("batch".into(), batch_node(2, update)),
+            ("meta".into(), Node::Json(meta)),
+            ("processing".into(), Node::Json(processing)),
+        ])
+    };
+    for (route, update) in [("/forward", false), ("/forward-backward", true)] {
+        let uri = format!("{route}?job_id={tid}");
+        let bad = json!({"load_balancer": true, "pad_token_id": 0, "temperature": 1.0});
+        let r = post_frame(&router, &uri, &call_with(bad, update)).await;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{route}");
+        assert_eq!(r.body, "Internal Server Error", "{route}");
+        assert!(r.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain"));
+        let why = r.headers["x-rlharness-error"].to_str().unwrap();
+        assert!(
+            why.contains("load_balancer") && why.contains("max_token_len_per_gpu"),
+            "{why}"
+        );
+        let good = json!({"load_balancer": true, "max_token_len_per_gpu": 4096,
+                          "pad_token_id": 0, "temperature": 1.0});
+        let r = post_frame(&router, &uri, &call_with(good, update)).await;
+        assert_eq!(r.status, StatusCode::OK, "{route}: {:?}", r.body);
+        assert!(!r.headers.contains_key("x-rlharness-error"));
+    }
+}
+
+/// An empty body (zero bytes) on a route that requires one is FastAPI's 422, before the
+/// handler runs: exactly `{"detail": [{"type": "missing", "loc": ["body"], ...}]}`, whatever
+/// the route. Routes whose body is optional still take an empty one.
+#[tokio::test]
+async fn an_empty_body_is_fastapis_field_required() {
+    let (router, _) = app();
+    let (sid, tid, _dir) = two_jobs(&router).await;
+    let want = json!({"detail": [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": null}]});
+    for (route, id) in [
+        ("/initialize", None),
+        ("/destroy", Some(tid)),
+        ("/forward-backward", Some(tid)),
+        ("/forward", Some(tid)),
+        ("/step", Some(tid)),
+        ("/save", Some(tid)),
+        ("/load-checkpoint", Some(tid)),
+        ("/generate", Some(sid)),
+        ("/log-probs", Some(sid)),
+        ("/operation", Some(sid)),
+        ("/weight-sync", Some(tid)),
+        ("/weight-norm", None),
+    ] {
+        let uri = id.map_or(route.to_string(), |id| format!("{route}?job_id={id}"));
+        let r = call(&router, "POST", &uri, Body::empty()).await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{route}");
+        assert_eq!(r.json(), want, "{route}");
+        assert!(r.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json"));
+        let why = r.headers["x-rlharness-error"].to_str().unwrap();
+        assert!(why.contains(route) && why.contains("empty"), "{why}");
+    }
+    // Nothing was destroyed or created on the way.
+    let status = call(&router, "GET", "/status", Body::empty()).await.json();
+    assert_eq!(status["jobs"].as_object().unwrap().len(), 2, "{status}");
+    for route in ["/wake-inference", "/reset-prefix-cache", "/sleep-inference"] {
+        let r = call(
+            &router,
+            "POST",
+            &format!("{route}?job_id={sid}"),
+            Body::empty(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{route}: {:?}", r.body);
+    }
+}
+
 /// The done-when session of the issue, over a real port with an HTTP client.
 #[tokio::test]
 async fn full_session_over_a_real_port() {

@@ -144,8 +144,8 @@ async fn mock_replay_names_a_dropped_meta_key_and_a_missing_call() {
     assert!(outcome.summary().contains("6 mismatches in all"));
 
     // A driver that skips the weight sync (colocated: it still wakes the sampler and resets
-    // its prefix cache): the recorded weight-sync operations, one a step, are left
-    // unrequested, and nothing else differs.
+    // its prefix cache): the recorded weight-sync operations, one before the first rollout and
+    // one after each step, are left unrequested, and nothing else differs.
     let (outcome, _, _) = replay_mock(
         tmp.path(),
         "skip-sync",
@@ -154,7 +154,7 @@ async fn mock_replay_names_a_dropped_meta_key_and_a_missing_call() {
     )
     .await;
     let texts: Vec<String> = outcome.mismatches.iter().map(|m| m.to_string()).collect();
-    assert_eq!(texts.len(), 3, "{texts:?}");
+    assert_eq!(texts.len(), 4, "{texts:?}");
     for (k, t) in texts.iter().enumerate() {
         assert!(
             t.starts_with(&format!(

@@ -104,23 +104,45 @@ async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory(
             folded.push(r);
         }
     }
-    // Colocated, as verl's hybrid mode drives the adapter: the weight sync opens each
-    // rollout (wake ["kv_cache", "weights"], weight-sync, two reset-prefix-cache operations).
-    let first_step = [
-        "/health",
-        "/initialize",
+    // Colocated, as verl's hybrid mode drives the adapter: each job read back, the sampler
+    // put to sleep, then the weight sync (wake ["weights"], weight-sync, wake ["kv_cache"],
+    // one reset-prefix-cache) before the first rollout and after every step.
+    let sync = [
         "/wake-inference",
         "/operation",
+        "/wake-inference",
+        "/operation",
+    ];
+    let first_step: Vec<&str> = [
+        "/health",
+        "/initialize",
+        "/job/1",
+        "/job/2",
+        "/sleep-inference",
+    ]
+    .into_iter()
+    .chain(sync)
+    .chain([
         "/generate",
         "/sleep-inference",
         "/forward",
         "/forward-backward",
         "/step",
-        "/wake-inference",
-        "/operation",
-        "/generate",
-    ];
-    assert_eq!(&folded[..first_step.len()], &first_step, "{folded:?}");
+    ])
+    .chain(sync)
+    .chain(["/generate"])
+    .collect();
+    assert_eq!(&folded[..first_step.len()], &first_step[..], "{folded:?}");
+    let last = ["/step"]
+        .into_iter()
+        .chain(sync)
+        .chain(["/destroy"])
+        .collect::<Vec<_>>();
+    assert_eq!(
+        &folded[folded.len() - last.len()..],
+        &last[..],
+        "the last step ends with the weight sync: {folded:?}"
+    );
     let lines = wire(&dir);
     let step_one: Vec<Value> = lines
         .iter()
@@ -131,11 +153,10 @@ async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory(
     assert_eq!(
         step_one,
         [
-            json!(["kv_cache", "weights"]),
+            json!(["weights"]),
             json!({"operation_type": "weight-sync", "sub_job_id": 2, "sub_job_type": "training",
                    "payload": {"source_sub_job_id": 2, "target_sub_job_ids": [1]}}),
-            json!({"operation_type": "reset-prefix-cache", "sub_job_type": "sampling",
-                   "payload": {"drain": true, "timeout_s": 60.0, "retry_interval_s": 0.1}}),
+            json!(["kv_cache"]),
             json!({"operation_type": "reset-prefix-cache", "sub_job_type": "sampling",
                    "payload": {"drain": true, "timeout_s": 60.0, "retry_interval_s": 0.1}}),
         ],
@@ -165,9 +186,10 @@ async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory(
         );
         assert_eq!(body["prompts"].as_array().unwrap().len(), 1, "{body}");
         assert!(body["routing_key"].is_null());
+        assert_eq!(body["strict"], json!(false), "{body}");
         assert_eq!(
             body["sampling_params"],
-            json!({"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_tokens": 16,
+            json!({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_tokens": 16,
                    "logprobs": null, "repetition_penalty": 1.0})
         );
     }

@@ -281,7 +281,7 @@ fn starts_rollout(route: &str, body: &[u8]) -> bool {
 /// (a proxy's 503, a deliberate 4xx) carries `{"detail": ...}`.
 fn error_answer(status: StatusCode, detail: String) -> Response {
     if status == StatusCode::INTERNAL_SERVER_ERROR {
-        return crate::backend::server::internal_server_error();
+        return crate::backend::server::internal_server_error(&detail);
     }
     let mut resp = Response::new(Body::from(json!({ "detail": detail }).to_string()));
     *resp.status_mut() = status;
@@ -373,7 +373,7 @@ async fn fault_layer(State(s): State<Arc<FaultState>>, req: Request, next: Next)
         resp = match f.fault {
             FaultKind::Drop => drop_mid_body(resp, f.after_bytes).await,
             FaultKind::NanGradNorm if resp.status().is_success() => {
-                crate::backend::server::internal_server_error()
+                crate::backend::server::internal_server_error(&what(&f))
             }
             FaultKind::NanLogprobs => {
                 rewrite(resp, |b| corrupt_logprobs(b, Corruption::NanFirstRow)).await
