@@ -116,7 +116,7 @@ enum RunResult {
 
 /// Why a trainer's run shows nothing on the wire, when it cannot: it talks over Ray.
 fn over_ray(config: &Value) -> Option<String> {
-    let protocol = crate::driver::translate::lookup(config, "remote_backend.comms.protocol")?;
+    let protocol = crate::driver::translate::lookup(config, group::TRANSPORT)?;
     (protocol.as_str() == Some("ray")).then(|| {
         "not observable over Ray: the trainer's Arctic client talks to the server over Ray, \
          which the recording proxy cannot see; run with remote_backend.comms.protocol=http"
@@ -242,12 +242,17 @@ pub async fn run_matrix(
             " (grouping off: --no-group)"
         }
     );
+    let alone: Vec<String> = group::alone_counts(&m, &plan)
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
     eprintln!(
-        "propagate: {} trials; the plan needs {} runs one knob per trial, {} with grouping \
-         (before any split){}",
+        "propagate: {} trials; the plan needs up to {} runs one knob per trial, {} with \
+         grouping (before any split; trials that run alone: {}){}",
         plan.trials.len(),
         counts.0,
         counts.1,
+        alone.join(", "),
         if options.group {
             ""
         } else {

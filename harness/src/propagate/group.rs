@@ -6,6 +6,7 @@
 //!   scenario's own (those runs are the same run);
 //! - not a condition of any knob (a `conditions` key or a config-path `when` key, or a path
 //!   above or below one): changing it would change which consumers of another knob are active;
+//! - not the transport knob (`remote_backend.comms.protocol`: a run over Ray shows nothing);
 //! - no `effects`, no consumer and no `sent_to` at `route.*`, `routes`, `batch.*` or
 //!   `http_errors` (call counts, the call sequence and the data move with many knobs at once);
 //! - no `derived` consumer (a value computed from several inputs: a change there could come from
@@ -36,6 +37,10 @@ use super::wire::{diff, pattern_matches, WireSnapshot};
 
 /// The most trials one grouped run carries (a bigger group costs more runs to split).
 pub(crate) const MAX_GROUP: usize = 16;
+
+/// The knob that picks the client's transport: a trial over Ray shows no wire at all, so it
+/// would make any group it joined ambiguous.
+pub(crate) const TRANSPORT: &str = "remote_backend.comms.protocol";
 
 /// Location families that count calls or carry data rather than a knob's value.
 const CALL_FAMILIES: &[&str] = &["route", "routes", "batch", "http_errors"];
@@ -68,6 +73,9 @@ fn nested(a: &str, b: &str) -> bool {
 
 /// Why a knob must run alone, or `None` when it may share a run.
 pub(crate) fn alone_because(m: &KnobManifest, k: &Knob) -> Option<String> {
+    if k.path == TRANSPORT {
+        return Some("it picks the transport (a run over Ray shows nothing)".into());
+    }
     let conditions = m.knobs.iter().flat_map(|o| {
         o.conditions
             .keys()
@@ -88,6 +96,21 @@ pub(crate) fn alone_because(m: &KnobManifest, k: &Knob) -> Option<String> {
         return Some(format!("it changes call counts or data ({l})"));
     }
     None
+}
+
+/// How many trials run alone, by the first word of the reason (`condition`, `derived`, ...).
+pub(crate) fn alone_counts(m: &KnobManifest, plan: &MatrixPlan) -> BTreeMap<&'static str, usize> {
+    let mut out = BTreeMap::new();
+    for t in &plan.trials {
+        if let Some(why) = alone_because(m, &m.knobs[t.knob]) {
+            let kind = ["transport", "condition", "derived", "call counts"]
+                .into_iter()
+                .find(|w| why.contains(w))
+                .unwrap_or("other");
+            *out.entry(kind).or_insert(0) += 1;
+        }
+    }
+    out
 }
 
 /// The assignment without the conditions whose value is the scenario's own: runs that differ
@@ -157,6 +180,9 @@ pub(crate) fn plan_units(
 /// The overrides of a unit's run: the union of its trials' conditions and every knob's value,
 /// sorted (a single trial's are exactly [`Trial::overrides`]).
 pub(crate) fn unit_overrides(m: &KnobManifest, plan: &MatrixPlan, unit: &[usize]) -> Vec<String> {
+    if let [i] = unit {
+        return plan.trials[*i].overrides(m);
+    }
     let mut cond = Condition::new();
     for &i in unit {
         cond.extend(plan.trials[i].condition.clone());

@@ -213,6 +213,8 @@ async fn the_command_trainer_matrix_flags_exactly_the_planted_adapter_bugs() {
     // Grouped by default, with fewer runs than one knob per trial would need.
     assert!(r.grouping && r.planned_grouped < r.planned_solo, "{r:?}");
     assert!(r.runs < r.planned_solo, "{} runs", r.runs);
+    // Bug-free, every group is attributed: no split.
+    assert_eq!(r.splits, 0, "{r:?}");
     // The trainer printed its resolved config: every key of its backend block is listed.
     let seen = r.unlisted.seen_in.as_deref().unwrap_or_default();
     assert!(seen.contains("stdout.log"), "{:?}", r.unlisted);
