@@ -82,6 +82,16 @@ pub(crate) enum Command {
         /// Trials side by side (a trainer on the fixed Arctic address runs one at a time).
         #[arg(long, default_value_t = crate::propagate::command::CONCURRENCY)]
         jobs: usize,
+        /// Perturb knobs whose wire locations cannot overlap in one run, splitting a run that
+        /// cannot be attributed (the default).
+        #[arg(long, overrides_with = "no_group")]
+        group: bool,
+        /// One knob per run.
+        #[arg(long = "no-group", overrides_with = "group")]
+        no_group: bool,
+        /// Fail (exit 1) when a knob is not observed (not observable here, not exercised).
+        #[arg(long)]
+        require_observed: bool,
     },
 }
 

@@ -93,8 +93,16 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
             set,
             until,
             jobs,
+            group: _,
+            no_group,
+            require_observed,
         } => {
-            let options = crate::propagate::command::MatrixOptions { until, jobs };
+            let options = crate::propagate::command::MatrixOptions {
+                until,
+                jobs,
+                group: !no_group,
+                require_observed,
+            };
             crate::propagate::command::propagate_command(&scenario, &out, &set, &options).await
         }
     }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use futures_util::StreamExt;
 use serde_json::Value;
 
+use super::group;
 use super::manifest::{self, KnobManifest};
 use super::render::{self, PropagationReport};
 use super::verdict::{self, judge_cell, judge_knob, Observed};
@@ -69,6 +70,10 @@ pub struct MatrixOptions {
     pub until: Until,
     /// Trials side by side (those whose trainer can take a free port; see [`run_matrix`]).
     pub jobs: usize,
+    /// Perturb knobs whose wire locations cannot overlap in one run (on by default).
+    pub group: bool,
+    /// Fail (exit 1) when any knob is not observed (not observable here, not exercised).
+    pub require_observed: bool,
 }
 
 impl Default for MatrixOptions {
@@ -76,6 +81,8 @@ impl Default for MatrixOptions {
         MatrixOptions {
             until: Until::FirstUpdate,
             jobs: CONCURRENCY,
+            group: true,
+            require_observed: false,
         }
     }
 }
@@ -97,14 +104,19 @@ pub(crate) fn manifest_path(scenario: &Path, config: &Value) -> Result<PathBuf, 
 
 /// What one distinct run ended as.
 enum RunResult {
-    Ran { wire: WireSnapshot, config: Value },
+    Ran {
+        wire: WireSnapshot,
+        config: Value,
+        /// The run's folder (the trainer's `stdout.log`).
+        dir: PathBuf,
+    },
     NotObservable(String),
     Failed(String),
 }
 
 /// Why a trainer's run shows nothing on the wire, when it cannot: it talks over Ray.
 fn over_ray(config: &Value) -> Option<String> {
-    let protocol = crate::driver::translate::lookup(config, "remote_backend.comms.protocol")?;
+    let protocol = crate::driver::translate::lookup(config, group::TRANSPORT)?;
     (protocol.as_str() == Some("ray")).then(|| {
         "not observable over Ray: the trainer's Arctic client talks to the server over Ray, \
          which the recording proxy cannot see; run with remote_backend.comms.protocol=http"
@@ -156,6 +168,13 @@ pub(crate) async fn propagate_command(
     let md = write_reports(&report, &dir)?;
     println!("{md}");
     println!("reports: {}", dir.display());
+    if report.require_observed && report.unobserved() > 0 {
+        println!(
+            "--require-observed: {} knobs were not observed: {}",
+            report.unobserved(),
+            report.unobserved_paths().join(", ")
+        );
+    }
     let mut status = if report.passed() {
         ExitStatus::Passed
     } else {
@@ -187,12 +206,14 @@ pub fn write_reports(report: &PropagationReport, dir: &Path) -> Result<String, C
 
 /// Plan, run and judge; returns the report, its folder and whether any perturbed run failed.
 ///
-/// Each trial is a run of the scenario itself with one knob perturbed, through its own driver:
+/// Each trial is a run of the scenario itself with knobs perturbed, through its own driver:
 /// the builtin driver, or the scenario's trainer command (which gets the perturbed config as
 /// Hydra overrides, exactly as `run` passes it), with the recording proxy in front of the
-/// backend. A trainer whose proxy address is fixed (the Arctic client's `localhost:7000`, the
-/// default) runs one trial at a time; one that takes `RLHARNESS_BACKEND_URL` (`proxy_listen`
-/// with port 0) runs `jobs` side by side.
+/// backend. With `options.group`, knobs whose wire locations cannot overlap share a run (see
+/// [`super::group`]); a run that cannot be attributed is split and run again, so the verdicts
+/// are those of one knob per trial. A trainer whose proxy address is fixed (the Arctic
+/// client's `localhost:7000`, the default) runs one trial at a time; one that takes
+/// `RLHARNESS_BACKEND_URL` (`proxy_listen` with port 0) runs `jobs` side by side.
 pub async fn run_matrix(
     scenario: &Path,
     out: &Path,
@@ -207,174 +228,359 @@ pub async fn run_matrix(
     let m: KnobManifest =
         manifest::load(&mpath).map_err(|e| CommandError::invalid(e.to_string()))?;
     let plan = verdict::plan_matrix(&m, &base_config);
-    let (runs, trial_runs) = distinct_runs(&plan, &m);
+    let units = group::plan_units(&m, &plan, &base_config, options.group);
+    let counts = plan_counts(&m, &plan, &units, &base_config);
+    tracing::info!(
+        solo = counts.0,
+        grouped = counts.1,
+        "propagate: the plan needs {} runs one knob per trial, {} with grouping{}",
+        counts.0,
+        counts.1,
+        if options.group {
+            ""
+        } else {
+            " (grouping off: --no-group)"
+        }
+    );
+    let alone: Vec<String> = group::alone_counts(&m, &plan)
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    eprintln!(
+        "propagate: {} trials; the plan needs up to {} runs one knob per trial, {} with \
+         grouping (before any split; trials that run alone: {}){}",
+        plan.trials.len(),
+        counts.0,
+        counts.1,
+        alone.join(", "),
+        if options.group {
+            ""
+        } else {
+            "; grouping is off (--no-group)"
+        }
+    );
 
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
     let dir = out.join(&base.name).join(format!("propagate-{stamp}"));
     fsx::create_dir_all(&dir).map_err(|e| CommandError::run_failed(e.to_string()))?;
-    let is_trial = |i: usize| trial_runs.iter().any(|(_, p)| *p == i);
-    let mut planned = plan_runs(scenario, set, &runs, is_trial, options, &dir)?;
-    let executed = planned.todo.len();
     let (driver, fixed_port) = describe_driver(&base.driver);
-    // An external trainer keeps the scenario's own horizon (`trainer.total_training_steps`, from
-    // which verl sizes the learning-rate schedule) and is stopped on the wire; the builtin
-    // driver takes its horizon from the config and runs the steps asked for.
     let command = matches!(base.driver, crate::driver::DriverSpec::Command(_));
-    let stop_at = match (options.until, command) {
-        (Until::Initialize, _) => Some(runner::StopAt::Initialized),
-        (until, true) => Some(runner::StopAt::Steps(until.steps())),
-        (_, false) => None,
+    let exec = Executor {
+        scenario,
+        set,
+        options,
+        dir: &dir,
+        out,
+        command,
+        experiment: format!("{}-propagate", base.name),
+        jobs: if fixed_port { 1 } else { options.jobs.max(1) },
     };
-    let experiment = format!("{}-propagate", base.name);
-    let opts = |run_dir: PathBuf| RunOptions {
-        steps: (!command).then_some(options.until.steps()),
-        set: set.to_vec(),
-        run_dir: Some(run_dir),
-        stop_at,
-        experiment_name: Some(experiment.clone()),
-        ..RunOptions::new(out.to_path_buf(), PathBuf::from("golden"))
-    };
-    let jobs = if fixed_port { 1 } else { options.jobs.max(1) };
-    let run = |(i, run_plan, run_dir): (usize, crate::plan::RunPlan, PathBuf)| {
-        let o = opts(run_dir.clone());
-        let label = run_label(&runs[i]);
-        async move {
-            (
-                i,
-                execute_trial(run_plan, o, &label, &run_dir, stop_at).await,
-            )
-        }
-    };
-    // The plain baseline first, alone: a trainer that cannot run it (broken, or not reaching
-    // the wire) would fail every trial the same way, so the matrix stops there.
-    if let Some(k) = planned.todo.iter().position(|(i, ..)| runs[*i].is_empty()) {
-        let (i, r) = run(planned.todo.remove(k)).await;
-        if let Err(e) = baseline_wire(scenario, &runs[i], &r) {
-            let left = planned.todo.len();
-            return Err(CommandError {
-                message: format!("{}; the other {left} runs were not started", e.message),
-                ..e
-            });
-        }
-        planned.results[i] = Some(r);
-    }
-    let finished: Vec<(usize, RunResult)> =
-        futures_util::stream::iter(std::mem::take(&mut planned.todo))
-            .map(run)
-            .buffer_unordered(jobs)
-            .collect()
-            .await;
-    for (i, r) in finished {
-        planned.results[i] = Some(r);
-    }
-
-    let judged = judge_trials(scenario, &m, &plan, &runs, &trial_runs, &planned)?;
+    let mut rs = RunSet::default();
+    let (cells, splits) = run_units(&exec, &m, &plan, units, &mut rs).await?;
+    let judged = judge_all(&m, &plan, cells);
+    let resolved = resolved_config(&rs, command, &base_config);
+    let mut unlisted = super::resolved::unlisted(&m, resolved);
+    let mut closed_gaps = judged.closed_gaps;
+    closed_gaps.extend(super::resolved::apply_unlisted_gaps(&m, &mut unlisted));
     let report = PropagationReport {
         scenario: base.name.clone(),
         backend: m.backend.clone(),
-        runs: executed,
+        runs: rs.executed,
         seconds: started.elapsed().as_secs_f64(),
         driver,
         manifest: mpath.display().to_string(),
         until: options.until.describe(),
         knobs: judged.knobs,
-        closed_gaps: judged.closed_gaps,
+        closed_gaps,
+        grouping: options.group,
+        planned_solo: counts.0,
+        planned_grouped: counts.1,
+        splits,
+        unlisted,
+        require_observed: options.require_observed,
     };
     Ok((report, dir, judged.any_failed))
 }
 
-/// Distinct runs by their override sets: baselines (per condition) and trials; and for each
-/// trial, the indices of its baseline run and its perturbed run.
-fn distinct_runs(
-    plan: &verdict::MatrixPlan,
+/// Runs the plan needs (distinct override sets, conditions equal to the scenario's own value
+/// dropped as the runs' plan hashes would): one knob per trial, and as `units` packs them.
+fn plan_counts(
     m: &KnobManifest,
-) -> (Vec<Vec<String>>, Vec<(usize, usize)>) {
-    let mut runs: Vec<Vec<String>> = Vec::new();
-    let mut index: BTreeMap<Vec<String>, usize> = BTreeMap::new();
-    let mut want = |o: Vec<String>, runs: &mut Vec<Vec<String>>| -> usize {
-        *index.entry(o.clone()).or_insert_with(|| {
-            runs.push(o);
-            runs.len() - 1
-        })
+    plan: &verdict::MatrixPlan,
+    units: &[group::Unit],
+    config: &Value,
+) -> (usize, usize) {
+    let norm = |cond: &verdict::Condition, knobs: Vec<String>| {
+        let mut o = verdict::condition_overrides(&group::effective(cond, config));
+        o.extend(knobs);
+        o.sort();
+        o
     };
-    let mut trial_runs = Vec::new();
+    let knob =
+        |t: &verdict::Trial| format!("{}={}", m.knobs[t.knob].path, verdict::set_value(&t.value));
+    let mut solo: std::collections::BTreeSet<Vec<String>> = Default::default();
+    let mut grouped = solo.clone();
     for t in &plan.trials {
-        let b = want(t.baseline_overrides(), &mut runs);
-        let p = want(t.overrides(m), &mut runs);
-        trial_runs.push((b, p));
+        solo.insert(norm(&t.condition, vec![]));
+        solo.insert(norm(&t.condition, vec![knob(t)]));
+        grouped.insert(norm(&t.condition, vec![]));
     }
-    (runs, trial_runs)
+    for u in units {
+        let t0 = &plan.trials[u[0]];
+        grouped.insert(norm(
+            &t0.condition,
+            u.iter().map(|&i| knob(&plan.trials[i])).collect(),
+        ));
+    }
+    (solo.len(), grouped.len())
 }
 
-/// The runs to execute, with their plans and directories; a run whose resolved values
-/// coincide with an earlier one's (a condition equal to the scenario's own value) is an alias.
-struct PlannedRuns {
-    results: Vec<Option<RunResult>>,
-    alias: Vec<usize>,
-    todo: Vec<(usize, crate::plan::RunPlan, PathBuf)>,
+/// The trainer's resolved config: the plain baseline's printed config (a command trainer), the
+/// scenario's own (the builtin driver), with where it was seen.
+fn resolved_config(rs: &RunSet, command: bool, config: &Value) -> Option<(Value, String)> {
+    if !command {
+        return Some((
+            config.clone(),
+            "the scenario's config (the builtin driver resolves nothing further)".into(),
+        ));
+    }
+    let i = rs.index.get(&Vec::new())?;
+    let Some(RunResult::Ran { dir, .. }) = rs.result(*i) else {
+        return None;
+    };
+    let path = dir.join("stdout.log");
+    let text = std::fs::read_to_string(&path).ok()?;
+    let v = super::resolved::find_resolved_config(&text)?;
+    Some((
+        v,
+        format!("the baseline trainer's printed config ({})", path.display()),
+    ))
 }
 
-fn plan_runs(
-    scenario: &Path,
-    set: &[String],
-    runs: &[Vec<String>],
-    is_trial: impl Fn(usize) -> bool,
-    options: &MatrixOptions,
-    dir: &Path,
-) -> Result<PlannedRuns, CommandError> {
-    let mut results: Vec<Option<RunResult>> = (0..runs.len()).map(|_| None).collect();
-    let mut by_hash: BTreeMap<String, usize> = BTreeMap::new();
-    let mut alias: Vec<usize> = (0..runs.len()).collect();
-    let mut todo = Vec::new();
-    for (i, overrides) in runs.iter().enumerate() {
-        let mut args = set.to_vec();
-        args.extend(overrides.iter().cloned());
-        let mut s = match crate::spec::load_scenario(scenario, &args) {
-            Ok(s) => s,
-            Err(e) => {
-                let msg = format!(
-                    "the scenario does not load with {}: {e}",
-                    overrides.join(" ")
-                );
-                if !is_trial(i) {
-                    return Err(CommandError::invalid(msg));
+/// What every run of the matrix shares: where it goes and how far it runs.
+struct Executor<'a> {
+    scenario: &'a Path,
+    set: &'a [String],
+    options: &'a MatrixOptions,
+    dir: &'a Path,
+    out: &'a Path,
+    command: bool,
+    experiment: String,
+    jobs: usize,
+}
+
+impl Executor<'_> {
+    /// An external trainer keeps the scenario's own horizon (`trainer.total_training_steps`,
+    /// from which verl sizes the learning-rate schedule) and is stopped on the wire; the
+    /// builtin driver takes its horizon from the config and runs the steps asked for.
+    fn stop_at(&self) -> Option<runner::StopAt> {
+        match (self.options.until, self.command) {
+            (Until::Initialize, _) => Some(runner::StopAt::Initialized),
+            (until, true) => Some(runner::StopAt::Steps(until.steps())),
+            (_, false) => None,
+        }
+    }
+
+    fn run_options(&self, run_dir: PathBuf) -> RunOptions {
+        RunOptions {
+            steps: (!self.command).then_some(self.options.until.steps()),
+            set: self.set.to_vec(),
+            run_dir: Some(run_dir),
+            stop_at: self.stop_at(),
+            experiment_name: Some(self.experiment.clone()),
+            ..RunOptions::new(self.out.to_path_buf(), PathBuf::from("golden"))
+        }
+    }
+
+    /// Run `todo` (`jobs` in flight), the plain baseline first and alone when it is among
+    /// them: a trainer that cannot run it (broken, or not reaching the wire) would fail every
+    /// trial the same way, so the matrix stops there.
+    async fn execute(&self, rs: &mut RunSet, mut todo: Vec<Todo>) -> Result<(), CommandError> {
+        let stop_at = self.stop_at();
+        let run = |t: Todo| {
+            let o = self.run_options(t.dir.clone());
+            async move {
+                let r = execute_trial(t.plan, o, &t.label, &t.dir, stop_at).await;
+                (t.index, r)
+            }
+        };
+        rs.executed += todo.len();
+        if let Some(k) = todo.iter().position(|t| rs.runs[t.index].is_empty()) {
+            let (i, r) = run(todo.remove(k)).await;
+            if let Err(e) = baseline_wire(self.scenario, &rs.runs[i], &r) {
+                let left = todo.len();
+                return Err(CommandError {
+                    message: format!("{}; the other {left} runs were not started", e.message),
+                    ..e
+                });
+            }
+            rs.results[i] = Some(r);
+        }
+        let finished: Vec<(usize, RunResult)> = futures_util::stream::iter(todo)
+            .map(run)
+            .buffer_unordered(self.jobs)
+            .collect()
+            .await;
+        for (i, r) in finished {
+            rs.results[i] = Some(r);
+        }
+        Ok(())
+    }
+}
+
+/// Run the units round by round: each round runs the baselines and units not run yet, judges
+/// them, and splits the groups it cannot attribute into the next round. Returns each trial's
+/// cell and how many groups were split.
+async fn run_units(
+    exec: &Executor<'_>,
+    m: &KnobManifest,
+    plan: &verdict::MatrixPlan,
+    mut pending: Vec<group::Unit>,
+    rs: &mut RunSet,
+) -> Result<(Vec<Option<verdict::Cell>>, usize), CommandError> {
+    let mut cells: Vec<Option<verdict::Cell>> = vec![None; plan.trials.len()];
+    let mut splits = 0;
+    // The plain baseline is always run (first, alone): its trainer prints the resolved config.
+    rs.want(Vec::new(), true);
+    let mut first = true;
+    while first || !pending.is_empty() {
+        first = false;
+        let mut unit_runs = Vec::new();
+        for u in &pending {
+            for &t in u {
+                rs.want(plan.trials[t].baseline_overrides(), true);
+            }
+            unit_runs.push(rs.want(group::unit_overrides(m, plan, u), false));
+        }
+        let todo = rs.prepare(exec)?;
+        exec.execute(rs, todo).await?;
+        let mut next = Vec::new();
+        for (u, run) in pending.iter().zip(unit_runs) {
+            match judge_unit(exec.scenario, m, plan, u, rs, run)? {
+                Ok(judged) => {
+                    for (t, c) in u.iter().zip(judged) {
+                        cells[*t] = Some(c);
+                    }
                 }
-                results[i] = Some(RunResult::Failed(msg));
+                Err(why) => {
+                    splits += 1;
+                    tracing::info!("a group of {} knobs is split: {why}", u.len());
+                    let (a, b) = group::split(u);
+                    next.push(a);
+                    next.push(b);
+                }
+            }
+        }
+        pending = next;
+    }
+    Ok((cells, splits))
+}
+
+/// One run to execute: its index in the [`RunSet`], plan, folder and label.
+struct Todo {
+    index: usize,
+    plan: crate::plan::RunPlan,
+    dir: PathBuf,
+    label: String,
+}
+
+/// The distinct runs of the matrix by their override sets; a run whose resolved values
+/// coincide with an earlier one's (a condition equal to the scenario's own value) is an alias.
+#[derive(Default)]
+struct RunSet {
+    runs: Vec<Vec<String>>,
+    baseline: Vec<bool>,
+    index: BTreeMap<Vec<String>, usize>,
+    by_hash: BTreeMap<String, usize>,
+    alias: Vec<usize>,
+    results: Vec<Option<RunResult>>,
+    /// Runs before this index are prepared.
+    prepared: usize,
+    /// Runs executed (aliases not counted).
+    executed: usize,
+}
+
+impl RunSet {
+    /// The index of the run with these overrides, added when new.
+    fn want(&mut self, overrides: Vec<String>, baseline: bool) -> usize {
+        if let Some(&i) = self.index.get(&overrides) {
+            self.baseline[i] |= baseline;
+            return i;
+        }
+        self.runs.push(overrides.clone());
+        self.baseline.push(baseline);
+        self.alias.push(self.runs.len() - 1);
+        self.results.push(None);
+        self.index.insert(overrides, self.runs.len() - 1);
+        self.runs.len() - 1
+    }
+
+    fn result(&self, i: usize) -> Option<&RunResult> {
+        self.results[self.alias[i]].as_ref()
+    }
+
+    /// Load the runs added since the last call: a trial the scenario does not load with fails
+    /// there (a baseline is an input error); a run whose plan hash was seen is an alias.
+    fn prepare(&mut self, exec: &Executor<'_>) -> Result<Vec<Todo>, CommandError> {
+        let mut todo = Vec::new();
+        for i in self.prepared..self.runs.len() {
+            let overrides = &self.runs[i];
+            let mut args = exec.set.to_vec();
+            args.extend(overrides.iter().cloned());
+            let s = match crate::spec::load_scenario(exec.scenario, &args) {
+                Ok(s) => s,
+                Err(e) => {
+                    let msg = format!(
+                        "the scenario does not load with {}: {e}",
+                        overrides.join(" ")
+                    );
+                    if self.baseline[i] {
+                        return Err(CommandError::invalid(msg));
+                    }
+                    self.results[i] = Some(RunResult::Failed(msg));
+                    continue;
+                }
+            };
+            let run_plan = run_plan_for(s, exec.options);
+            if let Some(&first) = self.by_hash.get(&run_plan.plan_hash) {
+                self.alias[i] = first;
                 continue;
             }
-        };
-        let steps = match &s.driver {
-            // The harness passes the run's step count as `trainer.total_training_steps`; a
-            // trial of that knob must reach the trainer, so the config's value is the count
-            // (the trainer is stopped on the wire long before).
-            crate::driver::DriverSpec::Command(_) => {
-                if let Some(n) = crate::driver::translate::lookup(
-                    &s.config.to_json(),
-                    "trainer.total_training_steps",
-                )
-                .and_then(Value::as_u64)
-                .filter(|n| *n >= 1)
-                {
-                    s.steps = n;
-                }
-                None
-            }
-            crate::driver::DriverSpec::Builtin(_) => Some(options.until.steps()),
-        };
-        let run_plan = crate::plan::RunPlan::new(s, None, steps);
-        if let Some(&first) = by_hash.get(&run_plan.plan_hash) {
-            alias[i] = first;
-            continue;
+            self.by_hash.insert(run_plan.plan_hash.clone(), i);
+            let label = run_label(overrides);
+            let dir = exec.dir.join(format!("{i:03}-{}", slug(&label)));
+            todo.push(Todo {
+                index: i,
+                plan: run_plan,
+                dir,
+                label,
+            });
         }
-        by_hash.insert(run_plan.plan_hash.clone(), i);
-        let run_dir = dir.join(format!("{i:03}-{}", slug(&run_label(overrides))));
-        todo.push((i, run_plan, run_dir));
+        self.prepared = self.runs.len();
+        Ok(todo)
     }
-    Ok(PlannedRuns {
-        results,
-        alias,
-        todo,
-    })
+}
+
+/// The plan of one run. The harness passes a command trainer the run's step count as
+/// `trainer.total_training_steps`; a trial of that knob must reach the trainer, so the
+/// config's value is the count (the trainer is stopped on the wire long before).
+fn run_plan_for(mut s: crate::spec::Scenario, options: &MatrixOptions) -> crate::plan::RunPlan {
+    let steps = match &s.driver {
+        crate::driver::DriverSpec::Command(_) => {
+            if let Some(n) = crate::driver::translate::lookup(
+                &s.config.to_json(),
+                "trainer.total_training_steps",
+            )
+            .and_then(Value::as_u64)
+            .filter(|n| *n >= 1)
+            {
+                s.steps = n;
+            }
+            None
+        }
+        crate::driver::DriverSpec::Builtin(_) => Some(options.until.steps()),
+    };
+    crate::plan::RunPlan::new(s, None, steps)
 }
 
 /// Who drives the trials (for the report), and whether its proxy address is fixed (the Arctic
@@ -434,7 +640,11 @@ async fn execute_trial(
             tail(&ex.trainer_tail)
         )),
         (RunEnd::Completed, false, _) => match WireSnapshot::load_run_until(&ex.run_dir, cut) {
-            Ok(wire) => RunResult::Ran { wire, config },
+            Ok(wire) => RunResult::Ran {
+                wire,
+                config,
+                dir: ex.run_dir.clone(),
+            },
             Err(e) => RunResult::Failed(e.to_string()),
         },
         (end, false, _) => RunResult::Failed(format!(
@@ -473,36 +683,72 @@ fn baseline_wire<'a>(
     }
 }
 
-fn judge_trials(
+/// A unit's cells, or why its grouped run cannot be attributed (then it is split). A single
+/// trial is judged on its run as it is.
+fn judge_unit(
     scenario: &Path,
     m: &KnobManifest,
     plan: &verdict::MatrixPlan,
-    runs: &[Vec<String>],
-    trial_runs: &[(usize, usize)],
-    planned: &PlannedRuns,
-) -> Result<Judged, CommandError> {
-    let result = |i: usize| planned.results[planned.alias[i]].as_ref();
-    let mut cells: Vec<Vec<verdict::Cell>> = vec![Vec::new(); m.knobs.len()];
-    let mut any_failed = false;
-    for (t, (b, p)) in plan.trials.iter().zip(trial_runs) {
-        let baseline = match result(*b) {
-            Some(r) => baseline_wire(scenario, &runs[*b], r)?,
+    unit: &[usize],
+    rs: &RunSet,
+    run: usize,
+) -> Result<Result<Vec<verdict::Cell>, String>, CommandError> {
+    let trials: Vec<&verdict::Trial> = unit.iter().map(|&i| &plan.trials[i]).collect();
+    let mut baselines = Vec::new();
+    for t in &trials {
+        let b = rs.index[&t.baseline_overrides()];
+        match rs.result(b) {
+            Some(r) => baselines.push(baseline_wire(scenario, &rs.runs[b], r)?),
             None => {
                 return Err(CommandError::run_failed(
                     "internal: a baseline run has no result",
                 ))
             }
-        };
-        let observed = match result(*p) {
-            Some(RunResult::Ran { wire, config }) => Observed::Ran { wire, config },
+        }
+    }
+    let result = rs.result(run);
+    if let [t] = trials[..] {
+        let observed = match result {
+            Some(RunResult::Ran { wire, config, .. }) => Observed::Ran { wire, config },
             Some(RunResult::NotObservable(why)) => Observed::NotObservable(why.clone()),
-            Some(RunResult::Failed(why)) => {
-                any_failed = true;
-                Observed::Failed(why.clone())
-            }
+            Some(RunResult::Failed(why)) => Observed::Failed(why.clone()),
             None => Observed::Failed("internal: the run has no result".into()),
         };
-        cells[t.knob].push(judge_cell(m, t, baseline, observed));
+        return Ok(Ok(vec![judge_cell(m, t, baselines[0], observed)]));
+    }
+    let (wire, config) = match result {
+        Some(RunResult::Ran { wire, config, .. }) => (wire, config),
+        Some(RunResult::NotObservable(why)) => return Ok(Err(format!("not observable: {why}"))),
+        Some(RunResult::Failed(why)) => return Ok(Err(format!("the run failed: {why}"))),
+        None => return Ok(Err("the run has no result".into())),
+    };
+    let views = match group::attribute(m, &trials, baselines[0], wire) {
+        Ok(v) => v,
+        Err(why) => return Ok(Err(why)),
+    };
+    Ok(Ok(trials
+        .iter()
+        .zip(&views)
+        .zip(&baselines)
+        .map(|((t, v), b)| judge_cell(m, t, b, Observed::Ran { wire: v, config }))
+        .collect()))
+}
+
+/// Every knob's verdict from its trials' cells, matched against the known gaps.
+fn judge_all(
+    m: &KnobManifest,
+    plan: &verdict::MatrixPlan,
+    cells: Vec<Option<verdict::Cell>>,
+) -> Judged {
+    let mut by_knob: Vec<Vec<verdict::Cell>> = vec![Vec::new(); m.knobs.len()];
+    let mut any_failed = false;
+    for (t, c) in plan.trials.iter().zip(cells) {
+        let c = c.unwrap_or_else(|| {
+            let f = Observed::Failed("internal: the trial has no result".into());
+            judge_cell(m, t, &WireSnapshot::default(), f)
+        });
+        any_failed |= c.verdict == verdict::CellVerdict::RunFailed;
+        by_knob[t.knob].push(c);
     }
     let not_exercised: BTreeMap<usize, &str> = plan
         .not_exercised
@@ -512,16 +758,16 @@ fn judge_trials(
     let mut knobs: Vec<_> = m
         .knobs
         .iter()
-        .zip(cells)
+        .zip(by_knob)
         .enumerate()
         .map(|(i, (k, c))| judge_knob(k, c, not_exercised.get(&i).copied()))
         .collect();
     let closed_gaps = verdict::apply_known_gaps(m, &mut knobs);
-    Ok(Judged {
+    Judged {
         knobs,
         closed_gaps,
         any_failed,
-    })
+    }
 }
 
 #[cfg(test)]

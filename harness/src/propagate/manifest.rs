@@ -32,18 +32,58 @@ pub(crate) struct KnobManifest {
     pub(crate) known_gaps: Vec<KnownGap>,
 }
 
-/// One accepted flag: the knob, the verdict it is flagged with, why, and where it is tracked.
+/// One accepted flag: the knob, the verdict it is flagged with, the kind of problem (and
+/// where), why, and where it is tracked. An entry excuses only the problems of its kind (at
+/// its location, when `at` is given): a knob flagged for another problem is a new flag.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct KnownGap {
     pub(crate) knob: String,
     /// The knob verdict's snake-case name (`sent_not_consumed`, `not_sent`,
-    /// `unexpected_effect`, `consumed`, ...), as in `propagation.json`.
+    /// `unexpected_effect`, `consumed`, ...), as in `propagation.json`; `unlisted` for a key
+    /// of the trainer's config that the manifest does not list.
     pub(crate) verdict: String,
+    /// The kind of problem this entry accepts.
+    pub(crate) problem: ProblemKind,
+    /// The wire location (a pattern) of the problem; absent: any location of that kind.
+    #[serde(default)]
+    pub(crate) at: Option<String>,
     pub(crate) reason: String,
     /// An issue, a line of the reference, a pull request.
     #[serde(default)]
     pub(crate) link: Option<String>,
+}
+
+/// What is wrong with a knob, by kind (`known_gaps` name one; `propagation.json` carries them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemKind {
+    /// No condition tried makes the server read it (sent but not consumed, not sent).
+    NotConsumed,
+    /// An active consumer's location did not change.
+    UnchangedConsumer,
+    /// A location changed that the manifest does not name for the knob.
+    UnexpectedEffect,
+    /// The wire holds a type the consumer does not declare.
+    TypeMismatch,
+    /// The consumer reads a value other than the one tried.
+    WrongValue,
+    /// A perturbed run failed.
+    RunFailed,
+    /// Every `try` value equals the scenario's value.
+    NotExercised,
+    /// The trainer's resolved config carries a key of the backend block the manifest lacks.
+    Unlisted,
+}
+
+impl ProblemKind {
+    /// The snake-case name, as in the manifest.
+    pub(crate) fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
 }
 
 /// One knob: a dotted path from the scenario's `config` root.
@@ -226,6 +266,7 @@ pub(crate) const GAP_VERDICTS: &[&str] = &[
     "not_sent",
     "unexpected_effect",
     "not_observable",
+    "unlisted",
 ];
 
 /// Semantic checks: what serde cannot see. Every problem names the knob.
@@ -255,12 +296,20 @@ pub(crate) fn validate(m: &KnobManifest) -> Vec<String> {
     problems
 }
 
-/// The known gaps: each names a knob of the manifest and a knob verdict, gives a reason and
-/// is listed once.
+/// The known gaps: each names a knob of the manifest (an unlisted key: a config path the
+/// manifest lacks), a knob verdict, a problem kind and a location that is one, gives a reason
+/// and is listed once.
 fn validate_gaps(m: &KnobManifest, problems: &mut Vec<String>) {
     let mut gaps = BTreeMap::new();
     for g in &m.known_gaps {
-        if !m.knobs.iter().any(|k| k.path == g.knob) {
+        let listed = m.knobs.iter().any(|k| k.path == g.knob);
+        let unlisted = g.problem == ProblemKind::Unlisted;
+        if unlisted && listed {
+            problems.push(format!(
+                "known gap `{}`: problem `unlisted`, but the manifest lists the knob",
+                g.knob
+            ));
+        } else if !unlisted && !listed {
             problems.push(format!(
                 "known gap `{}`: no knob of this manifest has that path",
                 g.knob
@@ -273,12 +322,34 @@ fn validate_gaps(m: &KnobManifest, problems: &mut Vec<String>) {
                 g.verdict,
                 GAP_VERDICTS.join(", ")
             ));
+        } else if unlisted != (g.verdict == "unlisted") {
+            problems.push(format!(
+                "known gap `{}`: verdict `unlisted` goes with problem `unlisted`, and only with it",
+                g.knob
+            ));
+        }
+        if let Some(at) = &g.at {
+            if !known_location(at) {
+                problems.push(format!(
+                    "known gap `{}`: `at: {at}` is not a wire location (families: {})",
+                    g.knob,
+                    LOCATION_FAMILIES.join(", ")
+                ));
+            }
         }
         if g.reason.trim().is_empty() {
             problems.push(format!("known gap `{}`: needs a reason", g.knob));
         }
-        if gaps.insert(g.knob.clone(), ()).is_some() {
-            problems.push(format!("known gap `{}`: listed twice", g.knob));
+        let key = (g.knob.clone(), g.problem, g.at.clone());
+        if gaps.insert(key, ()).is_some() {
+            problems.push(format!(
+                "known gap `{}`: listed twice with problem `{}`{}",
+                g.knob,
+                g.problem.name(),
+                g.at.as_ref()
+                    .map(|a| format!(" at {a}"))
+                    .unwrap_or_default()
+            ));
         }
     }
 }
@@ -397,7 +468,7 @@ pub(crate) fn yaml_leaves(text: &str, path: &Path) -> Result<Vec<(String, Value)
     Ok(out)
 }
 
-fn flatten_leaves(v: &Value, path: &str, out: &mut Vec<(String, Value)>) {
+pub(crate) fn flatten_leaves(v: &Value, path: &str, out: &mut Vec<(String, Value)>) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, child) in m {
@@ -565,6 +636,42 @@ knobs:
         assert!(p[0].contains("remote_backend.colocate"), "{p:?}");
         let p = coverage(&["colocate".to_string()], &m);
         assert!(p.iter().any(|s| s.contains("is not a key of")), "{p:?}");
+    }
+
+    #[test]
+    fn known_gaps_name_a_problem_kind_checked_with_line_and_column() {
+        let with_gap = |gap: &str| format!("{GOOD}known_gaps:\n{gap}");
+        let ok = with_gap("  - {knob: remote_backend.train.logits.compute_in_fp32, verdict: consumed, problem: unchanged_consumer, at: job.training.ds_worker_config, reason: r}\n");
+        let m = parse(&ok, Path::new("k.yaml")).unwrap();
+        assert!(validate(&m).is_empty(), "{:?}", validate(&m));
+        assert_eq!(m.known_gaps[0].problem, ProblemKind::UnchangedConsumer);
+        let line = ok.lines().count();
+        let bad = ok.replace("unchanged_consumer", "unchanged");
+        let e = parse(&bad, Path::new("k.yaml")).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("k.yaml:{line}:")) && e.contains("unchanged"),
+            "{e}"
+        );
+        let missing = ok.replace("problem: unchanged_consumer, ", "");
+        let e = parse(&missing, Path::new("k.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("problem") && e.contains("k.yaml:"), "{e}");
+        // `unlisted` goes with a key the manifest lacks, and with verdict `unlisted`.
+        let m = parse(
+            &ok.replace("problem: unchanged_consumer", "problem: unlisted"),
+            Path::new("k.yaml"),
+        )
+        .unwrap();
+        let p = validate(&m);
+        assert!(
+            p.iter().any(|s| s.contains("the manifest lists the knob")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter().any(|s| s.contains("goes with problem `unlisted`")),
+            "{p:?}"
+        );
     }
 
     #[test]

@@ -4,10 +4,15 @@
 //! assignment) and once per knob, value and condition, then compares each perturbed run's
 //! recorded wire with its baseline's. The knob manifest (`manifest`) says where each knob
 //! should land; `wire` reads a run directory into comparable locations; `verdict` classifies;
-//! `render` writes the matrix.
+//! `group` packs knobs whose locations cannot overlap into shared runs; `resolved` reads the
+//! trainer's printed config for knobs the manifest does not list; `render` writes the matrix.
 
 pub mod command;
+pub(crate) mod group;
 pub(crate) mod manifest;
 pub mod render;
+pub mod resolved;
 pub mod verdict;
 pub(crate) mod wire;
+
+pub use manifest::ProblemKind;

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::resolved::Unlisted;
 use super::verdict::{KnobResult, KnobVerdict};
 
 /// Everything the renderers show.
@@ -25,7 +26,22 @@ pub struct PropagationReport {
     /// Known gaps of the manifest that no longer hold (each fails the check).
     #[serde(default)]
     pub(crate) closed_gaps: Vec<String>,
+    /// Whether knobs shared runs (`--group`, the default).
+    pub grouping: bool,
+    /// Runs the plan needs one knob per trial, and grouped (before any split).
+    pub planned_solo: usize,
+    pub planned_grouped: usize,
+    /// Groups split because their run could not be attributed.
+    pub splits: usize,
+    /// Keys of the trainer's resolved backend block that the manifest does not list.
+    pub unlisted: Unlisted,
+    /// `--require-observed`: a knob not observed fails the check.
+    pub require_observed: bool,
 }
+
+/// The message for a run whose trainer's resolved config was not seen.
+pub(crate) const UNLISTED_UNSEEN: &str =
+    "the trainer's resolved config was not seen; unlisted knobs could not be checked";
 
 impl PropagationReport {
     pub fn flagged(&self) -> usize {
@@ -38,21 +54,78 @@ impl PropagationReport {
             .filter(|k| k.flagged && k.known_gap.is_none())
             .count()
     }
-    /// 0 when every flag is a known gap and no known gap has closed, else 1.
+    /// Knobs no trial observed: not observable here, or not exercised.
+    pub fn unobserved(&self) -> usize {
+        self.unobserved_paths().len()
+    }
+    pub fn unobserved_paths(&self) -> Vec<&str> {
+        self.knobs
+            .iter()
+            .filter(|k| {
+                matches!(
+                    k.verdict,
+                    KnobVerdict::NotObservable | KnobVerdict::NotExercised
+                )
+            })
+            .map(|k| k.path.as_str())
+            .collect()
+    }
+    /// 0 when every flag is a known gap, no known gap has closed, every unlisted key is a
+    /// known gap and (with `--require-observed`) every knob was observed; else 1.
     pub fn passed(&self) -> bool {
-        self.new_flags() == 0 && self.closed_gaps.is_empty()
+        self.new_flags() == 0
+            && self.closed_gaps.is_empty()
+            && self.unlisted.new_flags() == 0
+            && !(self.require_observed && self.unobserved() > 0)
     }
     fn summary(&self) -> String {
+        let unlisted = match &self.unlisted.seen_in {
+            Some(_) => format!(
+                "{} unlisted ({} new)",
+                self.unlisted.knobs.len(),
+                self.unlisted.new_flags()
+            ),
+            None => "unlisted not checked".to_string(),
+        };
         format!(
-            "{} knobs, {} runs, {:.1} s; {} flagged ({} known gaps, {} new); {} known gaps closed.",
+            "{} knobs, {} runs ({} planned one knob per trial, {} grouped{}, {} groups split), \
+             {:.1} s; {} flagged ({} known gaps, {} new); {} unobserved{}; {}; {} known gaps closed.",
             self.knobs.len(),
             self.runs,
+            self.planned_solo,
+            self.planned_grouped,
+            if self.grouping { "" } else { " but grouping off" },
+            self.splits,
             self.seconds,
             self.flagged(),
             self.flagged() - self.new_flags(),
             self.new_flags(),
+            self.unobserved(),
+            if self.require_observed { " (required)" } else { "" },
+            unlisted,
             self.closed_gaps.len()
         )
+    }
+    /// The unlisted-knob section of the Markdown report.
+    fn unlisted_markdown(&self) -> String {
+        let mut s = String::from("\n## Knobs the manifest does not list\n\n");
+        match &self.unlisted.seen_in {
+            None => s.push_str(&format!("{UNLISTED_UNSEEN}.\n")),
+            Some(from) if self.unlisted.knobs.is_empty() => s.push_str(&format!(
+                "None: every key of the backend block in {from} is listed.\n"
+            )),
+            Some(from) => {
+                s.push_str(&format!("Keys of the backend block in {from}:\n\n"));
+                for k in &self.unlisted.knobs {
+                    let status = match &k.known_gap {
+                        Some(g) => format!("known gap: {g}"),
+                        None => "**FLAGGED**: add it to the manifest".to_string(),
+                    };
+                    s.push_str(&format!("- `{}` = {}: {status}\n", k.path, k.value));
+                }
+            }
+        }
+        s
     }
     /// What is observed and what is claimed, in words, for the report's header.
     fn provenance(&self) -> String {
@@ -176,6 +249,21 @@ pub fn markdown(r: &PropagationReport) -> String {
             }
         }
     }
+    s.push_str(&r.unlisted_markdown());
+    let unobserved = r.unobserved_paths();
+    if !unobserved.is_empty() {
+        s.push_str(&format!(
+            "\n## Knobs not observed{}\n\n",
+            if r.require_observed {
+                " (`--require-observed`: each fails the check)"
+            } else {
+                ""
+            }
+        ));
+        for p in unobserved {
+            s.push_str(&format!("- `{p}`\n"));
+        }
+    }
     let claims: Vec<&KnobResult> = r.knobs.iter().filter(|k| !k.claims.is_empty()).collect();
     if !claims.is_empty() {
         s.push_str("\n## Claims of the manifest that no run observes\n\n");
@@ -217,6 +305,25 @@ pub(crate) fn html(r: &PropagationReport) -> String {
         }
         s.push_str("</ul>\n");
     }
+    s.push_str("<h2>Knobs the manifest does not list</h2>\n<ul>");
+    match &r.unlisted.seen_in {
+        None => s.push_str(&format!("<li>{}</li>", esc(UNLISTED_UNSEEN))),
+        Some(from) => {
+            s.push_str(&format!("<li>seen in {}</li>", esc(from)));
+            for k in &r.unlisted.knobs {
+                s.push_str(&format!(
+                    "<li><code>{}</code> = {}: {}</li>",
+                    esc(&k.path),
+                    esc(&k.value.to_string()),
+                    esc(k
+                        .known_gap
+                        .as_deref()
+                        .unwrap_or("FLAGGED: add it to the manifest"))
+                ));
+            }
+        }
+    }
+    s.push_str("</ul>\n");
     s.push_str(
         "<table>\n<tr><th>knob</th><th>verdict</th><th>flagged</th><th>evidence</th></tr>\n",
     );
@@ -257,41 +364,89 @@ pub(crate) fn html(r: &PropagationReport) -> String {
     s
 }
 
-/// One test case per knob; a flagged knob is a failure whose text holds the evidence.
+/// One test case per knob; a flagged knob is a failure whose text holds the evidence, a knob
+/// not observed is skipped (a failure with `--require-observed`); one case per unlisted key (a
+/// failure unless a known gap), or one skipped case saying the resolved config was not seen.
 pub(crate) fn junit(r: &PropagationReport) -> Result<String, quick_junit::SerializeError> {
-    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+    use quick_junit::{Report, TestCase, TestCaseStatus, TestSuite};
     let mut suite = TestSuite::new(format!("propagate.{}", r.scenario));
     for k in &r.knobs {
-        let status = if k.flagged && k.known_gap.is_none() {
-            let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
-            st.set_message(format!("{}: {}", k.verdict_text(), headline(k)));
-            st.set_type(k.verdict.label());
-            let mut text: Vec<String> = k.problems.clone();
-            text.extend(k.evidence().into_iter().map(|e| format!("evidence: {e}")));
-            st.set_description(text.join("\n"));
-            st
-        } else {
-            TestCaseStatus::success()
-        };
-        let mut case = TestCase::new(k.path.clone(), status);
+        let mut case = TestCase::new(k.path.clone(), knob_status(r, k));
         case.set_classname(format!("propagate.{}", r.backend));
         if let Some(g) = k.known_gap.as_ref().filter(|_| k.flagged) {
             case.set_system_out(format!("known gap ({}): {g}", k.verdict.name()));
         }
         suite.add_test_case(case);
     }
+    let failure = |message: String, kind: &str| {
+        let mut st = TestCaseStatus::non_success(quick_junit::NonSuccessKind::Failure);
+        st.set_message(message);
+        st.set_type(kind.to_string());
+        st
+    };
     for c in &r.closed_gaps {
-        let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
-        st.set_message(c.clone());
-        st.set_type("known gap closed");
-        let mut case = TestCase::new(format!("known_gaps: {c}"), st);
+        let mut case = TestCase::new(
+            format!("known_gaps: {c}"),
+            failure(c.clone(), "known gap closed"),
+        );
         case.set_classname(format!("propagate.{}", r.backend));
+        suite.add_test_case(case);
+    }
+    let unlisted_class = format!("propagate.{}.unlisted", r.backend);
+    if r.unlisted.seen_in.is_none() {
+        let mut st = TestCaseStatus::skipped();
+        st.set_message(UNLISTED_UNSEEN);
+        let mut case = TestCase::new("unlisted knobs", st);
+        case.set_classname(unlisted_class.clone());
+        suite.add_test_case(case);
+    }
+    for k in &r.unlisted.knobs {
+        let status = match &k.known_gap {
+            Some(_) => TestCaseStatus::success(),
+            None => failure(
+                format!(
+                    "the trainer's config carries {} = {}, which the manifest does not list",
+                    k.path, k.value
+                ),
+                "unlisted",
+            ),
+        };
+        let mut case = TestCase::new(k.path.clone(), status);
+        case.set_classname(unlisted_class.clone());
+        if let Some(g) = &k.known_gap {
+            case.set_system_out(format!("known gap (unlisted): {g}"));
+        }
         suite.add_test_case(case);
     }
     let mut report = Report::new("rlharness-propagate");
     report.set_time(std::time::Duration::from_secs_f64(r.seconds.max(0.0)));
     report.add_test_suite(suite);
     report.to_string()
+}
+
+/// A knob's JUnit status: a failure when flagged (and not a known gap) or unobserved under
+/// `--require-observed`, skipped when unobserved, else a success.
+fn knob_status(r: &PropagationReport, k: &KnobResult) -> quick_junit::TestCaseStatus {
+    use quick_junit::{NonSuccessKind, TestCaseStatus};
+    let unobserved = matches!(
+        k.verdict,
+        KnobVerdict::NotObservable | KnobVerdict::NotExercised
+    );
+    if (k.flagged && k.known_gap.is_none()) || (unobserved && r.require_observed) {
+        let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
+        st.set_message(format!("{}: {}", k.verdict_text(), headline(k)));
+        st.set_type(k.verdict.label());
+        let mut text: Vec<String> = k.problems.clone();
+        text.extend(k.evidence().into_iter().map(|e| format!("evidence: {e}")));
+        st.set_description(text.join("\n"));
+        st
+    } else if unobserved {
+        let mut st = TestCaseStatus::skipped();
+        st.set_message(format!("{}: {}", k.verdict_text(), headline(k)));
+        st
+    } else {
+        TestCaseStatus::success()
+    }
 }
 
 #[cfg(test)]
@@ -326,6 +481,12 @@ mod tests {
             manifest: "backends/arctic.knobs.yaml".into(),
             until: "the first update".into(),
             closed_gaps: vec![],
+            grouping: true,
+            planned_solo: 4,
+            planned_grouped: 3,
+            splits: 0,
+            unlisted: Default::default(),
+            require_observed: false,
             knobs: vec![
                 judge_knob(
                     &m.knobs[0],
@@ -363,8 +524,11 @@ mod tests {
         let x = junit(&report()).unwrap();
         let parsed = quick_junit::Report::deserialize_from_str(&x).unwrap();
         let suite = &parsed.test_suites[0];
-        assert_eq!(suite.test_cases.len(), 2);
+        // Two knobs, and the unlisted check that could not run (its config was not seen).
+        assert_eq!(suite.test_cases.len(), 3);
         assert_eq!(suite.failures, 1);
+        assert_eq!(suite.skipped, 1, "{x}");
+        assert!(x.contains("resolved config was not seen"), "{x}");
         assert!(x.contains("a.c") && x.contains("not sent"), "{x}");
     }
 }

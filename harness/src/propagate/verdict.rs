@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::manifest::{is_wire_location, json_equal, type_name, Knob, KnobManifest};
+use super::manifest::{is_wire_location, json_equal, type_name, Knob, KnobManifest, ProblemKind};
 use super::wire::{diff, pattern_matches, show, Change, WireSnapshot};
 
 /// An assignment of condition knobs (config path -> value).
@@ -164,6 +164,26 @@ impl CellVerdict {
     }
 }
 
+/// One reason a knob is flagged: its kind, the wire location it is about (when it has one) and
+/// the words of the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Problem {
+    pub kind: ProblemKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    pub text: String,
+}
+
+impl Problem {
+    pub(crate) fn new(kind: ProblemKind, at: Option<&str>, text: String) -> Problem {
+        Problem {
+            kind,
+            at: at.map(str::to_string),
+            text,
+        }
+    }
+}
+
 /// One trial, judged.
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {
@@ -176,7 +196,7 @@ pub struct Cell {
     /// Active consumers whose location changed.
     pub consumed_at: Vec<String>,
     /// Problems this trial shows (each flags the knob).
-    pub(crate) problems: Vec<String>,
+    pub(crate) problems: Vec<Problem>,
     /// Why this trial could not be observed (a `not observable` cell).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unobservable: Option<String>,
@@ -217,7 +237,7 @@ fn condition_holds(
 fn unjudged(
     trial: &Trial,
     verdict: CellVerdict,
-    problems: Vec<String>,
+    problems: Vec<Problem>,
     unobservable: Option<String>,
 ) -> Cell {
     Cell {
@@ -232,8 +252,9 @@ fn unjudged(
     }
 }
 
-/// What is wrong with one judged trial: a reader that saw no change, effects nobody named,
-/// a value of the wrong type where the server reads it, a consumer that reads another value.
+/// What is wrong with one judged trial: every active reader that saw no change (a start-up
+/// flag only where the run recorded the flags), effects nobody named, a value of the wrong type
+/// where the server reads it, a consumer that reads another value.
 fn cell_problems(
     knob: &super::manifest::Knob,
     trial: &Trial,
@@ -242,37 +263,48 @@ fn cell_problems(
     consumed: &[&super::manifest::Consumer],
     unexpected: &[&Change],
     wire: &WireSnapshot,
-) -> Vec<String> {
+) -> Vec<Problem> {
     let cond = condition_label(&trial.condition);
+    let tried = format!("{}={} ({cond})", knob.path, trial.value);
     let mut problems = Vec::new();
-    if consumed.is_empty() && !active.is_empty() {
-        let reads: Vec<&str> = active.iter().map(|c| c.at.as_str()).collect();
-        problems.push(format!(
-            "{}={} ({cond}): the server reads {} here, but it did not change ({})",
-            knob.path,
-            trial.value,
-            reads.join(", "),
-            verdict.label()
+    let srv_seen = wire.locations.keys().any(|l| l.starts_with("srv."));
+    let unchanged = active
+        .iter()
+        .filter(|c| !consumed.iter().any(|d| d.at == c.at))
+        .filter(|c| srv_seen || !c.at.starts_with("srv."));
+    for c in unchanged {
+        problems.push(Problem::new(
+            ProblemKind::UnchangedConsumer,
+            Some(&c.at),
+            format!(
+                "{tried}: the server reads {} here{}, but it did not change ({})",
+                c.at,
+                when_label(c),
+                verdict.label()
+            ),
         ));
     }
     for u in unexpected {
-        problems.push(format!(
-            "{}={} ({cond}): unexpected effect {}",
-            knob.path,
-            trial.value,
-            u.describe()
+        problems.push(Problem::new(
+            ProblemKind::UnexpectedEffect,
+            Some(&u.location),
+            format!("{tried}: unexpected effect {}", u.describe()),
         ));
     }
     for c in active {
         if let (Some(t), Some(values)) = (c.value_type, wire.locations.get(&c.at)) {
             for v in values.iter().filter(|v| !t.matches(v)) {
-                problems.push(format!(
-                    "type mismatch at {}: the server declares {}, the wire holds {} {v} ({}={}, {cond})",
-                    c.at,
-                    t.name(),
-                    type_name(v),
-                    knob.path,
-                    trial.value
+                problems.push(Problem::new(
+                    ProblemKind::TypeMismatch,
+                    Some(&c.at),
+                    format!(
+                        "type mismatch at {}: the server declares {}, the wire holds {} {v} ({}={}, {cond})",
+                        c.at,
+                        t.name(),
+                        type_name(v),
+                        knob.path,
+                        trial.value
+                    ),
                 ));
             }
         }
@@ -280,17 +312,28 @@ fn cell_problems(
     for c in consumed.iter().filter(|c| !c.derived) {
         if let Some(values) = wire.locations.get(&c.at) {
             if !values.iter().any(|v| json_equal(v, &trial.value)) {
-                problems.push(format!(
-                    "{}={} ({cond}): the server reads {} at {}, not the value tried",
-                    knob.path,
-                    trial.value,
-                    show(Some(values)),
-                    c.at
+                problems.push(Problem::new(
+                    ProblemKind::WrongValue,
+                    Some(&c.at),
+                    format!(
+                        "{tried}: the server reads {} at {}, not the value tried",
+                        show(Some(values)),
+                        c.at
+                    ),
                 ));
             }
         }
     }
     problems
+}
+
+/// ` (when a=1, b=2)` for a conditional consumer, else nothing.
+fn when_label(c: &super::manifest::Consumer) -> String {
+    if c.when.is_empty() {
+        return String::new();
+    }
+    let w: Vec<String> = c.when.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!(" (when {})", w.join(", "))
 }
 
 /// Judge one trial against its baseline.
@@ -313,7 +356,8 @@ pub(crate) fn judge_cell(
                 trial.value,
                 condition_label(&trial.condition)
             );
-            return unjudged(trial, CellVerdict::RunFailed, vec![why], None);
+            let p = Problem::new(ProblemKind::RunFailed, None, why);
+            return unjudged(trial, CellVerdict::RunFailed, vec![p], None);
         }
     };
     let changes = diff(baseline, wire, &m.volatile);
@@ -423,8 +467,10 @@ pub struct KnobResult {
     pub consumed_when: Vec<Condition>,
     pub(crate) allowed_noop: Option<String>,
     pub flagged: bool,
-    /// Every reason it is flagged.
+    /// Every reason it is flagged, in words.
     pub problems: Vec<String>,
+    /// The same reasons with their kinds and locations (what `known_gaps` entries match).
+    pub issues: Vec<Problem>,
     pub cells: Vec<Cell>,
     pub(crate) note: Option<String>,
     /// What the manifest states that no run observes (its YAML default against the server's
@@ -503,11 +549,11 @@ fn default_mismatch(k: &Knob) -> Option<String> {
 
 /// Combine a knob's cells into its verdict.
 pub(crate) fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>) -> KnobResult {
-    let mut problems: Vec<String> = Vec::new();
+    let mut problems: Vec<Problem> = Vec::new();
     let claims: Vec<String> = default_mismatch(k).into_iter().collect();
     for c in &cells {
         for p in &c.problems {
-            if !problems.contains(p) {
+            if !problems.iter().any(|q| q.text == p.text) {
                 problems.push(p.clone());
             }
         }
@@ -530,7 +576,11 @@ pub(crate) fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>
         .values()
         .any(|(_, cs)| cs.iter().any(|c| c.verdict != CellVerdict::NotObservable));
     let verdict = if let Some(why) = not_exercised {
-        problems.push(format!("not exercised: {why}"));
+        problems.push(Problem::new(
+            ProblemKind::NotExercised,
+            None,
+            format!("not exercised: {why}"),
+        ));
         KnobVerdict::NotExercised
     } else if groups.is_empty() {
         KnobVerdict::RunFailed
@@ -549,17 +599,15 @@ pub(crate) fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>
     };
     let inert = matches!(verdict, KnobVerdict::SentNotConsumed | KnobVerdict::NotSent);
     if inert && k.allowed_noop.is_none() {
-        problems.insert(
-            0,
-            format!(
-                "{}: no condition tried makes the server read it{}",
-                verdict.label(),
-                k.note
-                    .as_ref()
-                    .map(|n| format!(" ({n})"))
-                    .unwrap_or_default()
-            ),
+        let text = format!(
+            "{}: no condition tried makes the server read it{}",
+            verdict.label(),
+            k.note
+                .as_ref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default()
         );
+        problems.insert(0, Problem::new(ProblemKind::NotConsumed, None, text));
     }
     KnobResult {
         path: k.path.clone(),
@@ -571,7 +619,8 @@ pub(crate) fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>
         },
         allowed_noop: k.allowed_noop.clone(),
         flagged: !problems.is_empty(),
-        problems,
+        problems: problems.iter().map(|p| p.text.clone()).collect(),
+        issues: problems,
         cells,
         note: k.note.clone(),
         claims,
@@ -579,44 +628,104 @@ pub(crate) fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>
     }
 }
 
-/// Match the flags against the manifest's `known_gaps`: a flagged knob with the verdict its
-/// entry names is a known gap; an entry whose knob is no longer flagged with that verdict is a
-/// closed gap (returned, each in words), which fails the check until the entry is removed. A
-/// knob that was not judged here (not exercised, not observable, a failed run) neither
-/// confirms nor closes its entry.
+/// Whether a known gap entry accepts one problem of its knob, flagged with `verdict`.
+fn gap_accepts(g: &super::manifest::KnownGap, verdict: &str, p: &Problem) -> bool {
+    g.verdict == verdict
+        && g.problem == p.kind
+        && match (&g.at, &p.at) {
+            (None, _) => true,
+            (Some(pat), Some(at)) => pattern_matches(pat, at),
+            (Some(_), None) => false,
+        }
+}
+
+/// Match the flags against the manifest's `known_gaps`: a flagged knob is a known gap when
+/// every problem it shows is accepted by an entry of that knob (same verdict, same problem
+/// kind, at the entry's location when it names one); a problem no entry accepts makes it a new
+/// flag. An entry that accepts none of its knob's problems no longer holds (returned, each in
+/// words), which fails the check until the entry is updated or removed. A knob that was not
+/// judged here (not exercised, not observable, a failed run) neither confirms nor closes its
+/// entries. Entries for unlisted keys are matched by [`apply_unlisted_gaps`].
 pub(crate) fn apply_known_gaps(m: &KnobManifest, knobs: &mut [KnobResult]) -> Vec<String> {
     let mut closed = Vec::new();
-    for g in &m.known_gaps {
-        let Some(k) = knobs.iter_mut().find(|k| k.path == g.knob) else {
-            continue;
-        };
-        if matches!(
-            k.verdict,
-            KnobVerdict::NotExercised | KnobVerdict::NotObservable | KnobVerdict::RunFailed
-        ) {
+    for k in knobs.iter_mut() {
+        let gaps: Vec<&super::manifest::KnownGap> = m
+            .known_gaps
+            .iter()
+            .filter(|g| g.knob == k.path && g.problem != ProblemKind::Unlisted)
+            .collect();
+        if gaps.is_empty()
+            || matches!(
+                k.verdict,
+                KnobVerdict::NotExercised | KnobVerdict::NotObservable | KnobVerdict::RunFailed
+            )
+        {
             continue;
         }
         let name = k.verdict.name();
-        if k.flagged && name == g.verdict {
-            k.known_gap = Some(match &g.link {
-                Some(l) => format!("{} ({l})", g.reason),
-                None => g.reason.clone(),
-            });
-        } else if k.flagged {
-            closed.push(format!(
-                "`{}`: known gap `{}` no longer holds, it is now flagged as `{name}`: update \
-                 known_gaps",
-                g.knob, g.verdict
-            ));
-        } else {
-            closed.push(format!(
-                "`{}`: known gap `{}` has closed (now `{name}`, not flagged): remove it from \
-                 known_gaps",
-                g.knob, g.verdict
-            ));
+        let used: Vec<bool> = gaps
+            .iter()
+            .map(|g| k.flagged && k.issues.iter().any(|p| gap_accepts(g, &name, p)))
+            .collect();
+        let all_accepted = k
+            .issues
+            .iter()
+            .all(|p| gaps.iter().any(|g| gap_accepts(g, &name, p)));
+        if k.flagged && all_accepted {
+            let reasons: Vec<String> = gaps
+                .iter()
+                .zip(&used)
+                .filter(|(_, u)| **u)
+                .map(|(g, _)| match &g.link {
+                    Some(l) => format!("{} ({l})", g.reason),
+                    None => g.reason.clone(),
+                })
+                .collect();
+            k.known_gap = Some(reasons.join("; "));
+        }
+        for g in gaps.iter().zip(&used).filter(|(_, u)| !**u).map(|(g, _)| g) {
+            closed.push(closed_gap(g, k, &name));
         }
     }
     closed
+}
+
+/// Why a known gap entry no longer holds, in words.
+fn closed_gap(g: &super::manifest::KnownGap, k: &KnobResult, name: &str) -> String {
+    let what = format!(
+        "known gap `{}`/`{}`{}",
+        g.verdict,
+        g.problem.name(),
+        g.at.as_ref()
+            .map(|a| format!(" at {a}"))
+            .unwrap_or_default()
+    );
+    if k.flagged {
+        let kinds: Vec<String> = k
+            .issues
+            .iter()
+            .map(|p| {
+                format!(
+                    "`{}`{}",
+                    p.kind.name(),
+                    p.at.as_ref()
+                        .map(|a| format!(" at {a}"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        format!(
+            "`{}`: {what} no longer holds, it is now flagged as `{name}` with {}: update \
+             known_gaps",
+            g.knob,
+            kinds.join(", ")
+        )
+    } else {
+        format!(
+            "`{}`: {what} has closed (now `{name}`, not flagged): remove it from known_gaps",
+            g.knob
+        )
+    }
 }
 
 #[cfg(test)]
@@ -680,6 +789,16 @@ knobs:
     default: ""
     try: [draft]
     allowed_noop: reserved for a later server
+  - path: actor_rollout_ref.rollout.temperature
+    default: 1.0
+    try: [0.7]
+    sent_to: [meta.temperature]
+    consumers:
+      - at: generate.sampling_params.temperature
+        type: number
+      - at: job.training.ds_worker_config.temperature
+        when: {remote_backend.train.zorro_train.enable: true}
+        type: number
 "#;
 
     fn manifest() -> KnobManifest {
@@ -823,7 +942,7 @@ knobs:
         );
         assert_eq!(on.verdict, CellVerdict::SentNotConsumed);
         assert!(
-            on.problems[0].contains("did not change"),
+            on.problems[0].text.contains("did not change"),
             "{:?}",
             on.problems
         );
@@ -866,9 +985,12 @@ knobs:
         );
         assert_eq!(float.verdict, CellVerdict::Consumed);
         assert!(
-            float.problems.iter().any(|p| p.contains("type mismatch")
-                && p.contains("declares int")
-                && p.contains("float 2.5")),
+            float
+                .problems
+                .iter()
+                .any(|p| p.text.contains("type mismatch")
+                    && p.text.contains("declares int")
+                    && p.text.contains("float 2.5")),
             "{:?}",
             float.problems
         );
@@ -883,7 +1005,7 @@ knobs:
             wrong
                 .problems
                 .iter()
-                .any(|p| p.contains("not the value tried")),
+                .any(|p| p.text.contains("not the value tried")),
             "{:?}",
             wrong.problems
         );
@@ -928,7 +1050,7 @@ knobs:
         assert!(
             c.problems
                 .iter()
-                .any(|p| p.contains("route./step: absent -> 2")),
+                .any(|p| p.text.contains("route./step: absent -> 2")),
             "{:?}",
             c.problems
         );
@@ -1070,6 +1192,8 @@ knobs:
         m.known_gaps = vec![manifest::KnownGap {
             knob: path.clone(),
             verdict: "not_sent".into(),
+            problem: ProblemKind::NotConsumed,
+            at: None,
             reason: "known".into(),
             link: Some("#1".into()),
         }];
@@ -1109,5 +1233,89 @@ knobs:
                     .any(|p| p.contains("`broken` is not one of")),
             "{problems:?}"
         );
+    }
+
+    /// Two active readers, one of which changed: the one that did not is a flag (the seed's
+    /// bug shape: a dropped ds_worker_config key while the sampling params still change).
+    #[test]
+    fn an_active_reader_that_did_not_change_is_flagged_beside_one_that_did() {
+        let m = manifest();
+        let dwc = "job.training.ds_worker_config.temperature";
+        let sp = "generate.sampling_params.temperature";
+        let base = snap(&[(sp, json!(1.0)), (dwc, json!(1.0))]);
+        let pert = snap(&[(sp, json!(0.7)), (dwc, json!(1.0))]);
+        let c = judge_ran(&m, &trial(7, json!(0.7), &[]), &base, &pert, true);
+        assert_eq!(c.verdict, CellVerdict::Consumed);
+        assert_eq!(c.consumed_at, vec![sp]);
+        assert_eq!(c.problems.len(), 1, "{:?}", c.problems);
+        assert_eq!(c.problems[0].kind, ProblemKind::UnchangedConsumer);
+        assert_eq!(c.problems[0].at.as_deref(), Some(dwc));
+        assert!(
+            c.problems[0].text.contains("did not change")
+                && c.problems[0]
+                    .text
+                    .contains("when remote_backend.train.zorro_train.enable=true")
+        );
+        let r = judge_knob(&m.knobs[7], vec![c], None);
+        assert_eq!(r.verdict, KnobVerdict::Consumed);
+        assert!(r.flagged);
+        // Without ZoRRo only the sampling params read it: not flagged.
+        let c = judge_ran(&m, &trial(7, json!(0.7), &[]), &base, &pert, false);
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        // Both changed: not flagged.
+        let both = snap(&[(sp, json!(0.7)), (dwc, json!(0.7))]);
+        let c = judge_ran(&m, &trial(7, json!(0.7), &[]), &base, &both, true);
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+    }
+
+    /// A known gap accepts its kind of problem (at its location), not every flag of its knob.
+    #[test]
+    fn a_known_gap_excuses_only_its_kind_of_problem() {
+        let mut m = manifest();
+        let dwc = "job.training.ds_worker_config.temperature";
+        let sp = "generate.sampling_params.temperature";
+        let base = snap(&[(sp, json!(1.0)), (dwc, json!(1.0))]);
+        let pert = snap(&[(sp, json!(0.7)), (dwc, json!(1.0)), ("meta.odd", json!(1))]);
+        let judge = |m: &KnobManifest| {
+            let c = judge_ran(m, &trial(7, json!(0.7), &[]), &base, &pert, true);
+            vec![judge_knob(&m.knobs[7], vec![c], None)]
+        };
+        let gap = |problem: ProblemKind, at: Option<&str>| manifest::KnownGap {
+            knob: "actor_rollout_ref.rollout.temperature".into(),
+            verdict: "consumed".into(),
+            problem,
+            at: at.map(str::to_string),
+            reason: "known".into(),
+            link: None,
+        };
+        // Only the unexpected effect is known: the unchanged reader is a new flag, and the
+        // entry still holds (it accepted a problem).
+        m.known_gaps = vec![gap(ProblemKind::UnexpectedEffect, Some("meta.odd"))];
+        let mut knobs = judge(&m);
+        assert!(apply_known_gaps(&m, &mut knobs).is_empty());
+        assert!(knobs[0].flagged && knobs[0].known_gap.is_none());
+        // Both known: a known gap.
+        m.known_gaps
+            .push(gap(ProblemKind::UnchangedConsumer, Some(dwc)));
+        let mut knobs = judge(&m);
+        assert!(apply_known_gaps(&m, &mut knobs).is_empty());
+        assert!(knobs[0].known_gap.is_some());
+        // The right kind at another location accepts nothing: a new flag, and that entry no
+        // longer holds.
+        m.known_gaps[1].at = Some("job.training.ds_worker_config.other".into());
+        let mut knobs = judge(&m);
+        let closed = apply_known_gaps(&m, &mut knobs);
+        assert!(knobs[0].known_gap.is_none());
+        assert!(
+            closed.len() == 1
+                && closed[0].contains("no longer holds")
+                && closed[0].contains("unchanged_consumer"),
+            "{closed:?}"
+        );
+        // `at` must be a wire location.
+        m.known_gaps[1].at = Some("nowhere.x".into());
+        assert!(manifest::validate(&m)
+            .iter()
+            .any(|p| p.contains("`at: nowhere.x`")));
     }
 }

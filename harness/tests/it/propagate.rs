@@ -210,7 +210,36 @@ async fn the_command_trainer_matrix_flags_exactly_the_planted_adapter_bugs() {
     assert!(!failed);
     assert!(r.passed(), "{}", rlharness::propagate::render::markdown(&r));
     assert!(r.driver.contains("fake_arctic_verl.py"), "{}", r.driver);
+    // Grouped by default, with fewer runs than one knob per trial would need.
+    assert!(r.grouping && r.planned_grouped < r.planned_solo, "{r:?}");
+    assert!(r.runs < r.planned_solo, "{} runs", r.runs);
+    // Bug-free, every group is attributed: no split.
+    assert_eq!(r.splits, 0, "{r:?}");
+    // The trainer printed its resolved config: every key of its backend block is listed.
+    let seen = r.unlisted.seen_in.as_deref().unwrap_or_default();
+    assert!(seen.contains("stdout.log"), "{:?}", r.unlisted);
+    assert!(r.unlisted.knobs.is_empty(), "{:?}", r.unlisted);
+    // Knobs no trial observed are counted, and skipped in JUnit, not successes.
+    assert!(r.unobserved() > 0);
+    rlharness::propagate::command::write_reports(&r, &dir).unwrap();
+    let junit = std::fs::read_to_string(dir.join("propagation.junit.xml")).unwrap();
+    let parsed = quick_junit::Report::deserialize_from_str(&junit).unwrap();
+    let skipped = parsed.test_suites[0]
+        .test_cases
+        .iter()
+        .filter(|c| matches!(c.status, quick_junit::TestCaseStatus::Skipped { .. }))
+        .count();
+    assert_eq!(skipped, r.unobserved(), "{junit}");
+    // --require-observed: the same matrix fails.
+    let mut strict = r.clone();
+    strict.require_observed = true;
+    assert!(!strict.passed());
     // The trainer started no server here: a start-up flag is not observable, not "not sent".
+    let k = knob(&r, "remote_backend.sampling_gpus");
+    assert_eq!(k.verdict, KnobVerdict::NotObservable, "{:?}", k.evidence());
+    assert!(r
+        .unobserved_paths()
+        .contains(&"remote_backend.sampling_gpus"));
     let k = knob(&r, "remote_backend.sampling_gpus");
     assert_eq!(k.verdict, KnobVerdict::NotObservable, "{:?}", k.evidence());
     assert!(!k.flagged);
@@ -301,6 +330,7 @@ async fn a_trainer_that_never_reaches_the_wire_is_named_with_its_last_lines() {
     let options = MatrixOptions {
         until: rlharness::propagate::command::Until::Initialize,
         jobs: 4,
+        ..MatrixOptions::default()
     };
     let err = run_matrix(&standin(), out.path(), &set, &options)
         .await
@@ -324,4 +354,104 @@ async fn a_trainer_that_never_reaches_the_wire_is_named_with_its_last_lines() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(runs.len(), 1, "only the baseline ran: {runs:?}");
+}
+
+/// The per-knob verdicts of a matrix: verdict, flagged, known gap, every problem.
+fn verdicts(r: &PropagationReport) -> Vec<(String, KnobVerdict, bool, bool, Vec<String>)> {
+    r.knobs
+        .iter()
+        .map(|k| {
+            let mut p = k.problems.clone();
+            p.sort();
+            (
+                k.path.clone(),
+                k.verdict,
+                k.flagged,
+                k.known_gap.is_some(),
+                p,
+            )
+        })
+        .collect()
+}
+
+/// Group testing is exact: with an unexpected effect inside a group (`forward-compat`), a
+/// reader dropped beside one that still changes (`dwc-temperature-dropped`) and a key the
+/// manifest does not list (`unlisted-knob`), the grouped matrix splits the ambiguous group and
+/// ends with the same per-knob verdicts as one knob per trial, in fewer runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_and_ungrouped_matrices_agree_and_an_unexpected_effect_splits_its_group() {
+    let out = tempfile::tempdir().unwrap();
+    let set = vec![
+        "driver.env.ARCTIC_STANDIN_BUGS=forward-compat,dwc-temperature-dropped,unlisted-knob"
+            .to_string(),
+    ];
+    let t = Instant::now();
+    let (grouped, _, failed) = matrix(&standin(), out.path(), &set).await;
+    let grouped_s = t.elapsed().as_secs_f64();
+    assert!(!failed);
+    let solo_options = MatrixOptions {
+        group: false,
+        ..MatrixOptions::default()
+    };
+    let t = Instant::now();
+    let (solo, _, failed) = run_matrix(&standin(), out.path(), &set, &solo_options)
+        .await
+        .unwrap();
+    println!(
+        "stand-in with bugs: grouped {} runs ({} splits) in {grouped_s:.1} s; one knob per trial {} runs in {:.1} s",
+        grouped.runs,
+        grouped.splits,
+        solo.runs,
+        t.elapsed().as_secs_f64()
+    );
+    assert!(!failed);
+    assert!(grouped.splits > 0, "the unexpected effect split no group");
+    assert!(
+        grouped.runs < solo.runs,
+        "{} vs {}",
+        grouped.runs,
+        solo.runs
+    );
+    assert!(
+        solo.runs <= solo.planned_solo,
+        "{} > {}",
+        solo.runs,
+        solo.planned_solo
+    );
+    assert_eq!(verdicts(&grouped), verdicts(&solo));
+    let mut flagged = new_flags(&grouped);
+    flagged.sort();
+    assert_eq!(
+        flagged,
+        vec![
+            "actor_rollout_ref.rollout.temperature",
+            "remote_backend.train.logits.compute_from_fp32_inputs"
+        ],
+        "{}",
+        rlharness::propagate::render::markdown(&grouped)
+    );
+    // The dropped copy is flagged though the sampling params still change.
+    let k = knob(&grouped, "actor_rollout_ref.rollout.temperature");
+    assert!(
+        k.problems.iter().any(|p| p.contains(ZORRO)
+            && p.contains("job.training.ds_worker_config.temperature")
+            && p.contains("did not change")),
+        "{:?}",
+        k.problems
+    );
+    assert!(k
+        .cells
+        .iter()
+        .any(|c| c.consumed_at == ["generate.sampling_params.temperature"]));
+    // The unlisted key: reported, a new flag, in both.
+    for r in [&grouped, &solo] {
+        let paths: Vec<&str> = r.unlisted.knobs.iter().map(|k| k.path.as_str()).collect();
+        assert_eq!(paths, ["remote_backend.train.new_forward_compat_knob"]);
+        assert!(!r.passed());
+    }
+    let md = rlharness::propagate::render::markdown(&grouped);
+    assert!(
+        md.contains("`remote_backend.train.new_forward_compat_knob` = true: **FLAGGED**"),
+        "{md}"
+    );
 }
