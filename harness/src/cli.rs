@@ -92,6 +92,10 @@ pub(crate) enum Command {
         /// Fail (exit 1) when a knob is not observed (not observable here, not exercised).
         #[arg(long)]
         require_observed: bool,
+        /// Try only the knobs these patterns name (repeatable): a knob path, or a prefix of
+        /// one (its subtree); `*` matches one segment, e.g. `remote_backend.train.logits`.
+        #[arg(long = "knobs", value_name = "PATTERN")]
+        knobs: Vec<String>,
     },
 }
 

@@ -33,6 +33,8 @@ if [[ -z "$assets" ]]; then
         --scenario "${RLHARNESS_SCENARIO:?the harness sets RLHARNESS_SCENARIO}" \
         --seed "${RLHARNESS_SEED:-1}" >&2
 fi
+# A path as a quoted Hydra value (run folders of `propagate` hold `=` and `,`).
+hq() { printf "'%s'" "${1//\'/\\\'}"; }
 export PYTHONPATH="$VERL_SRC:$ARCTIC_SRC${PYTHONPATH:+:$PYTHONPATH}"
 export VERL_USE_EXTERNAL_MODULES=arctic_platform.integrations.verl.register
 # No hub, no telemetry, no GPU kernels: everything verl and the adapter import must load offline.
@@ -49,11 +51,11 @@ export RAY_AUTH_TOKEN
 unset RAY_AUTH_TOKEN_PATH RAY_ADDRESS
 exec "$py" -m verl.trainer.main_ppo \
     remote_backend=arctic \
-    "hydra.searchpath=[file://$adapter/config]" \
-    "hydra.run.dir=$run_dir/hydra" \
-    "data.train_files=$assets/data/train.jsonl" \
-    "data.val_files=$assets/data/val.jsonl" \
-    "actor_rollout_ref.model.path=$assets/model" \
+    "hydra.searchpath=[$(hq "file://$adapter/config")]" \
+    "hydra.run.dir=$(hq "$run_dir/hydra")" \
+    "data.train_files=$(hq "$assets/data/train.jsonl")" \
+    "data.val_files=$(hq "$assets/data/val.jsonl")" \
+    "actor_rollout_ref.model.path=$(hq "$assets/model")" \
     actor_rollout_ref.rollout.name=arctic \
     actor_rollout_ref.rollout.agent.num_workers=1 \
     trainer.use_legacy_worker_impl=disable \
@@ -64,6 +66,6 @@ exec "$py" -m verl.trainer.main_ppo \
     trainer.save_freq=-1 trainer.test_freq=-1 \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64 \
-    "trainer.default_local_dir=$run_dir/checkpoints" \
+    "trainer.default_local_dir=$(hq "$run_dir/checkpoints")" \
     "data.seed=${RLHARNESS_SEED:-1}" "remote_backend.train.determinism.seed=${RLHARNESS_SEED:-1}" \
     "$@"

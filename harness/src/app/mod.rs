@@ -96,12 +96,14 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
             group: _,
             no_group,
             require_observed,
+            knobs,
         } => {
             let options = crate::propagate::command::MatrixOptions {
                 until,
                 jobs,
                 group: !no_group,
                 require_observed,
+                knobs,
             };
             crate::propagate::command::propagate_command(&scenario, &out, &set, &options).await
         }

@@ -228,8 +228,9 @@ async fn create_jobs(client: &ArcticClient, t: &Translation) -> Result<Jobs, Dri
             JobType::Training => training = Some(id),
         }
     }
-    // The adapter reads each job's record back once all are created.
-    for id in [sampling, log_prob, training].into_iter().flatten() {
+    // The adapter's client polls each job's record once all are created, in its own order
+    // (`JOB_TYPES`: training, sampling, log_prob), until it says RUNNING.
+    for id in [training, sampling, log_prob].into_iter().flatten() {
         client.job(id).await.map_err(DriverError::Startup)?;
     }
     match (sampling, training) {

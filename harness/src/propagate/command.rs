@@ -74,6 +74,8 @@ pub struct MatrixOptions {
     pub group: bool,
     /// Fail (exit 1) when any knob is not observed (not observable here, not exercised).
     pub require_observed: bool,
+    /// Only the knobs these patterns name (`--knobs`); empty: every knob of the manifest.
+    pub knobs: Vec<String>,
 }
 
 impl Default for MatrixOptions {
@@ -83,6 +85,7 @@ impl Default for MatrixOptions {
             jobs: CONCURRENCY,
             group: true,
             require_observed: false,
+            knobs: Vec::new(),
         }
     }
 }
@@ -100,6 +103,39 @@ pub(crate) fn manifest_path(scenario: &Path, config: &Value) -> Result<PathBuf, 
         })?;
     let root = crate::spec::config::scenarios_root(scenario);
     Ok(root.join("backends").join(format!("{backend}.knobs.yaml")))
+}
+
+/// Whether knob `path` is named by `pattern`: the same segments, or a prefix of them (the
+/// subtree); `*` matches any one segment.
+fn knob_matches(pattern: &str, path: &str) -> bool {
+    let (p, k): (Vec<&str>, Vec<&str>) = (pattern.split('.').collect(), path.split('.').collect());
+    p.len() <= k.len() && p.iter().zip(&k).all(|(a, b)| *a == "*" || a == b)
+}
+
+/// Keep only the knobs `patterns` name (all when there are none); a pattern that names no knob
+/// is an input error listing the knobs there are.
+fn select_knobs(m: &mut KnobManifest, patterns: &[String]) -> Result<(), CommandError> {
+    if patterns.is_empty() {
+        return Ok(());
+    }
+    if let Some(p) = patterns
+        .iter()
+        .find(|p| !m.knobs.iter().any(|k| knob_matches(p, &k.path)))
+    {
+        let all: Vec<&str> = m.knobs.iter().map(|k| k.path.as_str()).collect();
+        return Err(CommandError::invalid(format!(
+            "--knobs {p}: no knob of the manifest matches; its knobs: {}",
+            all.join(", ")
+        )));
+    }
+    let before = m.knobs.len();
+    m.knobs
+        .retain(|k| patterns.iter().any(|p| knob_matches(p, &k.path)));
+    eprintln!(
+        "propagate: --knobs keeps {} of the manifest's {before} knobs",
+        m.knobs.len()
+    );
+    Ok(())
 }
 
 /// What one distinct run ended as.
@@ -225,8 +261,9 @@ pub async fn run_matrix(
     let base = crate::spec::load_scenario(scenario, set).map_err(invalid)?;
     let base_config = base.config.to_json();
     let mpath = manifest_path(scenario, &base_config)?;
-    let m: KnobManifest =
+    let mut m: KnobManifest =
         manifest::load(&mpath).map_err(|e| CommandError::invalid(e.to_string()))?;
+    select_knobs(&mut m, &options.knobs)?;
     let plan = verdict::plan_matrix(&m, &base_config);
     let units = group::plan_units(&m, &plan, &base_config, options.group);
     let counts = plan_counts(&m, &plan, &units, &base_config);
@@ -767,6 +804,22 @@ fn judge_all(
         knobs,
         closed_gaps,
         any_failed,
+    }
+}
+
+#[cfg(test)]
+mod knob_selection_tests {
+    use super::knob_matches;
+
+    #[test]
+    fn knob_patterns_name_paths_subtrees_and_single_segments() {
+        let k = "remote_backend.train.logits.optimization";
+        assert!(knob_matches(k, k));
+        assert!(knob_matches("remote_backend.train.logits", k));
+        assert!(knob_matches("remote_backend.*.logits", k));
+        assert!(!knob_matches("remote_backend.train.logit", k));
+        assert!(!knob_matches("remote_backend.train.logits.optimization.x", k));
+        assert!(!knob_matches("*.zorro_train", k));
     }
 }
 

@@ -108,7 +108,7 @@ def main(base, ckpt):
     }
     sid = c.call("POST", "/initialize", sampling)["job_id"]
     tid = c.call("POST", "/initialize", training)["job_id"]
-    for j in (sid, tid):
+    for j in (tid, sid):  # the client's order: training, sampling, log_prob
         assert c.call("GET", f"/job/{j}")["status"] == "RUNNING"
 
     def sync_weights():
