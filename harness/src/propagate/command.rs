@@ -818,7 +818,10 @@ mod knob_selection_tests {
         assert!(knob_matches("remote_backend.train.logits", k));
         assert!(knob_matches("remote_backend.*.logits", k));
         assert!(!knob_matches("remote_backend.train.logit", k));
-        assert!(!knob_matches("remote_backend.train.logits.optimization.x", k));
+        assert!(!knob_matches(
+            "remote_backend.train.logits.optimization.x",
+            k
+        ));
         assert!(!knob_matches("*.zorro_train", k));
     }
 }

@@ -105,7 +105,12 @@ pub(super) async fn start_backend_stage(
         )
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     }
-    if let Some(runtime) = backend.runtime.clone() {
+    if let Some(mut runtime) = backend.runtime.clone() {
+        // An external trainer is not deterministic even against a deterministic backend (real
+        // verl batches samples in the order concurrent answers arrive): no exact lane.
+        if matches!(plan.scenario.driver, DriverSpec::Command(_)) {
+            runtime.numerics = None;
+        }
         p.env = RunEnv::new(Some(runtime), opts.hardware.as_deref());
         p.manifest = manifest_for(plan, &p.env, started);
         write_manifest(&p.run_dir, &p.manifest)?;

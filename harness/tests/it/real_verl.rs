@@ -535,5 +535,11 @@ fn propagate_on_the_unmodified_adapter_finds_known_gaps_only() {
     let (o, matrix) = propagate_logits(&tmp.path().join("out"), Path::new(&src));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(new_flags(&matrix).is_empty(), "{}", text(&o));
-    println!("{}", String::from_utf8_lossy(&o.stdout).lines().last().unwrap_or(""));
+    println!(
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+    );
 }
