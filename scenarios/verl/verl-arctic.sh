@@ -8,7 +8,7 @@
 #   ARCTIC_SRC   an Arctic-Platform checkout (proven: 5864380)
 #   VERL_PYTHON  the interpreter of verl's environment (default: the project's .venv-verl, made
 #                by ci/verl-install.sh)
-#   VERL_ASSETS  a folder of `rlharness assets verl` (default: made fresh in the run directory)
+#   VERL_ASSETS  a folder of `rlharness assets verl` (default: made afresh beside the run folder)
 #   RLHARNESS_BIN  the harness binary (the harness sets it for its trainers)
 #   RLHARNESS_SCENARIO  the scenario file (set by the harness): the assets follow its model
 #   RLHARNESS_SEED the scenario's seed (set by the harness): verl's data shuffle (`data.seed`)
@@ -26,9 +26,13 @@ adapter="$ARCTIC_SRC/arctic_platform/integrations/verl"
 py=${VERL_PYTHON:-$root/.venv-verl/bin/python}
 [[ -x "$py" ]] || die "no Python at $py: run ci/verl-install.sh, or set VERL_PYTHON"
 run_dir=${RLHARNESS_RUN_DIR:?the harness sets RLHARNESS_RUN_DIR}
+# What reaches the wire as a path (the model folder, the checkpoint folder) lives beside the run
+# folders, not in them: the runs of one scenario, and the trials of one `propagate`, then send
+# the same JobConfigs.
+shared=$(dirname "$run_dir")
 assets=${VERL_ASSETS:-}
 if [[ -z "$assets" ]]; then
-    assets="$run_dir/verl-assets"
+    assets="$shared/verl-assets"
     "${RLHARNESS_BIN:?the harness sets RLHARNESS_BIN}" assets verl --out "$assets" --force \
         --scenario "${RLHARNESS_SCENARIO:?the harness sets RLHARNESS_SCENARIO}" \
         --seed "${RLHARNESS_SEED:-1}" >&2
@@ -66,6 +70,6 @@ exec "$py" -m verl.trainer.main_ppo \
     trainer.save_freq=-1 trainer.test_freq=-1 \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64 \
-    "trainer.default_local_dir=$(hq "$run_dir/checkpoints")" \
+    "trainer.default_local_dir=$(hq "$shared/verl-checkpoints")" \
     "data.seed=${RLHARNESS_SEED:-1}" "remote_backend.train.determinism.seed=${RLHARNESS_SEED:-1}" \
     "$@"

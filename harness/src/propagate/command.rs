@@ -263,6 +263,8 @@ pub async fn run_matrix(
     let mpath = manifest_path(scenario, &base_config)?;
     let mut m: KnobManifest =
         manifest::load(&mpath).map_err(|e| CommandError::invalid(e.to_string()))?;
+    // Unlisted knobs are judged against the whole manifest, whatever `--knobs` tries.
+    let full = m.clone();
     select_knobs(&mut m, &options.knobs)?;
     let plan = verdict::plan_matrix(&m, &base_config);
     let units = group::plan_units(&m, &plan, &base_config, options.group);
@@ -316,9 +318,9 @@ pub async fn run_matrix(
     let (cells, splits) = run_units(&exec, &m, &plan, units, &mut rs).await?;
     let judged = judge_all(&m, &plan, cells);
     let resolved = resolved_config(&rs, command, &base_config);
-    let mut unlisted = super::resolved::unlisted(&m, resolved);
+    let mut unlisted = super::resolved::unlisted(&full, resolved);
     let mut closed_gaps = judged.closed_gaps;
-    closed_gaps.extend(super::resolved::apply_unlisted_gaps(&m, &mut unlisted));
+    closed_gaps.extend(super::resolved::apply_unlisted_gaps(&full, &mut unlisted));
     let report = PropagationReport {
         scenario: base.name.clone(),
         backend: m.backend.clone(),
