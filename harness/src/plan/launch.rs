@@ -132,10 +132,7 @@ pub fn launch_for(
                 .to_string(),
         ),
         // A launcher may call the harness (e.g. `rlharness assets`) with the same build.
-        (
-            "RLHARNESS_BIN".into(),
-            harness_bin(),
-        ),
+        ("RLHARNESS_BIN".into(), harness_bin()),
         // Marks every process the trainer starts, wherever it ends up (driver/strays.rs).
         (
             crate::driver::strays::TOKEN_VAR.into(),
