@@ -69,6 +69,19 @@ pub(crate) fn hydra_overrides(plan: &RunPlan, settings: &HarnessSettings) -> Vec
     out
 }
 
+/// This executable's path. A rebuild while it runs replaces the file, and Linux then names the
+/// running image `<path> (deleted)`: the path itself, holding the new build, is what a trainer
+/// can start.
+fn harness_bin() -> String {
+    let path = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "rlharness".into());
+    match path.strip_suffix(" (deleted)") {
+        Some(p) => p.to_string(),
+        None => path,
+    }
+}
+
 /// Build the launch of a scenario's command. `run_dir` must be absolute; `backend_url` is the
 /// recording proxy's URL when the trainer's Arctic client goes through it.
 pub fn launch_for(
@@ -119,12 +132,7 @@ pub fn launch_for(
                 .to_string(),
         ),
         // A launcher may call the harness (e.g. `rlharness assets`) with the same build.
-        (
-            "RLHARNESS_BIN".into(),
-            std::env::current_exe()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|_| "rlharness".into()),
-        ),
+        ("RLHARNESS_BIN".into(), harness_bin()),
         // Marks every process the trainer starts, wherever it ends up (driver/strays.rs).
         (
             crate::driver::strays::TOKEN_VAR.into(),

@@ -474,6 +474,15 @@ fn propagate_logits(out: &Path, arctic: &Path) -> (Output, serde_json::Value) {
     (o, json)
 }
 
+/// The matrix's summary line (`N knobs, M runs ..., T s; ...`).
+fn summary_line(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find(|l| l.contains(" knobs, ") && l.contains(" runs "))
+        .unwrap_or("(no summary line)")
+        .to_string()
+}
+
 /// The knobs the matrix flags that no known gap explains.
 fn new_flags(matrix: &serde_json::Value) -> Vec<String> {
     let mut v: Vec<String> = matrix["knobs"]
@@ -507,6 +516,7 @@ fn propagate_on_the_real_adapter_flags_exactly_the_seed_bug() {
         .unwrap();
     assert!(p.status.success(), "the patch does not apply: {}", text(&p));
     let (o, matrix) = propagate_logits(&tmp.path().join("out"), &arctic);
+    println!("planted: {}", summary_line(&o));
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert_eq!(
         new_flags(&matrix),
@@ -533,13 +543,7 @@ fn propagate_on_the_unmodified_adapter_finds_known_gaps_only() {
     let tmp = tempfile::tempdir().unwrap();
     let [_, (_, src)] = sources();
     let (o, matrix) = propagate_logits(&tmp.path().join("out"), Path::new(&src));
+    println!("unmodified: {}", summary_line(&o));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(new_flags(&matrix).is_empty(), "{}", text(&o));
-    println!(
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .last()
-            .unwrap_or("")
-    );
 }
