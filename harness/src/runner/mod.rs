@@ -264,11 +264,7 @@ async fn execute_with(
     if let Some(why) = stop_at.why {
         manifest.notes.push(why);
     }
-    if let Some(n) = crate::driver::strays::note(&strays) {
-        tracing::warn!("{n}");
-        manifest.notes.push(n);
-    }
-    manifest.strays = strays;
+    record_strays(&mut manifest, strays);
     let ended = chrono::Utc::now();
     let metrics = csv.into_table();
     env::finalize_manifest(&mut manifest, &end, &sanity.dropped, replay.as_ref(), ended);
@@ -284,4 +280,14 @@ async fn execute_with(
         ended,
         trainer_tail,
     })
+}
+
+/// Processes the trainer left outside its process group and the harness stopped: in
+/// `run.json` (`strays`), and as a note of the report and a warning of the log.
+fn record_strays(manifest: &mut RunManifest, strays: Vec<crate::driver::strays::Stray>) {
+    if let Some(n) = crate::driver::strays::note(&strays) {
+        tracing::warn!("{n}");
+        manifest.notes.push(n);
+    }
+    manifest.strays = strays;
 }
