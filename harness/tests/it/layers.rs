@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["spec", "plan"],
     &["report"],
     &["runner"],
-    &["propagate"],
+    &["propagate", "assets"],
     &["app", "cli", "lib", "main"],
 ];
 

@@ -116,8 +116,9 @@ async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory(
     let first_step: Vec<&str> = [
         "/health",
         "/initialize",
-        "/job/1",
+        // The client polls the jobs in its order: training (2), sampling (1).
         "/job/2",
+        "/job/1",
         "/sleep-inference",
     ]
     .into_iter()
