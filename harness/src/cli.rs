@@ -286,6 +286,11 @@ pub(crate) struct CalibrateArgs {
     /// Override scenario values for every run (as `run --set`).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub(crate) set: Vec<String>,
+    /// Calibrate from a git tree with uncommitted changes to tracked files (refused by
+    /// default: a calibration must name the code and scenario it measured). Recorded as
+    /// `<commit>-dirty`; for trying bands out, not for a calibration to commit.
+    #[arg(long)]
+    pub(crate) allow_dirty: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -357,6 +357,7 @@ async fn calibrate(
         out,
         hardware,
         set,
+        allow_dirty,
     } = args;
     let file = file.as_path();
     let set = set.as_slice();
@@ -369,6 +370,16 @@ async fn calibrate(
             "refusing to calibrate under CI=true: CI never writes goldens; calibrate locally and \
              commit calibration.json",
         ));
+    }
+    let commit = crate::runner::env::git_commit();
+    if let Some(c) = commit.as_deref().filter(|c| c.ends_with("-dirty")) {
+        if !allow_dirty {
+            return Err(CommandError::invalid(format!(
+                "refusing to calibrate from a tree with uncommitted changes ({c}): a calibration \
+                 names the commit it measured; commit first, or pass --allow-dirty to try bands \
+                 out (never to commit that calibration)"
+            )));
+        }
     }
     let scenario =
         crate::spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
@@ -396,6 +407,15 @@ async fn calibrate(
                 report.run.reason.as_deref().unwrap_or("no reason recorded")
             )));
         }
+        let failed = failed_uncalibrated_rules(&report, &scenario.checks);
+        if !failed.is_empty() {
+            return Err(CommandError::run_failed(format!(
+                "calibration run with seed {seed} failed rules that do not depend on the \
+                 calibration ({}): {}; a calibration measures healthy runs only",
+                report.run.dir,
+                failed.join("; ")
+            )));
+        }
         done.push((seed, report));
         eprintln!("calibrate: {}/{total} runs done (seed {seed})", done.len());
     }
@@ -410,6 +430,18 @@ async fn calibrate(
         .golden
         .0
         .extend(crate::compare::stability::rules(&scenario.checks, &columns, |_| true).0);
+    // A golden rule's series must be finite in every run: a calibration never drops a value.
+    for ((seed, r), t) in done.iter().zip(&tables) {
+        for (metric, _) in checks.golden.iter() {
+            if let Some((step, v)) = t.series(metric).into_iter().find(|(_, v)| !v.is_finite()) {
+                return Err(CommandError::run_failed(format!(
+                    "calibration run with seed {seed} ({}) has `{metric}` = {v} at step {step}: \
+                     a calibration measures finite series only",
+                    r.run.dir
+                )));
+            }
+        }
+    }
     let (steps, windows) = crate::golden::calibration::Calibration::measure(&tables, &checks);
     let cal = crate::golden::calibration::Calibration {
         scenario: scenario.name.clone(),
@@ -443,6 +475,37 @@ async fn calibrate(
     }
     println!("written to {}", path.display());
     Ok(ExitStatus::Passed)
+}
+
+/// The rules a calibration run failed that do not depend on a calibration or a golden's draw:
+/// expectations, sanity and presence rules, and golden rules with fixed (`abs`/`rel`) bands.
+/// Calibrated golden rules, stability rules (their bands come from the calibration) and the
+/// exact lane (another seed is another run) are not asked to pass.
+fn failed_uncalibrated_rules(
+    report: &crate::report::Report,
+    checks: &crate::checks::ChecksSpec,
+) -> Vec<String> {
+    let Some(v) = &report.verdict else {
+        return Vec::new();
+    };
+    v.rules
+        .iter()
+        .filter(|r| {
+            use crate::compare::RuleStatus::{Missing, Regressed};
+            // A golden rule with a fixed band, when there is a golden to fail against.
+            let fixed_golden = r
+                .rule
+                .strip_prefix("golden:")
+                .and_then(|m| checks.golden.get(m))
+                .is_some_and(|g| g.calibrated.is_none());
+            let own = ["expect:", "sanity:", "presence:"]
+                .iter()
+                .any(|p| r.rule.starts_with(p));
+            (fixed_golden && r.status == Regressed)
+                || (own && matches!(r.status, Regressed | Missing))
+        })
+        .map(|r| format!("{} ({})", r.rule, r.evidence.message))
+        .collect()
 }
 
 /// The options of `rlharness run` that apply to every scenario.
@@ -598,6 +661,13 @@ async fn judge_plan(
     // The one judge, on what the run directory stores (run.json, metrics.csv): `rlharness
     // compare RUN` calls it on the same facts and writes the same verdict.
     let verdict = crate::compare::judge_run(&manifest.record(&metrics), golden.as_ref());
+    // What it was judged against, so that `compare RUN` can tell a re-blessed golden.
+    if let Some(g) = &golden {
+        manifest.judged_against = Some(crate::compare::judged_against(&manifest.checks, g));
+        manifest
+            .write(&run_dir)
+            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    }
     // The bless flow: a completed run without a golden (or under --update-golden) writes a
     // pending one for review; CI never writes.
     let completed = end == crate::runner::RunEnd::Completed;

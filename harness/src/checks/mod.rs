@@ -4,6 +4,7 @@
 //! validates with these types, the golden store measures calibration windows with them, and
 //! `compare` judges with them; none of them reads or writes files.
 
+pub(crate) mod domain;
 pub mod expr;
 mod spec;
 

@@ -113,6 +113,11 @@ pub struct GoldenRule {
     /// gradient-norm outlier, a slow step of a noisy machine) does not move it.
     #[serde(skip_serializing_if = "is_false")]
     pub(crate) median: bool,
+    /// The band's lower edge is never below this fraction of the golden's |value|: a default
+    /// stability rule of a metric that is positive in a healthy run (a gradient norm, an
+    /// entropy) always fails at 0, however noisy its calibration (`compare::stability`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) keep_above: Option<f64>,
 }
 
 impl GoldenRule {
@@ -180,6 +185,8 @@ struct RawGoldenRule {
     calibrated: Option<Calibrated>,
     #[serde(default)]
     median: bool,
+    #[serde(default)]
+    keep_above: Option<f64>,
 }
 
 impl TryFrom<RawGoldenRule> for GoldenRule {
@@ -194,6 +201,13 @@ impl TryFrom<RawGoldenRule> for GoldenRule {
         }
         if r.window == Some(0) {
             return Err("`window` must be at least 1 step".into());
+        }
+        if let Some(f) = r.keep_above {
+            if !(f.is_finite() && f > 0.0 && f < 1.0) {
+                return Err(format!(
+                    "`keep_above` is a fraction of the golden's value, in (0, 1), got {f}"
+                ));
+            }
         }
         if let Some(c) = r.calibrated {
             let valid = c.k.is_finite() && c.k > 0.0 && c.floor.is_finite() && c.floor >= 0.0;
@@ -225,6 +239,7 @@ impl TryFrom<RawGoldenRule> for GoldenRule {
             fail_fast: r.fail_fast,
             calibrated: r.calibrated,
             median: r.median,
+            keep_above: r.keep_above,
         })
     }
 }

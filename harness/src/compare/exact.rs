@@ -202,6 +202,7 @@ mod tests {
             rules: None,
             dir: "golden/s/cpu".into(),
             calibration: None,
+            digest: Default::default(),
         }
     }
 

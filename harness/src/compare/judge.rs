@@ -318,7 +318,7 @@ impl GoldenRule {
             Some(ImprovementLimit::Fraction(l)) => Some((l * golden.abs()).max(tol)),
             Some(ImprovementLimit::Unlimited) => None,
         };
-        match self.direction() {
+        let band = match self.direction() {
             Direction::TwoSided => Band::new(golden - tol, golden + tol),
             Direction::HigherIsBetter => Band {
                 lo: Some(golden - tol),
@@ -328,6 +328,16 @@ impl GoldenRule {
                 lo: good.map(|l| golden - l),
                 hi: Some(golden + tol),
             },
+        };
+        match self.keep_above {
+            Some(f) => Band {
+                lo: Some(
+                    band.lo
+                        .map_or(f * golden.abs(), |l| l.max(f * golden.abs())),
+                ),
+                ..band
+            },
+            None => band,
         }
     }
 

@@ -306,6 +306,19 @@ fn stability_rules(run: &RunRecord<'_>, g: &Golden) -> Vec<RuleVerdict> {
         .collect()
 }
 
+/// What a run's verdict is judged against, as `run.json` records it: the golden's digests and
+/// each calibrated band as resolved (`golden:<metric>` → its text, or why it has none).
+pub(crate) fn judged_against(checks: &ChecksSpec, golden: &Golden) -> crate::golden::JudgedAgainst {
+    let (_, sources) = resolve_calibrated(checks, Some(golden));
+    crate::golden::JudgedAgainst {
+        digest: golden.digest.clone(),
+        bands: sources
+            .into_iter()
+            .map(|(m, b)| (format!("golden:{m}"), b.unwrap_or_else(|why| why)))
+            .collect(),
+    }
+}
+
 /// `calibrated` golden rules turned into the absolute bands the golden's calibration gives
 /// them (`None`: no rule is calibrated), and per calibrated metric where its band came from,
 /// or why it has none.
@@ -427,6 +440,7 @@ mod tests {
             rules,
             dir: "golden/s/cpu".into(),
             calibration: None,
+            digest: Default::default(),
         }
     }
 

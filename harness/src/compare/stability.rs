@@ -22,6 +22,11 @@ pub(crate) const METRICS: &[(&str, f64)] = &[
     ("actor/kl_loss", 0.01),
 ];
 
+/// A stability band of a metric that is positive in a healthy run never reaches below this
+/// fraction of the golden's window median: a vanished gradient or a collapsed entropy fails
+/// even where the calibration's noise would put the edge at or below 0.
+pub(crate) const KEEP_ABOVE: f64 = 0.1;
+
 /// Steps per compared window.
 pub(crate) const WINDOW: u64 = 5;
 /// σ multiples of a calibrated stability band.
@@ -60,6 +65,7 @@ pub(crate) fn rules(
                     // A gradient-norm spike at one step of a healthy run is common; a
                     // regression moves the whole window.
                     median: true,
+                    keep_above: crate::checks::domain::positive(m).then_some(KEEP_ABOVE),
                     ..GoldenRule::default()
                 };
                 let rule = if calibrated(m) {
@@ -87,7 +93,7 @@ pub(crate) fn rules(
 pub(crate) fn note(calibrated: bool) -> String {
     format!(
         "a default stability rule of a learning scenario (medians of windows of {WINDOW} steps, two-sided, \
-         {}; name the metric in `checks.golden` to set your own, or `checks.stability: false`)",
+         {}, the lower edge of a positive metric never under {KEEP_ABOVE} × the golden; name the metric in `checks.golden` to set your own, or `checks.stability: false`)",
         if calibrated {
             format!("k {K} × the calibration's σ")
         } else {

@@ -49,14 +49,25 @@ pub(crate) struct PointStats {
     pub(crate) std: f64,
     pub(crate) min: f64,
     pub(crate) max: f64,
+    /// Runs whose value here was not finite, left out of the statistics above (never
+    /// silently: `golden calibrate` refuses them on a golden rule's metric, and counts them
+    /// here for the other series).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) non_finite: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl PointStats {
     fn of(first: u64, last: u64, xs: &[f64]) -> Option<PointStats> {
+        let all = xs.len();
         let xs: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
         if xs.is_empty() {
             return None;
         }
+        let non_finite = all - xs.len();
         let n = xs.len();
         let mean = xs.iter().sum::<f64>() / n as f64;
         let var = if n > 1 {
@@ -72,6 +83,7 @@ impl PointStats {
             std: var.sqrt(),
             min: xs.iter().copied().fold(f64::INFINITY, f64::min),
             max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            non_finite,
         })
     }
 }

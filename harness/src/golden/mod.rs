@@ -62,6 +62,53 @@ pub struct Golden {
     pub(crate) dir: PathBuf,
     /// The measured noise beside it (`calibration.json`), when calibrated.
     pub(crate) calibration: Option<calibration::Calibration>,
+    /// Its files by digest: what a run's `run.json` records it was judged against.
+    pub(crate) digest: GoldenDigest,
+}
+
+/// What a verdict was judged against, by SHA-256 (carriage returns dropped, as
+/// `metrics_digest`): the golden's `metrics.csv` and `golden.yaml` together (a self-test's
+/// reference run: its `metrics.csv`), and its `calibration.json`. `run.json` records it;
+/// `compare RUN` says when the files changed since.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GoldenDigest {
+    pub golden: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
+}
+
+/// What a run's verdict was judged against (`run.json`'s `judged_against`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JudgedAgainst {
+    #[serde(flatten)]
+    pub digest: GoldenDigest,
+    /// Per calibrated golden rule (`golden:<metric>`), its band as resolved.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub bands: std::collections::BTreeMap<String, String>,
+}
+
+impl GoldenDigest {
+    /// What differs from `now`, in words ("the golden (sha a → b)"); `None` when nothing does.
+    pub(crate) fn changes(&self, now: &GoldenDigest) -> Option<String> {
+        let short = |s: &str| s[..s.len().min(12)].to_string();
+        let mut parts = Vec::new();
+        if self.golden != now.golden {
+            parts.push(format!(
+                "the golden's series or header (sha {} → {})",
+                short(&self.golden),
+                short(&now.golden)
+            ));
+        }
+        if self.calibration != now.calibration {
+            let opt = |c: &Option<String>| c.as_deref().map_or("none".to_string(), short);
+            parts.push(format!(
+                "its calibration (sha {} → {})",
+                opt(&self.calibration),
+                opt(&now.calibration)
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join(" and "))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -505,8 +552,11 @@ fn read_golden(
     header: &Path,
 ) -> Result<Golden, GoldenError> {
     let table = MetricTable::read_csv(csv)?;
+    let mut digest = GoldenDigest::default();
     let (provenance, rules) = if header.exists() {
         let text = fsx::read_to_string(header)?;
+        digest.golden =
+            metrics_digest(&[fsx::read(csv)?.as_slice(), b"\n", text.as_bytes()].concat());
         let parsed = parse_header(&text, header)?;
         if let Some(want) = header_digest(&text) {
             let got = metrics_digest(&fsx::read(csv)?);
@@ -533,6 +583,11 @@ fn read_golden(
         });
     };
     let calibration = calibration::Calibration::read(dir)?;
+    if calibration.is_some() {
+        digest.calibration = Some(metrics_digest(&fsx::read(
+            &dir.join(calibration::CALIBRATION_FILE),
+        )?));
+    }
     Ok(Golden {
         scenario: scenario.into(),
         hardware: hardware.into(),
@@ -541,6 +596,7 @@ fn read_golden(
         rules,
         dir: dir.to_path_buf(),
         calibration,
+        digest,
     })
 }
 

@@ -79,6 +79,11 @@ pub struct RunManifest {
     /// (its golden), as given to the harness.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference_run: Option<String>,
+    /// What the run's verdict was judged against: the golden's and its calibration's
+    /// digests, and every calibrated band as resolved then. `compare RUN` says when they
+    /// changed since, with both verdicts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judged_against: Option<crate::golden::JudgedAgainst>,
     /// Set when this run wrote a pending golden (the path of its `metrics.csv.new`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) pending_golden: Option<String>,

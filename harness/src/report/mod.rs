@@ -783,6 +783,12 @@ pub(crate) fn reference_golden(dir: &Path, m: &RunManifest, table: MetricTable) 
         rules: None,
         dir: dir.to_path_buf(),
         calibration: None,
+        digest: crate::golden::GoldenDigest {
+            golden: std::fs::read(dir.join(manifest::METRICS_FILE))
+                .map(|b| crate::golden::metrics_digest(&b))
+                .unwrap_or_default(),
+            calibration: None,
+        },
     }
 }
 
@@ -917,6 +923,7 @@ mod tests {
 
     fn manifest(checks: &str, expected: Option<&str>) -> RunManifest {
         RunManifest {
+            judged_against: None,
             scenario: "smoke/mock-gsm8k-grpo".into(),
             scenario_path: "scenarios/smoke/mock-gsm8k-grpo.yaml".into(),
             hardware: "cpu".into(),

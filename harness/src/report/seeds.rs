@@ -92,11 +92,42 @@ pub(crate) fn judge_stored(dir: &Path, golden_root: &Path) -> Result<Report, Com
         None => golden.as_ref().map(Reference::from_golden),
     };
     let has_reference = reference.is_some();
+    let changed = match (&manifest.judged_against, &golden) {
+        (Some(then), Some(now)) => then.digest.changes(&now.digest),
+        _ => None,
+    };
     let mut report = Report::from_run(dir, &manifest, table, reference, verdict);
     if has_reference {
         report.pending_golden = None;
     }
+    if let Some(what) = changed {
+        report.notes.push(format!(
+            "{GOLDEN_CHANGED}: {what} changed since. At run time: {}; now: {}",
+            verdict_at_run_time(dir),
+            report.summary()
+        ));
+    }
     Ok(report)
+}
+
+/// How the note of a re-judgement against a changed golden begins.
+pub(crate) const GOLDEN_CHANGED: &str = "judged against another golden than at run time";
+
+/// The verdict a run directory's own `verdict.json` records (what `run` said), in words.
+fn verdict_at_run_time(dir: &Path) -> String {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        exit_code: i32,
+        summary: String,
+    }
+    let path = dir.join("verdict.json");
+    match std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str::<Head>(&t).map_err(|e| e.to_string()))
+    {
+        Ok(h) => format!("{} (exit {})", h.summary, h.exit_code),
+        Err(e) => format!("unknown ({}: {e})", path.display()),
+    }
 }
 
 /// How one seed's own verdict counts in the combined one.

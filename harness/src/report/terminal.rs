@@ -34,6 +34,16 @@ pub(crate) fn render_terminal(r: &Report, reports: Option<&str>, color: bool) ->
         paint(&r.summary(), code, color)
     );
     out.push_str(&print_failing(&failing_rules(r), color));
+    for n in r
+        .notes
+        .iter()
+        .filter(|n| n.starts_with(super::seeds::GOLDEN_CHANGED))
+    {
+        out.push_str(&format!(
+            "  {}\n",
+            paint(&format!("note: {n}"), "33", color)
+        ));
+    }
     if let Some(dir) = reports.filter(|d| !d.is_empty()) {
         out.push_str(&format!(
             "  reports: {dir}/report.md, report.html, junit.xml\n"

@@ -108,6 +108,7 @@ pub(crate) fn manifest_for(
     started: chrono::DateTime<chrono::Utc>,
 ) -> RunManifest {
     RunManifest {
+        judged_against: None,
         scenario: plan.scenario.name.clone(),
         scenario_path: plan.scenario.path.display().to_string(),
         hardware: env.hardware.clone(),

@@ -7,7 +7,7 @@
 //! `metrics.csv` holds every finished step. Judging and reporting come after (`app`).
 
 mod drive;
-mod env;
+pub(crate) mod env;
 mod observe;
 mod stages;
 

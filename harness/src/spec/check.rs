@@ -87,7 +87,16 @@ pub fn check(paths: &[PathBuf]) -> CheckOutcome {
     for file in scenario_files {
         roots.insert(scenarios_root(&file));
         let errors = match load_scenario(&file, &[]) {
-            Ok(_) => Vec::new(),
+            // Rules that cannot fail, against the scenario's goldens (`golden/` beside
+            // `scenarios/`).
+            Ok(s) => {
+                let root = scenarios_root(&file);
+                let golden_root = root.parent().unwrap_or(Path::new("")).join("golden");
+                super::rules_lint::lint_rules(&file, &s.name, &s.checks, &golden_root)
+                    .into_iter()
+                    .map(Diagnostic::Spec)
+                    .collect()
+            }
             Err(errs) => errs.0.into_iter().map(Diagnostic::Spec).collect(),
         };
         outcome.files.push(FileReport {

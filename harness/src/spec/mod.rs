@@ -11,6 +11,7 @@ pub(crate) mod config;
 pub(crate) mod de;
 pub(crate) mod error;
 pub mod lint;
+pub(crate) mod rules_lint;
 pub(crate) mod yaml;
 
 use std::collections::BTreeMap;

@@ -169,7 +169,7 @@ async fn selftest_is_caught(name: &str) {
     let v = report.verdict.as_ref().unwrap();
     if report.is_multi_seed() {
         let rule = v.rule("seeds:critic/rewards/mean").unwrap();
-        assert!(rule.evidence.message.contains("Welch's t"), "{rule:?}");
+        assert!(rule.evidence.message.contains("Student's t"), "{rule:?}");
     } else {
         assert!(v.exact_lane.as_ref().unwrap().applied, "{name}");
     }

@@ -659,7 +659,16 @@ fn golden_calibrate_writes_the_measured_noise_beside_the_golden() {
         let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"));
         c.args(["golden", "--golden"])
             .arg(&golden)
-            .args(["calibrate", "--runs", "2", "--jobs", "2", "--out"])
+            // `--allow-dirty`: a working tree under development has uncommitted changes.
+            .args([
+                "calibrate",
+                "--allow-dirty",
+                "--runs",
+                "2",
+                "--jobs",
+                "2",
+                "--out",
+            ])
             .arg(tmp.path().join("reports"))
             .arg(smoke())
             .current_dir(repo());
@@ -691,6 +700,122 @@ fn golden_calibrate_writes_the_measured_noise_beside_the_golden() {
         "{reward:?}"
     );
     assert_eq!(cal["steps"]["actor/lr"].as_array().unwrap().len(), 20);
+}
+
+/// A calibration names the commit it measured: `golden calibrate` refuses a git tree with
+/// uncommitted changes to tracked files (before running anything), unless `--allow-dirty`.
+#[test]
+fn golden_calibrate_refuses_a_dirty_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    };
+    git(&["init", "-q"]);
+    std::fs::write(tmp.path().join("f"), "a").unwrap();
+    git(&["add", "f"]);
+    git(&["commit", "-q", "-m", "a"]);
+    std::fs::write(tmp.path().join("f"), "b").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+        .args(["golden", "--golden"])
+        .arg(tmp.path().join("golden"))
+        .args(["calibrate", "--runs", "2", "--out"])
+        .arg(tmp.path().join("reports"))
+        .arg(smoke())
+        .current_dir(tmp.path())
+        .env_remove("CI")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("uncommitted changes") && err.contains("-dirty"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("reports").exists(), "nothing ran");
+}
+
+/// `run.json` records what the verdict was judged against (the golden's and the calibration's
+/// digests, the resolved bands); after a re-bless, `compare RUN` says the golden changed and
+/// shows the verdict at run time beside the new one.
+#[test]
+fn compare_after_a_rebless_says_the_golden_changed_with_both_verdicts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let golden = tmp.path().join("golden");
+    let dst = golden.join("mock-gsm8k-grpo/cpu");
+    std::fs::create_dir_all(&dst).unwrap();
+    for f in ["metrics.csv", "golden.yaml"] {
+        std::fs::copy(
+            repo().join("golden/mock-gsm8k-grpo/cpu").join(f),
+            dst.join(f),
+        )
+        .unwrap();
+    }
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+            .args(args)
+            .arg("--golden")
+            .arg(&golden)
+            .current_dir(repo())
+            .env("CI", "true")
+            .output()
+            .unwrap()
+    };
+    let out = tmp.path().join("reports");
+    let o = cli(&[
+        "run",
+        "--no-progress",
+        "--out",
+        out.to_str().unwrap(),
+        smoke().to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let dir = out.join("mock-gsm8k-grpo/latest");
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let sha = m["judged_against"]["golden"].as_str().unwrap_or_default();
+    assert_eq!(sha.len(), 64, "{m}");
+    let compare = || cli(&["compare", dir.to_str().unwrap()]);
+    let same = compare();
+    assert_eq!(same.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&same.stdout).contains("another golden"));
+    // A re-bless: the header changes (here a comment), the series stays valid.
+    let header = dst.join("golden.yaml");
+    let mut text = std::fs::read_to_string(&header).unwrap();
+    text.push_str("# re-blessed\n");
+    std::fs::write(&header, text).unwrap();
+    let changed = compare();
+    let stdout = String::from_utf8_lossy(&changed.stdout);
+    assert!(
+        stdout.contains("judged against another golden than at run time")
+            && stdout.contains(&format!("sha {} →", &sha[..12]))
+            && stdout.contains("At run time: passed")
+            && stdout.contains("(exit 0); now: passed"),
+        "{stdout}"
+    );
+    let md = std::fs::read_to_string(dir.join("compare/golden/report.md")).unwrap();
+    assert!(md.contains("another golden than at run time"), "{md}");
 }
 
 /// `rlharness golden bless RUN`: the reviewed run itself becomes the pending golden (a rerun on
@@ -786,7 +911,7 @@ fn golden_bless_writes_the_stored_run_as_the_pending_golden() {
 
 /// `rlharness run SCENARIO --seeds A..B`: one run directory per seed under one combined
 /// directory, each seed judged against the golden alone, the seeds' window means tested against
-/// the golden's calibration (Welch's t); `compare DIR` reproduces the combined verdict. A reward
+/// the golden's calibration (Student's t); `compare DIR` reproduces the combined verdict. A reward
 /// 0.1 lower is caught by the distribution test (`seeds:critic/rewards/mean`).
 #[test]
 fn multi_seed_runs_judge_the_seeds_distribution_against_the_calibration() {
@@ -822,10 +947,15 @@ fn multi_seed_runs_judge_the_seeds_distribution_against_the_calibration() {
     let cal = cli(&[
         "golden",
         "calibrate",
+        "--allow-dirty",
         "--seeds",
         "1..8",
         "--jobs",
         "2",
+        // The rules the seeds are judged by: the smoke's own fixed reward band is for its one
+        // seed, and a calibration refuses runs that fail a fixed band.
+        "--set",
+        CHECKS,
         &smoke,
     ]);
     assert!(
@@ -921,7 +1051,7 @@ fn multi_seed_runs_judge_the_seeds_distribution_against_the_calibration() {
         reward["evidence"]["message"]
             .as_str()
             .unwrap()
-            .contains("Welch's t"),
+            .contains("Student's t"),
         "{reward}"
     );
 }

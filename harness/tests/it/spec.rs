@@ -759,3 +759,50 @@ fn a_multi_seed_selftest_is_checked() {
     );
     assert!(load(&ok, &[]).is_ok());
 }
+
+/// `check` lints golden rules against the scenario's goldens (`golden/` beside `scenarios/`): a
+/// band that cannot be crossed is an error at the rule's file, line and key.
+#[test]
+fn check_refuses_a_golden_rule_that_cannot_fail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = shipped("..");
+    std::fs::create_dir(tmp.path().join("golden")).unwrap();
+    for (from, to) in [("scenarios", ""), ("golden/mock-gsm8k-grpo", "golden")] {
+        let ok = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(repo.join(from))
+            .arg(tmp.path().join(to))
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let file = tmp.path().join("scenarios/smoke/mock-gsm8k-grpo.yaml");
+    let clean = check(std::slice::from_ref(&file));
+    assert!(clean.is_ok(), "{}", render_check(&clean));
+    // MFU may fall to 0 (rel 2 reaches below it) and may rise without limit: nothing fails.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let bad = text.replace(
+        "perf/mfu/actor: {rel: 0.05, direction: higher_is_better, improvement_limit: 0.2}",
+        "perf/mfu/actor: {rel: 2.0, direction: higher_is_better, improvement_limit: unlimited}",
+    );
+    assert_ne!(bad, text);
+    std::fs::write(&file, bad).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.contains("perf/mfu/actor: {rel: 0.05"))
+        .unwrap()
+        + 1;
+    let outcome = check(std::slice::from_ref(&file));
+    let rendered = render_check(&outcome);
+    assert_eq!(outcome.error_count(), 1, "{rendered}");
+    assert!(
+        rendered.contains(&format!(
+            "mock-gsm8k-grpo.yaml:{line}:1: checks.golden.perf/mfu/actor: `golden:perf/mfu/actor` cannot fail"
+        )),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("(golden mock-gsm8k-grpo/cpu)"),
+        "{rendered}"
+    );
+}

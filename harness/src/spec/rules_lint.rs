@@ -1,0 +1,289 @@
+//! `rlharness check`'s lint of rules that cannot fail. A golden rule is judged here the way the
+//! judge judges a run, with the golden itself standing as the run (so every band is the one a
+//! run would get, calibrated ones included), and is an error when:
+//!
+//! - its band cannot be crossed: at every step or window both edges lie outside the values its
+//!   metric can take (an accuracy band of [−0.048, +∞) around a golden of 0.0015);
+//! - it is a stability band of a metric that is positive in a healthy run (a gradient norm, an
+//!   entropy) whose lower edge is at or below 0 in some window: a vanished gradient would pass;
+//! - it is an expectation about finiteness or sanity of a series the golden holds constant at
+//!   every step (a gradient norm of exactly 0: there is no gradient to check).
+//!
+//! Each error names the scenario file, the line of the rule (or of `checks:` for a default
+//! rule), the key and the golden it was judged against.
+
+use std::path::{Path, PathBuf};
+
+use super::error::SpecError;
+use crate::checks::domain::{domain, positive};
+use crate::checks::ChecksSpec;
+use crate::compare::{judge_run, RunRecord, RunStatus};
+use crate::golden::{Golden, GoldenStore};
+
+/// The golden folders of a scenario: `<golden root>/<name>/<hardware>/` that hold a golden.
+fn goldens(root: &Path, name: &str) -> Vec<(String, Golden)> {
+    let store = GoldenStore::new(root);
+    let Ok(entries) = std::fs::read_dir(root.join(name)) else {
+        return Vec::new();
+    };
+    let mut hardware: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    hardware.sort();
+    hardware
+        .into_iter()
+        .filter_map(|h| store.load(name, &h).ok().flatten().map(|g| (h, g)))
+        .collect()
+}
+
+/// Where a rule is written: the line of `needle` in the scenario file (after a line that
+/// starts `after`, when given), else the line of `checks:`, else line 1.
+fn line_of(text: &str, after: Option<&str>, needle: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    let start = after
+        .and_then(|a| lines.iter().position(|l| l.trim_start().starts_with(a)))
+        .unwrap_or(0);
+    lines
+        .iter()
+        .enumerate()
+        .skip(start)
+        .find(|(_, l)| l.contains(needle))
+        .or_else(|| {
+            lines
+                .iter()
+                .enumerate()
+                .find(|(_, l)| l.trim_start().starts_with("checks:"))
+        })
+        .map_or(1, |(i, _)| i + 1)
+}
+
+/// The lint of every golden rule and expectation of one scenario against each of its goldens.
+pub(crate) fn lint_rules(
+    file: &Path,
+    name: &str,
+    checks: &ChecksSpec,
+    golden_root: &Path,
+) -> Vec<SpecError> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut errors = Vec::new();
+    for (hardware, golden) in goldens(golden_root, name) {
+        let at = |line: usize, key: String, message: String| SpecError {
+            file: PathBuf::from(file),
+            line,
+            col: 1,
+            key_path: key,
+            message: format!("{message} (golden {name}/{hardware})"),
+        };
+        for (metric, key, message) in lint_against(checks, &golden) {
+            let line = match key.as_str() {
+                k if k.starts_with("checks.golden.") => line_of(&text, Some("golden:"), &metric),
+                k if k.starts_with("checks.expect") => line_of(&text, Some("expect:"), &metric),
+                _ => line_of(&text, None, "checks:"),
+            };
+            errors.push(at(line, key, message));
+        }
+    }
+    errors
+}
+
+/// `(metric, key path, message)` of each rule of `checks` that cannot fail against `golden`.
+pub(crate) fn lint_against(checks: &ChecksSpec, golden: &Golden) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let record = RunRecord {
+        metrics: &golden.table,
+        checks,
+        status: RunStatus::Completed,
+        reason: None,
+        failed_step: None,
+        dropped: &[],
+        replay: None,
+        numerics: None,
+        seed: golden.provenance.seed.unwrap_or(0),
+    };
+    let Some(verdict) = judge_run(&record, Some(golden)) else {
+        return out;
+    };
+    for r in &verdict.rules {
+        let (metric, key, stability) = if let Some(m) = r.rule.strip_prefix("golden:") {
+            (m, format!("checks.golden.{m}"), false)
+        } else if let Some(m) = r.rule.strip_prefix("stability:") {
+            (m, "checks.stability".to_string(), true)
+        } else {
+            continue;
+        };
+        if r.points.is_empty() {
+            continue;
+        }
+        let (lo, hi) = domain(metric);
+        let crossable = |p: &crate::compare::PointCheck| {
+            p.band.lo.is_some_and(|l| l > lo) || p.band.hi.is_some_and(|h| h < hi)
+        };
+        if !r.points.iter().any(crossable) {
+            let p = &r.points[0];
+            out.push((
+                metric.to_string(),
+                key.clone(),
+                format!(
+                    "`{}` cannot fail: at every {} its band lies outside the values `{metric}` \
+                     can take [{}, {}] (at {}: [{}, {}] around {})",
+                    r.rule,
+                    if p.first == p.last { "step" } else { "window" },
+                    fmt(lo),
+                    fmt(hi),
+                    p.at(),
+                    fmt(p.band.lo()),
+                    fmt(p.band.hi()),
+                    p.golden.map_or("–".into(), fmt)
+                ),
+            ));
+            continue;
+        }
+        if stability && positive(metric) {
+            let open: Vec<String> = r
+                .points
+                .iter()
+                .filter(|p| p.band.lo.is_none_or(|l| l <= 0.0))
+                .map(|p| format!("{} (lower edge {})", p.at(), fmt(p.band.lo())))
+                .collect();
+            if !open.is_empty() {
+                out.push((
+                    metric.to_string(),
+                    key.clone(),
+                    format!(
+                        "`{}`: the lower edge of its band is at or below 0 at {}: `{metric}` is \
+                         positive in a healthy run, so a vanished `{metric}` would pass there; \
+                         name `{metric}` in `checks.golden` with a band that excludes 0",
+                        r.rule,
+                        open.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    for (i, e) in checks.expect.iter().enumerate() {
+        let src = e.src.to_ascii_lowercase();
+        if !(src.contains("finite") || src.contains("sanity")) {
+            continue;
+        }
+        for metric in e.expr.metrics() {
+            let values: Vec<f64> = golden
+                .table
+                .series(&metric)
+                .into_iter()
+                .map(|(_, v)| v)
+                .collect();
+            if values.len() > 1 && values.iter().all(|v| v.to_bits() == values[0].to_bits()) {
+                out.push((
+                    metric.clone(),
+                    format!("checks.expect[{i}]"),
+                    format!(
+                        "`{}` checks `{metric}`, but the golden's `{metric}` is {} at every \
+                         step: a series that never moves tests nothing (is anything learning?)",
+                        e.name.as_deref().unwrap_or(&e.src),
+                        fmt(values[0])
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn fmt(v: f64) -> String {
+    if v == f64::INFINITY {
+        "+∞".into()
+    } else if v == f64::NEG_INFINITY {
+        "−∞".into()
+    } else {
+        crate::checks::expr::fmt_num(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{MetricTable, StepMetrics};
+
+    fn golden(series: &[(&str, &[f64])]) -> Golden {
+        let mut t = MetricTable::new();
+        for s in 0..series[0].1.len() {
+            let mut m = StepMetrics::new(s as u64 + 1);
+            for (name, values) in series {
+                m.insert(*name, values[s]);
+            }
+            t.push(m);
+        }
+        Golden {
+            scenario: "s".into(),
+            hardware: "cpu".into(),
+            table: t,
+            provenance: Default::default(),
+            rules: None,
+            dir: PathBuf::from("golden/s/cpu"),
+            calibration: None,
+            digest: Default::default(),
+        }
+    }
+
+    fn checks(json: &str) -> ChecksSpec {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn messages(c: &ChecksSpec, g: &Golden) -> Vec<String> {
+        lint_against(c, g).into_iter().map(|(_, _, m)| m).collect()
+    }
+
+    #[test]
+    fn a_band_that_cannot_be_crossed_is_an_error() {
+        let g = golden(&[("val/acc", &[0.0, 0.0, 0.0, 0.0015])]);
+        let one_sided = checks(
+            r#"{"golden": {"val/acc": {"abs": 0.05, "steps": "4", "direction": "higher_is_better", "improvement_limit": "unlimited"}}}"#,
+        );
+        let m = messages(&one_sided, &g);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].contains("`golden:val/acc` cannot fail"), "{m:?}");
+        assert!(m[0].contains("[0, 1]"), "{m:?}");
+        // Two-sided, its upper edge (0.0515) can be crossed.
+        let two_sided = checks(r#"{"golden": {"val/acc": {"abs": 0.05, "steps": "4"}}}"#);
+        assert!(messages(&two_sided, &g).is_empty());
+    }
+
+    #[test]
+    fn a_finiteness_check_of_a_series_that_never_moves_is_an_error() {
+        let zero = golden(&[("actor/grad_norm", &[0.0, 0.0, 0.0])]);
+        let c = checks(
+            r#"{"expect": [{"name": "grad-finite", "expr": "all(actor/grad_norm, finite)"}]}"#,
+        );
+        let m = messages(&c, &zero);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].contains("`grad-finite` checks `actor/grad_norm`"),
+            "{m:?}"
+        );
+        assert!(m[0].contains("is 0 at every step"), "{m:?}");
+        let moving = golden(&[("actor/grad_norm", &[0.3, 0.2, 0.25])]);
+        assert!(messages(&c, &moving).is_empty());
+    }
+
+    #[test]
+    fn a_stability_band_of_a_positive_metric_that_reaches_zero_is_an_error() {
+        // A golden whose gradient norm is 0 over steps 6..10: the default stability band's
+        // lower edge there is 0 (KEEP_ABOVE × 0), so a vanished gradient would pass.
+        let mut gn = vec![0.2; 5];
+        gn.extend([0.0; 5]);
+        let g = golden(&[("actor/grad_norm", &gn)]);
+        let on = checks(r#"{"stability": true}"#);
+        let m = messages(&on, &g);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].contains("`stability:actor/grad_norm`") && m[0].contains("steps 6..10"),
+            "{m:?}"
+        );
+        assert!(!m[0].contains("steps 1..5"), "{m:?}");
+        // A healthy golden: the lower edge is KEEP_ABOVE of the window median, above 0.
+        let healthy = golden(&[("actor/grad_norm", &[0.2; 10])]);
+        assert!(messages(&on, &healthy).is_empty());
+    }
+}
