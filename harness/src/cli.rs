@@ -147,7 +147,7 @@ pub(crate) struct RunArgs {
     pub(crate) common: RunCommonArgs,
     /// `A..B`: run every seed from A to B (inclusive), one run directory each under one
     /// combined directory, and judge the seeds' distribution against the golden's calibration
-    /// (Welch's t-test) besides each seed's own verdict.
+    /// (Student's pooled t-test) besides each seed's own verdict.
     #[arg(long, value_name = "A..B", conflicts_with = "seed")]
     pub(crate) seeds: Option<String>,
     /// Scenarios side by side on this host (a scenario that requires GPUs takes that many of

@@ -198,8 +198,8 @@ pub(crate) fn judge_combined(
     let mut notes = vec![format!(
         "multi-seed run: seeds {}, one run directory each (`seed-<S>/`); each seed is judged \
          against the golden alone (`seed:<S>`), then the seeds' window means against the \
-         golden's calibration by Welch's t-test (`seeds:<metric>`, 5% false alarms over all \
-         tests, split by Bonferroni)",
+         golden's calibration by Student's pooled t-test (`seeds:<metric>`, 5% false alarms over \
+         all tails that can fail, split by Bonferroni)",
         seeds_text(&manifest.seeds)
     )];
     if let Some(cal) = golden.as_ref().and_then(|g| g.calibration.as_ref()) {
