@@ -7,7 +7,8 @@
 //! config, however small: `weight_decay` 0 → 0.001 moves no band but changes every loss from
 //! step 2 on. So when the run's numeric fingerprint equals the golden's and the seeds match,
 //! every series the golden holds (timing and utilisation series excepted: they follow the
-//! clock) is compared exactly, and the first differing step and metric are named. A run on a
+//! clock, except on a backend that simulates time, the mock) is compared exactly, and the
+//! first differing step and metric are named. A run on a
 //! host of another fingerprint is judged by the bands alone, and the verdict says why.
 
 use serde::{Deserialize, Serialize};
@@ -75,9 +76,14 @@ pub(crate) fn lane(numerics: Option<&Numerics>, seed: u64, golden: &Golden) -> E
     ExactLane {
         applied: true,
         message: format!(
-            "numeric fingerprint {} and seed {seed} match the golden's: every non-timing series \
-             is compared bit for bit",
-            n.fingerprint
+            "numeric fingerprint {} and seed {seed} match the golden's: every {}series is \
+             compared bit for bit",
+            n.fingerprint,
+            if n.simulated_time {
+                "(the backend simulates time: timing, MFU and throughput included) "
+            } else {
+                "non-timing "
+            }
         ),
     }
 }
@@ -86,12 +92,17 @@ fn same(a: f64, b: f64) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
 }
 
-/// Compare every non-timing series of the golden with the run's at the steps both have.
-pub(crate) fn judge_exact(run: &MetricTable, golden: &MetricTable) -> RuleVerdict {
+/// Compare every series of the golden with the run's at the steps both have: the timing ones
+/// too when `simulated_time`.
+pub(crate) fn judge_exact(
+    run: &MetricTable,
+    golden: &MetricTable,
+    simulated_time: bool,
+) -> RuleVerdict {
     let metrics: Vec<String> = golden
         .columns()
         .into_iter()
-        .filter(|m| !is_timing(m))
+        .filter(|m| simulated_time || !is_timing(m))
         .collect();
     let mut differing: Vec<(u64, String, Option<f64>, f64)> = Vec::new();
     let mut compared = 0usize;
@@ -163,7 +174,10 @@ pub(crate) fn judge_lane(
     seed: u64,
 ) -> (ExactLane, Option<RuleVerdict>) {
     let lane = lane(numerics, seed, golden);
-    let rule = lane.applied.then(|| judge_exact(run, &golden.table));
+    let simulated = numerics.is_some_and(|n| n.simulated_time);
+    let rule = lane
+        .applied
+        .then(|| judge_exact(run, &golden.table, simulated));
     (lane, rule)
 }
 
@@ -210,6 +224,7 @@ mod tests {
         Numerics {
             fingerprint: fp.into(),
             cpu_kernels: None,
+            simulated_time: false,
         }
     }
 
@@ -233,14 +248,14 @@ mod tests {
             (1, &[("actor/entropy", 0.25), ("timing_s/step", 9.0)]),
             (2, &[("actor/entropy", 0.5), ("timing_s/step", 7.0)]),
         ]);
-        let v = judge_exact(&same_run, &g.table);
+        let v = judge_exact(&same_run, &g.table, false);
         assert_eq!(v.status, RuleStatus::Pass, "{}", v.evidence.message);
         let nudged = f64::from_bits(0.5f64.to_bits() + 1);
         let drift = table(&[
             (1, &[("actor/entropy", 0.25)]),
             (2, &[("actor/entropy", nudged)]),
         ]);
-        let v = judge_exact(&drift, &g.table);
+        let v = judge_exact(&drift, &g.table, false);
         assert_eq!(v.status, RuleStatus::Regressed);
         assert!(
             v.evidence
@@ -251,13 +266,48 @@ mod tests {
         );
         assert_eq!(v.failing_steps, vec![2]);
         let gone = table(&[(1, &[("actor/entropy", 0.25)]), (2, &[("other", 1.0)])]);
-        let v = judge_exact(&gone, &g.table);
+        let v = judge_exact(&gone, &g.table, false);
         assert_eq!(v.status, RuleStatus::Regressed);
         assert!(
             v.evidence.message.contains("missing"),
             "{}",
             v.evidence.message
         );
+    }
+
+    #[test]
+    fn a_backend_that_simulates_time_keeps_timing_in_the_lane() {
+        let g = golden(Some("abc"), 1);
+        let slower: Vec<(u64, Vec<(&str, f64)>)> = g
+            .table
+            .rows()
+            .iter()
+            .map(|r| {
+                let mut v: Vec<(&str, f64)> = Vec::new();
+                for c in ["actor/entropy", "timing_s/step"] {
+                    if let Some(x) = r.get(c) {
+                        v.push((c, if c == "timing_s/step" { x * 1.04 } else { x }));
+                    }
+                }
+                (r.step, v)
+            })
+            .collect();
+        let rows: Vec<(u64, &[(&str, f64)])> =
+            slower.iter().map(|(s, v)| (*s, v.as_slice())).collect();
+        let run = table(&rows);
+        assert_eq!(judge_exact(&run, &g.table, false).status, RuleStatus::Pass);
+        let v = judge_exact(&run, &g.table, true);
+        assert_eq!(v.status, RuleStatus::Regressed, "{}", v.evidence.message);
+        assert!(
+            v.evidence.message.contains("`timing_s/step`"),
+            "{}",
+            v.evidence.message
+        );
+        let mut mock = numerics("abc");
+        mock.simulated_time = true;
+        let (lane, rule) = judge_lane(&run, &g, Some(&mock), 1);
+        assert!(lane.message.contains("timing, MFU and throughput included"));
+        assert_eq!(rule.unwrap().status, RuleStatus::Regressed);
     }
 
     #[test]

@@ -24,6 +24,11 @@ pub struct Numerics {
     /// How the CPU kernels were pinned (torch on the CPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_kernels: Option<CpuKernels>,
+    /// The backend's times are simulated from its cost model, not measured (the mock): its
+    /// timing, MFU and throughput series are as exact as the rest, and the exact lane holds
+    /// them bit for bit too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub simulated_time: bool,
 }
 
 /// A fingerprint's text: the first 6 bytes of a digest, in hex.

@@ -256,6 +256,7 @@ impl TorchEngine {
         let numerics = kernels.map(|k| rlharness::backend::Numerics {
             fingerprint: numerics::fingerprint(&config, spec.threads),
             cpu_kernels: Some(k),
+            simulated_time: false,
         });
         let (base, cached) = match spec.model.kind {
             ModelKind::Tiny => {

@@ -324,6 +324,7 @@ impl MockEngine {
         super::Numerics {
             fingerprint: super::fingerprint_hex(&h.finalize()),
             cpu_kernels: None,
+            simulated_time: true,
         }
     }
 
