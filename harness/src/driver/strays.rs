@@ -227,7 +227,17 @@ mod tests {
             .env(TOKEN_VAR, &token)
             .spawn()
             .unwrap();
-        let found = marked(&token);
+        // Until the child has exec'd, /proc shows the fork's environment and command line
+        // (this test binary's): wait for `sleep` itself.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let found = loop {
+            let found = marked(&token);
+            if found.iter().any(|p| p.cmdline.starts_with("sleep")) {
+                break found;
+            }
+            assert!(std::time::Instant::now() < deadline, "{found:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].pid, child.id() as i32);
         assert!(found[0].cmdline.starts_with("sleep 30"), "{found:?}");
