@@ -481,9 +481,9 @@ pub struct ExpectedVerdict {
     pub(crate) reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<u64>,
-    /// Rules that may fail besides `rules` without a mismatch (a pattern ending in `*` names
-    /// every rule it starts): e.g. a multi-seed self-test's `seed:*`, where some seeds' own
-    /// bands catch the plant too, but how many depends on the host.
+    /// Rules that may fail besides `rules` without a mismatch, by full id: e.g. a multi-seed
+    /// self-test's `seed:1` ... `seed:5`, where some seeds' own bands catch the plant too, but
+    /// how many depends on the host. Never a pattern: a wildcard would absorb any failure.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) may_also_fail: Vec<String>,
 }
@@ -525,6 +525,11 @@ impl TryFrom<RawExpectedVerdict> for ExpectedVerdict {
         if r.reason.as_deref().is_some_and(|s| s.trim().is_empty()) {
             return Err("`reason` must not be empty".into());
         }
+        for (key, ids) in [("rules", &r.rules), ("may_also_fail", &r.may_also_fail)] {
+            for id in ids {
+                check_rule_id(key, id)?;
+            }
+        }
         if !r.may_also_fail.is_empty() && r.rules.is_empty() {
             return Err(
                 "`may_also_fail` relaxes a list of expected failing `rules`: give `rules` too"
@@ -538,6 +543,41 @@ impl TryFrom<RawExpectedVerdict> for ExpectedVerdict {
             step: r.step,
             may_also_fail: r.may_also_fail,
         })
+    }
+}
+
+/// The kinds of rule a verdict holds, by the prefix of their ids.
+pub(crate) const RULE_KINDS: &[&str] = &[
+    "golden",
+    "expect",
+    "presence",
+    "stability",
+    "seeds",
+    "seed",
+    "exact",
+    "sanity",
+    "replay",
+    "loosened",
+    "watchdog",
+];
+
+/// An `expected_verdict` entry must be one rule's full id (`golden:critic/rewards/mean`,
+/// `expect:grad-finite`, `stability:actor/entropy`, `seed:3`): a bare metric name would also
+/// stand for its `presence:`, `stability:` and `seeds:` rules, and a wildcard for any rule.
+fn check_rule_id(key: &str, id: &str) -> Result<(), String> {
+    if id.contains('*') {
+        return Err(format!(
+            "`{key}`: `{id}` is a pattern; name each rule by its full id (a wildcard would \
+             absorb failures nobody declared)"
+        ));
+    }
+    match id.split_once(':') {
+        Some((kind, rest)) if RULE_KINDS.contains(&kind) && !rest.trim().is_empty() => Ok(()),
+        _ => Err(format!(
+            "`{key}`: `{id}` is not a full rule id: write `<kind>:<name>` with kind one of {} \
+             (e.g. `golden:{id}` or `expect:{id}`)",
+            RULE_KINDS.join(", ")
+        )),
     }
 }
 

@@ -676,17 +676,10 @@ fn norm(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Does a name from `expected_verdict.rules` denote this rule? Accepts the full id, a golden
-/// rule's metric, or an expectation's name or source (whitespace-insensitive).
-fn names_rule(pattern: &str, rule: &str) -> bool {
-    let p = norm(pattern);
-    if norm(rule) == p {
-        return true;
-    }
-    match rule.split_once(':') {
-        Some((_, rest)) => norm(rest) == p,
-        None => false,
-    }
+/// Does a name from `expected_verdict` denote this rule? Only its full id does
+/// (whitespace-insensitive): the spec refuses bare names and patterns.
+fn names_rule(name: &str, rule: &str) -> bool {
+    norm(rule) == norm(name)
 }
 
 /// Strict match of the actual result against the declared one: an unexpected pass is a
@@ -824,10 +817,7 @@ fn match_expected_rules(v: &Verdict, expected: &ExpectedVerdict) -> Result<(), S
             !expected
                 .may_also_fail
                 .iter()
-                .any(|n| match n.strip_suffix('*') {
-                    Some(prefix) => r.rule.starts_with(prefix),
-                    None => names_rule(n, &r.rule),
-                })
+                .any(|n| names_rule(n, &r.rule))
         })
         .map(|r| r.rule.as_str())
         .collect();
@@ -1317,7 +1307,7 @@ mod tests {
     fn expected_verdict_is_strict() {
         let regressed = verdict_with(Outcome::Regressed, &[("golden:critic/rewards/mean", 3)]);
         let passed = verdict_with(Outcome::Passed, &[]);
-        let e = expected(r#"{"outcome": "regressed", "rules": ["critic/rewards/mean"]}"#);
+        let e = expected(r#"{"outcome": "regressed", "rules": ["golden:critic/rewards/mean"]}"#);
         assert_eq!(match_expected(Some(&regressed), &done(), &e), Ok(()));
         // An unexpected pass is a mismatch.
         let why = match_expected(Some(&passed), &done(), &e).unwrap_err();
@@ -1332,34 +1322,49 @@ mod tests {
         );
         let why = match_expected(Some(&both), &done(), &e).unwrap_err();
         assert!(why.contains("expect:max(m) <= 1"), "{why}");
-        // Expression rules are named by their source, whitespace aside.
+        // Rules are named by their full ids, whitespace aside.
         let e2 = expected(
-            r#"{"outcome": "regressed", "rules": ["critic/rewards/mean", "max(m)  <=  1"], "step": 2}"#,
+            r#"{"outcome": "regressed", "rules": ["golden:critic/rewards/mean", "expect:max(m)  <=  1"], "step": 2}"#,
         );
         assert_eq!(match_expected(Some(&both), &done(), &e2), Ok(()));
         let e3 = expected(r#"{"outcome": "regressed", "step": 3}"#);
         assert!(match_expected(Some(&both), &done(), &e3).is_err());
-        let e4 = expected(r#"{"outcome": "regressed", "rules": ["nope"]}"#);
+        let e4 = expected(r#"{"outcome": "regressed", "rules": ["golden:nope"]}"#);
         assert!(match_expected(Some(&regressed), &done(), &e4)
             .unwrap_err()
             .contains("not a rule"));
         let e5 = expected(r#"{"outcome": "regressed", "reason": "WINDOWS"}"#);
         assert_eq!(match_expected(Some(&regressed), &done(), &e5), Ok(()));
-        // `may_also_fail` lets named rules (or every rule a `*` pattern starts) fail or pass.
+        // `may_also_fail` lets the named rules fail or pass.
         let e6 = expected(
-            r#"{"outcome": "regressed", "rules": ["critic/rewards/mean"], "may_also_fail": ["expect:*"]}"#,
+            r#"{"outcome": "regressed", "rules": ["golden:critic/rewards/mean"], "may_also_fail": ["expect:max(m) <= 1"]}"#,
         );
         assert_eq!(match_expected(Some(&both), &done(), &e6), Ok(()));
         assert_eq!(match_expected(Some(&regressed), &done(), &e6), Ok(()));
         let e7 = expected(
-            r#"{"outcome": "regressed", "rules": ["critic/rewards/mean"], "may_also_fail": ["seed:*"]}"#,
+            r#"{"outcome": "regressed", "rules": ["golden:critic/rewards/mean"], "may_also_fail": ["seed:1"]}"#,
         );
         assert!(match_expected(Some(&both), &done(), &e7).is_err());
-        assert!(serde_json::from_str::<ExpectedVerdict>(
-            r#"{"outcome": "regressed", "may_also_fail": ["seed:*"]}"#
+        // A bare metric name would also stand for its presence, stability and seeds rules, a
+        // pattern for any rule: both are refused when the scenario is read.
+        for bad in [
+            r#"{"outcome": "regressed", "rules": ["critic/rewards/mean"]}"#,
+            r#"{"outcome": "regressed", "rules": ["golden:m"], "may_also_fail": ["seed:*"]}"#,
+            r#"{"outcome": "regressed", "rules": ["reward:m"]}"#,
+            r#"{"outcome": "regressed", "may_also_fail": ["seed:1"]}"#,
+            r#"{"outcome": "regresed"}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<ExpectedVerdict>(bad).is_err(),
+                "{bad}"
+            );
+        }
+        let why = serde_json::from_str::<ExpectedVerdict>(
+            r#"{"outcome": "regressed", "rules": ["critic/rewards/mean"]}"#,
         )
-        .is_err());
-        assert!(serde_json::from_str::<ExpectedVerdict>(r#"{"outcome": "regresed"}"#).is_err());
+        .unwrap_err()
+        .to_string();
+        assert!(why.contains("not a full rule id"), "{why}");
     }
 
     #[test]

@@ -1056,9 +1056,9 @@ mod tests {
         let mut r = regressed(&dir.path().join("run-1"));
         r.expected = Some(
             serde_json::from_str(
-                r#"{"outcome": "regressed", "rules": ["critic/rewards/mean",
-                    "mean(critic/rewards/mean, last 3) >= mean(critic/rewards/mean, first 3) + 0.2",
-                    "all(actor/grad_norm, finite)"]}"#,
+                r#"{"outcome": "regressed", "rules": ["golden:critic/rewards/mean",
+                    "expect:mean(critic/rewards/mean, last 3) >= mean(critic/rewards/mean, first 3) + 0.2",
+                    "expect:all(actor/grad_norm, finite)"]}"#,
             )
             .unwrap(),
         );
