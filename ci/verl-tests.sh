@@ -24,5 +24,5 @@ RAY_TMPDIR=$(mktemp -d /tmp/rlh-verl.XXXXXX)
 export RAY_TMPDIR
 trap 'rm -rf "$RAY_TMPDIR"' EXIT
 # shellcheck disable=SC2086
-cargo test --workspace $FEATURES --test it -- --ignored --test-threads 1 real_verl::
+cargo test --workspace $FEATURES --test it -- --ignored --test-threads 1 --nocapture real_verl::
 echo "verl-tests: done in $((SECONDS - started)) s"
