@@ -660,6 +660,21 @@ mod tests {
         }
     }
 
+    /// The seeds' runs, numbered from `first`, each passing its own verdict.
+    fn passing_runs(tables: &[MetricTable], first: u64) -> Vec<SeedRun<'_>> {
+        tables
+            .iter()
+            .zip(first..)
+            .map(|(t, seed)| SeedRun {
+                seed,
+                table: t,
+                status: RuleStatus::Pass,
+                summary: "passed".into(),
+                dir: format!("seed-{seed}"),
+            })
+            .collect()
+    }
+
     fn judged(offset: f64) -> Verdict {
         let checks: ChecksSpec = serde_json::from_str(
             r#"{"golden": {"reward": {"window": 10, "calibrated": {"k": 4}}}}"#,
@@ -668,17 +683,7 @@ mod tests {
         let reference: Vec<MetricTable> = (1..=10).map(|s| curve(0.0, s)).collect();
         let golden = golden_with_calibration(&reference, &checks);
         let tables: Vec<MetricTable> = (11..=15).map(|s| curve(offset, s)).collect();
-        let runs: Vec<SeedRun> = tables
-            .iter()
-            .enumerate()
-            .map(|(i, t)| SeedRun {
-                seed: 11 + i as u64,
-                table: t,
-                status: RuleStatus::Pass,
-                summary: "passed".into(),
-                dir: format!("seed-{}", 11 + i),
-            })
-            .collect();
+        let runs = passing_runs(&tables, 11);
         judge_seeds(&runs, &checks, Some(&golden))
     }
 
@@ -725,17 +730,7 @@ mod tests {
             t.push(m);
         }
         tables[2] = t;
-        let runs: Vec<SeedRun> = tables
-            .iter()
-            .enumerate()
-            .map(|(i, t)| SeedRun {
-                seed: 11 + i as u64,
-                table: t,
-                status: RuleStatus::Pass,
-                summary: "passed".into(),
-                dir: String::new(),
-            })
-            .collect();
+        let runs = passing_runs(&tables, 11);
         let v = judge_seeds(&runs, &checks, Some(&golden));
         let rule = v.rule("seeds:reward").unwrap();
         assert_eq!(rule.status, RuleStatus::Regressed, "{rule:#?}");
@@ -853,17 +848,7 @@ mod tests {
             let tables: Vec<MetricTable> = (0..seeds)
                 .map(|_| draw_run(&truth, &mut rng, shift))
                 .collect();
-            let runs: Vec<SeedRun> = tables
-                .iter()
-                .enumerate()
-                .map(|(i, t)| SeedRun {
-                    seed: 100 + i as u64,
-                    table: t,
-                    status: RuleStatus::Pass,
-                    summary: "passed".into(),
-                    dir: String::new(),
-                })
-                .collect();
+            let runs = passing_runs(&tables, 100);
             let v = judge_seeds(&runs, &checks, Some(&golden));
             let family: Vec<&RuleVerdict> = v
                 .rules
