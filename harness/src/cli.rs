@@ -291,6 +291,11 @@ pub(crate) struct CalibrateArgs {
     /// `<commit>-dirty`; for trying bands out, not for a calibration to commit.
     #[arg(long)]
     pub(crate) allow_dirty: bool,
+    /// `5%` (or `0.05`): print, per windowed golden rule and window, the seeds a multi-seed
+    /// verdict needs to catch a shift of that fraction of the window's mean 80% of the time.
+    /// Reads the existing calibration and runs nothing; without one, calibrates first.
+    #[arg(long, value_name = "FRACTION")]
+    pub(crate) detect: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -358,9 +358,25 @@ async fn calibrate(
         hardware,
         set,
         allow_dirty,
+        detect,
     } = args;
     let file = file.as_path();
     let set = set.as_slice();
+    let detect = detect.map(|d| parse_fraction(&d)).transpose()?;
+    if let Some(fraction) = detect {
+        let scenario = crate::spec::load_scenario(file, set)
+            .map_err(|e| CommandError::invalid(e.to_string()))?;
+        let hw = hardware.clone().unwrap_or_else(|| "cpu".into());
+        let dir = golden_root.join(&scenario.name).join(&hw);
+        if let Some(cal) = crate::golden::calibration::Calibration::read(&dir)? {
+            print_seeds_needed(&scenario.checks, &cal, fraction);
+            return Ok(ExitStatus::Passed);
+        }
+        eprintln!(
+            "calibrate: no calibration in {} yet: calibrating first",
+            dir.display()
+        );
+    }
     let seeds = match seeds {
         Some(r) => Some(parse_seed_range(&r).map_err(CommandError::invalid)?),
         None => None,
@@ -474,7 +490,63 @@ async fn calibrate(
         }
     }
     println!("written to {}", path.display());
+    if let Some(fraction) = detect {
+        print_seeds_needed(&checks, &cal, fraction);
+    }
     Ok(ExitStatus::Passed)
+}
+
+/// `5%` or `0.05`, in (0, 1).
+fn parse_fraction(text: &str) -> Result<f64, CommandError> {
+    let t = text.trim();
+    let v = match t.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|p| p / 100.0),
+        None => t.parse::<f64>(),
+    };
+    match v {
+        Ok(f) if f > 0.0 && f < 1.0 => Ok(f),
+        _ => Err(CommandError::invalid(format!(
+            "--detect: `{text}` is not a fraction in (0, 1) (`5%` or `0.05`)"
+        ))),
+    }
+}
+
+/// The table of `golden calibrate --detect`.
+fn print_seeds_needed(
+    checks: &crate::checks::ChecksSpec,
+    cal: &crate::golden::calibration::Calibration,
+    fraction: f64,
+) {
+    use crate::compare::expr::fmt_num;
+    let rows = crate::compare::seeds::seeds_needed(checks, cal, fraction);
+    println!(
+        "seeds a multi-seed verdict needs to catch a shift of {}% of a window's mean 80% of the \
+         time ({}):",
+        fmt_num(fraction * 100.0),
+        cal.source()
+    );
+    println!("| rule | window | mean | σ | shift | seeds |\n|---|---|---:|---:|---:|---:|");
+    for r in &rows {
+        println!(
+            "| `{}` | {}..{} | {} | {} | {} | {} |",
+            r.metric,
+            r.window.0,
+            r.window.1,
+            fmt_num(r.mean),
+            fmt_num(r.sigma),
+            fmt_num(r.shift),
+            r.seeds.map_or_else(
+                || format!(
+                    "more than 1000 (the calibration's {} runs bound it)",
+                    cal.runs
+                ),
+                |n| n.to_string()
+            )
+        );
+    }
+    if rows.is_empty() {
+        println!("(no windowed golden rule with a calibration: nothing to test over seeds)");
+    }
 }
 
 /// The rules a calibration run failed that do not depend on a calibration or a golden's draw:

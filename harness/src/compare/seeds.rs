@@ -72,6 +72,67 @@ pub(crate) fn detectable_shift(reference: &PointStats, n: usize, alpha: f64) -> 
     Some((t.inverse_cdf(1.0 - alpha) + t.inverse_cdf(POWER)) * se)
 }
 
+/// How many seeds a multi-seed verdict needs to catch a shift of a window's mean, 80% of the
+/// time, at the α the verdict would test it at (`golden calibrate --detect`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SeedsNeeded {
+    pub(crate) metric: String,
+    pub(crate) window: (u64, u64),
+    pub(crate) mean: f64,
+    pub(crate) sigma: f64,
+    /// The shift to catch (the asked fraction of |mean|).
+    pub(crate) shift: f64,
+    /// `None`: not within 1000 seeds (the calibration's own n bounds what any number of
+    /// seeds can see: calibrate with more runs).
+    pub(crate) seeds: Option<usize>,
+}
+
+/// Per windowed golden rule of `checks` and per window of `cal`, the seeds needed to catch a
+/// shift of `fraction` × |the window's mean| (each tail at the verdict's Bonferroni α).
+pub(crate) fn seeds_needed(
+    checks: &ChecksSpec,
+    cal: &crate::golden::calibration::Calibration,
+    fraction: f64,
+) -> Vec<SeedsNeeded> {
+    let rules: Vec<(&str, Direction, &Vec<PointStats>)> = checks
+        .golden
+        .iter()
+        .filter(|(_, r)| r.window.unwrap_or(1) > 1)
+        .filter_map(|(m, r)| {
+            cal.windows
+                .get(m)
+                .map(|w| (m, r.resolved(m).direction(), w))
+        })
+        .collect();
+    let m = rules
+        .iter()
+        .map(|(_, d, w)| w.len() * tails(*d))
+        .sum::<usize>()
+        .max(1);
+    let alpha = FAMILY_ALPHA / m as f64;
+    let mut out = Vec::new();
+    for (metric, direction, windows) in rules {
+        let tail = match direction {
+            Direction::TwoSided => alpha / 2.0,
+            _ => alpha,
+        };
+        for w in windows {
+            let shift = fraction * w.mean.abs();
+            let seeds =
+                (2..=1000).find(|n| detectable_shift(w, *n, tail).is_some_and(|d| d <= shift));
+            out.push(SeedsNeeded {
+                metric: metric.to_string(),
+                window: (w.first, w.last),
+                mean: w.mean,
+                sigma: w.std,
+                shift,
+                seeds,
+            });
+        }
+    }
+    out
+}
+
 /// The rule id of one seed's own verdict.
 pub(crate) fn seed_rule_id(seed: u64) -> String {
     format!("seed:{seed}")
@@ -711,6 +772,50 @@ mod tests {
             higher.rule("seeds:reward").unwrap().status,
             RuleStatus::Improved
         );
+    }
+
+    #[test]
+    fn seeds_needed_agree_with_the_stated_power() {
+        let (checks, truth, n_cal) = flagship();
+        let reference: Vec<MetricTable> = {
+            use rand::SeedableRng;
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+            (0..n_cal)
+                .map(|_| draw_run(&truth, &mut rng, None))
+                .collect()
+        };
+        let cal = crate::golden::calibration::Calibration::of_test_runs(&reference, &checks);
+        let needed = seeds_needed(&checks, &cal, 0.10);
+        assert_eq!(needed.len(), 4, "{needed:?}");
+        for s in &needed {
+            let w = &cal.windows[&s.metric]
+                .iter()
+                .find(|w| (w.first, w.last) == s.window)
+                .unwrap();
+            let tail = if s.metric.contains("entropy") {
+                0.05 / 6.0 / 2.0
+            } else {
+                0.05 / 6.0
+            };
+            match s.seeds {
+                // The smallest n: n catches the shift, n - 1 does not.
+                Some(n) => {
+                    assert!(detectable_shift(w, n, tail).unwrap() <= s.shift, "{s:?}");
+                    if n > 2 {
+                        assert!(detectable_shift(w, n - 1, tail).unwrap() > s.shift, "{s:?}");
+                    }
+                }
+                None => assert!(detectable_shift(w, 1000, tail).unwrap() > s.shift, "{s:?}"),
+            }
+        }
+        assert!(
+            needed.iter().any(|s| s.seeds.is_some_and(|n| n > 2)),
+            "{needed:?}"
+        );
+        // A shift below what the calibration's own n allows is never reachable.
+        assert!(seeds_needed(&checks, &cal, 1e-6)
+            .iter()
+            .all(|s| s.seeds.is_none()));
     }
 
     #[test]

@@ -706,6 +706,44 @@ fn golden_calibrate_writes_the_measured_noise_beside_the_golden() {
     assert_eq!(cal["steps"]["actor/lr"].as_array().unwrap().len(), 20);
 }
 
+/// `golden calibrate --detect 5%` reads the shipped calibration (nothing runs) and prints the
+/// seeds a multi-seed verdict needs per window: for the flagship, a 5% reward drop over steps
+/// 11..20 takes 15 seeds, and over steps 1..10 no number of seeds suffices with a 10-run
+/// calibration.
+#[test]
+fn golden_calibrate_detect_prints_the_seeds_needed() {
+    let cli = |detect: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+            .args([
+                "golden",
+                "calibrate",
+                "scenarios/tiny-gsm8k-grpo.yaml",
+                "--detect",
+                detect,
+            ])
+            .current_dir(repo())
+            .env_remove("CI")
+            .output()
+            .unwrap()
+    };
+    let o = cli("5%");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains("| `critic/rewards/mean` | 11..20 | 0.68918 | 0.024161 | 0.034459 | 15 |"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "| `critic/rewards/mean` | 1..10 | 0.450488 | 0.023235 | 0.022524 | more than 1000"
+        ),
+        "{out}"
+    );
+    let bad = cli("5x");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--detect: `5x` is not a fraction"));
+}
+
 /// A calibration names the commit it measured: `golden calibrate` refuses a git tree with
 /// uncommitted changes to tracked files (before running anything), unless `--allow-dirty`.
 #[test]
