@@ -262,15 +262,20 @@ struct Shape {
     keys: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
 }
 
+/// A wire record's request body: its JSON, or a DSSST1 body's decoded tree.
+fn request_body(r: &serde_json::Value) -> serde_json::Value {
+    r["request"]
+        .get("json")
+        .or_else(|| r["request"].get("dssst1"))
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// One call as the shape names it: the route with what decides its meaning (the job's type
 /// for /initialize and /destroy, the sleep level, the wake tags, the operation type).
 fn call_name(r: &serde_json::Value, types: &std::collections::HashMap<i64, String>) -> String {
     let route = r["route"].as_str().unwrap_or("?");
-    let body = r["request"]
-        .get("json")
-        .or_else(|| r["request"].get("dssst1"))
-        .cloned()
-        .unwrap_or_default();
+    let body = request_body(r);
     let job = r["job_id"].as_i64().and_then(|j| types.get(&j)).cloned();
     match route {
         "/initialize" => format!("/initialize {}", body["job_type"].as_str().unwrap_or("?")),
@@ -336,11 +341,7 @@ fn shape(records: &[serde_json::Value]) -> Shape {
         Default::default();
     for r in records {
         let route = r["route"].as_str().unwrap_or("?");
-        let body = r["request"]
-            .get("json")
-            .or_else(|| r["request"].get("dssst1"))
-            .cloned()
-            .unwrap_or_default();
+        let body = request_body(r);
         let name = match route {
             "/initialize" => format!("/initialize {}", body["job_type"].as_str().unwrap_or("?")),
             _ => route.to_string(),
