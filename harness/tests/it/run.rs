@@ -744,6 +744,43 @@ fn golden_calibrate_detect_prints_the_seeds_needed() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--detect: `5x` is not a fraction"));
 }
 
+/// A calibration measures healthy runs only: a seed whose run fails a rule that does not depend
+/// on the calibration (here the smoke's fixed reward band, made for its one seed) stops it,
+/// naming the seed, the run and the rule, and nothing is written.
+#[test]
+fn golden_calibrate_refuses_a_run_that_fails_a_fixed_rule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let golden = tmp.path().join("golden");
+    let dst = golden.join("mock-gsm8k-grpo/cpu");
+    std::fs::create_dir_all(&dst).unwrap();
+    for f in ["metrics.csv", "golden.yaml"] {
+        std::fs::copy(
+            repo().join("golden/mock-gsm8k-grpo/cpu").join(f),
+            dst.join(f),
+        )
+        .unwrap();
+    }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+        .args(["golden", "--golden"])
+        .arg(&golden)
+        // Seeds 4 and 5 miss the band by 0.015 and 0.0175 (seed 2 sits on its edge).
+        .args(["calibrate", "--allow-dirty", "--seeds", "4..5", "--out"])
+        .arg(tmp.path().join("reports"))
+        .arg(smoke())
+        .current_dir(repo())
+        .env_remove("CI")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("failed rules that do not depend on the calibration")
+            && err.contains("golden:critic/rewards/mean"),
+        "{err}"
+    );
+    assert!(!dst.join("calibration.json").exists());
+}
+
 /// A calibration names the commit it measured: `golden calibrate` refuses a git tree with
 /// uncommitted changes to tracked files (before running anything), unless `--allow-dirty`.
 #[test]
