@@ -196,6 +196,9 @@ pub struct TrainerLaunch {
     /// Absolute: verl's file logger runs in a Ray actor with another working directory.
     pub(crate) jsonl_path: PathBuf,
     pub(crate) run_dir: PathBuf,
+    /// The steps asked of it (`trainer.total_training_steps`): one that exits 0 before the
+    /// last of them fails the run.
+    pub(crate) steps: u64,
 }
 
 /// Replace the experiment name the harness passes (`trainer.experiment_name=...`).
@@ -246,6 +249,8 @@ impl OutputTail {
 struct Captured {
     steps: BTreeSet<u64>,
     validation: bool,
+    /// Steps the console never showed, taken from verl's file logger after the trainer ended.
+    from_file_logger: Vec<u64>,
 }
 
 struct Shared {
@@ -316,6 +321,21 @@ impl Trainer {
             s.push('\n');
         }
         s
+    }
+
+    /// What the report must say about how the metrics were captured: steps whose console
+    /// line never arrived and were taken from verl's file logger.
+    pub(crate) fn notes(&self) -> Vec<String> {
+        let steps = &lock(&self.shared.captured).from_file_logger;
+        if steps.is_empty() {
+            return Vec::new();
+        }
+        let list: Vec<String> = steps.iter().map(u64::to_string).collect();
+        vec![format!(
+            "verl's console never showed step {} (Ray can drop a worker's last output when the \
+             launcher exits first): taken from verl's file logger ({JSONL_FILE})",
+            list.join(", ")
+        )]
     }
 
     /// The trainer's last non-empty output line.
@@ -452,7 +472,14 @@ pub(crate) fn start(
     }
     let jsonl = (launch.metrics_from == MetricsSource::VerlJsonl)
         .then(|| JsonlTail::new(&launch.jsonl_path));
-    let task = tokio::spawn(supervise(child, readers, jsonl, shared.clone()));
+    let backstop = console.then(|| JsonlTail::new(&launch.jsonl_path));
+    let task = tokio::spawn(supervise(
+        child,
+        readers,
+        Tails { jsonl, backstop },
+        shared.clone(),
+        launch.steps,
+    ));
     // Without a watcher a SIGKILL of the harness would leave the trainer running; say so,
     // but a missing `/bin/sh` is no reason to refuse the run.
     let token = launch
@@ -548,14 +575,48 @@ fn poll_jsonl(tail: &mut JsonlTail, shared: &Shared, last: bool) {
     }
 }
 
+/// verl's file logger as the driver reads it: the source of the metrics (`verl-jsonl`), or the
+/// backstop of the console (`verl-console`), read once the trainer has ended.
+struct Tails {
+    jsonl: Option<JsonlTail>,
+    backstop: Option<JsonlTail>,
+}
+
+/// verl prints each step's metrics in its task runner, a Ray worker whose output reaches the
+/// launcher's console through Ray's log monitor. When the launcher exits right after the last
+/// step, Ray can drop those last lines (seen with real verl 0.7.1: the last step's line was
+/// missing in 2 of 5 short runs on a 2-core host). verl's file logger, which the harness always turns on, wrote the
+/// same values in the same call, so the steps it holds that the console never showed are taken
+/// from it, and the run says so.
+fn fill_from_file_logger(tail: &mut JsonlTail, shared: &Shared) {
+    let Ok(lines) = tail.finish() else {
+        return;
+    };
+    for l in lines {
+        let Ok(rec) = capture::parse_jsonl_line(&l) else {
+            continue;
+        };
+        if rec.step == 0 || lock(&shared.captured).steps.contains(&rec.step) {
+            continue;
+        }
+        lock(&shared.captured).from_file_logger.push(rec.step);
+        shared.record(rec.step, rec.values);
+    }
+}
+
 /// Wait for the trainer to exit while tailing its JSONL file; its exit status is the driver's
 /// result.
 async fn supervise(
     mut child: tokio::process::Child,
     readers: Vec<tokio::task::JoinHandle<()>>,
-    mut jsonl: Option<JsonlTail>,
+    tails: Tails,
     shared: Arc<Shared>,
+    planned: u64,
 ) -> Result<(), DriverError> {
+    let Tails {
+        mut jsonl,
+        backstop,
+    } = tails;
     let mut ticker = tokio::time::interval(JSONL_POLL);
     let status = loop {
         tokio::select! {
@@ -572,6 +633,9 @@ async fn supervise(
     }
     if let Some(t) = jsonl.as_mut() {
         poll_jsonl(t, &shared, true);
+    }
+    if let Some(mut t) = backstop {
+        fill_from_file_logger(&mut t, &shared);
     }
     let step = shared.next_step();
     let status = status.map_err(|e| DriverError::Trainer {
@@ -596,6 +660,17 @@ async fn supervise(
             message: "the trainer exited 0 but no step metrics were captured (is verl's \
                       logger writing where `metrics_from` reads?)"
                 .into(),
+        });
+    }
+    if step <= planned {
+        return Err(DriverError::Trainer {
+            step,
+            message: format!(
+                "the trainer exited 0 after step {} of the {planned} asked \
+                 (trainer.total_training_steps); steps {step}..{planned} never reached the \
+                 console or verl's file logger",
+                step - 1
+            ),
         });
     }
     Ok(())

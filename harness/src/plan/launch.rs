@@ -153,5 +153,6 @@ pub fn launch_for(
         metrics_from: spec.metrics_from,
         jsonl_path,
         run_dir: run_dir.to_path_buf(),
+        steps: plan.scenario.steps,
     }
 }

@@ -265,6 +265,10 @@ async fn execute_with(
         manifest.notes.push(why);
     }
     record_strays(&mut manifest, strays);
+    for n in trainer.as_ref().map(|t| t.notes()).unwrap_or_default() {
+        tracing::warn!("{n}");
+        manifest.notes.push(n);
+    }
     let ended = chrono::Utc::now();
     let metrics = csv.into_table();
     env::finalize_manifest(&mut manifest, &end, &sanity.dropped, replay.as_ref(), ended);

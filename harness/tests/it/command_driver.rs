@@ -200,6 +200,61 @@ async fn a_non_finite_watched_metric_aborts_at_its_step() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_step_the_console_never_showed_is_taken_from_the_file_logger_and_said() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_fixture(
+        tmp.path(),
+        "verl-console.yaml",
+        &["driver.command.1=lost-last"],
+        ExitStatus::Passed,
+    )
+    .await;
+    let dir = tmp.path().join("run");
+    let t = table(&dir);
+    assert_eq!(t.steps(), vec![1, 2, 3, 4]);
+    // Steps 1-3 from the console (no JSONL-only key), step 4 from the file logger.
+    assert_eq!(t.row(4).unwrap().get("critic/score/mean"), Some(0.4));
+    assert_eq!(t.row(4).unwrap().get("perf/mfu/actor"), Some(0.24));
+    assert!(t.series("perf/throughput").is_empty());
+    let m = manifest(&dir);
+    assert_eq!(
+        m.notes.last().map(String::as_str),
+        Some(
+            "verl's console never showed step 4 (Ray can drop a worker's last output when the \
+             launcher exits first): taken from verl's file logger (verl_metrics.jsonl)"
+        ),
+        "{:?}",
+        m.notes
+    );
+    assert!(read(&dir, "report.md").contains("verl's console never showed step 4"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trainer_that_exits_0_before_the_last_step_fails_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    run_fixture(
+        tmp.path(),
+        "verl-console.yaml",
+        &["driver.command.1=stop-early"],
+        ExitStatus::RunFailed,
+    )
+    .await;
+    let dir = tmp.path().join("run");
+    let m = manifest(&dir);
+    assert_eq!(m.status, RunStatus::Failed);
+    assert_eq!(
+        m.reason.as_deref(),
+        Some(
+            "step 3: the trainer exited 0 after step 2 of the 4 asked \
+             (trainer.total_training_steps); steps 3..4 never reached the console or verl's \
+             file logger"
+        )
+    );
+    // The steps it finished are kept.
+    assert_eq!(table(&dir).steps(), vec![1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainer_that_stops_printing_is_a_hang_with_its_process_group_killed() {
     let tmp = tempfile::tempdir().unwrap();
     let started = Instant::now();
