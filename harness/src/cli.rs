@@ -75,8 +75,9 @@ pub(crate) enum Command {
         /// Override scenario values for every run of the matrix.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
-        /// How far each trial runs: `initialize` (the JobConfigs), `first-update` (one
-        /// training step) or `step:N`.
+        /// How far each trial runs: `first-update` (one training step), `initialize` (the
+        /// JobConfigs), `step:N`, or `auto` (the JobConfigs where every reader of its knobs is
+        /// in one, else one training step: faster, blind to effects after initialization).
         #[arg(long, default_value = "first-update", value_parser = clap::value_parser!(crate::propagate::command::Until))]
         until: crate::propagate::command::Until,
         /// Trials side by side (a trainer on the fixed Arctic address runs one at a time).

@@ -24,6 +24,10 @@ pub(crate) const CONCURRENCY: usize = 4;
 /// How far each trial runs: the matrix needs the wire up to that point, not a whole run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Until {
+    /// Each run as far as its knobs need: to the jobs' initialization when every reader of its
+    /// knobs (under its condition) is in a JobConfig, else to its first update. A baseline runs
+    /// as far as the furthest of its trials, and is compared over the trial's stretch.
+    Auto,
     /// The JobConfigs: the trainer is stopped at its first request after `/initialize`.
     Initialize,
     /// One whole training step (the default): JobConfigs, generation, the update's `meta`.
@@ -36,12 +40,13 @@ impl std::str::FromStr for Until {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
+            "auto" => Ok(Until::Auto),
             "initialize" => Ok(Until::Initialize),
             "first-update" => Ok(Until::FirstUpdate),
             _ => match s.strip_prefix("step:").map(str::parse::<u64>) {
                 Some(Ok(n)) if n >= 1 => Ok(Until::Step(n)),
                 _ => Err(format!(
-                    "`{s}`: expected initialize, first-update or step:N (N >= 1)"
+                    "`{s}`: expected auto, initialize, first-update or step:N (N >= 1)"
                 )),
             },
         }
@@ -51,12 +56,33 @@ impl std::str::FromStr for Until {
 impl Until {
     fn steps(self) -> u64 {
         match self {
-            Until::Initialize | Until::FirstUpdate => 1,
+            Until::Auto | Until::Initialize | Until::FirstUpdate => 1,
             Until::Step(n) => n,
+        }
+    }
+    /// How far a run of knobs goes: `jobs_only` when every reader of its knobs is in a
+    /// JobConfig (only `auto` looks).
+    fn reach(self, jobs_only: bool) -> WireCut {
+        match self {
+            Until::Auto if jobs_only => WireCut::Initialized,
+            Until::Initialize => WireCut::Initialized,
+            Until::Auto | Until::FirstUpdate => WireCut::Steps(1),
+            Until::Step(n) => WireCut::Steps(n),
+        }
+    }
+    /// The least a run goes: the plain baseline's reach before its trials add theirs.
+    fn least(self) -> WireCut {
+        match self {
+            Until::Auto | Until::Initialize => WireCut::Initialized,
+            Until::FirstUpdate => WireCut::Steps(1),
+            Until::Step(n) => WireCut::Steps(n),
         }
     }
     fn describe(self) -> String {
         match self {
+            Until::Auto => "its jobs were initialized where every reader of its knobs is in a \
+                            JobConfig, else its first update (`--until auto`)"
+                .into(),
             Until::Initialize => "its jobs were initialized (`--until initialize`)".into(),
             Until::FirstUpdate => "its first update (one training step)".into(),
             Until::Step(n) => format!("step {n}"),
@@ -145,6 +171,8 @@ enum RunResult {
         config: Value,
         /// The run's folder (the trainer's `stdout.log`).
         dir: PathBuf,
+        /// How far it ran: its wire holds this stretch.
+        reach: WireCut,
     },
     NotObservable(String),
     Failed(String),
@@ -313,6 +341,7 @@ pub async fn run_matrix(
         command,
         experiment: format!("{}-propagate", base.name),
         jobs: if fixed_port { 1 } else { options.jobs.max(1) },
+        config: &base_config,
     };
     let mut rs = RunSet::default();
     let (cells, splits) = run_units(&exec, &m, &plan, units, &mut rs).await?;
@@ -328,7 +357,7 @@ pub async fn run_matrix(
         seconds: started.elapsed().as_secs_f64(),
         driver,
         manifest: mpath.display().to_string(),
-        until: options.until.describe(),
+        until: describe_reach(options.until, &rs),
         knobs: judged.knobs,
         closed_gaps,
         grouping: options.group,
@@ -339,6 +368,30 @@ pub async fn run_matrix(
         require_observed: options.require_observed,
     };
     Ok((report, dir, judged.any_failed))
+}
+
+/// How far the trials ran, for the report: with `auto`, how many stopped at the jobs'
+/// initialization.
+fn describe_reach(until: Until, rs: &RunSet) -> String {
+    if until != Until::Auto {
+        return until.describe();
+    }
+    let ran = rs
+        .results
+        .iter()
+        .flatten()
+        .filter(|r| matches!(r, RunResult::Ran { .. }));
+    let (n, early) = ran.fold((0, 0), |(n, e), r| match r {
+        RunResult::Ran {
+            reach: WireCut::Initialized,
+            ..
+        } => (n + 1, e + 1),
+        _ => (n + 1, e),
+    });
+    format!(
+        "{} ({early} of {n} runs stopped at the jobs' initialization)",
+        until.describe()
+    )
 }
 
 /// Runs the plan needs (distinct override sets, conditions equal to the scenario's own value
@@ -406,26 +459,32 @@ struct Executor<'a> {
     command: bool,
     experiment: String,
     jobs: usize,
+    /// The scenario's resolved config (what a knob's conditions read before any run).
+    config: &'a Value,
 }
 
 impl Executor<'_> {
     /// An external trainer keeps the scenario's own horizon (`trainer.total_training_steps`,
     /// from which verl sizes the learning-rate schedule) and is stopped on the wire; the
     /// builtin driver takes its horizon from the config and runs the steps asked for.
-    fn stop_at(&self) -> Option<runner::StopAt> {
-        match (self.options.until, self.command) {
-            (Until::Initialize, _) => Some(runner::StopAt::Initialized),
-            (until, true) => Some(runner::StopAt::Steps(until.steps())),
-            (_, false) => None,
+    fn stop_at(&self, reach: WireCut) -> Option<runner::StopAt> {
+        match (reach, self.command) {
+            (WireCut::Initialized, _) => Some(runner::StopAt::Initialized),
+            (WireCut::Steps(n), true) => Some(runner::StopAt::Steps(n)),
+            (WireCut::Steps(_), false) => None,
         }
     }
 
-    fn run_options(&self, run_dir: PathBuf) -> RunOptions {
+    fn run_options(&self, run_dir: PathBuf, reach: WireCut) -> RunOptions {
+        let steps = match reach {
+            WireCut::Initialized => 1,
+            WireCut::Steps(n) => n,
+        };
         RunOptions {
-            steps: (!self.command).then_some(self.options.until.steps()),
+            steps: (!self.command).then_some(steps),
             set: self.set.to_vec(),
             run_dir: Some(run_dir),
-            stop_at: self.stop_at(),
+            stop_at: self.stop_at(reach),
             experiment_name: Some(self.experiment.clone()),
             ..RunOptions::new(self.out.to_path_buf(), PathBuf::from("golden"))
         }
@@ -435,11 +494,11 @@ impl Executor<'_> {
     /// them: a trainer that cannot run it (broken, or not reaching the wire) would fail every
     /// trial the same way, so the matrix stops there.
     async fn execute(&self, rs: &mut RunSet, mut todo: Vec<Todo>) -> Result<(), CommandError> {
-        let stop_at = self.stop_at();
         let run = |t: Todo| {
-            let o = self.run_options(t.dir.clone());
+            let o = self.run_options(t.dir.clone(), t.reach);
+            let stop_at = self.stop_at(t.reach);
             async move {
-                let r = execute_trial(t.plan, o, &t.label, &t.dir, stop_at).await;
+                let r = execute_trial(t.plan, o, &t.label, &t.dir, stop_at, t.reach).await;
                 (t.index, r)
             }
         };
@@ -480,16 +539,19 @@ async fn run_units(
     let mut cells: Vec<Option<verdict::Cell>> = vec![None; plan.trials.len()];
     let mut splits = 0;
     // The plain baseline is always run (first, alone): its trainer prints the resolved config.
-    rs.want(Vec::new(), true);
+    rs.want(Vec::new(), true, exec.options.until.least());
     let mut first = true;
     while first || !pending.is_empty() {
         first = false;
         let mut unit_runs = Vec::new();
         for u in &pending {
-            for &t in u {
-                rs.want(plan.trials[t].baseline_overrides(), true);
+            let trials: Vec<&verdict::Trial> = u.iter().map(|&t| &plan.trials[t]).collect();
+            let jobs_only = verdict::read_only_in_jobs(m, &trials, exec.config);
+            let reach = exec.options.until.reach(jobs_only);
+            for t in &trials {
+                rs.want(t.baseline_overrides(), true, reach);
             }
-            unit_runs.push(rs.want(group::unit_overrides(m, plan, u), false));
+            unit_runs.push(rs.want(group::unit_overrides(m, plan, u), false, reach));
         }
         let todo = rs.prepare(exec)?;
         exec.execute(rs, todo).await?;
@@ -521,6 +583,7 @@ struct Todo {
     plan: crate::plan::RunPlan,
     dir: PathBuf,
     label: String,
+    reach: WireCut,
 }
 
 /// The distinct runs of the matrix by their override sets; a run whose resolved values
@@ -529,6 +592,8 @@ struct Todo {
 struct RunSet {
     runs: Vec<Vec<String>>,
     baseline: Vec<bool>,
+    /// How far each run must go: the furthest its trials need.
+    reach: Vec<WireCut>,
     index: BTreeMap<Vec<String>, usize>,
     by_hash: BTreeMap<String, usize>,
     alias: Vec<usize>,
@@ -541,13 +606,15 @@ struct RunSet {
 
 impl RunSet {
     /// The index of the run with these overrides, added when new.
-    fn want(&mut self, overrides: Vec<String>, baseline: bool) -> usize {
+    fn want(&mut self, overrides: Vec<String>, baseline: bool, reach: WireCut) -> usize {
         if let Some(&i) = self.index.get(&overrides) {
             self.baseline[i] |= baseline;
+            self.reach[i] = self.reach[i].max(reach);
             return i;
         }
         self.runs.push(overrides.clone());
         self.baseline.push(baseline);
+        self.reach.push(reach);
         self.alias.push(self.runs.len() - 1);
         self.results.push(None);
         self.index.insert(overrides, self.runs.len() - 1);
@@ -583,6 +650,11 @@ impl RunSet {
             let run_plan = run_plan_for(s, exec.options);
             if let Some(&first) = self.by_hash.get(&run_plan.plan_hash) {
                 self.alias[i] = first;
+                // Not run yet (prepared this round): it goes as far as both need. A run
+                // already made is compared over the stretch it has.
+                if let Some(t) = todo.iter_mut().find(|t: &&mut Todo| t.index == first) {
+                    t.reach = t.reach.max(self.reach[i]);
+                }
                 continue;
             }
             self.by_hash.insert(run_plan.plan_hash.clone(), i);
@@ -593,6 +665,7 @@ impl RunSet {
                 plan: run_plan,
                 dir,
                 label,
+                reach: self.reach[i],
             });
         }
         self.prepared = self.runs.len();
@@ -650,6 +723,7 @@ async fn execute_trial(
     label: &str,
     run_dir: &Path,
     stop_at: Option<runner::StopAt>,
+    reach: WireCut,
 ) -> RunResult {
     let cut = match stop_at {
         Some(runner::StopAt::Initialized) => Some(WireCut::Initialized),
@@ -683,6 +757,7 @@ async fn execute_trial(
                 wire,
                 config,
                 dir: ex.run_dir.clone(),
+                reach,
             },
             Err(e) => RunResult::Failed(e.to_string()),
         },
@@ -733,19 +808,30 @@ fn judge_unit(
     run: usize,
 ) -> Result<Result<Vec<verdict::Cell>, String>, CommandError> {
     let trials: Vec<&verdict::Trial> = unit.iter().map(|&i| &plan.trials[i]).collect();
-    let mut baselines = Vec::new();
+    let result = rs.result(run);
+    // A baseline that ran further than the trial is compared over the trial's stretch.
+    let reach = match result {
+        Some(RunResult::Ran { reach, .. }) => Some(*reach),
+        _ => None,
+    };
+    let mut baselines: Vec<std::borrow::Cow<'_, WireSnapshot>> = Vec::new();
     for t in &trials {
         let b = rs.index[&t.baseline_overrides()];
-        match rs.result(b) {
-            Some(r) => baselines.push(baseline_wire(scenario, &rs.runs[b], r)?),
-            None => {
-                return Err(CommandError::run_failed(
-                    "internal: a baseline run has no result",
-                ))
+        let Some(r) = rs.result(b) else {
+            return Err(CommandError::run_failed(
+                "internal: a baseline run has no result",
+            ));
+        };
+        let wire = baseline_wire(scenario, &rs.runs[b], r)?;
+        baselines.push(match (r, reach) {
+            (RunResult::Ran { dir, reach: rb, .. }, Some(rt)) if rt < *rb => {
+                let cut = WireSnapshot::load_run_until(dir, Some(rt))
+                    .map_err(|e| CommandError::run_failed(format!("the baseline's wire: {e}")))?;
+                std::borrow::Cow::Owned(cut)
             }
-        }
+            _ => std::borrow::Cow::Borrowed(wire),
+        });
     }
-    let result = rs.result(run);
     if let [t] = trials[..] {
         let observed = match result {
             Some(RunResult::Ran { wire, config, .. }) => Observed::Ran { wire, config },
@@ -753,7 +839,7 @@ fn judge_unit(
             Some(RunResult::Failed(why)) => Observed::Failed(why.clone()),
             None => Observed::Failed("internal: the run has no result".into()),
         };
-        return Ok(Ok(vec![judge_cell(m, t, baselines[0], observed)]));
+        return Ok(Ok(vec![judge_cell(m, t, &baselines[0], observed)]));
     }
     let (wire, config) = match result {
         Some(RunResult::Ran { wire, config, .. }) => (wire, config),
@@ -761,7 +847,7 @@ fn judge_unit(
         Some(RunResult::Failed(why)) => return Ok(Err(format!("the run failed: {why}"))),
         None => return Ok(Err("the run has no result".into())),
     };
-    let views = match group::attribute(m, &trials, baselines[0], wire) {
+    let views = match group::attribute(m, &trials, &baselines[0], wire) {
         Ok(v) => v,
         Err(why) => return Ok(Err(why)),
     };

@@ -21,7 +21,7 @@ pub struct PropagationReport {
     pub(crate) manifest: String,
     /// How far each trial ran (`--until`).
     #[serde(default)]
-    pub(crate) until: String,
+    pub until: String,
     pub knobs: Vec<KnobResult>,
     /// Known gaps of the manifest that no longer hold (each fails the check).
     #[serde(default)]

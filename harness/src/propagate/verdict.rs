@@ -233,6 +233,44 @@ fn condition_holds(
     actual.is_some_and(|v| json_equal(&v, want))
 }
 
+/// Whether every reader the trials' knobs may have in their one run is in a JobConfig
+/// (`job.*`, all on the wire once the jobs are initialized). A reader is ruled out only by a
+/// config condition the run is known not to meet: the trials' condition, else the scenario's
+/// value, else the knob's default, unless a knob of the run is that key. A wire condition may
+/// hold. A knob that no reader may read is not: where it goes is the question, which the whole
+/// first update answers.
+pub(crate) fn read_only_in_jobs(m: &KnobManifest, trials: &[&Trial], config: &Value) -> bool {
+    let mut cond = Condition::new();
+    for t in trials {
+        cond.extend(t.condition.clone());
+    }
+    let perturbed = |key: &str| trials.iter().any(|t| m.knobs[t.knob].path == key);
+    let may_hold = |key: &str, want: &Value| {
+        if is_wire_location(key) || perturbed(key) {
+            return true;
+        }
+        let known = cond
+            .get(key)
+            .cloned()
+            .or_else(|| lookup(config, key).cloned())
+            .or_else(|| {
+                m.knobs
+                    .iter()
+                    .find(|k| k.path == key)
+                    .map(|k| k.default.clone())
+            });
+        known.is_none_or(|v| json_equal(&v, want))
+    };
+    trials.iter().all(|t| {
+        let mut readers = m.knobs[t.knob]
+            .consumers
+            .iter()
+            .filter(|c| c.when.iter().all(|(k, v)| may_hold(k, v)))
+            .peekable();
+        readers.peek().is_some() && readers.all(|c| c.at == "job" || c.at.starts_with("job."))
+    })
+}
+
 /// A cell whose run shows nothing to compare (it failed, or its wire cannot be seen).
 fn unjudged(
     trial: &Trial,
@@ -852,6 +890,48 @@ knobs:
                 config: &cfg(zorro),
             },
         )
+    }
+
+    #[test]
+    fn a_run_stops_at_initialization_only_when_every_possible_reader_is_in_a_jobconfig() {
+        let m = manifest();
+        let config = json!({"remote_backend": {"train": {"zorro_train": {"enable": true}}}});
+        let only = |ts: &[Trial]| read_only_in_jobs(&m, &ts.iter().collect::<Vec<_>>(), &config);
+        let zorro = |on: bool| [("remote_backend.train.zorro_train.enable", json!(on))];
+        // ZoRRo on: the logits knob is read in ds_worker_config only.
+        assert!(only(&[trial(0, json!(true), &zorro(true))]));
+        // ZoRRo off: in the update's meta.
+        assert!(!only(&[trial(0, json!(true), &zorro(false))]));
+        // No condition: the scenario's value (on) decides.
+        assert!(only(&[trial(0, json!(true), &[])]));
+        // A reader without a condition in the JobConfig.
+        assert!(only(&[trial(1, json!(8), &[])]));
+        // One knob of the run with a reader outside a JobConfig sends the whole run further.
+        assert!(!only(&[
+            trial(0, json!(true), &zorro(true)),
+            trial(5, json!(false), &[])
+        ]));
+        // No reader at all: where it goes is the question.
+        assert!(!only(&[trial(2, json!(0.3), &[])]));
+        // A wire condition may hold: the seed's reader counts.
+        assert!(only(&[trial(4, json!(7), &[])]));
+        // The run's own knob is the condition's key: it may hold whatever the config says.
+        let cfg_off = json!({"remote_backend": {"train": {"zorro_train": {"enable": false}}}});
+        let mut m2 = m.clone();
+        m2.knobs[0].consumers[0].when = [(
+            "remote_backend.train.logits.optimization_peak_mem_size_in_gib".to_string(),
+            json!(8),
+        )]
+        .into();
+        m2.knobs[0].consumers.truncate(1);
+        let t = [trial(0, json!(true), &[]), trial(1, json!(8), &[])];
+        assert!(read_only_in_jobs(
+            &m2,
+            &t.iter().collect::<Vec<_>>(),
+            &cfg_off
+        ));
+        // Without it, the knob's default (4) rules the reader out: no reader left.
+        assert!(!read_only_in_jobs(&m2, &[&t[0]], &cfg_off));
     }
 
     #[test]

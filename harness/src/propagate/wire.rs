@@ -38,8 +38,9 @@ pub(crate) enum WireLoadError {
     },
 }
 
-/// Where a stopped trial's wire is cut (see [`WireSnapshot::load_run_until`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a stopped trial's wire is cut (see [`WireSnapshot::load_run_until`]); ordered by how
+/// far the run went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum WireCut {
     /// Through the `/initialize` calls (and any `/health` before them).
     Initialized,

@@ -419,6 +419,41 @@ async fn grouped_and_ungrouped_matrices_agree_and_an_unexpected_effect_splits_it
         solo.planned_solo
     );
     assert_eq!(verdicts(&grouped), verdicts(&solo));
+
+    // `--until auto` stops the runs whose knobs are read only in a JobConfig at the jobs'
+    // initialization: the same verdicts but one, in no more runs. The exception is its stated
+    // blind spot: `forward-compat` also sends a ZoRRo-only knob in the update's meta, an
+    // unexpected effect after initialization, which the ZoRRo-on trial no longer sees (the
+    // knob stays flagged by its ZoRRo-off trial).
+    let auto = MatrixOptions {
+        until: rlharness::propagate::command::Until::Auto,
+        ..MatrixOptions::default()
+    };
+    let t = Instant::now();
+    let (fast, _, failed) = run_matrix(&standin(), out.path(), &set, &auto)
+        .await
+        .unwrap();
+    assert!(!failed);
+    let early: usize = fast
+        .until
+        .rsplit(" (")
+        .next()
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    println!(
+        "until auto: {} runs, {early} stopped at initialization, in {:.1} s",
+        fast.runs,
+        t.elapsed().as_secs_f64()
+    );
+    assert!(early > 0, "{}", fast.until);
+    let blind = "remote_backend.train.logits.compute_from_fp32_inputs";
+    let mut want = verdicts(&grouped);
+    for v in want.iter_mut().filter(|v| v.0 == blind) {
+        v.4.retain(|p| !p.contains("zorro_train.enable=true): unexpected effect meta."));
+    }
+    assert_eq!(verdicts(&fast), want);
+    assert!(knob(&fast, blind).flagged);
     let mut flagged = new_flags(&grouped);
     flagged.sort();
     assert_eq!(

@@ -446,7 +446,8 @@ fn the_builtin_driver_speaks_like_real_verl() {
 
 /// The knobs CI tries through real verl: every logits knob (the seed's bug lives there), under
 /// ZoRRo on and off. The whole manifest takes about 40 trials of a minute each on 2 cores
-/// (docs/real-verl.md); this subset is its stated CI part.
+/// (docs/real-verl.md); this subset is its stated CI part. With `--until auto` the ZoRRo-on runs
+/// stop once the JobConfigs are sent (their only reader is `ds_worker_config`).
 const CI_KNOBS: &str = "remote_backend.train.logits";
 
 /// `rlharness propagate` of the real scenario on the logits knobs, with the adapter at
@@ -457,6 +458,8 @@ fn propagate_logits(out: &Path, arctic: &Path) -> (Output, serde_json::Value) {
         SCENARIO,
         "--knobs",
         CI_KNOBS,
+        "--until",
+        "auto",
         "--out",
         out.to_str().unwrap(),
     ])
