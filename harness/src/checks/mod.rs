@@ -13,4 +13,5 @@ pub(crate) use spec::window_value;
 pub(crate) use spec::{
     parse_seed_range, stability_enabled_for, Calibrated, ChecksSpec, Direction, Expectation,
     ExpectedOutcome, ExpectedVerdict, GoldenRule, GoldenRules, ImprovementLimit, RuleRef,
+    WindowBand,
 };

@@ -118,6 +118,20 @@ pub struct GoldenRule {
     /// entropy) always fails at 0, however noisy its calibration (`compare::stability`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) keep_above: Option<f64>,
+    /// A `calibrated` rule's bands, set by the judge from the golden's calibration (never
+    /// written by a user): per window, its centre (the calibration's mean) and half-width.
+    #[serde(skip)]
+    pub(crate) window_bands: Option<Vec<WindowBand>>,
+}
+
+/// One window's calibrated band: `centre ± half`, for the window `first..=last` of the
+/// golden's steps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct WindowBand {
+    pub(crate) first: u64,
+    pub(crate) last: u64,
+    pub(crate) centre: f64,
+    pub(crate) half: f64,
 }
 
 impl GoldenRule {
@@ -145,8 +159,8 @@ pub(crate) fn window_value(values: &[f64], median: bool) -> f64 {
     }
 }
 
-/// `calibrated: {k: 3, floor: 0.02}`: the band is the golden ± max(k × σ, floor), σ the
-/// largest standard deviation the golden's calibration measured over the rule's points.
+/// `calibrated: {k: 3, floor: 0.02}`: each window's band is the calibration's mean of that
+/// window ± max(k × σ × √(1 + 1/n), floor), with that window's σ and n.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Calibrated {
@@ -240,6 +254,7 @@ impl TryFrom<RawGoldenRule> for GoldenRule {
             calibrated: r.calibrated,
             median: r.median,
             keep_above: r.keep_above,
+            window_bands: None,
         })
     }
 }

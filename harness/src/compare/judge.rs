@@ -140,6 +140,10 @@ pub struct PointCheck {
     pub(crate) golden: Option<f64>,
     pub(crate) band: Band,
     pub(crate) status: RuleStatus,
+    /// A calibrated band's centre: the calibration's mean of this window (the band is around
+    /// it, not around the golden, which is one seed's draw).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) centre: Option<f64>,
 }
 
 impl PointCheck {
@@ -341,6 +345,46 @@ impl GoldenRule {
         }
     }
 
+    /// A calibrated window's band: `half` around `centre`, with the rule's direction,
+    /// improvement limit and floor.
+    fn band_around(&self, centre: f64, half: f64) -> Band {
+        GoldenRule {
+            abs: Some(half),
+            rel: None,
+            window_bands: None,
+            ..self.clone()
+        }
+        .band(centre)
+    }
+
+    /// The golden's windows (inside `steps`) that the calibration has no band for, when the
+    /// rule is calibrated: the rule changed since `golden calibrate`.
+    fn uncalibrated_windows(&self, metric: &str, golden: &MetricTable) -> Vec<String> {
+        let Some(bands) = &self.window_bands else {
+            return Vec::new();
+        };
+        let range = self.steps.unwrap_or_default();
+        let steps: Vec<u64> = golden
+            .series(metric)
+            .into_iter()
+            .map(|(s, _)| s)
+            .filter(|s| range.contains(*s))
+            .collect();
+        let w = self.window.unwrap_or(1).max(1) as usize;
+        steps
+            .chunks(w)
+            .map(|c| (c[0], c[c.len() - 1]))
+            .filter(|(a, b)| !bands.iter().any(|x| x.first == *a && x.last == *b))
+            .map(|(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}..{b}")
+                }
+            })
+            .collect()
+    }
+
     fn classify(&self, value: f64, golden: f64, band: &Band) -> RuleStatus {
         if !value.is_finite() || !golden.is_finite() {
             return RuleStatus::Regressed;
@@ -373,35 +417,50 @@ impl GoldenRule {
             .filter(|(s, _)| range.contains(*s))
             .collect();
         let r = run.series(metric);
-        let common: Vec<(u64, f64, f64)> = g
-            .iter()
-            .filter_map(|(s, gv)| {
-                r.binary_search_by_key(s, |(rs, _)| *rs)
-                    .ok()
-                    .map(|i| (*s, r[i].1, *gv))
-            })
-            .collect();
         let w = self.window.unwrap_or(1).max(1) as usize;
         let mut out = Vec::new();
-        for (chunk, golden_chunk) in common.chunks(w).zip(
-            // The golden's own windows decide completeness during a run.
-            g.chunks(w).map(Some).chain(std::iter::repeat(None)),
-        ) {
-            if let (Some(done), Some(gc)) = (complete_through, golden_chunk) {
+        // The windows are the golden's: a step the run lacks leaves its window with fewer
+        // points (compared over the steps both have), and never shifts the later windows.
+        for gc in g.chunks(w) {
+            let chunk: Vec<(u64, f64, f64)> = gc
+                .iter()
+                .filter_map(|(s, gv)| {
+                    r.binary_search_by_key(s, |(rs, _)| *rs)
+                        .ok()
+                        .map(|i| (*s, r[i].1, *gv))
+                })
+                .collect();
+            if chunk.is_empty() {
+                continue;
+            }
+            // During a run, a window is compared once all its golden steps are done.
+            if let Some(done) = complete_through {
                 if gc.last().is_some_and(|(s, _)| *s > done) || chunk.len() < gc.len() {
                     continue;
                 }
             }
+            let (first, last) = (gc[0].0, gc[gc.len() - 1].0);
             let value = self.window_value(&chunk.iter().map(|c| c.1).collect::<Vec<_>>());
             let gold = self.window_value(&chunk.iter().map(|c| c.2).collect::<Vec<_>>());
-            let band = self.band(gold);
+            let calibrated = self.window_bands.as_ref().and_then(|b| {
+                b.iter()
+                    .find(|x| x.first == first && x.last == last)
+                    .copied()
+            });
+            let (band, centre) = match calibrated {
+                Some(b) => (self.band_around(b.centre, b.half), Some(b.centre)),
+                // Not calibrated, or a window the calibration lacks (the rule says so, see
+                // `uncalibrated_windows`): around the golden.
+                None => (self.band(gold), None),
+            };
             out.push(PointCheck {
-                first: chunk[0].0,
-                last: chunk[chunk.len() - 1].0,
+                first,
+                last,
                 value: Some(value),
                 golden: Some(gold),
                 band,
                 status: self.classify(value, gold, &band),
+                centre,
             });
         }
         out
@@ -436,6 +495,26 @@ fn judge_golden_rule(
     }
     if run.series(metric).is_empty() {
         return missing(format!("the run has no `{metric}`"));
+    }
+    let lacking = rule.uncalibrated_windows(metric, golden);
+    if !lacking.is_empty() {
+        let have: Vec<String> = rule
+            .window_bands
+            .iter()
+            .flatten()
+            .map(|b| format!("{}..{}", b.first, b.last))
+            .collect();
+        return missing(format!(
+            "the golden's calibration has no band for the window(s) {} of `{metric}` (it \
+             measured {}): the rule's `window` or `steps` changed since `rlharness golden \
+             calibrate`; run it again",
+            lacking.join(", "),
+            if have.is_empty() {
+                "none".to_string()
+            } else {
+                have.join(", ")
+            }
+        ));
     }
     let points = rule.points(metric, run, golden, None);
     if points.is_empty() {
@@ -520,20 +599,29 @@ fn golden_rule_message(
             rule.budget
         ),
         RuleStatus::Regressed => format!(
-            "{regressed} of {} {unit} regressed{budget}; worst at {}: {} against golden {}",
+            "{regressed} of {} {unit} regressed{budget}; worst at {}: {} against {}",
             points.len(),
             worst.at(),
             fmt_num(worst.value.unwrap_or(f64::NAN)),
-            fmt_num(worst.golden.unwrap_or(f64::NAN)),
+            reference_text(worst),
         ),
         _ => format!(
             "{improved} of {} {unit} improved beyond the limit{budget}; bless the change if it \
-             is real; largest at {}: {} against golden {}",
+             is real; largest at {}: {} against {}",
             points.len(),
             worst.at(),
             fmt_num(worst.value.unwrap_or(f64::NAN)),
-            fmt_num(worst.golden.unwrap_or(f64::NAN)),
+            reference_text(worst),
         ),
+    }
+}
+
+/// What a point was compared against: the golden, or a calibrated band's centre.
+fn reference_text(p: &PointCheck) -> String {
+    let golden = fmt_num(p.golden.unwrap_or(f64::NAN));
+    match p.centre {
+        Some(c) => format!("the calibration mean {} (golden {golden})", fmt_num(c)),
+        None => format!("golden {golden}"),
     }
 }
 

@@ -22,7 +22,7 @@ use super::judge::{
     json_f64, judge, Evidence, Outcome, RuleStatus, RuleVerdict, RunStatus, Verdict,
 };
 use crate::checks::expr::fmt_num;
-use crate::checks::ChecksSpec;
+use crate::checks::{ChecksSpec, WindowBand};
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
 
@@ -335,30 +335,67 @@ fn resolve_calibrated(
     for (metric, rule) in resolved.golden.0.iter_mut() {
         let Some(c) = rule.calibrated else { continue };
         let cal = golden.and_then(|g| g.calibration.as_ref());
-        match cal.and_then(|cal| cal.sigma(metric).map(|s| (cal, s))) {
-            Some((cal, sigma)) => {
-                let half = (c.k * sigma).max(c.floor);
-                rule.abs = Some(half);
-                sources.push((
-                    metric.clone(),
-                    Ok(format!(
-                        "±{} calibrated: max(k {} × σ {}, floor {}) from {}",
-                        fmt_num(half),
-                        c.k,
-                        fmt_num(sigma),
-                        c.floor,
-                        cal.source()
-                    )),
-                ));
-            }
-            None => sources.push((
+        let windows = cal.and_then(|cal| {
+            cal.windows
+                .get(metric)
+                .filter(|w| !w.is_empty())
+                .map(|w| (cal, w))
+        });
+        let Some((cal, windows)) = windows else {
+            sources.push((
                 metric.clone(),
                 Err(format!(
                     "`{metric}` asks for a calibrated band, but the golden has no calibration of \
                      it: run `rlharness golden calibrate` on the scenario"
                 )),
-            )),
+            ));
+            continue;
+        };
+        let stat = |m: bool| if m { "medians" } else { "means" };
+        if let Some(m) = windows
+            .iter()
+            .filter_map(|w| w.median)
+            .find(|m| *m != rule.median)
+        {
+            sources.push((
+                metric.clone(),
+                Err(format!(
+                    "`{metric}`: the calibration measured window {}, the rule now compares window \
+                     {}: run `rlharness golden calibrate` again",
+                    stat(m),
+                    stat(rule.median)
+                )),
+            ));
+            continue;
         }
+        let bands: Vec<WindowBand> = windows
+            .iter()
+            .map(|w| WindowBand {
+                first: w.first,
+                last: w.last,
+                centre: w.mean,
+                half: (c.k * w.std * (1.0 + 1.0 / w.n.max(1) as f64).sqrt()).max(c.floor),
+            })
+            .collect();
+        let (lo, hi) = bands.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), b| {
+            (lo.min(b.half), hi.max(b.half))
+        });
+        let halves = if lo == hi {
+            format!("±{}", fmt_num(hi))
+        } else {
+            format!("±{}..{}", fmt_num(lo), fmt_num(hi))
+        };
+        rule.window_bands = Some(bands);
+        sources.push((
+            metric.clone(),
+            Ok(format!(
+                "{halves} calibrated per window: max(k {} × the window's σ × √(1 + 1/n), floor {}) \
+                 around the calibration's mean of the window, from {}",
+                c.k,
+                c.floor,
+                cal.source()
+            )),
+        ));
     }
     (Some(resolved), sources)
 }
@@ -463,7 +500,9 @@ mod tests {
             r.evidence.message.contains("rlharness golden calibrate"),
             "{r:?}"
         );
-        // Calibrated with sigma 0.02 over the windows: the band is 0.06 wide each side.
+        // Calibrated from two runs: window 1..2 has σ 0.0283 (n 2), window 3..4 σ 0. Each
+        // window gets its own band, k × σ × √(1 + 1/n) (a prediction interval for one more
+        // run), never under the floor, around the calibration's mean of that window.
         let runs = [
             table(&[("r", &[0.48, 0.48, 0.5, 0.5])]),
             table(&[("r", &[0.52, 0.52, 0.5, 0.5])]),
@@ -475,19 +514,46 @@ mod tests {
         let v = judge_run(&record(&near, &c, &dropped), Some(&g)).unwrap();
         let r = v.rule("golden:r").unwrap();
         assert_eq!(r.status, RuleStatus::Pass, "{r:?}");
+        let half = 3.0 * 0.028284271 * 1.5f64.sqrt();
         let band = r.points[0].band;
+        assert!((band.hi() - 0.5 - half).abs() < 1e-6, "{band:?}");
+        assert!((band.lo() - 0.5 + half).abs() < 1e-6, "{band:?}");
+        // The quiet window keeps its own (floor) band, not the noisy window's σ.
+        let band = r.points[1].band;
+        assert!((band.hi() - 0.51).abs() < 1e-9, "{band:?}");
         assert!(
-            (band.hi() - 0.5 - 3.0 * 0.028284271).abs() < 1e-6,
-            "{band:?}"
-        );
-        assert!(
-            r.evidence.message.contains("calibrated: max(k 3"),
+            r.evidence
+                .message
+                .contains("calibrated per window: max(k 3 × the window's σ × √(1 + 1/n), floor 0.01) around the calibration's mean"),
             "{}",
             r.evidence.message
         );
         let far = table(&[("r", &[0.7, 0.7, 0.5, 0.5])]);
         let v = judge_run(&record(&far, &c, &dropped), Some(&g)).unwrap();
         assert_eq!(v.rule("golden:r").unwrap().status, RuleStatus::Regressed);
+        let quiet_moved = table(&[("r", &[0.5, 0.5, 0.52, 0.52])]);
+        let v = judge_run(&record(&quiet_moved, &c, &dropped), Some(&g)).unwrap();
+        assert_eq!(v.rule("golden:r").unwrap().status, RuleStatus::Regressed);
+        // Centred on the calibration's mean, not on the golden (one seed's draw): a golden
+        // at 0.4 in window 1..2 leaves a run at the calibration's mean (0.5) passing, and
+        // says what it was compared against.
+        let mut low = golden(table(&[("r", &[0.4, 0.4, 0.5, 0.5])]), None);
+        low.calibration = g.calibration.clone();
+        let at_mean = table(&[("r", &[0.5, 0.5, 0.5, 0.5])]);
+        let v = judge_run(&record(&at_mean, &c, &dropped), Some(&low)).unwrap();
+        let r = v.rule("golden:r").unwrap();
+        assert_eq!(r.status, RuleStatus::Pass, "{r:?}");
+        assert_eq!(r.points[0].centre, Some(0.5));
+        assert_eq!(r.points[0].golden, Some(0.4));
+        let v = judge_run(&record(&far, &c, &dropped), Some(&low)).unwrap();
+        let r = v.rule("golden:r").unwrap();
+        assert!(
+            r.evidence
+                .message
+                .contains("0.7 against the calibration mean 0.5 (golden 0.4)"),
+            "{}",
+            r.evidence.message
+        );
     }
 
     #[test]

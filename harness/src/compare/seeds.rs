@@ -507,6 +507,7 @@ fn non_finite_window(w: &WindowTest, metric: &str, seed: u64, step: u64) -> Wind
             golden: Some(r.mean),
             band: Band { lo: None, hi: None },
             status: RuleStatus::Regressed,
+            centre: None,
         },
     }
 }
@@ -538,6 +539,7 @@ fn judge_window(
         golden: Some(r.mean),
         band: passing_band(&welch, r, direction, alpha),
         status,
+        centre: None,
     };
     let side = match direction {
         Direction::TwoSided => "two-sided",
@@ -654,6 +656,7 @@ mod tests {
             min: mean - 2.0 * std,
             max: mean + 2.0 * std,
             non_finite: 0,
+            median: None,
         }
     }
 

@@ -2,9 +2,11 @@
 //! (one seed or a range of seeds) and stores, beside its golden, the statistics of every
 //! metric at every step and of every golden rule's windows: n, mean, standard deviation, min,
 //! max, and the host and numeric fingerprint they were measured on. A golden rule may then say
-//! `calibrated: {k: 3, floor: 0.02}`: its band is the golden ± max(k × σ, floor), σ being the
-//! largest standard deviation the calibration measured over the rule's points, instead of a
-//! hand-picked number. The report says where each band came from.
+//! `calibrated: {k: 3, floor: 0.02}`: each of its windows then gets the band
+//! `mean ± max(k × σ × √(1 + 1/n), floor)`, the mean, σ and n being the calibration's for that
+//! window (a prediction interval for one more run, centred on the calibration's mean rather
+//! than on the golden, which is one seed's draw), instead of a hand-picked number. The report
+//! says where each band came from.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,6 +56,10 @@ pub(crate) struct PointStats {
     /// here for the other series).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) non_finite: usize,
+    /// A rule window's point was its median (`true`) or mean (`false`) in every run; absent
+    /// for a step, and in calibrations made before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) median: Option<bool>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -84,6 +90,7 @@ impl PointStats {
             min: xs.iter().copied().fold(f64::INFINITY, f64::min),
             max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
             non_finite,
+            median: None,
         })
     }
 }
@@ -162,7 +169,10 @@ impl Calibration {
                             (!v.is_empty()).then(|| rule.window_value(&v))
                         })
                         .collect();
-                    PointStats::of(first, last, &xs)
+                    PointStats::of(first, last, &xs).map(|p| PointStats {
+                        median: Some(rule.median),
+                        ..p
+                    })
                 })
                 .collect();
             windows.insert(m.to_string(), points);
@@ -190,7 +200,8 @@ impl Calibration {
         Ok(path)
     }
 
-    /// The largest σ measured over a rule's windows, and the number of runs behind it.
+    /// The largest σ measured over a rule's windows (whether the metric was calibrated at all;
+    /// the bands themselves are per window).
     pub(crate) fn sigma(&self, metric: &str) -> Option<f64> {
         self.windows
             .get(metric)

@@ -7,7 +7,9 @@
 //! - it is a stability band of a metric that is positive in a healthy run (a gradient norm, an
 //!   entropy) whose lower edge is at or below 0 in some window: a vanished gradient would pass;
 //! - it is an expectation about finiteness or sanity of a series the golden holds constant at
-//!   every step (a gradient norm of exactly 0: there is no gradient to check).
+//!   every step (a gradient norm of exactly 0: there is no gradient to check);
+//! - it is calibrated, but the golden's calibration has no band for one of its windows, or
+//!   measured window means where the rule now takes medians (or the reverse).
 //!
 //! Each error names the scenario file, the line of the rule (or of `checks:` for a default
 //! rule), the key and the golden it was judged against.
@@ -113,6 +115,18 @@ pub(crate) fn lint_against(checks: &ChecksSpec, golden: &Golden) -> Vec<(String,
         } else {
             continue;
         };
+        // A calibrated rule whose windows (or window statistic) the calibration did not
+        // measure: never silently another window's σ.
+        if r.status == crate::compare::RuleStatus::Missing
+            && r.evidence.message.contains("calibrat")
+        {
+            out.push((
+                metric.to_string(),
+                key.clone(),
+                format!("`{}`: {}", r.rule, r.evidence.message),
+            ));
+            continue;
+        }
         if r.points.is_empty() {
             continue;
         }
@@ -285,5 +299,60 @@ mod tests {
         // A healthy golden: the lower edge is KEEP_ABOVE of the window median, above 0.
         let healthy = golden(&[("actor/grad_norm", &[0.2; 10])]);
         assert!(messages(&on, &healthy).is_empty());
+    }
+
+    #[test]
+    fn a_calibrated_rule_whose_windows_the_calibration_lacks_is_an_error() {
+        use crate::golden::calibration::Calibration;
+        let reward: Vec<f64> = (0..10).map(|i| 0.1 + 0.05 * i as f64).collect();
+        let mut g = golden(&[("critic/rewards/mean", &reward)]);
+        let calibrated_at = |window: u64, median: bool| {
+            let c = checks(&format!(
+                r#"{{"golden": {{"critic/rewards/mean": {{"window": {window}, "median": {median}, "calibrated": {{"k": 4}}}}}}}}"#
+            ));
+            // Three runs at the golden ± 0.01.
+            let runs: Vec<_> = [-0.01, 0.0, 0.01]
+                .iter()
+                .map(|d| {
+                    let shifted: Vec<f64> = reward.iter().map(|r| r + d).collect();
+                    golden(&[("critic/rewards/mean", &shifted)]).table
+                })
+                .collect();
+            let (steps, windows) = Calibration::measure(&runs, &c);
+            Calibration {
+                scenario: "s".into(),
+                hardware: "cpu".into(),
+                date: String::new(),
+                host: "h".into(),
+                git_commit: None,
+                numeric_fingerprint: None,
+                runs: 3,
+                seeds: vec![2, 3, 4],
+                steps,
+                windows,
+            }
+        };
+        let rule = |window: u64, median: bool| {
+            checks(&format!(
+                r#"{{"golden": {{"critic/rewards/mean": {{"window": {window}, "median": {median}, "calibrated": {{"k": 4}}}}}}}}"#
+            ))
+        };
+        g.calibration = Some(calibrated_at(5, false));
+        assert!(messages(&rule(5, false), &g).is_empty());
+        // The rule's windows changed since: 1..4, 5..8, 9..10 were never measured.
+        let m = messages(&rule(4, false), &g);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].contains("no band for the window(s) 1..4, 5..8, 9..10")
+                && m[0].contains("it measured 1..5, 6..10"),
+            "{m:?}"
+        );
+        // Same windows, now medians where the calibration measured means.
+        let m = messages(&rule(5, true), &g);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].contains("measured window means, the rule now compares window medians"),
+            "{m:?}"
+        );
     }
 }
