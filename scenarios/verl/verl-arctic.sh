@@ -62,7 +62,6 @@ exec "$py" -m verl.trainer.main_ppo \
     "actor_rollout_ref.model.path=$(hq "$assets/model")" \
     actor_rollout_ref.rollout.name=arctic \
     actor_rollout_ref.rollout.agent.num_workers=1 reward.num_workers=1 \
-    data.dataloader_num_workers=0 \
     trainer.use_legacy_worker_impl=disable \
     actor_rollout_ref.actor.strategy=fsdp2 \
     +actor_rollout_ref.model.override_config.attn_implementation=eager \
