@@ -319,6 +319,23 @@ pub(crate) fn judged_against(checks: &ChecksSpec, golden: &Golden) -> crate::gol
     }
 }
 
+/// The checks a run watches while it runs (its `fail_fast` rules): calibrated rules with the
+/// bands the golden's calibration gives them. A calibrated rule the calibration cannot resolve
+/// never fails fast (its final verdict is `missing`, with the command to run); judged raw it
+/// would have a band of width 0 and abort the run at its first window.
+pub(crate) fn live_checks(checks: &ChecksSpec, golden: Option<&Golden>) -> ChecksSpec {
+    let (resolved, sources) = resolve_calibrated(checks, golden);
+    let mut live = resolved.unwrap_or_else(|| checks.clone());
+    for (metric, source) in sources {
+        if source.is_err() {
+            for (_, r) in live.golden.0.iter_mut().filter(|(m, _)| *m == metric) {
+                r.fail_fast = false;
+            }
+        }
+    }
+    live
+}
+
 /// `calibrated` golden rules turned into the absolute bands the golden's calibration gives
 /// them (`None`: no rule is calibrated), and per calibrated metric where its band came from,
 /// or why it has none.
@@ -553,6 +570,43 @@ mod tests {
                 .contains("0.7 against the calibration mean 0.5 (golden 0.4)"),
             "{}",
             r.evidence.message
+        );
+    }
+
+    #[test]
+    fn a_calibrated_fail_fast_rule_is_watched_with_its_calibrated_band() {
+        let c = checks(
+            r#"{"golden": {"r": {"window": 2, "calibrated": {"k": 3, "floor": 0.01}, "fail_fast": true}}}"#,
+        );
+        let gold = table(&[("r", &[0.5, 0.5, 0.5, 0.5])]);
+        let runs = [
+            table(&[("r", &[0.48, 0.48, 0.5, 0.5])]),
+            table(&[("r", &[0.52, 0.52, 0.5, 0.5])]),
+        ];
+        let mut g = golden(gold, None);
+        g.calibration = Some(crate::golden::calibration::Calibration::of_test_runs(
+            &runs, &c,
+        ));
+        let settled = |checks: &ChecksSpec, run: &MetricTable| {
+            crate::compare::first_settled_failure(checks, Some(&g.table), run, 4)
+        };
+        let near = table(&[("r", &[0.55, 0.55])]);
+        let far = table(&[("r", &[0.7, 0.7])]);
+        // Raw, the calibrated rule has no band at all: a run inside its band would abort.
+        assert_eq!(settled(&c, &near).as_deref(), Some("golden:r"));
+        let live = live_checks(&c, Some(&g));
+        assert_eq!(settled(&live, &near), None);
+        assert_eq!(settled(&live, &far).as_deref(), Some("golden:r"));
+        // Without a calibration it never fails fast (the verdict says `missing` at the end).
+        let bare = golden(g.table.clone(), None);
+        assert_eq!(
+            crate::compare::first_settled_failure(
+                &live_checks(&c, Some(&bare)),
+                Some(&bare.table),
+                &far,
+                4
+            ),
+            None
         );
     }
 

@@ -255,6 +255,8 @@ pub(super) struct Watchdog<'a> {
     plan: &'a RunPlan,
     /// The golden series, loaded only when a golden rule is marked `fail_fast`.
     golden: Option<MetricTable>,
+    /// The rules watched live, calibrated bands resolved (`compare::live_checks`).
+    checks: crate::checks::ChecksSpec,
 }
 
 impl<'a> Watchdog<'a> {
@@ -269,10 +271,14 @@ impl<'a> Watchdog<'a> {
                     .load(&plan.scenario.name, hardware)
                     .ok()
                     .flatten()
-                    .map(|g| g.table)
             })
             .flatten();
-        Self { plan, golden }
+        let checks = crate::compare::live_checks(checks, golden.as_ref());
+        Self {
+            plan,
+            golden: golden.map(|g| g.table),
+            checks,
+        }
     }
 
     /// NaN or infinity in a metric of `metrics.watch`: stop at this step.
@@ -293,7 +299,7 @@ impl<'a> Watchdog<'a> {
     /// Fail fast: the first `fail_fast` rule that the steps so far already fail.
     fn settled_failure(&self, table: &MetricTable, step: u64, total: u64) -> Option<RunEnd> {
         let rule = crate::compare::first_settled_failure(
-            &self.plan.scenario.checks,
+            &self.checks,
             self.golden.as_ref(),
             table,
             total,
