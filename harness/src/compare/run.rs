@@ -319,6 +319,9 @@ pub(crate) fn judged_against(checks: &ChecksSpec, golden: &Golden) -> crate::gol
     }
 }
 
+/// The standard normal quantile of [`super::seeds::POWER`] (0.8).
+const Z_POWER: f64 = 0.841_621_233_572_914_3;
+
 /// The checks a run watches while it runs (its `fail_fast` rules): calibrated rules with the
 /// bands the golden's calibration gives them. A calibrated rule the calibration cannot resolve
 /// never fails fast (its final verdict is `missing`, with the command to run); judged raw it
@@ -394,23 +397,36 @@ fn resolve_calibrated(
                 half: (c.k * w.std * (1.0 + 1.0 / w.n.max(1) as f64).sqrt()).max(c.floor),
             })
             .collect();
-        let (lo, hi) = bands.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), b| {
-            (lo.min(b.half), hi.max(b.half))
-        });
-        let halves = if lo == hi {
-            format!("±{}", fmt_num(hi))
-        } else {
-            format!("±{}..{}", fmt_num(lo), fmt_num(hi))
+        let span = |xs: &mut dyn Iterator<Item = f64>| {
+            let (lo, hi) = xs.fold((f64::INFINITY, 0.0_f64), |(lo, hi), x| {
+                (lo.min(x), hi.max(x))
+            });
+            if lo == hi {
+                fmt_num(hi)
+            } else {
+                format!("{}..{}", fmt_num(lo), fmt_num(hi))
+            }
         };
+        let halves = format!("±{}", span(&mut bands.iter().map(|b| b.half)));
+        // One run's window lands past the bad edge with probability Φ((δ − half) / σ): 80 %
+        // at δ = half + z₀.₈ σ, σ being the window's spread over the calibration runs.
+        let power = span(
+            &mut bands
+                .iter()
+                .zip(windows.iter())
+                .map(|(b, w)| b.half + Z_POWER * w.std),
+        );
         rule.window_bands = Some(bands);
         sources.push((
             metric.clone(),
             Ok(format!(
                 "{halves} calibrated per window: max(k {} × the window's σ × √(1 + 1/n), floor {}) \
-                 around the calibration's mean of the window, from {}",
+                 around the calibration's mean of the window, from {}; one run catches a shift \
+                 of {power} on the bad side {:.0}% of the time",
                 c.k,
                 c.floor,
-                cal.source()
+                cal.source(),
+                super::seeds::POWER * 100.0
             )),
         ));
     }
@@ -542,6 +558,16 @@ mod tests {
             r.evidence
                 .message
                 .contains("calibrated per window: max(k 3 × the window's σ × √(1 + 1/n), floor 0.01) around the calibration's mean"),
+            "{}",
+            r.evidence.message
+        );
+        // And what one run can see: half + z(0.8) σ per window (the quiet one: its floor).
+        let caught = half + 0.841_621_233_572_914_3 * 0.028284271;
+        assert!(
+            r.evidence.message.contains(&format!(
+                "one run catches a shift of 0.01..{} on the bad side 80% of the time",
+                fmt_num(caught)
+            )),
             "{}",
             r.evidence.message
         );
