@@ -536,14 +536,7 @@ mod tests {
         // Calibrated from two runs: window 1..2 has σ 0.0283 (n 2), window 3..4 σ 0. Each
         // window gets its own band, k × σ × √(1 + 1/n) (a prediction interval for one more
         // run), never under the floor, around the calibration's mean of that window.
-        let runs = [
-            table(&[("r", &[0.48, 0.48, 0.5, 0.5])]),
-            table(&[("r", &[0.52, 0.52, 0.5, 0.5])]),
-        ];
-        let mut g = golden(gold, None);
-        g.calibration = Some(crate::golden::calibration::Calibration::of_test_runs(
-            &runs, &c,
-        ));
+        let g = calibrated_golden(gold, &c);
         let v = judge_run(&record(&near, &c, &dropped), Some(&g)).unwrap();
         let r = v.rule("golden:r").unwrap();
         assert_eq!(r.status, RuleStatus::Pass, "{r:?}");
@@ -599,20 +592,27 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_calibrated_fail_fast_rule_is_watched_with_its_calibrated_band() {
-        let c = checks(
-            r#"{"golden": {"r": {"window": 2, "calibrated": {"k": 3, "floor": 0.01}, "fail_fast": true}}}"#,
-        );
-        let gold = table(&[("r", &[0.5, 0.5, 0.5, 0.5])]);
+    /// `gold` with a calibration of two runs of `r`: window 1..2 at 0.48 and 0.52 (σ 0.0283),
+    /// window 3..4 at 0.5 (σ 0).
+    fn calibrated_golden(gold: MetricTable, c: &ChecksSpec) -> Golden {
         let runs = [
             table(&[("r", &[0.48, 0.48, 0.5, 0.5])]),
             table(&[("r", &[0.52, 0.52, 0.5, 0.5])]),
         ];
         let mut g = golden(gold, None);
         g.calibration = Some(crate::golden::calibration::Calibration::of_test_runs(
-            &runs, &c,
+            &runs, c,
         ));
+        g
+    }
+
+    #[test]
+    fn a_calibrated_fail_fast_rule_is_watched_with_its_calibrated_band() {
+        let c = checks(
+            r#"{"golden": {"r": {"window": 2, "calibrated": {"k": 3, "floor": 0.01}, "fail_fast": true}}}"#,
+        );
+        let gold = table(&[("r", &[0.5, 0.5, 0.5, 0.5])]);
+        let g = calibrated_golden(gold, &c);
         let settled = |checks: &ChecksSpec, run: &MetricTable| {
             crate::compare::first_settled_failure(checks, Some(&g.table), run, 4)
         };
