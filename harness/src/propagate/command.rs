@@ -61,20 +61,13 @@ impl Until {
         }
     }
     /// How far a run of knobs goes: `jobs_only` when every reader of its knobs is in a
-    /// JobConfig (only `auto` looks).
+    /// JobConfig (only `auto` looks). `reach(true)` is the least any run goes: the plain
+    /// baseline's before its trials add theirs.
     fn reach(self, jobs_only: bool) -> WireCut {
         match self {
             Until::Auto if jobs_only => WireCut::Initialized,
             Until::Initialize => WireCut::Initialized,
             Until::Auto | Until::FirstUpdate => WireCut::Steps(1),
-            Until::Step(n) => WireCut::Steps(n),
-        }
-    }
-    /// The least a run goes: the plain baseline's reach before its trials add theirs.
-    fn least(self) -> WireCut {
-        match self {
-            Until::Auto | Until::Initialize => WireCut::Initialized,
-            Until::FirstUpdate => WireCut::Steps(1),
             Until::Step(n) => WireCut::Steps(n),
         }
     }
@@ -376,18 +369,20 @@ fn describe_reach(until: Until, rs: &RunSet) -> String {
     if until != Until::Auto {
         return until.describe();
     }
-    let ran = rs
+    let reaches: Vec<WireCut> = rs
         .results
         .iter()
         .flatten()
-        .filter(|r| matches!(r, RunResult::Ran { .. }));
-    let (n, early) = ran.fold((0, 0), |(n, e), r| match r {
-        RunResult::Ran {
-            reach: WireCut::Initialized,
-            ..
-        } => (n + 1, e + 1),
-        _ => (n + 1, e),
-    });
+        .filter_map(|r| match r {
+            RunResult::Ran { reach, .. } => Some(*reach),
+            _ => None,
+        })
+        .collect();
+    let n = reaches.len();
+    let early = reaches
+        .iter()
+        .filter(|r| **r == WireCut::Initialized)
+        .count();
     format!(
         "{} ({early} of {n} runs stopped at the jobs' initialization)",
         until.describe()
@@ -539,7 +534,7 @@ async fn run_units(
     let mut cells: Vec<Option<verdict::Cell>> = vec![None; plan.trials.len()];
     let mut splits = 0;
     // The plain baseline is always run (first, alone): its trainer prints the resolved config.
-    rs.want(Vec::new(), true, exec.options.until.least());
+    rs.want(Vec::new(), true, exec.options.until.reach(true));
     let mut first = true;
     while first || !pending.is_empty() {
         first = false;
@@ -814,24 +809,35 @@ fn judge_unit(
         Some(RunResult::Ran { reach, .. }) => Some(*reach),
         _ => None,
     };
-    let mut baselines: Vec<std::borrow::Cow<'_, WireSnapshot>> = Vec::new();
+    // The trials of a unit share their baseline run (conditions equal to the scenario's own
+    // value alias to it): each distinct one is loaded (and cut) once.
+    let mut loaded: Vec<(usize, std::borrow::Cow<'_, WireSnapshot>)> = Vec::new();
+    let mut baselines = Vec::new();
     for t in &trials {
         let b = rs.index[&t.baseline_overrides()];
+        let run_of = rs.alias[b];
+        if let Some(k) = loaded.iter().position(|(i, _)| *i == run_of) {
+            baselines.push(k);
+            continue;
+        }
         let Some(r) = rs.result(b) else {
             return Err(CommandError::run_failed(
                 "internal: a baseline run has no result",
             ));
         };
         let wire = baseline_wire(scenario, &rs.runs[b], r)?;
-        baselines.push(match (r, reach) {
+        let wire = match (r, reach) {
             (RunResult::Ran { dir, reach: rb, .. }, Some(rt)) if rt < *rb => {
                 let cut = WireSnapshot::load_run_until(dir, Some(rt))
                     .map_err(|e| CommandError::run_failed(format!("the baseline's wire: {e}")))?;
                 std::borrow::Cow::Owned(cut)
             }
             _ => std::borrow::Cow::Borrowed(wire),
-        });
+        };
+        loaded.push((run_of, wire));
+        baselines.push(loaded.len() - 1);
     }
+    let baselines: Vec<&WireSnapshot> = baselines.iter().map(|&k| &*loaded[k].1).collect();
     if let [t] = trials[..] {
         let observed = match result {
             Some(RunResult::Ran { wire, config, .. }) => Observed::Ran { wire, config },
@@ -839,7 +845,7 @@ fn judge_unit(
             Some(RunResult::Failed(why)) => Observed::Failed(why.clone()),
             None => Observed::Failed("internal: the run has no result".into()),
         };
-        return Ok(Ok(vec![judge_cell(m, t, &baselines[0], observed)]));
+        return Ok(Ok(vec![judge_cell(m, t, baselines[0], observed)]));
     }
     let (wire, config) = match result {
         Some(RunResult::Ran { wire, config, .. }) => (wire, config),
@@ -847,7 +853,7 @@ fn judge_unit(
         Some(RunResult::Failed(why)) => return Ok(Err(format!("the run failed: {why}"))),
         None => return Ok(Err("the run has no result".into())),
     };
-    let views = match group::attribute(m, &trials, &baselines[0], wire) {
+    let views = match group::attribute(m, &trials, baselines[0], wire) {
         Ok(v) => v,
         Err(why) => return Ok(Err(why)),
     };
