@@ -285,9 +285,10 @@ fn scheduler(
     total_steps: u64,
     lr: f64,
 ) -> Result<Option<Value>, TranslateError> {
+    // verl overwrites `actor.optim.total_training_steps` with its own horizon before the
+    // adapter reads it: `trainer.total_training_steps`, else the data loader's length.
     let horizon = c
-        .opt_positive(&format!("{A}.optim.total_training_steps"))?
-        .or(c.opt_positive("trainer.total_training_steps")?)
+        .opt_positive("trainer.total_training_steps")?
         .unwrap_or(total_steps)
         * b.epochs
         * b.prompts.div_ceil(b.mini);
@@ -494,10 +495,7 @@ fn update_meta(
         "calculate_entropy".into(),
         json!(c.bool_or(&format!("{A}.calculate_entropy"), entropy_coeff != 0.0)?),
     );
-    update_meta.insert(
-        "actor_config".into(),
-        crate::wire::pyjson::json_safe(&actor),
-    );
+    update_meta.insert("actor_config".into(), actor_config(c, b, &actor));
     update_meta.insert(
         "policy_loss_config".into(),
         actor
@@ -507,6 +505,31 @@ fn update_meta(
     );
     update_meta.insert("global_batch_size".into(), json!(b.train_batch_size));
     Ok(update_meta)
+}
+
+/// `meta.actor_config` as the adapter sends verl 0.7.1's `ActorConfig`: `vars()` of the
+/// dataclass through `json.dumps(default=lambda o: None)`, so its nested configs (`optim`,
+/// `fsdp_config`, `policy_loss`, `checkpoint`, ...) arrive as `null`, and with the two fields
+/// verl's actor config interpolates from elsewhere (`use_remove_padding` from the model,
+/// `rollout_n` from the rollout).
+fn actor_config(c: &Cfg, b: &Basics, actor: &Value) -> Value {
+    let mut out = Map::new();
+    if let Some(m) = actor.as_object() {
+        for (k, v) in m {
+            let v = if v.is_object() {
+                Value::Null
+            } else {
+                v.clone()
+            };
+            out.insert(k.clone(), v);
+        }
+    }
+    out.insert(
+        "use_remove_padding".into(),
+        c.value_or("actor_rollout_ref.model.use_remove_padding", json!(false)),
+    );
+    out.insert("rollout_n".into(), json!(b.n));
+    crate::wire::pyjson::json_safe(&Value::Object(out))
 }
 
 /// The adapter's defaults, overlaid by verl's rollout values. Nothing else: no `n` (the

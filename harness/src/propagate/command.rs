@@ -157,6 +157,39 @@ fn select_knobs(m: &mut KnobManifest, patterns: &[String]) -> Result<(), Command
     Ok(())
 }
 
+/// Leave out the knobs the scenario's `propagate.skip` names: each becomes not exercised with
+/// the scenario's reason. A name that is no knob of the manifest is an input error.
+fn skip_knobs(
+    plan: &mut verdict::MatrixPlan,
+    m: &KnobManifest,
+    full: &KnobManifest,
+    scenario: &crate::spec::Scenario,
+) -> Result<(), CommandError> {
+    let skip = &scenario.propagate.skip;
+    if let Some(bad) = skip
+        .keys()
+        .find(|k| !full.knobs.iter().any(|knob| &knob.path == *k))
+    {
+        let hint = crate::spec::error::closest(bad, full.knobs.iter().map(|k| k.path.as_str()))
+            .map(|c| format!("; did you mean `{c}`?"))
+            .unwrap_or_default();
+        return Err(CommandError::invalid(format!(
+            "{}: key `propagate.skip.{bad}`: not a knob of the manifest{hint}",
+            scenario.path.display(),
+        )));
+    }
+    for (i, knob) in m.knobs.iter().enumerate() {
+        if let Some(why) = skip.get(&knob.path) {
+            plan.trials.retain(|t| t.knob != i);
+            plan.not_exercised.retain(|(k, _)| *k != i);
+            plan.not_exercised
+                .push((i, format!("the scenario skips it: {why}")));
+        }
+    }
+    plan.not_exercised.sort_by_key(|(k, _)| *k);
+    Ok(())
+}
+
 /// What one distinct run ended as.
 enum RunResult {
     Ran {
@@ -287,7 +320,8 @@ pub async fn run_matrix(
     // Unlisted knobs are judged against the whole manifest, whatever `--knobs` tries.
     let full = m.clone();
     select_knobs(&mut m, &options.knobs)?;
-    let plan = verdict::plan_matrix(&m, &base_config);
+    let mut plan = verdict::plan_matrix(&m, &base_config);
+    skip_knobs(&mut plan, &m, &full, &base)?;
     let units = group::plan_units(&m, &plan, &base_config, options.group);
     let counts = plan_counts(&m, &plan, &units, &base_config);
     tracing::info!(

@@ -46,6 +46,8 @@ pub struct Scenario {
     /// A self-test of the harness: a planted change judged against a reference run of the
     /// same scenario on this host.
     pub(crate) selftest: Option<SelfTest>,
+    /// What `rlharness propagate` leaves out for this scenario.
+    pub(crate) propagate: PropagateSpec,
     /// The resolved verl-style tree, every leaf with its origin.
     pub config: ConfigTree,
     /// Origins of every value outside `config`, by dotted path (`seed`, `backend.url`, ...).
@@ -79,6 +81,17 @@ pub(crate) struct SelfTest {
     /// against its golden and calibration; the self-test's checks must be that scenario's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) golden: Option<String>,
+}
+
+/// `propagate: {skip: {knob: reason}}`: knobs of the manifest this scenario cannot perturb (a
+/// hub model id on a host without network, tensor parallelism on one device). `propagate`
+/// reports each as not exercised with its reason (counted as unobserved, skipped in JUnit),
+/// and refuses a name that is not a knob of the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PropagateSpec {
+    #[serde(default)]
+    pub(crate) skip: BTreeMap<String, String>,
 }
 
 impl SelfTest {
@@ -414,6 +427,7 @@ pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "timeouts",
     "expected_verdict",
     "selftest",
+    "propagate",
     "config",
 ];
 
@@ -794,6 +808,7 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
         &mut errors,
     );
 
+    let propagate: Option<PropagateSpec> = field(&root, "propagate", &mut errors);
     check_name_and_steps(&root, name.as_deref(), steps, &mut errors);
 
     if !errors.is_empty() {
@@ -841,6 +856,7 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
         timeouts: timeouts.unwrap_or_default(),
         expected_verdict: expected_verdict.flatten(),
         selftest,
+        propagate: propagate.unwrap_or_default(),
         config: layered.tree,
         origins,
         sources,

@@ -443,6 +443,71 @@ fn the_builtin_driver_speaks_like_real_verl() {
     );
 }
 
+/// Keys of `scenarios/defaults/verl.yaml` whose value differs from verl 0.7.1's own defaults on
+/// purpose, each with its reason. Anything else fails the test: a wrong default makes a `try`
+/// value equal to what the trainer already runs, and the knob looks like a no-op.
+const KNOWN_DEFAULT_DIFFERENCES: &[(&str, &str)] = &[
+    (
+        "actor_rollout_ref.model.override_config.attn_implementation",
+        "verl leaves it to the model's Hugging Face config; the Arctic adapter fills \
+         flash_attention_2, the value the harness's file gives",
+    ),
+    (
+        "actor_rollout_ref.rollout.name",
+        "mandatory in verl (`???`); the harness's file names the usual engine",
+    ),
+    (
+        "remote_backend",
+        "the backend block a scenario includes (backends/arctic.yaml); verl composes it from \
+         `remote_backend=arctic`",
+    ),
+];
+
+/// The harness's defaults file holds verl 0.7.1's defaults: every leaf is compared with the
+/// config verl composes from its own files (`tests/conformance/verl_defaults.py`, run with
+/// verl's Python). Found this way: `rollout.enforce_eager` (verl: false) and
+/// `model.use_remove_padding` (verl: true) were wrong here.
+#[test]
+#[ignore = "needs real verl: bash ci/verl-tests.sh"]
+fn the_defaults_file_holds_verls_own_defaults() {
+    let [(_, verl_src), _] = sources();
+    let python = std::env::var("VERL_PYTHON")
+        .unwrap_or_else(|_| repo().join(".venv-verl/bin/python").display().to_string());
+    let o = Command::new(python)
+        .arg(repo().join("harness/tests/conformance/verl_defaults.py"))
+        .arg(&verl_src)
+        .arg(repo().join("scenarios/defaults/verl.yaml"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let diffs: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for d in &diffs {
+        println!("difference: {d}");
+    }
+    let unknown: Vec<&serde_json::Value> = diffs
+        .iter()
+        .filter(|d| {
+            !KNOWN_DEFAULT_DIFFERENCES
+                .iter()
+                .any(|(k, _)| d["key"].as_str() == Some(k))
+        })
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "scenarios/defaults/verl.yaml differs from verl's own defaults: {unknown:#?}"
+    );
+    // Each allowance is still needed.
+    for (k, _) in KNOWN_DEFAULT_DIFFERENCES {
+        assert!(
+            diffs.iter().any(|d| d["key"].as_str() == Some(k)),
+            "{k} now matches verl: remove it from KNOWN_DEFAULT_DIFFERENCES"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // `propagate` on the real adapter.
 
