@@ -321,6 +321,14 @@ pub(crate) fn golden_bless(
             &table,
             &provenance,
             Some(&plan.scenario.checks),
+            Some(&crate::compare::band_widths(
+                &plan.scenario.checks,
+                store
+                    .load(&plan.scenario.name, &manifest.hardware)
+                    .ok()
+                    .flatten()
+                    .as_ref(),
+            )),
         )
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     Ok((
@@ -756,6 +764,10 @@ async fn judge_plan(
             &metrics,
             &provenance,
             Some(&plan.scenario.checks),
+            Some(&crate::compare::band_widths(
+                &plan.scenario.checks,
+                golden.as_ref(),
+            )),
         ) {
             Ok(path) => manifest.pending_golden = Some(path.display().to_string()),
             Err(e) if opts.ci => eprintln!("note: {e}"),

@@ -120,6 +120,10 @@ pub struct Completion {
     pub prompt_len: usize,
     pub generation_len: usize,
     pub prefix_cache_len: usize,
+    /// Each generated token's log-probability under the sampler, when `sampling_params.logprobs`
+    /// asked for it (absent otherwise, as the real server omits it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<f32>>,
 }
 
 /// The compute side of an Arctic-compatible server. The server has already checked the job

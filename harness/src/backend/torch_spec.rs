@@ -52,6 +52,13 @@ pub struct TorchSpec {
     /// the update's share of the step. 0 (the default) is off.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub slowdown: f64,
+    /// Fault injection for self-tests: the sampler's copy of the weights is rounded to this
+    /// dtype when it is made and at every weight sync (it still computes in `dtype`), as a
+    /// sampler that loads the weights in bf16 beside an fp32 trainer holds them. The sampler
+    /// and the trainer then disagree on the log-probabilities of the same tokens. Absent (the
+    /// default): the sampler holds the trainer's weights exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampler_dtype: Option<TorchDType>,
     /// CUDA only: decode through captured CUDA graphs, one launch a token instead of a few
     /// hundred kernels (docs/performance.md, "Decoding through CUDA graphs"). On by default;
     /// `false` decodes eagerly. The CPU never uses graphs.
@@ -82,6 +89,7 @@ impl Default for TorchSpec {
             warm_start: WarmStartSpec::default(),
             cache_dir: default_cache_dir(),
             slowdown: 0.0,
+            sampler_dtype: None,
             cuda_graphs: true,
         }
     }

@@ -214,6 +214,7 @@ mod tests {
                 ..Provenance::default()
             },
             rules: None,
+            bands: None,
             dir: "golden/s/cpu".into(),
             calibration: None,
             digest: Default::default(),

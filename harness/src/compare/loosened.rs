@@ -198,6 +198,80 @@ pub(crate) fn loosened_rules(blessed: &ChecksSpec, current: &ChecksSpec) -> Vec<
     out
 }
 
+/// Relative slack for comparing a band recomputed from the same calibration (float noise).
+const SAME_WIDTH: f64 = 1e-9;
+
+/// One failing rule (`loosened:golden:<metric>:band`) per calibrated rule whose band, as
+/// resolved with the golden's calibration today (`now`: per metric, each window's (first,
+/// last, half-width)), is wider in some window than when the golden was blessed: the widths
+/// `golden.yaml` recorded (`bands:`), or, for a rule blessed as an `abs`/`rel` band, that band's
+/// tolerance around the golden's window. So `abs` turned into `calibrated: {k: 100}`, or a
+/// noisier re-calibration, fails until a bless records the new widths.
+pub(crate) fn wider_bands(
+    blessed: &ChecksSpec,
+    golden: &crate::golden::Golden,
+    now: &crate::golden::BlessedBands,
+) -> Vec<RuleVerdict> {
+    let mut out = Vec::new();
+    for (metric, windows) in now {
+        let recorded = golden.bands.as_ref().and_then(|b| b.get(metric));
+        let old_rule = blessed.golden.get(metric).map(|r| r.resolved(metric));
+        let before = |first: u64, last: u64| -> Option<f64> {
+            if let Some(r) = recorded {
+                return r
+                    .iter()
+                    .find(|(a, b, _)| (*a, *b) == (first, last))
+                    .map(|(_, _, h)| *h);
+            }
+            let rule = old_rule.as_ref().filter(|r| r.calibrated.is_none())?;
+            let values: Vec<f64> = golden
+                .table
+                .series(metric)
+                .into_iter()
+                .filter(|(s, _)| (first..=last).contains(s))
+                .map(|(_, v)| v)
+                .collect();
+            let g = rule.window_value(&values);
+            g.is_finite().then(|| {
+                rule.abs
+                    .unwrap_or(0.0)
+                    .max(rule.rel.unwrap_or(0.0) * g.abs())
+            })
+        };
+        let wider: Vec<String> = windows
+            .iter()
+            .filter_map(|&(first, last, half)| {
+                let old = before(first, last)?;
+                (half > old * (1.0 + SAME_WIDTH) + f64::EPSILON).then(|| {
+                    format!(
+                        "steps {first}..{last} ±{} -> ±{}",
+                        crate::compare::expr::fmt_num(old),
+                        crate::compare::expr::fmt_num(half)
+                    )
+                })
+            })
+            .collect();
+        if !wider.is_empty() {
+            let since = if recorded.is_some() {
+                "the widths recorded when the golden was blessed"
+            } else {
+                "the `abs`/`rel` band it was blessed with"
+            };
+            out.push(failing(
+                format!("loosened:golden:{metric}:band"),
+                vec![metric.clone()],
+                format!(
+                    "{WHY}: `golden:{metric}` resolves to a wider band than {since}: {}; a \
+                     larger k or floor, or a noisier calibration, must be blessed again \
+                     (`--update-golden`, review, `rlharness golden accept`)",
+                    wider.join(", ")
+                ),
+            ));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

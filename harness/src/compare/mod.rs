@@ -23,5 +23,7 @@ pub use judge::{
     judge, Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, RunOutcome, RunStatus,
     Verdict,
 };
-pub(crate) use run::{is_insane, judged_against, live_checks, FRACTION_METRICS, REPLAY_RULE};
+pub(crate) use run::{
+    band_widths, is_insane, judged_against, live_checks, FRACTION_METRICS, REPLAY_RULE,
+};
 pub use run::{judge_run, DroppedValue, ReplayRecord, RunRecord};

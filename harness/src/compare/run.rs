@@ -249,6 +249,11 @@ pub fn judge_run(run: &RunRecord<'_>, golden: Option<&Golden>) -> Option<Verdict
         ));
         if let Some(blessed) = &g.rules {
             extra.extend(super::loosened::loosened_rules(blessed, run.checks));
+            extra.extend(super::loosened::wider_bands(
+                blessed,
+                g,
+                &band_widths(run.checks, Some(g)),
+            ));
         }
     }
     if let Some(g) = golden {
@@ -317,6 +322,30 @@ pub(crate) fn judged_against(checks: &ChecksSpec, golden: &Golden) -> crate::gol
             .map(|(m, b)| (format!("golden:{m}"), b.unwrap_or_else(|why| why)))
             .collect(),
     }
+}
+
+/// The calibrated bands `checks` resolve to with `golden`'s calibration: per calibrated rule
+/// the calibration can resolve, each window's (first, last, half-width). What a bless records
+/// (`golden.yaml`'s `bands:`) and what the loosening guard compares with it.
+pub(crate) fn band_widths(
+    checks: &ChecksSpec,
+    golden: Option<&Golden>,
+) -> crate::golden::BlessedBands {
+    let (resolved, _) = resolve_calibrated(checks, golden);
+    resolved
+        .map(|r| {
+            r.golden
+                .iter()
+                .filter_map(|(m, rule)| {
+                    let bands = rule.window_bands.as_ref()?;
+                    Some((
+                        m.to_string(),
+                        bands.iter().map(|b| (b.first, b.last, b.half)).collect(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The standard normal quantile of [`super::seeds::POWER`] (0.8).
@@ -508,6 +537,7 @@ mod tests {
             table: t,
             provenance: Provenance::default(),
             rules,
+            bands: None,
             dir: "golden/s/cpu".into(),
             calibration: None,
             digest: Default::default(),
@@ -634,6 +664,66 @@ mod tests {
             ),
             None
         );
+    }
+
+    /// The loosening guard sees resolved widths: a bless records them; a larger k, a noisier
+    /// re-calibration, or `abs` turned into a wide calibrated rule then fails as loosened.
+    #[test]
+    fn a_band_wider_than_blessed_is_loosened() {
+        let loosened = |v: &Verdict| {
+            v.rules
+                .iter()
+                .filter(|r| r.rule.ends_with(":band") && r.status == RuleStatus::Regressed)
+                .map(|r| r.evidence.message.clone())
+                .collect::<Vec<_>>()
+        };
+        let gold = table(&[("r", &[0.5, 0.5, 0.5, 0.5])]);
+        let run = table(&[("r", &[0.5, 0.5, 0.5, 0.5])]);
+        let c =
+            checks(r#"{"golden": {"r": {"window": 2, "calibrated": {"k": 3, "floor": 0.01}}}}"#);
+        let mut g = calibrated_golden(gold.clone(), &c);
+        g.rules = Some(c.clone());
+        g.bands = Some(band_widths(&c, Some(&g)));
+        // As blessed: nothing loosened.
+        let v = judge_run(&record(&run, &c, &[]), Some(&g)).unwrap();
+        assert!(loosened(&v).is_empty(), "{:?}", loosened(&v));
+        // k 3 -> 4: the first window is wider (the second sits at its floor).
+        let k4 =
+            checks(r#"{"golden": {"r": {"window": 2, "calibrated": {"k": 4, "floor": 0.01}}}}"#);
+        let v = judge_run(&record(&run, &k4, &[]), Some(&g)).unwrap();
+        let l = loosened(&v);
+        assert!(
+            l.len() == 1 && l[0].contains("steps 1..2") && !l[0].contains("steps 3..4"),
+            "{l:?}"
+        );
+        // A noisier re-calibration under the same rule.
+        let mut noisy = g.clone();
+        noisy.calibration = Some(crate::golden::calibration::Calibration::of_test_runs(
+            &[
+                table(&[("r", &[0.4, 0.4, 0.5, 0.5])]),
+                table(&[("r", &[0.6, 0.6, 0.5, 0.5])]),
+            ],
+            &c,
+        ));
+        let v = judge_run(&record(&run, &c, &[]), Some(&noisy)).unwrap();
+        assert!(
+            loosened(&v)[0].contains("recorded when the golden was blessed"),
+            "{v:?}"
+        );
+        // Blessed as `abs: 0.01`, now calibrated with k 100: wider than the abs band.
+        let abs = checks(r#"{"golden": {"r": {"window": 2, "abs": 0.01}}}"#);
+        let mut g_abs = g.clone();
+        g_abs.rules = Some(abs);
+        g_abs.bands = None;
+        let k100 =
+            checks(r#"{"golden": {"r": {"window": 2, "calibrated": {"k": 100, "floor": 0.01}}}}"#);
+        let v = judge_run(&record(&run, &k100, &[]), Some(&g_abs)).unwrap();
+        let l = loosened(&v);
+        assert!(
+            l.len() == 1 && l[0].contains("`abs`/`rel` band it was blessed with"),
+            "{l:?}"
+        );
+        assert_eq!(v.outcome, Outcome::Regressed);
     }
 
     #[test]

@@ -716,6 +716,7 @@ mod tests {
             table: runs[0].clone(),
             provenance: Default::default(),
             rules: None,
+            bands: None,
             dir: std::path::PathBuf::from("golden/s/cpu"),
             calibration: Some(crate::golden::calibration::Calibration::of_test_runs(
                 runs, checks,

@@ -1,7 +1,8 @@
 //! Stability rules by default. A learning scenario (tagged `convergence`, or `checks.stability:
 //! true`) gets a two-sided rule on each stability metric its golden holds and its author did not
 //! name: the policy's entropy, the gradient norm, the KL between the sampling and the updated
-//! policy. An entropy driven to collapse while the reward still looks fine, a gradient norm ten
+//! policy, and the mismatch between the sampler's and the trainer's log-probabilities of the
+//! same tokens. An entropy driven to collapse while the reward still looks fine, a gradient norm ten
 //! times larger, a KL that is no longer zero on-policy: each is a regression whether or not the
 //! scenario's author thought of it.
 //!
@@ -20,6 +21,12 @@ pub(crate) const METRICS: &[(&str, f64)] = &[
     ("actor/grad_norm", 0.0),
     ("actor/ppo_kl", 0.01),
     ("actor/kl_loss", 0.01),
+    // The sampler-vs-trainer mismatch (`driver::mismatch`): numerical noise when the sampler
+    // holds the trainer's weights; a skipped weight sync or a sampler in bf16 opens it past
+    // these floors from its first affected step (docs/verdicts.md, "Sampler-vs-trainer
+    // mismatch").
+    ("training/rollout_probs_diff_mean", 0.002),
+    ("rollout_corr/k3_kl", 0.0002),
 ];
 
 /// A stability band of a metric that is positive in a healthy run never reaches below this

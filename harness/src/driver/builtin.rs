@@ -96,6 +96,8 @@ struct Sample {
     response: Vec<i64>,
     score: f64,
     truncated: bool,
+    /// The sampler's log-probability of each response token, when it sent them.
+    sampler_logprobs: Option<Vec<f32>>,
 }
 
 /// Time of a phase. A backend that reports durations (the mock's simulated clock) is taken at
@@ -299,6 +301,15 @@ async fn one_step(
     m.insert("timing_s/gen", gen.seconds());
     let batch = PaddedBatch::build(&samples, &t.shape);
     let (old_logp, old) = old_log_probs(client, run, jobs, &batch, &mut m).await?;
+    let sampler: Vec<Option<&[f32]>> = samples
+        .iter()
+        .map(|s| s.sampler_logprobs.as_deref())
+        .collect();
+    if let Some(x) = super::mismatch::mismatch(&sampler, &old_logp) {
+        m.insert(super::mismatch::PROBS_DIFF_MEAN, x.probs_diff_mean);
+        m.insert(super::mismatch::PROBS_DIFF_MAX, x.probs_diff_max);
+        m.insert(super::mismatch::K3_KL, x.k3_kl);
+    }
     let ref_logp = ref_log_probs(client, run, jobs, &batch, &mut m).await?;
 
     // 6: GRPO advantages.
@@ -378,6 +389,7 @@ async fn rollout(
                 response,
                 score,
                 truncated,
+                sampler_logprobs: r.logprobs,
             });
         }
     }
@@ -724,6 +736,8 @@ fn canonical_groups(
 struct GenResult {
     text: String,
     token_ids: Vec<i64>,
+    /// `logprobs`: one per token id, when the sampler sent them.
+    logprobs: Option<Vec<f32>>,
 }
 
 fn parse_generate(node: &Node) -> Result<Vec<GenResult>, StepError> {
@@ -749,7 +763,34 @@ fn parse_generate(node: &Node) -> Result<Vec<GenResult>, StepError> {
                     .collect::<Result<Vec<_>, _>>()?,
                 None => CharTokenizer::encode(&text).map_err(protocol)?,
             };
-            Ok(GenResult { text, token_ids })
+            let logprobs = match r.get("logprobs") {
+                None | Some(Value::Null) => None,
+                Some(v) => {
+                    let lps = v
+                        .as_array()
+                        .ok_or_else(|| protocol("/generate result `logprobs` is not a list"))?
+                        .iter()
+                        .map(|x| {
+                            pyjson::as_f64(x)
+                                .map(|x| x as f32)
+                                .ok_or_else(|| protocol("non-numeric entry in `logprobs`"))
+                        })
+                        .collect::<Result<Vec<f32>, _>>()?;
+                    if lps.len() != token_ids.len() {
+                        return Err(protocol(format!(
+                            "/generate result has {} logprobs for {} token ids",
+                            lps.len(),
+                            token_ids.len()
+                        )));
+                    }
+                    Some(lps)
+                }
+            };
+            Ok(GenResult {
+                text,
+                token_ids,
+                logprobs,
+            })
         })
         .collect()
 }
@@ -1151,6 +1192,7 @@ mod tests {
             body: GenResult {
                 text: text.to_string(),
                 token_ids: CharTokenizer::encode(text).unwrap(),
+                logprobs: None,
             },
             seconds: 0.001,
             reported: true,

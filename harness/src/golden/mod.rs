@@ -50,6 +50,13 @@ pub struct Provenance {
     pub cpu_isa: Option<String>,
 }
 
+/// The calibrated bands in force when a golden was blessed: per calibrated rule, each window's
+/// (first step, last step, half-width), as `golden.yaml`'s `bands:` line records them. The
+/// loosening guard compares the bands a run is judged with against these, so a wider band (a
+/// larger `k`, `abs` turned into a wide calibrated rule, a noisier re-calibration) fails until
+/// it is blessed again.
+pub type BlessedBands = std::collections::BTreeMap<String, Vec<(u64, u64, f64)>>;
+
 /// An accepted (or pending) baseline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Golden {
@@ -59,6 +66,9 @@ pub struct Golden {
     pub provenance: Provenance,
     /// The rules in force when it was blessed.
     pub(crate) rules: Option<ChecksSpec>,
+    /// The calibrated bands in force when it was blessed (none recorded: no calibrated rule
+    /// had a calibration then, or a golden older than the record).
+    pub(crate) bands: Option<BlessedBands>,
     pub(crate) dir: PathBuf,
     /// The measured noise beside it (`calibration.json`), when calibrated.
     pub(crate) calibration: Option<calibration::Calibration>,
@@ -379,6 +389,7 @@ impl GoldenStore {
         table: &MetricTable,
         provenance: &Provenance,
         rules: Option<&ChecksSpec>,
+        bands: Option<&BlessedBands>,
     ) -> Result<PathBuf, GoldenError> {
         let dir = self.dir(scenario, hardware)?;
         if self.ci {
@@ -387,7 +398,7 @@ impl GoldenStore {
                 hardware: hardware.into(),
             });
         }
-        let header = render_header(scenario, hardware, table, provenance, rules);
+        let header = render_header(scenario, hardware, table, provenance, rules, bands);
         // The header goes first: a pending series is only ever seen with its header.
         fsx::write_atomic(&pending_path(&dir, HEADER_FILE), header.as_bytes())?;
         let csv = pending_path(&dir, METRICS_FILE);
@@ -553,7 +564,7 @@ fn read_golden(
 ) -> Result<Golden, GoldenError> {
     let table = MetricTable::read_csv(csv)?;
     let mut digest = GoldenDigest::default();
-    let (provenance, rules) = if header.exists() {
+    let (provenance, rules, bands) = if header.exists() {
         let text = fsx::read_to_string(header)?;
         digest.golden =
             metrics_digest(&[fsx::read(csv)?.as_slice(), b"\n", text.as_bytes()].concat());
@@ -594,6 +605,7 @@ fn read_golden(
         table,
         provenance,
         rules,
+        bands,
         dir: dir.to_path_buf(),
         calibration,
         digest,
@@ -623,11 +635,17 @@ pub(crate) fn render_header(
     table: &MetricTable,
     p: &Provenance,
     rules: Option<&ChecksSpec>,
+    bands: Option<&BlessedBands>,
 ) -> String {
     let digest = metrics_digest(table.to_csv().as_bytes());
     let rules_json = rules
         .and_then(|r| serde_json::to_string(r).ok())
         .unwrap_or_else(|| "null".into());
+    let bands_line = bands
+        .filter(|b| !b.is_empty())
+        .and_then(|b| serde_json::to_string(b).ok())
+        .map(|b| format!("bands: {b}\n"))
+        .unwrap_or_default();
     format!(
         "# rlharness golden: the accepted series of {scenario} on {hardware} lies in metrics.csv.\n\
          # Review changes with `rlharness golden status|accept|reject`; do not edit by hand.\n\
@@ -645,7 +663,7 @@ pub(crate) fn render_header(
            threads: {}\n  \
            torch_version: {}\n\
          {}{}{}\
-         rules: {rules_json}\n",
+         rules: {rules_json}\n{bands_line}",
         yaml_str(scenario),
         yaml_str(hardware),
         table.len(),
@@ -708,7 +726,7 @@ fn yaml_to_json(y: &yaml_rust2::Yaml) -> serde_json::Value {
 pub(crate) fn parse_header(
     text: &str,
     path: &Path,
-) -> Result<(Provenance, Option<ChecksSpec>), GoldenError> {
+) -> Result<(Provenance, Option<ChecksSpec>, Option<BlessedBands>), GoldenError> {
     let herr = |message: String| GoldenError::Header {
         path: path.to_path_buf(),
         message,
@@ -730,7 +748,14 @@ pub(crate) fn parse_header(
                 .map_err(|e| herr(format!("rules: {e}")))?,
         ),
     };
-    Ok((provenance, rules))
+    let bands = match v.get("bands") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(b) => Some(
+            serde_json::from_value::<BlessedBands>(b.clone())
+                .map_err(|e| herr(format!("bands: {e}")))?,
+        ),
+    };
+    Ok((provenance, rules, bands))
 }
 
 /// The digest a header records for its series: SHA-256 of the CSV bytes, carriage returns
@@ -1024,6 +1049,7 @@ mod tests {
                 &table(&[0.1, 0.2]),
                 &prov(),
                 Some(&rules()),
+                None,
             )
             .unwrap();
         assert!(path.ends_with("smoke/mock/cpu/metrics.csv.new"));
@@ -1051,7 +1077,14 @@ mod tests {
 
         // A second run writes a pending change beside the accepted golden; reject drops it.
         store
-            .write_pending("smoke/mock", "cpu", &table(&[0.1, 0.5, 0.6]), &prov(), None)
+            .write_pending(
+                "smoke/mock",
+                "cpu",
+                &table(&[0.1, 0.5, 0.6]),
+                &prov(),
+                None,
+                None,
+            )
             .unwrap();
         let p = store.pending().unwrap();
         assert!(
@@ -1081,14 +1114,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ci = GoldenStore::with_ci(dir.path(), true);
         let e = ci
-            .write_pending("s", "cpu", &table(&[0.1]), &prov(), None)
+            .write_pending("s", "cpu", &table(&[0.1]), &prov(), None, None)
             .unwrap_err();
         assert!(matches!(e, GoldenError::CiRefused { .. }));
         assert!(e.to_string().contains("CI=true"), "{e}");
         assert!(!dir.path().join("s").exists());
         // Accepting under CI is refused too.
         GoldenStore::with_ci(dir.path(), false)
-            .write_pending("s", "cpu", &table(&[0.1]), &prov(), None)
+            .write_pending("s", "cpu", &table(&[0.1]), &prov(), None, None)
             .unwrap();
         assert!(matches!(ci.accept(&[]), Err(GoldenError::CiRefused { .. })));
         assert!(!dir.path().join("s/cpu/metrics.csv").exists());
@@ -1140,11 +1173,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = GoldenStore::with_ci(dir.path(), false);
         store
-            .write_pending("s", "cpu", &table(&[0.1, 0.2]), &prov(), None)
+            .write_pending("s", "cpu", &table(&[0.1, 0.2]), &prov(), None, None)
             .unwrap();
         store.accept(&[]).unwrap();
         store
-            .write_pending("s", "cpu", &table(&[0.5, 0.6]), &prov(), None)
+            .write_pending("s", "cpu", &table(&[0.5, 0.6]), &prov(), None, None)
             .unwrap();
         // The crash: the series was renamed, the header was not.
         let gdir = dir.path().join("s/cpu");
@@ -1178,11 +1211,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = GoldenStore::with_ci(dir.path(), false);
         store
-            .write_pending("s", "cpu", &table(&[0.1]), &prov(), None)
+            .write_pending("s", "cpu", &table(&[0.1]), &prov(), None, None)
             .unwrap();
         store.accept(&[]).unwrap();
         store
-            .write_pending("s", "cpu", &table(&[0.9]), &prov(), None)
+            .write_pending("s", "cpu", &table(&[0.9]), &prov(), None, None)
             .unwrap();
         // The run died between the header and the series.
         let gdir = dir.path().join("s/cpu");
@@ -1209,9 +1242,15 @@ mod tests {
         let mut p = prov();
         p.device = "weird: \"quoted\" # not a comment\n".into();
         p.git_commit = None;
-        let text = render_header("s", "cpu", &table(&[1.0]), &p, None);
-        let (back, rules) = parse_header(&text, Path::new("golden.yaml")).unwrap();
+        let text = render_header("s", "cpu", &table(&[1.0]), &p, None, None);
+        let (back, rules, bands) = parse_header(&text, Path::new("golden.yaml")).unwrap();
         assert_eq!(back, p);
         assert_eq!(rules, None);
+        assert_eq!(bands, None);
+        // The blessed bands round-trip too.
+        let b: BlessedBands = [("m".to_string(), vec![(1, 10, 0.125), (11, 20, 0.5)])].into();
+        let text = render_header("s", "cpu", &table(&[1.0]), &p, None, Some(&b));
+        let (_, _, back) = parse_header(&text, Path::new("golden.yaml")).unwrap();
+        assert_eq!(back, Some(b));
     }
 }

@@ -157,8 +157,9 @@ fn select_knobs(m: &mut KnobManifest, patterns: &[String]) -> Result<(), Command
     Ok(())
 }
 
-/// Leave out the knobs the scenario's `propagate.skip` names: each becomes not exercised with
-/// the scenario's reason. A name that is no knob of the manifest is an input error.
+/// Leave out the knobs the scenario's `propagate.skip` names: each is judged not observable
+/// here, with the scenario's reason (unobserved: a failure only under `--require-observed`).
+/// A name that is no knob of the manifest is an input error.
 fn skip_knobs(
     plan: &mut verdict::MatrixPlan,
     m: &KnobManifest,
@@ -182,11 +183,9 @@ fn skip_knobs(
         if let Some(why) = skip.get(&knob.path) {
             plan.trials.retain(|t| t.knob != i);
             plan.not_exercised.retain(|(k, _)| *k != i);
-            plan.not_exercised
-                .push((i, format!("the scenario skips it: {why}")));
+            plan.skipped.push((i, why.clone()));
         }
     }
-    plan.not_exercised.sort_by_key(|(k, _)| *k);
     Ok(())
 }
 
@@ -915,6 +914,9 @@ fn judge_all(
         any_failed |= c.verdict == verdict::CellVerdict::RunFailed;
         by_knob[t.knob].push(c);
     }
+    for (i, why) in &plan.skipped {
+        by_knob[*i].push(verdict::skipped_cell(why));
+    }
     let not_exercised: BTreeMap<usize, &str> = plan
         .not_exercised
         .iter()
@@ -957,6 +959,48 @@ mod knob_selection_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The real-verl scenario's `propagate.skip`: its knobs leave the plan, not exercised with
+    /// the scenario's reason; a name that is no knob is refused with a did-you-mean.
+    #[test]
+    fn a_scenario_skips_knobs_it_cannot_perturb() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let file = root.join("scenarios/verl/real-verl-arctic-grpo.yaml");
+        let mut scenario = crate::spec::load_scenario(&file, &[]).unwrap();
+        let config = scenario.config.to_json();
+        let m = manifest::load(&manifest_path(&file, &config).unwrap()).unwrap();
+        let index = |p: &str| m.knobs.iter().position(|k| k.path == p).unwrap();
+        let model = index("actor_rollout_ref.model.path");
+        let mut plan = verdict::plan_matrix(&m, &config);
+        assert!(plan.trials.iter().any(|t| t.knob == model));
+        skip_knobs(&mut plan, &m, &m, &scenario).unwrap();
+        assert!(!plan.trials.iter().any(|t| t.knob == model));
+        let (_, why) = plan.skipped.iter().find(|(k, _)| *k == model).unwrap();
+        assert!(why.starts_with("verl loads only"), "{why}");
+        // Judged not observable, not flagged.
+        let judged = judge_all(&m, &plan, vec![None; plan.trials.len()]);
+        let k = &judged.knobs[model];
+        assert_eq!(
+            (k.verdict, k.flagged),
+            (verdict::KnobVerdict::NotObservable, false)
+        );
+        assert!(k.cells[0]
+            .unobservable
+            .as_deref()
+            .is_some_and(|w| w.starts_with("the scenario skips it: verl loads only")));
+        scenario
+            .propagate
+            .skip
+            .insert("actor_rollout_ref.model.pth".into(), "typo".into());
+        let e = skip_knobs(&mut plan, &m, &m, &scenario)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("key `propagate.skip.actor_rollout_ref.model.pth`: not a knob")
+                && e.contains("did you mean `actor_rollout_ref.model.path`?"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn until_parses_its_three_forms_and_names_the_bad_one() {

@@ -163,14 +163,22 @@ fn md_cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
+/// The longest first problem a table row shows; the knob's own section has the whole text
+/// (a failed run's problem carries the trainer's last lines).
+const HEADLINE_CHARS: usize = 240;
+
 /// The short evidence of a row: the first reason it is flagged, else where it was consumed.
 fn headline(k: &KnobResult) -> String {
     if let Some(p) = k.problems.first() {
         let more = k.problems.len() - 1;
+        let p = match p.char_indices().nth(HEADLINE_CHARS) {
+            Some((cut, _)) => format!("{}… (the whole text in its section)", &p[..cut]),
+            None => p.clone(),
+        };
         return if more > 0 {
             format!("{p} (+{more} more)")
         } else {
-            p.clone()
+            p
         };
     }
     if k.verdict == KnobVerdict::NotObservable {
@@ -510,6 +518,20 @@ mod tests {
         assert!(md.contains("| `a.c` | not sent | **FLAGGED** |"), "{md}");
         assert!(md.contains("### `a.c`: not sent"), "{md}");
         assert!(md.contains("1 flagged"), "{md}");
+    }
+
+    #[test]
+    fn a_long_problem_is_cut_in_the_table_and_whole_in_its_section() {
+        let mut r = report();
+        let tail = "x".repeat(1000);
+        r.knobs[1].problems = vec![format!("the run failed; the trainer's last lines: {tail}")];
+        let md = markdown(&r);
+        let row = md.lines().find(|l| l.starts_with("| `a.c`")).unwrap();
+        assert!(
+            row.len() < 400 && row.contains("(the whole text in its section)"),
+            "{row}"
+        );
+        assert!(md.contains(&tail), "the section keeps the whole text");
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub(crate) struct MatrixPlan {
     pub(crate) trials: Vec<Trial>,
     /// (knob index, why nothing runs for it).
     pub(crate) not_exercised: Vec<(usize, String)>,
+    /// (knob index, why): knobs the scenario's `propagate.skip` leaves out, judged not
+    /// observable here (unobserved, not a flag).
+    pub(crate) skipped: Vec<(usize, String)>,
 }
 
 fn lookup<'a>(tree: &'a Value, path: &str) -> Option<&'a Value> {
@@ -272,6 +275,20 @@ pub(crate) fn read_only_in_jobs(m: &KnobManifest, trials: &[&Trial], config: &Va
 }
 
 /// A cell whose run shows nothing to compare (it failed, or its wire cannot be seen).
+/// The cell of a knob the scenario skips: not observable here, with the scenario's reason.
+pub(crate) fn skipped_cell(why: &str) -> Cell {
+    Cell {
+        value: Value::Null,
+        condition: Condition::new(),
+        verdict: CellVerdict::NotObservable,
+        changes: Vec::new(),
+        active: Vec::new(),
+        consumed_at: Vec::new(),
+        problems: Vec::new(),
+        unobservable: Some(format!("the scenario skips it: {why}")),
+    }
+}
+
 fn unjudged(
     trial: &Trial,
     verdict: CellVerdict,

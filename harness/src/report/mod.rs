@@ -781,6 +781,7 @@ pub(crate) fn reference_golden(dir: &Path, m: &RunManifest, table: MetricTable) 
         table,
         provenance: provenance_of_run(m, m.ended.clone().unwrap_or_else(|| m.started.clone())),
         rules: None,
+        bands: None,
         dir: dir.to_path_buf(),
         calibration: None,
         digest: crate::golden::GoldenDigest {

@@ -235,6 +235,7 @@ mod tests {
             table: t,
             provenance: Default::default(),
             rules: None,
+            bands: None,
             dir: PathBuf::from("golden/s/cpu"),
             calibration: None,
             digest: Default::default(),

@@ -627,7 +627,7 @@ async fn a_fail_fast_golden_rule_stops_the_run_at_the_first_point_outside_its_ba
         ..Default::default()
     };
     store
-        .write_pending("fixture-verl-jsonl", "cpu", &golden, &prov, None)
+        .write_pending("fixture-verl-jsonl", "cpu", &golden, &prov, None, None)
         .unwrap();
     store.accept(&[]).unwrap();
     run_fixture(

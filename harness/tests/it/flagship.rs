@@ -139,11 +139,13 @@ async fn the_exact_lane_holds_a_rerun_and_catches_a_weight_decay_of_a_thousandth
 /// planted regression is caught by the rules its scenario declares, against a reference made
 /// on this host (or, for the multi-seed one, against the golden's calibration); `compare`
 /// re-judges each alike.
-const SELFTESTS: [&str; 5] = [
+const SELFTESTS: [&str; 7] = [
     "flagship-entropy-collapse",
     "flagship-grad-norm",
     "flagship-lr-x2",
     "flagship-reward-drop",
+    "flagship-sampler-bf16",
+    "flagship-skip-weight-sync",
     "flagship-weight-decay",
 ];
 
@@ -197,5 +199,7 @@ selftests! {
     selftest_grad_norm_is_caught => 1,
     selftest_lr_x2_is_caught => 2,
     selftest_reward_drop_is_caught => 3,
-    selftest_weight_decay_is_caught => 4,
+    selftest_sampler_bf16_is_caught => 4,
+    selftest_skip_weight_sync_is_caught => 5,
+    selftest_weight_decay_is_caught => 6,
 }

@@ -55,7 +55,7 @@ fn bless(root: &Path, rewards: &[f64]) {
         ..Provenance::default()
     };
     store
-        .write_pending("smoke/mock", "cpu", &table(rewards), &prov, None)
+        .write_pending("smoke/mock", "cpu", &table(rewards), &prov, None, None)
         .unwrap();
     store.accept(&[]).unwrap();
 }

@@ -156,6 +156,9 @@ pub struct TorchEngine {
     cpu_batch_max: std::sync::atomic::AtomicU64,
     /// `backend.slowdown`: each forward-backward sleeps this fraction of its compute time.
     slowdown: f64,
+    /// `backend.sampler_dtype` when it differs from the engine's: the sampler's weights are
+    /// rounded through it.
+    sampler_round: Option<Kind>,
     /// Held shared by CPU sampling calls (which read weights outside their job's lock) and
     /// exclusively by every call that writes weights in place.
     weight_gate: RwLock<()>,
@@ -226,6 +229,18 @@ fn register_cuda() -> Result<(), EngineError> {
 }
 
 impl TorchEngine {
+    /// `backend.sampler_dtype`: round the sampler's weights through that dtype, in place.
+    fn round_sampler(&self, model: &mut Decoder) -> Result<(), EngineError> {
+        let Some(kind) = self.sampler_round else {
+            return Ok(());
+        };
+        let rounded: Vec<Tensor> = {
+            let _g = tch::no_grad_guard();
+            model.params.iter().map(|p| p.to_kind(kind)).collect()
+        };
+        model.copy_from(&rounded).map_err(EngineError::internal)
+    }
+
     pub fn new(spec: &TorchSpec, seed: u64) -> Result<TorchEngine, EngineError> {
         let config = DecoderConfig::from_spec(&spec.model).map_err(EngineError::bad_request)?;
         if !(spec.slowdown.is_finite() && (0.0..=10.0).contains(&spec.slowdown)) {
@@ -307,6 +322,10 @@ impl TorchEngine {
             cpu_batch_max: std::sync::atomic::AtomicU64::new(0),
             batch_generate: device != Device::Cpu,
             slowdown: spec.slowdown,
+            sampler_round: match spec.sampler_dtype {
+                Some(TorchDType::Bf16) if kind != Kind::BFloat16 => Some(Kind::BFloat16),
+                _ => None,
+            },
             weight_gate: RwLock::new(()),
             hand_head: true,
             info,
@@ -1137,6 +1156,9 @@ impl Engine for TorchEngine {
                 base.copy_to(device)
             }
         };
+        if config.job_type == JobType::Sampling {
+            self.round_sampler(&mut model)?;
+        }
         let trainer = if config.job_type == JobType::Training {
             model.set_requires_grad(true);
             Some(Trainer {
@@ -1271,6 +1293,7 @@ impl Engine for TorchEngine {
                 finish_reason: if s.stopped { "stop" } else { "length" }.into(),
                 token_ids: s.tokens,
                 prefix_cache_len: 0,
+                logprobs: s.logprobs,
             })
             .collect();
         Ok(Timed::untimed(completions))
@@ -1309,6 +1332,9 @@ impl Engine for TorchEngine {
             job.model
                 .copy_from(&snapshot)
                 .map_err(EngineError::internal)?;
+            if job.job_type == JobType::Sampling {
+                self.round_sampler(&mut job.model)?;
+            }
             job.weights_changed();
             to.push(job.device);
         }

@@ -144,6 +144,7 @@ pub fn fingerprint(config: &DecoderConfig, threads: usize) -> String {
         max_tokens: 8,
         seed: None,
         ignore_eos: false,
+        logprobs: false,
     };
     let drawn = sample(
         &model,

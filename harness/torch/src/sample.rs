@@ -23,6 +23,10 @@ pub struct SamplingParams {
     pub seed: Option<u64>,
     /// vLLM's `ignore_eos`: keep sampling past end-of-sequence (benchmarks).
     pub ignore_eos: bool,
+    /// vLLM's `logprobs` (0 or more: return the sampled token's log-probability, the Arctic
+    /// adapter's `calculate_log_probs`): the log-softmax of the model's raw logits, before
+    /// temperature, top-k and top-p (vLLM's default `raw_logprobs`).
+    pub logprobs: bool,
 }
 
 impl SamplingParams {
@@ -69,7 +73,17 @@ impl SamplingParams {
                 ))
             })?),
         };
+        let logprobs = match m.get("logprobs") {
+            None | Some(Value::Null) => false,
+            Some(v) if v.as_u64().is_some() => true,
+            Some(v) => {
+                return Err(EngineError::bad_request(format!(
+                    "sampling_params.logprobs must be null or a non-negative integer, got {v}"
+                )))
+            }
+        };
         Ok(SamplingParams {
+            logprobs,
             n: n as usize,
             temperature,
             top_p,
@@ -95,6 +109,8 @@ pub struct Sampled {
     /// Generated ids, the end-of-sequence id included when it was sampled.
     pub tokens: Vec<i64>,
     pub stopped: bool,
+    /// Each token's log-probability under the sampler (with `SamplingParams::logprobs`).
+    pub logprobs: Option<Vec<f32>>,
 }
 
 /// Where the random draws of a sampling call come from.
@@ -171,9 +187,18 @@ pub fn sample(
         .then(|| GraphDecode::new(&key_mask, &next_pos, p))
         .flatten();
     let mut out: Vec<Tensor> = Vec::with_capacity(params.max_tokens);
+    let mut lps: Vec<Tensor> = Vec::new();
     let mut done = Tensor::zeros([b], (Kind::Bool, device));
     for step in 0..params.max_tokens {
         let tok = pick(&logits, params, draws);
+        if params.logprobs {
+            lps.push(
+                logits
+                    .log_softmax(-1, Kind::Float)
+                    .gather(1, &tok.view([b, 1]), false)
+                    .view([b]),
+            );
+        }
         // Finished rows keep sampling padding; it is cut off below.
         let tok = tok.masked_fill(&done, pad);
         done = done.logical_or(&tok.eq(eos));
@@ -200,18 +225,24 @@ pub fn sample(
     drop(graph);
     let steps = out.len();
     let flat = Vec::<i64>::try_from(&all.reshape([-1])).unwrap_or_default();
+    let lp_flat = (!lps.is_empty()).then(|| {
+        let t = Tensor::stack(&lps, 1).to_device(tch::Device::Cpu);
+        Vec::<f32>::try_from(&t.reshape([-1])).unwrap_or_default()
+    });
     (0..b as usize)
         .map(|i| {
             let row = &flat[i * steps..(i + 1) * steps];
-            match row.iter().position(|&t| t == eos) {
-                Some(k) => Sampled {
-                    tokens: row[..=k].to_vec(),
-                    stopped: true,
-                },
-                None => Sampled {
-                    tokens: row.to_vec(),
-                    stopped: false,
-                },
+            let (len, stopped) = match row.iter().position(|&t| t == eos) {
+                Some(k) => (k + 1, true),
+                None => (row.len(), false),
+            };
+            Sampled {
+                tokens: row[..len].to_vec(),
+                stopped,
+                logprobs: lp_flat
+                    .as_ref()
+                    .and_then(|f| f.get(i * steps..i * steps + len))
+                    .map(<[f32]>::to_vec),
             }
         })
         .collect()
@@ -414,6 +445,7 @@ mod tests {
             max_tokens: 1,
             seed: None,
             ignore_eos: false,
+            logprobs: false,
         };
         let t = pick(&logits, &params, &mut Draws::Torch);
         assert_eq!(t.max().int64_value(&[]), 0);
@@ -467,6 +499,7 @@ mod tests {
             max_tokens: 3,
             seed: None,
             ignore_eos: false,
+            logprobs: false,
         };
         let prompts = vec![vec![3i64, 4, 5], vec![6i64]];
         let got = sample(&m, &prompts, &params, -1, 0, &mut Draws::Torch);

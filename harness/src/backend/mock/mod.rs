@@ -761,6 +761,15 @@ impl Engine for MockEngine {
             )));
         }
         let user_seed = sp.get("seed").and_then(Value::as_u64).unwrap_or(0);
+        let want_logprobs = match sp.get("logprobs") {
+            None | Some(Value::Null) => false,
+            Some(v) if v.as_u64().is_some() => true,
+            Some(v) => {
+                return Err(unprocessable(format!(
+                    "sampling_params.logprobs must be null or a non-negative integer, got {v}"
+                )))
+            }
+        };
         let mut jobs = self.jobs();
         let j = Self::job_mut(&mut jobs, job_id)?;
         let accuracy = self.script.reward.accuracy(j.syncs);
@@ -801,6 +810,17 @@ impl Engine for MockEngine {
                 let text = CharTokenizer::decode(&ids);
                 prompt_tokens += if k == 0 { prompt_len as u64 } else { 0 };
                 generated += ids.len() as u64;
+                // The sampler's policy is the version it was last synced to: the same
+                // log-probabilities `/forward` gives for those tokens when the trainer holds
+                // that version too.
+                let logprobs = want_logprobs.then(|| {
+                    ids.iter()
+                        .enumerate()
+                        .map(|(t, &tok)| {
+                            policy::token_logprob(self.seed, tok, prompt_len + t, j.version)
+                        })
+                        .collect()
+                });
                 out.push(Completion {
                     generation_len: ids.len(),
                     text,
@@ -808,6 +828,7 @@ impl Engine for MockEngine {
                     finish_reason: finish.to_string(),
                     prompt_len,
                     prefix_cache_len: 0,
+                    logprobs,
                 });
             }
         }
