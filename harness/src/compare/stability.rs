@@ -25,8 +25,8 @@ pub(crate) const METRICS: &[(&str, f64)] = &[
     // holds the trainer's weights; a skipped weight sync or a sampler in bf16 opens it past
     // these floors from its first affected step (docs/verdicts.md, "Sampler-vs-trainer
     // mismatch").
-    ("training/rollout_probs_diff_mean", 0.002),
-    ("rollout_corr/k3_kl", 0.0002),
+    ("training/rollout_probs_diff_mean", 1e-5),
+    ("rollout_corr/k3_kl", 1e-8),
 ];
 
 /// A stability band of a metric that is positive in a healthy run never reaches below this
