@@ -102,6 +102,9 @@ pub struct ForwardBackwardOutput {
 pub struct StepOutput {
     pub last_lr: f64,
     pub grad_norm: Option<f64>,
+    /// The engine's peak memory since its previous `/step`, in GB (`peak_memory_gb`): the CPU
+    /// torch engine's peak resident set. `None` where the engine does not measure it.
+    pub peak_memory_gb: Option<f64>,
 }
 
 #[derive(Debug, Clone)]

@@ -1148,6 +1148,9 @@ async fn step(
     if let Some(g) = out.value.grad_norm {
         metrics.insert("grad_norm".into(), json!(g));
     }
+    if let Some(m) = out.value.peak_memory_gb.filter(|m| m.is_finite()) {
+        metrics.insert("peak_memory_gb".into(), json!(m));
+    }
     Ok(json_response(
         StatusCode::OK,
         &json!({"job_id": id, "metrics": metrics, "batch": {}}),

@@ -13,7 +13,7 @@
 //! hand-set: ± [`REL`] of the golden's window mean, never narrower than the floor. The floors
 //! are absolute, for metrics whose golden may be 0 (an on-policy KL is exactly 0).
 
-use crate::checks::{Calibrated, ChecksSpec, Direction, GoldenRule, GoldenRules};
+use crate::checks::{Calibrated, ChecksSpec, Direction, GoldenRule, GoldenRules, ImprovementLimit};
 
 /// The stability metrics (verl's names) and each one's absolute floor.
 pub(crate) const METRICS: &[(&str, f64)] = &[
@@ -27,7 +27,14 @@ pub(crate) const METRICS: &[(&str, f64)] = &[
     // mismatch").
     ("training/rollout_probs_diff_mean", 1e-5),
     ("rollout_corr/k3_kl", 1e-8),
+    // The engine's peak memory over a step (the CPU torch engine's peak resident set): judged
+    // one-sided, see [`ONE_SIDED`].
+    ("perf/max_memory_allocated_gb", 0.05),
 ];
+
+/// Stability metrics judged on one side only: more is the regression, less is never flagged
+/// (a step that needs less memory is not too good to be true).
+pub(crate) const ONE_SIDED: &[&str] = &["perf/max_memory_allocated_gb"];
 
 /// A stability band of a metric that is positive in a healthy run never reaches below this
 /// fraction of the golden's window median: a vanished gradient or a collapsed entropy fails
@@ -66,9 +73,15 @@ pub(crate) fn rules(
             .filter(|(m, _)| columns.iter().any(|c| c == m))
             .filter(|(m, _)| checks.golden.get(m).is_none())
             .map(|(m, floor)| {
+                let one_sided = ONE_SIDED.contains(m);
                 let rule = GoldenRule {
                     window: Some(WINDOW),
-                    direction: Some(Direction::TwoSided),
+                    direction: Some(if one_sided {
+                        Direction::LowerIsBetter
+                    } else {
+                        Direction::TwoSided
+                    }),
+                    improvement_limit: one_sided.then_some(ImprovementLimit::Unlimited),
                     // A gradient-norm spike at one step of a healthy run is common; a
                     // regression moves the whole window.
                     median: true,
@@ -99,7 +112,8 @@ pub(crate) fn rules(
 /// What a stability rule's evidence adds: that it is a default, and how to change it.
 pub(crate) fn note(calibrated: bool) -> String {
     format!(
-        "a default stability rule of a learning scenario (medians of windows of {WINDOW} steps, two-sided, \
+        "a default stability rule of a learning scenario (medians of windows of {WINDOW} steps, two-sided \
+         (peak memory: only an increase fails), \
          {}, the lower edge of a positive metric never under {KEEP_ABOVE} × the golden; name the metric in `checks.golden` to set your own, or `checks.stability: false`)",
         if calibrated {
             format!("k {K} × the calibration's σ")
@@ -115,6 +129,20 @@ mod tests {
 
     fn checks(json: &str) -> ChecksSpec {
         serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn peak_memory_is_judged_on_one_side() {
+        let cols = vec!["perf/max_memory_allocated_gb".to_string()];
+        let on = checks(r#"{"stability": true}"#);
+        let r = rules(&on, &cols, |_| false);
+        let (_, rule) = &r.0[0];
+        assert_eq!(rule.direction, Some(Direction::LowerIsBetter));
+        assert_eq!(rule.improvement_limit, Some(ImprovementLimit::Unlimited));
+        // Half the memory passes; 1.5 times the golden's fails.
+        let band = rule.band(2.0);
+        assert!(band.lo.is_some_and(|lo| lo < 0.0) || band.lo.is_none());
+        assert_eq!(band.hi, Some(2.0 + 2.0 * REL));
     }
 
     #[test]

@@ -469,6 +469,8 @@ async fn update_actor(
     let mut fb_metrics: Map<String, Value> = Map::new();
     let mut fb_count = 0usize;
     let (mut grad_norms, mut last_lr) = (Vec::new(), None);
+    // The engine's peak memory over the step: the largest of its `/step` answers.
+    let mut peak_memory: Option<f64> = None;
     let per_mini = shape.mini_batch_prompts * shape.n;
     for _epoch in 0..shape.ppo_epochs {
         for mb in 0..shape.mini_batches() {
@@ -505,6 +507,9 @@ async fn update_actor(
                 grad_norms.push(g);
             }
             last_lr = sm.get("last_lr").and_then(mean_of).or(last_lr);
+            if let Some(p) = sm.get("peak_memory_gb").and_then(mean_of) {
+                peak_memory = Some(peak_memory.map_or(p, |m: f64| m.max(p)));
+            }
         }
     }
     let update_s = upd.seconds();
@@ -527,6 +532,9 @@ async fn update_actor(
     }
     if let Some(lr) = last_lr {
         m.insert("actor/lr", lr);
+    }
+    if let Some(p) = peak_memory {
+        m.insert("perf/max_memory_allocated_gb", p);
     }
     Ok((upd, update_s))
 }

@@ -203,3 +203,40 @@ selftests! {
     selftest_skip_weight_sync_is_caught => 5,
     selftest_weight_decay_is_caught => 6,
 }
+
+/// The sampler-vs-trainer mismatch rules (`stability:training/rollout_probs_diff_mean`,
+/// `stability:rollout_corr/k3_kl`) raise no false alarm: 20 unplanted seeds of the flagship
+/// (5 steps each, judged against the shipped golden) pass both, on whatever CPU runs the test.
+/// Their two plants are caught by `flagship-skip-weight-sync` and `flagship-sampler-bf16`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mismatch_rules_pass_twenty_unplanted_seeds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = repo().join("scenarios/tiny-gsm8k-grpo.yaml");
+    let mut worst: f64 = 0.0;
+    for seed in 1..=20u64 {
+        let dir = tmp.path().join(format!("seed-{seed}"));
+        let mut o = common::run_options(tmp.path(), repo().join("golden"), dir, Vec::new());
+        o.seed = Some(seed);
+        o.steps = Some(5);
+        let report = rlharness::app::run_one(&scenario, &o).await.unwrap();
+        let v = report.verdict.as_ref().unwrap();
+        for rule in [
+            "stability:training/rollout_probs_diff_mean",
+            "stability:rollout_corr/k3_kl",
+        ] {
+            let r = v
+                .rule(rule)
+                .unwrap_or_else(|| panic!("seed {seed}: no {rule}"));
+            assert_eq!(
+                r.status,
+                rlharness::compare::RuleStatus::Pass,
+                "seed {seed}: {rule}: {}",
+                r.evidence.message
+            );
+        }
+        let diffs = report.metrics.series("training/rollout_probs_diff_mean");
+        assert_eq!(diffs.len(), 5, "seed {seed}");
+        worst = diffs.iter().map(|(_, v)| *v).fold(worst, f64::max);
+    }
+    println!("largest training/rollout_probs_diff_mean over 20 seeds x 5 steps: {worst:e}");
+}

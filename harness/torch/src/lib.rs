@@ -228,6 +228,24 @@ fn register_cuda() -> Result<(), EngineError> {
     Ok(())
 }
 
+/// The process's peak resident set since the last call (or its start), in GB, then reset
+/// (Linux: `VmHWM` of `/proc/self/status`; writing 5 to `/proc/self/clear_refs` resets it).
+/// `None` where the kernel does not provide it. The engine holds every job's model, so this is
+/// the CPU engine's peak memory over one training step when called at each `/step`.
+fn peak_rss_gb_and_reset() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    Some(kb * 1024.0 / 1e9)
+}
+
 impl TorchEngine {
     /// `backend.sampler_dtype`: round the sampler's weights through that dtype, in place.
     fn round_sampler(&self, model: &mut Decoder) -> Result<(), EngineError> {
@@ -1264,6 +1282,9 @@ impl Engine for TorchEngine {
         Ok(Timed::untimed(StepOutput {
             last_lr,
             grad_norm: Some(norm),
+            peak_memory_gb: (self.device == Device::Cpu)
+                .then(peak_rss_gb_and_reset)
+                .flatten(),
         }))
     }
 

@@ -725,6 +725,7 @@ impl Engine for MockEngine {
             value: StepOutput {
                 last_lr,
                 grad_norm: Some(grad_norm),
+                peak_memory_gb: None,
             },
             sim_seconds: Some(self.cost.optimizer_step()),
         })
