@@ -283,6 +283,18 @@ impl Report {
                     .unwrap_or_default()
             ),
             Headline::NoGolden => match &self.pending_golden {
+                // `--update-golden` over an accepted golden: there was one.
+                Some(p)
+                    if self
+                        .verdict
+                        .as_ref()
+                        .is_some_and(|v| v.outcome != Outcome::NoGolden) =>
+                {
+                    format!(
+                        "pending golden written to {p} (--update-golden); review it with \
+                         `rlharness golden status`"
+                    )
+                }
                 Some(p) => format!("no golden yet: pending golden written to {p}"),
                 None => "no golden yet".into(),
             },
