@@ -70,8 +70,8 @@ pub(super) async fn drive(
 ) -> Driven {
     let run_started = Instant::now();
     let mut last_activity = Instant::now();
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let stop = crate::util::stop_signal();
+    tokio::pin!(stop);
     loop {
         let now = Instant::now();
         let step_deadline = limits.step.map(|d| last_activity + d);
@@ -128,8 +128,8 @@ pub(super) async fn drive(
                 let reason = format!("hang at step {step} ({why}; last activity: {})", activity_text(proxy, trainer));
                 return Driven { end: RunEnd::Hang { reason, step }, driver_done: false };
             }
-            _ = &mut ctrl_c => {
-                return Driven { end: RunEnd::Interrupted { step: observers.current_step }, driver_done: false };
+            signal = &mut stop => {
+                return Driven { end: RunEnd::Interrupted { step: observers.current_step, signal }, driver_done: false };
             }
         }
     }

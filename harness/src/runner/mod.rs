@@ -99,9 +99,11 @@ pub enum RunEnd {
         reason: String,
         step: u64,
     },
-    /// Ctrl-C.
+    /// Ctrl-C (SIGINT) or SIGTERM: the run stops, its finished steps and reports are kept.
     Interrupted {
         step: u64,
+        /// `SIGINT` or `SIGTERM`.
+        signal: &'static str,
     },
     /// Stopped on purpose by the watchdog: a non-finite watched metric, or a fail-fast rule
     /// that can no longer pass.
@@ -135,7 +137,7 @@ impl RunEnd {
             RunEnd::Completed => None,
             RunEnd::Failed { step, .. } => *step,
             RunEnd::Hang { step, .. }
-            | RunEnd::Interrupted { step }
+            | RunEnd::Interrupted { step, .. }
             | RunEnd::Aborted { step, .. } => Some(*step),
         }
     }
@@ -145,9 +147,10 @@ impl RunEnd {
             RunEnd::Failed { reason, .. }
             | RunEnd::Hang { reason, .. }
             | RunEnd::Aborted { reason, .. } => Some(reason.clone()),
-            RunEnd::Interrupted { step } => {
-                Some(format!("interrupted (Ctrl-C) during step {step}"))
-            }
+            RunEnd::Interrupted { step, signal } => Some(match *signal {
+                "SIGINT" => format!("interrupted (Ctrl-C, SIGINT) during step {step}"),
+                other => format!("stopped by {other} during step {step}"),
+            }),
         }
     }
 }

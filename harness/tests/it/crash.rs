@@ -230,3 +230,58 @@ fn a_sigkilled_harness_leaves_no_trainer_behind() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// SIGTERM (what `timeout`, GitLab, Kubernetes and most CI runners send) ends a run as Ctrl-C
+/// does: exit 3, the finished steps kept, and every report written (verdict, Markdown, JUnit).
+#[cfg(unix)]
+#[test]
+fn sigterm_keeps_the_finished_steps_and_writes_every_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = slow_scenario(tmp.path());
+    let out = tmp.path().join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rlharness"))
+        .args([
+            "run",
+            scenario.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--no-progress",
+        ])
+        .current_dir(tmp.path())
+        .env("CI", "true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let latest = out.join("slow-mock/latest");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while csv_steps(&latest.join("metrics.csv")) < 2 {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended before SIGTERM: {status}");
+        }
+        assert!(Instant::now() < deadline, "no two steps within 120 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{stderr}");
+    let run_dir = std::fs::canonicalize(&latest).unwrap();
+    for f in ["verdict.json", "report.md", "report.html", "junit.xml"] {
+        assert!(
+            run_dir.join(f).is_file(),
+            "{f} missing after SIGTERM: {stderr}"
+        );
+    }
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(manifest["status"], "interrupted", "{manifest}");
+    let reason = manifest["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("stopped by SIGTERM during step"),
+        "{manifest}"
+    );
+    assert!(csv_steps(&run_dir.join("metrics.csv")) >= 2);
+}

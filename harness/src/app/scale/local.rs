@@ -202,9 +202,8 @@ pub(crate) async fn run_matrix(
     let watcher = {
         let interrupted = interrupted.clone();
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                interrupted.store(true, Ordering::SeqCst);
-            }
+            crate::util::stop_signal().await;
+            interrupted.store(true, Ordering::SeqCst);
         })
     };
     let task = ScenarioTask {
