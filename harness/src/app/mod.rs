@@ -623,7 +623,7 @@ pub(crate) async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, Command
     if args.jobs == 0 {
         return Err(CommandError::invalid("--jobs 0: at least one job"));
     }
-    let entries = match args.executor {
+    let mut entries = match args.executor {
         crate::cli::Executor::Local => {
             let matrix = crate::app::scale::local::LocalMatrix {
                 jobs: args.jobs,
@@ -634,6 +634,13 @@ pub(crate) async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, Command
         }
         crate::cli::Executor::Ray => crate::app::scale::ray::run_matrix(&files, &args).await?,
     };
+    if args.fail_on_skip {
+        // The index and JUnit say what the exit status says: a skip is a failed check here.
+        for e in entries.iter_mut().filter(|e| e.skipped) {
+            e.status = e.status.worst(ExitStatus::CheckFailed);
+            e.summary = format!("skipped, a failure under --fail-on-skip: {}", e.summary);
+        }
+    }
     crate::fsx::create_dir_all(&args.common.out)
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     crate::app::scale::index::write_index(&args.common.out, &entries)

@@ -203,6 +203,13 @@ fn an_all_skipped_ci_run_is_red_under_fail_on_skip() {
             .contains("--fail-on-skip: 1 scenario(s) skipped: selftest-all-skipped"),
         "{strict:?}"
     );
+    // The combined index and JUnit say the same as the exit status.
+    let index = std::fs::read_to_string(tmp.path().join("out/index.md")).unwrap();
+    assert!(index.contains("exit 1"), "{index}");
+    let junit = std::fs::read_to_string(tmp.path().join("out/junit.xml")).unwrap();
+    let parsed = quick_junit::Report::deserialize_from_str(&junit).unwrap();
+    assert_eq!(parsed.test_suites[0].failures, 1, "{junit}");
+    assert!(junit.contains("a failure under --fail-on-skip"), "{junit}");
 }
 
 /// The shipped 1.7B scenario's validation rule can fail: the published accuracy after 4 steps
