@@ -47,9 +47,10 @@ pub(crate) enum Command {
     Golden {
         #[command(subcommand)]
         action: GoldenAction,
-        /// The golden store.
-        #[arg(long, default_value = "golden", global = true)]
-        golden: PathBuf,
+        /// The golden store (default: `golden/` beside the scenario's `scenarios/` folder for
+        /// `calibrate`, else `golden/` here).
+        #[arg(long, global = true)]
+        golden: Option<PathBuf>,
     },
     /// Re-judge a stored run against its golden, or against a second run.
     Compare {
@@ -106,9 +107,10 @@ pub(crate) struct RunCommonArgs {
     /// Where run directories go: OUT/<scenario>/<run-id>/.
     #[arg(long, default_value = "reports")]
     pub(crate) out: PathBuf,
-    /// The golden store (`record` installs its cassette there).
-    #[arg(long, default_value = "golden")]
-    pub(crate) golden: PathBuf,
+    /// The golden store (`record` installs its cassette there). Default: `golden/` beside the
+    /// first scenario's `scenarios/` folder, wherever the command runs from.
+    #[arg(long)]
+    pub(crate) golden: Option<PathBuf>,
     /// The seed, instead of the scenario's.
     #[arg(long)]
     pub(crate) seed: Option<u64>,
@@ -127,16 +129,43 @@ pub(crate) struct RunCommonArgs {
 }
 
 impl RunCommonArgs {
-    /// The run options these set; the rest at their defaults.
-    pub(crate) fn options(&self) -> crate::runner::RunOptions {
+    /// The run options these set for runs of `scenario` (whose location gives the golden store
+    /// when `--golden` is not set); the rest at their defaults.
+    pub(crate) fn options(&self, scenario: &std::path::Path) -> crate::runner::RunOptions {
         crate::runner::RunOptions {
             seed: self.seed,
             steps: self.steps,
             set: self.set.clone(),
             hardware: self.hardware.clone(),
             progress: !self.no_progress,
-            ..crate::runner::RunOptions::new(self.out.clone(), self.golden.clone())
+            ..crate::runner::RunOptions::new(
+                self.out.clone(),
+                golden_store(self.golden.as_deref(), Some(scenario)),
+            )
         }
+    }
+}
+
+/// The golden store: `--golden` when given; else `golden/` beside the `scenarios/` folder the
+/// scenario sits in (as `rlharness check` finds it), so a run from another working directory
+/// reads the project's goldens instead of making a `./golden/`; without a scenario, `golden/`
+/// here.
+pub(crate) fn golden_store(
+    given: Option<&std::path::Path>,
+    scenario: Option<&std::path::Path>,
+) -> PathBuf {
+    if let Some(g) = given {
+        return g.to_path_buf();
+    }
+    match scenario {
+        Some(s) => {
+            let root = crate::spec::config::scenarios_root(s);
+            match root.parent() {
+                Some(p) if root.file_name().is_some_and(|n| n == "scenarios") => p.join("golden"),
+                _ => PathBuf::from("golden"),
+            }
+        }
+        None => PathBuf::from("golden"),
     }
 }
 

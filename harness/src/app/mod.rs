@@ -60,8 +60,20 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
         Command::Golden {
             action: crate::cli::GoldenAction::Calibrate(args),
             golden,
-        } => calibrate(args, &golden).await,
-        Command::Golden { action, golden } => golden_command(action, &golden),
+        } => {
+            let root = crate::cli::golden_store(golden.as_deref(), Some(&args.scenario));
+            calibrate(args, &root).await
+        }
+        Command::Golden { action, golden } => {
+            let root = crate::cli::golden_store(golden.as_deref(), None);
+            if !root.is_dir() && !matches!(action, crate::cli::GoldenAction::Bless { .. }) {
+                return Err(CommandError::invalid(format!(
+                    "no golden store at {}: run from the project's root or pass --golden DIR",
+                    root.display()
+                )));
+            }
+            golden_command(action, &root)
+        }
         Command::Compare {
             run,
             run2,
@@ -594,7 +606,12 @@ pub(crate) fn run_options(args: &crate::cli::RunArgs) -> crate::runner::RunOptio
         update_golden: args.update_golden,
         ci: std::env::var("CI").is_ok_and(|v| v == "true" || v == "1"),
         direct: args.direct,
-        ..args.common.options()
+        ..args.common.options(
+            args.scenarios
+                .first()
+                .map(std::path::PathBuf::as_path)
+                .unwrap_or(std::path::Path::new("")),
+        )
     }
 }
 
@@ -622,6 +639,18 @@ pub(crate) async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, Command
     };
     if args.jobs == 0 {
         return Err(CommandError::invalid("--jobs 0: at least one job"));
+    }
+    if !opts.golden.is_dir() {
+        eprintln!(
+            "note: no golden store at {} yet{}: every scenario with golden rules will have no \
+             golden (exit 4)",
+            opts.golden.display(),
+            if args.common.golden.is_some() {
+                " (check --golden)"
+            } else {
+                ""
+            }
+        );
     }
     let mut entries = match args.executor {
         crate::cli::Executor::Local => {
@@ -930,7 +959,7 @@ async fn reference_run(
 /// convergence run.
 async fn record(args: crate::cli::RecordArgs) -> Result<ExitStatus, CommandError> {
     use crate::backend::replay::cassette::{Cassette, META_FILE, METRICS_FILE};
-    let opts = args.common.options();
+    let opts = args.common.options(&args.scenario);
     let scenario = crate::spec::load_scenario(&args.scenario, &opts.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     if matches!(

@@ -266,3 +266,37 @@ fn the_1_7b_validation_rule_can_fail_and_is_not_loosened() {
     assert_eq!(v.outcome, rlharness::compare::Outcome::Passed, "{v:?}");
     assert!(!v.rules.iter().any(|r| r.rule.starts_with("loosened:")));
 }
+
+/// The golden store is found from the scenario, not the working directory: a run started
+/// elsewhere reads the project's goldens (and makes no `./golden/`); a mistyped `--golden` is
+/// named; `golden status` where there is no store is an input error, not "no pending goldens".
+#[test]
+fn the_golden_store_is_found_from_the_scenario() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let scenario =
+        std::fs::canonicalize(root.join("scenarios/smoke/mock-gsm8k-grpo.yaml")).unwrap();
+    let rlh = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+            .args(args)
+            .current_dir(elsewhere.path())
+            .env("CI", "true")
+            .output()
+            .unwrap()
+    };
+    let out = elsewhere.path().join("out");
+    let (s, o) = (scenario.to_str().unwrap(), out.to_str().unwrap());
+    let ran = rlh(&["run", s, "--no-progress", "--out", o]);
+    assert_eq!(ran.status.code(), Some(0), "{ran:?}");
+    assert!(!elsewhere.path().join("golden").exists());
+    let typo = rlh(&["run", s, "--no-progress", "--out", o, "--golden", "goldn"]);
+    assert_eq!(typo.status.code(), Some(4), "{typo:?}");
+    assert!(
+        String::from_utf8_lossy(&typo.stderr)
+            .contains("no golden store at goldn yet (check --golden)"),
+        "{typo:?}"
+    );
+    let status = rlh(&["golden", "status"]);
+    assert_eq!(status.status.code(), Some(2), "{status:?}");
+    assert!(String::from_utf8_lossy(&status.stderr).contains("no golden store at golden"));
+}

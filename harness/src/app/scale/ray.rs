@@ -454,7 +454,11 @@ fn plan(files: &[PathBuf], args: &RunArgs) -> Result<Planning, CommandError> {
         files_out.extend(bundle::files_under(root, name).map_err(pack)?);
     }
     for g in goldens {
-        let dir = args.common.golden.join(&g);
+        let dir = crate::cli::golden_store(
+            args.common.golden.as_deref(),
+            args.scenarios.first().map(std::path::PathBuf::as_path),
+        )
+        .join(&g);
         if dir.is_dir() {
             files_out
                 .extend(bundle::files_under(&dir, &format!("{GOLDEN_DIR}/{g}")).map_err(pack)?);
