@@ -31,6 +31,27 @@ pub(crate) fn html_escape(s: &str) -> String {
     o
 }
 
+/// Completes when the process is asked to stop: Ctrl-C (SIGINT) or, on Unix, SIGTERM (what
+/// `timeout`, CI runners and Kubernetes send). Returns the signal's name. Both handlers are
+/// installed at the first poll and stay installed, so a second signal is not fatal either:
+/// the caller finishes its reports and exits with its own status.
+pub(crate) async fn stop_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            return tokio::select! {
+                Ok(()) = tokio::signal::ctrl_c() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+            };
+        }
+    }
+    match tokio::signal::ctrl_c().await {
+        Ok(()) => "SIGINT",
+        Err(_) => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,26 +73,5 @@ mod tests {
         assert!(m.is_poisoned());
         *lock(&m) += 1;
         assert_eq!(*lock(&m), 2);
-    }
-}
-
-/// Completes when the process is asked to stop: Ctrl-C (SIGINT) or, on Unix, SIGTERM (what
-/// `timeout`, CI runners and Kubernetes send). Returns the signal's name. Both handlers are
-/// installed at the first poll and stay installed, so a second signal is not fatal either:
-/// the caller finishes its reports and exits with its own status.
-pub(crate) async fn stop_signal() -> &'static str {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            return tokio::select! {
-                Ok(()) = tokio::signal::ctrl_c() => "SIGINT",
-                _ = term.recv() => "SIGTERM",
-            };
-        }
-    }
-    match tokio::signal::ctrl_c().await {
-        Ok(()) => "SIGINT",
-        Err(_) => std::future::pending().await,
     }
 }
