@@ -28,6 +28,24 @@
 //! `checks` (rule and expression types, re-exported through `compare`), `slot` and `util` are
 //! private.
 
+/// `print!` that never panics: standard output may be a closed pipe (`rlharness run ... | head
+/// -1`); what does not reach it is dropped, and the command goes on to write its reports and
+/// exit with its own status.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `println!` that never panics (see [`out!`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 pub mod app;
 pub mod assets;
 pub mod backend;

@@ -34,7 +34,7 @@ pub(crate) fn verl(args: &VerlAssetsArgs) -> Result<ExitStatus, CommandError> {
     let files = verl_files(&model, &task, plan).map_err(invalid)?;
     write_files(&args.out, &files, args.force).map_err(invalid)?;
     let out = args.out.display();
-    println!(
+    outln!(
         "wrote {out}/model (qwen3 config: vocab {}, hidden {}, {} layers; tokenizer) and \
          {out}/data (train.jsonl {} rows, val.jsonl {} rows; seed {}, {} distinct problems)",
         model.vocab_size,

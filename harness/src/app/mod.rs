@@ -47,7 +47,7 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
     match command {
         Command::Check { paths } => Ok(check(&paths)),
         Command::List { root } => {
-            print!(
+            out!(
                 "{}",
                 crate::spec::check::render_list(&crate::spec::check::list(&root))
             );
@@ -125,16 +125,16 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
 /// `rlharness check`: every scenario validated, every backend file linted; exit 2 on any error.
 pub(crate) fn check(paths: &[std::path::PathBuf]) -> ExitStatus {
     let outcome = crate::spec::check::check(paths);
-    print!("{}", crate::spec::check::render_check(&outcome));
+    out!("{}", crate::spec::check::render_check(&outcome));
     // Knob manifests: validated like a scenario, and covered both ways by their backend YAML.
     let mut manifest_errors = 0;
     for manifest in knob_manifests(paths) {
         let problems = crate::propagate::manifest::check_file(&manifest);
         for p in &problems {
-            println!("error: {p}");
+            outln!("error: {p}");
         }
         if problems.is_empty() {
-            println!(
+            outln!(
                 "ok: knob manifest {} covers its backend",
                 manifest.display()
             );
@@ -262,7 +262,7 @@ fn golden_command(
         GoldenAction::Calibrate(_) => unreachable!("dispatched to `calibrate`"),
         GoldenAction::Bless { run } => golden_bless(&run, root)?,
     };
-    print!("{text}");
+    out!("{text}");
     Ok(status)
 }
 
@@ -493,11 +493,11 @@ async fn calibrate(
     };
     let dir = golden_root.join(&cal.scenario).join(&cal.hardware);
     let path = cal.write(&dir)?;
-    println!("{}: {} runs, {}", cal.scenario, cal.runs, cal.source());
-    println!("| rule | window | n | mean | std | min | max |\n|---|---|---:|---:|---:|---:|---:|");
+    outln!("{}: {} runs, {}", cal.scenario, cal.runs, cal.source());
+    outln!("| rule | window | n | mean | std | min | max |\n|---|---|---:|---:|---:|---:|---:|");
     for (metric, points) in &cal.windows {
         for p in points {
-            println!(
+            outln!(
                 "| `{metric}` | {}..{} | {} | {} | {} | {} | {} |",
                 p.first,
                 p.last,
@@ -509,7 +509,7 @@ async fn calibrate(
             );
         }
     }
-    println!("written to {}", path.display());
+    outln!("written to {}", path.display());
     if let Some(fraction) = detect {
         print_seeds_needed(&checks, &cal, fraction);
     }
@@ -539,15 +539,15 @@ fn print_seeds_needed(
 ) {
     use crate::compare::expr::fmt_num;
     let rows = crate::compare::seeds::seeds_needed(checks, cal, fraction);
-    println!(
+    outln!(
         "seeds a multi-seed verdict needs to catch a shift of {}% of a window's mean 80% of the \
          time ({}):",
         fmt_num(fraction * 100.0),
         cal.source()
     );
-    println!("| rule | window | mean | σ | shift | seeds |\n|---|---|---:|---:|---:|---:|");
+    outln!("| rule | window | mean | σ | shift | seeds |\n|---|---|---:|---:|---:|---:|");
     for r in &rows {
-        println!(
+        outln!(
             "| `{}` | {}..{} | {} | {} | {} | {} |",
             r.metric,
             r.window.0,
@@ -565,7 +565,7 @@ fn print_seeds_needed(
         );
     }
     if rows.is_empty() {
-        println!("(no windowed golden rule with a calibration: nothing to test over seeds)");
+        outln!("(no windowed golden rule with a calibration: nothing to test over seeds)");
     }
 }
 
@@ -675,7 +675,7 @@ pub(crate) async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, Command
     crate::app::scale::index::write_index(&args.common.out, &entries)
         .map_err(|e| CommandError::run_failed(format!("the combined verdict: {e}")))?;
     if entries.len() > 1 {
-        println!(
+        outln!(
             "combined: {} (exit {})",
             args.common.out.join("index.md").display(),
             crate::app::scale::index::worst(&entries).code()
@@ -1023,7 +1023,7 @@ async fn record(args: crate::cli::RecordArgs) -> Result<ExitStatus, CommandError
         .join(&executed.env.hardware)
         .join("cassette");
     crate::backend::replay::install_cassette(&recorded, &target).map_err(fail)?;
-    println!(
+    outln!(
         "{}: recorded {} exchanges ({} steps, {:.1} MiB of bodies) into {}",
         executed.plan.scenario.name,
         cassette.exchanges.len(),
@@ -1043,7 +1043,7 @@ fn print_compared(
     use crate::cli::CompareFormat;
     match format {
         CompareFormat::Summary => {
-            print!(
+            out!(
                 "{}",
                 crate::report::render_terminal(
                     report,
@@ -1052,13 +1052,13 @@ fn print_compared(
                 )
             );
         }
-        CompareFormat::Md => print!("{}", crate::report::render_markdown(report)),
+        CompareFormat::Md => out!("{}", crate::report::render_markdown(report)),
         CompareFormat::Json => {
             let path = out.join("verdict.json");
             let text = std::fs::read_to_string(&path).map_err(|e| {
                 CommandError::run_failed(format!("cannot read {}: {e}", path.display()))
             })?;
-            println!("{}", text.trim_end());
+            outln!("{}", text.trim_end());
         }
     }
     Ok(())

@@ -255,10 +255,10 @@ pub(crate) async fn propagate_command(
 ) -> Result<ExitStatus, CommandError> {
     let (report, dir, failed) = run_matrix(scenario, out, set, options).await?;
     let md = write_reports(&report, &dir)?;
-    println!("{md}");
-    println!("reports: {}", dir.display());
+    outln!("{md}");
+    outln!("reports: {}", dir.display());
     if report.require_observed && report.unobserved() > 0 {
-        println!(
+        outln!(
             "--require-observed: {} knobs were not observed: {}",
             report.unobserved(),
             report.unobserved_paths().join(", ")

@@ -801,7 +801,7 @@ pub(crate) async fn run_standalone(listen: &str, cfg: ProxyConfig) -> Result<(),
         })?;
     let (upstream, record) = (cfg.upstream.clone(), cfg.record_dir.clone());
     let handle = start(listener, cfg, None).await?;
-    println!(
+    outln!(
         "rlharness proxy listening on http://{} -> {upstream}, recording into {}",
         handle.addr,
         record.display()

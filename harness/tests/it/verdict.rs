@@ -300,3 +300,32 @@ fn the_golden_store_is_found_from_the_scenario() {
     assert_eq!(status.status.code(), Some(2), "{status:?}");
     assert!(String::from_utf8_lossy(&status.stderr).contains("no golden store at golden"));
 }
+
+/// `rlharness run ... | head -1`: standard output closed after the first line does not panic
+/// the harness (exit 101 before); the run goes on, writes its reports and exits with its own
+/// status.
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+        .args(["run", "--no-progress", "--out"])
+        .arg(tmp.path().join("out"))
+        .args(["scenarios/faults", "scenarios/smoke/mock-gsm8k-grpo.yaml"])
+        .current_dir(&root)
+        .env("CI", "true")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    // The reader is dropped here: the pipe is closed, as `head -1` closes it.
+    let status = child.wait().unwrap();
+    assert!(!first.is_empty());
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert!(tmp.path().join("out/index.md").is_file());
+}

@@ -156,8 +156,8 @@ pub(crate) fn print_entry(e: &Entry, progress: Option<&indicatif::MultiProgress>
         if e.run_dir.is_none() && !e.skipped && e.status != ExitStatus::Passed {
             eprintln!("error: {}: {}", e.file, e.summary);
         } else {
-            println!("{}: {}", e.scenario, e.summary);
-            print!(
+            outln!("{}: {}", e.scenario, e.summary);
+            out!(
                 "{}",
                 crate::report::terminal::print_failing(
                     &e.failing,
@@ -166,9 +166,9 @@ pub(crate) fn print_entry(e: &Entry, progress: Option<&indicatif::MultiProgress>
             );
             match &e.run_dir {
                 Some(d) if !d.join("report.md").exists() && d.join("job.log").exists() => {
-                    println!("  job log: {}/job.log", d.display());
+                    outln!("  job log: {}/job.log", d.display());
                 }
-                Some(d) => println!("  report: {}/report.md", d.display()),
+                Some(d) => outln!("  report: {}/report.md", d.display()),
                 None => {}
             }
         }

@@ -1070,7 +1070,7 @@ pub async fn serve_mock_standalone(
     let seed = engine.seed;
     let (router, handle) = server::router(Arc::new(engine), ServerOptions::default());
     let router = faults::inject(router, handle, &script_faults, seed);
-    println!("mock Arctic server listening on http://{addr}");
+    outln!("mock Arctic server listening on http://{addr}");
     server::serve(listener, router, async {
         // If the signal handler cannot be installed, serve until the process is killed.
         if tokio::signal::ctrl_c().await.is_err() {
