@@ -329,3 +329,68 @@ fn a_closed_stdout_is_not_a_panic() {
     assert_eq!(status.code(), Some(0), "{status}");
     assert!(tmp.path().join("out/index.md").is_file());
 }
+
+/// `check` is as strict as `run` about the builtin driver's config: `lr: fast` is an error at its
+/// line for both (before, `check` passed it and `run` exited 2 without a line), and `run` names
+/// the file once.
+#[test]
+fn check_refuses_a_config_value_the_driver_cannot_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let scenarios = tmp.path().join("scenarios");
+    for rel in [
+        "defaults/verl.yaml",
+        "backends/arctic.yaml",
+        "backends/arctic.knobs.yaml",
+    ] {
+        let to = scenarios.join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(root.join(rel), &to).unwrap();
+    }
+    let text = std::fs::read_to_string(root.join("smoke/mock-gsm8k-grpo.yaml")).unwrap();
+    let (line, _) = text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.trim_start().starts_with("lr: "))
+        .unwrap();
+    let bad: Vec<String> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == line {
+                l.replace(l.trim_start(), "lr: fast")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    std::fs::write(scenarios.join("bad.yaml"), bad.join("\n")).unwrap();
+    let rlh = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+            .args(args)
+            .current_dir(tmp.path())
+            .env("CI", "true")
+            .output()
+            .unwrap()
+    };
+    let want = format!("scenarios/bad.yaml:{}:", line + 1);
+    for o in [
+        rlh(&["check", "scenarios/bad.yaml"]),
+        rlh(&["run", "scenarios/bad.yaml", "--no-progress"]),
+    ] {
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(o.status.code(), Some(2), "{text}");
+        assert!(
+            text.contains(&want)
+                && text.contains(
+                    "config.actor_rollout_ref.actor.optim.lr: expected a number, found \"fast\""
+                ),
+            "{text}"
+        );
+        assert_eq!(text.matches("scenarios/bad.yaml").count(), 1, "{text}");
+    }
+}

@@ -154,7 +154,12 @@ pub(crate) fn report_entry(
 pub(crate) fn print_entry(e: &Entry, progress: Option<&indicatif::MultiProgress>) {
     let print = || {
         if e.run_dir.is_none() && !e.skipped && e.status != ExitStatus::Passed {
-            eprintln!("error: {}: {}", e.file, e.summary);
+            // A spec error already starts with the file (and line): it is not said twice.
+            if e.summary.starts_with(&e.file) {
+                eprintln!("error: {}", e.summary);
+            } else {
+                eprintln!("error: {}: {}", e.file, e.summary);
+            }
         } else {
             outln!("{}: {}", e.scenario, e.summary);
             out!(
