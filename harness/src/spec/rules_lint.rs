@@ -78,6 +78,21 @@ pub(crate) fn lint_rules(
             key_path: key,
             message: format!("{message} (golden {name}/{hardware})"),
         };
+        // A rule on a metric the golden does not hold is a typo until proven otherwise: it
+        // would only ever say `missing`.
+        let columns = golden.table.columns();
+        for (metric, _) in checks.golden.iter() {
+            if !columns.iter().any(|c| c == metric) {
+                let hint = super::error::closest(metric, columns.iter().map(String::as_str))
+                    .map(|c| format!("; did you mean `{c}`?"))
+                    .unwrap_or_default();
+                errors.push(at(
+                    line_of(&text, Some("golden:"), metric),
+                    format!("checks.golden.{metric}"),
+                    format!("no metric `{metric}` in the golden{hint}"),
+                ));
+            }
+        }
         for (metric, key, message) in lint_against(checks, &golden) {
             let line = match key.as_str() {
                 k if k.starts_with("checks.golden.") => line_of(&text, Some("golden:"), &metric),

@@ -805,4 +805,15 @@ fn check_refuses_a_golden_rule_that_cannot_fail() {
         rendered.contains("(golden mock-gsm8k-grpo/cpu)"),
         "{rendered}"
     );
+    // A mistyped metric name: an error at its line with a did-you-mean, not a `missing` later.
+    let typo = text.replace("perf/mfu/actor: {rel: 0.05", "perf/mfu/actr: {rel: 0.05");
+    assert_ne!(typo, text);
+    std::fs::write(&file, typo).unwrap();
+    let rendered = render_check(&check(std::slice::from_ref(&file)));
+    assert!(
+        rendered.contains(&format!(
+            "mock-gsm8k-grpo.yaml:{line}:1: checks.golden.perf/mfu/actr: no metric `perf/mfu/actr` in the golden; did you mean `perf/mfu/actor`?"
+        )),
+        "{rendered}"
+    );
 }
