@@ -84,6 +84,9 @@ pub fn check(paths: &[PathBuf]) -> CheckOutcome {
     }
     scenario_files.sort();
     scenario_files.dedup();
+    // Scenario names already seen (name -> first file): two scenarios of one name would share
+    // one golden and one `latest`.
+    let mut names: std::collections::BTreeMap<String, PathBuf> = Default::default();
     for file in scenario_files {
         roots.insert(scenarios_root(&file));
         let errors = match load_scenario(&file, &[]) {
@@ -92,10 +95,29 @@ pub fn check(paths: &[PathBuf]) -> CheckOutcome {
             Ok(s) => {
                 let root = scenarios_root(&file);
                 let golden_root = root.parent().unwrap_or(Path::new("")).join("golden");
-                super::rules_lint::lint_rules(&file, &s.name, &s.checks, &golden_root)
-                    .into_iter()
-                    .map(Diagnostic::Spec)
-                    .collect()
+                let mut errors: Vec<Diagnostic> =
+                    super::rules_lint::lint_rules(&file, &s.name, &s.checks, &golden_root)
+                        .into_iter()
+                        .map(Diagnostic::Spec)
+                        .collect();
+                match names.get(&s.name) {
+                    Some(first) => errors.push(Diagnostic::Spec(SpecError {
+                        file: file.clone(),
+                        line: name_line(&file),
+                        col: 1,
+                        key_path: "name".into(),
+                        message: format!(
+                            "`{}` is also the name of {}: two scenarios would share one golden \
+                             and one `latest`",
+                            s.name,
+                            first.display()
+                        ),
+                    })),
+                    None => {
+                        names.insert(s.name.clone(), file.clone());
+                    }
+                }
+                errors
             }
             Err(errs) => errs.0.into_iter().map(Diagnostic::Spec).collect(),
         };
@@ -282,4 +304,12 @@ pub fn render_list(entries: &[ListEntry]) -> String {
         line([r[0].as_str(), r[1].as_str(), r[2].as_str(), r[3].as_str()]);
     }
     out
+}
+
+/// The line of a scenario file's `name:` key (1 when it cannot be found).
+fn name_line(file: &Path) -> usize {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|t| t.lines().position(|l| l.starts_with("name:")))
+        .map_or(1, |i| i + 1)
 }

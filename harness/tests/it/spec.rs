@@ -817,3 +817,25 @@ fn check_refuses_a_golden_rule_that_cannot_fail() {
         "{rendered}"
     );
 }
+
+/// Two scenarios with one `name:` would share one golden and one `latest`: `check` names both.
+#[test]
+fn check_refuses_two_scenarios_of_one_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ok = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(shipped("../scenarios"))
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let smoke = tmp.path().join("scenarios/smoke");
+    std::fs::copy(smoke.join("mock-gsm8k-grpo.yaml"), smoke.join("copy.yaml")).unwrap();
+    let outcome = check(&[smoke.clone()]);
+    let rendered = render_check(&outcome);
+    assert_eq!(outcome.error_count(), 1, "{rendered}");
+    assert!(
+        rendered.contains("name: `mock-gsm8k-grpo` is also the name of"),
+        "{rendered}"
+    );
+}
