@@ -831,7 +831,7 @@ fn check_refuses_two_scenarios_of_one_name() {
     assert!(ok.success());
     let smoke = tmp.path().join("scenarios/smoke");
     std::fs::copy(smoke.join("mock-gsm8k-grpo.yaml"), smoke.join("copy.yaml")).unwrap();
-    let outcome = check(&[smoke.clone()]);
+    let outcome = check(std::slice::from_ref(&smoke));
     let rendered = render_check(&outcome);
     assert_eq!(outcome.error_count(), 1, "{rendered}");
     assert!(
