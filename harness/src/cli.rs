@@ -14,7 +14,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
                   3 the run failed (crash, hang, timeout), 4 no golden yet (a pending one was written)."
 )]
 pub struct Cli {
-    /// More log output (repeat for more); RUST_LOG overrides.
+    /// More log output: `-v` the harness's info lines, `-vv` its debug lines, `-vvv` every
+    /// library's; RUST_LOG overrides. Colours only on a terminal without `NO_COLOR`.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub(crate) verbose: u8,
     #[command(subcommand)]

@@ -7,16 +7,25 @@ use crate::cli::{Cli, Command};
 use crate::error::{CommandError, ExitStatus};
 
 pub fn init_tracing(verbose: u8) {
+    // `-v` and `-vv` raise the harness's own logs only; the HTTP and runtime libraries stay at
+    // warnings until `-vvv` (at `-vv` they wrote thousands of lines per run).
     let default = match verbose {
         0 => "warn",
-        1 => "info",
-        2 => "debug",
+        1 => "warn,rlharness=info,rlharness_torch=info",
+        2 => "warn,rlharness=debug,rlharness_torch=debug",
+        3 => "debug",
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colours only on a terminal, and never with `NO_COLOR` set (no-color.org): a CI log or a
+    // file gets plain text.
+    use std::io::IsTerminal as _;
+    let ansi = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .try_init();
 }
