@@ -408,6 +408,7 @@ fn time_generate(
         max_tokens: a.gen_tokens,
         seed: Some(0),
         ignore_eos: true,
+        logprobs: false,
     };
     let warm = SamplingParams {
         max_tokens: 8,
