@@ -60,6 +60,7 @@ fn sampling(
         max_tokens,
         seed,
         ignore_eos,
+        logprobs: false,
     }
 }
 
@@ -1167,6 +1168,7 @@ fn split_layout_on_cuda_places_the_roles_and_syncs_across() {
         max_tokens: 8,
         seed: Some(3),
         ignore_eos: true,
+        logprobs: false,
     };
     let (prompts, _) = sample_rows();
     let out = engine.generate_ids(1, &prompts, &params).unwrap();
