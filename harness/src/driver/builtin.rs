@@ -1207,6 +1207,36 @@ mod tests {
         }
     }
 
+    /// A result's `logprobs`: one float per token id, or refused with what is wrong.
+    #[test]
+    fn generate_log_probs_are_parsed_and_bad_ones_refused() {
+        let parse = |r: Value| {
+            parse_generate(&Node::Json(json!({"results": [r]})))
+                .map(|mut v| v.remove(0).logprobs)
+                .map_err(|e| e.message())
+        };
+        let ok = json!({"text": "ab", "token_ids": [5, 6], "logprobs": [-0.5, -1.25]});
+        assert_eq!(parse(ok), Ok(Some(vec![-0.5, -1.25])));
+        assert_eq!(parse(json!({"text": "ab", "token_ids": [5, 6]})), Ok(None));
+        for (bad, why) in [
+            (
+                json!({"text": "ab", "token_ids": [5, 6], "logprobs": [-0.5]}),
+                "1 logprobs for 2 token ids",
+            ),
+            (
+                json!({"text": "ab", "token_ids": [5, 6], "logprobs": "x"}),
+                "`logprobs` is not a list",
+            ),
+            (
+                json!({"text": "ab", "token_ids": [5, 6], "logprobs": [-0.5, "x"]}),
+                "non-numeric entry",
+            ),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
+    }
+
     /// The samples of a prompt come back in whatever order the server answered its `n`
     /// identical requests; the groups the training sees are the same whatever that order,
     /// also when two problems share a prompt text (their requests are identical too).

@@ -407,3 +407,29 @@ fn lower_efficiency_scale_lengthens_simulated_time() {
         slow.cost_model().forward_backward(&seqlens) / fast.cost_model().forward_backward(&seqlens);
     assert!((ratio - 1.0 / 0.9).abs() < 1e-9, "{ratio}");
 }
+
+/// `sampling_params.logprobs` 0 returns one log-probability per generated token, the policy's at
+/// the sampler's synced version (what `/forward` gives the same tokens at that version); null
+/// returns none; anything else is refused with the key named.
+#[test]
+fn generate_returns_log_probs_when_asked_and_refuses_a_bad_request() {
+    let e = engine_with_jobs(MockScript::default(), 3);
+    let ps = prompts(3, 2);
+    let ask = |lp: Value| GenerateRequest {
+        prompts: ps.clone(),
+        sampling_params: json!({"n": 2, "logprobs": lp}).as_object().unwrap().clone(),
+    };
+    let out = e.generate(1, &ask(json!(0))).unwrap().value;
+    for (i, c) in out.iter().enumerate() {
+        let lp = c.logprobs.as_ref().unwrap();
+        assert_eq!(lp.len(), c.token_ids.len());
+        let prompt_len = prompt_token_len(&ps[i / 2]);
+        for (t, (&tok, &l)) in c.token_ids.iter().zip(lp).enumerate() {
+            assert_eq!(l, policy::token_logprob(3, tok, prompt_len + t, 0));
+        }
+    }
+    let none = e.generate(1, &ask(Value::Null)).unwrap().value;
+    assert!(none.iter().all(|c| c.logprobs.is_none()));
+    let err = e.generate(1, &ask(json!("yes"))).unwrap_err().to_string();
+    assert!(err.contains("sampling_params.logprobs"), "{err}");
+}
