@@ -396,14 +396,11 @@ fn differences(real: &Shape, builtin: &Shape) -> Vec<String> {
 const KNOWN_DIFFERENCES: &[(&str, &str)] = &[
     (
         "/forward-backward: only real verl sends .meta.actor_config.",
-        "the adapter sends `vars(ActorConfig)` of verl 0.7.1, every field (about 45); the builtin \
-         driver sends the fields the knob manifest and the torch engine read",
-    ),
-    (
-        "/forward-backward: only the builtin driver sends .meta.actor_config.",
-        "the adapter serialises non-JSON fields as null (`json.dumps(default=lambda o: None)`), so \
-         the nested optim, fsdp_config and policy_loss blocks arrive as null; the builtin driver \
-         sends their values, where the manifest's `meta.actor_config.optim.*` locations point",
+        "the adapter sends `vars(ActorConfig)` of verl 0.7.1, every field; the builtin driver \
+         sends the actor block of its config (nested blocks as null, as the adapter's \
+         `json.dumps(default=lambda o: None)` makes them) with `use_remove_padding` and \
+         `rollout_n`: 33 fields of verl's dataclass are not in it (`_target_`, `engine`, \
+         `qat`, `profiler`, `checkpoint`, ...)",
     ),
     (
         "/forward-backward: only real verl sends .meta.policy_loss_config",
