@@ -15,16 +15,7 @@ use serde_json::Value;
 /// A scenarios root in `dir` with the project's layers and a slow mock scenario: every
 /// optimizer step answers 0.3 s late, so the run is still going when it is killed.
 fn slow_scenario(dir: &Path) -> PathBuf {
-    let root = dir.join("scenarios");
-    for rel in [
-        "defaults/verl.yaml",
-        "backends/arctic.yaml",
-        "backends/arctic.knobs.yaml",
-    ] {
-        let to = root.join(rel);
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(repo().join("scenarios").join(rel), &to).unwrap();
-    }
+    let root = common::scenarios_root_in(dir);
     let base = std::fs::read_to_string(repo().join("scenarios/faults/latency.yaml")).unwrap();
     let text = base
         .replace("name: fault-latency", "name: slow-mock")

@@ -276,14 +276,7 @@ fn the_golden_store_is_found_from_the_scenario() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let scenario =
         std::fs::canonicalize(root.join("scenarios/smoke/mock-gsm8k-grpo.yaml")).unwrap();
-    let rlh = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
-            .args(args)
-            .current_dir(elsewhere.path())
-            .env("CI", "true")
-            .output()
-            .unwrap()
-    };
+    let rlh = |args: &[&str]| crate::common::rlharness_in(elsewhere.path(), args);
     let out = elsewhere.path().join("out");
     let (s, o) = (scenario.to_str().unwrap(), out.to_str().unwrap());
     let ran = rlh(&["run", s, "--no-progress", "--out", o]);
@@ -337,16 +330,7 @@ fn a_closed_stdout_is_not_a_panic() {
 fn check_refuses_a_config_value_the_driver_cannot_read() {
     let tmp = tempfile::tempdir().unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
-    let scenarios = tmp.path().join("scenarios");
-    for rel in [
-        "defaults/verl.yaml",
-        "backends/arctic.yaml",
-        "backends/arctic.knobs.yaml",
-    ] {
-        let to = scenarios.join(rel);
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(root.join(rel), &to).unwrap();
-    }
+    let scenarios = crate::common::scenarios_root_in(tmp.path());
     let text = std::fs::read_to_string(root.join("smoke/mock-gsm8k-grpo.yaml")).unwrap();
     let (line, _) = text
         .lines()
@@ -365,14 +349,7 @@ fn check_refuses_a_config_value_the_driver_cannot_read() {
         })
         .collect();
     std::fs::write(scenarios.join("bad.yaml"), bad.join("\n")).unwrap();
-    let rlh = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
-            .args(args)
-            .current_dir(tmp.path())
-            .env("CI", "true")
-            .output()
-            .unwrap()
-    };
+    let rlh = |args: &[&str]| crate::common::rlharness_in(tmp.path(), args);
     let want = format!("scenarios/bad.yaml:{}:", line + 1);
     for o in [
         rlh(&["check", "scenarios/bad.yaml"]),

@@ -69,6 +69,32 @@ pub fn rlharness_run(args: &[&str], out: &Path) -> Command {
     c
 }
 
+/// `rlharness ARGS` from `dir`, as CI runs it (`CI=true`), waited for.
+pub fn rlharness_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rlharness"))
+        .args(args)
+        .current_dir(dir)
+        .env("CI", "true")
+        .output()
+        .unwrap()
+}
+
+/// A scenarios root `dir/scenarios` holding the project's layer files (the verl defaults, the
+/// Arctic backend block and its knob manifest), for scenarios a test writes; its path.
+pub fn scenarios_root_in(dir: &Path) -> PathBuf {
+    let root = dir.join("scenarios");
+    for rel in [
+        "defaults/verl.yaml",
+        "backends/arctic.yaml",
+        "backends/arctic.knobs.yaml",
+    ] {
+        let to = root.join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(repo().join("scenarios").join(rel), &to).unwrap();
+    }
+    root
+}
+
 /// A finished command's standard output, then its standard error.
 pub fn text(o: &Output) -> String {
     format!(
