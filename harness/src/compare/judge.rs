@@ -304,6 +304,13 @@ fn grid_mismatch(run: &MetricTable, golden: &MetricTable) -> Option<String> {
     Some(msg)
 }
 
+/// A one-sided rule's good side, when no `improvement_limit` is written: this many times its
+/// tolerance. A change past the tolerance the good way is as rare by chance as one the bad way;
+/// flagging it at the same distance would double a verdict's false alarms for a change nobody
+/// minds, while one past twice the tolerance is still "too good to be true" (a metric
+/// computed wrong, a step skipped) long before it looks plausible.
+pub(crate) const DEFAULT_IMPROVEMENT_FACTOR: f64 = 2.0;
+
 impl GoldenRule {
     fn tolerance(&self, golden: f64) -> f64 {
         self.abs
@@ -312,13 +319,13 @@ impl GoldenRule {
     }
 
     /// The pass region around a golden value; outside it a value is regressed or improved.
-    /// On a one-sided rule's good side the edge is the improvement limit: the tolerance
-    /// itself when none is written, `improvement_limit·|golden|` (never narrower than the
-    /// tolerance), or open with `unlimited`.
+    /// On a one-sided rule's good side the edge is the improvement limit: twice the
+    /// tolerance when none is written (`DEFAULT_IMPROVEMENT_FACTOR`), `improvement_limit·|golden|`
+    /// (never narrower than the tolerance), or open with `unlimited`.
     pub(crate) fn band(&self, golden: f64) -> Band {
         let tol = self.tolerance(golden);
         let good = match self.improvement_limit {
-            None => Some(tol),
+            None => Some(DEFAULT_IMPROVEMENT_FACTOR * tol),
             Some(ImprovementLimit::Fraction(l)) => Some((l * golden.abs()).max(tol)),
             Some(ImprovementLimit::Unlimited) => None,
         };
@@ -1048,20 +1055,24 @@ mod tests {
             r#"{"rel": 0.1, "direction": "lower_is_better"}"#,
         );
         assert_eq!(r.status, RuleStatus::Improved);
-        // Rewards: a drop regresses, a rise beyond the band is an improvement to bless.
+        // Rewards: a drop regresses, a rise beyond twice the tolerance (the default
+        // improvement limit) is an improvement to bless; one inside it passes.
         let rw = r#"{"abs": 0.05}"#;
         assert_eq!(
             named("critic/rewards/mean", &[0.4], &[0.5], rw).status,
             RuleStatus::Regressed
         );
         assert_eq!(
-            named("critic/rewards/mean", &[0.6], &[0.5], rw).status,
+            named("critic/rewards/mean", &[0.61], &[0.5], rw).status,
             RuleStatus::Improved
         );
-        assert_eq!(
-            named("critic/rewards/mean", &[0.54], &[0.5], rw).status,
-            RuleStatus::Pass
-        );
+        for v in [0.54, 0.59] {
+            assert_eq!(
+                named("critic/rewards/mean", &[v], &[0.5], rw).status,
+                RuleStatus::Pass,
+                "{v}"
+            );
+        }
         // Memory: lower is better.
         let mem = "perf/max_memory_allocated_gb";
         assert_eq!(
@@ -1080,7 +1091,7 @@ mod tests {
         assert_eq!(
             named(
                 "actor/grad_norm",
-                &[0.4],
+                &[0.35],
                 &[0.5],
                 r#"{"abs": 0.05, "direction": "lower_is_better"}"#
             )

@@ -29,7 +29,10 @@ type Side = Option<(f64, f64)>;
 fn sides(r: &GoldenRule) -> (Side, Side) {
     let bad = Some((r.abs.unwrap_or(0.0), r.rel.unwrap_or(0.0)));
     let good = match r.improvement_limit {
-        None => bad,
+        None => bad.map(|(a, rel)| {
+            let f = super::judge::DEFAULT_IMPROVEMENT_FACTOR;
+            (f * a, f * rel)
+        }),
         Some(ImprovementLimit::Fraction(l)) => {
             Some((r.abs.unwrap_or(0.0), r.rel.unwrap_or(0.0).max(l)))
         }
@@ -323,7 +326,13 @@ mod tests {
             (
                 r#"{"abs": 1, "direction": "higher_is_better"}"#,
                 r#"{"abs": 1, "direction": "higher_is_better", "improvement_limit": "unlimited"}"#,
-                "upper side of the band abs 1, rel 0 -> open",
+                "upper side of the band abs 2, rel 0 -> open",
+            ),
+            // Two-sided -> one-sided: the good side's default edge is twice the tolerance.
+            (
+                r#"{"abs": 1}"#,
+                r#"{"abs": 1, "direction": "higher_is_better"}"#,
+                "upper side of the band abs 1, rel 0 -> abs 2, rel 0",
             ),
             (
                 r#"{"rel": 0.1, "direction": "higher_is_better", "improvement_limit": 0.2}"#,
@@ -364,11 +373,8 @@ mod tests {
                 r#"{"abs": 0.1, "window": 2}"#,
             ),
             (r#"{"abs": 0.1, "steps": "3.."}"#, r#"{"abs": 0.1}"#),
-            // Two-sided -> one-sided with the default improvement limit: the same band.
-            (
-                r#"{"abs": 0.1}"#,
-                r#"{"abs": 0.1, "direction": "higher_is_better"}"#,
-            ),
+            // Two-sided -> one-sided with the default improvement limit: the bad side kept,
+            // the good side wider (twice the tolerance) is a loosening, below.
             (
                 r#"{"rel": 0.1, "direction": "higher_is_better", "improvement_limit": 0.3}"#,
                 r#"{"rel": 0.1, "direction": "higher_is_better", "improvement_limit": 0.2}"#,

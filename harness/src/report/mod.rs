@@ -1134,7 +1134,7 @@ mod tests {
             quick_junit::TestCaseStatus::NonSuccess { message, .. } => {
                 let m = message.as_ref().unwrap().as_str();
                 assert!(
-                    m.contains("at steps 4..6") && m.contains("band [0.45, 0.55]"),
+                    m.contains("at steps 4..6") && m.contains("band [0.45, 0.6]"),
                     "{m}"
                 );
             }
