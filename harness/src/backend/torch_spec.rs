@@ -59,6 +59,13 @@ pub struct TorchSpec {
     /// default): the sampler holds the trainer's weights exactly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampler_dtype: Option<TorchDType>,
+    /// Fault injection for self-tests, finer than `sampler_dtype`: the sampler's copy of the
+    /// weights keeps this many bits of each f32 mantissa (rounded to nearest, ties to even),
+    /// when it is made and at every weight sync. bf16 keeps 7, f16 10, f32 23; 9 puts the
+    /// sampler-vs-trainer mismatch just past its default stability floors on the flagship
+    /// (the near-threshold twin of the bf16 self-test). Absent (the default): off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampler_mantissa_bits: Option<u32>,
     /// CUDA only: decode through captured CUDA graphs, one launch a token instead of a few
     /// hundred kernels (docs/performance.md, "Decoding through CUDA graphs"). On by default;
     /// `false` decodes eagerly. The CPU never uses graphs.
@@ -90,6 +97,7 @@ impl Default for TorchSpec {
             cache_dir: default_cache_dir(),
             slowdown: 0.0,
             sampler_dtype: None,
+            sampler_mantissa_bits: None,
             cuda_graphs: true,
         }
     }

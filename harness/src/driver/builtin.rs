@@ -154,7 +154,7 @@ pub(crate) async fn run(
             .sleep(jobs.sampling, 1)
             .await
             .map_err(DriverError::Startup)?;
-        weight_sync_calls(client, run, &jobs)
+        weight_sync_calls(client, run, &jobs, 1)
             .await
             .map_err(|e| match e {
                 StepError::Client(source) => DriverError::Startup(source),
@@ -203,7 +203,7 @@ pub(crate) async fn run(
 fn apply_plants(run: &mut DriverRun) {
     for p in run.spec.plant.clone() {
         match p {
-            super::Plant::SkipWeightSync => {}
+            super::Plant::SkipWeightSync | super::Plant::SkipWeightSyncFrom(_) => {}
             super::Plant::LogitsInMetaOnly => {
                 for job in &mut run.translation.jobs {
                     if let Some(Value::Object(dwc)) = job.ds_worker_config.as_mut() {
@@ -322,7 +322,7 @@ async fn one_step(
     };
     let (upd, update_s) =
         update_actor(client, run, jobs, &batch, &update, samples.len(), &mut m).await?;
-    let sync = weight_sync_calls(client, run, jobs).await?;
+    let sync = weight_sync_calls(client, run, jobs, step + 1).await?;
     m.insert("timing_s/update_weights", sync.seconds());
 
     // Metrics in verl's names.
@@ -542,13 +542,15 @@ async fn update_actor(
 /// 8: the weight sync after the update, as the adapter drives it (colocated, before the first
 /// rollout too): wake weights, weight-sync, wake kv_cache, one reset of the prefix cache. On
 /// separate GPUs the sampler never sleeps, and its wakes answer `already_ready`.
+/// `before_step`: the step whose rollout follows the sync.
 async fn weight_sync_calls(
     client: &ArcticClient,
     run: &DriverRun,
     jobs: &Jobs,
+    before_step: u64,
 ) -> Result<Phase, StepError> {
     let mut sync = Phase::start();
-    let skip = run.spec.planted(&super::Plant::SkipWeightSync);
+    let skip = run.spec.skips_sync_before(before_step);
     let r = client.wake(jobs.sampling, Some(&["weights"])).await?;
     sync.add(&r);
     if !skip {

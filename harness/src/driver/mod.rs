@@ -73,6 +73,10 @@ impl RetrySpec {
 pub(crate) enum Plant {
     /// Never sync weights to the sampler: the reward stays flat.
     SkipWeightSync,
+    /// Skip every weight sync from the one before this step's rollout on: the sampler samples
+    /// with stale weights from this step (`skip_weight_sync_from: 3` leaves steps 1 and 2
+    /// synced). The smallest skipped sync a window median can see (docs/verdicts.md).
+    SkipWeightSyncFrom(u64),
     /// The Arctic integration's original bug: under ZoRRo the logits knobs travel only in
     /// `meta`, never in `ds_worker_config`, where the ZoRRo server reads them.
     LogitsInMetaOnly,
@@ -81,8 +85,14 @@ pub(crate) enum Plant {
 }
 
 impl BuiltinDriverSpec {
-    pub(crate) fn planted(&self, p: &Plant) -> bool {
-        self.plant.contains(p)
+    /// Whether a planted bug skips the weight sync that precedes `step`'s rollout (the sync
+    /// at start-up precedes step 1; the one after step `s`'s update precedes step `s + 1`).
+    pub(crate) fn skips_sync_before(&self, step: u64) -> bool {
+        self.plant.iter().any(|p| match p {
+            Plant::SkipWeightSync => true,
+            Plant::SkipWeightSyncFrom(from) => step >= *from,
+            _ => false,
+        })
     }
 }
 
@@ -95,5 +105,25 @@ pub(crate) enum TaskSpec {
 impl Default for TaskSpec {
     fn default() -> Self {
         TaskSpec::Arith(ArithConfig::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(plant: &str) -> BuiltinDriverSpec {
+        serde_json::from_str(&format!(r#"{{"plant": {plant}}}"#)).unwrap()
+    }
+
+    #[test]
+    fn a_skipped_sync_from_a_step_leaves_the_earlier_ones() {
+        let from3 = spec(r#"[{"skip_weight_sync_from": 3}]"#);
+        let skipped: Vec<u64> = (1..=5).filter(|s| from3.skips_sync_before(*s)).collect();
+        assert_eq!(skipped, [3, 4, 5]);
+        let all = spec(r#"["skip_weight_sync"]"#);
+        assert!((1..=5).all(|s| all.skips_sync_before(s)));
+        let none = spec("[]");
+        assert!(!(1..=5).any(|s| none.skips_sync_before(s)));
     }
 }

@@ -135,18 +135,29 @@ async fn the_exact_lane_holds_a_rerun_and_catches_a_weight_decay_of_a_thousandth
 }
 
 /// The torch self-tests (`scenarios/selftest/flagship-*.yaml`), one test each so that the
-/// suite's two test threads share them (together they train the flagship for 150 steps): each
-/// planted regression is caught by the rules its scenario declares, against a reference made
-/// on this host (or, for the multi-seed one, against the golden's calibration); `compare`
-/// re-judges each alike.
-const SELFTESTS: [&str; 7] = [
+/// suite's two test threads share them: each planted regression (and its near-threshold twin)
+/// is caught by the rules its scenario declares, and each control passes every rule, against a
+/// reference made on this host (or, for the multi-seed ones, against the golden's
+/// calibration); `compare` re-judges each alike. (`selftests.rs` checks that the set is
+/// complete.)
+const SELFTESTS: [&str; 17] = [
+    "flagship-control",
+    "flagship-control-20",
     "flagship-entropy-collapse",
+    "flagship-entropy-collapse-near",
     "flagship-grad-norm",
+    "flagship-grad-norm-near",
     "flagship-lr-x2",
+    "flagship-lr-x2-near",
     "flagship-reward-drop",
+    "flagship-reward-drop-near",
     "flagship-sampler-bf16",
+    "flagship-sampler-bf16-near",
+    "flagship-seeds-control",
     "flagship-skip-weight-sync",
+    "flagship-skip-weight-sync-near",
     "flagship-weight-decay",
+    "flagship-weight-decay-near",
 ];
 
 /// Every `flagship-*` self-test on disk has its test here.
@@ -195,13 +206,23 @@ macro_rules! selftests {
 }
 
 selftests! {
-    selftest_entropy_collapse_is_caught => 0,
-    selftest_grad_norm_is_caught => 1,
-    selftest_lr_x2_is_caught => 2,
-    selftest_reward_drop_is_caught => 3,
-    selftest_sampler_bf16_is_caught => 4,
-    selftest_skip_weight_sync_is_caught => 5,
-    selftest_weight_decay_is_caught => 6,
+    selftest_control_is_judged_as_declared => 0,
+    selftest_control_20_is_judged_as_declared => 1,
+    selftest_entropy_collapse_is_judged_as_declared => 2,
+    selftest_entropy_collapse_near_is_judged_as_declared => 3,
+    selftest_grad_norm_is_judged_as_declared => 4,
+    selftest_grad_norm_near_is_judged_as_declared => 5,
+    selftest_lr_x2_is_judged_as_declared => 6,
+    selftest_lr_x2_near_is_judged_as_declared => 7,
+    selftest_reward_drop_is_judged_as_declared => 8,
+    selftest_reward_drop_near_is_judged_as_declared => 9,
+    selftest_sampler_bf16_is_judged_as_declared => 10,
+    selftest_sampler_bf16_near_is_judged_as_declared => 11,
+    selftest_seeds_control_is_judged_as_declared => 12,
+    selftest_skip_weight_sync_is_judged_as_declared => 13,
+    selftest_skip_weight_sync_near_is_judged_as_declared => 14,
+    selftest_weight_decay_is_judged_as_declared => 15,
+    selftest_weight_decay_near_is_judged_as_declared => 16,
 }
 
 /// The sampler-vs-trainer mismatch rules (`stability:training/rollout_probs_diff_mean`,

@@ -25,6 +25,7 @@ mod real_verl;
 mod replay;
 mod run;
 mod scale_out;
+mod selftests;
 mod spec;
 mod torch_child;
 mod verdict;
