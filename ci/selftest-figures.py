@@ -29,6 +29,7 @@ HEADER = [
 ]
 # The part of a default stability rule's evidence that is the same for every rule.
 BOILERPLATE = re.compile(r"; a default stability rule of a learning scenario .*$")
+RUN_DIR = re.compile(r" \((/|[A-Za-z]:\\)[^)]*\)")
 
 
 def die(msg):
@@ -65,6 +66,8 @@ def cell(text):
 def measured(rule):
     ev = rule.get("evidence") or {}
     msg = BOILERPLATE.sub("", ev.get("message") or "")
+    # A seed's rule names its run directory: where it ran, not what it measured.
+    msg = RUN_DIR.sub("", msg)
     band = ev.get("band")
     if band and "band" not in msg and band.get("lo") is not None and band.get("hi") is not None:
         msg += f" (band [{band['lo']:.6g}, {band['hi']:.6g}])"
@@ -73,7 +76,9 @@ def measured(rule):
 
 def row(run_dir):
     verdict = read_json(os.path.join(run_dir, "verdict.json"))
-    run = read_json(os.path.join(run_dir, "run.json"))
+    # A multi-seed run has seeds.json where a single run has run.json.
+    meta = "run.json" if os.path.exists(os.path.join(run_dir, "run.json")) else "seeds.json"
+    run = read_json(os.path.join(run_dir, meta))
     name = verdict.get("scenario") or run.get("scenario")
     path = run.get("scenario_path")
     if not name or not path:
