@@ -1008,7 +1008,7 @@ mod tests {
     /// On a host with an NVIDIA GPU (`cargo test -- --ignored`): ordinal 0 is named through
     /// nvidia-smi and keyed by its model, never by its ordinal.
     #[test]
-    #[ignore = "needs an NVIDIA GPU and nvidia-smi"]
+    #[ignore = "needs an NVIDIA GPU and nvidia-smi: the GPU lane, bash ci/gpu-tests.sh"]
     fn a_real_cuda_device_is_named_and_keyed_by_its_model() {
         let named = name_cuda_device("cuda:0");
         assert!(named.ends_with(" (cuda:0)"), "{named}");

@@ -13,6 +13,7 @@ mod crash;
 mod dssst1;
 mod faults;
 mod flagship;
+mod lanes;
 mod layers;
 mod layout;
 mod load;

@@ -847,10 +847,9 @@ fn batched_cpu_rows_equal_single_calls() {
 }
 
 /// The CPU flagship: reward from the warm start's level to >= 0.6 over the final window.
-/// Slow in the unoptimised test profile; `cargo run --release --features torch --example
-/// tiny_grpo` runs the same loop and prints the curve.
+/// About a minute in the test profile (the test command runs it); `cargo run --release
+/// --features torch --example tiny_grpo` runs the same loop and prints the curve.
 #[test]
-#[ignore = "about a minute in the dev profile; run with --ignored or use the tiny_grpo example"]
 fn grpo_learns_the_arith_task_on_cpu() {
     let engine = TorchEngine::new(&TorchSpec::default(), 1).unwrap();
     let run = GrpoRun::default();
@@ -914,7 +913,7 @@ fn a_slowdown_outside_its_range_is_a_clear_error() {
 /// so it is ignored by default; run it on a GPU host with
 /// `cargo test --release --features torch -p rlharness-torch --test torch_backend -- --ignored cuda_graph`.
 #[test]
-#[ignore = "needs a CUDA device"]
+#[ignore = "needs a CUDA device: the GPU lane, bash ci/gpu-tests.sh"]
 fn cuda_graph_decoding_samples_what_eager_decoding_samples() {
     let engine = |graphs: bool| {
         let spec = TorchSpec {
@@ -1092,7 +1091,7 @@ fn a_layout_on_another_device_kind_is_refused() {
 /// generates from them. Needs a CUDA device, so it is ignored by default; on a GPU host:
 /// `cargo test --release --features torch -p rlharness-torch --test torch_backend -- --ignored split_layout_on_cuda`.
 #[test]
-#[ignore = "needs a CUDA device"]
+#[ignore = "needs a CUDA device: the GPU lane, bash ci/gpu-tests.sh"]
 fn split_layout_on_cuda_places_the_roles_and_syncs_across() {
     let spec = TorchSpec {
         model: Box::new(ModelSpec {
