@@ -13,11 +13,18 @@ Chromium (Playwright for Python driving Debian's /usr/bin/chromium) opens each o
   the metric, the tick labels of each axis differ from one another (small values too), a
   windowed rule's judged window value is drawn, and a failing rule's points are marked;
 - the page logs no console error, and no request fails;
-- no number wraps inside a table cell (the folded tables opened too);
+- no number wraps inside a table cell (the folded tables opened too), and the page does not
+  scroll sideways;
 - no status mark needs an emoji font (no emoji in the page's text).
 
 Each problem is printed as `report KIND (PATH): PROBLEM`; any problem fails the script (exit 1).
 Screenshots (the whole page, and each plot) go to `screenshots/` beside each report.
+
+The checks are checked too: broken copies of the reports (an emoji, a console error, a missing
+image, the verdict at the bottom, no failing line, plots of bands only, no window values, no
+failing marks, the legend over the data, no y-axis label, repeated ticks, numbers that wrap, a
+page wider than the window), each of which its check must catch; one that passes fails the
+script.
 
 Usage: python3 harness/tests/browser/check_reports.py [--bin PATH] [--out DIR]
 Needs Playwright for Python on PYTHONPATH (ci/browser-install.sh installs it into .browserdeps/)
@@ -26,6 +33,7 @@ and /usr/bin/chromium; ci/browser-tests.sh runs it.
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -326,11 +334,32 @@ def check_page(page, kind, html, info):
         problems += check_plot(kind, info, plot)
     for w in page.evaluate(WRAPS_JS):
         problems.append(f"number {w['number']!r} wraps inside a table cell ({w['cell']!r})")
+    # With the folded tables opened. (Only the run reports: the propagation matrix's table is
+    # wider than a laptop's window by design, one column per observation.)
+    width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    if "run_dir" in info and width[0] > width[1]:
+        problems.append(f"the page is wider than the window ({width[0]} px in {width[1]} px): "
+                        f"it scrolls sideways")
     emoji = page.evaluate(EMOJI_JS)
     if emoji:
         problems.append(f"emoji in the page (blank boxes without an emoji font): "
                         f"{' '.join(emoji)}")
     return problems
+
+
+def open_and_check(browser, kind, html, info, shots=True):
+    """Open one report and check it: its problems (and the screenshots, when `shots`)."""
+    page = browser.new_page()
+    errors = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+    page.goto(html.as_uri(), wait_until="load")
+    problems = check_page(page, kind, html, info)
+    problems += [f"console error: {e}" for e in errors]
+    paths = screenshots(page, html) if shots else []
+    page.close()
+    return (problems, paths) if shots else problems
 
 
 def screenshots(page, html):
@@ -345,6 +374,73 @@ def screenshots(page, html):
         f.screenshot(path=str(p))
         paths.append(p)
     return paths
+
+
+# Broken copies of the reports, each of which one check must catch: proof that the checks can
+# fail. (name, report kind, how to break its report.html, what the problem must say)
+def _drop_series(name):
+    return lambda h: re.sub(
+        r'<g class="series" data-series="' + re.escape(name) + r'">.*?</g>\n', "", h, flags=re.S)
+
+
+BROKEN = [
+    ("emoji mark", "failing run", lambda h: h.replace("<h1 class=\"fail\">", "<h1>\u274c ", 1),
+     "emoji in the page"),
+    ("console error", "single run",
+     lambda h: h.replace("</body>", "<script>console.error('broken fixture')</script></body>"),
+     "console error: broken fixture"),
+    ("missing image", "single run",
+     lambda h: h.replace("</figure>", "<img src=\"missing.png\" alt=\"\"></figure>", 1),
+     "an image did not load"),
+    ("verdict at the bottom", "single run",
+     lambda h: re.sub(r"(<h1.*?</h1>\n)(.*)</body>", r"\2\1</body>", h, flags=re.S),
+     "is not at the top"),
+    ("no failing line", "failing run",
+     lambda h: re.sub(r"<p>Exit status .*?</p>\n", "", h, count=1, flags=re.S),
+     "is not named above the rules table"),
+    ("bands only", "multi-seed",
+     lambda h: re.sub(r'<g class="series" .*?</g>\n', "", h, flags=re.S),
+     "no data series drawn"),
+    ("no window values", "single run", _drop_series(WINDOW), f"series not drawn: {WINDOW}"),
+    ("no failing marks", "failing run", _drop_series(FAILING), f"series not drawn: {FAILING}"),
+    ("legend over the data", "single run",
+     lambda h: h.replace('<g class="legend">', '<g class="legend" transform="translate(-300,0)">'),
+     "the legend covers data"),
+    ("no y-axis label", "single run", lambda h: h.replace('transform="rotate(', 'data-r="('),
+     "no y-axis label"),
+    ("repeated ticks", "single run",
+     lambda h: re.sub(r'(<text[^>]*text-anchor="end"[^>]*>\n)[^<\n]*', r"\g<1>0.0", h),
+     "tick labels repeat"),
+    ("numbers wrap", "multi-seed",
+     lambda h: h.replace("td.n,td.nw,.nw{white-space:nowrap}", "td.n{width:1px}"),
+     "wraps inside a table cell"),
+    ("sideways scroll", "failing run",
+     lambda h: h.replace("</body>", "<div style=\"width:3000px\">wide</div></body>"),
+     "scrolls sideways"),
+]
+
+
+def check_broken(browser, reports, out):
+    """Each broken copy must fail the check it breaks; the problems of those that do not."""
+    by_kind = {kind: (html, info) for kind, html, info in reports if html is not None}
+    problems = []
+    for name, kind, breaks, expected in BROKEN:
+        if kind not in by_kind:
+            continue
+        html, info = by_kind[kind]
+        text = html.read_text()
+        broken = breaks(text)
+        if broken == text:
+            problems.append(f"broken fixture {name!r} changed nothing in the {kind} report")
+            continue
+        # Beside the original, so its links and the files the checks read resolve alike.
+        copy = html.with_name(f"broken-{re.sub(r'[^a-z]+', '-', name)}.html")
+        copy.write_text(broken)
+        found = open_and_check(browser, kind, copy, describe(kind, html, info), shots=False)
+        if not any(expected in p for p in found):
+            problems.append(f"broken fixture {name!r} ({copy.name}) was not caught: no problem "
+                            f"says {expected!r} (problems: {found})")
+    return problems
 
 
 def describe(kind, html, info):
@@ -391,17 +487,7 @@ def main():
                 print(f"report {kind}: could not be made: {info['error']}")
                 failures += 1
                 continue
-            info = describe(kind, html, info)
-            page = browser.new_page()
-            errors = []
-            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
-            page.goto(html.as_uri(), wait_until="load")
-            problems = check_page(page, kind, html, info)
-            problems += [f"console error: {e}" for e in errors]
-            shots = screenshots(page, html)
-            page.close()
+            problems, shots = open_and_check(browser, kind, html, describe(kind, html, info))
             rel = html.relative_to(ROOT) if html.is_relative_to(ROOT) else html
             for p in problems:
                 print(f"report {kind} ({rel}): {p}")
@@ -409,6 +495,12 @@ def main():
             status = "ok" if not problems else f"{len(problems)} problem(s)"
             print(f"check_reports.py: {kind}: {status}; {len(shots)} screenshot(s) in "
                   f"{shots[0].parent}", file=sys.stderr)
+        broken = check_broken(browser, reports, out)
+        for p in broken:
+            print(f"check_reports.py: {p}")
+        failures += len(broken)
+        print(f"check_reports.py: {len(BROKEN) - len(broken)} of {len(BROKEN)} broken copies "
+              f"caught", file=sys.stderr)
         browser.close()
     took = time.monotonic() - started
     if failures:
