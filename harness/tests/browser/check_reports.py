@@ -465,7 +465,7 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "target/browser-tests"),
                     help="where the reports and screenshots go (emptied first)")
     args = ap.parse_args()
-    binary, out = Path(args.bin), Path(args.out)
+    binary, out = Path(args.bin).resolve(), Path(args.out).resolve()
     if not binary.is_file():
         sys.exit(f"check_reports.py: no rlharness binary at {binary}: build it first "
                  f"(`cargo build -p rlharness`), or pass --bin")
