@@ -45,6 +45,7 @@ install_in_background setup-libtorch
 install_in_background python-deps
 install_in_background ray-install
 install_in_background verl-install
+install_in_background browser-install
 # The suite starts a few hundred Python processes (the stand-in trainer, the conformance
 # clients). Through a version manager's shim (pyenv's: a bash script) each start cost about
 # 0.1 CPU-seconds more; they start from the interpreter the shim resolves to instead. (After
@@ -83,6 +84,10 @@ if ((test_status != 0 || ray_status != 0)); then
     echo "ci/test.sh: failed (cargo test: exit $test_status, ci/ray-tests.sh: exit $ray_status)" >&2
     exit 1
 fi
+# The HTML reports in headless Chromium (ci/browser-tests.sh, with the test build's binary;
+# screenshots stay under target/browser-tests/).
+installed browser-install
+step bash ci/browser-tests.sh
 # Real verl and the real Arctic adapter driving the harness (ci/verl-tests.sh): after the other
 # tests, alone, since each of its runs uses both cores and the adapter's fixed port.
 installed verl-install

@@ -2,8 +2,8 @@
 //! checked metric (folded), the run, and the knobs that differ from the defaults.
 
 use super::{
-    num, run_rows, status_cell, status_icon, status_text, Headline, Piece, PointRow, Report,
-    RuleRow,
+    num, rule_tally, run_rows, status_cell, status_icon, status_text, Headline, Piece, PointRow,
+    Report, RuleRow,
 };
 use crate::compare::RuleStatus;
 
@@ -58,15 +58,14 @@ fn headline_section(out: &mut String, r: &Report) {
         r.summary()
     ));
     out.push_str(&format!("Exit status {}.", r.exit_status().code()));
-    if let Some(v) = &r.verdict {
-        let failing: Vec<String> = v
-            .failing()
-            .map(|x| format!("{} {}", code(&x.rule), status_text(x.status)))
+    if let Some((total, failing)) = rule_tally(r) {
+        let failing: Vec<String> = failing
+            .iter()
+            .map(|(_, x)| format!("{} {}", code(&x.rule), status_text(x.status)))
             .collect();
         out.push_str(&format!(
-            " {} rules, {} pass{}",
-            v.rules.len(),
-            v.rules.len() - failing.len(),
+            " {total} rules, {} pass{}",
+            total - failing.len(),
             if failing.is_empty() {
                 ".".to_string()
             } else {

@@ -127,6 +127,8 @@ pub struct Report {
     pub(crate) pending_golden: Option<String>,
     /// Facts about how the run was observed ("no wire observed: ...").
     pub(crate) notes: Vec<String>,
+    /// A multi-seed run's series (its own `metrics` are empty): what its plots draw.
+    pub(crate) seed_series: Option<seeds::SeedSeries>,
 }
 
 /// The verdict in one line, shared by every renderer.
@@ -159,6 +161,7 @@ impl Report {
             trainer_tail: None,
             pending_golden: None,
             notes: Vec::new(),
+            seed_series: None,
         }
     }
 
@@ -182,6 +185,7 @@ impl Report {
             trainer_tail: None,
             pending_golden: manifest.pending_golden.clone(),
             notes: manifest.notes.clone(),
+            seed_series: None,
         }
     }
 
@@ -425,6 +429,20 @@ pub(crate) fn status_icon(s: RuleStatus) -> &'static str {
 /// "✅ pass", "❌ regressed", ...
 pub(crate) fn status_cell(s: RuleStatus) -> String {
     format!("{} {}", status_icon(s), status_text(s))
+}
+
+/// The rules under the headline: how many, and those that did not pass with their index, in
+/// rule order (the Markdown's and the HTML's "N rules, M pass; failing: ..." line).
+pub(crate) fn rule_tally(r: &Report) -> Option<(usize, Vec<(usize, &RuleVerdict)>)> {
+    r.verdict.as_ref().map(|v| {
+        let failing = v
+            .rules
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| x.status != RuleStatus::Pass)
+            .collect();
+        (v.rules.len(), failing)
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -929,6 +947,7 @@ mod tests {
     use super::*;
     use crate::compare::judge_tables;
     use crate::compare::ChecksSpec;
+    use crate::util::html_escape;
 
     fn series(values: &[(&str, &[f64])]) -> MetricTable {
         MetricTable::from_columns(values)
@@ -1019,7 +1038,11 @@ mod tests {
     /// Paths, times, host and commit change from run to run: snapshots see placeholders.
     fn redact(text: &str, r: &Report) -> String {
         let mut t = text.to_string();
-        let mut pairs: Vec<(String, &str)> = vec![(r.run.dir.clone(), "[dir]")];
+        // report.html lets a path break after each `/`.
+        let mut pairs: Vec<(String, &str)> = vec![
+            (r.run.dir.replace('/', "/<wbr>"), "[dir]"),
+            (r.run.dir.clone(), "[dir]"),
+        ];
         for s in [&r.run.started, &r.run.ended].into_iter().flatten() {
             pairs.push((s.clone(), "[time]"));
         }
@@ -1150,7 +1173,7 @@ mod tests {
         let html = render_html(&r);
         assert!(html.starts_with("<!DOCTYPE html>"));
         assert_eq!(
-            html.matches("<svg").count(),
+            html.matches("<figure").count(),
             3,
             "one plot per checked metric"
         );
@@ -1161,7 +1184,7 @@ mod tests {
         // The plots have their own test; the snapshot keeps the page reviewable without them.
         let mut page = String::new();
         let mut rest = html.as_str();
-        while let Some(start) = rest.find("<svg") {
+        while let Some(start) = rest.find("<svg width=") {
             page.push_str(&rest[..start]);
             page.push_str("<svg>[plot]</svg>");
             rest = rest[start..]
@@ -1171,6 +1194,86 @@ mod tests {
         }
         page.push_str(rest);
         snapshot("report_regressed.html", &redact(&page, &r));
+    }
+
+    /// The text between the body's start and the first table: the headline block.
+    fn html_head(html: &str) -> &str {
+        let body = html.find("<body>").unwrap();
+        let table = html.find("<table").unwrap_or(html.len());
+        &html[body..table]
+    }
+
+    #[test]
+    fn html_names_the_failing_rules_before_the_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = regressed(&dir.path().join("run-1"));
+        let html = render_html(&r);
+        let head = html_head(&html);
+        let total = r.verdict.as_ref().unwrap().rules.len();
+        let tally = format!(
+            "{total} rules, {} pass; <b class=\"fail\">failing:</b>",
+            total - 3
+        );
+        assert!(head.contains(&tally), "{head}");
+        let failing: Vec<&str> = r
+            .verdict
+            .as_ref()
+            .unwrap()
+            .failing()
+            .map(|x| x.rule.as_str())
+            .collect();
+        assert_eq!(failing.len(), 3);
+        for rule in failing {
+            let named = html_escape(rule);
+            assert!(head.contains(&named), "{rule} not named on top:\n{head}");
+        }
+        // The same line as the Markdown's.
+        let md = render_markdown(&r);
+        assert!(
+            md.contains("; failing: `golden:critic/rewards/mean` regressed"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn html_status_marks_need_no_emoji_font() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = regressed(&dir.path().join("run-1"));
+        let html = render_html(&r);
+        let emoji: Vec<char> = html
+            .chars()
+            .filter(|c| {
+                matches!(*c as u32, 0x2600..=0x27BF | 0x2B00..=0x2BFF | 0x23E9..=0x23FA
+                    | 0x1F000..=0x1FAFF | 0xFE0F)
+            })
+            .collect();
+        assert!(emoji.is_empty(), "emoji in report.html: {emoji:?}");
+        // Each status is an inline SVG mark, named for screen readers, beside its word.
+        assert!(html.contains("aria-label=\"regressed\"><circle"), "{html}");
+        assert!(
+            html.contains("<h1 class=\"fail\"><svg class=\"mark\""),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn html_keeps_numbers_on_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = regressed(&dir.path().join("run-1"));
+        let v = r.verdict.as_mut().unwrap();
+        v.rules[0].evidence.message = "worst at step 4: 2.000e-6 against 1.5e-6".into();
+        let html = render_html(&r);
+        // Value, reference, band and margin cells never wrap; nor does a number in the
+        // evidence, whose minus sign a browser may break after.
+        assert!(html.contains("td.n,td.nw,.nw{white-space:nowrap}"));
+        assert!(
+            html.contains("<td class=\"nw\">[0.45, 0.55]</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<span class=\"nw\">2.000e-6</span> against <span class=\"nw\">1.5e-6"),
+            "{html}"
+        );
     }
 
     #[test]

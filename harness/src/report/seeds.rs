@@ -10,11 +10,14 @@
 //! The combined verdict is made from what these directories store, by [`judge_combined`],
 //! whether `run` just made them or `compare` reads them back, so both write the same verdict.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{golden_of_run, load_run, write_reports, Headline, Reference, Report, RunInfo};
+use super::{
+    golden_of_run, load_run, write_reports, Headline, KnobDiff, Reference, Report, RunInfo,
+};
 use crate::compare::seeds::{judge_seeds, SeedRun};
 use crate::compare::{ExpectedVerdict, Outcome, RuleStatus, RunStatus};
 use crate::error::CommandError;
@@ -205,30 +208,30 @@ pub(crate) fn judge_combined(
     if let Some(cal) = golden.as_ref().and_then(|g| g.calibration.as_ref()) {
         notes.push(format!("calibration: {}", cal.source()));
     }
+    let (knobs, knob_note) = seeds_knobs(&seeds);
+    notes.extend(knob_note);
+    let seed_series = SeedSeries::new(&seeds, golden.as_ref());
     let report = Report {
         scenario: manifest.scenario.clone(),
         run,
         verdict: Some(verdict),
         expected: manifest.expected_verdict.clone(),
         metrics: MetricTable::new(),
-        // The seeds' series are in their own reports (the plots draw them with the golden); the
-        // windows are compared with the calibration's means.
+        // The windows are compared with the calibration's means; the seeds' series and the
+        // golden's are in `seed_series`.
         reference: Some(Reference {
             label: "calibration".into(),
             table: MetricTable::new(),
             provenance: None,
         }),
-        knobs: Vec::new(),
+        knobs,
         skipped: None,
         trainer_tail: None,
         pending_golden: None,
         notes,
+        seed_series: Some(seed_series),
     };
-    Ok(CombinedReport {
-        report,
-        seeds,
-        golden,
-    })
+    Ok(CombinedReport { report })
 }
 
 /// The seeds of a multi-seed run as its directory stores them.
@@ -343,54 +346,91 @@ fn combined_run_info(
     }
 }
 
-/// The combined report and what its plots draw.
+/// The combined report of a multi-seed run (its plots' series in `report.seed_series`).
 pub(crate) struct CombinedReport {
     pub(crate) report: Report,
-    pub(crate) seeds: Vec<(u64, Report)>,
-    pub(crate) golden: Option<crate::golden::Golden>,
 }
 
 impl CombinedReport {
-    /// Write the combined reports into `out`: the usual files, with one plot per checked metric
-    /// showing every seed, the golden and the calibration's spread.
+    /// Write the combined reports into `out`: the usual files, whose plots show every seed,
+    /// the golden and the calibration's spread.
     pub(crate) fn write(&self, out: &Path) -> Result<(), CommandError> {
-        let fail = |e: String| CommandError::run_failed(e);
-        // The combined report has no series of its own: its plots are the seeds'.
-        write_reports(out, &self.report).map_err(|e| fail(e.to_string()))?;
-        for metric in self.report.checked_metrics() {
-            let seeds: Vec<(u64, Vec<(u64, f64)>)> = self
-                .seeds
-                .iter()
-                .map(|(s, r)| (*s, r.metrics.series(&metric)))
-                .collect();
-            let golden = self.golden.as_ref().map(|g| g.table.series(&metric));
-            let spread: Vec<(u64, f64, f64)> = self
-                .golden
-                .as_ref()
+        write_reports(out, &self.report).map_err(|e| CommandError::run_failed(e.to_string()))
+    }
+}
+
+/// The knobs that differ from their defaults, the same in every seed (only the seed differs
+/// between them): the first seed's, and a note naming any seed whose knobs differ from them.
+fn seeds_knobs(seeds: &[(u64, Report)]) -> (Vec<KnobDiff>, Option<String>) {
+    let Some((first_seed, first)) = seeds.first() else {
+        return (Vec::new(), None);
+    };
+    let differ: Vec<String> = seeds
+        .iter()
+        .filter(|(_, r)| r.knobs != first.knobs)
+        .map(|(s, _)| s.to_string())
+        .collect();
+    let note = (!differ.is_empty()).then(|| {
+        format!(
+            "the config below is seed {first_seed}'s; seed(s) {} differ from it (see their \
+             reports)",
+            differ.join(", ")
+        )
+    });
+    (first.knobs.clone(), note)
+}
+
+/// What a multi-seed report's plots draw besides its verdict: every seed's series, the
+/// golden's, and the calibration's spread per step.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct SeedSeries {
+    /// Every seed's series, in seed order.
+    pub(crate) seeds: Vec<(u64, MetricTable)>,
+    pub(crate) golden: Option<MetricTable>,
+    /// Per metric, per step: the calibration's mean ± 2σ.
+    pub(crate) spread: BTreeMap<String, Vec<(u64, f64, f64)>>,
+}
+
+impl SeedSeries {
+    fn new(seeds: &[(u64, Report)], golden: Option<&crate::golden::Golden>) -> SeedSeries {
+        SeedSeries {
+            seeds: seeds.iter().map(|(s, r)| (*s, r.metrics.clone())).collect(),
+            golden: golden.map(|g| g.table.clone()),
+            spread: golden
                 .and_then(|g| g.calibration.as_ref())
-                .and_then(|c| c.steps.get(&metric))
-                .map(|ps| {
-                    ps.iter()
-                        .map(|p| (p.first, p.mean - 2.0 * p.std, p.mean + 2.0 * p.std))
+                .map(|c| {
+                    c.steps
+                        .iter()
+                        .map(|(m, ps)| {
+                            let band = ps
+                                .iter()
+                                .map(|p| (p.first, p.mean - 2.0 * p.std, p.mean + 2.0 * p.std))
+                                .collect();
+                            (m.clone(), band)
+                        })
                         .collect()
                 })
-                .unwrap_or_default();
-            let points = self
-                .report
-                .verdict
-                .as_ref()
-                .and_then(|v| v.rule(&crate::compare::seeds::seeds_rule_id(&metric)))
-                .map(|r| r.points.clone())
-                .unwrap_or_default();
-            let svg =
-                super::plots::render_seeds(&metric, &seeds, golden.as_deref(), &spread, &points);
-            fsx::write_atomic(
-                &out.join("plots").join(super::plot_file_name(&metric)),
-                svg.as_bytes(),
-            )
-            .map_err(|e| fail(e.to_string()))?;
+                .unwrap_or_default(),
         }
-        Ok(())
+    }
+
+    /// The plot of one metric of report `r`: every seed, the golden, the calibration's spread
+    /// and the distribution test's windows.
+    pub(crate) fn plot(&self, r: &Report, metric: &str) -> String {
+        let seeds: Vec<(u64, Vec<(u64, f64)>)> = self
+            .seeds
+            .iter()
+            .map(|(s, t)| (*s, t.series(metric)))
+            .collect();
+        let golden = self.golden.as_ref().map(|g| g.series(metric));
+        let spread = self.spread.get(metric).map_or(&[][..], Vec::as_slice);
+        let points = r
+            .verdict
+            .as_ref()
+            .and_then(|v| v.rule(&seeds_rule_id_of(metric)))
+            .map(|x| x.points.as_slice())
+            .unwrap_or(&[]);
+        super::plots::render_seeds(metric, &seeds, golden.as_deref(), spread, points)
     }
 }
 

@@ -1104,6 +1104,35 @@ fn multi_seed_runs_judge_the_seeds_distribution_against_the_calibration() {
         ]
     );
     assert!(dir.join("plots/critic_rewards_mean.svg").is_file());
+    // report.html draws what plots/*.svg draws: every seed, the golden, the seeds' window means
+    // (it used to draw the bands alone); and its config is the seeds' (not "every knob has its
+    // default value").
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    let svg = std::fs::read_to_string(dir.join("plots/critic_rewards_mean.svg")).unwrap();
+    for series in [
+        "seed 11",
+        "seed 16",
+        "golden",
+        "seeds&#39; window mean",
+        "calibration ±2σ",
+    ] {
+        let group = format!("<g class=\"series\" data-series=\"{series}\">");
+        let band = format!("<g class=\"band\" data-series=\"{series}\">");
+        assert!(
+            html.contains(&group) || html.contains(&band),
+            "report.html does not draw {series}"
+        );
+        assert!(
+            svg.contains(&group) || svg.contains(&band),
+            "the plot does not draw {series}"
+        );
+    }
+    assert!(
+        html.contains(svg.trim()),
+        "report.html's plot is not plots/*.svg's"
+    );
+    assert!(!html.contains("Every knob has its default value"));
+    assert!(html.contains("actor_rollout_ref.actor.optim.betas"));
     // `compare DIR` makes the same verdict from what the directories store.
     let status = rlharness::report::compare_command(&dir, None, &golden)
         .unwrap()

@@ -1,0 +1,815 @@
+//! SVG plots through plotters: each checked metric against step with the golden's band shaded
+//! and failing points marked, a multi-seed run's seeds against the calibration, and a
+//! run-against-run overlay for `compare RUN RUN2`.
+//!
+//! Made to be read at a glance: the legend sits beside the chart, never over the data; the y
+//! axis is labelled with the metric; tick labels carry as many digits as tell neighbouring
+//! ticks apart (`1e-6`, not `0.0`); a windowed rule's judged value (the window's mean or
+//! median) is drawn as a step line over its band, since the rule never judged a single step.
+//! Every series is a named group (`<g class="series" data-series="run">`, see `grouped`), as
+//! are the bands, the axes and the legend. The output is deterministic: plotters lays text out
+//! without fonts (no `ttf` feature), so snapshot tests may compare the SVG text.
+
+use std::ops::Range;
+
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+mod grouped;
+
+use grouped::{GroupedSvg, SvgDoc};
+
+use super::{plot_file_name, Report};
+use crate::compare::{PointCheck, RuleStatus};
+use crate::metrics::MetricTable;
+
+/// The whole plot; the legend takes `LEGEND_WIDTH` of it on the right.
+const SIZE: (u32, u32) = (880, 360);
+const LEGEND_WIDTH: u32 = 200;
+const BAND: RGBColor = RGBColor(66, 133, 244);
+const RUN: RGBColor = RGBColor(25, 25, 112);
+/// `RUN` at half strength over white, for a run's per-step values under a windowed rule.
+const RUN_LIGHT: RGBColor = RGBColor(140, 140, 184);
+const REFERENCE: RGBColor = RGBColor(130, 130, 130);
+const FAIL: RGBColor = RGBColor(214, 39, 40);
+const OTHER: RGBColor = RGBColor(230, 120, 20);
+const WINDOW: RGBColor = RGBColor(0, 150, 100);
+const SPREAD: RGBColor = RGBColor(120, 120, 120);
+
+/// The names of the series, as the legend and `data-series` give them.
+pub(crate) const RUN_SERIES: &str = "run";
+pub(crate) const WINDOW_SERIES: &str = "window value (judged)";
+pub(crate) const SEEDS_WINDOW_SERIES: &str = "seeds' window mean";
+pub(crate) const FAILING_SERIES: &str = "failing";
+
+/// The y range that shows every finite value (band edges included), padded a little.
+fn y_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values.filter(|v| v.is_finite()) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    let span = hi - lo;
+    let pad = if span > 0.0 {
+        span * 0.08
+    } else {
+        (lo.abs() * 0.1).max(1e-6)
+    };
+    (lo - pad, hi + pad)
+}
+
+fn x_range(steps: impl Iterator<Item = u64>) -> (f64, f64) {
+    let (mut lo, mut hi) = (u64::MAX, 0);
+    for s in steps {
+        lo = lo.min(s);
+        hi = hi.max(s);
+    }
+    if lo > hi {
+        return (0.0, 1.0);
+    }
+    (lo as f64 - 0.6, hi as f64 + 0.6)
+}
+
+/// A tick label on an axis spanning `lo..hi`, with the digits that tell it from its
+/// neighbours (plotters puts about ten ticks on an axis), in scientific notation for tiny or
+/// huge values: `0`, `2e-7`, `1.2e-6`, `0.285`, `2.5e6`.
+pub(crate) fn tick_label(v: f64, lo: f64, hi: f64) -> String {
+    let step = (hi - lo).abs() / 10.0;
+    if !v.is_finite() || !step.is_finite() || step == 0.0 {
+        return super::num(v);
+    }
+    // A tick at zero computed as 1e-17.
+    if v.abs() < step * 1e-6 {
+        return "0".into();
+    }
+    let step_exp = step.log10().floor() as i32;
+    let magnitude = lo.abs().max(hi.abs());
+    if !(1e-3..1e6).contains(&magnitude) {
+        let exp = v.abs().log10().floor() as i32;
+        let digits = (exp - step_exp).clamp(0, 6) as usize;
+        let s = format!("{v:.digits$e}");
+        match s.split_once('e') {
+            Some((mantissa, exp)) => format!("{}e{exp}", trim_decimals(mantissa)),
+            None => s,
+        }
+    } else {
+        let decimals = (-step_exp).clamp(0, 9) as usize;
+        trim_decimals(&format!("{v:.decimals$}"))
+    }
+}
+
+/// `0.250` → `0.25`, `2.0` → `2`, `-0` → `0`.
+fn trim_decimals(s: &str) -> String {
+    let t = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        s
+    };
+    if t == "-0" { "0" } else { t }.to_string()
+}
+
+/// Break a series at non-finite values so a NaN leaves a gap instead of a spike.
+fn finite_runs(series: &[(u64, f64)]) -> Vec<Vec<(f64, f64)>> {
+    let mut out = vec![Vec::new()];
+    for (s, v) in series {
+        if v.is_finite() {
+            if let Some(last) = out.last_mut() {
+                last.push((*s as f64, *v));
+            }
+        } else if out.last().is_some_and(|l| !l.is_empty()) {
+            out.push(Vec::new());
+        }
+    }
+    out.retain(|r| !r.is_empty());
+    out
+}
+
+/// Whether a rule's points are windows of steps (one window may hold a single step: the last).
+fn is_windowed(points: &[PointCheck]) -> bool {
+    points.iter().any(|p| p.first != p.last)
+}
+
+/// The step line of the windows' judged values: flat over each window, rising or falling at
+/// the boundary to the next; broken where a value is missing or windows are not adjacent.
+fn window_steps(points: &[PointCheck], clamp: impl Fn(f64) -> f64) -> Vec<Vec<(f64, f64)>> {
+    let mut out: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+    let mut prev_last: Option<u64> = None;
+    for p in points {
+        let adjacent = prev_last.is_some_and(|l| l + 1 == p.first);
+        match p.value.filter(|v| v.is_finite()) {
+            Some(v) => {
+                if !adjacent && out.last().is_some_and(|l| !l.is_empty()) {
+                    out.push(Vec::new());
+                }
+                if let Some(line) = out.last_mut() {
+                    line.push((p.first as f64 - 0.5, clamp(v)));
+                    line.push((p.last as f64 + 0.5, clamp(v)));
+                }
+                prev_last = Some(p.last);
+            }
+            None => {
+                out.push(Vec::new());
+                prev_last = None;
+            }
+        }
+    }
+    out.retain(|l| !l.is_empty());
+    out
+}
+
+type DrawResult = Result<(), String>;
+type Chart<'a> = ChartContext<'a, GroupedSvg, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+fn e<E: std::fmt::Display>(err: E) -> String {
+    format!("plot failed: {err}")
+}
+
+fn error_svg(metric: &str, msg: &str) -> String {
+    let esc = crate::util::html_escape;
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"40\">\
+         <text x=\"4\" y=\"24\">{}: {}</text></svg>\n",
+        SIZE.0,
+        esc(metric),
+        esc(msg)
+    )
+}
+
+/// How a legend entry shows its series.
+#[derive(Clone, Copy)]
+enum Swatch {
+    Line(RGBColor, u32),
+    Area(RGBAColor),
+    Cross(RGBColor),
+}
+
+/// One plot being drawn: the chart, the document its groups go into, the legend so far.
+struct Layers<'a, 'd> {
+    chart: Chart<'a>,
+    doc: &'d SvgDoc,
+    legend: Vec<(String, Swatch)>,
+    y: (f64, f64),
+}
+
+impl Layers<'_, '_> {
+    fn clamp(&self, v: f64) -> f64 {
+        v.clamp(self.y.0, self.y.1)
+    }
+
+    /// Draw in a named group (`class` is `series` or `band`), listed in the legend.
+    fn group(
+        &mut self,
+        class: &str,
+        name: &str,
+        swatch: Swatch,
+        draw: impl FnOnce(&mut Chart) -> DrawResult,
+    ) -> DrawResult {
+        self.doc.open(class, Some(name));
+        let drawn = draw(&mut self.chart);
+        self.doc.close();
+        drawn?;
+        self.legend.push((name.to_string(), swatch));
+        Ok(())
+    }
+
+    /// A series as lines broken at non-finite values (`dots`: and a dot at each value).
+    fn line(
+        &mut self,
+        name: &str,
+        series: &[(u64, f64)],
+        style: (RGBColor, u32),
+        dots: bool,
+    ) -> DrawResult {
+        let (color, width) = style;
+        self.group("series", name, Swatch::Line(color, width), |chart| {
+            for part in finite_runs(series) {
+                chart
+                    .draw_series(LineSeries::new(part.clone(), color.stroke_width(width)))
+                    .map_err(e)?;
+                if dots {
+                    chart
+                        .draw_series(part.iter().map(|p| Circle::new(*p, 2, color.filled())))
+                        .map_err(e)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Rectangles `(first step, last step, lo, hi)`, shaded, each spanning its steps.
+    fn bands(
+        &mut self,
+        name: &str,
+        rects: &[(u64, u64, f64, f64)],
+        color: RGBAColor,
+    ) -> DrawResult {
+        if rects.is_empty() {
+            return Ok(());
+        }
+        let rects: Vec<_> = rects
+            .iter()
+            .map(|(a, b, lo, hi)| {
+                Rectangle::new(
+                    [
+                        (*a as f64 - 0.45, self.clamp(*lo)),
+                        (*b as f64 + 0.45, self.clamp(*hi)),
+                    ],
+                    color.filled(),
+                )
+            })
+            .collect();
+        self.group("band", name, Swatch::Area(color), |chart| {
+            chart.draw_series(rects).map_err(e).map(|_| ())
+        })
+    }
+
+    /// The step line of a windowed rule's judged values.
+    fn windows(&mut self, name: &str, points: &[PointCheck]) -> DrawResult {
+        let lines = window_steps(points, |v| self.clamp(v));
+        if lines.is_empty() {
+            return Ok(());
+        }
+        self.group("series", name, Swatch::Line(WINDOW, 3), |chart| {
+            for line in lines {
+                chart
+                    .draw_series(LineSeries::new(line, WINDOW.stroke_width(3)))
+                    .map_err(e)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Red crosses at the failing points (a non-finite value sits on the top edge).
+    fn failing(&mut self, marks: &[(f64, f64)]) -> DrawResult {
+        if marks.is_empty() {
+            return Ok(());
+        }
+        let top = self.y.1;
+        let crosses: Vec<_> = marks
+            .iter()
+            .map(|(x, v)| {
+                let y = if v.is_finite() { self.clamp(*v) } else { top };
+                Cross::new((*x, y), 6, FAIL.stroke_width(2))
+            })
+            .collect();
+        self.group("series", FAILING_SERIES, Swatch::Cross(FAIL), |chart| {
+            chart.draw_series(crosses).map_err(e).map(|_| ())
+        })
+    }
+}
+
+/// Draw one plot: a white chart of `metric` over `x` and `y`, with its axes labelled, what
+/// `draw` adds, and the legend beside it. A plot never fails a run: an error becomes a small
+/// SVG that says what failed.
+fn plot(
+    metric: &str,
+    x: Range<f64>,
+    y: Range<f64>,
+    draw: impl FnOnce(&mut Layers) -> DrawResult,
+) -> String {
+    let doc = SvgDoc::new(SIZE);
+    match draw_plot(&doc, metric, x, y, draw) {
+        Ok(()) => doc.finish(),
+        Err(msg) => error_svg(metric, &msg),
+    }
+}
+
+fn draw_plot(
+    doc: &SvgDoc,
+    metric: &str,
+    x: Range<f64>,
+    y: Range<f64>,
+    draw: impl FnOnce(&mut Layers) -> DrawResult,
+) -> DrawResult {
+    let root = doc.backend().into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let (area, legend_area) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
+    let (y0, y1) = (y.start, y.end);
+    doc.open("axes", None);
+    let mut chart = ChartBuilder::on(&area)
+        .caption(metric, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(84)
+        .build_cartesian_2d(x, y)
+        .map_err(e)?;
+    // Steps are whole numbers: a tick between two steps gets no label.
+    let x_tick = |v: &f64| {
+        if (v - v.round()).abs() < 1e-9 {
+            format!("{v:.0}")
+        } else {
+            String::new()
+        }
+    };
+    let y_tick = |v: &f64| tick_label(*v, y0, y1);
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc(metric)
+        .x_label_formatter(&x_tick)
+        .y_label_formatter(&y_tick)
+        .label_style(("sans-serif", 12))
+        .axis_desc_style(("sans-serif", 14))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(e)?;
+    doc.close();
+    let mut layers = Layers {
+        chart,
+        doc,
+        legend: Vec::new(),
+        y: (y0, y1),
+    };
+    draw(&mut layers)?;
+    draw_legend(doc, &legend_area, &layers.legend)?;
+    root.present().map_err(e)
+}
+
+/// The legend, in its own area beside the chart: a swatch and a name per series.
+fn draw_legend(
+    doc: &SvgDoc,
+    area: &DrawingArea<GroupedSvg, Shift>,
+    entries: &[(String, Swatch)],
+) -> DrawResult {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    doc.open("legend", None);
+    let drawn = (|| -> DrawResult {
+        for (i, (name, swatch)) in entries.iter().enumerate() {
+            let y = 48 + 22 * i as i32;
+            let (x0, x1) = (8, 30);
+            match *swatch {
+                Swatch::Line(c, w) => area
+                    .draw(&PathElement::new(vec![(x0, y), (x1, y)], c.stroke_width(w)))
+                    .map_err(e)?,
+                Swatch::Area(c) => area
+                    .draw(&Rectangle::new([(x0, y - 6), (x1, y + 6)], c.filled()))
+                    .map_err(e)?,
+                Swatch::Cross(c) => area
+                    .draw(&Cross::new((x0 + 11, y), 5, c.stroke_width(2)))
+                    .map_err(e)?,
+            }
+            let label: String = if name.chars().count() > 24 {
+                name.chars().take(23).chain(['…']).collect()
+            } else {
+                name.clone()
+            };
+            area.draw(&Text::new(
+                label,
+                (x1 + 8, y - 7),
+                ("sans-serif", 13).into_font().color(&BLACK),
+            ))
+            .map_err(e)?;
+        }
+        Ok(())
+    })();
+    doc.close();
+    drawn
+}
+
+/// One metric's chart: the band of each compared point, the reference and the run; for a
+/// windowed rule, its judged window values as a step line; failing points crossed in red.
+/// `failing` holds the failing steps of the other rules on this metric (`expect:`, `exact:`).
+pub(crate) fn plot_metric(
+    metric: &str,
+    run: &[(u64, f64)],
+    reference: Option<(&str, &[(u64, f64)])>,
+    points: &[PointCheck],
+    failing: &[u64],
+) -> String {
+    let ref_series: &[(u64, f64)] = reference.map(|(_, s)| s).unwrap_or(&[]);
+    let (x0, x1) = x_range(
+        run.iter()
+            .chain(ref_series.iter())
+            .map(|(s, _)| *s)
+            .chain(points.iter().flat_map(|p| [p.first, p.last])),
+    );
+    let (y0, y1) = y_range(
+        run.iter()
+            .chain(ref_series.iter())
+            .map(|(_, v)| *v)
+            .chain(points.iter().flat_map(|p| [p.band.lo(), p.band.hi()])),
+    );
+    let windowed = is_windowed(points);
+    plot(metric, x0..x1, y0..y1, |l| {
+        let rects: Vec<_> = points
+            .iter()
+            .map(|p| (p.first, p.last, p.band.lo(), p.band.hi()))
+            .collect();
+        l.bands("band", &rects, BAND.mix(0.18))?;
+        if let Some((label, series)) = reference {
+            l.line(label, series, (REFERENCE, 2), false)?;
+        }
+        // Under a windowed rule a step's value was never judged alone: the run's per-step line
+        // is drawn lighter, under the judged window values.
+        if windowed {
+            l.line(RUN_SERIES, run, (RUN_LIGHT, 1), true)?;
+            l.windows(WINDOW_SERIES, points)?;
+        } else {
+            l.line(RUN_SERIES, run, (RUN, 2), true)?;
+        }
+        let value_at = |s: u64| {
+            run.iter()
+                .find(|(rs, _)| *rs == s)
+                .map_or(f64::NAN, |(_, v)| *v)
+        };
+        let mut marks: Vec<(f64, f64)> = points
+            .iter()
+            .filter(|p| p.status != RuleStatus::Pass)
+            .map(|p| ((p.first + p.last) as f64 / 2.0, p.value.unwrap_or(f64::NAN)))
+            .collect();
+        marks.extend(failing.iter().map(|s| (*s as f64, value_at(*s))));
+        l.failing(&marks)
+    })
+}
+
+/// One SVG per checked metric: `(file name, svg)`. A multi-seed run's plots draw its seeds.
+pub(crate) fn render_plots(r: &Report) -> Vec<(String, String)> {
+    let Some(v) = &r.verdict else {
+        return Vec::new();
+    };
+    if let Some(seeds) = &r.seed_series {
+        return r
+            .checked_metrics()
+            .iter()
+            .map(|m| (plot_file_name(m), seeds.plot(r, m)))
+            .collect();
+    }
+    r.checked_metrics()
+        .iter()
+        .map(|m| {
+            let run = r.metrics.series(m);
+            let reference = r
+                .reference
+                .as_ref()
+                .map(|g| (g.label.clone(), g.table.series(m)));
+            let golden_rule = r.golden_rule(m);
+            let points: Vec<PointCheck> = golden_rule.map(|x| x.points.clone()).unwrap_or_default();
+            // The golden rule's failing points are drawn from its points; the other rules'
+            // from their failing steps.
+            let mut failing: Vec<u64> = v
+                .rules
+                .iter()
+                .filter(|x| x.status != RuleStatus::Pass && x.metrics.iter().any(|n| n == m))
+                .filter(|x| golden_rule.is_none_or(|g| g.rule != x.rule))
+                .flat_map(|x| x.failing_steps.iter().copied())
+                .collect();
+            failing.sort_unstable();
+            failing.dedup();
+            let svg = plot_metric(
+                m,
+                &run,
+                reference.as_ref().map(|(l, s)| (l.as_str(), s.as_slice())),
+                &points,
+                &failing,
+            );
+            (plot_file_name(m), svg)
+        })
+        .collect()
+}
+
+/// Two runs of one metric on one chart (`rlharness compare RUN RUN2`).
+pub(crate) fn render_overlay(
+    run_a: &MetricTable,
+    run_b: &MetricTable,
+    metric: &str,
+    label_a: &str,
+    label_b: &str,
+) -> String {
+    let (a, b) = (run_a.series(metric), run_b.series(metric));
+    let (x0, x1) = x_range(a.iter().chain(b.iter()).map(|(s, _)| *s));
+    let (y0, y1) = y_range(a.iter().chain(b.iter()).map(|(_, v)| *v));
+    plot(metric, x0..x1, y0..y1, |l| {
+        l.line(label_a, &a, (RUN, 2), false)?;
+        l.line(label_b, &b, (OTHER, 2), false)
+    })
+}
+
+/// A multi-seed run's plot of one metric: the calibration's spread per step (mean ± 2σ,
+/// shaded grey), the band the test put on each window's seeds' mean (shaded blue), the
+/// golden's series, every seed's, and the seeds' window means as a step line, a failing
+/// window crossed in red.
+pub(crate) fn render_seeds(
+    metric: &str,
+    seeds: &[(u64, Vec<(u64, f64)>)],
+    golden: Option<&[(u64, f64)]>,
+    spread: &[(u64, f64, f64)],
+    points: &[PointCheck],
+) -> String {
+    let all = seeds.iter().flat_map(|(_, s)| s.iter());
+    let golden_pts: &[(u64, f64)] = golden.unwrap_or(&[]);
+    let (x0, x1) = x_range(
+        all.clone()
+            .chain(golden_pts.iter())
+            .map(|(s, _)| *s)
+            .chain(spread.iter().map(|(s, _, _)| *s))
+            .chain(points.iter().flat_map(|p| [p.first, p.last])),
+    );
+    let (y0, y1) = y_range(
+        all.map(|(_, v)| *v)
+            .chain(golden_pts.iter().map(|(_, v)| *v))
+            .chain(spread.iter().flat_map(|(_, lo, hi)| [*lo, *hi]))
+            .chain(points.iter().filter_map(|p| p.value))
+            .chain(points.iter().flat_map(|p| [p.band.lo(), p.band.hi()])),
+    );
+    plot(metric, x0..x1, y0..y1, |l| {
+        let spread: Vec<_> = spread
+            .iter()
+            .map(|(s, lo, hi)| (*s, *s, *lo, *hi))
+            .collect();
+        l.bands("calibration ±2σ", &spread, SPREAD.mix(0.15))?;
+        let limits: Vec<_> = points
+            .iter()
+            .map(|p| (p.first, p.last, p.band.lo(), p.band.hi()))
+            .collect();
+        l.bands("band of the seeds' mean", &limits, BAND.mix(0.18))?;
+        if !golden_pts.is_empty() {
+            l.line("golden", golden_pts, (REFERENCE, 2), false)?;
+        }
+        for (i, (seed, series)) in seeds.iter().enumerate() {
+            let c = Palette99::pick(i).to_rgba();
+            l.line(
+                &format!("seed {seed}"),
+                series,
+                (RGBColor(c.0, c.1, c.2), 1),
+                false,
+            )?;
+        }
+        l.windows(SEEDS_WINDOW_SERIES, points)?;
+        let marks: Vec<(f64, f64)> = points
+            .iter()
+            .filter(|p| p.status != RuleStatus::Pass)
+            .map(|p| ((p.first + p.last) as f64 / 2.0, p.value.unwrap_or(f64::NAN)))
+            .collect();
+        l.failing(&marks)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tick_labels_tell_neighbours_apart_at_any_scale() {
+        // A learning rate: 0 then 1e-6 (the issue's `0.0` on every tick).
+        let (lo, hi) = y_range([0.0, 1e-6].into_iter());
+        let ticks: Vec<String> = (0..=5)
+            .map(|i| tick_label(i as f64 * 2e-7, lo, hi))
+            .collect();
+        assert_eq!(ticks, ["0", "2e-7", "4e-7", "6e-7", "8e-7", "1e-6"]);
+        assert_eq!(tick_label(1.2e-6, 0.0, 2e-6), "1.2e-6");
+        // A small KL: 1e-4 around 3e-4.
+        assert_eq!(tick_label(3.1e-4, 2e-4, 4e-4), "3.1e-4");
+        assert_eq!(tick_label(0.285, 0.28, 0.32), "0.285");
+        assert_eq!(tick_label(0.3, 0.0, 1.0), "0.3");
+        assert_eq!(tick_label(12.0, 0.0, 40.0), "12");
+        assert_eq!(tick_label(2.5e6, 0.0, 5e6), "2.5e6");
+        assert_eq!(tick_label(-0.0, -1.0, 1.0), "0");
+        assert_eq!(tick_label(1e-17, -1.0, 1.0), "0");
+    }
+
+    fn window(first: u64, last: u64, value: Option<f64>) -> PointCheck {
+        PointCheck {
+            first,
+            last,
+            value,
+            golden: Some(0.5),
+            band: crate::compare::Band {
+                lo: Some(0.4),
+                hi: Some(0.6),
+            },
+            status: RuleStatus::Pass,
+            centre: None,
+        }
+    }
+
+    /// A shape of a plot read back: the groups it is in (`class` or `class:name`), its tag,
+    /// its attributes and its text.
+    #[derive(Debug)]
+    struct Shape {
+        groups: Vec<String>,
+        tag: String,
+        attrs: std::collections::BTreeMap<String, String>,
+        text: String,
+    }
+
+    impl Shape {
+        fn in_group(&self, g: &str) -> bool {
+            self.groups.iter().any(|x| x == g)
+        }
+
+        /// The x coordinates the shape covers.
+        fn xs(&self) -> Vec<f64> {
+            let a = |k: &str| self.attrs.get(k).and_then(|v| v.parse::<f64>().ok());
+            match self.tag.as_str() {
+                "polyline" => self.attrs["points"]
+                    .split_whitespace()
+                    .filter_map(|p| p.split(',').next()?.parse().ok())
+                    .collect(),
+                "line" => [a("x1"), a("x2")].into_iter().flatten().collect(),
+                "circle" => a("cx").into_iter().collect(),
+                "rect" => match (a("x"), a("width")) {
+                    (Some(x), Some(w)) => vec![x, x + w],
+                    _ => Vec::new(),
+                },
+                _ => a("x").into_iter().collect(),
+            }
+        }
+    }
+
+    fn read_svg(svg: &str) -> Vec<Shape> {
+        use quick_xml::events::Event;
+        let mut reader = quick_xml::Reader::from_str(svg);
+        let (mut groups, mut out) = (Vec::new(), Vec::<Shape>::new());
+        loop {
+            match reader.read_event().unwrap() {
+                Event::Start(e) | Event::Empty(e) if e.name().as_ref() == b"svg" => {}
+                Event::Start(e) | Event::Empty(e) => {
+                    let attrs: std::collections::BTreeMap<String, String> = e
+                        .attributes()
+                        .map(|a| {
+                            let a = a.unwrap();
+                            (
+                                String::from_utf8(a.key.as_ref().to_vec()).unwrap(),
+                                a.normalized_value(quick_xml::XmlVersion::Implicit1_0)
+                                    .unwrap()
+                                    .into_owned(),
+                            )
+                        })
+                        .collect();
+                    let tag = String::from_utf8(e.name().as_ref().to_vec()).unwrap();
+                    if tag == "g" {
+                        let mut g = attrs["class"].clone();
+                        if let Some(n) = attrs.get("data-series") {
+                            g = format!("{g}:{n}");
+                        }
+                        groups.push(g);
+                    } else {
+                        out.push(Shape {
+                            groups: groups.clone(),
+                            tag,
+                            attrs,
+                            text: String::new(),
+                        });
+                    }
+                }
+                Event::End(e) if e.name().as_ref() == b"g" => {
+                    groups.pop();
+                }
+                Event::Text(t) => {
+                    if let Some(last) = out.last_mut() {
+                        last.text.push_str(t.decode().unwrap().trim());
+                    }
+                }
+                Event::Eof => break,
+                _ => {}
+            }
+        }
+        out
+    }
+
+    fn failing_window(first: u64, last: u64, value: f64) -> PointCheck {
+        PointCheck {
+            status: RuleStatus::Regressed,
+            ..window(first, last, Some(value))
+        }
+    }
+
+    /// The issue's complaints, one by one, on a windowed reward whose second window fails.
+    #[test]
+    fn plots_read_at_a_glance() {
+        let run: Vec<(u64, f64)> = (1..=10).map(|s| (s, 0.1 * s as f64)).collect();
+        let golden: Vec<(u64, f64)> = (1..=10).map(|s| (s, 0.1 * s as f64 + 0.05)).collect();
+        let points = [window(1, 5, Some(0.3)), failing_window(6, 10, 0.8)];
+        let metric = "critic/rewards/mean";
+        let svg = plot_metric(metric, &run, Some(("golden", &golden)), &points, &[]);
+        let shapes = read_svg(&svg);
+        let drawn = |g: &str| {
+            shapes
+                .iter()
+                .filter(|s| s.in_group(&format!("series:{g}")))
+                .count()
+        };
+        // Every series is drawn and named: the run, the golden, the judged window values (the
+        // windowed rule judged them, not the steps), the failing window.
+        for g in [RUN_SERIES, "golden", WINDOW_SERIES, FAILING_SERIES] {
+            assert!(drawn(g) > 0, "series {g} not drawn:\n{svg}");
+        }
+        // The legend sits right of every data series, not over their last steps.
+        let xs = |pick: &dyn Fn(&Shape) -> bool| -> Vec<f64> {
+            shapes
+                .iter()
+                .filter(|s| pick(s))
+                .flat_map(Shape::xs)
+                .collect()
+        };
+        let legend = xs(&|s| s.in_group("legend"));
+        let data = xs(&|s| s.groups.iter().any(|g| g.starts_with("series:")));
+        assert!(!legend.is_empty() && !data.is_empty());
+        let legend_left = legend.iter().copied().fold(f64::INFINITY, f64::min);
+        let data_right = data.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        assert!(data_right < legend_left, "{data_right} >= {legend_left}");
+        // The y axis is labelled with the metric (rotated along it).
+        assert!(
+            shapes.iter().any(|s| s.tag == "text"
+                && s.text == metric
+                && s.attrs
+                    .get("transform")
+                    .is_some_and(|t| t.contains("rotate"))),
+            "{svg}"
+        );
+        // The same input draws the same SVG.
+        assert_eq!(
+            svg,
+            plot_metric(metric, &run, Some(("golden", &golden)), &points, &[])
+        );
+    }
+
+    /// A learning rate of 1e-6 used to tick as `0.0` all the way up.
+    #[test]
+    fn small_values_tick_apart() {
+        let lr: Vec<(u64, f64)> = (1..=6)
+            .map(|s| (s, if s == 1 { 0.0 } else { 1e-6 }))
+            .collect();
+        let svg = plot_metric("actor/lr", &lr, None, &[], &[]);
+        let ticks: Vec<String> = read_svg(&svg)
+            .into_iter()
+            .filter(|s| {
+                s.in_group("axes")
+                    && s.tag == "text"
+                    && s.attrs.get("text-anchor").map(String::as_str) == Some("end")
+                    && !s.attrs.contains_key("transform")
+            })
+            .map(|s| s.text)
+            .collect();
+        assert!(ticks.len() >= 4, "{ticks:?}");
+        let mut unique = ticks.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ticks.len(), "repeated tick labels: {ticks:?}");
+        assert!(ticks.contains(&"1e-6".to_string()), "{ticks:?}");
+    }
+
+    #[test]
+    fn window_values_make_a_step_line() {
+        let points = [
+            window(1, 5, Some(0.1)),
+            window(6, 10, Some(0.3)),
+            window(11, 15, None),
+            window(16, 20, Some(0.9)),
+        ];
+        let lines = window_steps(&points, |v| v.min(0.8));
+        assert_eq!(
+            lines,
+            vec![
+                vec![(0.5, 0.1), (5.5, 0.1), (5.5, 0.3), (10.5, 0.3)],
+                vec![(15.5, 0.8), (20.5, 0.8)],
+            ]
+        );
+    }
+}
