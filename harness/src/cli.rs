@@ -15,9 +15,22 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 )]
 pub struct Cli {
     /// More log output: `-v` the harness's info lines, `-vv` its debug lines, `-vvv` every
-    /// library's; RUST_LOG overrides. Colours only on a terminal without `NO_COLOR`.
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    /// library's; RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, conflicts_with = "quiet")]
     pub(crate) verbose: u8,
+    /// Less output: no progress (bar or step lines) and no notes; verdicts, failures, errors
+    /// and the final tally only. Logs at errors only.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
+    /// Colours: `auto` on a terminal unless `NO_COLOR` is set, `always`, `never`.
+    #[arg(
+        long,
+        value_enum,
+        global = true,
+        default_value = "auto",
+        value_name = "WHEN"
+    )]
+    pub(crate) color: crate::util::ColorChoice,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -57,8 +70,11 @@ pub(crate) enum Command {
     Compare {
         run: PathBuf,
         run2: Option<PathBuf>,
-        #[arg(long, default_value = "golden")]
-        golden: PathBuf,
+        /// The golden store (default: `golden/` beside the `scenarios/` folder of the run's
+        /// scenario, as `run` found it; else `golden/` here). With RUN2, where the calibration
+        /// of calibrated rules is read.
+        #[arg(long)]
+        golden: Option<PathBuf>,
         /// What to print: a terminal summary (the reports go to RUN/compare/...), the whole
         /// Markdown report, or verdict.json.
         #[arg(long, value_enum, default_value = "summary")]
@@ -124,7 +140,7 @@ pub(crate) struct RunCommonArgs {
     /// The hardware key of the golden (default: derived from the device, e.g. `cpu`, `h200`).
     #[arg(long)]
     pub(crate) hardware: Option<String>,
-    /// No progress bar.
+    /// No progress bar: one plain line per step instead (as in a CI log); `-q` for none.
     #[arg(long)]
     pub(crate) no_progress: bool,
 }
@@ -139,6 +155,7 @@ impl RunCommonArgs {
             set: self.set.clone(),
             hardware: self.hardware.clone(),
             progress: !self.no_progress,
+            step_lines: true,
             ..crate::runner::RunOptions::new(
                 self.out.clone(),
                 golden_store(self.golden.as_deref(), Some(scenario)),
@@ -233,6 +250,10 @@ pub(crate) struct RecordArgs {
     pub(crate) scenario: PathBuf,
     #[command(flatten)]
     pub(crate) common: RunCommonArgs,
+    /// Replace the cassette the golden store already holds for this scenario and hardware
+    /// (refused without it: a cassette is a reviewed baseline).
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,5 +1,6 @@
 //! File-system helpers that put the path into every I/O error, and atomic writes
-//! (temp file in the same folder, then rename) so a killed run never leaves a torn file.
+//! (temp file in the same folder, then rename) so a killed run never leaves a torn file; a
+//! written file gets the mode the umask gives, as with any other tool.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -48,7 +49,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FsError> {
         _ => Path::new("."),
     };
     create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err("create temp file in", dir))?;
+    // Created with the mode a plain `File::create` gets (0o666 less the umask), not the temp
+    // file's private 0o600: reports and goldens are read by others (a CI artifact, a team).
+    let mut builder = tempfile::Builder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let mut tmp = builder
+        .tempfile_in(dir)
+        .map_err(err("create temp file in", dir))?;
     // No fsync: the rename is what makes a killed run leave the old file or the new one, and
     // a run rewrites metrics.csv every step, where a sync per step would cost more than a step.
     tmp.write_all(bytes).map_err(err("write", path))?;

@@ -1,7 +1,178 @@
 //! Small helpers every layer may use: a lock that survives a panic elsewhere, hex text of
-//! bytes, HTML escaping.
+//! bytes, HTML escaping, the stop signals, and the terminal settings of this invocation
+//! (`-q`, `--color`, GitHub annotations).
 
-use std::sync::{Mutex, MutexGuard};
+use std::io::IsTerminal;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// `--color`: when the harness's output (logs, verdict lines) gets ANSI colours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ColorChoice {
+    /// On a terminal, unless `NO_COLOR` is set to a non-empty value (no-color.org).
+    #[default]
+    Auto,
+    /// Always, on a pipe too, whatever `NO_COLOR` says (an explicit flag wins, as in cargo).
+    Always,
+    /// Never.
+    Never,
+}
+
+/// How this invocation talks to its terminal, set once by `app::main` from the command line
+/// and the environment; library callers (tests) get the defaults: colour on a terminal only,
+/// not quiet, no annotations.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ui {
+    /// `-q`: no progress, no notes; results, failures and errors only.
+    pub quiet: bool,
+    pub color: ColorChoice,
+    /// `GITHUB_ACTIONS=true`: failures also as `::error` workflow commands.
+    pub github: bool,
+}
+
+static UI: OnceLock<Ui> = OnceLock::new();
+
+impl Ui {
+    /// The settings `-q`, `--color` and the environment (`GITHUB_ACTIONS`) give.
+    pub fn from_env(quiet: bool, color: ColorChoice) -> Ui {
+        Ui {
+            quiet,
+            color,
+            github: std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true"),
+        }
+    }
+
+    /// Make these the settings of this process (the first call wins).
+    pub fn install(self) {
+        let _ = UI.set(self);
+    }
+
+    /// The settings of this process.
+    pub fn get() -> Ui {
+        UI.get().copied().unwrap_or_default()
+    }
+
+    /// Colours on a stream that is (`tty`) or is not a terminal.
+    pub fn color_on(self, tty: bool) -> bool {
+        match self.color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        }
+    }
+}
+
+/// Whether stdout gets colours (`--color`, a terminal, `NO_COLOR`).
+pub(crate) fn stdout_color() -> bool {
+    Ui::get().color_on(std::io::stdout().is_terminal())
+}
+
+/// Whether stderr gets colours (`--color`, a terminal, `NO_COLOR`).
+pub(crate) fn stderr_color() -> bool {
+    Ui::get().color_on(std::io::stderr().is_terminal())
+}
+
+/// `-q` is in force: progress and notes are not printed.
+pub(crate) fn quiet() -> bool {
+    Ui::get().quiet
+}
+
+/// A note for the person at the terminal (stderr), left out under `-q`.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        if !$crate::util::quiet() {
+            eprintln!($($arg)*);
+        }
+    }};
+}
+pub(crate) use note;
+
+/// One GitHub Actions error annotation (`::error file=F,line=L,title=T::MESSAGE`) on stdout,
+/// where the runner reads workflow commands, when running under GitHub Actions; nothing
+/// elsewhere. `file` is made relative to the working directory (the checkout) when it is
+/// inside it, as the annotation's link needs.
+pub(crate) fn annotate_error(
+    file: Option<&std::path::Path>,
+    line: Option<usize>,
+    title: &str,
+    message: &str,
+) {
+    if !Ui::get().github {
+        return;
+    }
+    outln!("{}", github_error(file, line, title, message));
+}
+
+/// An error message as annotations (one per line): a line that starts with `FILE:LINE[:COL]: ` (a scenario's
+/// parse or validation error) points at that file and line.
+pub(crate) fn annotate_message(title: &str, message: &str) {
+    if !Ui::get().github {
+        return;
+    }
+    // A scenario's errors come one a line: one annotation each, at its own line.
+    if message.contains('\n') {
+        for line in message.lines().filter(|l| !l.trim().is_empty()) {
+            annotate_message(title, line);
+        }
+        return;
+    }
+    let mut parts = message.splitn(4, ':');
+    let located = (|| {
+        let file = parts.next()?;
+        let line: usize = parts.next()?.trim().parse().ok()?;
+        std::path::Path::new(file).is_file().then_some((file, line))
+    })();
+    match located {
+        Some((file, line)) => {
+            annotate_error(Some(std::path::Path::new(file)), Some(line), title, message)
+        }
+        None => annotate_error(None, None, title, message),
+    }
+}
+
+/// The line of `file` that declares `rule` (`golden:<metric>`, `expect:<name or expression>`,
+/// ...): the first line naming what follows the rule's kind; `None` when no line does (a
+/// default rule the scenario does not write).
+pub(crate) fn rule_line(file: &std::path::Path, rule: &str) -> Option<usize> {
+    let name = rule.split_once(':').map_or(rule, |(_, n)| n).trim();
+    if name.is_empty() {
+        return None;
+    }
+    let text = std::fs::read_to_string(file).ok()?;
+    text.lines()
+        .position(|l| !l.trim_start().starts_with('#') && l.contains(name))
+        .map(|i| i + 1)
+}
+
+/// The text of one `::error` workflow command, its properties and message escaped as the
+/// Actions toolkit escapes them (`%`, CR, LF everywhere; `:` and `,` in properties too).
+pub(crate) fn github_error(
+    file: Option<&std::path::Path>,
+    line: Option<usize>,
+    title: &str,
+    message: &str,
+) -> String {
+    fn data(s: &str) -> String {
+        s.replace('%', "%25")
+            .replace('\r', "%0D")
+            .replace('\n', "%0A")
+    }
+    fn prop(s: &str) -> String {
+        data(s).replace(':', "%3A").replace(',', "%2C")
+    }
+    let mut props = Vec::new();
+    if let Some(f) = file {
+        let rel = std::env::current_dir()
+            .ok()
+            .and_then(|cwd| f.strip_prefix(&cwd).ok().map(std::path::Path::to_path_buf))
+            .unwrap_or_else(|| f.to_path_buf());
+        props.push(format!("file={}", prop(&rel.display().to_string())));
+        if let Some(l) = line {
+            props.push(format!("line={l}"));
+        }
+    }
+    props.push(format!("title={}", prop(title)));
+    format!("::error {}::{}", props.join(","), data(message))
+}
 
 /// Lock `m` even if a thread panicked while holding it. Callers update what it guards in
 /// single statements, so its content stays consistent; a panic elsewhere must not take the
@@ -32,17 +203,22 @@ pub(crate) fn html_escape(s: &str) -> String {
 }
 
 /// Completes when the process is asked to stop: Ctrl-C (SIGINT) or, on Unix, SIGTERM (what
-/// `timeout`, CI runners and Kubernetes send). Returns the signal's name. Both handlers are
-/// installed at the first poll and stay installed, so a second signal is not fatal either:
-/// the caller finishes its reports and exits with its own status.
+/// `timeout`, CI runners and Kubernetes send) or SIGHUP (the terminal or the SSH session that
+/// started the run went away). Returns the signal's name. The handlers are installed at the
+/// first poll and stay installed, so a second signal is not fatal either: the caller finishes
+/// its reports and exits with its own status.
 pub(crate) async fn stop_signal() -> &'static str {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
+        if let (Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
             return tokio::select! {
                 Ok(()) = tokio::signal::ctrl_c() => "SIGINT",
                 _ = term.recv() => "SIGTERM",
+                _ = hup.recv() => "SIGHUP",
             };
         }
     }
@@ -55,6 +231,33 @@ pub(crate) async fn stop_signal() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn github_annotations_escape_their_properties_and_message() {
+        let line = github_error(
+            Some(std::path::Path::new("scenarios/a,b.yaml")),
+            Some(12),
+            "golden:reward: regressed",
+            "50% lower\nat step 3",
+        );
+        assert_eq!(
+            line,
+            "::error file=scenarios/a%2Cb.yaml,line=12,title=golden%3Areward%3A regressed::50%25 \
+             lower%0Aat step 3"
+        );
+        assert_eq!(github_error(None, Some(3), "t", "m"), "::error title=t::m");
+    }
+
+    #[test]
+    fn color_follows_the_flag_before_the_terminal() {
+        let ui = |color| Ui {
+            color,
+            ..Ui::default()
+        };
+        assert!(ui(ColorChoice::Always).color_on(false));
+        assert!(!ui(ColorChoice::Never).color_on(true));
+        assert!(!ui(ColorChoice::Auto).color_on(false));
+    }
 
     #[test]
     fn helpers() {

@@ -8,8 +8,9 @@ use crate::error::{CommandError, ExitStatus};
 
 pub fn init_tracing(verbose: u8) {
     // `-v` and `-vv` raise the harness's own logs only; the HTTP and runtime libraries stay at
-    // warnings until `-vvv` (at `-vv` they wrote thousands of lines per run).
+    // warnings until `-vvv` (at `-vv` they wrote thousands of lines per run). `-q`: errors only.
     let default = match verbose {
+        0 if crate::util::quiet() => "error",
         0 => "warn",
         1 => "warn,rlharness=info,rlharness_torch=info",
         2 => "warn,rlharness=debug,rlharness_torch=debug",
@@ -18,11 +19,9 @@ pub fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    // Colours only on a terminal, and never with `NO_COLOR` set (no-color.org): a CI log or a
-    // file gets plain text.
-    use std::io::IsTerminal as _;
-    let ansi = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    // `--color`: by default colours only on a terminal, and never with `NO_COLOR` set
+    // (no-color.org): a CI log or a file gets plain text.
+    let ansi = crate::util::stderr_color();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
@@ -32,6 +31,7 @@ pub fn init_tracing(verbose: u8) {
 
 /// Run the parsed command line and return the exit status to use.
 pub fn main(cli: Cli) -> ExitStatus {
+    crate::util::Ui::from_env(cli.quiet, cli.color).install();
     init_tracing(cli.verbose);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -47,6 +47,7 @@ pub fn main(cli: Cli) -> ExitStatus {
         Ok(status) => status,
         Err(e) => {
             eprintln!("error: {e}");
+            crate::util::annotate_message("rlharness", &e.message);
             e.status
         }
     }
@@ -56,10 +57,22 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
     match command {
         Command::Check { paths } => Ok(check(&paths)),
         Command::List { root } => {
-            out!(
-                "{}",
-                crate::spec::check::render_list(&crate::spec::check::list(&root))
-            );
+            // Listing nothing is an input error, as checking nothing is: a mistyped path must
+            // not pass a CI step.
+            if !root.exists() {
+                return Err(CommandError::invalid(format!(
+                    "{}: no such scenario file or folder",
+                    root.display()
+                )));
+            }
+            let entries = crate::spec::check::list(&root);
+            if entries.is_empty() {
+                return Err(CommandError::invalid(format!(
+                    "{}: no scenario files there",
+                    root.display()
+                )));
+            }
+            out!("{}", crate::spec::check::render_list(&entries));
             Ok(ExitStatus::Passed)
         }
         Command::Serve(args) => serve(args).await,
@@ -89,6 +102,8 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
             golden,
             format,
         } => {
+            let golden =
+                crate::cli::golden_store(golden.as_deref(), scenario_of_run(&run).as_deref());
             let (report, out) = crate::report::compare_command(&run, run2.as_deref(), &golden)?;
             print_compared(&report, &out, format)?;
             Ok(report.exit_status())
@@ -131,10 +146,45 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
     }
 }
 
+/// The scenario file a stored run (or multi-seed run) was made from, as `run.json` or
+/// `seeds.json` records it, when it is there from here: `compare` finds the golden store from
+/// it as `run` did.
+fn scenario_of_run(run: &std::path::Path) -> Option<std::path::PathBuf> {
+    ["run.json", "seeds.json"].iter().find_map(|f| {
+        let text = std::fs::read_to_string(run.join(f)).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let path = std::path::PathBuf::from(v.get("scenario_path")?.as_str()?);
+        path.is_file().then_some(path)
+    })
+}
+
 /// `rlharness check`: every scenario validated, every backend file linted; exit 2 on any error.
 pub(crate) fn check(paths: &[std::path::PathBuf]) -> ExitStatus {
+    // A folder without one scenario file validates nothing: an input error (a mistyped path,
+    // or an unquoted glob that matched nothing), not a pass. A missing path is reported below.
+    let default_paths = [std::path::PathBuf::from("scenarios")];
+    let given = if paths.is_empty() {
+        &default_paths[..]
+    } else {
+        paths
+    };
+    let empty: Vec<&std::path::PathBuf> = given
+        .iter()
+        .filter(|p| p.is_dir())
+        .filter(|p| crate::spec::discover(std::slice::from_ref(*p)).is_ok_and(|f| f.is_empty()))
+        .collect();
+    if !empty.is_empty() {
+        for p in empty {
+            eprintln!("error: {}: no scenario files there", p.display());
+        }
+        return ExitStatus::InvalidInput;
+    }
     let outcome = crate::spec::check::check(paths);
-    out!("{}", crate::spec::check::render_check(&outcome));
+    let rendered = crate::spec::check::render_check(&outcome);
+    out!("{rendered}");
+    for error in rendered.lines().filter_map(|l| l.strip_prefix("error: ")) {
+        crate::util::annotate_message("rlharness check", error);
+    }
     // Knob manifests: validated like a scenario, and covered both ways by their backend YAML.
     let mut manifest_errors = 0;
     for manifest in knob_manifests(paths) {
@@ -401,7 +451,7 @@ async fn calibrate(
             print_seeds_needed(&scenario.checks, &cal, fraction);
             return Ok(ExitStatus::Passed);
         }
-        eprintln!(
+        crate::util::note!(
             "calibrate: no calibration in {} yet: calibrating first",
             dir.display()
         );
@@ -410,7 +460,7 @@ async fn calibrate(
         Some(r) => Some(parse_seed_range(&r).map_err(CommandError::invalid)?),
         None => None,
     };
-    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+    if ci_env() {
         return Err(CommandError::invalid(
             "refusing to calibrate under CI=true: CI never writes goldens; calibrate locally and \
              commit calibration.json",
@@ -609,11 +659,16 @@ fn failed_uncalibrated_rules(
         .collect()
 }
 
+/// `CI=true` (or `1`): the harness never writes the golden store.
+fn ci_env() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
 /// The options of `rlharness run` that apply to every scenario.
 pub(crate) fn run_options(args: &crate::cli::RunArgs) -> crate::runner::RunOptions {
     crate::runner::RunOptions {
         update_golden: args.update_golden,
-        ci: std::env::var("CI").is_ok_and(|v| v == "true" || v == "1"),
+        ci: ci_env(),
         direct: args.direct,
         ..args.common.options(
             args.scenarios
@@ -650,7 +705,7 @@ pub(crate) async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, Command
         return Err(CommandError::invalid("--jobs 0: at least one job"));
     }
     if !opts.golden.is_dir() {
-        eprintln!(
+        crate::util::note!(
             "note: no golden store at {} yet{}: every scenario with golden rules will have no \
              golden (exit 4)",
             opts.golden.display(),
@@ -683,13 +738,10 @@ pub(crate) async fn run(args: crate::cli::RunArgs) -> Result<ExitStatus, Command
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     crate::app::scale::index::write_index(&args.common.out, &entries)
         .map_err(|e| CommandError::run_failed(format!("the combined verdict: {e}")))?;
-    if entries.len() > 1 {
-        outln!(
-            "combined: {} (exit {})",
-            args.common.out.join("index.md").display(),
-            crate::app::scale::index::worst(&entries).code()
-        );
-    }
+    outln!(
+        "{}",
+        crate::app::scale::index::tally(&args.common.out, &entries)
+    );
     let skipped: Vec<String> = entries
         .iter()
         .filter(|e| e.skipped)
@@ -815,7 +867,7 @@ async fn judge_plan(
             )),
         ) {
             Ok(path) => manifest.pending_golden = Some(path.display().to_string()),
-            Err(e) if opts.ci => eprintln!("note: {e}"),
+            Err(e) if opts.ci => crate::util::note!("note: {e}"),
             Err(e) => return Err(CommandError::invalid(e.to_string())),
         }
         manifest
@@ -898,6 +950,16 @@ pub(crate) async fn run_seeds(
     manifest.write(&dir)?;
     let jobs = jobs.max(1);
     let total = seeds.len();
+    // Seeds side by side: one bar each, drawn together (in the scenario's slot, whose child
+    // environment they keep); one after the other: the scenario's own bar or lines. Step lines
+    // name their seed either way.
+    let slot = {
+        let mut slot = crate::slot::current_slot();
+        if jobs > 1 && opts.progress {
+            slot.progress = Some(indicatif::MultiProgress::new());
+        }
+        slot
+    };
     // Owned seeds: the stream's future stays `Send` for any caller (a `--jobs` task).
     let mut runs = futures_util::stream::iter(seeds.iter().copied().map(|seed| {
         let mut o = opts.clone();
@@ -906,24 +968,34 @@ pub(crate) async fn run_seeds(
         // Seed runs never write a golden: a multi-seed run judges, it does not bless.
         o.ci = true;
         o.update_golden = false;
-        o.progress = opts.progress && jobs == 1;
+        o.progress_label = Some(format!("{} seed {seed}", manifest.scenario));
         let plan = crate::plan::RunPlan::new(scenario.clone(), Some(seed), opts.steps);
-        async move { (seed, judge_plan(plan, None, &o).await) }
+        crate::slot::SLOT.scope(slot.clone(), async move {
+            (seed, judge_plan(plan, None, &o).await)
+        })
     }))
     .buffer_unordered(jobs);
     let mut done = 0;
+    let say = |line: String| match &slot.progress {
+        Some(group) => group.suspend(|| eprintln!("{line}")),
+        None => eprintln!("{line}"),
+    };
     while let Some((seed, report)) = runs.next().await {
         done += 1;
         match report {
-            Ok(r) => eprintln!(
+            Ok(r) if !crate::util::quiet() => say(format!(
                 "{}: seed {seed} ({done}/{total}): {}",
                 r.scenario,
                 r.summary()
-            ),
+            )),
+            Ok(_) => {}
             // A seed that could not even start (invalid input) stops the whole run.
             Err(e) if e.status == ExitStatus::InvalidInput => return Err(e),
             Err(e) => {
-                eprintln!("{}: seed {seed} ({done}/{total}): {e}", scenario.name);
+                say(format!(
+                    "{}: seed {seed} ({done}/{total}): {e}",
+                    scenario.name
+                ));
                 manifest.errors.insert(seed, e.to_string());
                 manifest.write(&dir)?;
             }
@@ -969,6 +1041,12 @@ async fn reference_run(
 async fn record(args: crate::cli::RecordArgs) -> Result<ExitStatus, CommandError> {
     use crate::backend::replay::cassette::{Cassette, META_FILE, METRICS_FILE};
     let opts = args.common.options(&args.scenario);
+    if ci_env() {
+        return Err(CommandError::invalid(
+            "refusing to record under CI=true: CI never writes the golden store; record \
+             locally and commit the cassette",
+        ));
+    }
     let scenario = crate::spec::load_scenario(&args.scenario, &opts.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     if matches!(
@@ -1031,14 +1109,28 @@ async fn record(args: crate::cli::RecordArgs) -> Result<ExitStatus, CommandError
         .join(&executed.plan.scenario.name)
         .join(&executed.env.hardware)
         .join("cassette");
+    let replaced = target.exists();
+    if replaced && !args.force {
+        return Err(CommandError::invalid(format!(
+            "{} already holds a cassette: pass --force to replace it (this recording stays in \
+             {})",
+            target.display(),
+            recorded.display()
+        )));
+    }
     crate::backend::replay::install_cassette(&recorded, &target).map_err(fail)?;
     outln!(
-        "{}: recorded {} exchanges ({} steps, {:.1} MiB of bodies) into {}",
+        "{}: recorded {} exchanges ({} steps, {:.1} MiB of bodies) into {}{}",
         executed.plan.scenario.name,
         cassette.exchanges.len(),
         executed.plan.scenario.steps,
         cassette.body_bytes() as f64 / (1024.0 * 1024.0),
-        target.display()
+        target.display(),
+        if replaced {
+            " (replacing the cassette there)"
+        } else {
+            ""
+        }
     );
     Ok(ExitStatus::Passed)
 }

@@ -150,7 +150,7 @@ fn select_knobs(m: &mut KnobManifest, patterns: &[String]) -> Result<(), Command
     let before = m.knobs.len();
     m.knobs
         .retain(|k| patterns.iter().any(|p| knob_matches(p, &k.path)));
-    eprintln!(
+    crate::util::note!(
         "propagate: --knobs keeps {} of the manifest's {before} knobs",
         m.knobs.len()
     );
@@ -339,7 +339,7 @@ pub async fn run_matrix(
         .iter()
         .map(|(k, n)| format!("{n} {k}"))
         .collect();
-    eprintln!(
+    crate::util::note!(
         "propagate: {} trials; the plan needs up to {} runs one knob per trial, {} with \
          grouping (before any split; trials that run alone: {}){}",
         plan.trials.len(),

@@ -886,9 +886,27 @@ pub fn compare_command(
     let (reference, verdict, overlays) = match run2 {
         Some(b) => {
             let (m2, t2) = load_run(b)?;
+            if m2.scenario != manifest.scenario {
+                return Err(CommandError::invalid(format!(
+                    "{} is a run of `{}`, {} of `{}`: compare two runs of one scenario (or each \
+                     against its golden: `rlharness compare RUN`)",
+                    run.display(),
+                    manifest.scenario,
+                    b.display(),
+                    m2.scenario
+                )));
+            }
             // The one judge, the second run standing as the golden: presence, the exact lane
-            // (when both runs share a fingerprint and a seed), sanity and watchdog rules too.
-            let as_golden = reference_golden(b, &m2, t2.clone());
+            // (when both runs share a fingerprint and a seed), sanity and watchdog rules too. A
+            // calibrated rule's band is the scenario's measured noise whichever run stands as
+            // the reference: the calibration beside the scenario's golden, as `run` used it.
+            let mut as_golden = reference_golden(b, &m2, t2.clone());
+            as_golden.calibration = crate::golden::calibration::Calibration::read(
+                &golden_root
+                    .join(&manifest.scenario)
+                    .join(&manifest.hardware),
+            )
+            .map_err(|e| CommandError::invalid(e.to_string()))?;
             let verdict = crate::compare::judge_run(&manifest.record(&table), Some(&as_golden));
             let mut metrics = manifest.checks.metrics();
             if metrics.is_empty() {

@@ -1,17 +1,12 @@
 //! What a person reads on the terminal after a run or a `compare`: the outcome, each rule that
 //! did not pass with its value, reference, band and step, and where the reports are. Coloured
-//! on a terminal (unless `NO_COLOR` is set), plain otherwise. The Markdown, HTML and JUnit go to
-//! files; `compare --format md|json` prints those for scripts.
-
-use std::io::IsTerminal;
+//! as `--color` says (by default on a terminal, unless `NO_COLOR` is set), plain otherwise. The
+//! Markdown, HTML and JUnit go to files; `compare --format md|json` prints those for scripts.
 
 use super::{Headline, Report, RuleRow};
 use crate::compare::RuleStatus;
 
-/// Whether stdout should get colours: a terminal, and no `NO_COLOR`.
-pub(crate) fn stdout_color() -> bool {
-    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-}
+pub(crate) use crate::util::stdout_color;
 
 fn paint(text: &str, code: &str, color: bool) -> String {
     if color {
@@ -33,7 +28,11 @@ pub(crate) fn render_terminal(r: &Report, reports: Option<&str>, color: bool) ->
         paint(&r.scenario, "1", color),
         paint(&r.summary(), code, color)
     );
-    out.push_str(&print_failing(&failing_rules(r), color));
+    out.push_str(&print_failing(
+        &failing_rules(r),
+        r.headline() == Headline::ExpectedFailure,
+        color,
+    ));
     for n in r
         .notes
         .iter()
@@ -55,6 +54,11 @@ pub(crate) fn render_terminal(r: &Report, reports: Option<&str>, color: bool) ->
 /// One plain line per rule that did not pass: rule, status, step or window, value, reference
 /// and band (or the evidence's message when there is no value).
 pub(crate) fn failing_rules(r: &Report) -> Vec<String> {
+    failing_rules_named(r).into_iter().map(|(_, l)| l).collect()
+}
+
+/// [`failing_rules`], each line with the name of its rule (`golden:<metric>`, ...).
+pub(crate) fn failing_rules_named(r: &Report) -> Vec<(String, String)> {
     let Some(v) = &r.verdict else {
         return Vec::new();
     };
@@ -76,15 +80,23 @@ pub(crate) fn failing_rules(r: &Report) -> Vec<String> {
             } else if !row.evidence.is_empty() {
                 line.push_str(&format!(": {}", row.evidence));
             }
-            line
+            (x.rule.clone(), line)
         })
         .collect()
 }
 
-/// The failing-rule lines of a finished scenario, as `render_terminal` prints them.
-pub(crate) fn print_failing(lines: &[String], color: bool) -> String {
+/// The failing-rule lines of a finished scenario, as `render_terminal` prints them: a red `✗`
+/// each, or, for a scenario that failed as it declares (`expected`), a green `✓` and
+/// `expected:` (the harness caught what it had to; nothing to fix).
+pub(crate) fn print_failing(lines: &[String], expected: bool, color: bool) -> String {
     lines
         .iter()
-        .map(|l| format!("  {} {l}\n", paint("✗", "31", color)))
+        .map(|l| {
+            if expected {
+                format!("  {} expected: {l}\n", paint("✓", "32", color))
+            } else {
+                format!("  {} {l}\n", paint("✗", "31", color))
+            }
+        })
         .collect()
 }

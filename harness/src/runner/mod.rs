@@ -35,7 +35,13 @@ pub struct RunOptions {
     pub set: Vec<String>,
     pub update_golden: bool,
     pub hardware: Option<String>,
+    /// A progress bar on a terminal (`--no-progress` turns it off).
     pub progress: bool,
+    /// One plain line per step on stderr where no bar is drawn (a CI log, `--no-progress`);
+    /// off under `-q` and for runs inside another command's progress (propagation trials).
+    pub step_lines: bool,
+    /// What the progress bar or line names instead of the scenario (`NAME seed 3`).
+    pub progress_label: Option<String>,
     /// `CI=true`: never write a golden.
     pub ci: bool,
     /// Put the run exactly here instead of `OUT/<scenario>/<run-id>/` (propagation runs).
@@ -54,7 +60,7 @@ pub struct RunOptions {
 
 impl RunOptions {
     /// Runs into `out`, goldens read from `golden`; everything else off (the scenario's own
-    /// seed and steps, no overrides, no progress, never writing a golden, no stop on purpose).
+    /// seed and steps, no overrides, no progress bar or step lines, never writing a golden, no stop on purpose).
     pub fn new(out: PathBuf, golden: PathBuf) -> Self {
         Self {
             out,
@@ -65,6 +71,8 @@ impl RunOptions {
             update_golden: false,
             hardware: None,
             progress: false,
+            step_lines: false,
+            progress_label: None,
             ci: true,
             run_dir: None,
             stop_at: None,

@@ -34,7 +34,13 @@ impl<'a> Observers<'a> {
     ) -> Self {
         Self {
             sanity: Sanity::default(),
-            progress: Progress::new(&plan.scenario.name, plan.scenario.steps, opts.progress),
+            progress: Progress::new(
+                opts.progress_label
+                    .as_deref()
+                    .unwrap_or(&plan.scenario.name),
+                plan.scenario.steps,
+                opts,
+            ),
             watchdog: Watchdog::new(plan, opts, hardware),
             csv,
             stop_at: StopTracker::new(opts.stop_at),
@@ -193,7 +199,8 @@ impl StopTracker {
     }
 }
 
-/// Progress: a bar on a terminal, one plain line per step otherwise (CI logs).
+/// Progress: a bar on a terminal, one plain line per step otherwise (CI logs, `--no-progress`),
+/// nothing under `-q`.
 pub(super) struct Progress {
     bar: Option<indicatif::ProgressBar>,
     plain: bool,
@@ -201,9 +208,10 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    pub(super) fn new(name: &str, total: u64, enabled: bool) -> Self {
+    pub(super) fn new(name: &str, total: u64, opts: &RunOptions) -> Self {
+        let quiet = crate::util::quiet();
         let tty = std::io::stderr().is_terminal();
-        let bar = (enabled && tty).then(|| {
+        let bar = (opts.progress && tty && !quiet).then(|| {
             let b = indicatif::ProgressBar::new(total);
             if let Ok(style) = indicatif::ProgressStyle::with_template(
                 "{prefix:.bold} [{bar:30}] step {pos}/{len} {msg} (ETA {eta})",
@@ -218,8 +226,8 @@ impl Progress {
             }
         });
         Self {
+            plain: bar.is_none() && opts.step_lines && !quiet,
             bar,
-            plain: enabled && !tty,
             name: name.to_string(),
         }
     }

@@ -1,42 +1,16 @@
 //! Crash safety: `kill -9` of a real `rlharness run` child mid-run leaves a readable run
 //! directory: `metrics.csv` with every completed step, `run.json` saying the run was
-//! interrupted, and `rlharness compare` judging it (exit 3: the run itself failed).
+//! interrupted, and `rlharness compare` judging it (exit 3: the run itself failed). The signals
+//! a run handles (SIGINT, SIGTERM, SIGHUP) are tested in `cli_habits`.
 
 use crate::common;
 
-use common::repo;
-use std::path::{Path, PathBuf};
+use common::{csv_steps, dead, repo, slow_scenario};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rlharness::metrics::MetricTable;
 use serde_json::Value;
-
-/// A scenarios root in `dir` with the project's layers and a slow mock scenario: every
-/// optimizer step answers 0.3 s late, so the run is still going when it is killed.
-fn slow_scenario(dir: &Path) -> PathBuf {
-    let root = common::scenarios_root_in(dir);
-    let base = std::fs::read_to_string(repo().join("scenarios/faults/latency.yaml")).unwrap();
-    let text = base
-        .replace("name: fault-latency", "name: slow-mock")
-        .replace("steps: 4\n", "steps: 200\n")
-        .replace("total_training_steps: 4", "total_training_steps: 200")
-        .replace(
-            "{fault: latency, seconds: 0.2, probability: 0.3, at: {route: /generate}}",
-            "{fault: latency, seconds: 0.3, at: {route: /step}, times: 1000000}",
-        )
-        .replace("run: 2m", "run: 10m");
-    assert!(text.contains("times: 1000000") && text.contains("steps: 200"));
-    let path = root.join("slow-mock.yaml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn csv_steps(path: &Path) -> usize {
-    std::fs::read_to_string(path)
-        .map(|t| t.lines().count().saturating_sub(1))
-        .unwrap_or(0)
-}
 
 #[test]
 fn a_run_killed_with_sigkill_leaves_a_readable_run_directory() {
@@ -142,17 +116,6 @@ fn a_run_killed_with_sigkill_leaves_a_readable_run_directory() {
     assert_eq!(twice.status.code(), Some(3));
 }
 
-/// A process is dead when it is gone or a zombie waiting for its parent.
-fn dead(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
-            let after = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
-            matches!(after.split_whitespace().next(), Some("Z" | "X"))
-        }
-    }
-}
-
 /// `kill -9` of the harness while an external trainer runs: the watcher the command driver
 /// starts beside it stops the trainer's whole process group (the launcher and the worker it
 /// left behind), so no trainer outlives the harness.
@@ -220,59 +183,4 @@ fn a_sigkilled_harness_leaves_no_trainer_behind() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// SIGTERM (what `timeout`, GitLab, Kubernetes and most CI runners send) ends a run as Ctrl-C
-/// does: exit 3, the finished steps kept, and every report written (verdict, Markdown, JUnit).
-#[cfg(unix)]
-#[test]
-fn sigterm_keeps_the_finished_steps_and_writes_every_report() {
-    let tmp = tempfile::tempdir().unwrap();
-    let scenario = slow_scenario(tmp.path());
-    let out = tmp.path().join("out");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rlharness"))
-        .args([
-            "run",
-            scenario.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--no-progress",
-        ])
-        .current_dir(tmp.path())
-        .env("CI", "true")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let latest = out.join("slow-mock/latest");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while csv_steps(&latest.join("metrics.csv")) < 2 {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("the run ended before SIGTERM: {status}");
-        }
-        assert!(Instant::now() < deadline, "no two steps within 120 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // SAFETY: a signal to the child this test started.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let o = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(3), "{stderr}");
-    let run_dir = std::fs::canonicalize(&latest).unwrap();
-    for f in ["verdict.json", "report.md", "report.html", "junit.xml"] {
-        assert!(
-            run_dir.join(f).is_file(),
-            "{f} missing after SIGTERM: {stderr}"
-        );
-    }
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap();
-    assert_eq!(manifest["status"], "interrupted", "{manifest}");
-    let reason = manifest["reason"].as_str().unwrap_or_default();
-    assert!(
-        reason.starts_with("stopped by SIGTERM during step"),
-        "{manifest}"
-    );
-    assert!(csv_steps(&run_dir.join("metrics.csv")) >= 2);
 }

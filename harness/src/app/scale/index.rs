@@ -31,8 +31,12 @@ pub(crate) struct Entry {
     pub(crate) seeds: Vec<SeedEntry>,
     /// Skipped here (its requirements are not met).
     pub(crate) skipped: bool,
-    /// The rules that did not pass, one plain line each (rule, value, reference, band, step).
-    pub(crate) failing: Vec<String>,
+    /// The rules that did not pass: each rule's name and its plain line (rule, value,
+    /// reference, band, step).
+    pub(crate) failing: Vec<(String, String)>,
+    /// It failed as its scenario declares (`expected_verdict`): a pass whose failing rules are
+    /// what was caught.
+    pub(crate) expected_failure: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -127,6 +131,34 @@ fn counts(entries: &[Entry]) -> String {
         n(ExitStatus::RunFailed),
         n(ExitStatus::InvalidInput),
         n(ExitStatus::NoGolden)
+    )
+}
+
+/// The last line of `rlharness run`, as `cargo test` ends with its result line: the counts
+/// (expected failures and skips among them named), the exit status and where the index is.
+pub(crate) fn tally(out: &Path, entries: &[Entry]) -> String {
+    let count = |f: &dyn Fn(&Entry) -> bool| entries.iter().filter(|e| f(e)).count();
+    let mut extra = Vec::new();
+    let expected = count(&|e| e.expected_failure);
+    if expected > 0 {
+        extra.push(format!("{expected} as an expected failure"));
+    }
+    let skipped = count(&|e| e.skipped);
+    if skipped > 0 {
+        extra.push(format!("{skipped} skipped"));
+    }
+    let extra = if extra.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", extra.join(", "))
+    };
+    let w = worst(entries);
+    format!(
+        "combined: {}{extra}; exit {} ({}); {}",
+        counts(entries),
+        w.code(),
+        verdict_word(w),
+        out.join("index.md").display()
     )
 }
 
@@ -341,7 +373,26 @@ mod tests {
             seeds: Vec::new(),
             skipped: false,
             failing: Vec::new(),
+            expected_failure: false,
         }
+    }
+
+    #[test]
+    fn the_tally_names_expected_failures_skips_and_the_exit() {
+        let mut caught = entry("caught", ExitStatus::Passed, "expected failure: regressed");
+        caught.expected_failure = true;
+        let mut skipped = entry("gpu", ExitStatus::CheckFailed, "skipped");
+        skipped.skipped = true;
+        let t = tally(
+            Path::new("reports"),
+            &[entry("ok", ExitStatus::Passed, "passed"), caught, skipped],
+        );
+        assert_eq!(
+            t,
+            "combined: 3 scenario(s): 2 passed, 1 failed a check, 0 run failed, 0 invalid, 0 \
+             without a golden (1 as an expected failure, 1 skipped); exit 1 (FAIL); \
+             reports/index.md"
+        );
     }
 
     #[test]

@@ -125,6 +125,7 @@ pub(crate) fn error_entry(file: &Path, e: &CommandError, placement: &str, second
         seeds: Vec::new(),
         skipped: false,
         failing: Vec::new(),
+        expected_failure: false,
     }
 }
 
@@ -146,12 +147,14 @@ pub(crate) fn report_entry(
         placement: placement.into(),
         seconds,
         skipped: r.skipped.is_some(),
-        failing: crate::report::terminal::failing_rules(r),
+        failing: crate::report::terminal::failing_rules_named(r),
+        expected_failure: r.headline() == crate::report::Headline::ExpectedFailure,
     }
 }
 
 /// Print a finished scenario's lines (kept the same as one after the other).
 pub(crate) fn print_entry(e: &Entry, progress: Option<&indicatif::MultiProgress>) {
+    annotate_entry(e);
     let print = || {
         if e.run_dir.is_none() && !e.skipped && e.status != ExitStatus::Passed {
             // A spec error already starts with the file (and line): it is not said twice.
@@ -161,11 +164,16 @@ pub(crate) fn print_entry(e: &Entry, progress: Option<&indicatif::MultiProgress>
                 eprintln!("error: {}: {}", e.file, e.summary);
             }
         } else {
+            // `-q`: a passing scenario's lines are left out; what failed is always printed.
+            if crate::util::quiet() && e.status == ExitStatus::Passed {
+                return;
+            }
             outln!("{}: {}", e.scenario, e.summary);
             out!(
                 "{}",
                 crate::report::terminal::print_failing(
-                    &e.failing,
+                    &e.failing.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>(),
+                    e.expected_failure,
                     crate::report::terminal::stdout_color()
                 )
             );
@@ -181,6 +189,29 @@ pub(crate) fn print_entry(e: &Entry, progress: Option<&indicatif::MultiProgress>
     match progress {
         Some(p) => p.suspend(print),
         None => print(),
+    }
+}
+
+/// Under GitHub Actions, a scenario that did not pass as `::error` annotations: one per failing
+/// rule, at the line of the scenario file that declares it where there is one; an error
+/// without a run (invalid input) at the file and line it names.
+fn annotate_entry(e: &Entry) {
+    if e.status == ExitStatus::Passed {
+        return;
+    }
+    if e.run_dir.is_none() && !e.skipped {
+        crate::util::annotate_message(&format!("rlharness: {}", e.scenario), &e.summary);
+        return;
+    }
+    let file = Path::new(&e.file);
+    if e.failing.is_empty() {
+        let title = format!("rlharness: {}", e.scenario);
+        crate::util::annotate_error(Some(file), None, &title, &e.summary);
+    }
+    for (rule, line) in &e.failing {
+        let title = format!("rlharness: {}: {rule}", e.scenario);
+        let at = crate::util::rule_line(file, rule);
+        crate::util::annotate_error(Some(file), at, &title, line);
     }
 }
 

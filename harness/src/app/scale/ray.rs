@@ -835,6 +835,7 @@ fn entry_of(p: &Planned, w: &Watched, out: &Path) -> Entry {
         seeds: Vec::new(),
         skipped: false,
         failing: Vec::new(),
+        expected_failure: false,
     };
     let state = w
         .info
@@ -903,6 +904,8 @@ fn entry_of(p: &Planned, w: &Watched, out: &Path) -> Entry {
                 status = status.worst(ExitStatus::RunFailed);
                 summary = format!("{summary}; ray job {} was stopped ({state})", w.id);
             }
+            let expected_failure =
+                status == ExitStatus::Passed && summary.starts_with("expected failure");
             Entry {
                 file: p.file.display().to_string(),
                 scenario,
@@ -914,6 +917,7 @@ fn entry_of(p: &Planned, w: &Watched, out: &Path) -> Entry {
                 seconds: w.seconds,
                 skipped: false,
                 failing: Vec::new(),
+                expected_failure,
             }
         }
         Err(why) => fail(format!("ray job {}: {why}", w.id), Some(dir)),

@@ -1,10 +1,12 @@
 //! Helpers the end-to-end tests share: where the repository is, the run options of a test
 //! run (the project's goldens, never written; the run directory at `OUT/run`), running a
-//! scenario to the exit status it must reach, reading a run's `wire.jsonl`, and `rlharness
-//! run` as a command. Each test module uses a part of it.
+//! scenario to the exit status it must reach, reading a run's `wire.jsonl`, `rlharness` as a
+//! command, a slow scenario to interrupt, and waiting on a child process's output. Each test
+//! module uses a part of it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
 
 use rlharness::app::run_one;
 use rlharness::error::ExitStatus;
@@ -113,4 +115,69 @@ pub fn says(text: &str, parts: &[&str]) {
         .filter(|p| !text.contains(p))
         .collect();
     assert!(missing.is_empty(), "missing {missing:?} in:\n{text}");
+}
+
+/// A scenarios root in `dir` with the project's layers and a slow mock scenario `slow-mock`:
+/// every optimizer step answers 0.3 s late, so the run is still going when it is stopped.
+pub fn slow_scenario(dir: &Path) -> PathBuf {
+    let root = scenarios_root_in(dir);
+    let base = std::fs::read_to_string(repo().join("scenarios/faults/latency.yaml")).unwrap();
+    let text = base
+        .replace("name: fault-latency", "name: slow-mock")
+        .replace("steps: 4\n", "steps: 200\n")
+        .replace("total_training_steps: 4", "total_training_steps: 200")
+        .replace(
+            "{fault: latency, seconds: 0.2, probability: 0.3, at: {route: /generate}}",
+            "{fault: latency, seconds: 0.3, at: {route: /step}, times: 1000000}",
+        )
+        .replace("run: 2m", "run: 10m");
+    assert!(text.contains("times: 1000000") && text.contains("steps: 200"));
+    let path = root.join("slow-mock.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The data rows of a `metrics.csv` (0 while it does not exist).
+pub fn csv_steps(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().count().saturating_sub(1))
+        .unwrap_or(0)
+}
+
+/// Poll `ready` every 20 ms until it gives a value; panics naming `what` when `child` ends
+/// first or `secs` pass. (A separate process: there is no event to wait on.)
+#[track_caller]
+pub fn wait_for<T>(
+    child: &mut Child,
+    what: &str,
+    secs: u64,
+    mut ready: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = ready() {
+            return v;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the process ended ({status}) before {what}");
+        }
+        assert!(Instant::now() < deadline, "no {what} within {secs} s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A process is dead when it is gone or a zombie waiting for its parent.
+pub fn dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            let after = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
+            matches!(after.split_whitespace().next(), Some("Z" | "X"))
+        }
+    }
+}
+
+/// A run directory's `run.json`.
+pub fn manifest(run_dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap()
 }

@@ -1,0 +1,728 @@
+//! The habits a CI user expects of a command-line tool, tested on the real binary: a stop
+//! signal (SIGINT, SIGTERM, SIGHUP) ends a run with exit 3, every report written and no
+//! process left; a closed standard output is not a crash; colours follow `--color`, the
+//! terminal and `NO_COLOR`; `-q` leaves results and failures only; `--no-progress` keeps plain
+//! step lines; the exit status is what the index and JUnit say; `check` refuses what `run`
+//! refuses; a command run from another working directory finds the project's goldens; files
+//! get the umask's mode; a `check` or `list` of nothing is an error.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::common::{self, csv_steps, dead, manifest, repo, says, text, wait_for};
+
+fn rlharness() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rlharness"));
+    c.env("CI", "true")
+        .env("RUST_LOG", "error")
+        .env_remove("NO_COLOR")
+        .env_remove("GITHUB_ACTIONS");
+    c
+}
+
+/// Run the smoke scenario once into `out` (from the repository root); its run directory.
+fn smoke_run(out: &Path) -> PathBuf {
+    let o = common::rlharness_run(&["scenarios/smoke/mock-gsm8k-grpo.yaml"], out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    std::fs::canonicalize(out.join("mock-gsm8k-grpo/latest")).unwrap()
+}
+
+/// SIGINT (Ctrl-C), SIGTERM (`timeout`, CI runners, Kubernetes) and SIGHUP (the terminal or the
+/// SSH session went away) each end a run the same way: exit 3, the finished steps kept, the
+/// run's reports and the combined index and JUnit written, and the trainer's whole process
+/// group (the launcher and the worker it left behind) stopped.
+#[cfg(unix)]
+#[test]
+fn every_stop_signal_leaves_full_reports_exit_3_and_no_process() {
+    let fixture = repo().join("harness/tests/fixtures/verl/scenarios/verl-console.yaml");
+    for (signal, name, reason) in [
+        (
+            libc::SIGINT,
+            "SIGINT",
+            "interrupted (Ctrl-C, SIGINT) during step",
+        ),
+        (libc::SIGTERM, "SIGTERM", "stopped by SIGTERM during step"),
+        (libc::SIGHUP, "SIGHUP", "stopped by SIGHUP during step"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let mut child = rlharness()
+            .args(["run", "--no-progress", "--out"])
+            .arg(&out)
+            .args([
+                "--set",
+                "driver.command.1=hang",
+                "--set",
+                "timeouts.step=60",
+            ])
+            .arg(&fixture)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let runs = out.join("fixture-verl-console");
+        // The fake trainer writes child.pid once it has left a worker behind (after step 2).
+        let run_dir = wait_for(&mut child, "the trainer's worker", 60, || {
+            std::fs::read_dir(&runs).ok()?.find_map(|e| {
+                let p = e.ok()?.path();
+                let pid = |f: &str| std::fs::read_to_string(p.join(f)).ok()?.trim().parse().ok();
+                Some((p.clone(), pid("trainer.pid")?, pid("child.pid")?))
+            })
+        });
+        let (run_dir, trainer, worker): (PathBuf, i32, i32) = run_dir;
+        assert!(!dead(trainer) && !dead(worker));
+        // SAFETY: a signal to the child this test started.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(3), "{name}: {}", text(&o));
+        for f in ["verdict.json", "report.md", "report.html", "junit.xml"] {
+            assert!(
+                run_dir.join(f).is_file(),
+                "{name}: {f} missing: {}",
+                text(&o)
+            );
+        }
+        for f in ["index.md", "index.html", "junit.xml"] {
+            assert!(out.join(f).is_file(), "{name}: OUT/{f} missing");
+        }
+        let m = manifest(&run_dir);
+        assert_eq!(m["status"], "interrupted", "{name}: {m}");
+        assert!(
+            m["reason"].as_str().unwrap_or_default().starts_with(reason),
+            "{name}: {m}"
+        );
+        assert_eq!(csv_steps(&run_dir.join("metrics.csv")), 2, "{name}");
+        // The harness has exited: whatever it started is gone (given 5 s to be reaped).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !(dead(trainer) && dead(worker)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name}: trainer {trainer} or its worker {worker} outlived the harness"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+/// SIGTERM on the mock (no trainer): the finished steps and every report are written.
+#[cfg(unix)]
+#[test]
+fn sigterm_keeps_the_finished_steps_and_writes_every_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = common::slow_scenario(tmp.path());
+    let out = tmp.path().join("out");
+    let mut child = rlharness()
+        .arg("run")
+        .arg(&scenario)
+        .arg("--out")
+        .arg(&out)
+        .current_dir(tmp.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let latest = out.join("slow-mock/latest");
+    wait_for(&mut child, "two steps", 120, || {
+        (csv_steps(&latest.join("metrics.csv")) >= 2).then_some(())
+    });
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let run_dir = std::fs::canonicalize(&latest).unwrap();
+    for f in ["verdict.json", "report.md", "report.html", "junit.xml"] {
+        assert!(run_dir.join(f).is_file(), "{f} missing: {}", text(&o));
+    }
+    let m = manifest(&run_dir);
+    assert_eq!(m["status"], "interrupted", "{m}");
+    assert!(csv_steps(&run_dir.join("metrics.csv")) >= 2);
+}
+
+/// `rlharness list | head -1`, `check ... | head -1`, `compare --format md ... | head -1`:
+/// standard output closed before anything is read is not a panic (exit 101); each command
+/// exits with its own status.
+#[test]
+fn a_closed_stdout_is_not_a_crash_for_any_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = smoke_run(&tmp.path().join("out"));
+    let run = run.to_str().unwrap();
+    for args in [
+        vec!["list", "scenarios"],
+        vec!["check", "scenarios/smoke"],
+        vec!["compare", run, "--format", "md"],
+        vec!["compare", run, run],
+    ] {
+        let mut child = rlharness()
+            .args(&args)
+            .current_dir(repo())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// A pseudo-terminal for a child's standard output: `(master, slave)` descriptors.
+#[cfg(unix)]
+fn pty() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two descriptors this test then owns.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty failed");
+    // SAFETY: fresh descriptors, owned once each.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            std::fs::File::from_raw_fd(slave),
+        )
+    }
+}
+
+/// What `cmd` writes to its standard output when that is a terminal.
+#[cfg(unix)]
+fn stdout_on_a_terminal(mut cmd: Command) -> String {
+    let (mut master, slave) = pty();
+    let mut child = cmd
+        .stdout(Stdio::from(slave))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Drop the parent's copy of the slave (moved into `cmd`), so reading ends at the exit.
+    drop(cmd);
+    let mut bytes = Vec::new();
+    // A pty master reads EIO once the last slave is closed: that is the end.
+    let _ = master.read_to_end(&mut bytes);
+    child.wait().unwrap();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Colours on a terminal; none on a pipe, none with `NO_COLOR` or `--color never`; always with
+/// `--color always`, even on a pipe (the flag wins, as in cargo).
+#[cfg(unix)]
+#[test]
+fn colours_follow_the_terminal_no_color_and_the_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = smoke_run(&tmp.path().join("out"));
+    let compare = |extra: &[&str], no_color: bool| {
+        let mut c = rlharness();
+        c.arg("compare").arg(&run).args(extra).current_dir(repo());
+        if no_color {
+            c.env("NO_COLOR", "1");
+        }
+        c
+    };
+    let esc = |s: &str| s.contains('\u{1b}');
+    let piped = |c: Command| {
+        let mut c = c;
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let plain = piped(compare(&[], false));
+    says(&plain, &["mock-gsm8k-grpo: passed"]);
+    assert!(!esc(&plain), "colour on a pipe: {plain:?}");
+    assert!(esc(&piped(compare(&["--color", "always"], true))));
+    let tty = stdout_on_a_terminal(compare(&[], false));
+    assert!(esc(&tty), "no colour on a terminal: {tty:?}");
+    let tty = stdout_on_a_terminal(compare(&[], true));
+    assert!(!esc(&tty) && tty.contains("passed"), "NO_COLOR: {tty:?}");
+    let tty = stdout_on_a_terminal(compare(&["--color", "never"], false));
+    assert!(
+        !esc(&tty) && tty.contains("passed"),
+        "--color never: {tty:?}"
+    );
+}
+
+/// `--no-progress` drops the bar, not the step lines (a CI log keeps them, as docs/scale-out.md
+/// says); `-q` leaves the results alone: no step lines, no notes, a passing scenario's line
+/// left out, the tally line kept; a failure is still printed.
+#[test]
+fn quiet_leaves_results_only_and_no_progress_keeps_step_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let smoke = "scenarios/smoke/mock-gsm8k-grpo.yaml";
+    let loud = common::rlharness_run(&[smoke], &out).output().unwrap();
+    assert_eq!(loud.status.code(), Some(0), "{}", text(&loud));
+    let err = String::from_utf8_lossy(&loud.stderr);
+    says(
+        &err,
+        &["mock-gsm8k-grpo: step 1/20", "mock-gsm8k-grpo: step 20/20"],
+    );
+    says(
+        &String::from_utf8_lossy(&loud.stdout),
+        &[
+            "mock-gsm8k-grpo: passed",
+            "combined: 1 scenario(s): 1 passed",
+        ],
+    );
+
+    let quiet = common::rlharness_run(&[smoke, "-q", "--golden", "no-store"], &out)
+        .output()
+        .unwrap();
+    // No golden in `no-store` (exit 4): the note saying so is left out, the result is not.
+    assert_eq!(quiet.status.code(), Some(4), "{}", text(&quiet));
+    assert_eq!(
+        String::from_utf8_lossy(&quiet.stderr),
+        "",
+        "{}",
+        text(&quiet)
+    );
+    let stdout = String::from_utf8_lossy(&quiet.stdout);
+    says(
+        &stdout,
+        &["mock-gsm8k-grpo: no golden yet", "combined: 1 scenario(s)"],
+    );
+
+    let quiet = common::rlharness_run(&[smoke, "-q"], &out)
+        .output()
+        .unwrap();
+    assert_eq!(quiet.status.code(), Some(0), "{}", text(&quiet));
+    assert_eq!(String::from_utf8_lossy(&quiet.stderr), "");
+    let stdout = String::from_utf8_lossy(&quiet.stdout);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    says(&stdout, &["combined: 1 scenario(s): 1 passed"]);
+    // `-q` and `-v` contradict each other.
+    let both = common::rlharness_run(&[smoke, "-q", "-v"], &out)
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both));
+}
+
+/// The exit status is the one the combined index and JUnit give, for each outcome and under
+/// `--fail-on-skip`, and the last stdout line tallies it.
+#[test]
+fn the_exit_status_is_what_the_index_and_junit_say() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = common::scenarios_root_in(tmp.path()).join("bad.yaml");
+    std::fs::write(&bad, "name: bad\nsteps: many\n").unwrap();
+    let bad = bad.to_str().unwrap();
+    let cases: [(&[&str], i32); 6] = [
+        (&["scenarios/smoke/mock-gsm8k-grpo.yaml"], 0),
+        (&["scenarios/selftest/skipped"], 0),
+        (&["scenarios/selftest/skipped", "--fail-on-skip"], 1),
+        (
+            &[
+                "scenarios/smoke/mock-gsm8k-grpo.yaml",
+                "--golden",
+                "no-store",
+            ],
+            4,
+        ),
+        (&["scenarios/smoke/mock-gsm8k-grpo.yaml", bad], 2),
+        (&["scenarios/selftest/mock-mfu-drop.yaml"], 0),
+    ];
+    for (i, (args, want)) in cases.iter().enumerate() {
+        let out = tmp.path().join(format!("out{i}"));
+        let o = common::rlharness_run(args, &out).output().unwrap();
+        assert_eq!(o.status.code(), Some(*want), "{args:?}: {}", text(&o));
+        let index = std::fs::read_to_string(out.join("index.md")).unwrap();
+        assert!(
+            index.starts_with(&format!("# rlharness run: exit {want} ")),
+            "{args:?}: {index}"
+        );
+        let junit = std::fs::read_to_string(out.join("junit.xml")).unwrap();
+        let junit = quick_junit::Report::deserialize_from_str(&junit).unwrap();
+        let red = junit.failures + junit.errors;
+        assert_eq!(
+            red == 0,
+            *want == 0,
+            "{args:?}: JUnit {red} red for exit {want}"
+        );
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let last = stdout.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("combined: ") && last.contains(&format!("; exit {want} ")),
+            "{args:?}: {stdout}"
+        );
+    }
+}
+
+/// A self-test that fails as it declares passes: its caught rules print as `✓ expected:`, not
+/// as red `✗` failures, and the tally counts it as an expected failure.
+#[test]
+fn an_expected_failure_is_not_printed_as_a_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = common::rlharness_run(
+        &["scenarios/selftest/mock-mfu-drop.yaml"],
+        &tmp.path().join("out"),
+    )
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    says(
+        &stdout,
+        &[
+            "expected failure",
+            "✓ expected: ",
+            "(1 as an expected failure)",
+        ],
+    );
+    assert!(!stdout.contains('✗'), "{stdout}");
+}
+
+/// A table of bad scenarios, each refused as invalid input (exit 2) by `check` and by `run`
+/// alike, both naming the file and the line.
+#[test]
+fn check_refuses_everything_run_refuses_as_invalid_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = common::scenarios_root_in(tmp.path());
+    let smoke =
+        std::fs::read_to_string(repo().join("scenarios/smoke/mock-gsm8k-grpo.yaml")).unwrap();
+    let edit = |from: &str, to: &str| {
+        assert!(smoke.contains(from), "the smoke scenario has no `{from}`");
+        smoke.replacen(from, to, 1)
+    };
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "unknown-key",
+            format!("{smoke}\nfrobnicate: 1\n"),
+            "frobnicate",
+        ),
+        ("wrong-type", edit("steps: 20", "steps: twenty"), "steps"),
+        ("bad-lr", edit("lr: 1.0e-6", "lr: fast"), "optim.lr"),
+        (
+            "bad-duration",
+            edit("step: 30s", "step: 5 parsecs"),
+            "timeouts.step",
+        ),
+        (
+            "bad-backend",
+            edit("kind: mock", "kind: mystery"),
+            "backend",
+        ),
+        (
+            "bad-expression",
+            edit(
+                "    - max(perf/mfu/actor) <= 1",
+                "    - max(perf/mfu/actor <= 1",
+            ),
+            "expect",
+        ),
+        (
+            "bad-band",
+            edit("{rel: 0.1, direction: lower_is_better}", "{rel: -0.1}"),
+            "timing_s/step",
+        ),
+    ];
+    for (name, body, key) in &cases {
+        let file = root.join(format!("{name}.yaml"));
+        std::fs::write(&file, body).unwrap();
+        let rel = format!("scenarios/{name}.yaml");
+        for cmd in [
+            vec!["check", rel.as_str()],
+            vec!["run", rel.as_str(), "--no-progress"],
+        ] {
+            let o = rlharness()
+                .args(&cmd)
+                .current_dir(tmp.path())
+                .output()
+                .unwrap();
+            let t = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{cmd:?}: {t}");
+            assert!(
+                t.contains(&format!("{rel}:")) && t.contains(key),
+                "{cmd:?}: {t}"
+            );
+        }
+    }
+}
+
+/// `check` or `list` of a missing path or of a folder without scenarios is an input error
+/// (exit 2), as `run` of nothing is: a mistyped path must not pass a CI step.
+#[test]
+fn check_and_list_of_nothing_are_input_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("empty")).unwrap();
+    for args in [
+        ["check", "empty"],
+        ["check", "missing"],
+        ["list", "empty"],
+        ["list", "missing"],
+    ] {
+        let o = rlharness()
+            .args(args)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        says(&text(&o), &[args[1]]);
+    }
+}
+
+/// From another working directory (a CI step in a subfolder, a script in /tmp): `run` and
+/// `compare RUN` find the golden store beside the scenario's `scenarios/` folder, and make no
+/// `./golden/`.
+#[test]
+fn commands_from_another_directory_find_the_scenarios_golden() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let scenario =
+        std::fs::canonicalize(repo().join("scenarios/smoke/mock-gsm8k-grpo.yaml")).unwrap();
+    let out = elsewhere.path().join("out");
+    let ran = rlharness()
+        .arg("run")
+        .arg(&scenario)
+        .args(["--no-progress", "--out"])
+        .arg(&out)
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
+    let run = std::fs::canonicalize(out.join("mock-gsm8k-grpo/latest")).unwrap();
+    let compared = rlharness()
+        .arg("compare")
+        .arg(&run)
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert_eq!(compared.status.code(), Some(0), "{}", text(&compared));
+    says(&text(&compared), &["mock-gsm8k-grpo: passed"]);
+    assert!(!elsewhere.path().join("golden").exists());
+}
+
+/// Reports and pending goldens get the mode the umask gives (0644 under umask 022), not a temp
+/// file's private 0600: a CI artifact or a shared folder is read by others.
+#[cfg(unix)]
+#[test]
+fn written_files_follow_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let store = tmp.path().join("golden");
+    std::fs::create_dir(&store).unwrap();
+    // Not under CI: a run without a golden writes a pending one.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("umask 022 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_rlharness"))
+        .args([
+            "run",
+            "scenarios/smoke/mock-gsm8k-grpo.yaml",
+            "--no-progress",
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--golden")
+        .arg(&store)
+        .current_dir(repo())
+        .env_remove("CI")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    let run = std::fs::canonicalize(out.join("mock-gsm8k-grpo/latest")).unwrap();
+    let mut files: Vec<PathBuf> = [
+        "run.json",
+        "metrics.csv",
+        "verdict.json",
+        "report.md",
+        "junit.xml",
+    ]
+    .iter()
+    .map(|f| run.join(f))
+    .collect();
+    files.push(out.join("index.md"));
+    let pending = store.join("mock-gsm8k-grpo/cpu");
+    files.extend(
+        std::fs::read_dir(&pending)
+            .unwrap()
+            .map(|e| e.unwrap().path()),
+    );
+    for f in files {
+        let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644, "{}: {mode:o}", f.display());
+    }
+}
+
+/// `record` under `CI=true` is refused (CI never writes the golden store), and a cassette the
+/// store holds is replaced only with `--force`.
+#[test]
+fn record_never_writes_under_ci_and_never_replaces_silently() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("golden");
+    let record = |ci: bool, extra: &[&str]| -> Output {
+        let mut c = rlharness();
+        c.args([
+            "record",
+            "scenarios/smoke/mock-gsm8k-grpo.yaml",
+            "--steps",
+            "1",
+            "--no-progress",
+        ])
+        .arg("--golden")
+        .arg(&store)
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .args(extra)
+        .current_dir(repo());
+        if !ci {
+            c.env_remove("CI");
+        }
+        c.output().unwrap()
+    };
+    let o = record(true, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    says(&text(&o), &["refusing to record under CI=true"]);
+    assert!(!store.exists());
+    let o = record(false, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let again = record(false, &[]);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    says(&text(&again), &["already holds a cassette: pass --force"]);
+    let forced = record(false, &["--force"]);
+    assert_eq!(forced.status.code(), Some(0), "{}", text(&forced));
+    says(&text(&forced), &["replacing the cassette there"]);
+}
+
+/// `compare RUN1 RUN2` judges a calibrated rule with the scenario's calibration (found from the
+/// scenario, as `run` finds it), not as "missing: run golden calibrate"; two runs of different
+/// scenarios are refused as input, naming both.
+#[test]
+fn compare_of_two_runs_keeps_calibrated_bands_and_refuses_two_scenarios() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = common::scenarios_root_in(tmp.path());
+    let smoke =
+        std::fs::read_to_string(repo().join("scenarios/smoke/mock-gsm8k-grpo.yaml")).unwrap();
+    let from = "critic/rewards/mean: {window: 5, abs: 0.05}";
+    assert!(smoke.contains(from));
+    let body = smoke
+        .replace("name: mock-gsm8k-grpo", "name: mock-calibrated")
+        .replace(
+            from,
+            "critic/rewards/mean: {window: 5, calibrated: {k: 4, floor: 0.03}}",
+        )
+        .replace("steps: 20\n", "steps: 10\n")
+        .replace("total_training_steps: 20", "total_training_steps: 10");
+    std::fs::write(root.join("calibrated.yaml"), body).unwrap();
+    let rlh = |args: &[&str], ci: bool| {
+        let mut c = rlharness();
+        c.args(args).current_dir(tmp.path());
+        if !ci {
+            c.env_remove("CI");
+        }
+        c.output().unwrap()
+    };
+    let cal = rlh(
+        &[
+            "golden",
+            "calibrate",
+            "scenarios/calibrated.yaml",
+            "--runs",
+            "2",
+            "--out",
+            "cal",
+        ],
+        false,
+    );
+    assert_eq!(cal.status.code(), Some(0), "{}", text(&cal));
+    let mut runs = Vec::new();
+    for out in ["a", "b"] {
+        let o = rlh(
+            &[
+                "run",
+                "scenarios/calibrated.yaml",
+                "--no-progress",
+                "--out",
+                out,
+            ],
+            true,
+        );
+        // No golden series yet (exit 4); the calibration is there.
+        assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+        runs.push(
+            std::fs::canonicalize(tmp.path().join(out).join("mock-calibrated/latest")).unwrap(),
+        );
+    }
+    let (a, b) = (runs[0].to_str().unwrap(), runs[1].to_str().unwrap());
+    let o = rlh(&["compare", a, b], true);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!text(&o).contains("missing"), "{}", text(&o));
+
+    let other = smoke_run(&tmp.path().join("smoke"));
+    let o = rlh(&["compare", a, other.to_str().unwrap()], true);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    says(
+        &text(&o),
+        &["is a run of `mock-calibrated`", "of `mock-gsm8k-grpo`"],
+    );
+}
+
+/// Under GitHub Actions (`GITHUB_ACTIONS=true`) a failing rule is also an `::error` annotation
+/// at the line of the scenario file that declares it, and an invalid scenario one at the line
+/// of each error; elsewhere there are none.
+#[test]
+fn github_actions_gets_error_annotations_at_the_scenario_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let smoke = "scenarios/smoke/mock-gsm8k-grpo.yaml";
+    let line = std::fs::read_to_string(repo().join(smoke))
+        .unwrap()
+        .lines()
+        .position(|l| l.trim_start().starts_with("actor/lr:"))
+        .unwrap()
+        + 1;
+    let lr = ["--set", "config.actor_rollout_ref.actor.optim.lr=2e-6"];
+    let run = |github: bool| {
+        let mut c =
+            common::rlharness_run(&[&[smoke][..], &lr[..]].concat(), &tmp.path().join("out"));
+        if github {
+            c.env("GITHUB_ACTIONS", "true");
+        }
+        c.output().unwrap()
+    };
+    let o = run(true);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    says(
+        &String::from_utf8_lossy(&o.stdout),
+        &[&format!(
+            "::error file={smoke},line={line},title=rlharness%3A mock-gsm8k-grpo%3A \
+             golden%3Aactor/lr::golden:actor/lr regressed"
+        )],
+    );
+    assert!(!text(&run(false)).contains("::error"));
+
+    let root = common::scenarios_root_in(tmp.path());
+    std::fs::write(root.join("bad.yaml"), "name: bad\nsteps: many\n").unwrap();
+    for args in [
+        ["check", "scenarios/bad.yaml"],
+        ["run", "scenarios/bad.yaml"],
+    ] {
+        let o = rlharness()
+            .args(args)
+            .current_dir(tmp.path())
+            .env("GITHUB_ACTIONS", "true")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        says(
+            &String::from_utf8_lossy(&o.stdout),
+            &[
+                "::error file=scenarios/bad.yaml,line=2,title=",
+                "::scenarios/bad.yaml:2:8: steps: ",
+            ],
+        );
+    }
+}
