@@ -1285,7 +1285,7 @@ mod tests {
         // evidence, whose minus sign a browser may break after.
         assert!(html.contains("td.n,td.nw,.nw{white-space:nowrap}"));
         assert!(
-            html.contains("<td class=\"nw\">[0.45, 0.55]</td>"),
+            html.contains("<td class=\"nw\">[0.45, 0.6]</td>"),
             "{html}"
         );
         assert!(
