@@ -1284,10 +1284,7 @@ mod tests {
         // Value, reference, band and margin cells never wrap; nor does a number in the
         // evidence, whose minus sign a browser may break after.
         assert!(html.contains("td.n,td.nw,.nw{white-space:nowrap}"));
-        assert!(
-            html.contains("<td class=\"nw\">[0.45, 0.6]</td>"),
-            "{html}"
-        );
+        assert!(html.contains("<td class=\"nw\">[0.45, 0.6]</td>"), "{html}");
         assert!(
             html.contains("<span class=\"nw\">2.000e-6</span> against <span class=\"nw\">1.5e-6"),
             "{html}"
