@@ -302,8 +302,8 @@ pub(crate) struct ProxyArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum GoldenAction {
-    /// List pending goldens with a diff summary.
-    Status,
+    /// List pending goldens with a diff summary (all, or those of the named scenarios).
+    Status { scenarios: Vec<String> },
     /// Accept pending goldens (all, or those of the named scenarios).
     Accept { scenarios: Vec<String> },
     /// Reject pending goldens (all, or those of the named scenarios).

@@ -315,7 +315,7 @@ fn golden_command(
 ) -> Result<ExitStatus, CommandError> {
     use crate::cli::GoldenAction;
     let (text, status) = match action {
-        GoldenAction::Status => crate::golden::golden_status(root)?,
+        GoldenAction::Status { scenarios } => crate::golden::golden_status(root, &scenarios)?,
         GoldenAction::Accept { scenarios } => crate::golden::golden_accept(root, &scenarios)?,
         GoldenAction::Reject { scenarios } => crate::golden::golden_reject(root, &scenarios)?,
         GoldenAction::Calibrate(_) => unreachable!("dispatched to `calibrate`"),

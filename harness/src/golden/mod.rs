@@ -878,12 +878,23 @@ pub(crate) fn summarize_change(old: &MetricTable, new: &MetricTable) -> String {
 // Commands (the CLI calls these).
 
 /// `rlharness golden status`: exit 0 when nothing is pending, 4 when something waits for review.
-pub(crate) fn golden_status(root: &Path) -> Result<(String, ExitStatus), CommandError> {
+pub(crate) fn golden_status(
+    root: &Path,
+    filter: &[String],
+) -> Result<(String, ExitStatus), CommandError> {
     let store = GoldenStore::new(root);
-    let pending = store.pending()?;
+    let pending = match store.select(filter) {
+        Err(GoldenError::NoPending(_)) => Vec::new(),
+        other => other?,
+    };
     if pending.is_empty() {
+        let of = if filter.is_empty() {
+            String::new()
+        } else {
+            format!(" of {}", filter.join(", "))
+        };
         return Ok((
-            format!("no pending goldens under {}\n", root.display()),
+            format!("no pending goldens{of} under {}\n", root.display()),
             ExitStatus::Passed,
         ));
     }
@@ -1060,9 +1071,19 @@ mod tests {
         assert_eq!(pending[0].scenario, "smoke/mock");
         assert_eq!(pending[0].hardware, "cpu");
         assert_eq!(pending[0].diff_summary, "new golden: 2 steps, 2 metrics");
-        let (text, status) = golden_status(dir.path()).unwrap();
+        let (text, status) = golden_status(dir.path(), &[]).unwrap();
         assert_eq!(status, ExitStatus::NoGolden);
         assert!(text.contains("smoke/mock/cpu: new golden"), "{text}");
+        // Named scenarios (as the README writes `golden status [SCENARIO...]`).
+        let (text, status) = golden_status(dir.path(), &["smoke/mock".to_string()]).unwrap();
+        assert_eq!(status, ExitStatus::NoGolden);
+        assert!(text.contains("smoke/mock/cpu: new golden"), "{text}");
+        let (text, status) = golden_status(dir.path(), &["other".to_string()]).unwrap();
+        assert_eq!(status, ExitStatus::Passed);
+        assert!(
+            text.starts_with("no pending goldens of other under"),
+            "{text}"
+        );
 
         let accepted = store.accept(&[]).unwrap();
         assert_eq!(accepted.len(), 1);
@@ -1104,7 +1125,7 @@ mod tests {
         assert!(store.pending().unwrap().is_empty());
         let g = store.load("smoke/mock", "cpu").unwrap().unwrap();
         assert_eq!(g.table.len(), 2, "reject keeps the accepted golden");
-        let (text, status) = golden_status(dir.path()).unwrap();
+        let (text, status) = golden_status(dir.path(), &[]).unwrap();
         assert_eq!(status, ExitStatus::Passed);
         assert!(text.contains("no pending"));
     }
