@@ -169,7 +169,8 @@ fn every_torch_selftest_has_its_test() {
         .filter(|n| n.starts_with("flagship-"))
         .collect();
     found.sort();
-    let named: Vec<String> = SELFTESTS.iter().map(|n| format!("{n}.yaml")).collect();
+    let mut named: Vec<String> = SELFTESTS.iter().map(|n| format!("{n}.yaml")).collect();
+    named.sort();
     assert_eq!(found, named);
 }
 
