@@ -566,6 +566,30 @@ async fn run_units(
 ) -> Result<(Vec<Option<verdict::Cell>>, usize), CommandError> {
     let mut cells: Vec<Option<verdict::Cell>> = vec![None; plan.trials.len()];
     let mut splits = 0;
+    if exec.options.until == Until::Initialize {
+        // A run cut after initialization shows only the JobConfigs and the server's start-up
+        // flags: a trial whose knob is read later (a per-call `meta`, a `/generate` parameter,
+        // the sleep/wake calls) has nothing to show there.
+        // Judged not observable, with the way to see it, rather than flagged as a knob that
+        // reached nothing.
+        for u in &mut pending {
+            u.retain(|&t| {
+                let trial = &plan.trials[t];
+                if !verdict::read_past_initialization(m, trial, exec.config) {
+                    return true;
+                }
+                cells[t] = Some(verdict::not_observable(
+                    trial,
+                    "a reader of this knob is past initialization (a per-call `meta` or a \
+                     request's parameters), and `--until initialize` stops the run before it; \
+                     `--until auto` or `first-update` runs far enough"
+                        .into(),
+                ));
+                false
+            });
+        }
+        pending.retain(|u| !u.is_empty());
+    }
     // The plain baseline is always run (first, alone): its trainer prints the resolved config.
     rs.want(Vec::new(), true, exec.options.until.reach(true));
     let mut first = true;
@@ -601,6 +625,23 @@ async fn run_units(
             }
         }
         pending = next;
+    }
+    if exec.options.until == Until::Initialize {
+        // Nothing of the knob in the JobConfigs or the start-up flags: it may still travel in
+        // a later call's `meta`, which the cut run never reaches. Not a finding at this reach.
+        for (t, c) in cells.iter_mut().enumerate() {
+            if c.as_ref()
+                .is_some_and(|c| c.verdict == verdict::CellVerdict::NotSent)
+            {
+                *c = Some(verdict::not_observable(
+                    &plan.trials[t],
+                    "nothing of it is in the JobConfigs or the server's start-up flags, and \
+                     `--until initialize` stops the run before any later call could carry it; \
+                     `--until auto` or `first-update` runs far enough"
+                        .into(),
+                ));
+            }
+        }
     }
     Ok((cells, splits))
 }

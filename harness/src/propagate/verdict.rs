@@ -243,6 +243,27 @@ fn condition_holds(
 /// hold. A knob that no reader may read is not: where it goes is the question, which the whole
 /// first update answers.
 pub(crate) fn read_only_in_jobs(m: &KnobManifest, trials: &[&Trial], config: &Value) -> bool {
+    read_only_at(m, trials, config, |at| {
+        at == "job" || at.starts_with("job.")
+    })
+}
+
+/// Whether an active reader of the trial's knob is past initialization: neither a JobConfig
+/// nor a server start-up flag, so a run cut after `/initialize` cannot show it.
+pub(crate) fn read_past_initialization(m: &KnobManifest, trial: &Trial, config: &Value) -> bool {
+    let at_start =
+        |at: &str| at == "job" || at.starts_with("job.") || at == "srv" || at.starts_with("srv.");
+    !m.knobs[trial.knob].consumers.is_empty() && !read_only_at(m, &[trial], config, at_start)
+}
+
+/// Whether every active reader (its `when` may hold under the trials' conditions and the
+/// config) of each trial's knob is at a location `ok` accepts, and there is one.
+fn read_only_at(
+    m: &KnobManifest,
+    trials: &[&Trial],
+    config: &Value,
+    ok: impl Fn(&str) -> bool,
+) -> bool {
     let mut cond = Condition::new();
     for t in trials {
         cond.extend(t.condition.clone());
@@ -270,7 +291,7 @@ pub(crate) fn read_only_in_jobs(m: &KnobManifest, trials: &[&Trial], config: &Va
             .iter()
             .filter(|c| c.when.iter().all(|(k, v)| may_hold(k, v)))
             .peekable();
-        readers.peek().is_some() && readers.all(|c| c.at == "job" || c.at.starts_with("job."))
+        readers.peek().is_some() && readers.all(|c| ok(&c.at))
     })
 }
 
@@ -287,6 +308,11 @@ pub(crate) fn skipped_cell(why: &str) -> Cell {
         problems: Vec::new(),
         unobservable: Some(format!("the scenario skips it: {why}")),
     }
+}
+
+/// A trial the run cannot observe, with the reason (not a flag: nothing was tried).
+pub(crate) fn not_observable(trial: &Trial, why: String) -> Cell {
+    unjudged(trial, CellVerdict::NotObservable, Vec::new(), Some(why))
 }
 
 fn unjudged(

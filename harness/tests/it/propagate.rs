@@ -490,3 +490,48 @@ async fn grouped_and_ungrouped_matrices_agree_and_an_unexpected_effect_splits_it
         "{md}"
     );
 }
+
+/// `--until initialize` stops each trial after its jobs are initialized. A knob read later (in
+/// a per-call `meta`, a request's parameters, the sleep/wake calls) or sent only later is not
+/// observable there, with the reach that shows it; it is not flagged as "not sent" (34 knobs
+/// were, before). What the JobConfigs do show is still judged: the logits knob's float in an
+/// int field is the one flag left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn until_initialize_judges_what_initialization_shows_and_no_more() {
+    use rlharness::propagate::command::Until;
+    let out = tempfile::tempdir().unwrap();
+    let opts = MatrixOptions {
+        until: Until::Initialize,
+        ..MatrixOptions::default()
+    };
+    let (r, _, failed) = run_matrix(&smoke(), out.path(), &[], &opts).await.unwrap();
+    assert!(!failed);
+    let flagged: Vec<&str> = r
+        .knobs
+        .iter()
+        .filter(|k| k.flagged)
+        .map(|k| k.path.as_str())
+        .collect();
+    assert_eq!(flagged, [LOGITS[1]], "{flagged:?}");
+    for path in [
+        "remote_backend.colocate",
+        "actor_rollout_ref.actor.clip_ratio",
+        "actor_rollout_ref.actor.strategy",
+    ] {
+        let k = knob(&r, path);
+        assert_eq!(k.verdict, KnobVerdict::NotObservable, "{path}");
+        assert!(
+            k.cells.iter().all(|c| c
+                .unobservable
+                .as_deref()
+                .is_some_and(|w| w.contains("--until auto"))),
+            "{path}: {:?}",
+            k.cells
+        );
+    }
+    // A knob every reader of which is a JobConfig is judged as at any reach.
+    assert_eq!(
+        knob(&r, "remote_backend.training_gpus").verdict,
+        KnobVerdict::Consumed
+    );
+}
