@@ -1180,3 +1180,27 @@ fn split_layout_on_cuda_places_the_roles_and_syncs_across() {
     assert_eq!(out.len(), prompts.len() * 2);
     assert!(out.iter().all(|s| s.tokens.len() == 8));
 }
+
+/// `backend.sampler_mantissa_bits` outside 1..=22 is refused at start-up, naming the key and
+/// the value; inside it, the engine starts.
+#[test]
+fn a_sampler_mantissa_width_an_f32_cannot_hold_is_refused() {
+    for bits in [0, 23, 64] {
+        let spec = TorchSpec {
+            sampler_mantissa_bits: Some(bits),
+            ..warm_spec(0)
+        };
+        let err = TorchEngine::new(&spec, 1).err().unwrap();
+        assert!(
+            err.detail
+                .contains(&format!("backend.sampler_mantissa_bits must be in 1..=22 (an f32 mantissa has 23), got {bits}")),
+            "{}",
+            err.detail
+        );
+    }
+    let spec = TorchSpec {
+        sampler_mantissa_bits: Some(9),
+        ..warm_spec(0)
+    };
+    assert!(TorchEngine::new(&spec, 1).is_ok());
+}
