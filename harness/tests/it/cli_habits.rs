@@ -37,7 +37,6 @@ fn smoke_run(out: &Path) -> PathBuf {
 #[cfg(unix)]
 #[test]
 fn every_stop_signal_leaves_full_reports_exit_3_and_no_process() {
-    let fixture = repo().join("harness/tests/fixtures/verl/scenarios/verl-console.yaml");
     for (signal, name, reason) in [
         (
             libc::SIGINT,
@@ -49,31 +48,9 @@ fn every_stop_signal_leaves_full_reports_exit_3_and_no_process() {
     ] {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out");
-        let mut child = rlharness()
-            .args(["run", "--no-progress", "--out"])
-            .arg(&out)
-            .args([
-                "--set",
-                "driver.command.1=hang",
-                "--set",
-                "timeouts.step=60",
-            ])
-            .arg(&fixture)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let runs = out.join("fixture-verl-console");
-        // The fake trainer writes child.pid once it has left a worker behind (after step 2).
-        let run_dir = wait_for(&mut child, "the trainer's worker", 60, || {
-            std::fs::read_dir(&runs).ok()?.find_map(|e| {
-                let p = e.ok()?.path();
-                let pid = |f: &str| std::fs::read_to_string(p.join(f)).ok()?.trim().parse().ok();
-                Some((p.clone(), pid("trainer.pid")?, pid("child.pid")?))
-            })
-        });
-        let (run_dir, trainer, worker): (PathBuf, i32, i32) = run_dir;
+        let mut cmd = rlharness();
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let (child, run_dir, trainer, worker) = common::hanging_console_run(cmd, &out);
         assert!(!dead(trainer) && !dead(worker));
         // SAFETY: a signal to the child this test started.
         assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);

@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{csv_steps, dead, repo, slow_scenario};
+use common::{csv_steps, dead, slow_scenario};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -122,56 +122,10 @@ fn a_run_killed_with_sigkill_leaves_a_readable_run_directory() {
 #[test]
 fn a_sigkilled_harness_leaves_no_trainer_behind() {
     let tmp = tempfile::tempdir().unwrap();
-    let fixture = repo().join("harness/tests/fixtures/verl/scenarios/verl-console.yaml");
     let out = tmp.path().join("out");
-    let exe = env!("CARGO_BIN_EXE_rlharness");
-    let mut child = Command::new(exe)
-        .args(["run", "--no-progress", "--out", out.to_str().unwrap()])
-        .args([
-            "--set",
-            "driver.command.1=hang",
-            "--set",
-            "timeouts.step=60",
-        ])
-        .arg(&fixture)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let runs = out.join("fixture-verl-console");
-    // The fake trainer writes child.pid once it has left a worker behind (after step 2).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let run_dir = loop {
-        let found = std::fs::read_dir(&runs).ok().and_then(|entries| {
-            entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .find(|p| p.join("child.pid").is_file() && p.join("trainer.pid").is_file())
-        });
-        if let Some(d) = found {
-            break d;
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("the run ended before it was killed: {status}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the trainer did not start within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let pid = |f: &str| -> i32 {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let text = std::fs::read_to_string(run_dir.join(f)).unwrap_or_default();
-            if let Ok(p) = text.trim().parse() {
-                return p;
-            }
-            assert!(Instant::now() < deadline, "{f} stays empty");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    let (trainer, worker) = (pid("trainer.pid"), pid("child.pid"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rlharness"));
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    let (mut child, _, trainer, worker) = common::hanging_console_run(cmd, &out);
     assert!(!dead(trainer) && !dead(worker));
     child.kill().unwrap();
     child.wait().unwrap();

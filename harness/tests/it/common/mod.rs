@@ -5,7 +5,7 @@
 //! module uses a part of it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rlharness::app::run_one;
@@ -180,4 +180,35 @@ pub fn dead(pid: i32) -> bool {
 /// A run directory's `run.json`.
 pub fn manifest(run_dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap()
+}
+
+/// `cmd` (an `rlharness` command, environment set by the caller) running the console stand-in
+/// (`fixtures/verl/scenarios/verl-console.yaml`) into `out` with a trainer that hangs after
+/// step 2 and has left a worker behind; waits (60 s at most) until both are up. The child, the
+/// run directory and the trainer's and the worker's pids.
+pub fn hanging_console_run(mut cmd: Command, out: &Path) -> (Child, PathBuf, i32, i32) {
+    let fixture = repo().join("harness/tests/fixtures/verl/scenarios/verl-console.yaml");
+    let mut child = cmd
+        .args(["run", "--no-progress", "--out"])
+        .arg(out)
+        .args([
+            "--set",
+            "driver.command.1=hang",
+            "--set",
+            "timeouts.step=60",
+        ])
+        .arg(&fixture)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let runs = out.join("fixture-verl-console");
+    // The fake trainer writes child.pid once it has left a worker behind (after step 2).
+    let (dir, trainer, worker) = wait_for(&mut child, "the trainer's worker", 60, || {
+        std::fs::read_dir(&runs).ok()?.find_map(|e| {
+            let p = e.ok()?.path();
+            let pid = |f: &str| std::fs::read_to_string(p.join(f)).ok()?.trim().parse().ok();
+            Some((p.clone(), pid("trainer.pid")?, pid("child.pid")?))
+        })
+    });
+    (child, dir, trainer, worker)
 }
