@@ -653,9 +653,14 @@ pub(crate) fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>
         .map(|(cond, _)| cond.clone())
         .collect();
     let any = |v: CellVerdict| cells.iter().any(|c| c.verdict == v);
-    let observable = groups
+    // A condition whose every cell was not observable at this reach (`--until initialize`)
+    // says nothing of whether the server reads the knob there: it neither narrows
+    // "consumed" to "under a condition" nor counts as consumed.
+    let observed_groups = groups
         .values()
-        .any(|(_, cs)| cs.iter().any(|c| c.verdict != CellVerdict::NotObservable));
+        .filter(|(_, cs)| cs.iter().any(|c| c.verdict != CellVerdict::NotObservable))
+        .count();
+    let observable = observed_groups > 0;
     let verdict = if let Some(why) = not_exercised {
         problems.push(Problem::new(
             ProblemKind::NotExercised,
@@ -667,7 +672,7 @@ pub(crate) fn judge_knob(k: &Knob, cells: Vec<Cell>, not_exercised: Option<&str>
         KnobVerdict::RunFailed
     } else if !observable {
         KnobVerdict::NotObservable
-    } else if consumed_when.len() == groups.len() {
+    } else if consumed_when.len() == observed_groups {
         KnobVerdict::Consumed
     } else if !consumed_when.is_empty() {
         KnobVerdict::ConsumedUnderCondition
@@ -1047,6 +1052,39 @@ knobs:
         let r = judge_knob(&m.knobs[0], vec![c_on, c_off], None);
         assert_eq!(r.verdict, KnobVerdict::Consumed);
         assert!(!r.flagged, "{:?}", r.problems);
+    }
+
+    #[test]
+    fn a_condition_not_observable_at_this_reach_does_not_narrow_consumed() {
+        // `--until initialize`: under zorro the JobConfig shows the knob; without zorro only a
+        // later call's meta could, which the cut run never reaches.
+        let m = manifest();
+        let key = "remote_backend.train.zorro_train.enable";
+        let at = "job.training.ds_worker_config.logits_compute_in_fp32";
+        let on = judge_ran(
+            &m,
+            &trial(0, json!(true), &[(key, json!(true))]),
+            &snap(&[(at, json!(false))]),
+            &snap(&[(at, json!(true))]),
+            true,
+        );
+        let off = not_observable(
+            &trial(0, json!(true), &[(key, json!(false))]),
+            "past initialization".into(),
+        );
+        let r = judge_knob(&m.knobs[0], vec![on.clone(), off.clone()], None);
+        assert_eq!(r.verdict, KnobVerdict::Consumed);
+        assert!(r.consumed_when.is_empty());
+        // Observed and not consumed under the other condition, it is narrowed as before.
+        let sent_not_read = judge_ran(
+            &m,
+            &trial(0, json!(true), &[(key, json!(false))]),
+            &snap(&[("meta.logits_compute_in_fp32", json!(false))]),
+            &snap(&[("meta.logits_compute_in_fp32", json!(false))]),
+            false,
+        );
+        let r = judge_knob(&m.knobs[0], vec![on, off, sent_not_read], None);
+        assert_eq!(r.verdict, KnobVerdict::ConsumedUnderCondition);
     }
 
     #[test]

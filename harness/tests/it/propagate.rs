@@ -513,6 +513,13 @@ async fn until_initialize_judges_what_initialization_shows_and_no_more() {
         .map(|k| k.path.as_str())
         .collect();
     assert_eq!(flagged, [LOGITS[1]], "{flagged:?}");
+    // That flag is the manifest's known gap (a fractional size where the server declares an
+    // int), accepted here as at full reach: the condition whose reader is past initialization
+    // (zorro off: a per-call meta) is not observable, and does not narrow "consumed".
+    let peak = knob(&r, LOGITS[1]);
+    assert_eq!(peak.verdict, KnobVerdict::Consumed);
+    assert!(peak.known_gap.is_some(), "{:?}", peak.problems);
+    assert!(r.passed(), "`--until initialize` exits 1 on the smoke");
     for path in [
         "remote_backend.colocate",
         "actor_rollout_ref.actor.clip_ratio",
