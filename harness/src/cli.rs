@@ -115,6 +115,10 @@ pub(crate) enum Command {
         /// one (its subtree); `*` matches one segment, e.g. `remote_backend.train.logits`.
         #[arg(long = "knobs", value_name = "PATTERN")]
         knobs: Vec<String>,
+        /// No progress bar: one plain line per finished run instead (as in a CI log); `-q` for
+        /// none.
+        #[arg(long)]
+        no_progress: bool,
     },
 }
 

@@ -21,6 +21,16 @@ impl ExitStatus {
     }
 
     /// The status of a documented exit code (`None` for any other number).
+    /// The verdict's word in indexes and summaries (`pass`, `FAIL`, `RUN FAILED`, ...).
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            ExitStatus::Passed => "pass",
+            ExitStatus::CheckFailed => "FAIL",
+            ExitStatus::InvalidInput => "INVALID",
+            ExitStatus::RunFailed => "RUN FAILED",
+            ExitStatus::NoGolden => "no golden",
+        }
+    }
     pub(crate) fn from_code(code: i32) -> Option<ExitStatus> {
         Some(match code {
             0 => ExitStatus::Passed,

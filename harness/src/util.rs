@@ -1,5 +1,5 @@
 //! Small helpers every layer may use: a lock that survives a panic elsewhere, hex text of
-//! bytes, HTML escaping, the stop signals, and the terminal settings of this invocation
+//! bytes, HTML escaping, a plain-text table, the stop signals, and the terminal settings of this invocation
 //! (`-q`, `--color`, GitHub annotations).
 
 use std::io::IsTerminal;
@@ -174,6 +174,43 @@ pub(crate) fn github_error(
     format!("::error {}::{}", props.join(","), data(message))
 }
 
+/// A plain-text table for a terminal: columns padded to their widest cell, two spaces
+/// apart, the columns flagged in `right` aligned right (numbers); no trailing spaces.
+pub(crate) fn plain_table(header: &[&str], rows: &[Vec<String>], right: &[bool]) -> String {
+    let cols = header.len();
+    let width = |c: usize| {
+        rows.iter()
+            .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+            .chain([header[c].chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..cols).map(width).collect();
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (c, cell) in cells.iter().enumerate() {
+            let pad = widths[c].saturating_sub(cell.chars().count());
+            if c > 0 {
+                s.push_str("  ");
+            }
+            if right.get(c).copied().unwrap_or(false) {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(cell);
+            } else {
+                s.push_str(cell);
+                s.push_str(&" ".repeat(pad));
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let mut out = vec![line(header.to_vec())];
+    out.extend(
+        rows.iter()
+            .map(|r| line(r.iter().map(String::as_str).collect())),
+    );
+    out.join("\n")
+}
+
 /// Lock `m` even if a thread panicked while holding it. Callers update what it guards in
 /// single statements, so its content stays consistent; a panic elsewhere must not take the
 /// server or the run down with a poisoned lock.
@@ -230,6 +267,22 @@ pub(crate) async fn stop_signal() -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn plain_tables_pad_columns_and_align_numbers_right() {
+        let t = super::plain_table(
+            &["rule", "n"],
+            &[
+                vec!["critic/rewards/mean".into(), "4".into()],
+                vec!["ppo_kl".into(), "12".into()],
+            ],
+            &[false, true],
+        );
+        assert_eq!(
+            t,
+            "rule                  n\ncritic/rewards/mean   4\nppo_kl               12"
+        );
+    }
+
     use super::*;
 
     #[test]

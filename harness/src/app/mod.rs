@@ -133,6 +133,7 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
             no_group,
             require_observed,
             knobs,
+            no_progress,
         } => {
             let options = crate::propagate::command::MatrixOptions {
                 until,
@@ -140,6 +141,7 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
                 group: !no_group,
                 require_observed,
                 knobs,
+                progress: !no_progress,
             };
             crate::propagate::command::propagate_command(&scenario, &out, &set, &options).await
         }
@@ -479,10 +481,12 @@ async fn calibrate(
     let scenario =
         crate::spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
     let seeds = seeds.unwrap_or_else(|| vec![scenario.seed; runs.max(1)]);
-    // The calibration runs never write a golden of their own (`ci` stays on).
+    // The calibration runs never write a golden of their own (`ci` stays on). Each shows its
+    // steps as plain lines (runs side by side interleave them, each line naming its seed).
     let opts = crate::runner::RunOptions {
         set: set.to_vec(),
         hardware,
+        step_lines: true,
         ..crate::runner::RunOptions::new(out, golden_root.to_path_buf())
     };
     let total = seeds.len();
@@ -490,6 +494,7 @@ async fn calibrate(
     let mut results = futures_util::stream::iter(seeds.iter().map(|seed| {
         let mut o = opts.clone();
         o.seed = Some(*seed);
+        o.progress_label = Some(format!("calibrate {} seed {seed}", scenario.name));
         async move { (*seed, run_one(file, &o).await) }
     }))
     .buffer_unordered(jobs.max(1));
@@ -512,7 +517,7 @@ async fn calibrate(
             )));
         }
         done.push((seed, report));
-        eprintln!("calibrate: {}/{total} runs done (seed {seed})", done.len());
+        crate::util::note!("calibrate: {}/{total} runs done (seed {seed})", done.len());
     }
     done.sort_by_key(|(s, _)| *s);
     let first = &done[0].1;
@@ -552,23 +557,46 @@ async fn calibrate(
     };
     let dir = golden_root.join(&cal.scenario).join(&cal.hardware);
     let path = cal.write(&dir)?;
-    outln!("{}: {} runs, {}", cal.scenario, cal.runs, cal.source());
-    outln!("| rule | window | n | mean | std | min | max |\n|---|---|---:|---:|---:|---:|---:|");
-    for (metric, points) in &cal.windows {
-        for p in points {
-            outln!(
-                "| `{metric}` | {}..{} | {} | {} | {} | {} | {} |",
-                p.first,
-                p.last,
-                p.n,
-                crate::compare::expr::fmt_num(p.mean),
-                crate::compare::expr::fmt_num(p.std),
-                crate::compare::expr::fmt_num(p.min),
-                crate::compare::expr::fmt_num(p.max)
-            );
-        }
-    }
-    outln!("written to {}", path.display());
+    outln!("{}: calibrated from {}", cal.scenario, cal.source());
+    // One line a rule (its windows' first and last mean, the spread of their σ); every
+    // window's statistics are in calibration.json.
+    let rows: Vec<Vec<String>> = cal
+        .windows
+        .iter()
+        .filter(|(_, points)| !points.is_empty())
+        .map(|(metric, points)| {
+            use crate::compare::expr::fmt_num;
+            let (first, last) = (&points[0], &points[points.len() - 1]);
+            let sd = |f: fn(f64, f64) -> f64| points.iter().map(|p| p.std).fold(points[0].std, f);
+            vec![
+                metric.clone(),
+                points.len().to_string(),
+                format!("{}..{}", first.first, last.last),
+                fmt_num(first.mean),
+                fmt_num(last.mean),
+                format!("{} .. {}", fmt_num(sd(f64::min)), fmt_num(sd(f64::max))),
+            ]
+        })
+        .collect();
+    outln!(
+        "{}",
+        crate::util::plain_table(
+            &[
+                "rule",
+                "windows",
+                "steps",
+                "first mean",
+                "last mean",
+                "σ min .. max"
+            ],
+            &rows,
+            &[false, true, false, true, true, true],
+        )
+    );
+    outln!(
+        "written to {} (every window's mean, σ, min and max)",
+        path.display()
+    );
     if let Some(fraction) = detect {
         print_seeds_needed(&checks, &cal, fraction);
     }
@@ -604,22 +632,34 @@ fn print_seeds_needed(
         fmt_num(fraction * 100.0),
         cal.source()
     );
-    outln!("| rule | window | mean | σ | shift | seeds |\n|---|---|---:|---:|---:|---:|");
-    for r in &rows {
-        outln!(
-            "| `{}` | {}..{} | {} | {} | {} | {} |",
-            r.metric,
-            r.window.0,
-            r.window.1,
-            fmt_num(r.mean),
-            fmt_num(r.sigma),
-            fmt_num(r.shift),
-            r.seeds.map_or_else(
-                || format!(
-                    "more than 1000 (the calibration's {} runs bound it)",
-                    cal.runs
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.metric.clone(),
+                format!("{}..{}", r.window.0, r.window.1),
+                fmt_num(r.mean),
+                fmt_num(r.sigma),
+                fmt_num(r.shift),
+                r.seeds.map_or_else(
+                    || {
+                        format!(
+                            "more than 1000 (the calibration's {} runs bound it)",
+                            cal.runs
+                        )
+                    },
+                    |n| n.to_string(),
                 ),
-                |n| n.to_string()
+            ]
+        })
+        .collect();
+    if !table.is_empty() {
+        outln!(
+            "{}",
+            crate::util::plain_table(
+                &["rule", "window", "mean", "σ", "shift", "seeds"],
+                &table,
+                &[false, false, true, true, true, true],
             )
         );
     }

@@ -95,6 +95,8 @@ pub struct MatrixOptions {
     pub require_observed: bool,
     /// Only the knobs these patterns name (`--knobs`); empty: every knob of the manifest.
     pub knobs: Vec<String>,
+    /// A progress bar on a terminal (`--no-progress`: one plain line per finished run).
+    pub progress: bool,
 }
 
 impl Default for MatrixOptions {
@@ -105,6 +107,7 @@ impl Default for MatrixOptions {
             group: true,
             require_observed: false,
             knobs: Vec::new(),
+            progress: true,
         }
     }
 }
@@ -254,16 +257,8 @@ pub(crate) async fn propagate_command(
     options: &MatrixOptions,
 ) -> Result<ExitStatus, CommandError> {
     let (report, dir, failed) = run_matrix(scenario, out, set, options).await?;
-    let md = write_reports(&report, &dir)?;
-    outln!("{md}");
-    outln!("reports: {}", dir.display());
-    if report.require_observed && report.unobserved() > 0 {
-        outln!(
-            "--require-observed: {} knobs were not observed: {}",
-            report.unobserved(),
-            report.unobserved_paths().join(", ")
-        );
-    }
+    write_reports(&report, &dir)?;
+    outln!("{}", report.terminal_summary());
     let mut status = if report.passed() {
         ExitStatus::Passed
     } else {
@@ -272,6 +267,12 @@ pub(crate) async fn propagate_command(
     if failed {
         status = status.worst(ExitStatus::RunFailed);
     }
+    outln!("verdict: {} (exit {})", status.word(), status.code());
+    outln!(
+        "report: {}\n        {} (beside them: propagation.junit.xml, propagation.json)",
+        dir.join("propagation.html").display(),
+        dir.join("propagation.md").display()
+    );
     Ok(status)
 }
 
@@ -368,9 +369,12 @@ pub async fn run_matrix(
         experiment: format!("{}-propagate", base.name),
         jobs: if fixed_port { 1 } else { options.jobs.max(1) },
         config: &base_config,
+        progress: MatrixProgress::new(&base.name, options.progress),
     };
     let mut rs = RunSet::default();
-    let (cells, splits) = run_units(&exec, &m, &plan, units, &mut rs).await?;
+    let ran = run_units(&exec, &m, &plan, units, &mut rs).await;
+    exec.progress.finish();
+    let (cells, splits) = ran?;
     let judged = judge_all(&m, &plan, cells);
     let resolved = resolved_config(&rs, command, &base_config);
     let mut unlisted = super::resolved::unlisted(&full, resolved);
@@ -489,6 +493,92 @@ struct Executor<'a> {
     jobs: usize,
     /// The scenario's resolved config (what a knob's conditions read before any run).
     config: &'a Value,
+    progress: MatrixProgress,
+}
+
+/// The matrix's progress on stderr: a bar on a terminal, one plain line per finished run
+/// elsewhere (a CI log, `--no-progress`), nothing under `-q`. The total grows by each round's
+/// runs (a split group adds a round).
+struct MatrixProgress {
+    bar: Option<indicatif::ProgressBar>,
+    plain: bool,
+    done: std::sync::atomic::AtomicUsize,
+    total: std::sync::atomic::AtomicUsize,
+}
+
+impl MatrixProgress {
+    fn new(scenario: &str, bar: bool) -> Self {
+        use std::io::IsTerminal;
+        let quiet = crate::util::quiet();
+        let bar = (bar && !quiet && std::io::stderr().is_terminal()).then(|| {
+            let b = indicatif::ProgressBar::new(0);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{prefix:.bold} [{bar:30}] run {pos}/{len} {wide_msg} ({elapsed})",
+            ) {
+                b.set_style(style.progress_chars("=> "));
+            }
+            b.set_prefix(format!("propagate {scenario}"));
+            b
+        });
+        MatrixProgress {
+            plain: bar.is_none() && !quiet,
+            bar,
+            done: Default::default(),
+            total: Default::default(),
+        }
+    }
+
+    /// A round of `n` runs starts (`round` from 1).
+    fn round(&self, round: usize, n: usize, splits: usize) {
+        use std::sync::atomic::Ordering;
+        let total = self.total.fetch_add(n, Ordering::Relaxed) + n;
+        if let Some(b) = &self.bar {
+            b.set_length(total as u64);
+        } else if self.plain && round > 1 {
+            eprintln!(
+                "propagate: round {round}: {n} more run(s), for {splits} group(s) split so far \
+                 that one run could not attribute"
+            );
+        }
+    }
+
+    /// A run's name on the progress line: its overrides, or for a group its size, first
+    /// override and folder.
+    fn shown(overrides: usize, label: &str, dir: &Path) -> String {
+        if overrides <= 2 {
+            return label.to_string();
+        }
+        let first: String = label.chars().take(60).collect();
+        let folder = dir.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+        let number = folder.split('-').next().unwrap_or(folder);
+        format!("{overrides} knobs ({first}…; run folder {number}-…)")
+    }
+
+    fn finished(&self, label: &str, r: &RunResult, seconds: f64) {
+        use std::sync::atomic::Ordering;
+        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        let total = self.total.load(Ordering::Relaxed);
+        let what = match r {
+            RunResult::Ran { .. } => "recorded".to_string(),
+            RunResult::NotObservable(_) => "not observable".to_string(),
+            RunResult::Failed(e) => {
+                let first = e.lines().next().unwrap_or_default();
+                format!("FAILED: {}", first.chars().take(120).collect::<String>())
+            }
+        };
+        if let Some(b) = &self.bar {
+            b.set_position(done as u64);
+            b.set_message(label.to_string());
+        } else if self.plain {
+            eprintln!("propagate: run {done}/{total} {label}: {what} ({seconds:.1} s)");
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
 }
 
 impl Executor<'_> {
@@ -526,7 +616,10 @@ impl Executor<'_> {
             let o = self.run_options(t.dir.clone(), t.reach);
             let stop_at = self.stop_at(t.reach);
             async move {
+                let started = Instant::now();
                 let r = execute_trial(t.plan, o, &t.label, &t.dir, stop_at, t.reach).await;
+                self.progress
+                    .finished(&t.shown, &r, started.elapsed().as_secs_f64());
                 (t.index, r)
             }
         };
@@ -592,9 +685,9 @@ async fn run_units(
     }
     // The plain baseline is always run (first, alone): its trainer prints the resolved config.
     rs.want(Vec::new(), true, exec.options.until.reach(true));
-    let mut first = true;
-    while first || !pending.is_empty() {
-        first = false;
+    let mut round = 0;
+    while round == 0 || !pending.is_empty() {
+        round += 1;
         let mut unit_runs = Vec::new();
         for u in &pending {
             let trials: Vec<&verdict::Trial> = u.iter().map(|&t| &plan.trials[t]).collect();
@@ -606,6 +699,7 @@ async fn run_units(
             unit_runs.push(rs.want(group::unit_overrides(m, plan, u), false, reach));
         }
         let todo = rs.prepare(exec)?;
+        exec.progress.round(round, todo.len(), splits);
         exec.execute(rs, todo).await?;
         let mut next = Vec::new();
         for (u, run) in pending.iter().zip(unit_runs) {
@@ -652,6 +746,8 @@ struct Todo {
     plan: crate::plan::RunPlan,
     dir: PathBuf,
     label: String,
+    /// The label as the progress line shows it.
+    shown: String,
     reach: WireCut,
 }
 
@@ -732,6 +828,7 @@ impl RunSet {
             todo.push(Todo {
                 index: i,
                 plan: run_plan,
+                shown: MatrixProgress::shown(overrides.len(), &label, &dir),
                 dir,
                 label,
                 reach: self.reach[i],

@@ -78,6 +78,48 @@ impl PropagationReport {
             && self.unlisted.new_flags() == 0
             && !(self.require_observed && self.unobserved() > 0)
     }
+    /// What `propagate` prints when it is done: the summary line, each new flag, closed
+    /// known gap and unlisted key on a line of its own. The whole matrix is in the reports, not on the terminal.
+    pub fn terminal_summary(&self) -> String {
+        const WIDTH: usize = 160;
+        let clip = |s: &str| {
+            let s = s.replace('\n', " ");
+            if s.chars().count() <= WIDTH {
+                s
+            } else {
+                format!("{}…", s.chars().take(WIDTH - 1).collect::<String>())
+            }
+        };
+        let mut out = format!("{}: {}", self.scenario, self.summary());
+        for k in self
+            .knobs
+            .iter()
+            .filter(|k| k.flagged && k.known_gap.is_none())
+        {
+            let why = k.problems.first().map(String::as_str).unwrap_or("");
+            out.push_str(&format!(
+                "\n  FLAGGED {}: {}",
+                k.path,
+                clip(&format!("{}: {why}", k.verdict_text()))
+            ));
+        }
+        for g in &self.closed_gaps {
+            out.push_str(&format!("\n  known gap closed: {}", clip(g)));
+        }
+        for k in self.unlisted.knobs.iter().filter(|k| k.known_gap.is_none()) {
+            out.push_str(&format!(
+                "\n  UNLISTED {} = {}: add it to the manifest",
+                k.path, k.value
+            ));
+        }
+        if self.require_observed && self.unobserved() > 0 {
+            out.push_str(&format!(
+                "\n  --require-observed: not observed: {}",
+                clip(&self.unobserved_paths().join(", "))
+            ));
+        }
+        out
+    }
     fn summary(&self) -> String {
         let unlisted = match &self.unlisted.seen_in {
             Some(_) => format!(

@@ -290,6 +290,65 @@ fn quiet_leaves_results_only_and_no_progress_keeps_step_lines() {
     assert_eq!(both.status.code(), Some(2), "{}", text(&both));
 }
 
+/// `propagate` shows each run as it finishes (stderr), then prints a summary, each new flag on
+/// a line, the verdict with its exit code and where the reports are: not the whole matrix in
+/// Markdown. `-q` leaves out the progress, not the result.
+#[test]
+fn propagate_shows_its_runs_then_a_summary_not_the_matrix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let propagate = |extra: &[&str]| {
+        let mut c = rlharness();
+        c.current_dir(repo())
+            .args(["propagate", "scenarios/smoke/mock-gsm8k-grpo.yaml"])
+            .args(["--knobs", "remote_backend.train.logits", "--out"])
+            .arg(tmp.path())
+            .args(extra);
+        c.output().unwrap()
+    };
+    let o = propagate(&["--set", "driver.plant=[logits_in_meta_only]"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let runs: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("propagate: run "))
+        .collect();
+    assert!(
+        runs.first().is_some_and(|l| l.starts_with("propagate: run 1/") && l.contains("baseline: recorded")),
+        "{err}"
+    );
+    let (done, total) = runs.last().unwrap()["propagate: run ".len()..]
+        .split_once(' ')
+        .unwrap()
+        .0
+        .split_once('/')
+        .unwrap();
+    assert_eq!(done, total, "{err}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains('|') && out.lines().count() < 12, "{out}");
+    says(
+        &out,
+        &[
+            "mock-gsm8k-grpo: 4 knobs, ",
+            "  FLAGGED remote_backend.train.logits.compute_in_fp32: ",
+            "  FLAGGED remote_backend.train.logits.compute_from_fp32_inputs: ",
+            "verdict: FAIL (exit 1)",
+            "/propagation.html",
+        ],
+    );
+    let quiet = propagate(&["-q"]);
+    assert_eq!(quiet.status.code(), Some(0), "{}", text(&quiet));
+    assert_eq!(
+        String::from_utf8_lossy(&quiet.stderr),
+        "",
+        "{}",
+        text(&quiet)
+    );
+    says(
+        &String::from_utf8_lossy(&quiet.stdout),
+        &["verdict: pass (exit 0)"],
+    );
+}
+
 /// The exit status is the one the combined index and JUnit give, for each outcome and under
 /// `--fail-on-skip`, and the last stdout line tallies it.
 #[test]

@@ -111,16 +111,6 @@ fn rel(out: &Path, dir: &Path) -> String {
     dir.strip_prefix(out).unwrap_or(dir).display().to_string()
 }
 
-fn verdict_word(s: ExitStatus) -> &'static str {
-    match s {
-        ExitStatus::Passed => "pass",
-        ExitStatus::CheckFailed => "FAIL",
-        ExitStatus::InvalidInput => "INVALID",
-        ExitStatus::RunFailed => "RUN FAILED",
-        ExitStatus::NoGolden => "no golden",
-    }
-}
-
 fn counts(entries: &[Entry]) -> String {
     let n = |s: ExitStatus| entries.iter().filter(|e| e.status == s).count();
     format!(
@@ -157,7 +147,7 @@ pub(crate) fn tally(out: &Path, entries: &[Entry]) -> String {
         "combined: {}{extra}; exit {} ({}); {}",
         counts(entries),
         w.code(),
-        verdict_word(w),
+        w.word(),
         out.join("index.md").display()
     )
 }
@@ -168,7 +158,7 @@ pub(crate) fn render_markdown(out: &Path, entries: &[Entry]) -> String {
     o.push_str(&format!(
         "# rlharness run: exit {} ({})\n\n{}\n\n",
         w.code(),
-        verdict_word(w),
+        w.word(),
         counts(entries)
     ));
     o.push_str("| scenario | exit | verdict | where | seconds | report |\n");
@@ -242,7 +232,7 @@ pub(crate) fn render_html(out: &Path, entries: &[Entry]) -> String {
         "<h1 class=\"{}\">rlharness run: exit {} ({})</h1>\n<p>{}</p>\n",
         class(w),
         w.code(),
-        verdict_word(w),
+        w.word(),
         esc(&counts(entries))
     ));
     o.push_str(
