@@ -338,6 +338,8 @@ pub(crate) fn html(r: &PropagationReport) -> String {
     s.push_str(
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}\
          td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}\
+         table{width:100%;table-layout:fixed}th:nth-child(1){width:26%}th:nth-child(2){width:15%}\
+         th:nth-child(3){width:9%}td,li{overflow-wrap:anywhere}\
          tr.flagged td{background:#fde8e8}tr.known td{background:#fdf6e3}tr.ok td{background:#e9f7ec}code{font-size:90%}\
          ul{margin:0;padding-left:1.2em}</style></head><body>\n",
     );
