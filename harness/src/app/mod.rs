@@ -149,14 +149,22 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
 }
 
 /// The scenario file a stored run (or multi-seed run) was made from, as `run.json` or
-/// `seeds.json` records it, when it is there from here: `compare` finds the golden store from
-/// it as `run` did.
+/// `seeds.json` records it: `compare` finds the golden store from it as `run` did. The
+/// recorded path is relative to where the run was started; from elsewhere it is looked for
+/// under the run folder's ancestors (a run under the project's `reports/` finds the project).
 fn scenario_of_run(run: &std::path::Path) -> Option<std::path::PathBuf> {
     ["run.json", "seeds.json"].iter().find_map(|f| {
         let text = std::fs::read_to_string(run.join(f)).ok()?;
         let v: serde_json::Value = serde_json::from_str(&text).ok()?;
         let path = std::path::PathBuf::from(v.get("scenario_path")?.as_str()?);
-        path.is_file().then_some(path)
+        if path.is_file() || path.is_absolute() {
+            return path.is_file().then_some(path);
+        }
+        let run = std::fs::canonicalize(run).ok()?;
+        run.ancestors()
+            .skip(1)
+            .map(|a| a.join(&path))
+            .find(|p| p.is_file())
     })
 }
 

@@ -539,6 +539,41 @@ fn commands_from_another_directory_find_the_scenarios_golden() {
     assert_eq!(compared.status.code(), Some(0), "{}", text(&compared));
     says(&text(&compared), &["mock-gsm8k-grpo: passed"]);
     assert!(!elsewhere.path().join("golden").exists());
+
+    // A run started in its project with a relative path (`run.json` records
+    // `scenarios/smoke/...`), compared from somewhere else: the project is found above the
+    // run folder.
+    let project = tempfile::tempdir().unwrap();
+    let root = common::scenarios_root_in(project.path());
+    std::fs::create_dir_all(root.join("smoke")).unwrap();
+    std::fs::copy(&scenario, root.join("smoke/mock-gsm8k-grpo.yaml")).unwrap();
+    let golden = project.path().join("golden/mock-gsm8k-grpo/cpu");
+    std::fs::create_dir_all(&golden).unwrap();
+    for f in ["metrics.csv", "golden.yaml"] {
+        std::fs::copy(
+            repo().join("golden/mock-gsm8k-grpo/cpu").join(f),
+            golden.join(f),
+        )
+        .unwrap();
+    }
+    let ran = rlharness()
+        .args([
+            "run",
+            "scenarios/smoke/mock-gsm8k-grpo.yaml",
+            "--no-progress",
+        ])
+        .current_dir(project.path())
+        .output()
+        .unwrap();
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
+    let compared = rlharness()
+        .arg("compare")
+        .arg(project.path().join("reports/mock-gsm8k-grpo/latest"))
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert_eq!(compared.status.code(), Some(0), "{}", text(&compared));
+    says(&text(&compared), &["mock-gsm8k-grpo: passed"]);
 }
 
 /// Reports and pending goldens get the mode the umask gives (0644 under umask 022), not a temp
