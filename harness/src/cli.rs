@@ -280,11 +280,16 @@ pub(crate) struct ServeArgs {
     pub(crate) host: String,
     #[arg(long, default_value_t = 7000)]
     pub(crate) port: u16,
-    /// A scenario whose backend block scripts the server (mock curves, torch model).
+    /// A scenario whose backend block scripts the server (mock curves, torch model). Without
+    /// one, `torch` serves the CPU flagship's tiny model from its shipped warm start.
     #[arg(long)]
     pub(crate) scenario: Option<PathBuf>,
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub(crate) set: Vec<String>,
+    /// `torch` without a scenario: train a fresh warm start (minutes on a small CPU, with
+    /// progress; cached for the next start) instead of serving the shipped one.
+    #[arg(long, conflicts_with = "scenario")]
+    pub(crate) train_warm_start: bool,
 }
 
 #[derive(Debug, Args)]

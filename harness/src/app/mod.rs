@@ -266,6 +266,9 @@ async fn serve(args: crate::cli::ServeArgs) -> Result<ExitStatus, CommandError> 
     let scenario = load_optional_scenario(args.scenario.as_deref(), &args.set)?;
     let seed = scenario.as_ref().map_or(1, |s| s.seed);
     match args.kind {
+        crate::cli::ServeKind::Mock if args.train_warm_start => Err(CommandError::invalid(
+            "--train-warm-start is an option of `serve torch`: the mock has no weights",
+        )),
         crate::cli::ServeKind::Mock => {
             let script = match scenario.map(|s| s.backend) {
                 None => crate::backend::MockScript::default(),
@@ -296,6 +299,9 @@ fn serve_torch(args: crate::cli::ServeArgs) -> Result<ExitStatus, CommandError> 
     }
     for s in &args.set {
         cmd.args(["--set", s]);
+    }
+    if args.train_warm_start {
+        cmd.arg("--train-warm-start");
     }
     #[cfg(unix)]
     {

@@ -171,6 +171,23 @@ pub trait Engine: Send + Sync + 'static {
     fn control_seconds(&self) -> Option<f64> {
         None
     }
+    /// Queue a `/generate` call instead of running it, for an engine that batches concurrent
+    /// calls; `None` (the default): the server runs [`Engine::generate`] on a blocking thread.
+    /// Called on the server's async thread, so it must not block: it checks the request and
+    /// queues it. A queued call holds no thread while it waits; only the call that finds
+    /// nobody serving the queue gets one, to serve it ([`QueuedGenerate::serve`]).
+    fn generate_queued(
+        &self,
+        job_id: u64,
+        request: &GenerateRequest,
+    ) -> Option<Result<QueuedGenerate, EngineError>> {
+        let _ = (job_id, request);
+        None
+    }
+    /// Serve the generate queue `queue` until it is empty (see [`QueuedGenerate::serve`]).
+    fn serve_generate_queue(&self, queue: usize) {
+        let _ = queue;
+    }
     /// `/log-probs` on a log_prob job: the `results` subtree of the answer. The verl adapter
     /// never calls it, so engines without a reference model may keep this refusal.
     fn log_probs(
@@ -183,6 +200,18 @@ pub trait Engine: Send + Sync + 'static {
             "/log-probs: this engine does not serve log-probs (job {job_id})"
         )))
     }
+}
+
+/// A `/generate` call an engine queued ([`Engine::generate_queued`]).
+pub struct QueuedGenerate {
+    /// Resolves to the call's answer once a batch holding it has run.
+    pub answer: std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Timed<Vec<Completion>>, EngineError>> + Send>,
+    >,
+    /// `Some(queue)`: this call found nobody serving that queue and took the job; the server
+    /// must run [`Engine::serve_generate_queue`] with it on a blocking thread, or no queued
+    /// call is ever answered.
+    pub serve: Option<usize>,
 }
 
 /// Used by engines to build the `[B,S]` f32 tensors they return.

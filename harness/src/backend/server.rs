@@ -1253,7 +1253,26 @@ async fn generate(
         prompts,
         sampling_params: sampling_params.clone(),
     };
-    let out = engine_task(&s, move |e| e.generate(id, &request)).await?;
+    let out = match s.engine.generate_queued(id, &request) {
+        None => engine_task(&s, move |e| e.generate(id, &request)).await?,
+        Some(Err(e)) => return Err(ApiError::from(e)),
+        Some(Ok(queued)) => {
+            if let Some(queue) = queued.serve {
+                // Served on a blocking thread of its own; this call's answer, like every
+                // other queued call's, arrives on its future.
+                let serving = engine_task(&s, move |e| {
+                    e.serve_generate_queue(queue);
+                    Ok(())
+                });
+                tokio::spawn(async move {
+                    if let Err(e) = serving.await {
+                        tracing::error!("serving the generate queue failed: {}", e.detail);
+                    }
+                });
+            }
+            queued.answer.await.map_err(ApiError::from)?
+        }
+    };
     let results = serde_json::to_value(&out.value)
         .map_err(|e| ApiError::internal(format!("/generate: cannot encode results: {e}")))?;
     let root = Node::Json(json!({"job_id": id, "results": results}));

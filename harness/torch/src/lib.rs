@@ -52,7 +52,7 @@ use rlharness::backend::mock::policy::hash_words;
 use rlharness::backend::torch_spec::{ModelKind, TorchDType, TorchDevice, TorchSpec};
 use rlharness::backend::{
     Completion, Engine, EngineError, ForwardBackwardOutput, ForwardOutput, GenerateRequest,
-    ModelBatch, StepOutput, Timed,
+    ModelBatch, QueuedGenerate, StepOutput, Timed,
 };
 use rlharness::task::{CharTokenizer, EOS_ID, PAD_ID};
 use rlharness::wire::api::{JobConfig, JobType};
@@ -186,7 +186,34 @@ struct PendingGen {
     job_id: u64,
     prompts: Vec<Vec<i64>>,
     params: SamplingParams,
-    reply: std::sync::mpsc::Sender<Result<Vec<Sampled>, EngineError>>,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<Sampled>, EngineError>>,
+}
+
+/// The generate queues ([`TorchEngine::enqueue`]): the CPU's identical one-row calls, and the
+/// batched calls of `batch_generate`.
+const CPU_QUEUE: usize = 0;
+const GEN_QUEUE: usize = 1;
+
+/// What a queued call's answer is when its batch ended without one.
+fn lost_answer() -> EngineError {
+    EngineError::internal("generate: the batch this call rode in ended without an answer")
+}
+
+/// The `/generate` answer of sampled rows: `n` rows a prompt, in prompt order.
+fn completions(sampled: Vec<Sampled>, prompts: &[Vec<i64>], n: usize) -> Vec<Completion> {
+    sampled
+        .into_iter()
+        .enumerate()
+        .map(|(k, s)| Completion {
+            text: CharTokenizer::decode(&s.tokens),
+            generation_len: s.tokens.len(),
+            prompt_len: prompts[k / n].len(),
+            finish_reason: if s.stopped { "stop" } else { "length" }.into(),
+            token_ids: s.tokens,
+            prefix_cache_len: 0,
+            logprobs: s.logprobs,
+        })
+        .collect()
 }
 
 /// Calls batch together when they sample the same way; the seed of the batch is its first
@@ -464,6 +491,21 @@ impl TorchEngine {
         prompts: &[Vec<i64>],
         params: &SamplingParams,
     ) -> Result<Vec<Sampled>, EngineError> {
+        self.check_prompts(prompts)?;
+        let Some(queue) = self.queue_for(prompts, params) else {
+            // One call at a time, each under its own seed: bit-exact CPU runs.
+            return self.generate_now(job_id, prompts, params);
+        };
+        let (answer, serve) = self.enqueue(queue, job_id, prompts, params);
+        if serve {
+            self.serve_queue(queue);
+        }
+        answer
+            .blocking_recv()
+            .unwrap_or_else(|_| Err(lost_answer()))
+    }
+
+    fn check_prompts(&self, prompts: &[Vec<i64>]) -> Result<(), EngineError> {
         let vocab = self.config.vocab_size as i64;
         for (i, p) in prompts.iter().enumerate() {
             if p.is_empty() {
@@ -475,79 +517,71 @@ impl TorchEngine {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// The queue a call goes to, or `None` when it runs at once.
+    fn queue_for(&self, prompts: &[Vec<i64>], params: &SamplingParams) -> Option<usize> {
         if self.device == Device::Cpu
             && prompts.len() == 1
             && params.n == 1
             && params.seed.is_none()
         {
-            return self.generate_cpu_batched(job_id, prompts, params);
+            // The adapter's one-row call on the CPU ([`TorchEngine::serve_cpu_batches`]).
+            return Some(CPU_QUEUE);
         }
-        if !self.batch_generate {
-            // One call at a time, each under its own seed: bit-exact CPU runs.
-            return self.generate_now(job_id, prompts, params);
-        }
-        self.queue_and_wait(
-            &self.gen_queue,
-            job_id,
-            prompts,
-            params,
-            TorchEngine::serve_generate_batches,
-        )
+        self.batch_generate.then_some(GEN_QUEUE)
     }
 
-    /// Queue a call on `queue` and wait for its answer; the caller that finds nobody serving
-    /// the queue serves it (`serve`) until it is empty.
-    fn queue_and_wait(
+    /// Queue a call; returns where its answer arrives, and whether this caller found nobody
+    /// serving the queue (then it must serve it, [`TorchEngine::serve_queue`], or no queued
+    /// call is answered).
+    fn enqueue(
         &self,
-        queue: &Mutex<GenQueue>,
+        queue: usize,
         job_id: u64,
         prompts: &[Vec<i64>],
         params: &SamplingParams,
-        serve: fn(&TorchEngine),
-    ) -> Result<Vec<Sampled>, EngineError> {
-        let (reply, answer) = std::sync::mpsc::channel();
-        {
-            let mut q = lock(queue);
-            q.pending.push(PendingGen {
-                job_id,
-                prompts: prompts.to_vec(),
-                params: params.clone(),
-                reply,
-            });
-            if !q.serving {
-                q.serving = true;
-                drop(q);
-                serve(self);
-            }
-        }
-        answer.recv().unwrap_or_else(|_| {
-            Err(EngineError::internal(
-                "generate: the batch this call rode in ended without an answer",
-            ))
-        })
-    }
-
-    /// The adapter's one-row call on the CPU: queued; the first caller serves every call queued
-    /// meanwhile, identical calls (same job, prompt and sampling) as one batch whose rows each
-    /// draw from their own call's seed ([`Job::request_seed`], taken in queue order). A row of a
-    /// batch is computed exactly as it would be alone (identical prompts need no padding, and
-    /// no kernel mixes rows; `batched_cpu_rows_equal_single_calls` checks it), so the bits do
-    /// not depend on how the calls happened to batch.
-    fn generate_cpu_batched(
-        &self,
-        job_id: u64,
-        prompts: &[Vec<i64>],
-        params: &SamplingParams,
-    ) -> Result<Vec<Sampled>, EngineError> {
-        self.queue_and_wait(
-            &self.cpu_queue,
+    ) -> (
+        tokio::sync::oneshot::Receiver<Result<Vec<Sampled>, EngineError>>,
+        bool,
+    ) {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let mut q = lock(self.queue(queue));
+        q.pending.push(PendingGen {
             job_id,
-            prompts,
-            params,
-            TorchEngine::serve_cpu_batches,
-        )
+            prompts: prompts.to_vec(),
+            params: params.clone(),
+            reply,
+        });
+        let serve = !q.serving;
+        q.serving = true;
+        (answer, serve)
     }
 
+    fn queue(&self, queue: usize) -> &Mutex<GenQueue> {
+        if queue == CPU_QUEUE {
+            &self.cpu_queue
+        } else {
+            &self.gen_queue
+        }
+    }
+
+    /// Serve `queue` until it is empty; only the caller [`TorchEngine::enqueue`] told to.
+    fn serve_queue(&self, queue: usize) {
+        if queue == CPU_QUEUE {
+            self.serve_cpu_batches();
+        } else {
+            self.serve_generate_batches();
+        }
+    }
+
+    /// Serve the queue of the adapter's one-row calls on the CPU: the first caller serves every
+    /// call queued meanwhile, identical calls (same job, prompt and sampling) as one batch whose
+    /// rows each draw from their own call's seed ([`Job::request_seed`], taken in queue order).
+    /// A row of a batch is computed exactly as it would be alone (identical prompts need no
+    /// padding, and no kernel mixes rows; `batched_cpu_rows_equal_single_calls` checks it), so
+    /// the bits do not depend on how the calls happened to batch.
     fn serve_cpu_batches(&self) {
         loop {
             let pending = {
@@ -599,12 +633,12 @@ impl TorchEngine {
                 });
                 match result {
                     Ok(rows) => {
-                        for (g, row) in group.iter().zip(rows) {
+                        for (g, row) in group.into_iter().zip(rows) {
                             let _ = g.reply.send(Ok(vec![row]));
                         }
                     }
                     Err(e) => {
-                        for g in &group {
+                        for g in group {
                             let _ = g.reply.send(Err(e.clone()));
                         }
                     }
@@ -650,14 +684,14 @@ impl TorchEngine {
             let first = &group[0];
             match self.generate_now(first.job_id, &prompts, &first.params) {
                 Ok(mut rows) => {
-                    for g in group.iter().rev() {
+                    for g in group.into_iter().rev() {
                         let take = g.prompts.len() * g.params.n;
                         let mine = rows.split_off(rows.len().saturating_sub(take));
                         let _ = g.reply.send(Ok(mine));
                     }
                 }
                 Err(e) => {
-                    for g in &group {
+                    for g in group {
                         let _ = g.reply.send(Err(e.clone()));
                     }
                 }
@@ -1328,20 +1362,44 @@ impl Engine for TorchEngine {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let sampled = self.generate_ids(job_id, &prompts, &params)?;
-        let completions = sampled
-            .into_iter()
-            .enumerate()
-            .map(|(k, s)| Completion {
-                text: CharTokenizer::decode(&s.tokens),
-                generation_len: s.tokens.len(),
-                prompt_len: prompts[k / params.n].len(),
-                finish_reason: if s.stopped { "stop" } else { "length" }.into(),
-                token_ids: s.tokens,
-                prefix_cache_len: 0,
-                logprobs: s.logprobs,
-            })
-            .collect();
-        Ok(Timed::untimed(completions))
+        Ok(Timed::untimed(completions(sampled, &prompts, params.n)))
+    }
+
+    fn generate_queued(
+        &self,
+        job_id: u64,
+        request: &GenerateRequest,
+    ) -> Option<Result<QueuedGenerate, EngineError>> {
+        let parsed = SamplingParams::from_map(&request.sampling_params).and_then(|params| {
+            let prompts = request
+                .prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    CharTokenizer::encode(p)
+                        .map_err(|e| EngineError::bad_request(format!("prompt {i}: {e}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            self.check_prompts(&prompts)?;
+            Ok((params, prompts))
+        });
+        let (params, prompts) = match parsed {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        let queue = self.queue_for(&prompts, &params)?;
+        let (answer, serve) = self.enqueue(queue, job_id, &prompts, &params);
+        Some(Ok(QueuedGenerate {
+            answer: Box::pin(async move {
+                let sampled = answer.await.unwrap_or_else(|_| Err(lost_answer()))?;
+                Ok(Timed::untimed(completions(sampled, &prompts, params.n)))
+            }),
+            serve: serve.then_some(queue),
+        }))
+    }
+
+    fn serve_generate_queue(&self, queue: usize) {
+        self.serve_queue(queue);
     }
 
     fn weight_sync(&self, source: u64, targets: &[u64]) -> Result<Timed<()>, EngineError> {

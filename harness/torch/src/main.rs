@@ -107,6 +107,11 @@ mod serve {
         /// and seconds) to this JSON file, rewritten as it changes.
         #[arg(long)]
         pub layout_record: Option<PathBuf>,
+        /// Without a scenario: train a fresh warm start of the default tiny model (600 steps,
+        /// minutes on a small CPU, cached for the next start) instead of serving the shipped
+        /// one.
+        #[arg(long, conflicts_with_all = ["scenario", "backend_json"])]
+        pub train_warm_start: bool,
         /// Started by `rlharness run`: print one JSON ready line on stdout, and exit when
         /// stdin closes.
         #[arg(long)]
@@ -122,7 +127,7 @@ mod serve {
             return Ok((spec, args.seed.unwrap_or(1)));
         }
         let Some(path) = &args.scenario else {
-            return Ok((TorchSpec::default(), args.seed.unwrap_or(1)));
+            return Ok((default_spec(args.train_warm_start)?, args.seed.unwrap_or(1)));
         };
         let scenario = rlharness::spec::load_scenario(path, &args.set)
             .map_err(|e| CommandError::invalid(e.to_string()))?;
@@ -138,6 +143,49 @@ mod serve {
         }
     }
 
+    /// The server without a scenario: the default tiny model from the shipped warm start
+    /// (the CPU flagship's), or one trained here with `--train-warm-start`.
+    fn default_spec(train: bool) -> Result<TorchSpec, CommandError> {
+        use rlharness_torch::warm_start;
+        let mut spec = TorchSpec::default();
+        if train {
+            eprintln!(
+                "rlharness-torch: training a warm start of the default tiny model ({} steps; \
+                 cached under {} for the next start)",
+                spec.warm_start.steps, spec.cache_dir
+            );
+            return Ok(spec);
+        }
+        let file = warm_start::shipped_file(std::path::Path::new(&spec.cache_dir))
+            .map_err(|e| CommandError::run_failed(format!("the shipped warm start: {e}")))?;
+        spec.warm_start.max_operand = warm_start::SHIPPED_MAX_OPERAND;
+        spec.warm_start.checkpoint = Some(file.display().to_string());
+        Ok(spec)
+    }
+
+    /// What the server serves, in a line: the model's shape and the weights it starts from.
+    fn serving(spec: &TorchSpec, engine: &TorchEngine) -> String {
+        let info = engine.info();
+        let from = match (&spec.model.kind, &spec.warm_start.checkpoint) {
+            (rlharness::backend::torch_spec::ModelKind::Tiny, Some(c)) => {
+                format!("warm start {c}")
+            }
+            (rlharness::backend::torch_spec::ModelKind::Tiny, None) => format!(
+                "a warm start trained here ({})",
+                if info.warm_start_cached == Some(true) {
+                    "from the cache"
+                } else {
+                    "just now, now cached"
+                }
+            ),
+            _ => "random initialization (seeded)".to_string(),
+        };
+        format!(
+            "serving the {:?} model ({} parameters, {}, {}) from {from}",
+            spec.model.kind, info.num_parameters, info.dtype, info.device
+        )
+    }
+
     pub async fn serve(args: Args) -> Result<(), CommandError> {
         let (spec, seed) = spec_and_seed(&args)?;
         let defaults = ServerOptions::default();
@@ -147,6 +195,7 @@ mod serve {
             sampling_gpus: args.sampling_gpus.unwrap_or(defaults.sampling_gpus),
         };
         let record = args.layout_record.clone();
+        let shown_spec = spec.clone();
         // Building the model (and its warm start) is CPU-heavy: off the async threads.
         let engine = tokio::task::spawn_blocking(move || {
             let engine = TorchEngine::new(&spec, seed)?;
@@ -176,6 +225,7 @@ mod serve {
             log_prob_gpus: args.log_prob_gpus.unwrap_or(defaults.log_prob_gpus),
             ..defaults
         };
+        let serving = serving(&shown_spec, &engine);
         let (router, _handle) =
             rlharness::backend::server::router(std::sync::Arc::new(engine), opts);
         let url = format!("http://{addr}");
@@ -185,6 +235,7 @@ mod serve {
                 .map_err(|e| CommandError::run_failed(format!("ready line: {e}")))?;
             println!("{line}");
         } else {
+            println!("{serving}");
             println!("{}", banner(&url, runtime));
         }
         if args.child {

@@ -16,6 +16,28 @@ use super::optim::{AdamW, OptimConfig, Scheduler};
 use rlharness::backend::torch_spec::WarmStartSpec;
 use rlharness::task::{CharTokenizer, EOS_ID, PAD_ID};
 
+/// The shipped warm start of the default tiny model (`scenarios/models/`): what `serve torch`
+/// serves without a scenario, so it starts in seconds instead of training for minutes.
+pub const SHIPPED: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../scenarios/models/tiny-arith-warm-v1.safetensors"
+));
+/// Its name, and the largest operand it was trained on.
+pub const SHIPPED_NAME: &str = "tiny-arith-warm-v1.safetensors";
+pub const SHIPPED_MAX_OPERAND: i64 = 4;
+
+/// The shipped warm start as a file under `cache_dir` (written once, atomically), for a
+/// spec's `warm_start.checkpoint`.
+pub fn shipped_file(cache_dir: &Path) -> Result<PathBuf, String> {
+    let path = cache_dir.join(SHIPPED_NAME);
+    if std::fs::read(&path).is_ok_and(|b| b == SHIPPED) {
+        return Ok(path);
+    }
+    rlharness::fsx::create_dir_all(cache_dir).map_err(|e| e.to_string())?;
+    rlharness::fsx::write_atomic(&path, SHIPPED).map_err(|e| e.to_string())?;
+    Ok(path)
+}
+
 /// Bumped whenever the warm-start procedure changes, so stale caches are not reused.
 const PROCEDURE_VERSION: u32 = 1;
 /// The warm start's own seed: the "pretrained checkpoint" is the same for every run seed.
@@ -151,7 +173,10 @@ pub(crate) fn train(model: &mut Decoder, ws: &WarmStartSpec, seed: u64) {
     };
     let mut opt = AdamW::new(config, &model.params);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    for _ in 0..ws.steps {
+    let started = std::time::Instant::now();
+    // Minutes on a small CPU: a line every 50 steps says how far it is.
+    let every = 50.min(ws.steps).max(1);
+    for step in 1..=ws.steps {
         let rows: Vec<(Vec<i64>, Vec<i64>)> = (0..ws.batch.max(1))
             .map(|_| example(&mut rng, ws))
             .collect();
@@ -193,6 +218,15 @@ pub(crate) fn train(model: &mut Decoder, ws: &WarmStartSpec, seed: u64) {
         );
         loss.backward();
         opt.step(&model.params, None);
+        if step % every == 0 || step == ws.steps {
+            let secs = started.elapsed().as_secs_f64();
+            let eta = secs / step as f64 * (ws.steps - step) as f64;
+            eprintln!(
+                "warm start: step {step}/{}, loss {:.4} ({secs:.0} s, ETA {eta:.0} s)",
+                ws.steps,
+                loss.double_value(&[])
+            );
+        }
     }
     model.set_requires_grad(false);
 }

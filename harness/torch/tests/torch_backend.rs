@@ -753,6 +753,68 @@ fn concurrent_cpu_generate_calls_draw_their_own_streams() {
     assert_ne!(a, b);
 }
 
+/// The server's path for the adapter's one-row calls: `generate_queued` queues each call
+/// without blocking, only the first is told to serve the queue (the others hold no thread while
+/// they wait: the engine's memory once grew with every thread parked in a call), and every
+/// answer is what a call of `generate` gives alone.
+#[test]
+fn queued_generate_calls_hold_no_thread_and_answer_as_alone() {
+    let queued = std::sync::Arc::new(engine_with_job(TorchDType::F32, 6, JobType::Sampling));
+    let alone = engine_with_job(TorchDType::F32, 6, JobType::Sampling);
+    let request = |i: usize| rlharness::backend::GenerateRequest {
+        prompts: vec![format!("Q:{}+{}=", i % 10, i / 10)],
+        sampling_params: meta(json!({"temperature": 1.0, "max_tokens": 6})),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let answers = rt.block_on(async {
+        let mut serve = Vec::new();
+        let mut pending = Vec::new();
+        for i in 0..32 {
+            let q = queued
+                .generate_queued(1, &request(i))
+                .expect("a one-row CPU call is queued")
+                .unwrap();
+            serve.extend(q.serve);
+            pending.push(q.answer);
+        }
+        assert_eq!(serve.len(), 1, "only the first call serves the queue");
+        let e = queued.clone();
+        let server = tokio::task::spawn_blocking(move || e.serve_generate_queue(serve[0]));
+        let mut out = Vec::new();
+        for a in pending {
+            out.push(a.await.unwrap().value);
+        }
+        server.await.unwrap();
+        out
+    });
+    for (i, got) in answers.iter().enumerate() {
+        let want = alone.generate(1, &request(i)).unwrap().value;
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            (&got[0].token_ids, &got[0].text, got[0].prompt_len),
+            (&want[0].token_ids, &want[0].text, want[0].prompt_len),
+            "call {i}"
+        );
+    }
+    // A call with its own seed or several samples runs at once, as before.
+    let mut seeded = request(0);
+    seeded.sampling_params.insert("seed".into(), json!(5));
+    assert!(queued.generate_queued(1, &seeded).is_none());
+    // A bad request is refused at once, naming what is wrong.
+    let bad = rlharness::backend::GenerateRequest {
+        prompts: vec!["Q:x".into()],
+        sampling_params: Map::new(),
+    };
+    let err = match queued.generate_queued(1, &bad) {
+        Some(Err(e)) => e,
+        _ => panic!("a bad prompt is refused"),
+    };
+    assert!(err.detail.contains("'x'"), "{}", err.detail);
+}
+
 /// A request without `sampling_params.seed` (the adapter's) is seeded from the engine's
 /// seed, the weights' version, its prompt and how many times that prompt came before: two
 /// engines answering the same requests in different orders give every prompt the same set of
