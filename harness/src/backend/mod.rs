@@ -202,12 +202,15 @@ pub trait Engine: Send + Sync + 'static {
     }
 }
 
+/// The answer of a queued `/generate` call, once a batch holding it has run.
+pub type GenerateAnswer = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Timed<Vec<Completion>>, EngineError>> + Send>,
+>;
+
 /// A `/generate` call an engine queued ([`Engine::generate_queued`]).
 pub struct QueuedGenerate {
     /// Resolves to the call's answer once a batch holding it has run.
-    pub answer: std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Timed<Vec<Completion>>, EngineError>> + Send>,
-    >,
+    pub answer: GenerateAnswer,
     /// `Some(queue)`: this call found nobody serving that queue and took the job; the server
     /// must run [`Engine::serve_generate_queue`] with it on a blocking thread, or no queued
     /// call is ever answered.
