@@ -23,8 +23,16 @@ fn app_with(opts: ServerOptions) -> (Router, ServerHandle) {
     server::router(Arc::new(engine), opts)
 }
 
+/// Server options that keep every request (what these tests inspect).
+fn recording() -> ServerOptions {
+    ServerOptions {
+        record_requests: 1 << 16,
+        ..ServerOptions::default()
+    }
+}
+
 fn app() -> (Router, ServerHandle) {
-    app_with(ServerOptions::default())
+    app_with(recording())
 }
 
 struct Answer {
@@ -346,7 +354,7 @@ async fn job_table_rules() {
 async fn job_types_without_gpus_are_refused() {
     let (router, _) = app_with(ServerOptions {
         log_prob_gpus: 0,
-        ..ServerOptions::default()
+        ..recording()
     });
     let r = post_json(
         &router,
@@ -848,7 +856,7 @@ async fn an_empty_body_is_fastapis_field_required() {
 #[tokio::test]
 async fn full_session_over_a_real_port() {
     let engine = MockEngine::new(MockScript::default(), 3).unwrap();
-    let (router, handle) = server::router(Arc::new(engine), ServerOptions::default());
+    let (router, handle) = server::router(Arc::new(engine), recording());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -1183,4 +1191,25 @@ async fn save_and_load_assertions_are_plain_500s() {
     let r = post_json(&router, &q("/save"), json!({"step": "one"})).await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(r.json()["detail"].is_array());
+}
+
+/// A server keeps no request records unless asked (nobody reads a child server's, and they grew
+/// the torch engine's memory a megabyte a step), and keeps only the newest it was asked for.
+#[tokio::test]
+async fn request_records_are_opt_in_and_bounded() {
+    let (router, handle) = app_with(ServerOptions::default());
+    for _ in 0..3 {
+        call(&router, "GET", "/health", Body::empty()).await;
+    }
+    assert!(handle.requests().is_empty());
+    let (router, handle) = app_with(ServerOptions {
+        record_requests: 4,
+        ..ServerOptions::default()
+    });
+    for id in 0..10 {
+        call(&router, "GET", &format!("/job/{id}"), Body::empty()).await;
+    }
+    let kept: Vec<Option<u64>> = handle.requests().iter().map(|r| r.job_id).collect();
+    assert!(kept.len() <= 4 && !kept.is_empty(), "{kept:?}");
+    assert_eq!(kept.last(), Some(&Some(9)), "{kept:?}");
 }

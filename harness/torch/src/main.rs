@@ -41,8 +41,12 @@ fn main() {
 /// (up to glibc's largest heap allocation, 32 MiB) cuts the faults about fourfold and leaves
 /// the numbers bit for bit the same (libtorch aligns every tensor to 64 bytes whatever the
 /// address). Set before any other thread starts; a refused setting only costs that speed.
+/// `RLHARNESS_TORCH_MALLOC=glibc` leaves glibc's defaults (to measure against them).
 #[cfg(feature = "torch")]
 fn keep_freed_memory() {
+    if std::env::var("RLHARNESS_TORCH_MALLOC").as_deref() == Ok("glibc") {
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     for (param, value) in [
         (libc::M_ARENA_MAX, 1),

@@ -75,7 +75,14 @@ pub fn pretrained(
     device: Device,
     kind: Kind,
 ) -> Result<(Decoder, bool), String> {
-    let key = cache_key(config, ws, threads, fingerprint);
+    // On CUDA the warm start trains on the device (seconds, where the host's CPU would take
+    // minutes for a bigger model), and its cache is the device's own.
+    let on_cuda = device != Device::Cpu;
+    let key = if on_cuda {
+        cache_key(config, ws, 0, Some(&format!("{device:?}")))
+    } else {
+        cache_key(config, ws, threads, fingerprint)
+    };
     let shipped = ws.checkpoint.as_ref().map(PathBuf::from);
     let cached = shipped.is_none();
     let path = shipped.unwrap_or_else(|| cache_path(cache_dir, &key));
@@ -106,13 +113,21 @@ pub fn pretrained(
             .map_err(|e| format!("warm start {}: {e}", path.display()))?;
         return Ok((to_target(model, device, kind), true));
     }
+    if on_cuda {
+        model = to_target(model, device, Kind::Float);
+    }
     train(&mut model, ws, WARM_SEED);
     rlharness::fsx::create_dir_all(cache_dir).map_err(|e| e.to_string())?;
     let named: Vec<(String, Tensor)> = model
         .names
         .iter()
         .cloned()
-        .zip(model.params.iter().map(|p| p.detach()))
+        .zip(
+            model
+                .params
+                .iter()
+                .map(|p| p.detach().to_device(Device::Cpu)),
+        )
         .collect();
     // Write then rename, so a concurrent reader never sees half a file.
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
@@ -198,9 +213,12 @@ pub(crate) fn train(model: &mut Decoder, ws: &WarmStartSpec, seed: u64) {
         }
         let b = rows.len() as i64;
         let s = (p + r) as i64;
-        let ids = Tensor::from_slice(&ids).view([b, s]);
-        let mask = Tensor::from_slice(&mask).view([b, s]);
-        let loss_mask = Tensor::from_slice(&loss_mask).view([b, r as i64]);
+        let dev = model.device;
+        let ids = Tensor::from_slice(&ids).view([b, s]).to_device(dev);
+        let mask = Tensor::from_slice(&mask).view([b, s]).to_device(dev);
+        let loss_mask = Tensor::from_slice(&loss_mask)
+            .view([b, r as i64])
+            .to_device(dev);
         let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
         let hidden = model.hidden_states(&ids, &pos, Some(&mask));
         let h = hidden.narrow(1, p as i64 - 1, r as i64);
