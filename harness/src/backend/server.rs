@@ -463,7 +463,6 @@ pub async fn serve(
         .await
 }
 
-
 /// The recorder: buffers the body (bounded), notes route, job id, status and JSON body.
 async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
