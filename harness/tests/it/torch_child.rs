@@ -188,3 +188,78 @@ fn a_torch_backend_killed_mid_run_fails_the_run_and_keeps_the_finished_steps() {
     // Reaped: no zombie is left behind.
     assert!(!Path::new(&format!("/proc/{}", pids[0])).exists());
 }
+
+/// `serve torch` without a scenario, on a fresh checkout (no cache): it serves the shipped
+/// warm start instead of training one for minutes, says which model and weights it serves,
+/// and answers `/health`. (How soon is measured in the closing notes and docs/performance.md,
+/// not asserted here: tests do not time.)
+#[cfg(feature = "torch")]
+#[test]
+fn serve_torch_starts_from_the_shipped_warm_start_and_answers_health() {
+    use std::io::{BufRead, Read, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rlharness"))
+        .args(["serve", "torch", "--port", "0"])
+        .current_dir(tmp.path())
+        .env_remove("RLHARNESS_TORCH_BIN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let addr = loop {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("no `listening on` line within 120 s: {lines:?}"));
+        lines.push(line.clone());
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let ready = started.elapsed();
+    child.kill().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    child.wait().unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let serving = lines
+        .iter()
+        .find(|l| l.starts_with("serving the "))
+        .cloned();
+    let serving = serving.unwrap_or_else(|| panic!("no `serving` line: {lines:?}"));
+    assert!(
+        serving.contains("warm start") && serving.contains("tiny-arith-warm-v1.safetensors"),
+        "{serving}"
+    );
+    assert!(
+        !err.contains("warm start: step"),
+        "it trained a warm start: {err}"
+    );
+    eprintln!(
+        "serve torch answered /health {:.1} s after its start",
+        ready.as_secs_f64()
+    );
+}
