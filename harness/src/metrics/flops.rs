@@ -37,6 +37,9 @@ impl ModelShape {
         vocab_size: 151_936,
     };
 
+    /// The names [`ModelShape::preset`] knows.
+    pub(crate) const PRESETS: &'static [&'static str] = &["qwen3-0.6b", "qwen3-1.7b"];
+
     pub(crate) fn preset(name: &str) -> Option<ModelShape> {
         match name {
             "qwen3-0.6b" => Some(Self::QWEN3_0_6B),

@@ -798,6 +798,23 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
     let steps: Option<u64> = required(&root, "steps", "the number of training steps", &mut errors);
     let (driver, backend) = driver_and_backend(&root, &mut errors);
     let metrics: Option<crate::metrics::MetricsSpec> = field(&root, "metrics", &mut errors);
+    // An unknown preset would leave MFU out of every run without a word.
+    if let Some(crate::metrics::ModelSpec::Preset(name)) =
+        metrics.as_ref().and_then(|m| m.model.as_ref())
+    {
+        if crate::metrics::ModelShape::preset(name).is_none() {
+            let node = root.get("metrics").and_then(|m| m.get("model"));
+            errors.push(SpecError::at(
+                node.map_or(&root.pos, |n| &n.pos),
+                "metrics.model",
+                format!(
+                    "unknown model preset `{name}` (known: {}); or give the shape: {{hidden_size, \
+                     intermediate_size, num_layers, num_heads, num_kv_heads, head_dim, vocab_size}}",
+                    crate::metrics::ModelShape::PRESETS.join(", ")
+                ),
+            ));
+        }
+    }
     let checks: Option<crate::checks::ChecksSpec> = field(&root, "checks", &mut errors);
     let timeouts: Option<Timeouts> = field(&root, "timeouts", &mut errors);
     let expected_verdict: Option<Option<crate::checks::ExpectedVerdict>> =

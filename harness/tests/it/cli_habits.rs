@@ -465,6 +465,12 @@ fn check_refuses_everything_run_refuses_as_invalid_input() {
             edit("{rel: 0.1, direction: lower_is_better}", "{rel: -0.1}"),
             "timing_s/step",
         ),
+        // An unknown preset used to leave MFU out of the run without a word.
+        (
+            "bad-model-preset",
+            edit("  model: qwen3-0.6b", "  model: tiny"),
+            "metrics.model",
+        ),
     ];
     for (name, body, key) in &cases {
         let file = root.join(format!("{name}.yaml"));
