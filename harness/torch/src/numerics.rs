@@ -131,7 +131,7 @@ pub fn fingerprint(config: &DecoderConfig, threads: usize) -> String {
         batch: 16,
         ..WarmStartSpec::default()
     };
-    warm_start::train(&mut model, &ws, PROBE_SEED);
+    warm_start::train(&mut model, &ws, PROBE_SEED, false);
     let prompts: Vec<Vec<i64>> = ["Q:1+2=?\nA:", "Q:4+4=?\nA:"]
         .iter()
         .map(|p| CharTokenizer::encode(p).unwrap_or_default())

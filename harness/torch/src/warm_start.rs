@@ -116,7 +116,7 @@ pub fn pretrained(
     if on_cuda {
         model = to_target(model, device, Kind::Float);
     }
-    train(&mut model, ws, WARM_SEED);
+    train(&mut model, ws, WARM_SEED, true);
     rlharness::fsx::create_dir_all(cache_dir).map_err(|e| e.to_string())?;
     let named: Vec<(String, Tensor)> = model
         .names
@@ -171,8 +171,9 @@ pub fn example(rng: &mut ChaCha8Rng, ws: &WarmStartSpec) -> (Vec<i64>, Vec<i64>)
     (prompt, response)
 }
 
-/// `ws.steps` supervised AdamW steps on examples drawn from a stream of `seed`.
-pub(crate) fn train(model: &mut Decoder, ws: &WarmStartSpec, seed: u64) {
+/// `ws.steps` supervised AdamW steps on examples drawn from a stream of `seed`; with
+/// `progress`, a line on stderr every 50 steps.
+pub(crate) fn train(model: &mut Decoder, ws: &WarmStartSpec, seed: u64, progress: bool) {
     if ws.steps == 0 {
         return;
     }
@@ -236,7 +237,7 @@ pub(crate) fn train(model: &mut Decoder, ws: &WarmStartSpec, seed: u64) {
         );
         loss.backward();
         opt.step(&model.params, None);
-        if step % every == 0 || step == ws.steps {
+        if progress && (step % every == 0 || step == ws.steps) {
             let secs = started.elapsed().as_secs_f64();
             let eta = secs / step as f64 * (ws.steps - step) as f64;
             eprintln!(
