@@ -313,7 +313,25 @@ fn forward_logprobs_match_a_plain_forward_in_fp32() {
 
 #[test]
 fn zorro_alignment_puts_token_t_at_column_p_plus_t() {
-    let engine = random_engine(TorchDType::F32, 12);
+    zorro_alignment_check(random_engine(TorchDType::F32, 12));
+}
+
+/// The same on CUDA in bf16, the GPU learning scenario's setting (`zorro_train.enable: true`):
+/// the shifted layout holds exactly the plain layout's log-probs.
+#[test]
+#[ignore = "needs a CUDA device: the GPU lane, bash ci/gpu-tests.sh"]
+fn zorro_alignment_on_cuda_matches_the_plain_layout() {
+    let spec = TorchSpec {
+        device: TorchDevice::Cuda,
+        dtype: TorchDType::Bf16,
+        ..warm_spec(0)
+    };
+    zorro_alignment_check(TorchEngine::new(&spec, 12).unwrap());
+}
+
+/// ZoRRo's layout against the plain one on the same batch: token t's log-prob sits at column
+/// p + t (the plain layout's column p + t - 1), every other column is zero.
+fn zorro_alignment_check(engine: TorchEngine) {
     let (prompts, responses) = sample_rows();
     let (tensors, p, r) = padded_batch(&prompts, &responses);
     let s = p + r;
