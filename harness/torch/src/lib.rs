@@ -199,6 +199,23 @@ fn lost_answer() -> EngineError {
     EngineError::internal("generate: the batch this call rode in ended without an answer")
 }
 
+/// A `/generate` request's sampling parameters and tokenized prompts.
+fn parse_generate(
+    request: &GenerateRequest,
+) -> Result<(SamplingParams, Vec<Vec<i64>>), EngineError> {
+    let params = SamplingParams::from_map(&request.sampling_params)?;
+    let prompts = request
+        .prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            CharTokenizer::encode(p)
+                .map_err(|e| EngineError::bad_request(format!("prompt {i}: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((params, prompts))
+}
+
 /// The `/generate` answer of sampled rows: `n` rows a prompt, in prompt order.
 fn completions(sampled: Vec<Sampled>, prompts: &[Vec<i64>], n: usize) -> Vec<Completion> {
     sampled
@@ -1351,16 +1368,7 @@ impl Engine for TorchEngine {
         job_id: u64,
         request: &GenerateRequest,
     ) -> Result<Timed<Vec<Completion>>, EngineError> {
-        let params = SamplingParams::from_map(&request.sampling_params)?;
-        let prompts = request
-            .prompts
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                CharTokenizer::encode(p)
-                    .map_err(|e| EngineError::bad_request(format!("prompt {i}: {e}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let (params, prompts) = parse_generate(request)?;
         let sampled = self.generate_ids(job_id, &prompts, &params)?;
         Ok(Timed::untimed(completions(sampled, &prompts, params.n)))
     }
@@ -1370,16 +1378,7 @@ impl Engine for TorchEngine {
         job_id: u64,
         request: &GenerateRequest,
     ) -> Option<Result<QueuedGenerate, EngineError>> {
-        let parsed = SamplingParams::from_map(&request.sampling_params).and_then(|params| {
-            let prompts = request
-                .prompts
-                .iter()
-                .enumerate()
-                .map(|(i, p)| {
-                    CharTokenizer::encode(p)
-                        .map_err(|e| EngineError::bad_request(format!("prompt {i}: {e}")))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+        let parsed = parse_generate(request).and_then(|(params, prompts)| {
             self.check_prompts(&prompts)?;
             Ok((params, prompts))
         });
