@@ -292,7 +292,7 @@ fn kill_and_judge(
 
 /// SIGKILL at 20 seeded points of a run, from start-up to its last writes, then a clean run of
 /// the same scenario into the same folders. `full` is how long one whole run takes here; the
-/// points spread over 1.2 times it.
+/// points spread over it, from start-up to the last writes.
 fn kill_at_twenty_points(dir: &std::path::Path, args: &[&str], seed: u64) -> Vec<Left> {
     let out = dir.join("killed");
     let golden = dir.join("golden");
@@ -314,7 +314,7 @@ fn kill_at_twenty_points(dir: &std::path::Path, args: &[&str], seed: u64) -> Vec
     let mut points = Points(seed);
     let mut left = Vec::new();
     for i in 0..20 {
-        let after = full.mul_f64(1.2 * points.next_fraction());
+        let after = full.mul_f64(points.next_fraction());
         left.push(kill_and_judge(
             dir,
             args,
