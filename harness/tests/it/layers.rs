@@ -30,10 +30,19 @@ fn layer_of(module: &str) -> Option<usize> {
 /// The top-level modules one source text names through `crate::` (`crate::a::b`,
 /// `crate::{a, b::c}`), comments included: a path in a doc example is a dependency too.
 fn crate_refs(text: &str) -> BTreeSet<String> {
+    refs_through(text, "crate::")
+}
+
+/// The top-level modules of the harness that one text names through `prefix`.
+fn refs_through(text: &str, prefix: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut rest = text;
-    while let Some(i) = rest.find("crate::") {
-        rest = &rest[i + "crate::".len()..];
+    while let Some(i) = rest.find(prefix) {
+        if rest[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+            rest = &rest[i + prefix.len()..];
+            continue;
+        }
+        rest = &rest[i + prefix.len()..];
         let names: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
             let end = group.find('}').unwrap_or(group.len());
             group[..end].split(',').collect()
@@ -133,4 +142,46 @@ fn the_check_sees_an_upward_use_a_cycle_and_an_unknown_module() {
     let bad = violations(&[edge("newthing", "fsx")].into());
     assert!(bad[0].contains("has no layer"), "{bad:?}");
     assert!(violations(&[edge("runner", "metrics")].into()).is_empty());
+}
+
+/// The torch engine (the `rlharness-torch` library; its executable's `main.rs` is a command and
+/// may use any layer) builds on the backend layer and what is below it, never on the spec
+/// loader, the runner or the commands.
+#[test]
+fn the_torch_engine_uses_nothing_above_the_backend_layer() {
+    let top = layer_of("backend").unwrap();
+    let dir = repo().join("harness/torch/src");
+    let mut bad = Vec::new();
+    let mut seen = BTreeSet::new();
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "rs") || p.ends_with("main.rs") {
+            continue;
+        }
+        for used in refs_through(&std::fs::read_to_string(&p).unwrap(), "rlharness::") {
+            match layer_of(&used) {
+                Some(l) if l <= top => {
+                    seen.insert(used);
+                }
+                _ => bad.push(format!("{}: uses `{used}`", p.display())),
+            }
+        }
+    }
+    assert!(
+        seen.contains("backend") && seen.contains("wire"),
+        "{seen:?}"
+    );
+    assert!(
+        bad.is_empty(),
+        "above the backend layer:\n{}",
+        bad.join("\n")
+    );
+    // The check itself sees such a use, and not a path that merely ends in the prefix.
+    assert_eq!(
+        refs_through(
+            "use rlharness::spec::load; my_rlharness::app::x()",
+            "rlharness::"
+        ),
+        ["spec"].map(String::from).into()
+    );
 }
