@@ -982,13 +982,6 @@ pub(crate) async fn run_seeds(
         None => (None, None),
     };
     let plan = crate::plan::RunPlan::new(scenario.clone(), None, opts.steps);
-    let dir = match &opts.run_dir {
-        Some(d) => {
-            crate::fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
-            d.clone()
-        }
-        None => crate::runner::create_run_dir(&opts.out, &name, &plan.plan_hash)?,
-    };
     let mut manifest = SeedsManifest {
         format: "rlharness-seeds/1".into(),
         scenario: name,
@@ -1001,7 +994,18 @@ pub(crate) async fn run_seeds(
         ended: None,
         errors: Default::default(),
     };
-    manifest.write(&dir)?;
+    let dir = match &opts.run_dir {
+        Some(d) => {
+            crate::fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
+            manifest.write(d)?;
+            d.clone()
+        }
+        None => {
+            crate::runner::create_run_dir(&opts.out, &manifest.scenario, &plan.plan_hash, |d| {
+                manifest.write(d)
+            })?
+        }
+    };
     let jobs = jobs.max(1);
     let total = seeds.len();
     // Seeds side by side: one bar each, drawn together (in the scenario's slot, whose child

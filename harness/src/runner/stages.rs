@@ -60,16 +60,18 @@ pub(super) fn prepare(
         }
         DriverSpec::Command(_) => None,
     };
+    let env = RunEnv::new(trainer_device(plan), opts.hardware.as_deref());
+    let manifest = manifest_for(plan, &env, started);
     let run_dir = match &opts.run_dir {
         Some(d) => {
             fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
+            write_manifest(d, &manifest)?;
             d.clone()
         }
-        None => create_run_dir(&opts.out, &plan.scenario.name, &plan.plan_hash)?,
+        None => create_run_dir(&opts.out, &plan.scenario.name, &plan.plan_hash, |d| {
+            write_manifest(d, &manifest)
+        })?,
     };
-    let env = RunEnv::new(trainer_device(plan), opts.hardware.as_deref());
-    let manifest = manifest_for(plan, &env, started);
-    write_manifest(&run_dir, &manifest)?;
     let csv = MetricsCsvWriter::create(&run_dir.join("metrics.csv"))
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     Ok(Prepared {
@@ -565,6 +567,7 @@ pub(crate) fn create_run_dir(
     out: &Path,
     scenario: &str,
     plan_hash: &str,
+    init: impl FnOnce(&Path) -> Result<(), CommandError>,
 ) -> Result<PathBuf, CommandError> {
     let base = out.join(scenario);
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
@@ -575,7 +578,24 @@ pub(crate) fn create_run_dir(
         k += 1;
         dir = base.join(format!("{stamp}-{short}-{k}"));
     }
-    fsx::create_dir_all(&dir).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    // Made under a hidden name with its first file (`run.json`, `seeds.json`) written, then
+    // renamed: a harness killed at any point leaves no run folder without its manifest.
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+    let tmp = base.join(format!(
+        ".tmp-{}-{}",
+        name.unwrap_or_default(),
+        std::process::id()
+    ));
+    let made = fsx::create_dir_all(&tmp)
+        .map_err(|e| CommandError::run_failed(e.to_string()))
+        .and_then(|()| init(&tmp))
+        .and_then(|()| {
+            fsx::rename(&tmp, &dir).map_err(|e| CommandError::run_failed(e.to_string()))
+        });
+    if let Err(e) = made {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
     let latest = base.join("latest");
     let _ = std::fs::remove_file(&latest);
     #[cfg(unix)]
@@ -583,4 +603,36 @@ pub(crate) fn create_run_dir(
         let _ = std::os::unix::fs::symlink(name, &latest);
     }
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::create_run_dir;
+    use crate::error::CommandError;
+
+    /// A run folder appears whole, its first file in it, or not at all; `latest` follows it.
+    #[test]
+    fn a_run_folder_appears_with_its_manifest_or_not_at_all() {
+        let out = tempfile::tempdir().unwrap();
+        let dir = create_run_dir(out.path(), "s", "abcdef0123", |d| {
+            std::fs::write(d.join("run.json"), b"{}")
+                .map_err(|e| CommandError::run_failed(e.to_string()))
+        })
+        .unwrap();
+        assert!(dir.join("run.json").is_file());
+        assert_eq!(
+            std::fs::canonicalize(out.path().join("s/latest")).unwrap(),
+            std::fs::canonicalize(&dir).unwrap()
+        );
+        let err = create_run_dir(out.path(), "s", "abcdef0123", |_| {
+            Err(CommandError::run_failed("disk full"))
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("disk full"));
+        let names: Vec<String> = std::fs::read_dir(out.path().join("s"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "the first run and `latest` only: {names:?}");
+    }
 }

@@ -235,7 +235,9 @@ fn kill_and_judge(
                 .flatten()
         })
         .map(|e| e.path())
+        // A hidden `.tmp-*` folder is one the harness was making when killed: never a run.
         .filter(|p| p.is_dir() && !p.is_symlink())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .collect();
     assert!(runs.len() <= 1, "{runs:?}");
     let Some(run) = runs.first() else {

@@ -775,7 +775,8 @@ fn collect(frame: &bundle::Frame, out: &Path) -> Result<Vec<PathBuf>, String> {
         let mut runs: Vec<_> = std::fs::read_dir(s.path())
             .map_err(|e| e.to_string())?
             .filter_map(Result::ok)
-            .filter(|r| r.path().is_dir())
+            // A hidden `.tmp-*` folder is a run folder a killed harness never finished making.
+            .filter(|r| r.path().is_dir() && !r.file_name().to_string_lossy().starts_with('.'))
             .collect();
         runs.sort_by_key(|r| r.file_name());
         for r in runs {
