@@ -40,7 +40,9 @@ rows = list(csv.DictReader(open(files[0])))
 def col(name):
     return [float(r[name]) for r in rows if r.get(name) not in (None, "")]
 r = col("critic/rewards/mean")
+e = col("actor/entropy")
 print("  reward:", " ".join(f"{x:.2f}" for x in r))
+print("  entropy:", " ".join(f"{x:.3f}" for x in e))
 if len(r) >= 20:
     print(f"  first 10 {statistics.mean(r[:10]):.3f}, last 10 {statistics.mean(r[-10:]):.3f}")
 for name in ("timing_s/step", "perf/mfu/actor", "actor/entropy", "actor/grad_norm"):
