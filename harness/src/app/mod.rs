@@ -461,8 +461,35 @@ async fn calibrate(
     if let Some(fraction) = detect {
         let scenario = crate::spec::load_scenario(file, set)
             .map_err(|e| CommandError::invalid(e.to_string()))?;
-        let hw = hardware.clone().unwrap_or_else(|| "cpu".into());
-        let dir = golden_root.join(&scenario.name).join(&hw);
+        // The hardware key a run would get is known only once its backend runs (a torch
+        // engine names its GPU): without `--hardware`, the one calibration of the scenario.
+        let base = golden_root.join(&scenario.name);
+        let dir = match &hardware {
+            Some(hw) => base.join(hw),
+            None => {
+                let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(&base)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|d| d.join("calibration.json").is_file())
+                    .collect();
+                found.sort();
+                if found.len() > 1 {
+                    return Err(CommandError::invalid(format!(
+                        "--detect: {} has calibrations for several hardware keys ({}): name one \
+                         with --hardware",
+                        base.display(),
+                        found
+                            .iter()
+                            .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                found.pop().unwrap_or_else(|| base.join("cpu"))
+            }
+        };
         if let Some(cal) = crate::golden::calibration::Calibration::read(&dir)? {
             print_seeds_needed(&scenario.checks, &cal, fraction);
             return Ok(ExitStatus::Passed);

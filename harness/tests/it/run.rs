@@ -772,6 +772,45 @@ fn golden_calibrate_detect_prints_the_seeds_needed() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--detect: `5x` is not a fraction"));
 }
 
+/// `--detect` reads the scenario's calibration whatever its hardware key (a GPU run's is known
+/// only once its backend runs): it used to look under `cpu` alone, find nothing for an H200
+/// scenario, and calibrate all over again. With calibrations for two keys it asks which.
+#[test]
+fn golden_calibrate_detect_finds_the_calibration_of_any_hardware() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cal = repo().join("golden/tiny-gsm8k-grpo/cpu/calibration.json");
+    let detect = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+            .args(["golden", "--golden"])
+            .arg(tmp.path())
+            .args([
+                "calibrate",
+                "scenarios/tiny-gsm8k-grpo.yaml",
+                "--detect",
+                "5%",
+            ])
+            .args(extra)
+            .current_dir(repo())
+            .env_remove("CI")
+            .output()
+            .unwrap()
+    };
+    let h200 = tmp.path().join("tiny-gsm8k-grpo/h200");
+    std::fs::create_dir_all(&h200).unwrap();
+    std::fs::copy(&cal, h200.join("calibration.json")).unwrap();
+    let o = detect(&[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("seeds a multi-seed verdict needs"));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("calibrating first"));
+    let a100 = tmp.path().join("tiny-gsm8k-grpo/a100");
+    std::fs::create_dir_all(&a100).unwrap();
+    std::fs::copy(&cal, a100.join("calibration.json")).unwrap();
+    let o = detect(&[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("a100, h200"));
+    assert!(detect(&["--hardware", "h200"]).status.success());
+}
+
 /// A calibration measures healthy runs only: a seed whose run fails a rule that does not depend
 /// on the calibration (here the smoke's fixed reward band, made for its one seed) stops it,
 /// naming the seed, the run and the rule, and nothing is written.
