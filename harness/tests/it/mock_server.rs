@@ -10,29 +10,51 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
+use crate::common::recorder::{self, Recorded, Recorder};
+
 use rlharness::backend::f32_tensor;
 use rlharness::backend::mock::{MockEngine, MockScript};
 use rlharness::backend::server::frame::{i64_tensor, node_to_json, tensor_f64};
 use rlharness::backend::server::{self, ServerHandle, ServerOptions};
 use rlharness::task::CharTokenizer;
-use rlharness::wire::api::SIM_DURATION_HEADER;
+use rlharness::wire::api::{JobType, SIM_DURATION_HEADER};
 use rlharness::wire::{decode, encode, Node, Tensor};
 
-fn app_with(opts: ServerOptions) -> (Router, ServerHandle) {
-    let engine = MockEngine::new(MockScript::default(), 7).expect("default script is valid");
-    server::router(Arc::new(engine), opts)
+/// A server's handle and the recorder wrapped around its router.
+struct Handle {
+    server: ServerHandle,
+    recorder: Recorder,
 }
 
-/// Server options that keep every request (what these tests inspect).
-fn recording() -> ServerOptions {
-    ServerOptions {
-        record_requests: 1 << 16,
-        ..ServerOptions::default()
+impl Handle {
+    fn requests(&self) -> Vec<Recorded> {
+        self.recorder.requests()
+    }
+    fn recorded_job_configs(&self) -> Vec<(u64, Value)> {
+        self.recorder.job_configs()
+    }
+    fn restart(&self) {
+        self.server.restart()
+    }
+    fn jobs(&self) -> Vec<(u64, JobType)> {
+        self.server.jobs()
     }
 }
 
-fn app() -> (Router, ServerHandle) {
-    app_with(recording())
+/// The mock's server around `engine`, its router wrapped by a recorder.
+fn recorded(engine: MockEngine, opts: ServerOptions) -> (Router, Handle) {
+    let (router, server) = server::router(Arc::new(engine), opts);
+    let (router, recorder) = recorder::wrap(router);
+    (router, Handle { server, recorder })
+}
+
+fn app_with(opts: ServerOptions) -> (Router, Handle) {
+    let engine = MockEngine::new(MockScript::default(), 7).expect("default script is valid");
+    recorded(engine, opts)
+}
+
+fn app() -> (Router, Handle) {
+    app_with(ServerOptions::default())
 }
 
 struct Answer {
@@ -354,7 +376,7 @@ async fn job_table_rules() {
 async fn job_types_without_gpus_are_refused() {
     let (router, _) = app_with(ServerOptions {
         log_prob_gpus: 0,
-        ..recording()
+        ..ServerOptions::default()
     });
     let r = post_json(
         &router,
@@ -856,7 +878,7 @@ async fn an_empty_body_is_fastapis_field_required() {
 #[tokio::test]
 async fn full_session_over_a_real_port() {
     let engine = MockEngine::new(MockScript::default(), 3).unwrap();
-    let (router, handle) = server::router(Arc::new(engine), recording());
+    let (router, handle) = recorded(engine, ServerOptions::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -1191,25 +1213,4 @@ async fn save_and_load_assertions_are_plain_500s() {
     let r = post_json(&router, &q("/save"), json!({"step": "one"})).await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(r.json()["detail"].is_array());
-}
-
-/// A server keeps no request records unless asked (nobody reads a child server's, and they grew
-/// the torch engine's memory a megabyte a step), and keeps only the newest it was asked for.
-#[tokio::test]
-async fn request_records_are_opt_in_and_bounded() {
-    let (router, handle) = app_with(ServerOptions::default());
-    for _ in 0..3 {
-        call(&router, "GET", "/health", Body::empty()).await;
-    }
-    assert!(handle.requests().is_empty());
-    let (router, handle) = app_with(ServerOptions {
-        record_requests: 4,
-        ..ServerOptions::default()
-    });
-    for id in 0..10 {
-        call(&router, "GET", &format!("/job/{id}"), Body::empty()).await;
-    }
-    let kept: Vec<Option<u64>> = handle.requests().iter().map(|r| r.job_id).collect();
-    assert!(kept.len() <= 4 && !kept.is_empty(), "{kept:?}");
-    assert_eq!(kept.last(), Some(&Some(9)), "{kept:?}");
 }

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod recorder;
+
 use rlharness::app::run_one;
 use rlharness::error::ExitStatus;
 use rlharness::report::Report;
