@@ -6,8 +6,8 @@
 use tch::{Device, Kind, Tensor};
 
 use super::convert::to_tch_2d;
-use super::head::Entropy;
 use super::model::Decoder;
+use super::settings::Entropy;
 use super::settings::{CallSettings, LogitsOpt};
 use rlharness::backend::{EngineError, ModelBatch};
 

@@ -27,16 +27,8 @@ use super::batch::Padded;
 use super::model::Decoder;
 use super::settings::{CallSettings, LogitsOpt};
 
-/// What the forward-backward asks of the entropy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Entropy {
-    /// Not computed.
-    Off,
-    /// Computed for the metrics, no gradient.
-    Value,
-    /// Computed and differentiated (`entropy_coeff != 0`).
-    WithGrad,
-}
+/// Where the engine names it (`head::Entropy`); defined with the call settings.
+pub use super::settings::Entropy;
 
 /// Rows per chunk: about 12 bytes per vocabulary entry live at once (the product in the head
 /// dtype, the log-softmax and its exp in fp32, the gradient in the head dtype), kept under

@@ -7,6 +7,17 @@ use serde_json::{Map, Value};
 use super::loss::{ActorLoss, AggMode};
 use rlharness::backend::EngineError;
 
+/// What the forward-backward asks of the entropy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entropy {
+    /// Not computed.
+    Off,
+    /// Computed for the metrics, no gradient.
+    Value,
+    /// Computed and differentiated (`entropy_coeff != 0`).
+    WithGrad,
+}
+
 /// `logits.optimization`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogitsOpt {

@@ -6,7 +6,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::http::json_response;
+use super::answer::json_response;
 use crate::backend::EngineError;
 use crate::wire::api::ERROR_REASON_HEADER;
 use crate::wire::WireError;

@@ -1,5 +1,5 @@
-//! Request parameters (query, JSON bodies) and response builders (JSON, DSSST1 frames, the
-//! simulated-time header).
+//! Request parameters (the job id and other query parameters, JSON bodies) and a handler's
+//! successful answers (JSON, a DSSST1 frame).
 
 use axum::extract::rejection::BytesRejection;
 use axum::http::{header, HeaderValue, StatusCode, Uri};
@@ -7,25 +7,12 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use super::answer::{add_sim_header, json_response};
 use super::error::ApiError;
-use crate::wire::api::{parse_json_lenient, SIM_DURATION_HEADER};
+use crate::wire::api::parse_json_lenient;
 use crate::wire::{encode, Node};
 
 pub(super) type ApiResult = Result<Response, ApiError>;
-
-pub(super) fn json_response(
-    status: StatusCode,
-    body: &Value,
-    sim_seconds: Option<f64>,
-) -> Response {
-    let mut resp = (status, body.to_string()).into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    add_sim_header(&mut resp, sim_seconds);
-    resp
-}
 
 pub(super) fn ok_json(body: Value) -> ApiResult {
     Ok(json_response(StatusCode::OK, &body, None))
@@ -40,14 +27,6 @@ pub(super) fn frame_response(root: &Node, sim_seconds: Option<f64>) -> ApiResult
     );
     add_sim_header(&mut resp, sim_seconds);
     Ok(resp)
-}
-
-pub(super) fn add_sim_header(resp: &mut Response, sim_seconds: Option<f64>) {
-    if let Some(s) = sim_seconds.filter(|s| s.is_finite()) {
-        if let Ok(v) = HeaderValue::from_str(&format!("{s}")) {
-            resp.headers_mut().insert(SIM_DURATION_HEADER, v);
-        }
-    }
 }
 
 /// `job_id` from the query string: `Ok(None)` when absent.

@@ -15,6 +15,7 @@
 //! - `http.rs`: request parameters and response builders; `error.rs`: the real server's error
 //!   shapes; `frame.rs`: DSSST1 tree helpers shared with clients and tests.
 
+mod answer;
 mod batch;
 mod error;
 pub mod frame;
@@ -40,8 +41,8 @@ pub use batch::ParsedRequest;
 pub(crate) use error::internal_server_error;
 use error::ApiError;
 
+use answer::add_sim_header;
 use error::{missing_body, BODY_REQUIRED};
-use http::add_sim_header;
 use jobs::{JobTable, SamplingState};
 
 /// What the server was started with: the GPU counts `/status` reports and that gate job

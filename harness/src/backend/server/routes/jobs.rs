@@ -9,10 +9,9 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
+use crate::backend::server::answer::json_response;
 use crate::backend::server::error::ApiError;
-use crate::backend::server::http::{
-    json_body, json_object, json_response, ok_json, require_job_id, ApiResult,
-};
+use crate::backend::server::http::{json_body, json_object, ok_json, require_job_id, ApiResult};
 use crate::backend::server::jobs::{engine_task, job_info, Job, SamplingState};
 use crate::backend::server::Shared;
 use crate::util::lock;

@@ -9,12 +9,13 @@ use axum::http::{StatusCode, Uri};
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
+use crate::backend::server::answer::json_response;
 use crate::backend::server::batch::{with_parts, ParsedRequest};
 use crate::backend::server::error::ApiError;
 use crate::backend::server::frame::{node_to_json, object_entries};
 use crate::backend::server::http::{
-    body_bytes, frame_response, job_id_from_query, json_body, json_object, json_response, ok_json,
-    query_param, require_job_id, ApiResult,
+    body_bytes, frame_response, job_id_from_query, json_body, json_object, ok_json, query_param,
+    require_job_id, ApiResult,
 };
 use crate::backend::server::jobs::{engine_task, wake_transition, SamplingState, WakeTags};
 use crate::backend::server::Shared;

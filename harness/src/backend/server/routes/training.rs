@@ -10,11 +10,11 @@ use axum::http::{StatusCode, Uri};
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
+use crate::backend::server::answer::json_response;
 use crate::backend::server::batch::{model_batch, with_parts};
 use crate::backend::server::error::ApiError;
 use crate::backend::server::http::{
-    body_bytes, frame_response, json_object, json_response, ok_json, query_param, require_job_id,
-    ApiResult,
+    body_bytes, frame_response, json_object, ok_json, query_param, require_job_id, ApiResult,
 };
 use crate::backend::server::jobs::engine_task;
 use crate::backend::server::Shared;
