@@ -58,6 +58,7 @@ pub mod error;
 pub mod events;
 pub mod fsx;
 pub mod golden;
+pub mod history;
 pub mod metrics;
 pub mod plan;
 pub mod propagate;

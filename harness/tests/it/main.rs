@@ -15,6 +15,7 @@ mod crash;
 mod dssst1;
 mod faults;
 mod flagship;
+mod history;
 mod lanes;
 mod layers;
 mod layout;
