@@ -54,6 +54,7 @@ mod checks;
 pub mod cli;
 pub mod compare;
 pub mod driver;
+mod knobs;
 pub mod error;
 pub mod events;
 pub mod fsx;

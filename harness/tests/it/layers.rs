@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["checks"],
     &["golden"],
     &["compare"],
-    &["backend", "proxy", "driver", "capture"],
+    &["backend", "proxy", "driver", "capture", "knobs"],
     &["spec", "plan"],
     &["report"],
     &["runner"],
