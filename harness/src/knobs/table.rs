@@ -143,8 +143,14 @@ mod tests {
             "trainer": {"project_name": "p", "experiment_name": null},
             "remote_backend": {"train": {"logits": {"optimization": null}}}});
         let v = |p: &str| t.value(&cfg, p);
-        assert_eq!(v("remote_backend.train.logits.optimization"), Some(json!("none")));
-        assert_eq!(v("remote_backend.train.zorro_train.max_rollouts"), Some(json!(6)));
+        assert_eq!(
+            v("remote_backend.train.logits.optimization"),
+            Some(json!("none"))
+        );
+        assert_eq!(
+            v("remote_backend.train.zorro_train.max_rollouts"),
+            Some(json!(6))
+        );
         assert_eq!(
             v("trainer.default_local_dir"),
             Some(json!("checkpoints/p/${trainer.experiment_name}"))

@@ -50,7 +50,9 @@ pub(crate) fn server_plan(table: &KnobTable, config: &Value) -> Result<ServerPla
     };
     let path = "remote_backend.colocate";
     let v = knob(table, config, path)?;
-    let colocate = v.as_bool().ok_or_else(|| invalid(path, "true or false", &v))?;
+    let colocate = v
+        .as_bool()
+        .ok_or_else(|| invalid(path, "true or false", &v))?;
     // How the harness started its server, as the Arctic client would start a real one. Only
     // the builtin driver stands in for the client; an external trainer did not start this
     // server, so its runs record no flags. `--colocate` is a switch of the real server:

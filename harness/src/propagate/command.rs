@@ -815,7 +815,10 @@ impl RunSet {
             let run_plan = match run_plan_for(s, exec.options) {
                 Ok(p) => p,
                 Err(e) => {
-                    let msg = format!("the run cannot be planned with {}: {e}", overrides.join(" "));
+                    let msg = format!(
+                        "the run cannot be planned with {}: {e}",
+                        overrides.join(" ")
+                    );
                     if self.baseline[i] {
                         return Err(CommandError::invalid(msg));
                     }

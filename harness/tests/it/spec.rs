@@ -526,7 +526,10 @@ fn run_plan_hashes_origins_and_differing_knobs() {
 
     // Same values from a different file layout: same plan hash, other scenario hash.
     let same = load(&p, &[]).unwrap();
-    assert_eq!(RunPlan::new(same, Some(9), None).unwrap().plan_hash, plan.plan_hash);
+    assert_eq!(
+        RunPlan::new(same, Some(9), None).unwrap().plan_hash,
+        plan.plan_hash
+    );
     let changed = load(&p, &["config.actor_rollout_ref.rollout.n=4"]).unwrap();
     assert_ne!(
         RunPlan::new(changed, Some(9), None).unwrap().plan_hash,

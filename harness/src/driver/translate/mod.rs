@@ -9,13 +9,12 @@ mod cfg;
 
 use serde_json::{json, Map, Value};
 
-pub(crate) use cfg::{Cfg, TranslateError};
 use crate::task::PAD_ID;
 use crate::wire::api::{JobConfig, JobType};
 use crate::wire::pyjson::json_safe;
+pub(crate) use cfg::{Cfg, TranslateError};
 
 pub(crate) use crate::knobs::lookup;
-
 
 /// Everything the driver derives from the config once, at start-up.
 #[derive(Debug, Clone)]
@@ -193,7 +192,10 @@ impl Blocks {
         } else if let Some(k) = at.strip_prefix("job.training.ds_worker_config.") {
             (&mut self.dwc, k)
         } else {
-            (&mut self.vllm, at.strip_prefix("job.sampling.vllm_config.")?)
+            (
+                &mut self.vllm,
+                at.strip_prefix("job.sampling.vllm_config.")?,
+            )
         };
         Some((block, key.to_string()))
     }
@@ -214,7 +216,10 @@ fn copy_rows(c: &Cfg) -> Result<Blocks, TranslateError> {
             }
             let (block, key) = blocks.slot(&d.at).ok_or_else(|| TranslateError {
                 key: knob.path.clone(),
-                message: format!("the knob table sends it to `{}`, which no translation writes", d.at),
+                message: format!(
+                    "the knob table sends it to `{}`, which no translation writes",
+                    d.at
+                ),
             })?;
             block.insert(key, v);
         }
@@ -456,10 +461,7 @@ fn update_meta(
     update_meta.insert("actor_config".into(), actor_config(c, b, &actor)?);
     update_meta.insert(
         "policy_loss_config".into(),
-        actor
-            .get("policy_loss")
-            .map(json_safe)
-            .unwrap_or(json!({})),
+        actor.get("policy_loss").map(json_safe).unwrap_or(json!({})),
     );
     update_meta.insert("global_batch_size".into(), json!(b.train_batch_size));
     Ok(update_meta)

@@ -146,8 +146,11 @@ fn without_zorro_the_logits_knobs_travel_only_in_meta() {
     let dwc = t.jobs[2].ds_worker_config.as_ref().unwrap();
     assert!(dwc.get("logits_compute_in_fp32").is_none());
     assert_eq!(t.meta["logits_compute_in_fp32"], true);
-    let err = translate(&json!({"data": {"train_batch_size": "x"}, "actor_rollout_ref": {"model": {"path": "m"}}}), 1)
-        .unwrap_err()
-        .to_string();
+    let err = translate(
+        &json!({"data": {"train_batch_size": "x"}, "actor_rollout_ref": {"model": {"path": "m"}}}),
+        1,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("data.train_batch_size"), "{err}");
 }
