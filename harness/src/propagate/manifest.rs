@@ -625,6 +625,13 @@ mod shipped {
         );
     }
 
+    /// The translation's built-in rows are this file's, read the same (numbers included).
+    #[test]
+    fn the_built_in_knob_table_is_the_shipped_manifest() {
+        let m = load(&scenarios().join("backends/arctic.knobs.yaml")).unwrap();
+        assert_eq!(crate::knobs::arctic().unwrap().knobs, m.knobs);
+    }
+
     #[test]
     fn check_file_reports_a_key_missing_from_the_manifest() {
         let dir = tempfile::tempdir().unwrap();
