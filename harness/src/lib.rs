@@ -59,6 +59,7 @@ pub mod events;
 pub mod fsx;
 pub mod golden;
 pub mod history;
+mod knobs;
 pub mod metrics;
 pub mod plan;
 pub mod propagate;

@@ -386,7 +386,8 @@ pub(crate) fn golden_bless(
             file.display()
         ))
     })?;
-    let plan = crate::plan::RunPlan::new(scenario, None, None);
+    let plan = crate::plan::RunPlan::new(scenario, None, None)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
     if plan.plan_hash != manifest.plan_hash {
         return refuse(format!(
             "it was made from another plan than {} resolves to today (plan {} against {}: a \
@@ -857,7 +858,8 @@ pub async fn run_one(
     use crate::report::Report;
     let scenario = crate::spec::load_scenario(file, &opts.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
-    let plan = crate::plan::RunPlan::new(scenario, opts.seed, opts.steps);
+    let plan = crate::plan::RunPlan::new(scenario, opts.seed, opts.steps)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
     let unmet = plan.scenario.requires.unmet();
     if !unmet.is_empty() {
         return Ok(Report::skipped(&plan.scenario.name, &unmet.join("; ")));
@@ -877,7 +879,8 @@ pub async fn run_one(
             set.extend(st.plant);
             let planted = crate::spec::load_scenario(file, &set)
                 .map_err(|e| CommandError::invalid(e.to_string()))?;
-            let plan = crate::plan::RunPlan::new(planted, opts.seed, opts.steps);
+            let plan = crate::plan::RunPlan::new(planted, opts.seed, opts.steps)
+                .map_err(|e| CommandError::invalid(e.to_string()))?;
             (plan, Some(reference))
         }
     };
@@ -1008,7 +1011,8 @@ pub(crate) async fn run_seeds(
         }
         None => (None, None),
     };
-    let plan = crate::plan::RunPlan::new(scenario.clone(), None, opts.steps);
+    let plan = crate::plan::RunPlan::new(scenario.clone(), None, opts.steps)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
     let mut manifest = SeedsManifest {
         format: "rlharness-seeds/1".into(),
         scenario: name,
@@ -1054,9 +1058,14 @@ pub(crate) async fn run_seeds(
         o.ci = true;
         o.update_golden = false;
         o.progress_label = Some(format!("{} seed {seed}", manifest.scenario));
-        let plan = crate::plan::RunPlan::new(scenario.clone(), Some(seed), opts.steps);
+        let plan = crate::plan::RunPlan::new(scenario.clone(), Some(seed), opts.steps)
+            .map_err(|e| CommandError::invalid(e.to_string()));
         crate::slot::SLOT.scope(slot.clone(), async move {
-            (seed, judge_plan(plan, None, &o).await)
+            let report = match plan {
+                Ok(plan) => judge_plan(plan, None, &o).await,
+                Err(e) => Err(e),
+            };
+            (seed, report)
         })
     }))
     .buffer_unordered(jobs);
@@ -1143,7 +1152,8 @@ async fn record(args: crate::cli::RecordArgs) -> Result<ExitStatus, CommandError
             args.scenario.display()
         )));
     }
-    let plan = crate::plan::RunPlan::new(scenario, opts.seed, opts.steps);
+    let plan = crate::plan::RunPlan::new(scenario, opts.seed, opts.steps)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
     let unmet = plan.scenario.requires.unmet();
     if !unmet.is_empty() {
         return Err(CommandError::invalid(format!(

@@ -80,8 +80,6 @@ pub(crate) struct DriverRun {
     /// For `perf/mfu/actor`: the declared model and the device's promised peak.
     pub(crate) model: Option<ModelShape>,
     pub(crate) peak_flops: Option<f64>,
-    /// Number of GPUs the throughput is divided by (`trainer.n_gpus_per_node x nnodes`).
-    pub(crate) n_gpus: f64,
 }
 
 struct Jobs {
@@ -609,7 +607,7 @@ fn batch_metrics(
     if step_s > 0.0 {
         m.insert(
             "perf/throughput",
-            total_tokens as f64 / (step_s * run.n_gpus.max(1.0)),
+            total_tokens as f64 / (step_s * run.translation.n_gpus.max(1.0)),
         );
     }
     if let (Some(model), Some(peak)) = (run.model, run.peak_flops) {

@@ -1,16 +1,26 @@
-//! The RunPlan: an immutable, fully resolved scenario with the provenance of every value and
-//! two hashes. `scenario_hash` changes when any source file changes (so a golden can tell it
+//! The RunPlan: an immutable, fully resolved scenario with the provenance of every value, two
+//! hashes, and everything the run's stages need computed once from the config: what the
+//! builtin driver sends (its translation) and the options of a server the harness starts. `scenario_hash` changes when any source file changes (so a golden can tell it
 //! was recorded against other inputs); `plan_hash` changes only when a resolved value does
 //! (moving a knob between files, or setting it to its default, keeps it).
 
 pub mod launch;
+mod server;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::spec::{Origin, Scenario};
+use crate::backend::BackendSpec;
+use crate::driver::translate::{translate, TranslateError, Translation};
+use crate::driver::DriverSpec;
+use crate::knobs::arctic;
+use crate::spec::{Origin, Scenario, Timeouts};
+use crate::util::hex;
+
+pub(crate) use server::ServerPlan;
 
 #[derive(Debug, Clone)]
 pub struct RunPlan {
@@ -22,9 +32,22 @@ pub struct RunPlan {
     /// Origins of the values outside `config` (`seed`, `steps`, `backend.url`, ...). `--seed`
     /// and `--steps` show as `--set seed=N` / `--set steps=N`.
     pub origins: BTreeMap<String, Origin>,
+    /// What the builtin driver sends; `None` for a command trainer, which reads the config
+    /// itself (its launch is made at the start of the run: `launch`).
+    pub(crate) translation: Option<Translation>,
+    /// How the harness starts a server of its own (mock, torch child); `None` for any other
+    /// backend.
+    pub(crate) server: Option<ServerPlan>,
 }
 
-use crate::util::hex;
+/// A config value the run cannot use (a wrong type, a model missing), named by its key.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+pub struct PlanError {
+    path: PathBuf,
+    #[source]
+    source: TranslateError,
+}
 
 /// JSON with every object's keys sorted, so the hash does not depend on file order.
 fn canonical(v: &Value) -> Value {
@@ -47,12 +70,33 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or_else(|e| json!({ "unserializable": e.to_string() }))
 }
 
+/// What the stages need from the resolved config: the builtin driver's translation and the
+/// options of a server the harness starts.
+fn stages(s: &Scenario) -> Result<(Option<Translation>, Option<ServerPlan>), TranslateError> {
+    let config = s.config.to_json();
+    let translation = match &s.driver {
+        DriverSpec::Builtin(_) => Some(translate(&config, s.steps)?),
+        DriverSpec::Command(_) => None,
+    };
+    let server = match &s.backend {
+        BackendSpec::Mock(_) | BackendSpec::Torch(_) => {
+            let table = arctic().map_err(|e| TranslateError {
+                key: String::new(),
+                message: e.to_string(),
+            })?;
+            Some(server::server_plan(table, &config)?)
+        }
+        _ => None,
+    };
+    Ok((translation, server))
+}
+
 impl RunPlan {
     pub fn new(
         mut scenario: Scenario,
         seed_override: Option<u64>,
         steps_override: Option<u64>,
-    ) -> Self {
+    ) -> Result<Self, PlanError> {
         let mut origins = scenario.origins.clone();
         if let Some(seed) = seed_override {
             scenario.seed = seed;
@@ -80,16 +124,22 @@ impl RunPlan {
             hasher.update(&bytes);
         }
         let scenario_hash = hex(&hasher.finalize());
+        let (translation, server) = stages(&scenario).map_err(|source| PlanError {
+            path: scenario.path.clone(),
+            source,
+        })?;
         let mut plan = RunPlan {
             scenario,
             scenario_hash,
             plan_hash: String::new(),
             origins,
+            translation,
+            server,
         };
         let canonical_json = canonical(&plan.values_json());
         let bytes = serde_json::to_vec(&canonical_json).unwrap_or_default();
         plan.plan_hash = hex(&Sha256::digest(&bytes));
-        plan
+        Ok(plan)
     }
 
     /// The resolved values only (what `plan_hash` covers).
@@ -107,7 +157,7 @@ impl RunPlan {
             "metrics": to_value(&s.metrics),
             "checks": to_value(&s.checks),
             // Where a job waits for the cluster (`timeouts.queue`) is not what it computes.
-            "timeouts": to_value(&crate::spec::Timeouts {
+            "timeouts": to_value(&Timeouts {
                 queue: None,
                 ..s.timeouts.clone()
             }),

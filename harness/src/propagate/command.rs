@@ -812,7 +812,20 @@ impl RunSet {
                     continue;
                 }
             };
-            let run_plan = run_plan_for(s, exec.options);
+            let run_plan = match run_plan_for(s, exec.options) {
+                Ok(p) => p,
+                Err(e) => {
+                    let msg = format!(
+                        "the run cannot be planned with {}: {e}",
+                        overrides.join(" ")
+                    );
+                    if self.baseline[i] {
+                        return Err(CommandError::invalid(msg));
+                    }
+                    self.results[i] = Some(RunResult::Failed(msg));
+                    continue;
+                }
+            };
             if let Some(&first) = self.by_hash.get(&run_plan.plan_hash) {
                 self.alias[i] = first;
                 // Not run yet (prepared this round): it goes as far as both need. A run
@@ -842,7 +855,10 @@ impl RunSet {
 /// The plan of one run. The harness passes a command trainer the run's step count as
 /// `trainer.total_training_steps`; a trial of that knob must reach the trainer, so the
 /// config's value is the count (the trainer is stopped on the wire long before).
-fn run_plan_for(mut s: crate::spec::Scenario, options: &MatrixOptions) -> crate::plan::RunPlan {
+fn run_plan_for(
+    mut s: crate::spec::Scenario,
+    options: &MatrixOptions,
+) -> Result<crate::plan::RunPlan, crate::plan::PlanError> {
     let steps = match &s.driver {
         crate::driver::DriverSpec::Command(_) => {
             if let Some(n) = crate::driver::translate::lookup(

@@ -7,11 +7,11 @@
 //! - not a condition of any knob (a `conditions` key or a config-path `when` key, or a path
 //!   above or below one): changing it would change which consumers of another knob are active;
 //! - not the transport knob (`remote_backend.comms.protocol`: a run over Ray shows nothing);
-//! - no `effects`, no consumer and no `sent_to` at `route.*`, `routes`, `batch.*` or
+//! - no `effects`, no consumer and no `to`/`sent_to` at `route.*`, `routes`, `batch.*` or
 //!   `http_errors` (call counts, the call sequence and the data move with many knobs at once);
 //! - no `derived` consumer (a value computed from several inputs: a change there could come from
 //!   another knob of the group, and a derived read has no value to check it against);
-//! - locations (sent_to, consumers' `at`, effects, the wire-location `when` keys of its
+//! - locations (to, sent_to, consumers' `at`, effects, the wire-location `when` keys of its
 //!   consumers) pairwise disjoint from every other knob of the group, where a pattern covers
 //!   its subtree and `*` matches any segment, so overlap is judged conservatively.
 //!
@@ -48,7 +48,7 @@ const CALL_FAMILIES: &[&str] = &["route", "routes", "batch", "http_errors"];
 /// Every location pattern a knob declares: where it is sent, read, has effects, and the wire
 /// locations its consumers' conditions look at.
 pub(crate) fn locations(k: &Knob) -> Vec<String> {
-    let mut out: Vec<String> = k.sent_to.iter().chain(&k.effects).cloned().collect();
+    let mut out: Vec<String> = k.sent_locations().chain(&k.effects).cloned().collect();
     for c in &k.consumers {
         out.push(c.at.clone());
         out.extend(c.when.keys().filter(|w| is_wire_location(w)).cloned());

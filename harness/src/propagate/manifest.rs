@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub(crate) use crate::knobs::{Consumer, Knob};
+
 /// A whole manifest file (`scenarios/backends/<backend>.knobs.yaml`).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -86,99 +88,7 @@ impl ProblemKind {
     }
 }
 
-/// One knob: a dotted path from the scenario's `config` root.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Knob {
-    pub(crate) path: String,
-    /// The value the backend YAML (or the trainer's defaults) gives it; `null` when unset.
-    pub(crate) default: Value,
-    /// Perturbations, each valid for the server. The matrix runs those that differ from the
-    /// scenario's own value, so a second value covers scenarios that already set the first.
-    #[serde(rename = "try")]
-    pub(crate) tries: Vec<Value>,
-    /// Every wire location the adapter writes the knob to (whether or not anything reads it).
-    #[serde(default)]
-    pub(crate) sent_to: Vec<String>,
-    /// Where the server reads it, and when.
-    #[serde(default)]
-    pub(crate) consumers: Vec<Consumer>,
-    /// Wire changes the knob causes on purpose that are not reads of its value (call counts).
-    #[serde(default)]
-    pub(crate) effects: Vec<String>,
-    /// The server's own default when the key is absent; absent when the reference gives none.
-    #[serde(default)]
-    pub(crate) server_default: Option<Value>,
-    /// Why the knob may change nothing the server reads (forward-compatible knobs).
-    #[serde(default)]
-    pub(crate) allowed_noop: Option<String>,
-    /// Interaction pairs: run the knob under each value of each listed knob.
-    #[serde(default)]
-    pub(crate) conditions: BTreeMap<String, Vec<Value>>,
-    /// Free text for the report (why a consumer is conditional, what the server ignores).
-    #[serde(default)]
-    pub(crate) note: Option<String>,
-}
-
-/// One reader of a knob on the server side.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Consumer {
-    /// The wire location (`job.training.ds_worker_config.logits_compute_in_fp32`); a prefix of
-    /// a location names its whole subtree.
-    pub(crate) at: String,
-    /// Conditions for the read: config paths (`remote_backend.train.zorro_train.enable`) or
-    /// wire locations (`job.training.full_determinism`), each with the value it must have.
-    #[serde(default)]
-    pub(crate) when: BTreeMap<String, Value>,
-    /// The JSON type the consumer declares.
-    #[serde(default, rename = "type")]
-    pub(crate) value_type: Option<ValueType>,
-    /// The location holds a value computed from the knob (a product, a sum), not the knob
-    /// itself: a change is enough, equality is not expected.
-    #[serde(default)]
-    pub(crate) derived: bool,
-}
-
-/// JSON types a consumer can declare.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum ValueType {
-    Bool,
-    Int,
-    Float,
-    Number,
-    String,
-    List,
-    Object,
-}
-
-impl ValueType {
-    pub(crate) fn matches(self, v: &Value) -> bool {
-        match self {
-            ValueType::Bool => v.is_boolean(),
-            ValueType::Int => v.is_i64() || v.is_u64(),
-            ValueType::Float => v.is_f64(),
-            ValueType::Number => v.is_number(),
-            ValueType::String => v.is_string(),
-            ValueType::List => v.is_array(),
-            ValueType::Object => v.is_object(),
-        }
-    }
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            ValueType::Bool => "bool",
-            ValueType::Int => "int",
-            ValueType::Float => "float",
-            ValueType::Number => "number",
-            ValueType::String => "string",
-            ValueType::List => "list",
-            ValueType::Object => "object",
-        }
-    }
-}
-
-/// The JSON type name of a value, in the words of [`ValueType`].
+/// The JSON type name of a value, in the words of a consumer's declared type.
 pub(crate) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -375,7 +285,15 @@ fn validate_knob(k: &Knob, problems: &mut Vec<String>) {
             "knob `{name}`: `try` holds null, which removes the key rather than changing it"
         ));
     }
-    for loc in k.sent_to.iter().chain(&k.effects) {
+    for d in &k.to {
+        if let Some(cond) = d.when.keys().find(|c| is_wire_location(c)) {
+            problems.push(format!(
+                "knob `{name}`: destination `{}` is conditioned on `{cond}`, which must be a config path",
+                d.at
+            ));
+        }
+    }
+    for loc in k.sent_locations().chain(&k.effects) {
         if !known_location(loc) {
             problems.push(format!(
                 "knob `{name}`: `{loc}` is not a wire location (families: {families})"
@@ -557,6 +475,7 @@ pub(crate) fn json_equal(a: &Value, b: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::knobs::ValueType;
     use serde_json::json;
 
     const GOOD: &str = r#"
@@ -704,6 +623,13 @@ mod shipped {
             check_file(&scenarios().join("backends/arctic.knobs.yaml")),
             Vec::<String>::new()
         );
+    }
+
+    /// The translation's built-in rows are this file's, read the same (numbers included).
+    #[test]
+    fn the_built_in_knob_table_is_the_shipped_manifest() {
+        let m = load(&scenarios().join("backends/arctic.knobs.yaml")).unwrap();
+        assert_eq!(crate::knobs::arctic().unwrap().knobs, m.knobs);
     }
 
     #[test]

@@ -459,8 +459,7 @@ pub(crate) fn judge_cell(
     let consumed: Vec<&super::manifest::Consumer> =
         active.iter().copied().filter(|c| changed(&c.at)).collect();
     let named = |loc: &str| {
-        knob.sent_to
-            .iter()
+        knob.sent_locations()
             .chain(&knob.effects)
             .chain(knob.consumers.iter().map(|c| &c.at))
             .any(|p| pattern_matches(p, loc))

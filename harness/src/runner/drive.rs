@@ -153,7 +153,8 @@ mod tests {
     ) -> (RunEnd, Duration) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../scenarios/smoke/mock-gsm8k-grpo.yaml");
-        let plan = RunPlan::new(crate::spec::load_scenario(&path, &[]).unwrap(), None, None);
+        let plan =
+            RunPlan::new(crate::spec::load_scenario(&path, &[]).unwrap(), None, None).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let opts = RunOptions::new(dir.path().into(), dir.path().into());
         let csv = MetricsCsvWriter::create(&dir.path().join("metrics.csv")).unwrap();

@@ -15,13 +15,12 @@ use crate::backend::BackendSpec;
 use crate::driver::builtin::{self, DriverError, DriverRun};
 use crate::driver::client::ArcticClient;
 use crate::driver::command::{self, Trainer};
-use crate::driver::translate::{self, Translation};
 use crate::driver::DriverSpec;
 use crate::error::CommandError;
 use crate::events::EventSender;
 use crate::fsx;
 use crate::metrics::{promised_peak_flops, MetricsCsvWriter};
-use crate::plan::RunPlan;
+use crate::plan::{RunPlan, ServerPlan};
 use crate::proxy::ProxyHandle;
 use crate::report::RunManifest;
 
@@ -30,36 +29,26 @@ pub(super) type DriverTask = tokio::task::JoinHandle<Result<(), DriverError>>;
 
 /// What the first stage made: the run directory with its manifest and its (empty) series.
 pub(super) struct Prepared {
-    pub(crate) translation: Option<Translation>,
     pub(crate) run_dir: PathBuf,
     pub(crate) env: RunEnv,
     pub(crate) manifest: RunManifest,
     pub(crate) csv: MetricsCsvWriter,
 }
 
-/// Stage 1: translate (input errors come before anything starts; only the builtin driver
-/// translates, an external trainer reads the config itself), make the run directory, write
-/// `run.json` and an empty `metrics.csv`.
+/// Stage 1: make the run directory, write `run.json` and an empty `metrics.csv` (the plan
+/// already holds the builtin driver's translation, so input errors came before anything).
 pub(super) fn prepare(
     plan: &RunPlan,
     opts: &RunOptions,
     started: chrono::DateTime<chrono::Utc>,
 ) -> Result<Prepared, CommandError> {
-    let translation = match &plan.scenario.driver {
-        DriverSpec::Builtin(_) => Some(
-            translate::translate(&plan.scenario.config.to_json(), plan.scenario.steps).map_err(
-                |e| CommandError::invalid(format!("{}: {e}", plan.scenario.path.display())),
-            )?,
-        ),
-        DriverSpec::Command(_) if opts.direct => {
-            return Err(CommandError::invalid(format!(
-                "{}: --direct is for the builtin driver: a command trainer reaches its backend \
-                 through the recording proxy or over its own transport",
-                plan.scenario.path.display()
-            )))
-        }
-        DriverSpec::Command(_) => None,
-    };
+    if matches!(plan.scenario.driver, DriverSpec::Command(_)) && opts.direct {
+        return Err(CommandError::invalid(format!(
+            "{}: --direct is for the builtin driver: a command trainer reaches its backend \
+             through the recording proxy or over its own transport",
+            plan.scenario.path.display()
+        )));
+    }
     let env = RunEnv::new(trainer_device(plan), opts.hardware.as_deref());
     let manifest = manifest_for(plan, &env, started);
     let run_dir = match &opts.run_dir {
@@ -75,7 +64,6 @@ pub(super) fn prepare(
     let csv = MetricsCsvWriter::create(&run_dir.join("metrics.csv"))
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     Ok(Prepared {
-        translation,
         run_dir,
         env,
         manifest,
@@ -226,29 +214,21 @@ pub(super) fn start_driver(
     request_timeout: Duration,
     tx: EventSender,
 ) -> Result<(DriverTask, Option<Trainer>), CommandError> {
-    match (&plan.scenario.driver, p.translation.take()) {
+    match (&plan.scenario.driver, &plan.translation) {
         (DriverSpec::Builtin(spec), Some(translation)) => {
             let Some(driver_url) = &wire.driver_url else {
                 return Err(CommandError::invalid(
                     "the builtin driver needs a backend (`backend: none` is for command drivers)",
                 ));
             };
-            let cfg = plan.scenario.config.to_json();
             let metrics = &plan.scenario.metrics;
-            let n_gpus = translate::Cfg(&cfg)
-                .f64_or("trainer.n_gpus_per_node", 1.0)
-                .unwrap_or(1.0)
-                * translate::Cfg(&cfg)
-                    .f64_or("trainer.nnodes", 1.0)
-                    .unwrap_or(1.0);
             let run = DriverRun {
                 seed: plan.scenario.seed,
                 steps: plan.scenario.steps,
                 spec: spec.clone(),
-                translation,
+                translation: translation.clone(),
                 model: metrics.model.as_ref().and_then(|m| m.shape()),
                 peak_flops: metrics.device.as_deref().and_then(promised_peak_flops),
-                n_gpus,
             };
             let mut client = ArcticClient::new(driver_url, request_timeout)
                 .map_err(|e| CommandError::run_failed(e.to_string()))?;
@@ -261,7 +241,7 @@ pub(super) fn start_driver(
             ))
         }
         (DriverSpec::Builtin(_), None) => Err(CommandError::invalid(
-            "internal: the builtin driver has no translation",
+            "internal: the plan has no translation for the builtin driver",
         )),
         (DriverSpec::Command(spec), _) => {
             // The file logger runs in a Ray actor with another working directory.
@@ -381,56 +361,11 @@ impl RunningBackend {
     }
 }
 
-/// `remote_backend.colocate` (default `true`, as `backends/arctic.yaml`'s).
-fn colocate(plan: &RunPlan) -> bool {
-    translate::lookup(&plan.scenario.config.to_json(), "remote_backend.colocate")
-        .and_then(Value::as_bool)
-        .unwrap_or(true)
-}
-
-/// The start-up flags of a server the harness starts (what `--training-gpus` etc. would be),
-/// from `remote_backend.*`, and as `server_flags.json` records them.
-fn server_options(plan: &RunPlan) -> (crate::backend::server::ServerOptions, Value) {
-    let cfg = plan.scenario.config.to_json();
-    let gpus = |k: &str, d: u32| {
-        translate::lookup(&cfg, &format!("remote_backend.{k}"))
-            .and_then(Value::as_u64)
-            .and_then(|v| u32::try_from(v).ok())
-            .unwrap_or(d)
-    };
-    let opts = crate::backend::server::ServerOptions {
-        training_gpus: gpus("training_gpus", 1),
-        sampling_gpus: gpus("sampling_gpus", 1),
-        log_prob_gpus: gpus("log_prob_gpus", 0),
-        ..Default::default()
-    };
-    // How the harness started its server, as the Arctic client would start a real one. Only the
-    // builtin driver stands in for the client; an external trainer did not start this server,
-    // so its runs record no flags (see `execute_with`).
-    // `--colocate` is a switch of the real server: present only when colocated.
-    let colocate = colocate(plan);
-    let mut argv = vec![
-        "--training-gpus".to_string(),
-        opts.training_gpus.to_string(),
-        "--sampling-gpus".to_string(),
-        opts.sampling_gpus.to_string(),
-        "--log-prob-gpus".to_string(),
-        opts.log_prob_gpus.to_string(),
-    ];
-    if colocate {
-        argv.push("--colocate".to_string());
-    }
-    let flags = serde_json::json!({
-        "started_by": "rlharness, standing in for the Arctic client's server launch (builtin driver)",
-        "argv": argv,
-        "flags": {
-            "training_gpus": opts.training_gpus,
-            "sampling_gpus": opts.sampling_gpus,
-            "log_prob_gpus": opts.log_prob_gpus,
-            "colocate": colocate,
-        },
-    });
-    (opts, flags)
+/// The server options the plan computed (a mock or torch backend has them).
+fn server_plan(plan: &RunPlan) -> Result<&ServerPlan, CommandError> {
+    plan.server
+        .as_ref()
+        .ok_or_else(|| CommandError::invalid("internal: the plan has no server options"))
 }
 
 async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend, CommandError> {
@@ -468,8 +403,8 @@ async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend,
             )))
         }
     };
-    let (opts, flags) = server_options(plan);
-    let (router, handle) = crate::backend::server::router(engine, opts);
+    let server = server_plan(plan)?;
+    let (router, handle) = crate::backend::server::router(engine, server.options.clone());
     let router = match &plan.scenario.backend {
         BackendSpec::Mock(script) => crate::backend::mock::faults::inject(
             router,
@@ -495,7 +430,7 @@ async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend,
     Ok(RunningBackend {
         url: format!("http://{addr}"),
         runtime,
-        flags: Some(flags),
+        flags: Some(server.flags.clone()),
         stop: Some(tx),
         task: Some(task),
         replay: None,
@@ -510,7 +445,7 @@ async fn start_torch_child(
     spec: &crate::backend::TorchSpec,
     run_dir: &Path,
 ) -> Result<RunningBackend, CommandError> {
-    let (opts, flags) = server_options(plan);
+    let server = server_plan(plan)?;
     let spec = spec.beside(&plan.scenario.path);
     let ready_limit = plan
         .scenario
@@ -518,13 +453,13 @@ async fn start_torch_child(
         .run
         .unwrap_or(Duration::from_secs(600));
     let layout = crate::backend::child::ChildLayout {
-        colocate: colocate(plan),
+        colocate: server.colocate,
         record: Some(run_dir.join("backend_layout.json")),
     };
     let child = crate::backend::child::TorchChild::start(
         &spec,
         plan.scenario.seed,
-        &opts,
+        &server.options,
         &layout,
         ready_limit,
     )
@@ -532,7 +467,7 @@ async fn start_torch_child(
     Ok(RunningBackend {
         url: child.url().to_string(),
         runtime: Some(child.runtime().clone()),
-        flags: Some(flags),
+        flags: Some(server.flags.clone()),
         stop: None,
         task: None,
         replay: None,

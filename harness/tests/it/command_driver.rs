@@ -524,7 +524,7 @@ fn the_qwen3_recipe_reaches_verl_as_the_example_recipes_overrides() {
     let rlharness::driver::DriverSpec::Command(spec) = scenario.driver.clone() else {
         panic!("not a command driver");
     };
-    let plan = rlharness::plan::RunPlan::new(scenario, None, None);
+    let plan = rlharness::plan::RunPlan::new(scenario, None, None).unwrap();
     let run_dir = Path::new("/abs/reports/qwen3-0.6b-gsm8k-grpo-zorro/20261202T000000-abcd");
     let launch = rlharness::plan::launch::launch_for(&spec, &plan, run_dir, None);
     assert_eq!(launch.program, PathBuf::from("python3"));
@@ -569,7 +569,7 @@ fn the_qwen3_recipe_reaches_verl_as_the_example_recipes_overrides() {
         &["config.actor_rollout_ref.actor.optim.betas=[0.9, 0.95]".to_string()],
     )
     .unwrap();
-    let plan = rlharness::plan::RunPlan::new(scenario, None, Some(2));
+    let plan = rlharness::plan::RunPlan::new(scenario, None, Some(2)).unwrap();
     let launch = rlharness::plan::launch::launch_for(&spec, &plan, run_dir, None);
     assert!(launch
         .args

@@ -33,7 +33,7 @@ fn opts(run_dir: &Path, set: &[String]) -> RunOptions {
 
 fn plan(file: &Path, set: &[String], steps: Option<u64>) -> RunPlan {
     let scenario = rlharness::spec::load_scenario(file, set).unwrap();
-    RunPlan::new(scenario, None, steps)
+    RunPlan::new(scenario, None, steps).unwrap()
 }
 
 fn smoke() -> PathBuf {

@@ -491,7 +491,7 @@ fn run_plan_hashes_origins_and_differing_knobs() {
         "  actor_rollout_ref:\n    rollout:\n      n: 8\n    actor:\n      ppo_epochs: 1\n  remote_backend:\n    include: backends/arctic.yaml\n",
     );
     let s = load(&p, &[]).unwrap();
-    let plan = RunPlan::new(s.clone(), Some(9), None);
+    let plan = RunPlan::new(s.clone(), Some(9), None).unwrap();
     assert_eq!(plan.scenario.seed, 9);
     assert_eq!(plan.origins["seed"].to_string(), "--set seed=9");
     assert_eq!(plan.scenario_hash.len(), 64);
@@ -526,10 +526,13 @@ fn run_plan_hashes_origins_and_differing_knobs() {
 
     // Same values from a different file layout: same plan hash, other scenario hash.
     let same = load(&p, &[]).unwrap();
-    assert_eq!(RunPlan::new(same, Some(9), None).plan_hash, plan.plan_hash);
+    assert_eq!(
+        RunPlan::new(same, Some(9), None).unwrap().plan_hash,
+        plan.plan_hash
+    );
     let changed = load(&p, &["config.actor_rollout_ref.rollout.n=4"]).unwrap();
     assert_ne!(
-        RunPlan::new(changed, Some(9), None).plan_hash,
+        RunPlan::new(changed, Some(9), None).unwrap().plan_hash,
         plan.plan_hash
     );
     let p2 = r.write(
@@ -539,7 +542,7 @@ fn run_plan_hashes_origins_and_differing_knobs() {
             std::fs::read_to_string(&p).unwrap()
         ),
     );
-    let moved = RunPlan::new(load(&p2, &[]).unwrap(), Some(9), None);
+    let moved = RunPlan::new(load(&p2, &[]).unwrap(), Some(9), None).unwrap();
     assert_eq!(moved.plan_hash, plan.plan_hash);
     assert_ne!(moved.scenario_hash, plan.scenario_hash);
 }
