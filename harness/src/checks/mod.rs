@@ -8,7 +8,6 @@ pub(crate) mod domain;
 pub mod expr;
 mod spec;
 
-#[cfg(test)]
 pub(crate) use spec::window_value;
 pub(crate) use spec::{
     parse_seed_range, stability_enabled_for, Calibrated, ChecksSpec, Direction, Expectation,

@@ -6,6 +6,7 @@
 //! Nothing here reads or writes files.
 
 mod direction;
+pub(crate) use direction::default_direction;
 pub mod exact;
 mod judge;
 mod loosened;

@@ -3,3 +3,4 @@
 //! `changepoint.rs`: PELT change points with a penalty set from the calibration's noise.
 
 pub mod changepoint;
+pub mod trend;

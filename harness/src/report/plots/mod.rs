@@ -17,8 +17,10 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 mod grouped;
+mod trend;
 
 use grouped::{GroupedSvg, SvgDoc};
+pub(crate) use trend::{plot_trend, TrendPlot};
 
 use super::{plot_file_name, Report};
 use crate::compare::{PointCheck, RuleStatus};
@@ -311,8 +313,19 @@ fn plot(
     y: Range<f64>,
     draw: impl FnOnce(&mut Layers) -> DrawResult,
 ) -> String {
+    plot_over(metric, "step", x, y, draw)
+}
+
+/// [`plot`] over another x axis than steps (`x_desc`: its label).
+fn plot_over(
+    metric: &str,
+    x_desc: &str,
+    x: Range<f64>,
+    y: Range<f64>,
+    draw: impl FnOnce(&mut Layers) -> DrawResult,
+) -> String {
     let doc = SvgDoc::new(SIZE);
-    match draw_plot(&doc, metric, x, y, draw) {
+    match draw_plot(&doc, metric, x_desc, x, y, draw) {
         Ok(()) => doc.finish(),
         Err(msg) => error_svg(metric, &msg),
     }
@@ -321,6 +334,7 @@ fn plot(
 fn draw_plot(
     doc: &SvgDoc,
     metric: &str,
+    x_desc: &str,
     x: Range<f64>,
     y: Range<f64>,
     draw: impl FnOnce(&mut Layers) -> DrawResult,
@@ -337,7 +351,7 @@ fn draw_plot(
         .y_label_area_size(84)
         .build_cartesian_2d(x, y)
         .map_err(e)?;
-    // Steps are whole numbers: a tick between two steps gets no label.
+    // Steps (and runs) are whole numbers: a tick between two gets no label.
     let x_tick = |v: &f64| {
         if (v - v.round()).abs() < 1e-9 {
             format!("{v:.0}")
@@ -348,7 +362,7 @@ fn draw_plot(
     let y_tick = |v: &f64| tick_label(*v, y0, y1);
     chart
         .configure_mesh()
-        .x_desc("step")
+        .x_desc(x_desc)
         .y_desc(metric)
         .x_label_formatter(&x_tick)
         .y_label_formatter(&y_tick)

@@ -1,0 +1,282 @@
+//! One scenario's trend: its runs in order, one value per run for each window the judge uses,
+//! the golden's value and band there, and the change points with the commits they fall
+//! between.
+
+use crate::checks::{window_value as judge_window_value, Direction};
+use crate::compare::default_direction;
+use crate::golden::Golden;
+use crate::metrics::MetricTable;
+
+use super::changepoint::{detect, robust_sigma, ALPHA};
+
+/// One run of the series, in the order the history puts them.
+#[derive(Debug, Clone)]
+pub struct RunPoint {
+    /// The run directory, as found.
+    pub dir: String,
+    /// When the run started (RFC 3339).
+    pub started: String,
+    /// The harness checkout's commit.
+    pub commit: Option<String>,
+    /// The trainer's sources (`git describe` of a command scenario's sources, or `--label`).
+    pub trainer: Option<String>,
+    /// The run's verdict word (`passed`, `regressed`, `incomplete`, ...).
+    pub verdict: String,
+    pub table: MetricTable,
+}
+
+impl RunPoint {
+    /// What identifies the code a run ran: the trainer's version when recorded, the harness
+    /// commit otherwise.
+    pub fn version(&self) -> String {
+        match (&self.trainer, &self.commit) {
+            (Some(t), Some(c)) => format!("{t} (harness {c})"),
+            (Some(t), None) => t.clone(),
+            (None, Some(c)) => c.clone(),
+            (None, None) => "unknown".into(),
+        }
+    }
+}
+
+/// A span of steps the judge reads as one value: its mean, or its median.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    pub metric: String,
+    pub first: u64,
+    pub last: u64,
+    pub median: bool,
+    /// The calibration's spread of this window across seeds, when calibrated.
+    pub sigma: Option<f64>,
+    /// The golden's value of the window, and the half-width of its blessed band.
+    pub golden: Option<f64>,
+    pub band: Option<f64>,
+}
+
+impl Window {
+    pub fn label(&self) -> String {
+        let stat = if self.median { "median" } else { "mean" };
+        format!(
+            "{} ({stat} of steps {}-{})",
+            self.metric, self.first, self.last
+        )
+    }
+
+    /// The window's value in one run: `None` when the run has none of its steps.
+    pub fn value(&self, table: &MetricTable) -> Option<f64> {
+        window_value(table, &self.metric, self.first, self.last, self.median)
+    }
+}
+
+/// The judge's point of a window in one table; `None` when it has none of the window's steps
+/// or a value that is not finite.
+fn window_value(
+    table: &MetricTable,
+    metric: &str,
+    first: u64,
+    last: u64,
+    median: bool,
+) -> Option<f64> {
+    let xs: Vec<f64> = table
+        .series(metric)
+        .into_iter()
+        .filter(|(s, _)| (first..=last).contains(s))
+        .map(|(_, v)| v)
+        .collect();
+    Some(judge_window_value(&xs, median)).filter(|v| v.is_finite())
+}
+
+/// The windows of a scenario: its calibration's (each golden rule's windows, with their
+/// spread), else its golden's blessed bands, else the last ten steps of the reward, the MFU
+/// and the step time.
+pub fn windows_of(golden: Option<&Golden>, runs: &[RunPoint]) -> Vec<Window> {
+    let golden_value = |metric: &str, first, last, median| {
+        golden.and_then(|g| window_value(&g.table, metric, first, last, median))
+    };
+    let band_of = |metric: &str, first: u64, last: u64| {
+        golden
+            .and_then(|g| g.bands.as_ref())
+            .and_then(|b| b.get(metric))
+            .and_then(|ws| ws.iter().find(|w| w.0 == first && w.1 == last))
+            .map(|w| w.2)
+    };
+    if let Some(cal) = golden.and_then(|g| g.calibration.as_ref()) {
+        let mut out = Vec::new();
+        for (metric, points) in &cal.windows {
+            for p in points {
+                let median = p.median.unwrap_or(false);
+                out.push(Window {
+                    metric: metric.clone(),
+                    first: p.first,
+                    last: p.last,
+                    median,
+                    sigma: Some(p.std),
+                    golden: golden_value(metric, p.first, p.last, median),
+                    band: band_of(metric, p.first, p.last),
+                });
+            }
+        }
+        return out;
+    }
+    if let Some(bands) = golden.and_then(|g| g.bands.as_ref()) {
+        return bands
+            .iter()
+            .flat_map(|(metric, ws)| {
+                ws.iter().map(move |&(first, last, half)| Window {
+                    metric: metric.clone(),
+                    first,
+                    last,
+                    median: false,
+                    sigma: None,
+                    golden: golden_value(metric, first, last, false),
+                    band: Some(half),
+                })
+            })
+            .collect();
+    }
+    let last_step = runs
+        .iter()
+        .filter_map(|r| r.table.steps().last().copied())
+        .max()
+        .unwrap_or(0);
+    let first = last_step.saturating_sub(9).max(1);
+    ["critic/rewards/mean", "perf/mfu/actor", "timing_s/step"]
+        .into_iter()
+        .filter(|m| runs.iter().any(|r| !r.table.series(m).is_empty()))
+        .map(|metric| Window {
+            metric: metric.to_string(),
+            first,
+            last: last_step,
+            median: false,
+            sigma: None,
+            golden: golden_value(metric, first, last_step, false),
+            band: None,
+        })
+        .collect()
+}
+
+/// What a change point is taken to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// A golden was blessed between the two runs: the move was accepted on purpose.
+    Intentional,
+    /// The metric moved the way its direction calls better: re-bless if it is wanted.
+    Improvement,
+    /// The metric moved the wrong way (or, two-sided, at all): the commits between are suspect.
+    Suspect,
+}
+
+/// One change point of one window's series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// The first run (index into the scenario's runs) at the new level.
+    pub run: usize,
+    pub before: f64,
+    pub after: f64,
+    /// The move in noise units.
+    pub z: f64,
+    /// The code of the last run before, and of the first run after.
+    pub from: String,
+    pub to: String,
+    pub kind: ChangeKind,
+}
+
+/// One window's series over the runs and where it changed.
+#[derive(Debug, Clone)]
+pub struct WindowTrend {
+    pub window: Window,
+    /// One value per run (`None` where a run has none).
+    pub values: Vec<Option<f64>>,
+    /// The noise scale the change points were judged with, and where it came from.
+    pub sigma: f64,
+    pub sigma_from: &'static str,
+    pub changes: Vec<Change>,
+}
+
+/// A scenario's runs, ordered, and each window's trend.
+#[derive(Debug, Clone)]
+pub struct Trend {
+    pub scenario: String,
+    pub hardware: String,
+    pub runs: Vec<RunPoint>,
+    pub windows: Vec<WindowTrend>,
+    /// When its goldens were blessed (RFC 3339), oldest first.
+    pub blesses: Vec<String>,
+}
+
+/// Whether a golden was blessed between two runs' start times.
+fn blessed_between(blesses: &[String], before: &str, after: &str) -> bool {
+    blesses
+        .iter()
+        .any(|d| before < d.as_str() && d.as_str() <= after)
+}
+
+/// The trend of `runs` (already in order) against the golden in force, with the dates its
+/// goldens were blessed.
+pub fn analyse(
+    scenario: &str,
+    hardware: &str,
+    runs: Vec<RunPoint>,
+    golden: Option<&Golden>,
+    blesses: Vec<String>,
+) -> Trend {
+    let windows = windows_of(golden, &runs)
+        .into_iter()
+        .map(|w| window_trend(w, &runs, &blesses))
+        .collect();
+    Trend {
+        scenario: scenario.to_string(),
+        hardware: hardware.to_string(),
+        runs,
+        windows,
+        blesses,
+    }
+}
+
+fn window_trend(window: Window, runs: &[RunPoint], blesses: &[String]) -> WindowTrend {
+    let values: Vec<Option<f64>> = runs.iter().map(|r| window.value(&r.table)).collect();
+    let present: Vec<(usize, f64)> = values
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.map(|v| (i, v)))
+        .collect();
+    let xs: Vec<f64> = present.iter().map(|p| p.1).collect();
+    let (sigma, sigma_from) = match window.sigma {
+        Some(s) => (s, "calibration"),
+        None => (robust_sigma(&xs).unwrap_or(0.0), "the series itself"),
+    };
+    let direction = default_direction(&window.metric);
+    let changes = detect(&xs, sigma, ALPHA)
+        .into_iter()
+        .map(|c| {
+            let (prev, run) = (present[c.index - 1].0, present[c.index].0);
+            let better = match direction {
+                Direction::HigherIsBetter => c.after > c.before,
+                Direction::LowerIsBetter => c.after < c.before,
+                Direction::TwoSided => false,
+            };
+            let kind = if blessed_between(blesses, &runs[prev].started, &runs[run].started) {
+                ChangeKind::Intentional
+            } else if better {
+                ChangeKind::Improvement
+            } else {
+                ChangeKind::Suspect
+            };
+            Change {
+                run,
+                before: c.before,
+                after: c.after,
+                z: c.z,
+                from: runs[prev].version(),
+                to: runs[run].version(),
+                kind,
+            }
+        })
+        .collect();
+    WindowTrend {
+        window,
+        values,
+        sigma,
+        sigma_from,
+        changes,
+    }
+}
