@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["error", "fsx", "wire", "task", "slot", "util"],
     &["metrics", "events"],
     &["checks"],
-    &["golden"],
+    &["golden", "rundir"],
     &["compare"],
     &["backend", "proxy", "driver", "capture"],
     &["spec", "plan"],
