@@ -15,6 +15,7 @@ use crate::metrics::MetricTable;
 use crate::rundir::{self, KnobDiff};
 use crate::wire::runtime::Numerics;
 
+pub(crate) mod doc;
 mod html;
 mod junit;
 pub(crate) mod markdown;
