@@ -3,16 +3,17 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::compare::exact::ExactLane;
 use crate::compare::{
-    judge_run, reference_golden, ExpectedVerdict, Judged, Outcome, PointCheck, RuleStatus,
-    RuleVerdict, RunRecord, RunStatus, Verdict,
+    judge_run, reference_golden, Band, ExpectedVerdict, Judged, Outcome, PointCheck, RuleStatus,
+    RuleVerdict, RunRecord, Verdict,
 };
 use crate::error::{CommandError, ExitStatus};
 use crate::fsx;
 use crate::golden::calibration::Calibration;
 use crate::golden::{Golden, Provenance};
 use crate::metrics::MetricTable;
-use crate::rundir::{self, KnobDiff};
+use crate::rundir::{self, KnobDiff, RunStatus};
 use crate::wire::runtime::Numerics;
 
 pub(crate) mod doc;
@@ -282,7 +283,7 @@ pub(crate) fn opt_num(v: Option<f64>) -> String {
     v.map(num).unwrap_or_else(|| "–".into())
 }
 
-pub(crate) fn band_text(b: &crate::compare::Band) -> String {
+pub(crate) fn band_text(b: &Band) -> String {
     let lo = b.lo.map(num).unwrap_or_else(|| "-∞".into());
     let hi = b.hi.map(num).unwrap_or_else(|| "∞".into());
     format!("[{lo}, {hi}]")
@@ -552,14 +553,14 @@ struct VerdictDoc<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     grid_mismatch: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    exact_lane: Option<&'a crate::compare::exact::ExactLane>,
+    exact_lane: Option<&'a ExactLane>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reference: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pending_golden: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     skipped: Option<&'a str>,
-    rules: &'a [crate::compare::RuleVerdict],
+    rules: &'a [RuleVerdict],
 }
 
 #[derive(serde::Serialize)]
