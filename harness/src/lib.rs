@@ -23,6 +23,7 @@
 //!   recording proxy, trainer-log parsing, the arithmetic task and its scorers.
 //! - [`metrics`], [`compare`], [`golden`], [`report`], [`propagate`]: metric tables, judging
 //!   (`judge`, `judge_run`, `compare::expr`), golden stores, reports, knob propagation.
+//! - [`rundir`]: a run directory's files as data (`RunManifest`, `run.json`; `RunStatus`).
 //! - [`error`], [`fsx`]: `ExitStatus`, `CommandError` and filesystem helpers with typed errors.
 //!
 //! `checks` (rule and expression types, re-exported through `compare`), `slot` and `util` are
@@ -65,6 +66,7 @@ pub mod plan;
 pub mod propagate;
 pub mod proxy;
 pub mod report;
+pub mod rundir;
 pub mod runner;
 mod slot;
 pub mod spec;

@@ -349,7 +349,7 @@ pub(crate) fn golden_bless(
     run: &std::path::Path,
     root: &std::path::Path,
 ) -> Result<(String, ExitStatus), CommandError> {
-    if crate::report::seeds::is_combined(run) {
+    if crate::rundir::is_combined(run) {
         return Err(CommandError::invalid(format!(
             "{} is a multi-seed run: bless one seed's directory (`{}/seed-<S>`) of the \
              scenario's own seed",
@@ -401,7 +401,7 @@ pub(crate) fn golden_bless(
         return refuse(format!("{} has no golden rules", file.display()));
     }
     let store = crate::golden::GoldenStore::new(root);
-    let provenance = crate::report::provenance_of_run(&manifest, manifest.started.clone());
+    let provenance = crate::compare::provenance_of_run(&manifest, manifest.started.clone());
     let path = store
         .write_pending(
             &plan.scenario.name,
@@ -921,7 +921,10 @@ async fn judge_plan(
     };
     // The one judge, on what the run directory stores (run.json, metrics.csv): `rlharness
     // compare RUN` calls it on the same facts and writes the same verdict.
-    let verdict = crate::compare::judge_run(&manifest.record(&metrics), golden.as_ref());
+    let verdict = crate::compare::judge_run(
+        &crate::compare::RunRecord::of(&manifest, &metrics),
+        golden.as_ref(),
+    );
     // What it was judged against, so that `compare RUN` can tell a re-blessed golden.
     if let Some(g) = &golden {
         manifest.judged_against = Some(crate::compare::judged_against(&manifest.checks, g));
@@ -938,7 +941,7 @@ async fn judge_plan(
         && !plan.scenario.checks.golden.is_empty()
     {
         let provenance =
-            crate::report::provenance_of_run(&manifest, chrono::Utc::now().to_rfc3339());
+            crate::compare::provenance_of_run(&manifest, chrono::Utc::now().to_rfc3339());
         match store.write_pending(
             &plan.scenario.name,
             &env.hardware,
@@ -973,14 +976,14 @@ async fn judge_plan(
 /// self-test's plant, run under the name of the scenario whose golden it is judged against)
 /// once per seed into `DIR/seed-<S>/`, `jobs` side by side, each judged against the golden alone
 /// and never writing one; then the combined verdict, made from what the directories store
-/// (`report::seeds::judge_combined`, as `compare DIR` makes it).
+/// (`compare::judge_combined`, as `compare DIR` makes it).
 pub(crate) async fn run_seeds(
     file: &std::path::Path,
     seeds: &[u64],
     jobs: usize,
     opts: &crate::runner::RunOptions,
 ) -> Result<crate::report::Report, CommandError> {
-    use crate::report::seeds::{judge_combined, SeedsManifest};
+    use crate::rundir::SeedsManifest;
     use futures_util::StreamExt;
     let mut set = opts.set.clone();
     let selftest = crate::spec::load_scenario(file, &set)
@@ -1028,12 +1031,12 @@ pub(crate) async fn run_seeds(
     let dir = match &opts.run_dir {
         Some(d) => {
             crate::fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
-            manifest.write(d)?;
+            write_seeds(&manifest, d)?;
             d.clone()
         }
         None => {
             crate::runner::create_run_dir(&opts.out, &manifest.scenario, &plan.plan_hash, |d| {
-                manifest.write(d)
+                write_seeds(&manifest, d)
             })?
         }
     };
@@ -1091,15 +1094,25 @@ pub(crate) async fn run_seeds(
                     scenario.name
                 ));
                 manifest.errors.insert(seed, e.to_string());
-                manifest.write(&dir)?;
+                write_seeds(&manifest, &dir)?;
             }
         }
     }
     manifest.ended = Some(chrono::Utc::now().to_rfc3339());
-    manifest.write(&dir)?;
-    let combined = judge_combined(&dir, &opts.golden)?;
-    combined.write(&dir)?;
-    Ok(combined.report)
+    write_seeds(&manifest, &dir)?;
+    let report = crate::report::seeds::combined_report(&dir, &opts.golden)?;
+    crate::report::write_reports(&dir, &report)
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    Ok(report)
+}
+
+/// Write `seeds.json`; a failure to is the run's.
+fn write_seeds(
+    m: &crate::rundir::SeedsManifest,
+    dir: &std::path::Path,
+) -> Result<(), CommandError> {
+    m.write(dir)
+        .map_err(|e| CommandError::run_failed(e.to_string()))
 }
 
 /// A self-test's reference: the scenario as written, run on this host into a run directory of
@@ -1124,7 +1137,7 @@ async fn reference_run(
         )));
     }
     let golden =
-        crate::report::reference_golden(&executed.run_dir, &executed.manifest, executed.metrics);
+        crate::compare::reference_golden(&executed.run_dir, &executed.manifest, executed.metrics);
     Ok((executed.run_dir, golden))
 }
 

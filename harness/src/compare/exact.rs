@@ -11,9 +11,8 @@
 //! first differing step and metric are named. A run on a
 //! host of another fingerprint is judged by the bands alone, and the verdict says why.
 
-use serde::{Deserialize, Serialize};
-
-use super::judge::{Evidence, RuleStatus, RuleVerdict};
+pub use super::verdict::ExactLane;
+use super::verdict::{Evidence, RuleStatus, RuleVerdict};
 use crate::checks::expr::fmt_num;
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
@@ -21,13 +20,6 @@ use crate::wire::runtime::Numerics;
 
 /// The exact lane's rule id.
 pub const EXACT_RULE: &str = "exact:every series bit for bit";
-
-/// Whether the exact lane judged the run, and why (not).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExactLane {
-    pub applied: bool,
-    pub message: String,
-}
 
 /// Series that follow the clock or the machine's load, not the arithmetic: never exact.
 pub(crate) fn is_timing(metric: &str) -> bool {

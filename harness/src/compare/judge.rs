@@ -1,203 +1,17 @@
 //! Judging: golden rules point by point, expressions over the run, the overall outcome, and
 //! the strict match against a scenario's expected verdict.
 
-use serde::{Deserialize, Serialize};
-
+use super::verdict::{
+    Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, RunOutcome, Verdict,
+};
 use crate::checks::expr::{fmt_num, CmpOp, EvalIssue, Expr};
 use crate::checks::{
     ChecksSpec, Direction, Expectation, ExpectedOutcome, ExpectedVerdict, GoldenRule,
     ImprovementLimit, RuleRef,
 };
-#[cfg(test)]
-use crate::error::ExitStatus;
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
-
-/// JSON has no NaN or infinity; verdict.json writes them as the strings `NaN`, `inf`, `-inf`
-/// so a non-finite value stays visible instead of becoming `null`.
-pub(crate) mod json_f64 {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(crate) fn serialize<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            None => s.serialize_none(),
-            Some(x) if x.is_finite() => s.serialize_f64(*x),
-            Some(x) => s.serialize_str(&crate::metrics::format_value(*x)),
-        }
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum N {
-            F(f64),
-            S(String),
-        }
-        match Option::<N>::deserialize(d)? {
-            None => Ok(None),
-            Some(N::F(f)) => Ok(Some(f)),
-            Some(N::S(s)) => crate::metrics::parse_value(&s)
-                .map(Some)
-                .ok_or_else(|| serde::de::Error::custom(format!("`{s}` is not a number"))),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RuleStatus {
-    Pass,
-    Regressed,
-    Improved,
-    Missing,
-}
-
-/// The whole scenario's verdict. `Improved` fails until blessed, like `Regressed`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Passed,
-    Regressed,
-    Improved,
-    /// A checked metric is absent from the run or the golden.
-    Missing,
-    /// The run's steps and the golden's differ (e.g. 15 steps against a 20-step golden).
-    GridMismatch,
-    /// Golden rules exist but there is no golden to judge them against.
-    NoGolden,
-}
-
-impl Outcome {
-    #[cfg(test)]
-    pub(crate) fn exit_status(self) -> ExitStatus {
-        match self {
-            Outcome::Passed => ExitStatus::Passed,
-            Outcome::NoGolden => ExitStatus::NoGolden,
-            _ => ExitStatus::CheckFailed,
-        }
-    }
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Passed => "passed",
-            Outcome::Regressed => "regressed",
-            Outcome::Improved => "improved",
-            Outcome::Missing => "missing",
-            Outcome::GridMismatch => "grid mismatch",
-            Outcome::NoGolden => "no golden",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Band {
-    #[serde(with = "json_f64")]
-    pub(crate) lo: Option<f64>,
-    #[serde(with = "json_f64")]
-    pub(crate) hi: Option<f64>,
-}
-
-impl Band {
-    fn new(lo: f64, hi: f64) -> Band {
-        Band {
-            lo: Some(lo),
-            hi: Some(hi),
-        }
-    }
-    pub(crate) fn lo(&self) -> f64 {
-        self.lo.unwrap_or(f64::NEG_INFINITY)
-    }
-    pub(crate) fn hi(&self) -> f64 {
-        self.hi.unwrap_or(f64::INFINITY)
-    }
-}
-
-/// The numbers behind a rule's status: always the step or window, the value, the golden, the
-/// band and the margin (distance to the nearest band edge: positive inside, negative outside).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct Evidence {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) step_or_window: Option<String>,
-    #[serde(default, with = "json_f64", skip_serializing_if = "Option::is_none")]
-    pub value: Option<f64>,
-    #[serde(default, with = "json_f64", skip_serializing_if = "Option::is_none")]
-    pub(crate) golden: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) band: Option<Band>,
-    #[serde(default, with = "json_f64", skip_serializing_if = "Option::is_none")]
-    pub(crate) margin: Option<f64>,
-    pub message: String,
-}
-
-/// One compared point of a golden rule: a step, or a window of steps `first..=last`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PointCheck {
-    pub(crate) first: u64,
-    pub(crate) last: u64,
-    #[serde(with = "json_f64")]
-    pub(crate) value: Option<f64>,
-    #[serde(with = "json_f64")]
-    pub(crate) golden: Option<f64>,
-    pub(crate) band: Band,
-    pub(crate) status: RuleStatus,
-    /// A calibrated band's centre: the calibration's mean of this window (the band is around
-    /// it, not around the golden, which is one seed's draw).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) centre: Option<f64>,
-}
-
-impl PointCheck {
-    pub(crate) fn at(&self) -> String {
-        if self.first == self.last {
-            format!("step {}", self.first)
-        } else {
-            format!("steps {}..{}", self.first, self.last)
-        }
-    }
-    fn margin(&self) -> f64 {
-        let v = self.value.unwrap_or(f64::NAN);
-        (v - self.band.lo()).min(self.band.hi() - v)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RuleVerdict {
-    /// `golden:<metric>` or `expect:<name or expression>`.
-    pub rule: String,
-    pub status: RuleStatus,
-    pub evidence: Evidence,
-    /// The metrics the rule reads (for plots).
-    #[serde(default)]
-    pub(crate) metrics: Vec<String>,
-    /// Steps that fall outside the band (every step of a failing window).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failing_steps: Vec<u64>,
-    /// Golden rules: every compared point, for tables and plots.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) points: Vec<PointCheck>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) fail_fast: Option<bool>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Verdict {
-    pub outcome: Outcome,
-    pub rules: Vec<RuleVerdict>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) grid_mismatch: Option<String>,
-    /// Whether the exact lane judged the run bit for bit, and why (not).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exact_lane: Option<super::exact::ExactLane>,
-}
-
-impl Verdict {
-    pub fn rule(&self, id: &str) -> Option<&RuleVerdict> {
-        self.rules.iter().find(|r| r.rule == id)
-    }
-    pub fn failing(&self) -> impl Iterator<Item = &RuleVerdict> {
-        self.rules.iter().filter(|r| r.status != RuleStatus::Pass)
-    }
-}
+use crate::rundir::RunStatus;
 
 /// Judge a run against its golden (if any) and the scenario's checks.
 pub fn judge(run: &MetricTable, golden: Option<&Golden>, checks: &ChecksSpec) -> Verdict {
@@ -210,31 +24,13 @@ pub(crate) fn judge_tables(
     golden: Option<&MetricTable>,
     checks: &ChecksSpec,
 ) -> Verdict {
-    let mut rules = Vec::new();
-    for (metric, rule) in checks.golden.iter() {
-        rules.push(match golden {
-            Some(g) => judge_golden_rule(metric, rule, run, g),
-            None => RuleVerdict {
-                rule: format!("golden:{metric}"),
-                status: RuleStatus::Missing,
-                evidence: Evidence {
-                    message: "no golden for this scenario and hardware yet".into(),
-                    ..Evidence::default()
-                },
-                metrics: vec![metric.to_string()],
-                failing_steps: vec![],
-                points: vec![],
-                fail_fast: rule.fail_fast.then_some(true),
-            },
-        });
-    }
-    for e in &checks.expect {
-        rules.push(judge_expectation(e, run));
-    }
-    let grid_mismatch = match golden {
-        Some(g) if !checks.golden.is_empty() => grid_mismatch(run, g),
-        _ => None,
-    };
+    let mut rules: Vec<RuleVerdict> = checks
+        .golden
+        .iter()
+        .map(|(metric, rule)| judge_golden(metric, rule, run, golden))
+        .collect();
+    rules.extend(checks.expect.iter().map(|e| judge_expectation(e, run)));
+    let grid_mismatch = grid_mismatch_of(run, golden, checks);
     let has = |s: RuleStatus| rules.iter().any(|r| r.status == s);
     let no_golden = golden.is_none() && !checks.golden.is_empty();
     let expect_missing = rules
@@ -258,6 +54,42 @@ pub(crate) fn judge_tables(
         rules,
         grid_mismatch,
         exact_lane: None,
+    }
+}
+
+/// One golden rule judged against the reference series, or `missing` without one.
+pub(crate) fn judge_golden(
+    metric: &str,
+    rule: &GoldenRule,
+    run: &MetricTable,
+    golden: Option<&MetricTable>,
+) -> RuleVerdict {
+    match golden {
+        Some(g) => judge_golden_rule(metric, rule, run, g),
+        None => RuleVerdict {
+            rule: format!("golden:{metric}"),
+            status: RuleStatus::Missing,
+            evidence: Evidence {
+                message: "no golden for this scenario and hardware yet".into(),
+                ..Evidence::default()
+            },
+            metrics: vec![metric.to_string()],
+            failing_steps: vec![],
+            points: vec![],
+            fail_fast: rule.fail_fast.then_some(true),
+        },
+    }
+}
+
+/// How the run's steps and the reference's differ, when golden rules compare them.
+pub(crate) fn grid_mismatch_of(
+    run: &MetricTable,
+    golden: Option<&MetricTable>,
+    checks: &ChecksSpec,
+) -> Option<String> {
+    match golden {
+        Some(g) if !checks.golden.is_empty() => grid_mismatch(run, g),
+        _ => None,
     }
 }
 
@@ -632,7 +464,7 @@ fn reference_text(p: &PointCheck) -> String {
     }
 }
 
-fn judge_expectation(e: &Expectation, run: &MetricTable) -> RuleVerdict {
+pub(crate) fn judge_expectation(e: &Expectation, run: &MetricTable) -> RuleVerdict {
     let mut v = RuleVerdict {
         rule: e.id(),
         status: RuleStatus::Pass,
@@ -724,47 +556,6 @@ pub(crate) fn first_settled_failure(
         .filter(|r| r.fail_fast())
         .find(|r| !can_still_pass(*r, golden, partial, total_steps))
         .map(|r| r.id())
-}
-
-/// How the run itself ended, as opposed to what its metrics say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    /// Every planned step ran.
-    Completed,
-    /// Stopped early on purpose: a fail-fast rule could no longer pass, or the watchdog saw a
-    /// non-finite watched metric.
-    Aborted,
-    /// The driver or the backend crashed.
-    Failed,
-    /// A time-out or a hang.
-    TimedOut,
-    /// The user stopped it (Ctrl-C).
-    Interrupted,
-    /// Requirements not met here; nothing ran.
-    Skipped,
-}
-
-impl RunStatus {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Completed => "completed",
-            RunStatus::Aborted => "aborted",
-            RunStatus::Failed => "failed",
-            RunStatus::TimedOut => "timed_out",
-            RunStatus::Interrupted => "interrupted",
-            RunStatus::Skipped => "skipped",
-        }
-    }
-}
-
-/// The run's end, for `match_expected`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunOutcome {
-    pub(crate) status: RunStatus,
-    pub(crate) reason: Option<String>,
-    /// The step the run failed or stopped at.
-    pub(crate) step: Option<u64>,
 }
 
 fn norm(s: &str) -> String {
@@ -960,6 +751,7 @@ fn match_expected_evidence(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ExitStatus;
     use crate::metrics::StepRange;
 
     fn table(metric: &str, values: &[f64]) -> MetricTable {

@@ -18,7 +18,7 @@
 //!
 //! Tightening any of these is fine.
 
-use super::judge::{Evidence, RuleStatus, RuleVerdict};
+use super::verdict::{Evidence, RuleStatus, RuleVerdict};
 use crate::checks::{ChecksSpec, Direction, GoldenRule, ImprovementLimit};
 
 const WHY: &str = "rules loosened since the golden was blessed";

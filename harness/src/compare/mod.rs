@@ -1,30 +1,45 @@
-//! Golden rules, convergence expressions and verdicts.
+//! The judge: golden rules, convergence expressions, the exact lane, stability, presence,
+//! multi-seed statistics, and the verdict they make.
 //!
 //! `judge` takes a finished (or stopped) run's `MetricTable`, the golden (if any) and the
 //! scenario's `ChecksSpec`, and returns a `Verdict`: one `RuleVerdict` per rule, each with the
 //! evidence that decided it (the step or window, the value, the golden, the band, the margin).
-//! Nothing here reads or writes files.
+//! `judge_run` judges a whole run from what its directory stores (`run::RunRecord`);
+//! `stored` reads a run directory and its golden back for it, and `combined` judges a
+//! multi-seed run's directory. Only those two read files; nothing here writes or renders.
 
+mod calibrated;
+mod combined;
 mod direction;
 pub(crate) use direction::default_direction;
 pub mod exact;
+mod headline;
 mod judge;
 mod loosened;
 mod presence;
 mod run;
 pub(crate) mod seeds;
 pub(crate) mod stability;
+mod stored;
+mod verdict;
 
 pub use crate::checks::expr;
-pub(crate) use crate::checks::{ChecksSpec, ExpectedOutcome, ExpectedVerdict, GoldenRule};
+#[cfg(test)]
+pub(crate) use crate::checks::ChecksSpec;
+pub(crate) use crate::checks::{ExpectedVerdict, GoldenRule};
+pub(crate) use crate::rundir::RunStatus;
+pub(crate) use calibrated::{band_widths, judged_against, live_checks};
+pub use combined::CombinedError;
+pub(crate) use combined::{judge_combined, Combined};
+pub(crate) use headline::{Headline, Judged};
+pub(crate) use judge::first_settled_failure;
+pub use judge::judge;
 #[cfg(test)]
 pub(crate) use judge::judge_tables;
-pub(crate) use judge::{first_settled_failure, match_expected};
-pub use judge::{
-    judge, Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, RunOutcome, RunStatus,
-    Verdict,
+pub(crate) use run::{is_insane, FRACTION_METRICS};
+pub use run::{judge_run, RunRecord, REPLAY_RULE};
+pub use stored::StoredError;
+pub(crate) use stored::{provenance_of_run, reference_golden, StoredRun};
+pub use verdict::{
+    Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, RunOutcome, Verdict,
 };
-pub(crate) use run::{
-    band_widths, is_insane, judged_against, live_checks, FRACTION_METRICS, REPLAY_RULE,
-};
-pub use run::{judge_run, DroppedValue, ReplayRecord, RunRecord};

@@ -6,7 +6,8 @@
 //! value that is present but non-finite counts as present: the rules on it judge its value.
 //! Steps the run never reached are the grid mismatch's business, not presence's.
 
-use super::judge::{ranges, Evidence, RuleStatus, RuleVerdict};
+use super::judge::ranges;
+use super::verdict::{Evidence, RuleStatus, RuleVerdict};
 use crate::checks::ChecksSpec;
 use crate::metrics::MetricTable;
 

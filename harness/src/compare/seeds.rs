@@ -33,7 +33,7 @@
 
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-use super::judge::{Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, Verdict};
+use super::verdict::{Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, Verdict};
 use crate::checks::expr::fmt_num;
 use crate::checks::{ChecksSpec, Direction};
 use crate::golden::calibration::PointStats;

@@ -11,16 +11,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+pub use crate::rundir::Stray;
+
 /// The environment variable that marks every process of one run.
 pub const TOKEN_VAR: &str = "RLHARNESS_RUN_TOKEN";
-
-/// A process found by the sweep.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Stray {
-    pub pid: i32,
-    /// Its command line, arguments joined by spaces (at most [`CMDLINE_CHARS`] characters).
-    pub cmdline: String,
-}
 
 /// How much of a command line a note keeps.
 const CMDLINE_CHARS: usize = 160;

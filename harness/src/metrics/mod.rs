@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::fsx;
 
 pub mod flops;
+pub(crate) mod json_f64;
 mod range;
 
 pub(crate) use flops::{promised_peak_flops, ModelShape};

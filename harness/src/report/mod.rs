@@ -3,26 +3,32 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::compare::exact::ExactLane;
 use crate::compare::{
-    match_expected, ExpectedOutcome, ExpectedVerdict, Outcome, PointCheck, RuleStatus, RuleVerdict,
-    RunOutcome, RunStatus, Verdict,
+    judge_run, reference_golden, Band, ExpectedVerdict, Judged, Outcome, PointCheck, RuleStatus,
+    RuleVerdict, RunRecord, Verdict,
 };
 use crate::error::{CommandError, ExitStatus};
 use crate::fsx;
-use crate::golden::{Golden, GoldenStore, Provenance};
+use crate::golden::calibration::Calibration;
+use crate::golden::{Golden, Provenance};
 use crate::metrics::MetricTable;
+use crate::rundir::{self, KnobDiff, RunStatus};
+use crate::wire::runtime::Numerics;
 
+pub(crate) mod doc;
 mod html;
 mod junit;
-pub(crate) mod manifest;
 pub(crate) mod markdown;
 mod plots;
 pub(crate) mod seeds;
 pub(crate) mod terminal;
 
+pub(crate) use crate::compare::Headline;
+/// `run.json`'s model lives in `rundir`; the runner's stages still name it here.
+pub use crate::rundir::RunManifest;
 pub(crate) use html::render_html;
 pub(crate) use junit::render_junit;
-pub use manifest::{KnobDiff, ManifestError, RunManifest};
 pub(crate) use markdown::render_markdown;
 pub(crate) use plots::{render_overlay, render_plots};
 pub(crate) use terminal::render_terminal;
@@ -46,7 +52,7 @@ pub struct RunInfo {
     pub device: String,
     pub(crate) threads: Option<u64>,
     pub torch_version: Option<String>,
-    pub numerics: Option<crate::wire::runtime::Numerics>,
+    pub numerics: Option<Numerics>,
     pub(crate) started: Option<String>,
     pub(crate) ended: Option<String>,
 }
@@ -131,17 +137,6 @@ pub struct Report {
     pub(crate) seed_series: Option<seeds::SeedSeries>,
 }
 
-/// The verdict in one line, shared by every renderer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Headline {
-    Passed,
-    ExpectedFailure,
-    Failed,
-    RunFailed,
-    NoGolden,
-    Skipped,
-}
-
 impl Report {
     /// A skipped scenario: its requirements are not met here.
     pub(crate) fn skipped(scenario: &str, reason: &str) -> Report {
@@ -189,150 +184,36 @@ impl Report {
         }
     }
 
-    fn run_outcome(&self) -> RunOutcome {
-        RunOutcome {
-            status: self.run.status.unwrap_or(RunStatus::Completed),
-            reason: self.run.reason.clone(),
-            step: self.run.failed_step,
+    /// What decides the report's headline (see `compare::Judged`).
+    pub(crate) fn judged(&self) -> Judged<'_> {
+        Judged {
+            verdict: self.verdict.as_ref(),
+            status: self.run.status,
+            reason: self.run.reason.as_deref(),
+            failed_step: self.run.failed_step,
+            expected: self.expected.as_ref(),
+            pending_golden: self.pending_golden.as_deref(),
+            skipped: self.skipped.as_deref(),
         }
     }
 
     /// The strict match against `expected_verdict`, when the scenario declares one.
     pub(crate) fn expected_match(&self) -> Option<Result<(), String>> {
-        let e = self.expected.as_ref()?;
-        Some(match_expected(
-            self.verdict.as_ref(),
-            &self.run_outcome(),
-            e,
-        ))
-    }
-
-    fn run_broke(&self) -> bool {
-        matches!(
-            self.run.status,
-            Some(RunStatus::Failed | RunStatus::TimedOut | RunStatus::Interrupted)
-        )
+        self.judged().expected_match()
     }
 
     pub(crate) fn headline(&self) -> Headline {
-        if self.skipped.is_some() {
-            return Headline::Skipped;
-        }
-        if let Some(m) = self.expected_match() {
-            return match m {
-                Ok(()) => {
-                    if self
-                        .expected
-                        .as_ref()
-                        .is_some_and(|e| e.outcome == ExpectedOutcome::Passed)
-                    {
-                        Headline::Passed
-                    } else {
-                        Headline::ExpectedFailure
-                    }
-                }
-                Err(_) if self.run_broke() => Headline::RunFailed,
-                Err(_) if self.is_no_golden() => Headline::NoGolden,
-                Err(_) => Headline::Failed,
-            };
-        }
-        if self.run_broke() {
-            return Headline::RunFailed;
-        }
-        if self.is_no_golden() {
-            return Headline::NoGolden;
-        }
-        match (&self.verdict, self.run.status) {
-            (_, Some(RunStatus::Aborted)) => Headline::Failed,
-            (Some(v), _) if v.outcome == Outcome::Passed => Headline::Passed,
-            (Some(_), _) => Headline::Failed,
-            (None, _) => Headline::Failed,
-        }
+        self.judged().headline()
     }
 
-    fn is_no_golden(&self) -> bool {
-        self.pending_golden.is_some()
-            || self
-                .verdict
-                .as_ref()
-                .is_some_and(|v| v.outcome == Outcome::NoGolden)
-    }
-
-    /// The scenario's exit status: skipped 0; a broken run 3 (unless the scenario expects the
-    /// failure); a pending golden 4; a declared verdict 0 when matched, else 1; otherwise the
-    /// verdict's own status (an aborted run is at least 1).
+    /// The scenario's exit status (see `compare::Judged::exit_status`).
     pub fn exit_status(&self) -> ExitStatus {
-        match self.headline() {
-            Headline::Skipped | Headline::Passed | Headline::ExpectedFailure => ExitStatus::Passed,
-            Headline::RunFailed => ExitStatus::RunFailed,
-            Headline::NoGolden => ExitStatus::NoGolden,
-            Headline::Failed => ExitStatus::CheckFailed,
-        }
+        self.judged().exit_status()
     }
 
     /// "passed", "regressed", "run failed: ...": the one-line summary.
     pub fn summary(&self) -> String {
-        match self.headline() {
-            Headline::Skipped => format!(
-                "skipped: {}",
-                self.skipped.as_deref().unwrap_or("requirements not met")
-            ),
-            Headline::RunFailed => format!(
-                "run {}{}",
-                self.run.status.map(RunStatus::as_str).unwrap_or("failed"),
-                self.run
-                    .reason
-                    .as_deref()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
-            ),
-            Headline::NoGolden => match &self.pending_golden {
-                // `--update-golden` over an accepted golden: there was one.
-                Some(p)
-                    if self
-                        .verdict
-                        .as_ref()
-                        .is_some_and(|v| v.outcome != Outcome::NoGolden) =>
-                {
-                    format!(
-                        "pending golden written to {p} (--update-golden); review it with \
-                         `rlharness golden status`"
-                    )
-                }
-                Some(p) => format!("no golden yet: pending golden written to {p}"),
-                None => "no golden yet".into(),
-            },
-            Headline::ExpectedFailure => format!(
-                "expected failure: {} as declared",
-                self.verdict
-                    .as_ref()
-                    .map(|v| v.outcome.as_str())
-                    .unwrap_or_else(|| self.run.status.map(RunStatus::as_str).unwrap_or("failed"))
-            ),
-            Headline::Passed => "passed".into(),
-            Headline::Failed => {
-                if let Some(Err(why)) = self.expected_match() {
-                    return format!("verdict does not match the declared one: {why}");
-                }
-                let outcome = self
-                    .verdict
-                    .as_ref()
-                    .map(|v| v.outcome.as_str())
-                    .unwrap_or("not judged");
-                if self.run.status == Some(RunStatus::Aborted) {
-                    format!(
-                        "aborted{}: {outcome}",
-                        self.run
-                            .reason
-                            .as_deref()
-                            .map(|r| format!(" ({r})"))
-                            .unwrap_or_default()
-                    )
-                } else {
-                    outcome.to_string()
-                }
-            }
-        }
+        self.judged().summary()
     }
 
     /// What the reference series is called in table headers: `golden` or the other run's label.
@@ -402,7 +283,7 @@ pub(crate) fn opt_num(v: Option<f64>) -> String {
     v.map(num).unwrap_or_else(|| "–".into())
 }
 
-pub(crate) fn band_text(b: &crate::compare::Band) -> String {
+pub(crate) fn band_text(b: &Band) -> String {
     let lo = b.lo.map(num).unwrap_or_else(|| "-∞".into());
     let hi = b.hi.map(num).unwrap_or_else(|| "∞".into());
     format!("[{lo}, {hi}]")
@@ -672,14 +553,14 @@ struct VerdictDoc<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     grid_mismatch: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    exact_lane: Option<&'a crate::compare::exact::ExactLane>,
+    exact_lane: Option<&'a ExactLane>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reference: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pending_golden: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     skipped: Option<&'a str>,
-    rules: &'a [crate::compare::RuleVerdict],
+    rules: &'a [RuleVerdict],
 }
 
 #[derive(serde::Serialize)]
@@ -782,69 +663,9 @@ pub(crate) fn write_reports(dir: &Path, r: &Report) -> Result<(), ReportError> {
 // ---------------------------------------------------------------------------------------------
 // `rlharness compare RUN [RUN2]`
 
-/// The provenance of a golden made from a run: what its manifest says of the run, dated `date`.
-pub(crate) fn provenance_of_run(m: &RunManifest, date: String) -> Provenance {
-    Provenance {
-        date,
-        harness_version: m.harness_version.clone(),
-        // The code that made the numbers: the binary's commit where it is known.
-        git_commit: m.build_commit.clone().or_else(|| m.git_commit.clone()),
-        device: m.device.clone(),
-        seed: Some(m.seed),
-        threads: m.threads,
-        torch_version: m.torch_version.clone(),
-        source: None,
-        numeric_fingerprint: m.numerics.as_ref().map(|n| n.fingerprint.clone()),
-        cpu_isa: m
-            .numerics
-            .as_ref()
-            .and_then(|n| n.cpu_kernels.as_ref())
-            .map(|k| k.isa.clone()),
-    }
-}
-
-/// A self-test's reference run as the golden its planted run is judged against.
-pub(crate) fn reference_golden(dir: &Path, m: &RunManifest, table: MetricTable) -> Golden {
-    Golden {
-        scenario: m.scenario.clone(),
-        hardware: m.hardware.clone(),
-        table,
-        provenance: provenance_of_run(m, m.ended.clone().unwrap_or_else(|| m.started.clone())),
-        rules: None,
-        bands: None,
-        dir: dir.to_path_buf(),
-        calibration: None,
-        digest: crate::golden::GoldenDigest {
-            golden: std::fs::read(dir.join(manifest::METRICS_FILE))
-                .map(|b| crate::golden::metrics_digest(&b))
-                .unwrap_or_default(),
-            calibration: None,
-        },
-    }
-}
-
-/// The golden a stored run was judged against: its self-test reference run, or the store's.
-pub(crate) fn golden_of_run(
-    manifest: &RunManifest,
-    golden_root: &Path,
-) -> Result<Option<Golden>, CommandError> {
-    match &manifest.reference_run {
-        Some(dir) => {
-            let dir = Path::new(dir);
-            let (m, t) = load_run(dir)?;
-            Ok(Some(reference_golden(dir, &m, t)))
-        }
-        None => GoldenStore::new(golden_root)
-            .load(&manifest.scenario, &manifest.hardware)
-            .map_err(|e| CommandError::invalid(e.to_string())),
-    }
-}
-
+/// A stored run's manifest and series, for a command (an unreadable one is invalid input).
 pub(crate) fn load_run(dir: &Path) -> Result<(RunManifest, MetricTable), CommandError> {
-    let m = RunManifest::read(dir).map_err(|e| CommandError::invalid(e.to_string()))?;
-    let t = MetricTable::read_csv(&dir.join(manifest::METRICS_FILE))
-        .map_err(|e| CommandError::invalid(format!("invalid run series: {e}")))?;
-    Ok((m, t))
+    rundir::load(dir).map_err(|e| CommandError::invalid(e.to_string()))
 }
 
 /// Where `compare` writes: beside the run, never over the run's own reports.
@@ -869,7 +690,7 @@ pub fn compare_command(
     golden_root: &Path,
 ) -> Result<(Report, PathBuf), CommandError> {
     let out = compare_out_dir(run, run2);
-    if seeds::is_combined(run) {
+    if rundir::is_combined(run) {
         if run2.is_some() {
             return Err(CommandError::invalid(format!(
                 "{} is a multi-seed run: compare it against its golden (`compare RUN`), or \
@@ -878,9 +699,9 @@ pub fn compare_command(
                 run.display()
             )));
         }
-        let combined = seeds::judge_combined(run, golden_root)?;
-        combined.write(&out)?;
-        return Ok((combined.report, out));
+        let report = seeds::combined_report(run, golden_root)?;
+        write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
+        return Ok((report, out));
     }
     let (manifest, table) = load_run(run)?;
     let (reference, verdict, overlays) = match run2 {
@@ -901,13 +722,13 @@ pub fn compare_command(
             // calibrated rule's band is the scenario's measured noise whichever run stands as
             // the reference: the calibration beside the scenario's golden, as `run` used it.
             let mut as_golden = reference_golden(b, &m2, t2.clone());
-            as_golden.calibration = crate::golden::calibration::Calibration::read(
+            as_golden.calibration = Calibration::read(
                 &golden_root
                     .join(&manifest.scenario)
                     .join(&manifest.hardware),
             )
             .map_err(|e| CommandError::invalid(e.to_string()))?;
-            let verdict = crate::compare::judge_run(&manifest.record(&table), Some(&as_golden));
+            let verdict = judge_run(&RunRecord::of(&manifest, &table), Some(&as_golden));
             let mut metrics = manifest.checks.metrics();
             if metrics.is_empty() {
                 let cols = t2.columns();

@@ -1,4 +1,5 @@
-//! The combined directory of a multi-seed run (`rlharness run SCENARIO --seeds A..B`):
+//! The reports of a stored run and of a multi-seed run's combined directory
+//! (`rlharness run SCENARIO --seeds A..B`):
 //!
 //! ```text
 //! reports/<scenario>/<run-id>/
@@ -7,110 +8,60 @@
 //!   verdict.json report.md report.html junit.xml plots/*.svg   the combined verdict
 //! ```
 //!
-//! The combined verdict is made from what these directories store, by [`judge_combined`],
-//! whether `run` just made them or `compare` reads them back, so both write the same verdict.
+//! The judge reads those directories (`compare::StoredRun`, `compare::judge_combined`); this
+//! file only turns what it decided into a `Report`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
-use super::{
-    golden_of_run, load_run, write_reports, Headline, KnobDiff, Reference, Report, RunInfo,
-};
-use crate::compare::seeds::{judge_seeds, SeedRun};
-use crate::compare::{ExpectedVerdict, Outcome, RuleStatus, RunStatus};
+use super::{Reference, Report, RunInfo};
+use crate::compare::seeds::seeds_rule_id;
+use crate::compare::{judge_combined, Combined, StoredRun};
 use crate::error::CommandError;
-use crate::fsx;
-use crate::golden::GoldenStore;
+use crate::golden::Golden;
 use crate::metrics::MetricTable;
-
-pub(crate) const SEEDS_FILE: &str = "seeds.json";
+use crate::rundir::KnobDiff;
 
 /// The id of a metric's distribution test (see `compare::seeds`).
 pub(crate) fn seeds_rule_id_of(metric: &str) -> String {
-    crate::compare::seeds::seeds_rule_id(metric)
-}
-
-/// `seeds.json`: what a multi-seed run ran. Written before the first seed starts and again
-/// when the last one ends, so a run that dies still says what it was.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct SeedsManifest {
-    pub(crate) format: String,
-    pub(crate) scenario: String,
-    pub(crate) scenario_path: String,
-    /// The scenario whose golden the seeds are judged against, when not this one (a
-    /// multi-seed self-test's `selftest.golden`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) golden: Option<String>,
-    pub(crate) seeds: Vec<u64>,
-    /// The `--set` overrides and a self-test's plant, in order.
-    #[serde(default)]
-    pub(crate) overrides: Vec<String>,
-    /// A multi-seed self-test's declared verdict (of the combined run).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) expected_verdict: Option<ExpectedVerdict>,
-    pub(crate) started: String,
-    #[serde(default)]
-    pub(crate) ended: Option<String>,
-    /// Seeds whose run could not be made at all (the error, by seed): their directories may
-    /// hold no more than a manifest.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub(crate) errors: std::collections::BTreeMap<u64, String>,
-}
-
-impl SeedsManifest {
-    pub(crate) fn seed_dir(dir: &Path, seed: u64) -> PathBuf {
-        dir.join(format!("seed-{seed}"))
-    }
-
-    pub(crate) fn read(dir: &Path) -> Result<SeedsManifest, CommandError> {
-        let path = dir.join(SEEDS_FILE);
-        let text = fsx::read_to_string(&path).map_err(|e| CommandError::invalid(e.to_string()))?;
-        serde_json::from_str(&text)
-            .map_err(|e| CommandError::invalid(format!("invalid {}: {e}", path.display())))
-    }
-
-    pub(crate) fn write(&self, dir: &Path) -> Result<(), CommandError> {
-        let mut text = serde_json::to_string_pretty(self)
-            .map_err(|e| CommandError::run_failed(e.to_string()))?;
-        text.push('\n');
-        fsx::write_atomic(&dir.join(SEEDS_FILE), text.as_bytes())
-            .map_err(|e| CommandError::run_failed(e.to_string()))
-    }
-}
-
-/// Whether `dir` is a multi-seed run's combined directory.
-pub(crate) fn is_combined(dir: &Path) -> bool {
-    dir.join(SEEDS_FILE).is_file()
+    seeds_rule_id(metric)
 }
 
 /// A stored single run re-judged as `compare RUN` judges it: its report, in memory.
 pub(crate) fn judge_stored(dir: &Path, golden_root: &Path) -> Result<Report, CommandError> {
-    let (manifest, table) = load_run(dir)?;
-    let golden = golden_of_run(&manifest, golden_root)?;
-    let verdict = crate::compare::judge_run(&manifest.record(&table), golden.as_ref());
+    let stored =
+        StoredRun::judge(dir, golden_root).map_err(|e| CommandError::invalid(e.to_string()))?;
+    Ok(stored_report(stored))
+}
+
+/// The report of a stored run the judge re-judged, with a note when its golden changed since.
+fn stored_report(stored: StoredRun) -> Report {
+    let pending = stored.pending_golden().map(str::to_string);
+    let StoredRun {
+        dir,
+        manifest,
+        metrics,
+        golden,
+        verdict,
+    } = stored;
     let reference = match &manifest.reference_run {
         Some(_) => golden.as_ref().map(Reference::from_reference_run),
         None => golden.as_ref().map(Reference::from_golden),
     };
-    let has_reference = reference.is_some();
     let changed = match (&manifest.judged_against, &golden) {
         (Some(then), Some(now)) => then.digest.changes(&now.digest),
         _ => None,
     };
-    let mut report = Report::from_run(dir, &manifest, table, reference, verdict);
-    if has_reference {
-        report.pending_golden = None;
-    }
+    let mut report = Report::from_run(&dir, &manifest, metrics, reference, verdict);
+    report.pending_golden = pending;
     if let Some(what) = changed {
         report.notes.push(format!(
             "{GOLDEN_CHANGED}: {what} changed since. At run time: {}; now: {}",
-            verdict_at_run_time(dir),
+            verdict_at_run_time(&dir),
             report.summary()
         ));
     }
-    Ok(report)
+    report
 }
 
 /// How the note of a re-judgement against a changed golden begins.
@@ -133,71 +84,42 @@ fn verdict_at_run_time(dir: &Path) -> String {
     }
 }
 
-/// How one seed's own verdict counts in the combined one.
-fn seed_status(r: &Report) -> RuleStatus {
-    match r.headline() {
-        Headline::Passed | Headline::ExpectedFailure | Headline::Skipped => RuleStatus::Pass,
-        Headline::NoGolden => RuleStatus::Missing,
-        Headline::RunFailed | Headline::Failed => {
-            if r.verdict.as_ref().map(|v| v.outcome) == Some(Outcome::Improved) {
-                RuleStatus::Improved
-            } else {
-                RuleStatus::Regressed
-            }
-        }
-    }
-}
-
 /// The combined report of the multi-seed run in `dir`, from what it stores: each seed re-judged
 /// against the golden, then the seeds' distribution against the golden's calibration.
-pub(crate) fn judge_combined(
-    dir: &Path,
-    golden_root: &Path,
-) -> Result<CombinedReport, CommandError> {
-    let manifest = SeedsManifest::read(dir)?;
-    let StoredSeeds {
+pub(crate) fn combined_report(dir: &Path, golden_root: &Path) -> Result<Report, CommandError> {
+    let c = judge_combined(dir, golden_root).map_err(|e| CommandError::invalid(e.to_string()))?;
+    Ok(report_of_combined(dir, c))
+}
+
+fn report_of_combined(dir: &Path, c: Combined) -> Report {
+    let Combined {
+        manifest,
         seeds,
-        absent,
-        errored,
-    } = StoredSeeds::judge(dir, &manifest, golden_root)?;
+        golden,
+        verdict,
+        status,
+        reason,
+    } = c;
+    let seeds: Vec<(u64, Report)> = seeds
+        .into_iter()
+        .map(|(s, r)| (s, stored_report(r)))
+        .collect();
     let first = seeds.first().map(|(_, r)| r);
-    let hardware = first.map(|r| r.run.hardware.clone()).unwrap_or_default();
-    let golden = match first {
-        Some(_) => GoldenStore::new(golden_root)
-            .load(
-                manifest.golden.as_deref().unwrap_or(&manifest.scenario),
-                &hardware,
-            )
-            .map_err(|e| CommandError::invalid(e.to_string()))?,
-        None => None,
+    // The build and host facts (steps, versions, host, device, threads, numerics) are the
+    // first seed's; the rest is the combined run's own.
+    let run = RunInfo {
+        run_id: RunInfo::id_of(dir),
+        dir: dir.display().to_string(),
+        scenario_path: manifest.scenario_path.clone(),
+        hardware: first.map(|r| r.run.hardware.clone()).unwrap_or_default(),
+        status: Some(status),
+        reason,
+        failed_step: None,
+        seed: None,
+        started: Some(manifest.started.clone()),
+        ended: manifest.ended.clone(),
+        ..first.map(|r| r.run.clone()).unwrap_or_default()
     };
-    let checks = first
-        .and_then(|r| {
-            // The checks the seeds ran with (the same for every seed).
-            super::manifest::RunManifest::read(Path::new(&r.run.dir))
-                .ok()
-                .map(|m| m.checks)
-        })
-        .unwrap_or_default();
-    let runs: Vec<SeedRun> = seeds
-        .iter()
-        .map(|(seed, r)| SeedRun {
-            seed: *seed,
-            table: &r.metrics,
-            status: seed_status(r),
-            summary: r.summary(),
-            dir: r.run.dir.clone(),
-        })
-        .collect();
-    let mut verdict = judge_seeds(&runs, &checks, golden.as_ref());
-    add_unjudged_seed_rules(&mut verdict, &errored, &absent);
-    let mut broken: Vec<String> = seeds
-        .iter()
-        .filter(|(_, r)| r.headline() == Headline::RunFailed)
-        .map(|(s, r)| format!("seed {s}: {}", r.summary()))
-        .collect();
-    broken.extend(errored.iter().map(|(s, e)| format!("seed {s}: {e}")));
-    let run = combined_run_info(dir, &manifest, first, hardware, &broken, &absent);
     let mut notes = vec![format!(
         "multi-seed run: seeds {}, one run directory each (`seed-<S>/`); each seed is judged \
          against the golden alone (`seed:<S>`), then the seeds' window means against the \
@@ -211,7 +133,7 @@ pub(crate) fn judge_combined(
     let (knobs, knob_note) = seeds_knobs(&seeds);
     notes.extend(knob_note);
     let seed_series = SeedSeries::new(&seeds, golden.as_ref());
-    let report = Report {
+    Report {
         scenario: manifest.scenario.clone(),
         run,
         verdict: Some(verdict),
@@ -230,132 +152,6 @@ pub(crate) fn judge_combined(
         pending_golden: None,
         notes,
         seed_series: Some(seed_series),
-    };
-    Ok(CombinedReport { report })
-}
-
-/// The seeds of a multi-seed run as its directory stores them.
-struct StoredSeeds {
-    /// The seeds that ran, each re-judged against the golden alone.
-    seeds: Vec<(u64, Report)>,
-    /// The seeds with no run directory (the multi-seed run stopped before them).
-    absent: Vec<u64>,
-    /// The seeds whose run could not be made at all, with the error.
-    errored: Vec<(u64, String)>,
-}
-
-impl StoredSeeds {
-    /// Sort the manifest's seeds by what `dir` holds of them, judging each that ran.
-    fn judge(
-        dir: &Path,
-        manifest: &SeedsManifest,
-        golden_root: &Path,
-    ) -> Result<StoredSeeds, CommandError> {
-        let mut stored = StoredSeeds {
-            seeds: Vec::new(),
-            absent: Vec::new(),
-            errored: Vec::new(),
-        };
-        for seed in &manifest.seeds {
-            let sd = SeedsManifest::seed_dir(dir, *seed);
-            if let Some(e) = manifest.errors.get(seed) {
-                stored.errored.push((*seed, e.clone()));
-            } else if sd.join(super::manifest::MANIFEST_FILE).is_file() {
-                stored.seeds.push((*seed, judge_stored(&sd, golden_root)?));
-            } else {
-                stored.absent.push(*seed);
-            }
-        }
-        Ok(stored)
-    }
-}
-
-/// Add a `seed:<S>` rule for each seed that could not be judged: a regression for a seed whose
-/// run failed to be made, a missing rule for one that never started.
-fn add_unjudged_seed_rules(
-    verdict: &mut crate::compare::Verdict,
-    errored: &[(u64, String)],
-    absent: &[u64],
-) {
-    let rule = |seed: u64, status: RuleStatus, message: String| crate::compare::RuleVerdict {
-        rule: crate::compare::seeds::seed_rule_id(seed),
-        status,
-        evidence: crate::compare::Evidence {
-            message,
-            ..Default::default()
-        },
-        metrics: Vec::new(),
-        failing_steps: Vec::new(),
-        points: Vec::new(),
-        fail_fast: None,
-    };
-    for (seed, e) in errored {
-        verdict.rules.push(rule(
-            *seed,
-            RuleStatus::Regressed,
-            format!("seed {seed}: the run failed: {e}"),
-        ));
-        verdict.outcome = Outcome::Regressed;
-    }
-    // A seed that never started (the run was stopped before it) is a rule of its own.
-    for seed in absent {
-        verdict.rules.push(rule(
-            *seed,
-            RuleStatus::Missing,
-            format!("seed {seed}: no run directory (the multi-seed run stopped before it)"),
-        ));
-        if verdict.outcome == Outcome::Passed {
-            verdict.outcome = Outcome::Missing;
-        }
-    }
-}
-
-/// The combined run's own run info: the seeds' common facts (from the first seed judged), its
-/// status and reason from the seeds that broke (`broken`) or never ran (`absent`).
-fn combined_run_info(
-    dir: &Path,
-    manifest: &SeedsManifest,
-    first: Option<&Report>,
-    hardware: String,
-    broken: &[String],
-    absent: &[u64],
-) -> RunInfo {
-    let status = if broken.is_empty() && absent.is_empty() {
-        RunStatus::Completed
-    } else if broken.is_empty() {
-        RunStatus::Interrupted
-    } else {
-        RunStatus::Failed
-    };
-    // The build and host facts (steps, versions, host, device, threads, numerics) are the
-    // first seed's; the rest is the combined run's own.
-    RunInfo {
-        run_id: RunInfo::id_of(dir),
-        dir: dir.display().to_string(),
-        scenario_path: manifest.scenario_path.clone(),
-        hardware,
-        status: Some(status),
-        reason: (!broken.is_empty()).then(|| broken.join("; ")).or_else(|| {
-            (!absent.is_empty()).then(|| format!("{} seed(s) never ran", absent.len()))
-        }),
-        failed_step: None,
-        seed: None,
-        started: Some(manifest.started.clone()),
-        ended: manifest.ended.clone(),
-        ..first.map(|r| r.run.clone()).unwrap_or_default()
-    }
-}
-
-/// The combined report of a multi-seed run (its plots' series in `report.seed_series`).
-pub(crate) struct CombinedReport {
-    pub(crate) report: Report,
-}
-
-impl CombinedReport {
-    /// Write the combined reports into `out`: the usual files, whose plots show every seed,
-    /// the golden and the calibration's spread.
-    pub(crate) fn write(&self, out: &Path) -> Result<(), CommandError> {
-        write_reports(out, &self.report).map_err(|e| CommandError::run_failed(e.to_string()))
     }
 }
 
@@ -392,7 +188,7 @@ pub(crate) struct SeedSeries {
 }
 
 impl SeedSeries {
-    fn new(seeds: &[(u64, Report)], golden: Option<&crate::golden::Golden>) -> SeedSeries {
+    fn new(seeds: &[(u64, Report)], golden: Option<&Golden>) -> SeedSeries {
         SeedSeries {
             seeds: seeds.iter().map(|(s, r)| (*s, r.metrics.clone())).collect(),
             golden: golden.map(|g| g.table.clone()),

@@ -4,11 +4,10 @@
 use std::path::Path;
 
 use super::RunEnd;
-use crate::compare::RunStatus;
 use crate::driver::DriverSpec;
 use crate::error::CommandError;
 use crate::plan::RunPlan;
-use crate::report::{KnobDiff, RunManifest};
+use crate::rundir::{DroppedValue, KnobDiff, RunManifest, RunStatus};
 
 /// The device an external trainer computes on: the first GPU `nvidia-smi` lists when the
 /// scenario requires one (its golden then lives under that GPU's key), else none.
@@ -193,9 +192,7 @@ pub(super) fn finalize_manifest(
     manifest.failed_step = end.step();
     manifest.dropped = dropped
         .iter()
-        .map(|(step, metric, value)| {
-            crate::compare::DroppedValue::new(*step, metric.clone(), *value)
-        })
+        .map(|(step, metric, value)| DroppedValue::new(*step, metric.clone(), *value))
         .collect();
     manifest.replay = replay.map(|r| r.record());
     manifest.ended = Some(ended.to_rfc3339());

@@ -14,13 +14,12 @@ mod stages;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::compare::RunStatus;
 use crate::driver::DriverSpec;
 use crate::error::CommandError;
 use crate::events;
 use crate::metrics::MetricTable;
 use crate::plan::RunPlan;
-use crate::report::RunManifest;
+use crate::rundir::{RunManifest, RunStatus};
 
 pub(crate) use env::RunEnv;
 pub(crate) use stages::create_run_dir;

@@ -9,10 +9,11 @@ use common::{repo, run_expecting, run_options};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rlharness::compare::RunStatus;
 use rlharness::error::ExitStatus;
 use rlharness::metrics::MetricTable;
-use rlharness::report::{Report, RunManifest};
+use rlharness::report::Report;
+use rlharness::rundir::RunManifest;
+use rlharness::rundir::RunStatus;
 use rlharness::runner::RunOptions;
 
 fn fixture(name: &str) -> PathBuf {

@@ -301,7 +301,7 @@ async fn the_flagship_replays_with_the_recorded_metrics() {
     let rule = verdict
         .rules
         .iter()
-        .find(|r| r.rule == replay::RULE)
+        .find(|r| r.rule == rlharness::compare::REPLAY_RULE)
         .unwrap();
     assert!(
         rule.evidence.message.starts_with("all "),
@@ -335,7 +335,7 @@ async fn the_planted_dropped_meta_key_is_caught_and_named() {
         .unwrap()
         .rules
         .iter()
-        .find(|r| r.rule == replay::RULE)
+        .find(|r| r.rule == rlharness::compare::REPLAY_RULE)
         .unwrap();
     assert!(
         rule.evidence.message.contains(

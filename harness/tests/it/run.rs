@@ -531,7 +531,7 @@ async fn a_selftest_judges_its_planted_run_against_a_reference_made_here() {
         mfu.evidence.message
     );
     assert_eq!(report.reference.as_ref().unwrap().label, "reference run");
-    let manifest = rlharness::report::RunManifest::read(&tmp.path().join("run")).unwrap();
+    let manifest = rlharness::rundir::RunManifest::read(&tmp.path().join("run")).unwrap();
     let reference = manifest
         .reference_run
         .expect("the planted run names its reference");
@@ -1145,7 +1145,7 @@ fn multi_seed_runs_judge_the_seeds_distribution_against_the_calibration() {
     assert_eq!(seeds["seeds"], serde_json::json!([11, 12, 13, 14, 15, 16]));
     for s in 11..=16 {
         let seed_dir = dir.join(format!("seed-{s}"));
-        let m = rlharness::report::RunManifest::read(&seed_dir).unwrap();
+        let m = rlharness::rundir::RunManifest::read(&seed_dir).unwrap();
         assert_eq!(m.seed, s);
         assert!(seed_dir.join("verdict.json").is_file());
     }

@@ -3,11 +3,12 @@
 
 use std::path::Path;
 
-use rlharness::compare::RunStatus;
 use rlharness::error::ExitStatus;
 use rlharness::golden::{GoldenStore, Provenance};
 use rlharness::metrics::MetricTable;
-use rlharness::report::{compare_command, RunManifest};
+use rlharness::report::compare_command;
+use rlharness::rundir::RunManifest;
+use rlharness::rundir::RunStatus;
 
 fn table(rewards: &[f64]) -> MetricTable {
     let mfu = vec![0.3; rewards.len()];

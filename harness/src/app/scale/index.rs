@@ -9,7 +9,10 @@ use quick_junit::{NonSuccessKind, Report as JunitReport, TestCase, TestCaseStatu
 
 use crate::error::ExitStatus;
 use crate::fsx;
-use crate::report::markdown::html_escape as esc;
+use crate::report::doc::{
+    plain, to_html, to_markdown, Block, Document, Inline, Row, Table, Target,
+};
+use crate::util::html_escape as esc;
 
 /// One scenario of the invocation.
 #[derive(Debug, Clone, PartialEq)]
@@ -152,45 +155,84 @@ pub(crate) fn tally(out: &Path, entries: &[Entry]) -> String {
     )
 }
 
-pub(crate) fn render_markdown(out: &Path, entries: &[Entry]) -> String {
-    let mut o = String::new();
+/// The index page's style sheet.
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2rem;color:#222}\
+     table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.25rem .5rem;\
+     text-align:left;vertical-align:top}th{background:#f5f5f5}.pass{color:#1a7f37}\
+     .fail{color:#cf222e}.warn{color:#9a6700}";
+
+/// The status class of an exit status (the HTML writer colours by it).
+fn class(s: ExitStatus) -> &'static str {
+    match s {
+        ExitStatus::Passed => "pass",
+        ExitStatus::NoGolden => "warn",
+        _ => "fail",
+    }
+}
+
+/// The combined index of one invocation as a document: the worst exit, the counts, then a row
+/// per scenario (and per seed of a multi-seed run) linking its report.
+pub(crate) fn index_document(out: &Path, entries: &[Entry]) -> Document {
     let w = worst(entries);
-    o.push_str(&format!(
-        "# rlharness run: exit {} ({})\n\n{}\n\n",
-        w.code(),
-        w.word(),
-        counts(entries)
-    ));
-    o.push_str("| scenario | exit | verdict | where | seconds | report |\n");
-    o.push_str("|---|---|---|---|---|---|\n");
-    let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    let head = ["scenario", "exit", "verdict", "where", "seconds", "report"];
+    let mut rows = Vec::new();
     for e in entries {
         let report = match report_target(out, e) {
-            Some((d, ReportKind::JobLog)) => format!("[job log]({d}/job.log)"),
-            Some((d, ReportKind::Report)) => format!("[report]({d}/report.md)"),
-            None => "-".into(),
+            Some((d, ReportKind::JobLog)) => vec![Inline::Link {
+                text: "job log".into(),
+                to: Target::File(format!("{d}/job.log")),
+            }],
+            Some((d, ReportKind::Report)) => vec![Inline::Link {
+                text: "report".into(),
+                to: Target::Report(d),
+            }],
+            None => plain("-"),
         };
-        o.push_str(&format!(
-            "| {} (`{}`) | {} | {} | {} | {:.1} | {} |\n",
-            cell(&e.scenario),
-            cell(&e.file),
-            e.status.code(),
-            cell(&e.summary),
-            cell(&e.placement),
-            e.seconds,
-            report
-        ));
+        rows.push(Row {
+            class: Some(class(e.status)),
+            cells: vec![
+                vec![
+                    Inline::Plain(format!("{} (", e.scenario)),
+                    Inline::Code(e.file.clone()),
+                    Inline::Plain(")".into()),
+                ],
+                plain(e.status.code().to_string()),
+                plain(&e.summary),
+                plain(&e.placement),
+                plain(format!("{:.1}", e.seconds)),
+                report,
+            ],
+        });
         for s in &e.seeds {
-            o.push_str(&format!(
-                "| {} seed {} | {} | {} | | | |\n",
-                cell(&e.scenario),
-                s.seed,
-                s.status.code(),
-                cell(&s.summary)
-            ));
+            rows.push(Row {
+                class: Some(class(s.status)),
+                cells: vec![
+                    plain(format!("{} seed {}", e.scenario, s.seed)),
+                    plain(s.status.code().to_string()),
+                    plain(&s.summary),
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                ],
+            });
         }
     }
-    o
+    Document {
+        title: format!("rlharness run: exit {}", w.code()),
+        style: STYLE,
+        blocks: vec![
+            Block::Heading {
+                level: 1,
+                class: Some(class(w)),
+                text: plain(format!("rlharness run: exit {} ({})", w.code(), w.word())),
+            },
+            Block::Paragraph(plain(counts(entries))),
+            Block::Table(Table {
+                head: head.iter().map(|h| plain(*h)).collect(),
+                rows,
+            }),
+        ],
+    }
 }
 
 /// What an index row links to: the run's reports, or only its job log (a Ray job that never
@@ -210,71 +252,6 @@ fn report_target(out: &Path, e: &Entry) -> Option<(String, ReportKind)> {
         };
         (rel(out, d), kind)
     })
-}
-
-pub(crate) fn render_html(out: &Path, entries: &[Entry]) -> String {
-    let w = worst(entries);
-    let class = |s: ExitStatus| match s {
-        ExitStatus::Passed => "pass",
-        ExitStatus::NoGolden => "warn",
-        _ => "fail",
-    };
-    let mut o = String::new();
-    o.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
-    o.push_str(&format!(
-        "<title>rlharness run: exit {}</title><style>body{{font-family:system-ui,sans-serif;\
-         margin:2rem;color:#222}}table{{border-collapse:collapse}}td,th{{border:1px solid #ddd;\
-         padding:.25rem .5rem;text-align:left;vertical-align:top}}th{{background:#f5f5f5}}\
-         .pass{{color:#1a7f37}}.fail{{color:#cf222e}}.warn{{color:#9a6700}}</style></head><body>\n",
-        w.code()
-    ));
-    o.push_str(&format!(
-        "<h1 class=\"{}\">rlharness run: exit {} ({})</h1>\n<p>{}</p>\n",
-        class(w),
-        w.code(),
-        w.word(),
-        esc(&counts(entries))
-    ));
-    o.push_str(
-        "<table><tr><th>scenario</th><th>exit</th><th>verdict</th><th>where</th>\
-         <th>seconds</th><th>report</th></tr>\n",
-    );
-    for e in entries {
-        let report = match report_target(out, e) {
-            Some((d, ReportKind::JobLog)) => {
-                format!("<a href=\"{0}/job.log\">{0}/job.log</a>", esc(&d))
-            }
-            Some((d, ReportKind::Report)) => {
-                format!("<a href=\"{0}/report.html\">{0}</a>", esc(&d))
-            }
-            None => "-".into(),
-        };
-        o.push_str(&format!(
-            "<tr class=\"{}\"><td>{} (<code>{}</code>)</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{:.1}</td><td>{}</td></tr>\n",
-            class(e.status),
-            esc(&e.scenario),
-            esc(&e.file),
-            e.status.code(),
-            esc(&e.summary),
-            esc(&e.placement),
-            e.seconds,
-            report
-        ));
-        for s in &e.seeds {
-            o.push_str(&format!(
-                "<tr class=\"{}\"><td>{} seed {}</td><td>{}</td><td>{}</td><td></td><td></td>\
-                 <td></td></tr>\n",
-                class(s.status),
-                esc(&e.scenario),
-                s.seed,
-                s.status.code(),
-                esc(&s.summary)
-            ));
-        }
-    }
-    o.push_str("</table>\n</body></html>\n");
-    o
 }
 
 fn case_status(status: ExitStatus, summary: &str, skipped: bool) -> TestCaseStatus {
@@ -335,14 +312,9 @@ pub(crate) fn render_junit(entries: &[Entry]) -> String {
 
 /// Write `OUT/index.md`, `OUT/index.html` and `OUT/junit.xml`.
 pub(crate) fn write_index(out: &Path, entries: &[Entry]) -> Result<(), fsx::FsError> {
-    fsx::write_atomic(
-        &out.join("index.md"),
-        render_markdown(out, entries).as_bytes(),
-    )?;
-    fsx::write_atomic(
-        &out.join("index.html"),
-        render_html(out, entries).as_bytes(),
-    )?;
+    let doc = index_document(out, entries);
+    fsx::write_atomic(&out.join("index.md"), to_markdown(&doc).as_bytes())?;
+    fsx::write_atomic(&out.join("index.html"), to_html(&doc).as_bytes())?;
     fsx::write_atomic(&out.join("junit.xml"), render_junit(entries).as_bytes())?;
     Ok(())
 }
@@ -412,10 +384,11 @@ mod tests {
         assert!(xml.contains("failures=\"2\""), "{xml}");
         assert!(xml.contains("name=\"multi seed 2\""), "{xml}");
         assert_eq!(worst(&entries), ExitStatus::RunFailed);
-        let md = render_markdown(Path::new("reports"), &entries);
+        let doc = index_document(Path::new("reports"), &entries);
+        let md = to_markdown(&doc);
         assert!(md.starts_with("# rlharness run: exit 3"), "{md}");
         assert!(md.contains("[report](b/r1/report.md)"), "{md}");
-        let html = render_html(Path::new("reports"), &entries);
+        let html = to_html(&doc);
         assert!(html.contains("run failed: killed"), "{html}");
     }
 

@@ -148,7 +148,7 @@ pub(crate) fn report_entry(
         seconds,
         skipped: r.skipped.is_some(),
         failing: crate::report::terminal::failing_rules_named(r),
-        expected_failure: r.headline() == crate::report::Headline::ExpectedFailure,
+        expected_failure: r.headline() == crate::compare::Headline::ExpectedFailure,
     }
 }
 

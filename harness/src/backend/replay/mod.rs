@@ -16,8 +16,9 @@
 //! e.g. `replay mismatch at POST /forward-backward call 3 (job 2): meta.temperature: recorded
 //! 1.0, got <absent>`. A request the recording has no place for (an extra call, an unknown
 //! route) is answered `409` with that message, so the driver fails there. Recorded exchanges
-//! never requested are mismatches too. The run's verdict gets the rule
-//! `replay:requests match the cassette` (see [`ReplayOutcome::rule_verdict`]).
+//! never requested are mismatches too. The outcome (`ReplayOutcome`) is this backend's own; the
+//! runner keeps it in `run.json` as a `rundir::ReplayRecord`, which the judge turns into the
+//! rule `replay:requests match the cassette` (`compare::replay_rule`).
 
 pub mod cassette;
 pub(crate) mod diff;
@@ -33,14 +34,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::{json, Value};
 
-use crate::compare::ReplayRecord;
-#[cfg(test)]
-use crate::compare::RuleVerdict;
+use crate::rundir::ReplayRecord;
 pub(crate) use cassette::{Cassette, CassetteError, CassetteWriter, RecordedExchange};
 use diff::{differences, request_view, Difference};
 
-/// The rule a replay adds to the verdict.
-pub const RULE: &str = crate::compare::REPLAY_RULE;
 /// How many differences of one request are counted (the first is the one shown).
 const DIFF_LIMIT: usize = 64;
 
@@ -137,12 +134,6 @@ impl ReplayOutcome {
     /// The first mismatch, and how many there were.
     pub fn summary(&self) -> String {
         self.record().summary()
-    }
-
-    /// The verdict's rule for this replay: passes when every request matched.
-    #[cfg(test)]
-    pub(crate) fn rule_verdict(&self) -> RuleVerdict {
-        self.record().rule_verdict()
     }
 }
 
@@ -570,7 +561,6 @@ pub(crate) fn install_cassette(from: &Path, to: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::RuleStatus;
     use axum::body::Body;
     use axum::http::Request;
     use tower::ServiceExt;
@@ -706,9 +696,10 @@ mod tests {
             "{}",
             o.summary()
         );
-        let rule = o.rule_verdict();
-        assert_eq!(rule.status, RuleStatus::Regressed);
-        assert_eq!(rule.evidence.value, Some(5.0));
+        // What `run.json` keeps, and the judge's replay rule reads.
+        let record = o.record();
+        assert!(!record.passed());
+        assert_eq!(record.mismatches.len(), 5);
     }
 
     #[test]

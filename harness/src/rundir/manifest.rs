@@ -1,16 +1,15 @@
 //! `run.json`: the manifest of a run directory. The runner writes exactly this struct; `compare`
-//! reads it back to re-judge a stored run without running anything.
+//! reads it back to re-judge a stored run without running anything, `report` to show it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub(crate) use crate::compare::RunStatus;
-use crate::compare::{ChecksSpec, DroppedValue, ExpectedVerdict, ReplayRecord};
+use super::{DroppedValue, ReplayRecord, RunStatus, Stray, MANIFEST_FILE};
+use crate::checks::{ChecksSpec, ExpectedVerdict};
 use crate::fsx;
-
-pub(crate) const MANIFEST_FILE: &str = "run.json";
-pub(crate) const METRICS_FILE: &str = "metrics.csv";
+use crate::golden::JudgedAgainst;
+use crate::wire::runtime::Numerics;
 
 /// A scenario value that differs from its default, and where the value came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,7 +64,7 @@ pub struct RunManifest {
     /// A deterministic backend's numeric fingerprint and CPU kernel pinning: a golden of the
     /// same fingerprint is held bit for bit (the exact lane).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) numerics: Option<crate::wire::runtime::Numerics>,
+    pub(crate) numerics: Option<Numerics>,
     /// RFC 3339.
     pub(crate) started: String,
     #[serde(default)]
@@ -83,7 +82,7 @@ pub struct RunManifest {
     /// digests, and every calibrated band as resolved then. `compare RUN` says when they
     /// changed since, with both verdicts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub judged_against: Option<crate::golden::JudgedAgainst>,
+    pub judged_against: Option<JudgedAgainst>,
     /// Set when this run wrote a pending golden (the path of its `metrics.csv.new`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) pending_golden: Option<String>,
@@ -100,27 +99,7 @@ pub struct RunManifest {
     /// Processes an external trainer left running outside its process group, which the
     /// harness stopped after it (`driver/strays.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub strays: Vec<crate::driver::strays::Stray>,
-}
-
-impl RunManifest {
-    /// What the judge reads of this run (with its series).
-    pub(crate) fn record<'a>(
-        &'a self,
-        metrics: &'a crate::metrics::MetricTable,
-    ) -> crate::compare::RunRecord<'a> {
-        crate::compare::RunRecord {
-            metrics,
-            checks: &self.checks,
-            status: self.status,
-            reason: self.reason.as_deref(),
-            failed_step: self.failed_step,
-            dropped: &self.dropped,
-            replay: self.replay.as_ref(),
-            numerics: self.numerics.as_ref(),
-            seed: self.seed,
-        }
-    }
+    pub strays: Vec<Stray>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +108,7 @@ pub enum ManifestError {
     Fs(#[from] fsx::FsError),
     #[error("invalid run manifest {path}: {source}")]
     Json {
-        path: std::path::PathBuf,
+        path: PathBuf,
         #[source]
         source: serde_json::Error,
     },

@@ -1,0 +1,166 @@
+//! Calibrated golden rules: the band a `calibrated` rule gets from the golden's calibration
+//! (k σ per window around the calibration's mean), or why it has none; and what a run, a bless
+//! and the live watch read of it.
+
+use super::seeds::POWER;
+use crate::checks::expr::fmt_num;
+use crate::checks::{ChecksSpec, WindowBand};
+use crate::golden::{BlessedBands, Golden, JudgedAgainst};
+
+/// Where a calibrated metric's band came from (its text), or why it has none.
+pub(crate) type BandSource = (String, Result<String, String>);
+
+/// The source of `metric`'s band among `sources`, if its rule is calibrated.
+pub(crate) fn source_of<'a>(
+    sources: &'a [BandSource],
+    metric: &str,
+) -> Option<&'a Result<String, String>> {
+    sources.iter().find(|(m, _)| m == metric).map(|(_, s)| s)
+}
+
+/// What a run's verdict is judged against, as `run.json` records it: the golden's digests and
+/// each calibrated band as resolved (`golden:<metric>` → its text, or why it has none).
+pub(crate) fn judged_against(checks: &ChecksSpec, golden: &Golden) -> JudgedAgainst {
+    let (_, sources) = resolve_calibrated(checks, Some(golden));
+    JudgedAgainst {
+        digest: golden.digest.clone(),
+        bands: sources
+            .into_iter()
+            .map(|(m, b)| (format!("golden:{m}"), b.unwrap_or_else(|why| why)))
+            .collect(),
+    }
+}
+
+/// The calibrated bands `checks` resolve to with `golden`'s calibration: per calibrated rule
+/// the calibration can resolve, each window's (first, last, half-width). What a bless records
+/// (`golden.yaml`'s `bands:`) and what the loosening guard compares with it.
+pub(crate) fn band_widths(checks: &ChecksSpec, golden: Option<&Golden>) -> BlessedBands {
+    let (resolved, _) = resolve_calibrated(checks, golden);
+    resolved
+        .map(|r| {
+            r.golden
+                .iter()
+                .filter_map(|(m, rule)| {
+                    let bands = rule.window_bands.as_ref()?;
+                    Some((
+                        m.to_string(),
+                        bands.iter().map(|b| (b.first, b.last, b.half)).collect(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The standard normal quantile of [`POWER`] (0.8).
+const Z_POWER: f64 = 0.841_621_233_572_914_3;
+
+/// The checks a run watches while it runs (its `fail_fast` rules): calibrated rules with the
+/// bands the golden's calibration gives them. A calibrated rule the calibration cannot resolve
+/// never fails fast (its final verdict is `missing`, with the command to run); judged raw it
+/// would have a band of width 0 and abort the run at its first window.
+pub(crate) fn live_checks(checks: &ChecksSpec, golden: Option<&Golden>) -> ChecksSpec {
+    let (resolved, sources) = resolve_calibrated(checks, golden);
+    let mut live = resolved.unwrap_or_else(|| checks.clone());
+    for (metric, source) in sources {
+        if source.is_err() {
+            for (_, r) in live.golden.0.iter_mut().filter(|(m, _)| *m == metric) {
+                r.fail_fast = false;
+            }
+        }
+    }
+    live
+}
+
+/// `calibrated` golden rules turned into the absolute bands the golden's calibration gives
+/// them (`None`: no rule is calibrated), and per calibrated metric where its band came from,
+/// or why it has none.
+pub(crate) fn resolve_calibrated(
+    checks: &ChecksSpec,
+    golden: Option<&Golden>,
+) -> (Option<ChecksSpec>, Vec<BandSource>) {
+    if checks.golden.iter().all(|(_, r)| r.calibrated.is_none()) {
+        return (None, Vec::new());
+    }
+    let mut resolved = checks.clone();
+    let mut sources = Vec::new();
+    for (metric, rule) in resolved.golden.0.iter_mut() {
+        let Some(c) = rule.calibrated else { continue };
+        let cal = golden.and_then(|g| g.calibration.as_ref());
+        let windows = cal.and_then(|cal| {
+            cal.windows
+                .get(metric)
+                .filter(|w| !w.is_empty())
+                .map(|w| (cal, w))
+        });
+        let Some((cal, windows)) = windows else {
+            sources.push((
+                metric.clone(),
+                Err(format!(
+                    "`{metric}` asks for a calibrated band, but the golden has no calibration of \
+                     it: run `rlharness golden calibrate` on the scenario"
+                )),
+            ));
+            continue;
+        };
+        let stat = |m: bool| if m { "medians" } else { "means" };
+        if let Some(m) = windows
+            .iter()
+            .filter_map(|w| w.median)
+            .find(|m| *m != rule.median)
+        {
+            sources.push((
+                metric.clone(),
+                Err(format!(
+                    "`{metric}`: the calibration measured window {}, the rule now compares window \
+                     {}: run `rlharness golden calibrate` again",
+                    stat(m),
+                    stat(rule.median)
+                )),
+            ));
+            continue;
+        }
+        let bands: Vec<WindowBand> = windows
+            .iter()
+            .map(|w| WindowBand {
+                first: w.first,
+                last: w.last,
+                centre: w.mean,
+                half: (c.k * w.std * (1.0 + 1.0 / w.n.max(1) as f64).sqrt()).max(c.floor),
+            })
+            .collect();
+        let span = |xs: &mut dyn Iterator<Item = f64>| {
+            let (lo, hi) = xs.fold((f64::INFINITY, 0.0_f64), |(lo, hi), x| {
+                (lo.min(x), hi.max(x))
+            });
+            if lo == hi {
+                fmt_num(hi)
+            } else {
+                format!("{}..{}", fmt_num(lo), fmt_num(hi))
+            }
+        };
+        let halves = format!("±{}", span(&mut bands.iter().map(|b| b.half)));
+        // One run's window lands past the bad edge with probability Φ((δ − half) / σ): 80 %
+        // at δ = half + z₀.₈ σ, σ being the window's spread over the calibration runs.
+        let power = span(
+            &mut bands
+                .iter()
+                .zip(windows.iter())
+                .map(|(b, w)| b.half + Z_POWER * w.std),
+        );
+        rule.window_bands = Some(bands);
+        sources.push((
+            metric.clone(),
+            Ok(format!(
+                "{halves} calibrated per window: max(k {} × the window's σ × √(1 + 1/n), floor {}) \
+                 around the calibration's mean of the window, from {}; one run catches a shift \
+                 of {power} on the bad side {:.0}% of the time",
+                c.k,
+                c.floor,
+                cal.source(),
+                POWER * 100.0
+            )),
+        ));
+    }
+    (Some(resolved), sources)
+}

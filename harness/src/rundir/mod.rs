@@ -1,0 +1,35 @@
+//! A run directory's own files, as data: `run.json` (the manifest the runner writes when a run
+//! starts and again when it ends), `metrics.csv` (the series) and, for a multi-seed run,
+//! `seeds.json`. The runner writes them; the judge (`compare`), the reports and the commands
+//! read them back. Nothing here judges or renders.
+
+use std::path::Path;
+
+use crate::metrics::{MetricTable, MetricsError};
+
+mod manifest;
+mod records;
+mod seeds;
+
+pub use manifest::{KnobDiff, ManifestError, RunManifest};
+pub use records::{DroppedValue, ReplayRecord, RunStatus, Stray};
+pub use seeds::SeedsFileError;
+pub(crate) use seeds::{is_combined, SeedsManifest};
+
+pub(crate) const MANIFEST_FILE: &str = "run.json";
+pub(crate) const METRICS_FILE: &str = "metrics.csv";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunDirError {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("invalid run series: {0}")]
+    Series(#[from] MetricsError),
+}
+
+/// A stored run: its manifest and its series.
+pub(crate) fn load(dir: &Path) -> Result<(RunManifest, MetricTable), RunDirError> {
+    let m = RunManifest::read(dir)?;
+    let t = MetricTable::read_csv(&dir.join(METRICS_FILE))?;
+    Ok((m, t))
+}
