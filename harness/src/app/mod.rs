@@ -364,7 +364,7 @@ pub(crate) fn golden_bless(
             run.display()
         )))
     };
-    if manifest.status != crate::compare::RunStatus::Completed {
+    if manifest.status != crate::rundir::RunStatus::Completed {
         return refuse(format!(
             "the run did not complete (status {:?}{})",
             manifest.status,
@@ -542,7 +542,7 @@ async fn calibrate(
     .buffer_unordered(jobs.max(1));
     while let Some((seed, report)) = results.next().await {
         let report = report?;
-        if report.run.status != Some(crate::compare::RunStatus::Completed) {
+        if report.run.status != Some(crate::rundir::RunStatus::Completed) {
             return Err(CommandError::run_failed(format!(
                 "calibration run with seed {seed} did not complete ({}): {}",
                 report.run.dir,

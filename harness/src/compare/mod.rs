@@ -27,7 +27,6 @@ pub use crate::checks::expr;
 #[cfg(test)]
 pub(crate) use crate::checks::ChecksSpec;
 pub(crate) use crate::checks::{ExpectedVerdict, GoldenRule};
-pub(crate) use crate::rundir::RunStatus;
 pub(crate) use calibrated::{band_widths, judged_against, live_checks};
 pub use combined::CombinedError;
 pub(crate) use combined::{judge_combined, Combined};

@@ -13,7 +13,7 @@ use crate::fsx;
 use crate::golden::calibration::Calibration;
 use crate::golden::{Golden, Provenance};
 use crate::metrics::MetricTable;
-use crate::rundir::{self, KnobDiff, RunStatus};
+use crate::rundir::{self, KnobDiff, RunManifest, RunStatus};
 use crate::wire::runtime::Numerics;
 
 pub(crate) mod doc;
@@ -26,7 +26,6 @@ pub(crate) mod terminal;
 
 pub(crate) use crate::compare::Headline;
 /// `run.json`'s model lives in `rundir`; the runner's stages still name it here.
-pub use crate::rundir::RunManifest;
 pub(crate) use html::render_html;
 pub(crate) use junit::render_junit;
 pub(crate) use markdown::render_markdown;

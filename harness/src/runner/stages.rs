@@ -22,7 +22,7 @@ use crate::fsx;
 use crate::metrics::{promised_peak_flops, MetricsCsvWriter};
 use crate::plan::{RunPlan, ServerPlan};
 use crate::proxy::ProxyHandle;
-use crate::report::RunManifest;
+use crate::rundir::RunManifest;
 
 /// The driver's task: the builtin driver, or the watcher of an external trainer.
 pub(super) type DriverTask = tokio::task::JoinHandle<Result<(), DriverError>>;

@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 use super::error::SpecError;
 use crate::checks::domain::{domain, positive};
 use crate::checks::ChecksSpec;
-use crate::compare::{judge_run, RunRecord, RunStatus};
+use crate::compare::{judge_run, RunRecord};
 use crate::golden::{Golden, GoldenStore};
+use crate::rundir::RunStatus;
 
 /// The golden folders of a scenario: `<golden root>/<name>/<hardware>/` that hold a golden.
 fn goldens(root: &Path, name: &str) -> Vec<(String, Golden)> {

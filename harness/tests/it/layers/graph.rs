@@ -5,8 +5,10 @@
 //! glues its children, and they may use what it defines, so edges into and out of a hub are
 //! not counted. Between siblings every edge counts, at every depth: `a.rs` using
 //! `super::b::X` is the edge `a -> b` in the folder, and `crate::x::y::f` from `crate::z::w`
-//! is the edge `z -> x` at the crate's top. Inline test modules (the text from a top-level
-//! `#[cfg(test)] mod`) are read for `crate::` paths only, since their `super::` is the file itself.
+//! is the edge `z -> x` at the crate's top. Test code (a file's inline test module, from a
+//! top-level `#[cfg(test)] mod`, and a `tests.rs` file) is kept apart: its uses count for the
+//! layers but not for rings, since tests reach across their module on purpose; and an inline
+//! module's `super::` is the file itself, so only its `crate::` paths are read.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -27,7 +29,10 @@ pub struct Edge {
 /// A crate's modules and the edges between siblings.
 pub struct Graph {
     pub modules: BTreeSet<ModPath>,
+    /// The edges of code that ships.
     pub edges: BTreeMap<Edge, String>,
+    /// The edges of test code only.
+    pub test_edges: BTreeMap<Edge, String>,
     /// Paths into other crates (`rlharness::a::...` from the torch crate): (file, path).
     pub external: Vec<(String, Written)>,
 }
@@ -74,15 +79,26 @@ pub fn read(src: &Path, externs: &[&str]) -> Graph {
     let mut graph = Graph {
         modules,
         edges: BTreeMap::new(),
+        test_edges: BTreeMap::new(),
         external: Vec::new(),
     };
     for (rel, module, text) in &texts {
-        let body = text.split("\n#[cfg(test)]\nmod ").next().unwrap_or(text);
-        let mut found = paths(text, &["crate"]);
-        found.extend(paths(body, &["super", "self"]));
-        for p in found {
-            if let Some(target) = resolve(module, &p) {
-                graph.add(module, &target, rel);
+        let test_file = rel.ends_with("tests.rs");
+        let (body, tests) = match text.split_once("\n#[cfg(test)]\nmod ") {
+            _ if test_file => ("", text.as_str()),
+            Some((body, tests)) => (body, tests),
+            None => (text.as_str(), ""),
+        };
+        let mut found = paths(body, &["crate", "super", "self"]);
+        let mut test_found = paths(tests, &["crate"]);
+        if test_file {
+            test_found.extend(paths(tests, &["super", "self"]));
+        }
+        for (paths, test) in [(&mut found, false), (&mut test_found, true)] {
+            for p in paths.iter() {
+                if let Some(target) = resolve(module, p) {
+                    graph.add(module, &target, rel, test);
+                }
             }
         }
         for p in paths(text, externs) {
@@ -122,7 +138,7 @@ impl Graph {
 
     /// An edge from `from` to the module `target` points into. A hub's uses of its own
     /// children are glue; its uses elsewhere count as its folder's.
-    fn add(&mut self, from: &ModPath, target: &ModPath, file: &str) {
+    fn add(&mut self, from: &ModPath, target: &ModPath, file: &str, test: bool) {
         let to = self.module_prefix(target);
         let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
         // An ancestor (its hub's items) or a descendant: not an edge between siblings.
@@ -134,7 +150,12 @@ impl Graph {
             from: from[common].clone(),
             to: to[common].clone(),
         };
-        self.edges.entry(edge).or_insert_with(|| file.to_string());
+        let map = if test {
+            &mut self.test_edges
+        } else {
+            &mut self.edges
+        };
+        map.entry(edge).or_insert_with(|| file.to_string());
     }
 
     /// Every set of siblings that use each other in a ring, with the edges that close it.
