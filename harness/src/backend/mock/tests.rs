@@ -1,6 +1,13 @@
+use serde_json::{json, Map, Value};
+
+use super::loss::prompt_token_len;
+use super::script::CurveShape;
 use super::*;
-use crate::backend::server::frame::i64_tensor;
-use crate::task::ArithConfig;
+use crate::backend::server::frame::{i64_tensor, tensor_f64};
+use crate::backend::{f32_tensor, Engine, GenerateRequest, ModelBatch};
+use crate::metrics::ModelSpec;
+use crate::task::{ArithConfig, ArithTask, CharTokenizer, EOS_ID};
+use crate::wire::api::{JobConfig, JobType};
 
 fn config(job_type: JobType, extra: Value) -> JobConfig {
     let mut v = json!({"model_name": "Qwen/Qwen3-0.6B", "job_type": job_type.as_str()});
