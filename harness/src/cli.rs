@@ -234,6 +234,10 @@ pub(crate) struct RunArgs {
     /// no server_config.json): to measure what the proxy costs inside a real step.
     #[arg(long)]
     pub(crate) direct: bool,
+    /// Name the code under test in run.json (a container tag, a CI build id): `rlharness
+    /// history` orders and attributes runs by it, before the trainer's recorded sources.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) label: Option<String>,
     /// Exit 1 when any scenario is skipped (its requirements are not met here), so a CI job
     /// that ran nothing is red, not green.
     #[arg(long)]

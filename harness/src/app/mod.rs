@@ -752,6 +752,7 @@ pub(crate) fn run_options(args: &crate::cli::RunArgs) -> crate::runner::RunOptio
         update_golden: args.update_golden,
         ci: ci_env(),
         direct: args.direct,
+        label: args.label.clone(),
         ..args.common.options(
             args.scenarios
                 .first()

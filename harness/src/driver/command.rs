@@ -62,6 +62,11 @@ pub struct CommandDriverSpec {
     /// trainer then learns it from `RLHARNESS_BACKEND_URL`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) proxy_listen: Option<String>,
+    /// The environment variables that name the trainer's source checkouts (`[VERL_SRC,
+    /// ARCTIC_SRC]`): `run.json` records each one's `git describe`, so a history orders runs
+    /// by the trainer's code, and a bisect knows which repository it walks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) sources: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -73,6 +78,8 @@ struct RawCommandDriverSpec {
     metrics_from: MetricsSource,
     #[serde(default)]
     proxy_listen: Option<String>,
+    #[serde(default)]
+    sources: Vec<String>,
 }
 
 impl TryFrom<RawCommandDriverSpec> for CommandDriverSpec {
@@ -90,6 +97,14 @@ impl TryFrom<RawCommandDriverSpec> for CommandDriverSpec {
                 return Err(format!("`env`: invalid variable name {k:?}"));
             }
         }
+        for k in &r.sources {
+            let ok = !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                return Err(format!(
+                    "`sources`: {k:?} is not an environment variable name (letters, digits, `_`)"
+                ));
+            }
+        }
         if let Some(l) = &r.proxy_listen {
             l.parse::<std::net::SocketAddr>().map_err(|e| {
                 format!("`proxy_listen`: {l:?} is not an address such as 127.0.0.1:7000: {e}")
@@ -100,6 +115,7 @@ impl TryFrom<RawCommandDriverSpec> for CommandDriverSpec {
             env: r.env,
             metrics_from: r.metrics_from,
             proxy_listen: r.proxy_listen,
+            sources: r.sources,
         })
     }
 }
@@ -791,7 +807,16 @@ mod tests {
             env: BTreeMap::new(),
             metrics_from: MetricsSource::VerlConsole,
             proxy_listen: listen.map(String::from),
+            sources: Vec::new(),
         };
+        let with_sources = |sources: &[&str]| RawCommandDriverSpec {
+            sources: sources.iter().map(|s| s.to_string()).collect(),
+            ..raw(vec!["x"], None)
+        };
+        assert!(CommandDriverSpec::try_from(with_sources(&["VERL_SRC", "A_1"])).is_ok());
+        assert!(CommandDriverSpec::try_from(with_sources(&["verl src"]))
+            .unwrap_err()
+            .contains("`sources`: \"verl src\" is not an environment variable name"));
         assert!(CommandDriverSpec::try_from(raw(vec![], None))
             .unwrap_err()
             .contains("empty"));

@@ -794,6 +794,8 @@ mod tests {
     fn manifest(checks: &str, expected: Option<&str>) -> RunManifest {
         RunManifest {
             judged_against: None,
+            label: None,
+            trainer_sources: Default::default(),
             scenario: "smoke/mock-gsm8k-grpo".into(),
             scenario_path: "scenarios/smoke/mock-gsm8k-grpo.yaml".into(),
             hardware: "cpu".into(),

@@ -50,6 +50,13 @@ pub struct RunManifest {
     /// The commit of the checkout the run was started in (its scenarios and goldens).
     #[serde(default)]
     pub(crate) git_commit: Option<String>,
+    /// What `run --label` named the code under test (a container tag, a CI build).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) label: Option<String>,
+    /// The trainer's sources, by the variable that names them (a command driver's `sources`):
+    /// `git describe --always --dirty` of each checkout, or why there is none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(crate) trainer_sources: std::collections::BTreeMap<String, String>,
     /// The commit the binary was built from; differs from `git_commit` when a binary runs in
     /// another tree (a copied working tree on a GPU box).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,6 +122,21 @@ pub enum ManifestError {
 }
 
 impl RunManifest {
+    /// The version of the code under test beyond the harness's own commit: the label, else
+    /// the trainer's sources (`VERL_SRC v0.7.1-3-gabc, ARCTIC_SRC 5864380`); `None` when the
+    /// run recorded neither.
+    pub(crate) fn code_version(&self) -> Option<String> {
+        if let Some(l) = &self.label {
+            return Some(l.clone());
+        }
+        let parts: Vec<String> = self
+            .trainer_sources
+            .iter()
+            .map(|(var, v)| format!("{var} {v}"))
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+
     pub fn read(dir: &Path) -> Result<RunManifest, ManifestError> {
         let path = dir.join(MANIFEST_FILE);
         let text = fsx::read_to_string(&path)?;

@@ -1,6 +1,7 @@
 //! Facts about where a run ran (`RunEnv`), the run's manifest (`run.json`), and what the report
 //! must say about the wire.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::RunEnd;
@@ -105,8 +106,11 @@ pub(crate) fn manifest_for(
     plan: &RunPlan,
     env: &RunEnv,
     started: chrono::DateTime<chrono::Utc>,
+    label: Option<&str>,
 ) -> RunManifest {
     RunManifest {
+        label: label.map(str::to_string),
+        trainer_sources: trainer_sources(plan),
         judged_against: None,
         scenario: plan.scenario.name.clone(),
         scenario_path: plan.scenario.path.display().to_string(),
@@ -152,6 +156,43 @@ pub(crate) fn manifest_for(
 pub(super) fn write_manifest(dir: &Path, m: &RunManifest) -> Result<(), CommandError> {
     m.write(dir)
         .map_err(|e| CommandError::run_failed(e.to_string()))
+}
+
+/// `git describe --always --dirty` of each source checkout a command driver names (by the
+/// environment variable that holds its path: the driver's `env`, else the harness's own), or
+/// why there is none.
+fn trainer_sources(plan: &RunPlan) -> BTreeMap<String, String> {
+    let DriverSpec::Command(c) = &plan.scenario.driver else {
+        return BTreeMap::new();
+    };
+    c.sources
+        .iter()
+        .map(|var| {
+            let path = c.env.get(var).cloned().or_else(|| std::env::var(var).ok());
+            let described = match path {
+                None => "(not set)".to_string(),
+                Some(p) => git_in(
+                    Path::new(&p),
+                    &["describe", "--always", "--dirty", "--tags"],
+                )
+                .unwrap_or_else(|| format!("(not a git checkout: {p})")),
+            };
+            (var.clone(), described)
+        })
+        .collect()
+}
+
+/// `git ARGS` in `dir`: its trimmed output, or `None` when it fails.
+fn git_in(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 pub(crate) fn git_commit() -> Option<String> {

@@ -55,6 +55,9 @@ pub struct RunOptions {
     /// (no `wire.jsonl`, `server_config.json` or cassette), to measure what the proxy costs
     /// inside a real step. The run is judged as usual; its report says the wire was not seen.
     pub direct: bool,
+    /// `run --label`: what the run's `run.json` names the code under test (a history orders
+    /// and attributes runs by it).
+    pub label: Option<String>,
 }
 
 impl RunOptions {
@@ -77,6 +80,7 @@ impl RunOptions {
             stop_at: None,
             experiment_name: None,
             direct: false,
+            label: None,
         }
     }
 }

@@ -50,7 +50,7 @@ pub(super) fn prepare(
         )));
     }
     let env = RunEnv::new(trainer_device(plan), opts.hardware.as_deref());
-    let manifest = manifest_for(plan, &env, started);
+    let manifest = manifest_for(plan, &env, started, opts.label.as_deref());
     let run_dir = match &opts.run_dir {
         Some(d) => {
             fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
@@ -102,7 +102,7 @@ pub(super) async fn start_backend_stage(
             runtime.numerics = None;
         }
         p.env = RunEnv::new(Some(runtime), opts.hardware.as_deref());
-        p.manifest = manifest_for(plan, &p.env, started);
+        p.manifest = manifest_for(plan, &p.env, started, opts.label.as_deref());
         write_manifest(&p.run_dir, &p.manifest)?;
     }
     Ok(Some(backend))
