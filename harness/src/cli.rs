@@ -80,6 +80,28 @@ pub(crate) enum Command {
         #[arg(long, value_enum, default_value = "summary")]
         format: CompareFormat,
     },
+    /// The trend of many runs of each scenario: one value per run for each window the judge
+    /// uses, against the golden's band, with the change points and the code between them.
+    History {
+        /// Folders holding run directories, searched recursively (`reports/`, CI artifacts
+        /// unpacked, a `--jobs` or Ray output).
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// The golden store the runs are judged against.
+        #[arg(long, default_value = "golden")]
+        golden: PathBuf,
+        /// Where the page (history.html, history.md) and the trend charts go.
+        #[arg(long, default_value = "reports/history")]
+        out: PathBuf,
+        /// The smallest change point reported, in percent of the level before it: a move that
+        /// is significant against a tiny noise but smaller than this does not matter.
+        #[arg(long, value_name = "PERCENT", default_value_t = 1.0)]
+        min_change: f64,
+        /// What to print: the terminal summary, or the Markdown of a GitHub Actions step
+        /// summary (`>> "$GITHUB_STEP_SUMMARY"`).
+        #[arg(long, value_enum, default_value = "summary")]
+        format: HistoryFormat,
+    },
     /// Generate the files an external trainer needs to train against the torch engine.
     Assets {
         #[command(subcommand)]
@@ -269,6 +291,12 @@ pub(crate) enum CompareFormat {
     Summary,
     Md,
     Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum HistoryFormat {
+    Summary,
+    GhSummary,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -1,6 +1,7 @@
 //! One function per command, chaining the stages. Errors become exit codes here.
 
 mod assets;
+mod history;
 pub mod scale;
 
 use crate::cli::{Cli, Command};
@@ -108,6 +109,13 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
             print_compared(&report, &out, format)?;
             Ok(report.exit_status())
         }
+        Command::History {
+            dirs,
+            golden,
+            out,
+            min_change,
+            format,
+        } => history::history(&dirs, &golden, &out, min_change / 100.0, format),
         Command::Proxy(args) => {
             let cfg = crate::proxy::ProxyConfig {
                 upstream: args.upstream.clone(),

@@ -20,8 +20,10 @@ pub struct RunPoint {
     pub commit: Option<String>,
     /// The trainer's sources (`git describe` of a command scenario's sources, or `--label`).
     pub trainer: Option<String>,
-    /// The run's verdict word (`passed`, `regressed`, `incomplete`, ...).
+    /// The run's verdict as its exit status says it (`pass`, `FAIL`, ...), and whether it
+    /// passed.
     pub verdict: String,
+    pub passed: bool,
     pub table: MetricTable,
 }
 
@@ -218,10 +220,11 @@ pub fn analyse(
     runs: Vec<RunPoint>,
     golden: Option<&Golden>,
     blesses: Vec<String>,
+    min_change: f64,
 ) -> Trend {
     let windows = windows_of(golden, &runs)
         .into_iter()
-        .map(|w| window_trend(w, &runs, &blesses))
+        .map(|w| window_trend(w, &runs, &blesses, min_change))
         .collect();
     Trend {
         scenario: scenario.to_string(),
@@ -232,7 +235,15 @@ pub fn analyse(
     }
 }
 
-fn window_trend(window: Window, runs: &[RunPoint], blesses: &[String]) -> WindowTrend {
+/// The trend of one window. A change point smaller than `min_change` (a fraction of the level
+/// before it) is significant but too small to matter, and is not reported: with a tiny noise
+/// (a simulated time), a 0.1 % move can be many noise units.
+fn window_trend(
+    window: Window,
+    runs: &[RunPoint],
+    blesses: &[String],
+    min_change: f64,
+) -> WindowTrend {
     let values: Vec<Option<f64>> = runs.iter().map(|r| window.value(&r.table)).collect();
     let present: Vec<(usize, f64)> = values
         .iter()
@@ -247,6 +258,7 @@ fn window_trend(window: Window, runs: &[RunPoint], blesses: &[String]) -> Window
     let direction = default_direction(&window.metric);
     let changes = detect(&xs, sigma, ALPHA)
         .into_iter()
+        .filter(|c| (c.after - c.before).abs() >= min_change * c.before.abs())
         .map(|c| {
             let (prev, run) = (present[c.index - 1].0, present[c.index].0);
             let better = match direction {

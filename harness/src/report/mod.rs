@@ -21,6 +21,7 @@ mod html;
 mod junit;
 pub(crate) mod markdown;
 mod plots;
+pub(crate) use plots::{plot_trend, TrendPlot};
 pub(crate) mod seeds;
 pub(crate) mod terminal;
 

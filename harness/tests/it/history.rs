@@ -5,6 +5,8 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rlharness::history::changepoint::{detect, ALPHA, MIN_SEGMENT};
+use std::process::Command;
+
 use serde_json::Value;
 
 use crate::common::repo;
@@ -104,4 +106,107 @@ fn a_five_percent_shift_is_found_where_it_is_and_noise_alone_rarely_moves() {
     println!("{}", report.join("\n"));
     assert!(report.len() >= 8 && strong >= 1, "{report:#?}");
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// `rlharness history` over 16 runs of the shipped mock scenario, the last 8 with slower
+/// generation planted (`backend.efficiency.decode`): the step time's change point at run 9,
+/// attributed to the labels between runs 8 and 9 and called suspect; the reward and the MFU
+/// unchanged; the page, the Markdown and a chart per window written; the GitHub step summary
+/// printed; an unreadable run directory left out and named.
+#[tokio::test(flavor = "multi_thread")]
+async fn history_finds_the_planted_slowdown_and_names_the_builds_between() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let scenario = repo().join("scenarios/smoke/mock-gsm8k-grpo.yaml");
+    for i in 1..=16u64 {
+        let set: &[&str] = if i > 8 {
+            &["backend.efficiency.decode=0.03"]
+        } else {
+            &[]
+        };
+        let mut o = crate::common::run_options(
+            &runs,
+            repo().join("golden"),
+            runs.join(format!("r{i:02}")),
+            set.iter().map(|s| s.to_string()).collect(),
+        );
+        o.seed = Some(i);
+        o.label = Some(format!("build-{i}"));
+        rlharness::app::run_one(&scenario, &o).await.unwrap();
+    }
+    std::fs::create_dir_all(runs.join("broken")).unwrap();
+    std::fs::write(runs.join("broken/run.json"), "{not json").unwrap();
+    let out = dir.path().join("history");
+    let golden = repo().join("golden");
+    let args = |format: &str| {
+        vec![
+            "history".to_string(),
+            runs.display().to_string(),
+            "--golden".into(),
+            golden.display().to_string(),
+            "--out".into(),
+            out.display().to_string(),
+            "--format".into(),
+            format.into(),
+        ]
+    };
+    let o = Command::new(env!("CARGO_BIN_EXE_rlharness"))
+        .args(args("summary"))
+        .output()
+        .unwrap();
+    let text = crate::common::text(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    crate::common::says(
+        &text,
+        &[
+            "mock-gsm8k-grpo on cpu: 16 runs, 3 windows, 1 change point(s)",
+            "timing_s/step (mean of steps 11-20) moved",
+            "at run 9 of 16; suspect: the change is between build-8",
+            "and build-9",
+            "left out",
+            "broken",
+        ],
+    );
+    let page = std::fs::read_to_string(out.join("history.html")).unwrap();
+    assert!(page.contains("<img src=\"mock-gsm8k-grpo--cpu--timing_s_step--11-20.svg\""));
+    let svg = std::fs::read_to_string(out.join("mock-gsm8k-grpo--cpu--timing_s_step--11-20.svg"))
+        .unwrap();
+    assert!(
+        svg.contains("data-series=\"change point\""),
+        "the chart marks the change"
+    );
+    assert!(out.join("history.md").is_file());
+    let o = Command::new(env!("CARGO_BIN_EXE_rlharness"))
+        .args(args("gh-summary"))
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(md.starts_with("# rlharness history\n"), "{md}");
+    assert!(
+        md.contains("| `timing_s/step (mean of steps 11-20)` | 13 |") || md.contains("suspect"),
+        "{md}"
+    );
+    assert!(
+        !md.contains("<img") && !md.contains("!["),
+        "no local images in a step summary"
+    );
+}
+
+/// No run directory under the folders given is invalid input (exit 2), and says where it
+/// looked.
+#[test]
+fn history_of_nothing_is_invalid_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_rlharness"))
+        .args(["history"])
+        .arg(dir.path())
+        .arg("--out")
+        .arg(dir.path().join("h"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    crate::common::says(
+        &crate::common::text(&o),
+        &["no run directory (a folder with a run.json) under"],
+    );
 }

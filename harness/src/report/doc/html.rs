@@ -31,6 +31,11 @@ fn block(b: &Block) -> String {
         ),
         Block::Paragraph(text) => format!("<p>{}</p>\n", inline(text)),
         Block::Table(t) => table(t),
+        Block::Image { src, alt } => format!(
+            "<p><img src=\"{}\" alt=\"{}\" style=\"max-width:100%\"></p>\n",
+            esc(src),
+            esc(alt)
+        ),
     }
 }
 

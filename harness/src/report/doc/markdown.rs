@@ -18,6 +18,7 @@ fn block(b: &Block) -> String {
         }
         Block::Paragraph(text) => format!("{}\n", inline(text, false)),
         Block::Table(t) => table(t),
+        Block::Image { src, alt } => format!("![{}]({src})\n", alt.replace(['[', ']'], "")),
     }
 }
 

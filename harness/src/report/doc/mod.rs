@@ -1,7 +1,7 @@
 //! One document model for every markup (hyperfine's exporter idea): a report is built once as
-//! a [`Document`] of headings, paragraphs and tables of inline text, code and links, then
-//! written as Markdown ([`to_markdown`]) or HTML ([`to_html`]). A builder says what to show;
-//! each writer alone knows its syntax and escaping.
+//! a [`Document`] of headings, paragraphs, tables of inline text, code and links, and images,
+//! then written as Markdown ([`to_markdown`]) or HTML ([`to_html`]). A builder says what to
+//! show; each writer alone knows its syntax and escaping.
 
 mod html;
 mod markdown;
@@ -29,6 +29,11 @@ pub(crate) enum Block {
     },
     Paragraph(Text),
     Table(Table),
+    /// A picture file beside the document (an SVG chart), with the text that stands for it.
+    Image {
+        src: String,
+        alt: String,
+    },
 }
 
 /// A table: a header row, then rows.

@@ -1,0 +1,115 @@
+//! Finding a history's runs: every run directory under the folders given (a local `reports/`,
+//! CI artifacts unpacked, a `--jobs` or Ray output), each judged as `compare RUN` judges it,
+//! grouped by scenario and hardware and put in the order they ran.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::compare::StoredRun;
+use crate::error::ExitStatus;
+use crate::golden::{GoldenError, GoldenStore};
+use crate::rundir::MANIFEST_FILE;
+
+use super::blesses::bless_dates;
+use super::trend::{analyse, RunPoint, Trend};
+
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("{}: {source}", path.display())]
+    Walk {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no run directory (a folder with a run.json) under {0}")]
+    NoRuns(String),
+    #[error(transparent)]
+    Golden(#[from] GoldenError),
+}
+
+/// Every directory under `root` (itself included) that holds a `run.json`. Links are not
+/// followed (a `latest` link would count a run twice), nor are folders a run is still being
+/// created in (`.tmp-*`).
+pub fn run_dirs(root: &Path) -> Result<Vec<PathBuf>, HistoryError> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        if dir.join(MANIFEST_FILE).is_file() {
+            out.push(dir.clone());
+        }
+        let entries = std::fs::read_dir(&dir).map_err(|source| HistoryError::Walk {
+            path: dir.clone(),
+            source,
+        })?;
+        for e in entries.flatten() {
+            let hidden = e.file_name().to_string_lossy().starts_with(".tmp-");
+            if e.file_type().is_ok_and(|t| t.is_dir()) && !hidden {
+                stack.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// What the history read: each scenario's trend, and the run directories it could not judge.
+pub struct Collected {
+    pub trends: Vec<Trend>,
+    pub unreadable: Vec<(PathBuf, String)>,
+}
+
+/// Read, judge, group and order every run under `roots`, against the goldens of `golden_root`;
+/// report change points of at least `min_change` (a fraction of the level before).
+pub fn collect(
+    roots: &[PathBuf],
+    golden_root: &Path,
+    min_change: f64,
+) -> Result<Collected, HistoryError> {
+    let mut dirs = Vec::new();
+    for r in roots {
+        dirs.extend(run_dirs(r)?);
+    }
+    if dirs.is_empty() {
+        let names: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+        return Err(HistoryError::NoRuns(names.join(", ")));
+    }
+    dirs.dedup();
+    let mut groups: BTreeMap<(String, String), Vec<RunPoint>> = BTreeMap::new();
+    let mut unreadable = Vec::new();
+    for dir in dirs {
+        match StoredRun::judge(&dir, golden_root) {
+            Ok(run) => {
+                let m = &run.manifest;
+                let key = (m.scenario.clone(), m.hardware.clone());
+                let status = run.judged().exit_status();
+                let point = RunPoint {
+                    dir: dir.display().to_string(),
+                    started: m.started.clone(),
+                    commit: m.git_commit.clone(),
+                    trainer: m.code_version(),
+                    verdict: status.word().to_string(),
+                    passed: status == ExitStatus::Passed,
+                    table: run.metrics,
+                };
+                groups.entry(key).or_default().push(point);
+            }
+            Err(e) => unreadable.push((dir, e.to_string())),
+        }
+    }
+    let store = GoldenStore::new(golden_root);
+    let mut trends = Vec::new();
+    for ((scenario, hardware), mut runs) in groups {
+        runs.sort_by(|a, b| (&a.started, &a.dir).cmp(&(&b.started, &b.dir)));
+        let golden = store.load(&scenario, &hardware)?;
+        let blesses = bless_dates(golden_root, &scenario, &hardware, golden.as_ref());
+        trends.push(analyse(
+            &scenario,
+            &hardware,
+            runs,
+            golden.as_ref(),
+            blesses,
+            min_change,
+        ));
+    }
+    Ok(Collected { trends, unreadable })
+}

@@ -1,0 +1,351 @@
+//! What a history shows: one trend chart (SVG) per window, a page (HTML and Markdown) with each
+//! scenario's windows, change points and runs, the Markdown a GitHub Actions step summary shows,
+//! and the lines the terminal prints.
+
+use crate::report::doc::{plain, to_html, to_markdown, Block, Document, Inline, Row, Table, Text};
+use crate::report::{plot_trend, TrendPlot};
+
+use super::collect::Collected;
+use super::trend::{Change, ChangeKind, Trend, WindowTrend};
+
+/// Everything a history writes, by file name, and what it prints.
+pub struct Rendered {
+    pub files: Vec<(String, String)>,
+    pub gh_summary: String,
+    pub terminal: String,
+}
+
+const STYLE: &str = "body{font-family:sans-serif;max-width:1000px;margin:1em auto;padding:0 1em}\
+table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;\
+text-align:left;vertical-align:top}h2.fail{color:#b00}h2.pass{color:#070}tr.fail td{background:#fee}\
+tr.warn td{background:#ffd}code{font-size:90%}";
+
+/// A file name for a window's chart: the scenario, hardware, metric and steps, with anything
+/// but letters, digits, `-` and `.` made `_`.
+fn chart_name(t: &Trend, w: &WindowTrend) -> String {
+    let raw = format!(
+        "{}--{}--{}--{}-{}.svg",
+        t.scenario, t.hardware, w.window.metric, w.window.first, w.window.last
+    );
+    raw.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// An RFC 3339 time to the second, as `2026-12-05 14:32:05`; anything else as it is.
+fn short_time(t: &str) -> String {
+    match (t.get(..10), t.get(11..19)) {
+        (Some(d), Some(h)) if t.as_bytes().get(10) == Some(&b'T') => format!("{d} {h}"),
+        _ => t.to_string(),
+    }
+}
+
+fn num(v: f64) -> String {
+    crate::checks::expr::fmt_num(v)
+}
+
+/// What a change asks of the reader.
+fn action(c: &Change) -> String {
+    match c.kind {
+        ChangeKind::Intentional => "intentional: a golden was blessed between these runs".into(),
+        ChangeKind::Improvement => format!(
+            "improvement: if it is wanted, re-bless the golden (`rlharness golden calibrate`, then \
+             accept a run of {})",
+            c.to
+        ),
+        ChangeKind::Suspect => format!("suspect: the change is between {} and {}", c.from, c.to),
+    }
+}
+
+fn change_line(t: &Trend, w: &WindowTrend, c: &Change) -> String {
+    format!(
+        "{} on {}: {} moved {} -> {} ({:+.1} sigma) at run {} of {}; {}",
+        t.scenario,
+        t.hardware,
+        w.window.label(),
+        num(c.before),
+        num(c.after),
+        c.z,
+        c.run + 1,
+        t.runs.len(),
+        action(c)
+    )
+}
+
+fn windows_table(t: &Trend) -> Table {
+    let head = [
+        "window",
+        "noise (sigma)",
+        "golden",
+        "last run",
+        "change points",
+    ]
+    .map(plain);
+    let rows = t
+        .windows
+        .iter()
+        .map(|w| {
+            let golden = match (w.window.golden, w.window.band) {
+                (Some(g), Some(b)) => format!("{} ± {}", num(g), num(b)),
+                (Some(g), None) => num(g),
+                _ => "–".into(),
+            };
+            let last = w
+                .values
+                .iter()
+                .rev()
+                .flatten()
+                .next()
+                .map_or("–".into(), |v| num(*v));
+            let changes = if w.changes.is_empty() {
+                "none".to_string()
+            } else {
+                w.changes
+                    .iter()
+                    .map(|c| format!("run {}: {} -> {}", c.run + 1, num(c.before), num(c.after)))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            let suspect = w.changes.iter().any(|c| c.kind == ChangeKind::Suspect);
+            Row {
+                class: suspect.then_some("fail"),
+                cells: vec![
+                    vec![Inline::Code(w.window.label())],
+                    plain(format!("{} ({})", num(w.sigma), w.sigma_from)),
+                    plain(golden),
+                    plain(last),
+                    plain(changes),
+                ],
+            }
+        })
+        .collect();
+    Table {
+        head: head.to_vec(),
+        rows,
+    }
+}
+
+fn changes_table(t: &Trend) -> Option<Table> {
+    let rows: Vec<Row> = t
+        .windows
+        .iter()
+        .flat_map(|w| w.changes.iter().map(move |c| (w, c)))
+        .map(|(w, c)| Row {
+            class: match c.kind {
+                ChangeKind::Suspect => Some("fail"),
+                ChangeKind::Improvement => Some("warn"),
+                ChangeKind::Intentional => None,
+            },
+            cells: vec![
+                vec![Inline::Code(w.window.label())],
+                plain(format!("{}", c.run + 1)),
+                plain(format!(
+                    "{} -> {} ({:+.1} sigma)",
+                    num(c.before),
+                    num(c.after),
+                    c.z
+                )),
+                vec![Inline::Code(format!("{} .. {}", c.from, c.to))],
+                plain(action(c)),
+            ],
+        })
+        .collect();
+    (!rows.is_empty()).then(|| Table {
+        head: [
+            "window",
+            "first run at the new level",
+            "move",
+            "between",
+            "what it asks",
+        ]
+        .map(plain)
+        .to_vec(),
+        rows,
+    })
+}
+
+fn runs_table(t: &Trend) -> Table {
+    let rows = t
+        .runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Row {
+            class: (!r.passed).then_some("fail"),
+            cells: vec![
+                plain(format!("{}", i + 1)),
+                plain(short_time(&r.started)),
+                vec![Inline::Code(r.version())],
+                plain(r.verdict.clone()),
+                vec![Inline::Code(r.dir.clone())],
+            ],
+        })
+        .collect();
+    Table {
+        head: ["run", "started", "code", "verdict", "directory"]
+            .map(plain)
+            .to_vec(),
+        rows,
+    }
+}
+
+fn scenario_blocks(t: &Trend, images: bool) -> Vec<Block> {
+    let suspect = t
+        .windows
+        .iter()
+        .any(|w| w.changes.iter().any(|c| c.kind == ChangeKind::Suspect));
+    let first = t
+        .runs
+        .first()
+        .map_or(String::new(), |r| short_time(&r.started));
+    let last = t
+        .runs
+        .last()
+        .map_or(String::new(), |r| short_time(&r.started));
+    let mut intro: Text = plain(format!("{} runs from {first} to {last}; ", t.runs.len()));
+    intro.push(Inline::Plain(match t.blesses.as_slice() {
+        [] => "no golden blessed.".into(),
+        b => format!(
+            "goldens blessed {}.",
+            b.iter()
+                .map(|d| short_time(d))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }));
+    let mut blocks = vec![
+        Block::Heading {
+            level: 2,
+            class: Some(if suspect { "fail" } else { "pass" }),
+            text: plain(format!("{} on {}", t.scenario, t.hardware)),
+        },
+        Block::Paragraph(intro),
+        Block::Table(windows_table(t)),
+    ];
+    if let Some(c) = changes_table(t) {
+        blocks.push(Block::Table(c));
+    }
+    if images {
+        for w in &t.windows {
+            blocks.push(Block::Image {
+                src: chart_name(t, w),
+                alt: w.window.label(),
+            });
+        }
+        blocks.push(Block::Table(runs_table(t)));
+    }
+    blocks
+}
+
+fn document(c: &Collected, images: bool) -> Document {
+    let runs: usize = c.trends.iter().map(|t| t.runs.len()).sum();
+    let mut blocks = vec![
+        Block::Heading {
+            level: 1,
+            class: None,
+            text: plain("rlharness history"),
+        },
+        Block::Paragraph(plain(format!(
+            "{runs} runs of {} scenario(s). Change points: PELT with the Gaussian mean-change \
+             cost, the noise scale from each window's calibration (else the series' own), and a \
+             penalty at which a series of noise alone shows a change at most 5 % of the time.",
+            c.trends.len()
+        ))),
+    ];
+    if !c.unreadable.is_empty() {
+        let list: Vec<String> = c
+            .unreadable
+            .iter()
+            .map(|(d, why)| format!("{}: {why}", d.display()))
+            .collect();
+        blocks.push(Block::Paragraph(plain(format!(
+            "Left out, unreadable: {}",
+            list.join("; ")
+        ))));
+    }
+    for t in &c.trends {
+        blocks.extend(scenario_blocks(t, images));
+    }
+    Document {
+        title: "rlharness history".into(),
+        style: STYLE,
+        blocks,
+    }
+}
+
+fn chart(t: &Trend, w: &WindowTrend) -> String {
+    let values: Vec<(u64, f64)> = w
+        .values
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.map(|v| (i as u64 + 1, v)))
+        .collect();
+    let failing: Vec<u64> = t
+        .runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.passed)
+        .map(|(i, _)| i as u64 + 1)
+        .collect();
+    let changes: Vec<u64> = w.changes.iter().map(|c| c.run as u64 + 1).collect();
+    let band = w
+        .window
+        .golden
+        .zip(w.window.band)
+        .map(|(g, b)| (g - b, g + b));
+    plot_trend(&TrendPlot {
+        title: &format!("{} on {}: {}", t.scenario, t.hardware, w.window.label()),
+        values: &values,
+        golden: w.window.golden,
+        band,
+        failing: &failing,
+        changes: &changes,
+    })
+}
+
+fn terminal(c: &Collected) -> String {
+    let mut out = Vec::new();
+    for t in &c.trends {
+        let n: usize = t.windows.iter().map(|w| w.changes.len()).sum();
+        out.push(format!(
+            "{} on {}: {} runs, {} windows, {n} change point(s)",
+            t.scenario,
+            t.hardware,
+            t.runs.len(),
+            t.windows.len()
+        ));
+        for w in &t.windows {
+            for ch in &w.changes {
+                out.push(format!("  {}", change_line(t, w, ch)));
+            }
+        }
+    }
+    for (d, why) in &c.unreadable {
+        out.push(format!("left out {}: {why}", d.display()));
+    }
+    out.join("\n") + "\n"
+}
+
+/// Render a history.
+pub fn render(c: &Collected) -> Rendered {
+    let page = document(c, true);
+    let mut files = vec![
+        ("history.html".to_string(), to_html(&page)),
+        ("history.md".to_string(), to_markdown(&page)),
+    ];
+    for t in &c.trends {
+        for w in &t.windows {
+            files.push((chart_name(t, w), chart(t, w)));
+        }
+    }
+    Rendered {
+        files,
+        gh_summary: to_markdown(&document(c, false)),
+        terminal: terminal(c),
+    }
+}
