@@ -13,7 +13,7 @@ use super::manifest::{self, KnobManifest};
 use super::render::{self, PropagationReport};
 use super::verdict::{self, judge_cell, judge_knob, Observed};
 use super::wire::{WireCut, WireSnapshot};
-use crate::error::{CommandError, ExitStatus};
+use crate::error::CommandError;
 use crate::fsx;
 use crate::runner::{self, RunEnd, RunOptions};
 
@@ -245,35 +245,6 @@ fn run_label(overrides: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(",")
-}
-
-/// Run the matrix of `scenario` and write `propagation.{md,html,junit.xml}` under
-/// `out/<scenario>/propagate-<stamp>/`. Exit: 0 nothing flagged but known gaps, 1 a new flag or
-/// a known gap that closed, 2 a bad manifest or scenario, 3 a run failed.
-pub(crate) async fn propagate_command(
-    scenario: &Path,
-    out: &Path,
-    set: &[String],
-    options: &MatrixOptions,
-) -> Result<ExitStatus, CommandError> {
-    let (report, dir, failed) = run_matrix(scenario, out, set, options).await?;
-    write_reports(&report, &dir)?;
-    outln!("{}", report.terminal_summary());
-    let mut status = if report.passed() {
-        ExitStatus::Passed
-    } else {
-        ExitStatus::CheckFailed
-    };
-    if failed {
-        status = status.worst(ExitStatus::RunFailed);
-    }
-    outln!("verdict: {} (exit {})", status.word(), status.code());
-    outln!(
-        "report: {}\n        {} (beside them: propagation.junit.xml, propagation.json)",
-        dir.join("propagation.html").display(),
-        dir.join("propagation.md").display()
-    );
-    Ok(status)
 }
 
 /// Write `propagation.{md,html,junit.xml,json}` into `dir`; returns the Markdown.

@@ -17,7 +17,6 @@ const ROOTS: [&str; 3] = ["harness/src", "harness/torch", "harness/tests"];
 
 /// Files over the budget, with the size they may not grow past.
 const OVER: &[(&str, usize)] = &[
-    ("harness/src/app/mod.rs", 1274),
     ("harness/src/backend/replay/cassette.rs", 743),
     ("harness/src/backend/replay/mod.rs", 738),
     ("harness/src/checks/spec.rs", 623),
@@ -26,13 +25,13 @@ const OVER: &[(&str, usize)] = &[
     ("harness/src/driver/builtin.rs", 1337),
     ("harness/src/driver/client.rs", 675),
     ("harness/src/driver/command.rs", 827),
-    ("harness/src/golden/mod.rs", 1277),
-    ("harness/src/propagate/command.rs", 1179),
+    ("harness/src/golden/mod.rs", 1194),
+    ("harness/src/propagate/command.rs", 1150),
     ("harness/src/propagate/manifest.rs", 658),
     ("harness/src/propagate/verdict.rs", 1481),
     ("harness/src/propagate/wire.rs", 659),
     ("harness/src/proxy/mod.rs", 836),
-    ("harness/src/report/mod.rs", 1203),
+    ("harness/src/report/mod.rs", 1080),
     ("harness/src/report/plots/mod.rs", 829),
     ("harness/src/spec/config.rs", 1090),
     ("harness/src/spec/de.rs", 629),
