@@ -3,6 +3,7 @@
 //! here: the lower layers' own error types map to an exit status in `errors.rs`.
 
 mod commands;
+mod errors;
 mod pipeline;
 pub mod scale;
 
