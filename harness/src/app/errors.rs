@@ -2,8 +2,13 @@
 //! becomes a `CommandError` (nextest's way). The message is the error's own text.
 
 use crate::backend::child::ChildError;
+use crate::compare::{CombinedError, StoredError};
 use crate::error::{CommandError, ExitStatus};
 use crate::fsx::FsError;
+use crate::golden::calibration::CalibrationError;
+use crate::golden::GoldenError;
+use crate::propagate::PropagateError;
+use crate::report::ReportError;
 use crate::runner::RunError;
 
 /// A failure of the harness's own files: the run could not be carried out (exit 3).
@@ -32,5 +37,59 @@ impl From<RunError> for CommandError {
             | RunError::Start(_) => ExitStatus::RunFailed,
         };
         CommandError::new(status, e.to_string())
+    }
+}
+
+/// The matrix could not be judged: its input's fault (exit 2) or a baseline's or the host's
+/// (exit 3).
+impl From<PropagateError> for CommandError {
+    fn from(e: PropagateError) -> Self {
+        let status = match &e {
+            PropagateError::Input(_) => ExitStatus::InvalidInput,
+            PropagateError::Baseline(_) | PropagateError::Report(_) | PropagateError::Fs(_) => {
+                ExitStatus::RunFailed
+            }
+        };
+        CommandError::new(status, e.to_string())
+    }
+}
+
+/// A golden store that cannot be read or written: its files' fault (exit 2), or the host's
+/// (exit 3).
+impl From<GoldenError> for CommandError {
+    fn from(e: GoldenError) -> Self {
+        let status = match &e {
+            GoldenError::Fs(_) => ExitStatus::RunFailed,
+            _ => ExitStatus::InvalidInput,
+        };
+        CommandError::new(status, e.to_string())
+    }
+}
+
+/// A calibration that cannot be read or written (exit 2).
+impl From<CalibrationError> for CommandError {
+    fn from(e: CalibrationError) -> Self {
+        CommandError::invalid(e.to_string())
+    }
+}
+
+/// A stored run that cannot be judged again: its files or its golden (exit 2).
+impl From<StoredError> for CommandError {
+    fn from(e: StoredError) -> Self {
+        CommandError::invalid(e.to_string())
+    }
+}
+
+/// A multi-seed run that cannot be judged again: its files or its golden (exit 2).
+impl From<CombinedError> for CommandError {
+    fn from(e: CombinedError) -> Self {
+        CommandError::invalid(e.to_string())
+    }
+}
+
+/// The reports could not be written (exit 3).
+impl From<ReportError> for CommandError {
+    fn from(e: ReportError) -> Self {
+        CommandError::run_failed(e.to_string())
     }
 }

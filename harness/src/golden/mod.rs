@@ -18,7 +18,6 @@ pub use calibration::CalibrationError;
 use std::path::{Path, PathBuf};
 
 use crate::checks::ChecksSpec;
-use crate::error::{CommandError, ExitStatus};
 use crate::fsx;
 use crate::metrics::{MetricTable, MetricsError};
 
@@ -155,21 +154,6 @@ pub enum GoldenError {
         got: String,
         hint: &'static str,
     },
-}
-
-impl GoldenError {
-    pub(crate) fn exit_status(&self) -> ExitStatus {
-        match self {
-            GoldenError::Fs(_) => ExitStatus::RunFailed,
-            _ => ExitStatus::InvalidInput,
-        }
-    }
-}
-
-impl From<GoldenError> for CommandError {
-    fn from(e: GoldenError) -> Self {
-        CommandError::new(e.exit_status(), e.to_string())
-    }
 }
 
 /// A pending golden waiting for review.
@@ -1089,7 +1073,7 @@ mod tests {
         assert!(e.contains("golden.yaml") && e.contains("missing"), "{e}");
         fsx::write_atomic(&gdir.join(HEADER_FILE), b"provenance: [1, 2\n").unwrap();
         let e = store.load("s", "cpu").unwrap_err();
-        assert_eq!(e.exit_status(), ExitStatus::InvalidInput);
+        assert!(matches!(e, GoldenError::Header { .. }), "{e:?}");
         assert!(e.to_string().contains("golden.yaml"), "{e}");
         fsx::write_atomic(
             &gdir.join(HEADER_FILE),

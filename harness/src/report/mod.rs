@@ -636,7 +636,7 @@ pub(crate) fn render_verdict_json(r: &Report) -> String {
 // The one place that writes.
 
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ReportError {
+pub enum ReportError {
     #[error(transparent)]
     Fs(#[from] fsx::FsError),
 }
