@@ -131,18 +131,29 @@ fn feature_enabled(name: &str) -> bool {
     name == "torch" && cfg!(feature = "torch")
 }
 
+/// Why no GPU could be listed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GpuQueryError {
+    #[error("nvidia-smi not found")]
+    NotFound,
+    #[error("nvidia-smi failed to start: {0}")]
+    Start(std::io::Error),
+    #[error("nvidia-smi failed: {0}")]
+    Failed(String),
+}
+
 /// The names of the GPUs `nvidia-smi` lists, or why none could be listed.
-pub(crate) fn detect_gpus() -> Result<Vec<String>, String> {
+pub(crate) fn detect_gpus() -> Result<Vec<String>, GpuQueryError> {
     let out = std::process::Command::new("nvidia-smi")
         .args(["--query-gpu=name", "--format=csv,noheader"])
         .output()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => "nvidia-smi not found".to_string(),
-            _ => format!("nvidia-smi failed to start: {e}"),
+            std::io::ErrorKind::NotFound => GpuQueryError::NotFound,
+            _ => GpuQueryError::Start(e),
         })?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("nvidia-smi failed: {}", stderr.trim()));
+        return Err(GpuQueryError::Failed(stderr.trim().to_string()));
     }
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -627,7 +638,7 @@ fn check_selftest(
                 format!("`{seeds}`: a multi-seed self-test needs at least 2 seeds"),
             )),
             Ok(_) => {}
-            Err(why) => errors.push(SpecError::at(&node.pos, "selftest.seeds", why)),
+            Err(why) => errors.push(SpecError::at(&node.pos, "selftest.seeds", why.to_string())),
         }
     }
     if st.golden.is_some() && st.seeds.is_none() {

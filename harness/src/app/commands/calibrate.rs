@@ -80,7 +80,7 @@ pub(crate) async fn calibrate(
         );
     }
     let seeds = match seeds {
-        Some(r) => Some(parse_seed_range(&r).map_err(CommandError::invalid)?),
+        Some(r) => Some(parse_seed_range(&r).map_err(|e| CommandError::invalid(e.to_string()))?),
         None => None,
     };
     if ci_env() {

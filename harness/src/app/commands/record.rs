@@ -93,7 +93,7 @@ pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError>
             recorded.display()
         )));
     }
-    replay::install_cassette(&recorded, &target).map_err(fail)?;
+    replay::install_cassette(&recorded, &target).map_err(|e| fail(e.to_string()))?;
     outln!(
         "{}: recorded {} exchanges ({} steps, {:.1} MiB of bodies) into {}{}",
         executed.plan.scenario.name,

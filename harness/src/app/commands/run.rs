@@ -38,7 +38,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
     }
     let seeds = match &args.seeds {
         Some(r) => {
-            let list = parse_seed_range(r).map_err(CommandError::invalid)?;
+            let list = parse_seed_range(r).map_err(|e| CommandError::invalid(e.to_string()))?;
             if list.len() < 2 {
                 return Err(CommandError::invalid(format!(
                     "--seeds {r}: a multi-seed verdict needs at least 2 seeds (use --seed for one)"

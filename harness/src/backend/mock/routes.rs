@@ -249,7 +249,8 @@ impl Engine for MockEngine {
                             .collect()
                     }
                 };
-                let mut ids = CharTokenizer::encode(&text).map_err(EngineError::internal)?;
+                let mut ids = CharTokenizer::encode(&text)
+                    .map_err(|e| EngineError::internal(e.to_string()))?;
                 ids.push(EOS_ID);
                 let (ids, finish) = match max_tokens {
                     Some(m) if ids.len() > m => (ids[..m].to_vec(), "length"),
