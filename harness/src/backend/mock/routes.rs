@@ -84,7 +84,7 @@ impl Engine for MockEngine {
         let view = response_view(batch)?;
         if !zorro && view.p == 0 {
             return Err(unprocessable(
-                "batch.prompts has width 0: without ZoRRo log p(response token t) sits at column P-1+t".into(),
+                "batch.prompts has width 0: without ZoRRo log p(response token t) sits at column P-1+t",
             ));
         }
         let fill = if zorro {
