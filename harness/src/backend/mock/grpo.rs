@@ -89,9 +89,21 @@ pub(crate) struct LossSettings {
     pub(crate) horizon: usize,
 }
 
+/// A `meta.actor_config` the mock's loss cannot follow: the key and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct LossConfigError(pub(crate) String);
+
 impl LossSettings {
     /// Read `meta.actor_config` (an object, or that object as a JSON string).
-    pub(crate) fn from_meta(meta: &Map<String, Value>, horizon: usize) -> Result<Self, String> {
+    pub(crate) fn from_meta(
+        meta: &Map<String, Value>,
+        horizon: usize,
+    ) -> Result<Self, LossConfigError> {
+        Self::read(meta, horizon).map_err(LossConfigError)
+    }
+
+    fn read(meta: &Map<String, Value>, horizon: usize) -> Result<Self, String> {
         let parsed;
         let cfg = match meta.get("actor_config") {
             Some(Value::Object(m)) => Some(m),
@@ -323,6 +335,7 @@ mod tests {
         meta.insert("actor_config".into(), json!({"loss_agg_mode": "bogus"}));
         assert!(LossSettings::from_meta(&meta, 1)
             .unwrap_err()
+            .0
             .contains("bogus"));
     }
 }

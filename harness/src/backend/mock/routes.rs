@@ -45,7 +45,7 @@ impl Engine for MockEngine {
     fn create_job(&self, job_id: u64, config: &JobConfig) -> Result<(), EngineError> {
         let schedule = if config.job_type == JobType::Training {
             LrSchedule::from_ds_config(config.ds_config.as_ref())
-                .map_err(EngineError::bad_request)?
+                .map_err(|e| EngineError::bad_request(e.to_string()))?
         } else {
             LrSchedule::Constant(schedule::DEFAULT_LR)
         };
