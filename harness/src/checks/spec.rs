@@ -596,37 +596,6 @@ fn check_rule_id(key: &str, id: &str) -> Result<(), String> {
     }
 }
 
-/// Why a seed range does not read.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum SeedRangeError {
-    #[error("seeds: `{0}` is not a seed (expected `A..B`, e.g. `1..10`)")]
-    NotASeed(String),
-    #[error("seeds {0}: the first seed is after the last")]
-    Reversed(String),
-    #[error("seeds {0}: more than 1000 seeds")]
-    TooMany(String),
-}
-
-/// `A..B` (inclusive) or a single seed.
-pub(crate) fn parse_seed_range(text: &str) -> Result<Vec<u64>, SeedRangeError> {
-    let num = |t: &str| {
-        t.trim()
-            .parse::<u64>()
-            .map_err(|_| SeedRangeError::NotASeed(t.to_string()))
-    };
-    let (a, b) = match text.split_once("..") {
-        Some((a, b)) => (num(a)?, num(b)?),
-        None => (num(text)?, num(text)?),
-    };
-    if a > b {
-        return Err(SeedRangeError::Reversed(text.to_string()));
-    }
-    if b - a >= 1000 {
-        return Err(SeedRangeError::TooMany(text.to_string()));
-    }
-    Ok((a..=b).collect())
-}
-
 /// Whether a scenario gets the default stability rules: `checks.stability` when it says, else
 /// whether it is tagged `convergence` (resolved when the scenario loads).
 pub(crate) fn stability_enabled_for(explicit: Option<bool>, tags: &[String]) -> bool {

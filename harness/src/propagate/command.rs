@@ -1007,7 +1007,7 @@ fn judge_unit(
     };
     let views = match group::attribute(m, &trials, baselines[0], wire) {
         Ok(v) => v,
-        Err(why) => return Ok(Err(why)),
+        Err(why) => return Ok(Err(why.0)),
     };
     Ok(Ok(trials
         .iter()

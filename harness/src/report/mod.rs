@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use crate::compare::exact::ExactLane;
 use crate::compare::{
-    Band, ExpectedVerdict, Judged, Outcome, PointCheck, RuleStatus, RuleVerdict, Verdict,
+    exact::ExactLane, Band, ExpectedMismatch, ExpectedVerdict, Judged, Outcome, PointCheck,
+    RuleStatus, RuleVerdict, Verdict,
 };
 use crate::error::ExitStatus;
 use crate::fsx;
@@ -195,7 +195,7 @@ impl Report {
     }
 
     /// The strict match against `expected_verdict`, when the scenario declares one.
-    pub(crate) fn expected_match(&self) -> Option<Result<(), String>> {
+    pub(crate) fn expected_match(&self) -> Option<Result<(), ExpectedMismatch>> {
         self.judged().expected_match()
     }
 
@@ -612,7 +612,7 @@ pub(crate) fn render_verdict_json(r: &Report) -> String {
         expected: r.expected.as_ref(),
         expected_match: r.expected_match().map(|m| ExpectedMatchDoc {
             matched: m.is_ok(),
-            why: m.err(),
+            why: m.err().map(|why| why.0),
         }),
         grid_mismatch: r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_deref()),
         exact_lane: r.verdict.as_ref().and_then(|v| v.exact_lane.as_ref()),

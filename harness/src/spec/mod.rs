@@ -10,6 +10,7 @@ pub mod check;
 pub(crate) mod config;
 pub(crate) mod de;
 pub(crate) mod error;
+mod gpus;
 pub mod lint;
 pub(crate) mod rules_lint;
 pub(crate) mod yaml;
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use config::ConfigTree;
 pub use error::{SpecError, SpecErrors};
+pub(crate) use gpus::detect_gpus;
 pub use yaml::{Origin, Pos, SpannedNode, SpannedValue};
 
 use config::Override;
@@ -129,38 +131,6 @@ pub struct Requires {
 fn feature_enabled(name: &str) -> bool {
     // The only optional feature; a name this build does not know is never enabled.
     name == "torch" && cfg!(feature = "torch")
-}
-
-/// Why no GPU could be listed.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum GpuQueryError {
-    #[error("nvidia-smi not found")]
-    NotFound,
-    #[error("nvidia-smi failed to start: {0}")]
-    Start(std::io::Error),
-    #[error("nvidia-smi failed: {0}")]
-    Failed(String),
-}
-
-/// The names of the GPUs `nvidia-smi` lists, or why none could be listed.
-pub(crate) fn detect_gpus() -> Result<Vec<String>, GpuQueryError> {
-    let out = std::process::Command::new("nvidia-smi")
-        .args(["--query-gpu=name", "--format=csv,noheader"])
-        .output()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => GpuQueryError::NotFound,
-            _ => GpuQueryError::Start(e),
-        })?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(GpuQueryError::Failed(stderr.trim().to_string()));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect())
 }
 
 /// Whether an executable is on PATH (or, for a name with a `/`, exists as given).

@@ -438,7 +438,9 @@ async fn serve_one(
         what,
     };
     match view {
-        Err(why) => s.mismatches.push(mismatch(MismatchKind::Unreadable(why))),
+        Err(why) => s
+            .mismatches
+            .push(mismatch(MismatchKind::Unreadable(why.to_string()))),
         Ok(_) if !diffs.is_empty() => {
             let count = diffs.len();
             let first = strip_body_prefix(diffs.into_iter().next().expect("non-empty"));
