@@ -28,19 +28,23 @@ pub enum AggMode {
     SeqMeanTokenSumNorm,
 }
 
+/// A `loss_agg_mode` that verl does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "actor_config.loss_agg_mode {0:?} is not one of token-mean, token-sum, seq-mean-token-sum, \
+     seq-mean-token-mean, seq-mean-token-sum-norm"
+)]
+pub struct UnknownAggMode(pub String);
+
 impl AggMode {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnknownAggMode> {
         Ok(match s {
             "token-mean" => AggMode::TokenMean,
             "token-sum" => AggMode::TokenSum,
             "seq-mean-token-sum" => AggMode::SeqMeanTokenSum,
             "seq-mean-token-mean" => AggMode::SeqMeanTokenMean,
             "seq-mean-token-sum-norm" => AggMode::SeqMeanTokenSumNorm,
-            other => {
-                return Err(format!(
-                    "actor_config.loss_agg_mode {other:?} is not one of token-mean, token-sum, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm"
-                ))
-            }
+            other => return Err(UnknownAggMode(other.to_string())),
         })
     }
 }
@@ -130,7 +134,8 @@ impl LossSettings {
             }
         };
         Ok(Self {
-            agg: AggMode::parse(&get_s("loss_agg_mode", "token-mean")?)?,
+            agg: AggMode::parse(&get_s("loss_agg_mode", "token-mean")?)
+                .map_err(|e| e.to_string())?,
             entropy_coeff: get_f("entropy_coeff", 0.0)?,
             kl_coef: get_f("kl_loss_coef", 0.001)?,
             kl_type: KlType::parse(&get_s("kl_loss_type", "low_var_kl")?)?,
