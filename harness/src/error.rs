@@ -62,8 +62,9 @@ impl ExitStatus {
     }
 }
 
-/// An error that knows which exit code it maps to. Library errors convert into this at the
-/// command boundary (`app`), so `main` only prints and exits.
+/// An error that knows which exit code it maps to. Only the command layer (`app`) makes one:
+/// each lower module's own error converts into it in `app/errors.rs`, so `main` only prints
+/// and exits.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct CommandError {

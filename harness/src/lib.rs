@@ -10,8 +10,8 @@
 //! binary (`src/main.rs`), the torch backend (`harness/torch`), the integration tests, the
 //! benches and the fuzz targets. What they use:
 //!
-//! - [`cli`], [`app`]: the command line (`Cli`, `app::main`, `run_one`, `init_tracing`) and
-//!   `app::scale::ray` (the Ray client).
+//! - [`cli`], [`app`]: the command line (`Cli`, `app::main`, `run_one`, `compare_command`,
+//!   `init_tracing`) and `app::scale::ray` (the Ray client).
 //! - [`spec`], [`plan`]: loading and checking scenario files (`load_scenario`, `spec::check`,
 //!   `spec::lint`), planning a run (`RunPlan`, `plan::launch`).
 //! - [`runner`], [`events`]: executing a plan (`execute`, `RunOptions`, `Executed`, `RunEnd`)

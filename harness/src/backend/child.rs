@@ -24,7 +24,23 @@ use tokio::process::{Child, ChildStdin, Command};
 use crate::backend::server::ServerOptions;
 use crate::backend::torch_spec::{TorchDevice, TorchSpec};
 use crate::backend::Runtime;
-use crate::error::CommandError;
+
+/// Why the torch backend's process could not serve a run.
+#[derive(Debug, thiserror::Error)]
+pub enum ChildError {
+    /// `rlharness-torch` is not where it is looked for.
+    #[error("{0}")]
+    NotFound(String),
+    /// The torch spec could not be handed to the child.
+    #[error("backend: {0}")]
+    Spec(#[from] serde_json::Error),
+    /// The process could not be started.
+    #[error("{0}")]
+    Spawn(String),
+    /// The process started but died, or hung, before it was ready.
+    #[error("{0}")]
+    Died(String),
+}
 
 /// The executable's file name (next to `rlharness`).
 pub(crate) const EXE_NAME: &str = "rlharness-torch";
@@ -52,20 +68,20 @@ pub struct Ready {
 
 /// Where the executable is: `RLHARNESS_TORCH_BIN`, else beside the current executable, else
 /// (a test binary in `target/<profile>/deps/`) in `target/<profile>/`.
-pub(crate) fn locate() -> Result<PathBuf, CommandError> {
+pub(crate) fn locate() -> Result<PathBuf, ChildError> {
     if let Some(p) = std::env::var_os(EXE_ENV).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(CommandError::run_failed(format!(
+            Err(ChildError::NotFound(format!(
                 "the torch backend executable {} (from {EXE_ENV}) does not exist; {BUILD_HINT}",
                 p.display()
             )))
         };
     }
     let exe = std::env::current_exe().map_err(|e| {
-        CommandError::run_failed(format!(
+        ChildError::NotFound(format!(
             "cannot find the current executable to look for {EXE_NAME} beside it: {e}"
         ))
     })?;
@@ -82,7 +98,7 @@ pub(crate) fn locate() -> Result<PathBuf, CommandError> {
         .cloned()
         .ok_or_else(|| {
             let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
-            CommandError::run_failed(format!(
+            ChildError::NotFound(format!(
             "backend `torch` runs in the executable {EXE_NAME}, which is not built (looked at {}); \
              {BUILD_HINT}",
             looked.join(", ")
@@ -138,9 +154,8 @@ fn command(
     opts: &ServerOptions,
     layout: &ChildLayout,
     env: &[(String, String)],
-) -> Result<Command, CommandError> {
-    let spec_json = serde_json::to_string(spec)
-        .map_err(|e| CommandError::run_failed(format!("backend: {e}")))?;
+) -> Result<Command, ChildError> {
+    let spec_json = serde_json::to_string(spec)?;
     let mut cmd = Command::new(exe);
     cmd.arg("--child")
         .args(["--host", "127.0.0.1", "--port", "0"])
@@ -213,13 +228,13 @@ impl TorchChild {
         opts: &ServerOptions,
         layout: &ChildLayout,
         ready_limit: Duration,
-    ) -> Result<TorchChild, CommandError> {
+    ) -> Result<TorchChild, ChildError> {
         let exe = locate()?;
         // A scenario of a local matrix (`run --jobs`): its GPU pinning and its label.
         let slot = crate::slot::current_slot();
         let mut cmd = command(&exe, spec, seed, opts, layout, &slot.env)?;
         let mut child = cmd.spawn().map_err(|e| {
-            CommandError::run_failed(format!(
+            ChildError::Spawn(format!(
                 "cannot start the torch backend {}: {e}",
                 exe.display()
             ))
@@ -292,7 +307,7 @@ impl TorchChild {
     }
 
     /// The error for a child that failed to come up: killed and reaped, with its last lines.
-    async fn died(mut self, what: &str) -> CommandError {
+    async fn died(mut self, what: &str) -> ChildError {
         let _ = self.child.start_kill();
         let status = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
         let status = match status {
@@ -300,7 +315,7 @@ impl TorchChild {
             _ => "status unknown".into(),
         };
         self.drain_stderr().await;
-        CommandError::run_failed(format!(
+        ChildError::Died(format!(
             "the torch backend {} failed to start: {what} ({status}); its last lines:\n{}",
             self.exe.display(),
             self.tail.text()

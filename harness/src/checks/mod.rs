@@ -6,11 +6,12 @@
 
 pub(crate) mod domain;
 pub mod expr;
+mod seeds;
 mod spec;
 
+pub(crate) use seeds::parse_seed_range;
 pub(crate) use spec::window_value;
 pub(crate) use spec::{
-    parse_seed_range, stability_enabled_for, Calibrated, ChecksSpec, Direction, Expectation,
-    ExpectedOutcome, ExpectedVerdict, GoldenRule, GoldenRules, ImprovementLimit, RuleRef,
-    WindowBand,
+    stability_enabled_for, Calibrated, ChecksSpec, Direction, Expectation, ExpectedOutcome,
+    ExpectedVerdict, GoldenRule, GoldenRules, ImprovementLimit, RuleRef, WindowBand,
 };

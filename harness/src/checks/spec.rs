@@ -596,26 +596,6 @@ fn check_rule_id(key: &str, id: &str) -> Result<(), String> {
     }
 }
 
-/// `A..B` (inclusive) or a single seed.
-pub(crate) fn parse_seed_range(text: &str) -> Result<Vec<u64>, String> {
-    let num = |t: &str| {
-        t.trim()
-            .parse::<u64>()
-            .map_err(|_| format!("seeds: `{t}` is not a seed (expected `A..B`, e.g. `1..10`)"))
-    };
-    let (a, b) = match text.split_once("..") {
-        Some((a, b)) => (num(a)?, num(b)?),
-        None => (num(text)?, num(text)?),
-    };
-    if a > b {
-        return Err(format!("seeds {text}: the first seed is after the last"));
-    }
-    if b - a >= 1000 {
-        return Err(format!("seeds {text}: more than 1000 seeds"));
-    }
-    Ok((a..=b).collect())
-}
-
 /// Whether a scenario gets the default stability rules: `checks.stability` when it says, else
 /// whether it is tagged `convergence` (resolved when the scenario loads).
 pub(crate) fn stability_enabled_for(explicit: Option<bool>, tags: &[String]) -> bool {

@@ -8,6 +8,11 @@ use crate::checks::{ExpectedOutcome, ExpectedVerdict};
 use crate::error::ExitStatus;
 use crate::rundir::RunStatus;
 
+/// Why a run's result is not the verdict its scenario declared (`expected_verdict`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct ExpectedMismatch(pub(crate) String);
+
 /// The verdict in one line, shared by every renderer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Headline {
@@ -44,9 +49,9 @@ impl Judged<'_> {
     }
 
     /// The strict match against `expected_verdict`, when the scenario declares one.
-    pub(crate) fn expected_match(&self) -> Option<Result<(), String>> {
+    pub(crate) fn expected_match(&self) -> Option<Result<(), ExpectedMismatch>> {
         let e = self.expected?;
-        Some(match_expected(self.verdict, &self.run_outcome(), e))
+        Some(match_expected(self.verdict, &self.run_outcome(), e).map_err(ExpectedMismatch))
     }
 
     fn run_broke(&self) -> bool {

@@ -30,7 +30,7 @@ pub(crate) use crate::checks::{ExpectedVerdict, GoldenRule};
 pub(crate) use calibrated::{band_widths, judged_against, live_checks};
 pub use combined::CombinedError;
 pub(crate) use combined::{judge_combined, Combined};
-pub(crate) use headline::{Headline, Judged};
+pub(crate) use headline::{ExpectedMismatch, Headline, Judged};
 pub(crate) use judge::first_settled_failure;
 pub use judge::judge;
 #[cfg(test)]

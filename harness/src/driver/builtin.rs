@@ -367,7 +367,7 @@ async fn rollout(
     .await?;
     let mut samples = Vec::with_capacity(shape.prompts * shape.n);
     for (problem, group) in problems.iter().zip(groups) {
-        let prompt = CharTokenizer::encode(&problem.prompt).map_err(protocol)?;
+        let prompt = CharTokenizer::encode(&problem.prompt).map_err(|e| protocol(e.to_string()))?;
         if prompt.len() > shape.max_prompt_len {
             return Err(protocol(format!(
                 "prompt of {} tokens exceeds data.max_prompt_length = {}",
@@ -769,7 +769,7 @@ fn parse_generate(node: &Node) -> Result<Vec<GenResult>, StepError> {
                     .iter()
                     .map(|i| i.as_i64().ok_or_else(|| protocol("non-integer token id")))
                     .collect::<Result<Vec<_>, _>>()?,
-                None => CharTokenizer::encode(&text).map_err(protocol)?,
+                None => CharTokenizer::encode(&text).map_err(|e| protocol(e.to_string()))?,
             };
             let logprobs = match r.get("logprobs") {
                 None | Some(Value::Null) => None,

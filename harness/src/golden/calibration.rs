@@ -34,12 +34,6 @@ pub enum CalibrationError {
     },
 }
 
-impl From<CalibrationError> for crate::error::CommandError {
-    fn from(e: CalibrationError) -> Self {
-        crate::error::CommandError::invalid(e.to_string())
-    }
-}
-
 /// The statistics of one point (a step, or a window `first..=last`) over the calibration runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct PointStats {

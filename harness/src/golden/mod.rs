@@ -18,7 +18,6 @@ pub use calibration::CalibrationError;
 use std::path::{Path, PathBuf};
 
 use crate::checks::ChecksSpec;
-use crate::error::{CommandError, ExitStatus};
 use crate::fsx;
 use crate::metrics::{MetricTable, MetricsError};
 
@@ -155,21 +154,6 @@ pub enum GoldenError {
         got: String,
         hint: &'static str,
     },
-}
-
-impl GoldenError {
-    pub(crate) fn exit_status(&self) -> ExitStatus {
-        match self {
-            GoldenError::Fs(_) => ExitStatus::RunFailed,
-            _ => ExitStatus::InvalidInput,
-        }
-    }
-}
-
-impl From<GoldenError> for CommandError {
-    fn from(e: GoldenError) -> Self {
-        CommandError::new(e.exit_status(), e.to_string())
-    }
 }
 
 /// A pending golden waiting for review.
@@ -436,7 +420,7 @@ impl GoldenStore {
         Ok(out)
     }
 
-    fn select(&self, filter: &[String]) -> Result<Vec<Pending>, GoldenError> {
+    pub(crate) fn select(&self, filter: &[String]) -> Result<Vec<Pending>, GoldenError> {
         let all = self.pending()?;
         if filter.is_empty() {
             return Ok(all);
@@ -874,73 +858,6 @@ pub(crate) fn summarize_change(old: &MetricTable, new: &MetricTable) -> String {
     parts.join("; ")
 }
 
-// ---------------------------------------------------------------------------------------------
-// Commands (the CLI calls these).
-
-/// `rlharness golden status`: exit 0 when nothing is pending, 4 when something waits for review.
-pub(crate) fn golden_status(
-    root: &Path,
-    filter: &[String],
-) -> Result<(String, ExitStatus), CommandError> {
-    let store = GoldenStore::new(root);
-    let pending = match store.select(filter) {
-        Err(GoldenError::NoPending(_)) => Vec::new(),
-        other => other?,
-    };
-    if pending.is_empty() {
-        let of = if filter.is_empty() {
-            String::new()
-        } else {
-            format!(" of {}", filter.join(", "))
-        };
-        return Ok((
-            format!("no pending goldens{of} under {}\n", root.display()),
-            ExitStatus::Passed,
-        ));
-    }
-    let mut out = format!("{} pending golden(s):\n", pending.len());
-    for p in &pending {
-        out.push_str(&format!(
-            "  {}/{}: {}\n",
-            p.scenario, p.hardware, p.diff_summary
-        ));
-    }
-    out.push_str("review with `rlharness golden accept [SCENARIO...]` or `reject [SCENARIO...]`\n");
-    Ok((out, ExitStatus::NoGolden))
-}
-
-fn listing(verb: &str, done: &[Pending]) -> String {
-    let mut out = String::new();
-    for p in done {
-        out.push_str(&format!(
-            "{verb} {}/{}: {}\n",
-            p.scenario, p.hardware, p.diff_summary
-        ));
-    }
-    if done.is_empty() {
-        out.push_str("no pending goldens\n");
-    }
-    out
-}
-
-/// `rlharness golden accept [SCENARIO...]`.
-pub(crate) fn golden_accept(
-    root: &Path,
-    scenarios: &[String],
-) -> Result<(String, ExitStatus), CommandError> {
-    let done = GoldenStore::new(root).accept(scenarios)?;
-    Ok((listing("accepted", &done), ExitStatus::Passed))
-}
-
-/// `rlharness golden reject [SCENARIO...]`.
-pub(crate) fn golden_reject(
-    root: &Path,
-    scenarios: &[String],
-) -> Result<(String, ExitStatus), CommandError> {
-    let done = GoldenStore::new(root).reject(scenarios)?;
-    Ok((listing("rejected", &done), ExitStatus::Passed))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1071,19 +988,6 @@ mod tests {
         assert_eq!(pending[0].scenario, "smoke/mock");
         assert_eq!(pending[0].hardware, "cpu");
         assert_eq!(pending[0].diff_summary, "new golden: 2 steps, 2 metrics");
-        let (text, status) = golden_status(dir.path(), &[]).unwrap();
-        assert_eq!(status, ExitStatus::NoGolden);
-        assert!(text.contains("smoke/mock/cpu: new golden"), "{text}");
-        // Named scenarios (as the README writes `golden status [SCENARIO...]`).
-        let (text, status) = golden_status(dir.path(), &["smoke/mock".to_string()]).unwrap();
-        assert_eq!(status, ExitStatus::NoGolden);
-        assert!(text.contains("smoke/mock/cpu: new golden"), "{text}");
-        let (text, status) = golden_status(dir.path(), &["other".to_string()]).unwrap();
-        assert_eq!(status, ExitStatus::Passed);
-        assert!(
-            text.starts_with("no pending goldens of other under"),
-            "{text}"
-        );
 
         let accepted = store.accept(&[]).unwrap();
         assert_eq!(accepted.len(), 1);
@@ -1125,9 +1029,6 @@ mod tests {
         assert!(store.pending().unwrap().is_empty());
         let g = store.load("smoke/mock", "cpu").unwrap().unwrap();
         assert_eq!(g.table.len(), 2, "reject keeps the accepted golden");
-        let (text, status) = golden_status(dir.path(), &[]).unwrap();
-        assert_eq!(status, ExitStatus::Passed);
-        assert!(text.contains("no pending"));
     }
 
     #[test]
@@ -1172,7 +1073,7 @@ mod tests {
         assert!(e.contains("golden.yaml") && e.contains("missing"), "{e}");
         fsx::write_atomic(&gdir.join(HEADER_FILE), b"provenance: [1, 2\n").unwrap();
         let e = store.load("s", "cpu").unwrap_err();
-        assert_eq!(e.exit_status(), ExitStatus::InvalidInput);
+        assert!(matches!(e, GoldenError::Header { .. }), "{e:?}");
         assert!(e.to_string().contains("golden.yaml"), "{e}");
         fsx::write_atomic(
             &gdir.join(HEADER_FILE),

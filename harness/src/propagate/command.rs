@@ -13,7 +13,7 @@ use super::manifest::{self, KnobManifest};
 use super::render::{self, PropagationReport};
 use super::verdict::{self, judge_cell, judge_knob, Observed};
 use super::wire::{WireCut, WireSnapshot};
-use crate::error::{CommandError, ExitStatus};
+use super::PropagateError;
 use crate::fsx;
 use crate::runner::{self, RunEnd, RunOptions};
 
@@ -114,11 +114,11 @@ impl Default for MatrixOptions {
 
 /// The manifest of the scenario's backend: `backends/<trainer.remote_backend>.knobs.yaml`
 /// under the scenarios root.
-pub(crate) fn manifest_path(scenario: &Path, config: &Value) -> Result<PathBuf, CommandError> {
+pub(crate) fn manifest_path(scenario: &Path, config: &Value) -> Result<PathBuf, PropagateError> {
     let backend = crate::driver::translate::lookup(config, "trainer.remote_backend")
         .and_then(Value::as_str)
         .ok_or_else(|| {
-            CommandError::invalid(format!(
+            PropagateError::Input(format!(
                 "{}: config.trainer.remote_backend names no backend, so there is no knob manifest to check",
                 scenario.display()
             ))
@@ -136,7 +136,7 @@ fn knob_matches(pattern: &str, path: &str) -> bool {
 
 /// Keep only the knobs `patterns` name (all when there are none); a pattern that names no knob
 /// is an input error listing the knobs there are.
-fn select_knobs(m: &mut KnobManifest, patterns: &[String]) -> Result<(), CommandError> {
+fn select_knobs(m: &mut KnobManifest, patterns: &[String]) -> Result<(), PropagateError> {
     if patterns.is_empty() {
         return Ok(());
     }
@@ -145,7 +145,7 @@ fn select_knobs(m: &mut KnobManifest, patterns: &[String]) -> Result<(), Command
         .find(|p| !m.knobs.iter().any(|k| knob_matches(p, &k.path)))
     {
         let all: Vec<&str> = m.knobs.iter().map(|k| k.path.as_str()).collect();
-        return Err(CommandError::invalid(format!(
+        return Err(PropagateError::Input(format!(
             "--knobs {p}: no knob of the manifest matches; its knobs: {}",
             all.join(", ")
         )));
@@ -168,7 +168,7 @@ fn skip_knobs(
     m: &KnobManifest,
     full: &KnobManifest,
     scenario: &crate::spec::Scenario,
-) -> Result<(), CommandError> {
+) -> Result<(), PropagateError> {
     let skip = &scenario.propagate.skip;
     if let Some(bad) = skip
         .keys()
@@ -177,7 +177,7 @@ fn skip_knobs(
         let hint = crate::spec::error::closest(bad, full.knobs.iter().map(|k| k.path.as_str()))
             .map(|c| format!("; did you mean `{c}`?"))
             .unwrap_or_default();
-        return Err(CommandError::invalid(format!(
+        return Err(PropagateError::Input(format!(
             "{}: key `propagate.skip.{bad}`: not a knob of the manifest{hint}",
             scenario.path.display(),
         )));
@@ -247,46 +247,14 @@ fn run_label(overrides: &[String]) -> String {
         .join(",")
 }
 
-/// Run the matrix of `scenario` and write `propagation.{md,html,junit.xml}` under
-/// `out/<scenario>/propagate-<stamp>/`. Exit: 0 nothing flagged but known gaps, 1 a new flag or
-/// a known gap that closed, 2 a bad manifest or scenario, 3 a run failed.
-pub(crate) async fn propagate_command(
-    scenario: &Path,
-    out: &Path,
-    set: &[String],
-    options: &MatrixOptions,
-) -> Result<ExitStatus, CommandError> {
-    let (report, dir, failed) = run_matrix(scenario, out, set, options).await?;
-    write_reports(&report, &dir)?;
-    outln!("{}", report.terminal_summary());
-    let mut status = if report.passed() {
-        ExitStatus::Passed
-    } else {
-        ExitStatus::CheckFailed
-    };
-    if failed {
-        status = status.worst(ExitStatus::RunFailed);
-    }
-    outln!("verdict: {} (exit {})", status.word(), status.code());
-    outln!(
-        "report: {}\n        {} (beside them: propagation.junit.xml, propagation.json)",
-        dir.join("propagation.html").display(),
-        dir.join("propagation.md").display()
-    );
-    Ok(status)
-}
-
 /// Write `propagation.{md,html,junit.xml,json}` into `dir`; returns the Markdown.
-pub fn write_reports(report: &PropagationReport, dir: &Path) -> Result<String, CommandError> {
+pub fn write_reports(report: &PropagationReport, dir: &Path) -> Result<String, PropagateError> {
     let md = render::markdown(report);
     let junit = render::junit(report)
-        .map_err(|e| CommandError::run_failed(format!("cannot render the JUnit report: {e}")))?;
+        .map_err(|e| PropagateError::Report(format!("cannot render the JUnit report: {e}")))?;
     let json = serde_json::to_string_pretty(report)
-        .map_err(|e| CommandError::run_failed(format!("cannot serialise the matrix: {e}")))?;
-    let write = |name: &str, bytes: &[u8]| {
-        fsx::write_atomic(&dir.join(name), bytes)
-            .map_err(|e| CommandError::run_failed(e.to_string()))
-    };
+        .map_err(|e| PropagateError::Report(format!("cannot serialise the matrix: {e}")))?;
+    let write = |name: &str, bytes: &[u8]| fsx::write_atomic(&dir.join(name), bytes);
     write("propagation.md", md.as_bytes())?;
     write("propagation.html", render::html(report).as_bytes())?;
     write("propagation.junit.xml", junit.as_bytes())?;
@@ -309,14 +277,14 @@ pub async fn run_matrix(
     out: &Path,
     set: &[String],
     options: &MatrixOptions,
-) -> Result<(PropagationReport, PathBuf, bool), CommandError> {
+) -> Result<(PropagationReport, PathBuf, bool), PropagateError> {
     let started = Instant::now();
-    let invalid = |e: crate::spec::SpecErrors| CommandError::invalid(e.to_string());
+    let invalid = |e: crate::spec::SpecErrors| PropagateError::Input(e.to_string());
     let base = crate::spec::load_scenario(scenario, set).map_err(invalid)?;
     let base_config = base.config.to_json();
     let mpath = manifest_path(scenario, &base_config)?;
     let mut m: KnobManifest =
-        manifest::load(&mpath).map_err(|e| CommandError::invalid(e.to_string()))?;
+        manifest::load(&mpath).map_err(|e| PropagateError::Input(e.to_string()))?;
     // Unlisted knobs are judged against the whole manifest, whatever `--knobs` tries.
     let full = m.clone();
     select_knobs(&mut m, &options.knobs)?;
@@ -356,7 +324,7 @@ pub async fn run_matrix(
 
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
     let dir = out.join(&base.name).join(format!("propagate-{stamp}"));
-    fsx::create_dir_all(&dir).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    fsx::create_dir_all(&dir)?;
     let (driver, fixed_port) = describe_driver(&base.driver);
     let command = matches!(base.driver, crate::driver::DriverSpec::Command(_));
     let exec = Executor {
@@ -611,7 +579,7 @@ impl Executor<'_> {
     /// Run `todo` (`jobs` in flight), the plain baseline first and alone when it is among
     /// them: a trainer that cannot run it (broken, or not reaching the wire) would fail every
     /// trial the same way, so the matrix stops there.
-    async fn execute(&self, rs: &mut RunSet, mut todo: Vec<Todo>) -> Result<(), CommandError> {
+    async fn execute(&self, rs: &mut RunSet, mut todo: Vec<Todo>) -> Result<(), PropagateError> {
         let run = |t: Todo| {
             let o = self.run_options(t.dir.clone(), t.reach);
             let stop_at = self.stop_at(t.reach);
@@ -628,10 +596,7 @@ impl Executor<'_> {
             let (i, r) = run(todo.remove(k)).await;
             if let Err(e) = baseline_wire(self.scenario, &rs.runs[i], &r) {
                 let left = todo.len();
-                return Err(CommandError {
-                    message: format!("{}; the other {left} runs were not started", e.message),
-                    ..e
-                });
+                return Err(e.with_note(&format!("the other {left} runs were not started")));
             }
             rs.results[i] = Some(r);
         }
@@ -656,7 +621,7 @@ async fn run_units(
     plan: &verdict::MatrixPlan,
     mut pending: Vec<group::Unit>,
     rs: &mut RunSet,
-) -> Result<(Vec<Option<verdict::Cell>>, usize), CommandError> {
+) -> Result<(Vec<Option<verdict::Cell>>, usize), PropagateError> {
     let mut cells: Vec<Option<verdict::Cell>> = vec![None; plan.trials.len()];
     let mut splits = 0;
     if exec.options.until == Until::Initialize {
@@ -792,7 +757,7 @@ impl RunSet {
 
     /// Load the runs added since the last call: a trial the scenario does not load with fails
     /// there (a baseline is an input error); a run whose plan hash was seen is an alias.
-    fn prepare(&mut self, exec: &Executor<'_>) -> Result<Vec<Todo>, CommandError> {
+    fn prepare(&mut self, exec: &Executor<'_>) -> Result<Vec<Todo>, PropagateError> {
         let mut todo = Vec::new();
         for i in self.prepared..self.runs.len() {
             let overrides = &self.runs[i];
@@ -806,7 +771,7 @@ impl RunSet {
                         overrides.join(" ")
                     );
                     if self.baseline[i] {
-                        return Err(CommandError::invalid(msg));
+                        return Err(PropagateError::Input(msg));
                     }
                     self.results[i] = Some(RunResult::Failed(msg));
                     continue;
@@ -820,7 +785,7 @@ impl RunSet {
                         overrides.join(" ")
                     );
                     if self.baseline[i] {
-                        return Err(CommandError::invalid(msg));
+                        return Err(PropagateError::Input(msg));
                     }
                     self.results[i] = Some(RunResult::Failed(msg));
                     continue;
@@ -964,14 +929,14 @@ fn baseline_wire<'a>(
     scenario: &Path,
     overrides: &[String],
     r: &'a RunResult,
-) -> Result<&'a WireSnapshot, CommandError> {
+) -> Result<&'a WireSnapshot, PropagateError> {
     match r {
         RunResult::Ran { wire, .. } => Ok(wire),
-        RunResult::Failed(why) => Err(CommandError::run_failed(format!(
+        RunResult::Failed(why) => Err(PropagateError::Baseline(format!(
             "the baseline run ({}) failed: {why}",
             run_label(overrides)
         ))),
-        RunResult::NotObservable(why) => Err(CommandError::invalid(format!(
+        RunResult::NotObservable(why) => Err(PropagateError::Input(format!(
             "{}: the baseline run ({}) shows nothing to judge: {why}",
             scenario.display(),
             run_label(overrides)
@@ -988,7 +953,7 @@ fn judge_unit(
     unit: &[usize],
     rs: &RunSet,
     run: usize,
-) -> Result<Result<Vec<verdict::Cell>, String>, CommandError> {
+) -> Result<Result<Vec<verdict::Cell>, String>, PropagateError> {
     let trials: Vec<&verdict::Trial> = unit.iter().map(|&i| &plan.trials[i]).collect();
     let result = rs.result(run);
     // A baseline that ran further than the trial is compared over the trial's stretch.
@@ -1008,15 +973,15 @@ fn judge_unit(
             continue;
         }
         let Some(r) = rs.result(b) else {
-            return Err(CommandError::run_failed(
-                "internal: a baseline run has no result",
+            return Err(PropagateError::Baseline(
+                "internal: a baseline run has no result".into(),
             ));
         };
         let wire = baseline_wire(scenario, &rs.runs[b], r)?;
         let wire = match (r, reach) {
             (RunResult::Ran { dir, reach: rb, .. }, Some(rt)) if rt < *rb => {
                 let cut = WireSnapshot::load_run_until(dir, Some(rt))
-                    .map_err(|e| CommandError::run_failed(format!("the baseline's wire: {e}")))?;
+                    .map_err(|e| PropagateError::Baseline(format!("the baseline's wire: {e}")))?;
                 std::borrow::Cow::Owned(cut)
             }
             _ => std::borrow::Cow::Borrowed(wire),
@@ -1042,7 +1007,7 @@ fn judge_unit(
     };
     let views = match group::attribute(m, &trials, baselines[0], wire) {
         Ok(v) => v,
-        Err(why) => return Ok(Err(why)),
+        Err(why) => return Ok(Err(why.0)),
     };
     Ok(Ok(trials
         .iter()

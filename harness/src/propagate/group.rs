@@ -216,9 +216,23 @@ fn view(baseline: &WireSnapshot, wire: &WireSnapshot, patterns: &[String]) -> Wi
     out
 }
 
+/// Why a grouped run's changes cannot be told apart by trial (the group is split).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Unattributable(pub(crate) String);
+
 /// Attribute a grouped run's changes: one view per trial (its own locations from the run, the
 /// rest from the baseline), or why the run cannot be attributed.
 pub(crate) fn attribute(
+    m: &KnobManifest,
+    trials: &[&Trial],
+    baseline: &WireSnapshot,
+    wire: &WireSnapshot,
+) -> Result<Vec<WireSnapshot>, Unattributable> {
+    attribute_views(m, trials, baseline, wire).map_err(Unattributable)
+}
+
+fn attribute_views(
     m: &KnobManifest,
     trials: &[&Trial],
     baseline: &WireSnapshot,
@@ -357,7 +371,7 @@ knobs:
             ("meta.x", json!(1)),
         ]);
         let e = attribute(&m, &[&a, &b], &base, &odd).unwrap_err();
-        assert!(e.contains("meta.x") && e.contains("no knob"), "{e}");
+        assert!(e.0.contains("meta.x") && e.0.contains("no knob"), "{e}");
         assert_eq!(split(&[1, 2, 3]), (vec![1], vec![2, 3]));
     }
 }

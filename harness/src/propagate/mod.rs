@@ -8,6 +8,7 @@
 //! trainer's printed config for knobs the manifest does not list; `render` writes the matrix.
 
 pub mod command;
+mod error;
 pub(crate) mod group;
 pub(crate) mod manifest;
 pub mod render;
@@ -15,4 +16,5 @@ pub mod resolved;
 pub mod verdict;
 pub(crate) mod wire;
 
+pub use error::PropagateError;
 pub use manifest::ProblemKind;

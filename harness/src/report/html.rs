@@ -218,7 +218,7 @@ fn head_section(o: &mut String, r: &Report) {
             Err(why) => o.push_str(&format!(
                 "<p class=\"note\">Declared verdict <code>{}</code> <b>not matched</b>: {}</p>\n",
                 esc(&declared),
-                esc_numbers(&why)
+                esc_numbers(&why.0)
             )),
         }
     }

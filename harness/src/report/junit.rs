@@ -100,7 +100,7 @@ fn suite(r: &Report) -> TestSuite {
     if let Some(m) = expected {
         let status = match m {
             Ok(()) => TestCaseStatus::success(),
-            Err(why) => failure(NonSuccessKind::Failure, &why, &why),
+            Err(why) => failure(NonSuccessKind::Failure, &why.0, &why.0),
         };
         suite.add_test_case(case("expected verdict", status));
     }

@@ -84,7 +84,7 @@ fn headline_section(out: &mut String, r: &Report) {
             Some(Err(why)) => out.push_str(&format!(
                 "> **Declared verdict {} not matched:** {}\n\n",
                 code(&declared),
-                cell(&why)
+                cell(&why.0)
             )),
             None => {}
         }

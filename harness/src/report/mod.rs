@@ -1,19 +1,17 @@
 //! Reports: one `Report` model, pure renderers (Markdown, HTML with inline plots, SVG plots,
 //! JUnit, verdict.json), and one place that writes files (`write_reports`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::compare::exact::ExactLane;
 use crate::compare::{
-    judge_run, reference_golden, Band, ExpectedVerdict, Judged, Outcome, PointCheck, RuleStatus,
-    RuleVerdict, RunRecord, Verdict,
+    exact::ExactLane, Band, ExpectedMismatch, ExpectedVerdict, Judged, Outcome, PointCheck,
+    RuleStatus, RuleVerdict, Verdict,
 };
-use crate::error::{CommandError, ExitStatus};
+use crate::error::ExitStatus;
 use crate::fsx;
-use crate::golden::calibration::Calibration;
 use crate::golden::{Golden, Provenance};
 use crate::metrics::MetricTable;
-use crate::rundir::{self, KnobDiff, RunManifest, RunStatus};
+use crate::rundir::{KnobDiff, RunManifest, RunStatus};
 use crate::wire::runtime::Numerics;
 
 pub(crate) mod doc;
@@ -198,7 +196,7 @@ impl Report {
     }
 
     /// The strict match against `expected_verdict`, when the scenario declares one.
-    pub(crate) fn expected_match(&self) -> Option<Result<(), String>> {
+    pub(crate) fn expected_match(&self) -> Option<Result<(), ExpectedMismatch>> {
         self.judged().expected_match()
     }
 
@@ -615,7 +613,7 @@ pub(crate) fn render_verdict_json(r: &Report) -> String {
         expected: r.expected.as_ref(),
         expected_match: r.expected_match().map(|m| ExpectedMatchDoc {
             matched: m.is_ok(),
-            why: m.err(),
+            why: m.err().map(|why| why.0),
         }),
         grid_mismatch: r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_deref()),
         exact_lane: r.verdict.as_ref().and_then(|v| v.exact_lane.as_ref()),
@@ -639,7 +637,7 @@ pub(crate) fn render_verdict_json(r: &Report) -> String {
 // The one place that writes.
 
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ReportError {
+pub enum ReportError {
     #[error(transparent)]
     Fs(#[from] fsx::FsError),
 }
@@ -658,127 +656,6 @@ pub(crate) fn write_reports(dir: &Path, r: &Report) -> Result<(), ReportError> {
         fsx::write_atomic(&dir.join("plots").join(name), svg.as_bytes())?;
     }
     Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// `rlharness compare RUN [RUN2]`
-
-/// A stored run's manifest and series, for a command (an unreadable one is invalid input).
-pub(crate) fn load_run(dir: &Path) -> Result<(RunManifest, MetricTable), CommandError> {
-    rundir::load(dir).map_err(|e| CommandError::invalid(e.to_string()))
-}
-
-/// Where `compare` writes: beside the run, never over the run's own reports.
-pub(crate) fn compare_out_dir(run: &Path, run2: Option<&Path>) -> PathBuf {
-    match run2 {
-        None => run.join("compare").join("golden"),
-        Some(b) => run.join("compare").join(
-            b.canonicalize()
-                .ok()
-                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .unwrap_or_else(|| "run2".into()),
-        ),
-    }
-}
-
-/// Re-judge a stored run against its golden (or against a second run) with the checks recorded
-/// in its `run.json`, write the reports under `RUN/compare/...`, and return the report and
-/// that folder (the caller prints; the report's exit status is the command's).
-pub fn compare_command(
-    run: &Path,
-    run2: Option<&Path>,
-    golden_root: &Path,
-) -> Result<(Report, PathBuf), CommandError> {
-    let out = compare_out_dir(run, run2);
-    if rundir::is_combined(run) {
-        if run2.is_some() {
-            return Err(CommandError::invalid(format!(
-                "{} is a multi-seed run: compare it against its golden (`compare RUN`), or \
-                 compare one seed's directory (`{}/seed-<S>`) with another run",
-                run.display(),
-                run.display()
-            )));
-        }
-        let report = seeds::combined_report(run, golden_root)?;
-        write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
-        return Ok((report, out));
-    }
-    let (manifest, table) = load_run(run)?;
-    let (reference, verdict, overlays) = match run2 {
-        Some(b) => {
-            let (m2, t2) = load_run(b)?;
-            if m2.scenario != manifest.scenario {
-                return Err(CommandError::invalid(format!(
-                    "{} is a run of `{}`, {} of `{}`: compare two runs of one scenario (or each \
-                     against its golden: `rlharness compare RUN`)",
-                    run.display(),
-                    manifest.scenario,
-                    b.display(),
-                    m2.scenario
-                )));
-            }
-            // The one judge, the second run standing as the golden: presence, the exact lane
-            // (when both runs share a fingerprint and a seed), sanity and watchdog rules too. A
-            // calibrated rule's band is the scenario's measured noise whichever run stands as
-            // the reference: the calibration beside the scenario's golden, as `run` used it.
-            let mut as_golden = reference_golden(b, &m2, t2.clone());
-            as_golden.calibration = Calibration::read(
-                &golden_root
-                    .join(&manifest.scenario)
-                    .join(&manifest.hardware),
-            )
-            .map_err(|e| CommandError::invalid(e.to_string()))?;
-            let verdict = judge_run(&RunRecord::of(&manifest, &table), Some(&as_golden));
-            let mut metrics = manifest.checks.metrics();
-            if metrics.is_empty() {
-                let cols = t2.columns();
-                metrics = table
-                    .columns()
-                    .into_iter()
-                    .filter(|c| cols.contains(c))
-                    .collect();
-            }
-            let label_a = run
-                .canonicalize()
-                .ok()
-                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .unwrap_or_else(|| "run".into());
-            let label_b = compare_out_dir(run, Some(b))
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "run2".into());
-            let overlays: Vec<(String, String)> = metrics
-                .iter()
-                .map(|m| {
-                    (
-                        format!("overlay_{}", plot_file_name(m)),
-                        render_overlay(&table, &t2, m, &label_a, &label_b),
-                    )
-                })
-                .collect();
-            let reference = Reference {
-                label: format!("{label_b} ({})", m2.scenario),
-                table: t2,
-                provenance: None,
-            };
-            (Some(reference), verdict, overlays)
-        }
-        None => {
-            // The same judge as `run`, on what the run directory stores.
-            let report = seeds::judge_stored(run, golden_root)?;
-            write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
-            return Ok((report, out));
-        }
-    };
-    let mut report = Report::from_run(run, &manifest, table, reference, verdict);
-    // A re-judgement writes no golden.
-    report.pending_golden = None;
-    write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
-    for (name, svg) in overlays {
-        fsx::write_atomic(&out.join("plots").join(name), svg.as_bytes())
-            .map_err(|e| CommandError::run_failed(e.to_string()))?;
-    }
-    Ok((report, out))
 }
 
 #[cfg(test)]

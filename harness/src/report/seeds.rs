@@ -16,8 +16,7 @@ use std::path::Path;
 
 use super::{Reference, Report, RunInfo};
 use crate::compare::seeds::seeds_rule_id;
-use crate::compare::{judge_combined, Combined, StoredRun};
-use crate::error::CommandError;
+use crate::compare::{judge_combined, Combined, CombinedError, StoredError, StoredRun};
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
 use crate::rundir::KnobDiff;
@@ -28,9 +27,8 @@ pub(crate) fn seeds_rule_id_of(metric: &str) -> String {
 }
 
 /// A stored single run re-judged as `compare RUN` judges it: its report, in memory.
-pub(crate) fn judge_stored(dir: &Path, golden_root: &Path) -> Result<Report, CommandError> {
-    let stored =
-        StoredRun::judge(dir, golden_root).map_err(|e| CommandError::invalid(e.to_string()))?;
+pub(crate) fn judge_stored(dir: &Path, golden_root: &Path) -> Result<Report, StoredError> {
+    let stored = StoredRun::judge(dir, golden_root)?;
     Ok(stored_report(stored))
 }
 
@@ -86,8 +84,8 @@ fn verdict_at_run_time(dir: &Path) -> String {
 
 /// The combined report of the multi-seed run in `dir`, from what it stores: each seed re-judged
 /// against the golden, then the seeds' distribution against the golden's calibration.
-pub(crate) fn combined_report(dir: &Path, golden_root: &Path) -> Result<Report, CommandError> {
-    let c = judge_combined(dir, golden_root).map_err(|e| CommandError::invalid(e.to_string()))?;
+pub(crate) fn combined_report(dir: &Path, golden_root: &Path) -> Result<Report, CombinedError> {
+    let c = judge_combined(dir, golden_root)?;
     Ok(report_of_combined(dir, c))
 }
 

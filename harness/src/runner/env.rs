@@ -6,9 +6,8 @@ use std::path::Path;
 
 use super::RunEnd;
 use crate::driver::DriverSpec;
-use crate::error::CommandError;
 use crate::plan::RunPlan;
-use crate::rundir::{DroppedValue, KnobDiff, RunManifest, RunStatus};
+use crate::rundir::{DroppedValue, KnobDiff, ManifestError, RunManifest, RunStatus};
 
 /// The device an external trainer computes on: the first GPU `nvidia-smi` lists when the
 /// scenario requires one (its golden then lives under that GPU's key), else none.
@@ -153,9 +152,8 @@ pub(crate) fn manifest_for(
     }
 }
 
-pub(super) fn write_manifest(dir: &Path, m: &RunManifest) -> Result<(), CommandError> {
+pub(super) fn write_manifest(dir: &Path, m: &RunManifest) -> Result<(), ManifestError> {
     m.write(dir)
-        .map_err(|e| CommandError::run_failed(e.to_string()))
 }
 
 /// `git describe --always --dirty` of each source checkout a command driver names (by the

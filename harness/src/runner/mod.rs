@@ -8,6 +8,7 @@
 
 mod drive;
 pub(crate) mod env;
+mod error;
 mod observe;
 mod stages;
 
@@ -15,13 +16,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::driver::DriverSpec;
-use crate::error::CommandError;
 use crate::events;
 use crate::metrics::MetricTable;
 use crate::plan::RunPlan;
 use crate::rundir::{RunManifest, RunStatus};
 
 pub(crate) use env::RunEnv;
+pub use error::RunError;
 pub(crate) use stages::create_run_dir;
 
 /// Options of `rlharness run` that apply to every scenario.
@@ -183,13 +184,13 @@ pub struct Executed {
 }
 
 /// Run one planned scenario to its end (not judged yet).
-pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, CommandError> {
+pub async fn execute(plan: RunPlan, opts: &RunOptions) -> Result<Executed, RunError> {
     execute_with(plan, opts, false).await
 }
 
 /// [`execute`], keeping the whole wire traffic as a cassette in `<run dir>/cassette/`
 /// (`rlharness record`).
-pub async fn execute_recording(plan: RunPlan, opts: &RunOptions) -> Result<Executed, CommandError> {
+pub async fn execute_recording(plan: RunPlan, opts: &RunOptions) -> Result<Executed, RunError> {
     execute_with(plan, opts, true).await
 }
 
@@ -200,7 +201,7 @@ async fn execute_with(
     plan: RunPlan,
     opts: &RunOptions,
     record: bool,
-) -> Result<Executed, CommandError> {
+) -> Result<Executed, RunError> {
     let started = chrono::Utc::now();
     let timeouts = plan.scenario.timeouts.clone();
     let request_timeout = timeouts.request.unwrap_or(Duration::from_secs(1800));

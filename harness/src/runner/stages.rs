@@ -10,13 +10,12 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::env::{manifest_for, trainer_device, wire_notes, write_manifest, RunEnv};
-use super::{RunEnd, RunOptions, TERM_GRACE};
+use super::{RunEnd, RunError, RunOptions, TERM_GRACE};
 use crate::backend::BackendSpec;
 use crate::driver::builtin::{self, DriverError, DriverRun};
 use crate::driver::client::ArcticClient;
 use crate::driver::command::{self, Trainer};
 use crate::driver::DriverSpec;
-use crate::error::CommandError;
 use crate::events::EventSender;
 use crate::fsx;
 use crate::metrics::{promised_peak_flops, MetricsCsvWriter};
@@ -41,9 +40,9 @@ pub(super) fn prepare(
     plan: &RunPlan,
     opts: &RunOptions,
     started: chrono::DateTime<chrono::Utc>,
-) -> Result<Prepared, CommandError> {
+) -> Result<Prepared, RunError> {
     if matches!(plan.scenario.driver, DriverSpec::Command(_)) && opts.direct {
-        return Err(CommandError::invalid(format!(
+        return Err(RunError::Unrunnable(format!(
             "{}: --direct is for the builtin driver: a command trainer reaches its backend \
              through the recording proxy or over its own transport",
             plan.scenario.path.display()
@@ -53,7 +52,7 @@ pub(super) fn prepare(
     let manifest = manifest_for(plan, &env, started, opts.label.as_deref());
     let run_dir = match &opts.run_dir {
         Some(d) => {
-            fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
+            fsx::create_dir_all(d)?;
             write_manifest(d, &manifest)?;
             d.clone()
         }
@@ -61,8 +60,7 @@ pub(super) fn prepare(
             write_manifest(d, &manifest)
         })?,
     };
-    let csv = MetricsCsvWriter::create(&run_dir.join("metrics.csv"))
-        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    let csv = MetricsCsvWriter::create(&run_dir.join("metrics.csv"))?;
     Ok(Prepared {
         run_dir,
         env,
@@ -79,7 +77,7 @@ pub(super) async fn start_backend_stage(
     opts: &RunOptions,
     started: chrono::DateTime<chrono::Utc>,
     p: &mut Prepared,
-) -> Result<Option<RunningBackend>, CommandError> {
+) -> Result<Option<RunningBackend>, RunError> {
     let backend = match &plan.scenario.backend {
         BackendSpec::None => return Ok(None),
         _ => start_backend(plan, &p.run_dir).await?,
@@ -92,8 +90,7 @@ pub(super) async fn start_backend_stage(
         fsx::write_atomic(
             &p.run_dir.join("server_flags.json"),
             flags.to_string().as_bytes(),
-        )
-        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+        )?;
     }
     if let Some(mut runtime) = backend.runtime.clone() {
         // An external trainer is not deterministic even against a deterministic backend (real
@@ -128,40 +125,41 @@ pub(super) async fn start_proxy(
     p: &mut Prepared,
     request_timeout: Duration,
     tx: &EventSender,
-) -> Result<Wire, CommandError> {
-    let proxy = match backend {
-        None => None,
-        Some(_) if opts.direct => None,
-        Some(backend) => {
-            let listen = match &plan.scenario.driver {
-                DriverSpec::Builtin(_) => "127.0.0.1:0".to_string(),
-                DriverSpec::Command(c) => c
-                    .proxy_listen
-                    .clone()
-                    .unwrap_or_else(|| command::ARCTIC_CLIENT_ADDR.to_string()),
-            };
-            let listener = tokio::net::TcpListener::bind(&listen)
-                .await
-                .map_err(|e| CommandError::run_failed(bind_error(&listen, &e)))?;
-            let cfg = crate::proxy::ProxyConfig {
-                upstream: backend.url.clone(),
-                record_dir: p.run_dir.clone(),
-                body_limit: 4 << 30,
-                request_timeout,
-            };
-            let started = if record {
-                let writer =
-                    crate::backend::replay::CassetteWriter::create(&p.run_dir.join("cassette"))
-                        .map_err(|e| CommandError::run_failed(e.to_string()))?;
-                crate::proxy::start_recording(listener, cfg, Some(tx.clone()), writer).await
-            } else {
-                crate::proxy::start(listener, cfg, Some(tx.clone())).await
-            };
-            Some(started.map_err(|e| {
-                CommandError::run_failed(format!("cannot start the recording proxy: {e}"))
-            })?)
-        }
-    };
+) -> Result<Wire, RunError> {
+    let proxy =
+        match backend {
+            None => None,
+            Some(_) if opts.direct => None,
+            Some(backend) => {
+                let listen = match &plan.scenario.driver {
+                    DriverSpec::Builtin(_) => "127.0.0.1:0".to_string(),
+                    DriverSpec::Command(c) => c
+                        .proxy_listen
+                        .clone()
+                        .unwrap_or_else(|| command::ARCTIC_CLIENT_ADDR.to_string()),
+                };
+                let listener = tokio::net::TcpListener::bind(&listen)
+                    .await
+                    .map_err(|e| RunError::Start(bind_error(&listen, &e)))?;
+                let cfg = crate::proxy::ProxyConfig {
+                    upstream: backend.url.clone(),
+                    record_dir: p.run_dir.clone(),
+                    body_limit: 4 << 30,
+                    request_timeout,
+                };
+                let started = if record {
+                    let writer =
+                        crate::backend::replay::CassetteWriter::create(&p.run_dir.join("cassette"))
+                            .map_err(|e| RunError::Start(e.to_string()))?;
+                    crate::proxy::start_recording(listener, cfg, Some(tx.clone()), writer).await
+                } else {
+                    crate::proxy::start(listener, cfg, Some(tx.clone())).await
+                };
+                Some(started.map_err(|e| {
+                    RunError::Start(format!("cannot start the recording proxy: {e}"))
+                })?)
+            }
+        };
     let proxy_url = proxy.as_ref().map(|p| format!("http://{}", p.addr));
     p.manifest.notes = wire_notes(plan, proxy.is_some());
     let driver_url = match backend {
@@ -213,12 +211,13 @@ pub(super) fn start_driver(
     wire: &Wire,
     request_timeout: Duration,
     tx: EventSender,
-) -> Result<(DriverTask, Option<Trainer>), CommandError> {
+) -> Result<(DriverTask, Option<Trainer>), RunError> {
     match (&plan.scenario.driver, &plan.translation) {
         (DriverSpec::Builtin(spec), Some(translation)) => {
             let Some(driver_url) = &wire.driver_url else {
-                return Err(CommandError::invalid(
-                    "the builtin driver needs a backend (`backend: none` is for command drivers)",
+                return Err(RunError::Unrunnable(
+                    "the builtin driver needs a backend (`backend: none` is for command drivers)"
+                        .into(),
                 ));
             };
             let metrics = &plan.scenario.metrics;
@@ -231,7 +230,7 @@ pub(super) fn start_driver(
                 peak_flops: metrics.device.as_deref().and_then(promised_peak_flops),
             };
             let mut client = ArcticClient::new(driver_url, request_timeout)
-                .map_err(|e| CommandError::run_failed(e.to_string()))?;
+                .map_err(|e| RunError::Start(e.to_string()))?;
             if let Some(retry) = &spec.retry {
                 client = client.with_retry(retry.policy());
             }
@@ -240,13 +239,13 @@ pub(super) fn start_driver(
                 None,
             ))
         }
-        (DriverSpec::Builtin(_), None) => Err(CommandError::invalid(
-            "internal: the plan has no translation for the builtin driver",
+        (DriverSpec::Builtin(_), None) => Err(RunError::Unrunnable(
+            "internal: the plan has no translation for the builtin driver".into(),
         )),
         (DriverSpec::Command(spec), _) => {
             // The file logger runs in a Ray actor with another working directory.
             let abs_dir = std::path::absolute(&p.run_dir).map_err(|e| {
-                CommandError::run_failed(format!("cannot resolve {}: {e}", p.run_dir.display()))
+                RunError::Start(format!("cannot resolve {}: {e}", p.run_dir.display()))
             })?;
             let mut launch =
                 crate::plan::launch::launch_for(spec, plan, &abs_dir, wire.proxy_url.as_deref());
@@ -362,13 +361,13 @@ impl RunningBackend {
 }
 
 /// The server options the plan computed (a mock or torch backend has them).
-fn server_plan(plan: &RunPlan) -> Result<&ServerPlan, CommandError> {
+fn server_plan(plan: &RunPlan) -> Result<&ServerPlan, RunError> {
     plan.server
         .as_ref()
-        .ok_or_else(|| CommandError::invalid("internal: the plan has no server options"))
+        .ok_or_else(|| RunError::Unrunnable("internal: the plan has no server options".into()))
 }
 
-async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend, CommandError> {
+async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend, RunError> {
     let runtime: Option<crate::backend::Runtime>;
     let engine: Arc<dyn crate::backend::Engine> = match &plan.scenario.backend {
         BackendSpec::Mock(script) => {
@@ -380,7 +379,7 @@ async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend,
             });
             Arc::new(
                 crate::backend::mock::MockEngine::new(script.clone(), plan.scenario.seed)
-                    .map_err(|e| CommandError::invalid(format!("backend: {e}")))?,
+                    .map_err(|e| RunError::BackendInput(e.to_string()))?,
             )
         }
         BackendSpec::Torch(spec) => return start_torch_child(plan, spec, run_dir).await,
@@ -397,7 +396,7 @@ async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend,
         }
         BackendSpec::Replay { cassette } => return start_replay(plan, cassette).await,
         BackendSpec::None => {
-            return Err(CommandError::invalid(format!(
+            return Err(RunError::Unrunnable(format!(
                 "backend kind {:?} is not supported by `run` yet",
                 plan.scenario.backend
             )))
@@ -416,10 +415,10 @@ async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
-        .map_err(|e| CommandError::run_failed(format!("cannot bind the backend port: {e}")))?;
+        .map_err(|e| RunError::Start(format!("cannot bind the backend port: {e}")))?;
     let addr: SocketAddr = listener
         .local_addr()
-        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+        .map_err(|e| RunError::Start(e.to_string()))?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let _ = crate::backend::server::serve(listener, router, async move {
@@ -444,7 +443,7 @@ async fn start_torch_child(
     plan: &RunPlan,
     spec: &crate::backend::TorchSpec,
     run_dir: &Path,
-) -> Result<RunningBackend, CommandError> {
+) -> Result<RunningBackend, RunError> {
     let server = server_plan(plan)?;
     let spec = spec.beside(&plan.scenario.path);
     let ready_limit = plan
@@ -476,16 +475,16 @@ async fn start_torch_child(
 }
 
 /// A recorded cassette served back in order (loaded off the async threads).
-async fn start_replay(plan: &RunPlan, cassette: &str) -> Result<RunningBackend, CommandError> {
+async fn start_replay(plan: &RunPlan, cassette: &str) -> Result<RunningBackend, RunError> {
     let dir = crate::backend::replay::resolve_cassette(&plan.scenario.path, cassette);
     let cassette =
         tokio::task::spawn_blocking(move || crate::backend::replay::Cassette::load(&dir))
             .await
-            .map_err(|e| CommandError::run_failed(format!("loading the cassette crashed: {e}")))?
-            .map_err(|e| CommandError::invalid(format!("backend: {e}")))?;
+            .map_err(|e| RunError::Start(format!("loading the cassette crashed: {e}")))?
+            .map_err(|e| RunError::BackendInput(e.to_string()))?;
     let r = crate::backend::replay::start(cassette)
         .await
-        .map_err(|e| CommandError::invalid(format!("backend: {e}")))?;
+        .map_err(|e| RunError::BackendInput(e.to_string()))?;
     Ok(RunningBackend {
         url: r.url,
         runtime: None,
@@ -498,12 +497,12 @@ async fn start_replay(plan: &RunPlan, cassette: &str) -> Result<RunningBackend, 
 }
 
 /// Create `OUT/<scenario>/<run-id>/` and point `OUT/<scenario>/latest` at it.
-pub(crate) fn create_run_dir(
+pub(crate) fn create_run_dir<E: From<fsx::FsError>>(
     out: &Path,
     scenario: &str,
     plan_hash: &str,
-    init: impl FnOnce(&Path) -> Result<(), CommandError>,
-) -> Result<PathBuf, CommandError> {
+    init: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<PathBuf, E> {
     let base = out.join(scenario);
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
     let short = &plan_hash[..plan_hash.len().min(8)];
@@ -522,11 +521,9 @@ pub(crate) fn create_run_dir(
         std::process::id()
     ));
     let made = fsx::create_dir_all(&tmp)
-        .map_err(|e| CommandError::run_failed(e.to_string()))
+        .map_err(E::from)
         .and_then(|()| init(&tmp))
-        .and_then(|()| {
-            fsx::rename(&tmp, &dir).map_err(|e| CommandError::run_failed(e.to_string()))
-        });
+        .and_then(|()| fsx::rename(&tmp, &dir).map_err(E::from));
     if let Err(e) = made {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
@@ -543,15 +540,14 @@ pub(crate) fn create_run_dir(
 #[cfg(test)]
 mod tests {
     use super::create_run_dir;
-    use crate::error::CommandError;
+    use crate::runner::RunError;
 
     /// A run folder appears whole, its first file in it, or not at all; `latest` follows it.
     #[test]
     fn a_run_folder_appears_with_its_manifest_or_not_at_all() {
         let out = tempfile::tempdir().unwrap();
         let dir = create_run_dir(out.path(), "s", "abcdef0123", |d| {
-            std::fs::write(d.join("run.json"), b"{}")
-                .map_err(|e| CommandError::run_failed(e.to_string()))
+            std::fs::write(d.join("run.json"), b"{}").map_err(|e| RunError::Start(e.to_string()))
         })
         .unwrap();
         assert!(dir.join("run.json").is_file());
@@ -560,7 +556,7 @@ mod tests {
             std::fs::canonicalize(&dir).unwrap()
         );
         let err = create_run_dir(out.path(), "s", "abcdef0123", |_| {
-            Err(CommandError::run_failed("disk full"))
+            Err(RunError::Start("disk full".into()))
         })
         .unwrap_err();
         assert!(err.to_string().contains("disk full"));

@@ -10,6 +10,7 @@ pub mod check;
 pub(crate) mod config;
 pub(crate) mod de;
 pub(crate) mod error;
+mod gpus;
 pub mod lint;
 pub(crate) mod rules_lint;
 pub(crate) mod yaml;
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use config::ConfigTree;
 pub use error::{SpecError, SpecErrors};
+pub(crate) use gpus::detect_gpus;
 pub use yaml::{Origin, Pos, SpannedNode, SpannedValue};
 
 use config::Override;
@@ -129,27 +131,6 @@ pub struct Requires {
 fn feature_enabled(name: &str) -> bool {
     // The only optional feature; a name this build does not know is never enabled.
     name == "torch" && cfg!(feature = "torch")
-}
-
-/// The names of the GPUs `nvidia-smi` lists, or why none could be listed.
-pub(crate) fn detect_gpus() -> Result<Vec<String>, String> {
-    let out = std::process::Command::new("nvidia-smi")
-        .args(["--query-gpu=name", "--format=csv,noheader"])
-        .output()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => "nvidia-smi not found".to_string(),
-            _ => format!("nvidia-smi failed to start: {e}"),
-        })?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("nvidia-smi failed: {}", stderr.trim()));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect())
 }
 
 /// Whether an executable is on PATH (or, for a name with a `/`, exists as given).
@@ -627,7 +608,7 @@ fn check_selftest(
                 format!("`{seeds}`: a multi-seed self-test needs at least 2 seeds"),
             )),
             Ok(_) => {}
-            Err(why) => errors.push(SpecError::at(&node.pos, "selftest.seeds", why)),
+            Err(why) => errors.push(SpecError::at(&node.pos, "selftest.seeds", why.to_string())),
         }
     }
     if st.golden.is_some() && st.seeds.is_none() {

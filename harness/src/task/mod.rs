@@ -18,20 +18,25 @@ pub const EOS_ID: i64 = 1;
 /// The characters the tokenizer knows, in id order starting at 2.
 pub(crate) const ALPHABET: &str = "0123456789+-*= #\n?:QA";
 
+/// A character the arith tokenizer has no id for.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("character {0:?} is not in the arith alphabet")]
+pub struct NotInAlphabet(pub char);
+
 impl CharTokenizer {
     pub fn vocab_size() -> usize {
         ALPHABET.chars().count() + 2
     }
 
     /// Encode text; characters outside the alphabet are an error naming the character.
-    pub fn encode(text: &str) -> Result<Vec<i64>, String> {
+    pub fn encode(text: &str) -> Result<Vec<i64>, NotInAlphabet> {
         text.chars()
             .map(|c| {
                 ALPHABET
                     .chars()
                     .position(|a| a == c)
                     .map(|p| p as i64 + 2)
-                    .ok_or_else(|| format!("character {c:?} is not in the arith alphabet"))
+                    .ok_or(NotInAlphabet(c))
             })
             .collect()
     }
@@ -191,7 +196,10 @@ mod tests {
             assert_eq!(CharTokenizer::decode(&ids), text);
             assert_eq!(ArithTask::solve(&p.prompt), Some(p.answer));
         }
-        assert!(CharTokenizer::encode("x").unwrap_err().contains("'x'"));
+        assert!(CharTokenizer::encode("x")
+            .unwrap_err()
+            .to_string()
+            .contains("'x'"));
     }
 
     #[test]

@@ -24,7 +24,7 @@ async fn run_passing(name: &str) -> Report {
     .await;
     let dir = tmp.path().join("run");
     let ran = std::fs::read_to_string(dir.join("verdict.json")).unwrap();
-    let status = rlharness::report::compare_command(&dir, None, &repo().join("golden"))
+    let status = rlharness::app::compare_command(&dir, None, &repo().join("golden"))
         .unwrap()
         .0
         .exit_status();
@@ -189,7 +189,7 @@ async fn selftest_is_caught(name: &str) {
     }
     let dir = tmp.path().join("run");
     let ran = std::fs::read_to_string(dir.join("verdict.json")).unwrap();
-    rlharness::report::compare_command(&dir, None, &repo().join("golden"))
+    rlharness::app::compare_command(&dir, None, &repo().join("golden"))
         .unwrap()
         .0
         .exit_status();

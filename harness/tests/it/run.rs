@@ -559,7 +559,7 @@ fn assert_compare_reproduces(
     what: &dyn std::fmt::Display,
 ) {
     let ran = std::fs::read_to_string(dir.join("verdict.json")).unwrap();
-    let status = rlharness::report::compare_command(dir, None, &repo().join("golden"))
+    let status = rlharness::app::compare_command(dir, None, &repo().join("golden"))
         .unwrap()
         .0
         .exit_status();
@@ -1201,7 +1201,7 @@ fn multi_seed_runs_judge_the_seeds_distribution_against_the_calibration() {
     assert!(!html.contains("Every knob has its default value"));
     assert!(html.contains("actor_rollout_ref.actor.optim.betas"));
     // `compare DIR` makes the same verdict from what the directories store.
-    let status = rlharness::report::compare_command(&dir, None, &golden)
+    let status = rlharness::app::compare_command(&dir, None, &golden)
         .unwrap()
         .0
         .exit_status();

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
+use rlharness::app::compare_command;
 use rlharness::error::ExitStatus;
 use rlharness::golden::{GoldenStore, Provenance};
 use rlharness::metrics::MetricTable;
-use rlharness::report::compare_command;
 use rlharness::rundir::RunManifest;
 use rlharness::rundir::RunStatus;
 

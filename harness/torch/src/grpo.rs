@@ -301,8 +301,10 @@ fn rollouts(
     };
     for (k, c) in completions.iter().enumerate() {
         let problem = &problems[k / run.n];
-        out.prompts
-            .push(CharTokenizer::encode(&problem.prompt).map_err(EngineError::internal)?);
+        out.prompts.push(
+            CharTokenizer::encode(&problem.prompt)
+                .map_err(|e| EngineError::internal(e.to_string()))?,
+        );
         out.responses.push(c.token_ids.clone());
         out.scores
             .push(scorer.score(&c.text, &problem.ground_truth()));

@@ -256,6 +256,6 @@ mod tests {
         assert!((get(AggMode::SeqMeanTokenSum) - 5.0).abs() < 1e-6);
         assert!((get(AggMode::SeqMeanTokenMean) - 3.0).abs() < 1e-6);
         assert!((get(AggMode::SeqMeanTokenSumNorm) - 10.0 / 3.0).abs() < 1e-6);
-        assert!(AggMode::parse("mean").unwrap_err().contains("mean"));
+        assert!(AggMode::parse("mean").unwrap_err().0.contains("mean"));
     }
 }

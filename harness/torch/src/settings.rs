@@ -227,7 +227,9 @@ fn actor_config(v: Option<&Value>) -> Result<ActorLoss, EngineError> {
         entropy_coeff: get_f64(m, "entropy_coeff", src)?.unwrap_or(d.entropy_coeff),
         agg: match m.get("loss_agg_mode") {
             None | Some(Value::Null) => d.agg,
-            Some(Value::String(s)) => AggMode::parse(s).map_err(EngineError::bad_request)?,
+            Some(Value::String(s)) => {
+                AggMode::parse(s).map_err(|e| EngineError::bad_request(e.to_string()))?
+            }
             Some(other) => {
                 return Err(EngineError::bad_request(format!(
                     "{src}.loss_agg_mode must be a string, got {other}"

@@ -57,20 +57,38 @@ struct VerdictHead {
     summary: String,
 }
 
+/// Why a run directory's `verdict.json` does not say how the run ended.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum VerdictFileError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a verdict: {source}", path.display())]
+    NotAVerdict {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: key `exit_code`: {code} is not an rlharness exit code", path.display())]
+    ExitCode { path: PathBuf, code: i32 },
+}
+
 /// The scenario name, exit status and summary a run directory's `verdict.json` records.
-pub(crate) fn read_verdict(dir: &Path) -> Result<(String, ExitStatus, String), String> {
+pub(crate) fn read_verdict(dir: &Path) -> Result<(String, ExitStatus, String), VerdictFileError> {
     let path = dir.join("verdict.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let head: VerdictHead = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: not a verdict: {e}", path.display()))?;
-    let status = ExitStatus::from_code(head.exit_code).ok_or_else(|| {
-        format!(
-            "{}: key `exit_code`: {} is not an rlharness exit code",
-            path.display(),
-            head.exit_code
-        )
-    })?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(source) => return Err(VerdictFileError::Read { path, source }),
+    };
+    let head: VerdictHead = match serde_json::from_str(&text) {
+        Ok(h) => h,
+        Err(source) => return Err(VerdictFileError::NotAVerdict { path, source }),
+    };
+    let Some(status) = ExitStatus::from_code(head.exit_code) else {
+        let code = head.exit_code;
+        return Err(VerdictFileError::ExitCode { path, code });
+    };
     Ok((head.scenario, status, head.summary))
 }
 
@@ -94,7 +112,7 @@ pub(crate) fn read_seeds(dir: &Path) -> Vec<SeedEntry> {
                 Err(why) => SeedEntry {
                     seed,
                     status: ExitStatus::RunFailed,
-                    summary: why,
+                    summary: why.to_string(),
                 },
             })
         })
@@ -400,7 +418,7 @@ mod tests {
             r#"{"scenario":"x","exit_code":9,"summary":"?"}"#,
         )
         .unwrap();
-        let err = read_verdict(dir.path()).unwrap_err();
+        let err = read_verdict(dir.path()).unwrap_err().to_string();
         assert!(err.contains("exit_code"), "{err}");
         std::fs::create_dir(dir.path().join("seed-3")).unwrap();
         let seeds = read_seeds(dir.path());

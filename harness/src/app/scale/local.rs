@@ -329,9 +329,15 @@ impl ScenarioTask {
                 .scope(slot, async {
                     match &self.m.seeds {
                         Some(list) => {
-                            crate::app::run_seeds(&file, list, self.m.seed_jobs, &self.opts).await
+                            crate::app::pipeline::run_seeds(
+                                &file,
+                                list,
+                                self.m.seed_jobs,
+                                &self.opts,
+                            )
+                            .await
                         }
-                        None => crate::app::run_one(&file, &self.opts).await,
+                        None => crate::app::pipeline::run_one(&file, &self.opts).await,
                     }
                 })
                 .await;

@@ -197,12 +197,18 @@ impl FaultSpec {
     }
 }
 
+/// A fault of a script that cannot be injected: which one and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct FaultError(pub(crate) String);
+
 /// Validate every fault of a script.
-pub(crate) fn validate(faults: &[FaultSpec]) -> Result<(), String> {
+pub(crate) fn validate(faults: &[FaultSpec]) -> Result<(), FaultError> {
     faults
         .iter()
         .enumerate()
         .try_for_each(|(i, f)| f.validate(i))
+        .map_err(FaultError)
 }
 
 #[derive(Debug, Default)]

@@ -28,19 +28,23 @@ pub enum AggMode {
     SeqMeanTokenSumNorm,
 }
 
+/// A `loss_agg_mode` that verl does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "actor_config.loss_agg_mode {0:?} is not one of token-mean, token-sum, seq-mean-token-sum, \
+     seq-mean-token-mean, seq-mean-token-sum-norm"
+)]
+pub struct UnknownAggMode(pub String);
+
 impl AggMode {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnknownAggMode> {
         Ok(match s {
             "token-mean" => AggMode::TokenMean,
             "token-sum" => AggMode::TokenSum,
             "seq-mean-token-sum" => AggMode::SeqMeanTokenSum,
             "seq-mean-token-mean" => AggMode::SeqMeanTokenMean,
             "seq-mean-token-sum-norm" => AggMode::SeqMeanTokenSumNorm,
-            other => {
-                return Err(format!(
-                    "actor_config.loss_agg_mode {other:?} is not one of token-mean, token-sum, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm"
-                ))
-            }
+            other => return Err(UnknownAggMode(other.to_string())),
         })
     }
 }
@@ -89,9 +93,21 @@ pub(crate) struct LossSettings {
     pub(crate) horizon: usize,
 }
 
+/// A `meta.actor_config` the mock's loss cannot follow: the key and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct LossConfigError(pub(crate) String);
+
 impl LossSettings {
     /// Read `meta.actor_config` (an object, or that object as a JSON string).
-    pub(crate) fn from_meta(meta: &Map<String, Value>, horizon: usize) -> Result<Self, String> {
+    pub(crate) fn from_meta(
+        meta: &Map<String, Value>,
+        horizon: usize,
+    ) -> Result<Self, LossConfigError> {
+        Self::read(meta, horizon).map_err(LossConfigError)
+    }
+
+    fn read(meta: &Map<String, Value>, horizon: usize) -> Result<Self, String> {
         let parsed;
         let cfg = match meta.get("actor_config") {
             Some(Value::Object(m)) => Some(m),
@@ -118,7 +134,8 @@ impl LossSettings {
             }
         };
         Ok(Self {
-            agg: AggMode::parse(&get_s("loss_agg_mode", "token-mean")?)?,
+            agg: AggMode::parse(&get_s("loss_agg_mode", "token-mean")?)
+                .map_err(|e| e.to_string())?,
             entropy_coeff: get_f("entropy_coeff", 0.0)?,
             kl_coef: get_f("kl_loss_coef", 0.001)?,
             kl_type: KlType::parse(&get_s("kl_loss_type", "low_var_kl")?)?,
@@ -323,6 +340,7 @@ mod tests {
         meta.insert("actor_config".into(), json!({"loss_agg_mode": "bogus"}));
         assert!(LossSettings::from_meta(&meta, 1)
             .unwrap_err()
+            .0
             .contains("bogus"));
     }
 }

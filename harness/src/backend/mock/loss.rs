@@ -24,8 +24,8 @@ pub(super) struct ResponseView {
     pub(super) seqlens: Vec<u64>,
 }
 
-pub(super) fn unprocessable(e: String) -> EngineError {
-    EngineError::unprocessable(e)
+pub(super) fn unprocessable(e: impl ToString) -> EngineError {
+    EngineError::unprocessable(e.to_string())
 }
 
 pub(super) fn response_view(batch: &ModelBatch) -> Result<ResponseView, EngineError> {

@@ -45,7 +45,7 @@ impl Engine for MockEngine {
     fn create_job(&self, job_id: u64, config: &JobConfig) -> Result<(), EngineError> {
         let schedule = if config.job_type == JobType::Training {
             LrSchedule::from_ds_config(config.ds_config.as_ref())
-                .map_err(EngineError::bad_request)?
+                .map_err(|e| EngineError::bad_request(e.to_string()))?
         } else {
             LrSchedule::Constant(schedule::DEFAULT_LR)
         };
@@ -84,7 +84,7 @@ impl Engine for MockEngine {
         let view = response_view(batch)?;
         if !zorro && view.p == 0 {
             return Err(unprocessable(
-                "batch.prompts has width 0: without ZoRRo log p(response token t) sits at column P-1+t".into(),
+                "batch.prompts has width 0: without ZoRRo log p(response token t) sits at column P-1+t",
             ));
         }
         let fill = if zorro {
@@ -249,7 +249,8 @@ impl Engine for MockEngine {
                             .collect()
                     }
                 };
-                let mut ids = CharTokenizer::encode(&text).map_err(EngineError::internal)?;
+                let mut ids = CharTokenizer::encode(&text)
+                    .map_err(|e| EngineError::internal(e.to_string()))?;
                 ids.push(EOS_ID);
                 let (ids, finish) = match max_tokens {
                     Some(m) if ids.len() > m => (ids[..m].to_vec(), "length"),

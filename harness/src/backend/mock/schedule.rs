@@ -53,9 +53,18 @@ fn warmup_type(params: &Value, ctx: &str) -> Result<bool, String> {
     }
 }
 
+/// A `ds_config` whose optimizer or scheduler the mock cannot follow: the key and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct ScheduleError(pub(crate) String);
+
 impl LrSchedule {
     /// Read the schedule from a training job's `ds_config` (absent: constant default rate).
-    pub(crate) fn from_ds_config(ds_config: Option<&Value>) -> Result<Self, String> {
+    pub(crate) fn from_ds_config(ds_config: Option<&Value>) -> Result<Self, ScheduleError> {
+        Self::read(ds_config).map_err(ScheduleError)
+    }
+
+    fn read(ds_config: Option<&Value>) -> Result<Self, String> {
         let null = Value::Null;
         let ds = ds_config.unwrap_or(&null);
         let opt_params = ds
@@ -225,12 +234,12 @@ mod tests {
     fn bad_schedulers_are_clear_errors() {
         let e = LrSchedule::from_ds_config(Some(&json!({"scheduler": {"type": "OneCycle"}})))
             .unwrap_err();
-        assert!(e.contains("OneCycle"), "{e}");
+        assert!(e.0.contains("OneCycle"), "{e}");
         let e = LrSchedule::from_ds_config(Some(&json!({"optimizer": {"params": {"lr": "auto"}}})))
             .unwrap_err();
-        assert!(e.contains("ds_config.optimizer.params.lr"), "{e}");
+        assert!(e.0.contains("ds_config.optimizer.params.lr"), "{e}");
         let e = LrSchedule::from_ds_config(Some(&json!({"scheduler": {"type": "WarmupCosineLR"}})))
             .unwrap_err();
-        assert!(e.contains("total_num_steps"), "{e}");
+        assert!(e.0.contains("total_num_steps"), "{e}");
     }
 }

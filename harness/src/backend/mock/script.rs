@@ -202,7 +202,7 @@ impl MockScript {
         if r.syncs_to_plateau == 0 {
             return err("reward.syncs_to_plateau must be at least 1".into());
         }
-        faults::validate(&self.faults).map_err(MockScriptError)?;
+        faults::validate(&self.faults).map_err(|e| MockScriptError(e.0))?;
         if self.response.min_len == 0 || self.response.min_len > self.response.max_len {
             return err(format!(
                 "response: need 1 <= min_len <= max_len, got {}..{}",

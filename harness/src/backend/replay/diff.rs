@@ -53,13 +53,21 @@ fn redact_at(v: &mut Value, key: Option<&str>) {
     }
 }
 
+/// A binary request body that is no DSSST1 frame.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("not a readable DSSST1 frame: {0}")]
+pub(crate) struct UnreadableFrame(String);
+
 /// The comparable view of a request body: `Ok(Value::Null)` for none.
-pub(crate) fn request_view(content_type: Option<&str>, bytes: &[u8]) -> Result<Value, String> {
+pub(crate) fn request_view(
+    content_type: Option<&str>,
+    bytes: &[u8],
+) -> Result<Value, UnreadableFrame> {
     if bytes.is_empty() {
         return Ok(Value::Null);
     }
     let mut v = if content_type.is_some_and(|c| c.contains("application/octet-stream")) {
-        dssst1::header_summary(bytes).map_err(|e| format!("not a readable DSSST1 frame: {e}"))?
+        dssst1::header_summary(bytes).map_err(|e| UnreadableFrame(e.to_string()))?
     } else {
         match crate::wire::api::parse_json_lenient(bytes) {
             Ok(v) => v,
@@ -255,7 +263,7 @@ mod tests {
             "batch.input_ids.shape: recorded [2,3], got [2,4]"
         );
         let e = request_view(ct, b"\x08\0\0\0\0\0\0\0{}").unwrap_err();
-        assert!(e.contains("DSSST1"), "{e}");
+        assert!(e.to_string().contains("DSSST1"), "{e}");
         assert_eq!(request_view(None, b"").unwrap(), Value::Null);
     }
 

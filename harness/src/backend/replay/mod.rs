@@ -22,6 +22,7 @@
 
 pub mod cassette;
 pub(crate) mod diff;
+mod install;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,7 @@ use serde_json::{json, Value};
 use crate::rundir::ReplayRecord;
 pub(crate) use cassette::{Cassette, CassetteError, CassetteWriter, RecordedExchange};
 use diff::{differences, request_view, Difference};
+pub(crate) use install::install_cassette;
 
 /// How many differences of one request are counted (the first is the one shown).
 const DIFF_LIMIT: usize = 64;
@@ -436,7 +438,9 @@ async fn serve_one(
         what,
     };
     match view {
-        Err(why) => s.mismatches.push(mismatch(MismatchKind::Unreadable(why))),
+        Err(why) => s
+            .mismatches
+            .push(mismatch(MismatchKind::Unreadable(why.to_string()))),
         Ok(_) if !diffs.is_empty() => {
             let count = diffs.len();
             let first = strip_body_prefix(diffs.into_iter().next().expect("non-empty"));
@@ -510,52 +514,6 @@ pub async fn start(cassette: Cassette) -> Result<RunningReplay, ReplayStartError
         stop,
         task,
     })
-}
-
-/// Put the cassette `from` in place at `to`, replacing what is there: the copy is made beside
-/// the target first, so a failure leaves the old cassette whole.
-pub(crate) fn install_cassette(from: &Path, to: &Path) -> Result<(), String> {
-    let parent = to.parent().unwrap_or_else(|| Path::new("."));
-    std::fs::create_dir_all(parent)
-        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-    let name = to
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "cassette".into());
-    let fresh = parent.join(format!(".{name}.new"));
-    let old = parent.join(format!(".{name}.old"));
-    for leftover in [&fresh, &old] {
-        if leftover.exists() {
-            std::fs::remove_dir_all(leftover)
-                .map_err(|e| format!("cannot remove {}: {e}", leftover.display()))?;
-        }
-    }
-    std::fs::create_dir_all(&fresh)
-        .map_err(|e| format!("cannot create {}: {e}", fresh.display()))?;
-    let entries =
-        std::fs::read_dir(from).map_err(|e| format!("cannot list {}: {e}", from.display()))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("cannot list {}: {e}", from.display()))?;
-        if entry.path().is_file() {
-            let dest = fresh.join(entry.file_name());
-            std::fs::copy(entry.path(), &dest).map_err(|e| {
-                format!(
-                    "cannot copy {} to {}: {e}",
-                    entry.path().display(),
-                    dest.display()
-                )
-            })?;
-        }
-    }
-    if to.exists() {
-        std::fs::rename(to, &old)
-            .map_err(|e| format!("cannot move the old cassette {} aside: {e}", to.display()))?;
-    }
-    std::fs::rename(&fresh, to).map_err(|e| format!("cannot install {}: {e}", to.display()))?;
-    if old.exists() {
-        let _ = std::fs::remove_dir_all(&old);
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -729,7 +687,7 @@ mod tests {
         assert!(!target.join("stale.gz").exists());
         assert_eq!(Cassette::load(&target).unwrap().exchanges.len(), 5);
         let e = install_cassette(&b, &target).unwrap_err();
-        assert!(e.contains("cannot list"), "{e}");
+        assert!(e.to_string().contains("cannot list"), "{e}");
         assert!(
             Cassette::load(&target).is_ok(),
             "a failed install keeps the old cassette"

@@ -82,8 +82,8 @@ pub(super) struct FrameSections {
 
 /// A frame's three sections: the `batch` node (required), `meta` and `processing` (objects).
 pub(super) fn frame_sections(root: Node, route: &str) -> Result<FrameSections, ApiError> {
-    let entries =
-        object_entries(root, &format!("{route} body")).map_err(ApiError::unprocessable)?;
+    let entries = object_entries(root, &format!("{route} body"))
+        .map_err(|e| ApiError::unprocessable(e.to_string()))?;
     let mut batch_node = None;
     let mut meta = Map::new();
     let mut processing = Map::new();
@@ -141,8 +141,8 @@ pub(super) fn batch_tensors(
     route: &str,
 ) -> Result<Vec<(String, Tensor)>, ApiError> {
     let mut batch: Vec<(String, Tensor)> = Vec::new();
-    for (k, v) in
-        object_entries(batch_node, &format!("{route}: `batch`")).map_err(ApiError::unprocessable)?
+    for (k, v) in object_entries(batch_node, &format!("{route}: `batch`"))
+        .map_err(|e| ApiError::unprocessable(e.to_string()))?
     {
         match v {
             Node::Tensor { tensor, .. } => batch.push((k, tensor)),

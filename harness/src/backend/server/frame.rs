@@ -12,17 +12,22 @@ pub(crate) fn numel(shape: &[usize]) -> usize {
     shape.iter().fold(1usize, |a, &d| a.saturating_mul(d))
 }
 
-fn check_len(t: &Tensor, name: &str) -> Result<usize, String> {
+/// A tree or tensor that is not what a route reads: what was expected, and what came.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct FrameError(pub String);
+
+fn check_len(t: &Tensor, name: &str) -> Result<usize, FrameError> {
     let n = numel(&t.shape);
     let want = t.dtype.byte_len(n);
     if want != Some(t.data.len()) {
-        return Err(format!(
+        return Err(FrameError(format!(
             "tensor {name} of dtype {} and shape {:?} needs {} bytes but carries {}",
             t.dtype.name(),
             t.shape,
             want.map_or_else(|| "a whole number of".to_string(), |w| w.to_string()),
             t.data.len()
-        ));
+        )));
     }
     Ok(n)
 }
@@ -31,22 +36,24 @@ fn check_len(t: &Tensor, name: &str) -> Result<usize, String> {
 /// every float dtype safetensors names, the 8-bit ones included). Complex and packed sub-byte
 /// tensors are refused: no route computes with them, and the real server's torch code fails
 /// on them too.
-pub fn tensor_f64(t: &Tensor, name: &str) -> Result<Vec<f64>, String> {
+pub fn tensor_f64(t: &Tensor, name: &str) -> Result<Vec<f64>, FrameError> {
     check_len(t, name)?;
-    t.to_f64_vec().map_err(|e| format!("tensor {name}: {e}"))
+    t.to_f64_vec()
+        .map_err(|e| FrameError(format!("tensor {name}: {e}")))
 }
 
 /// The elements of an integer or boolean tensor as `i64`; a float tensor is an error, since
 /// token ids and masks must be exact.
-pub(crate) fn tensor_i64(t: &Tensor, name: &str) -> Result<Vec<i64>, String> {
+pub(crate) fn tensor_i64(t: &Tensor, name: &str) -> Result<Vec<i64>, FrameError> {
     check_len(t, name)?;
     if !t.dtype.is_integer() {
-        return Err(format!(
+        return Err(FrameError(format!(
             "tensor {name} must hold integers, got dtype {}",
             t.dtype.name()
-        ));
+        )));
     }
-    t.to_i64_vec().map_err(|e| format!("tensor {name}: {e}"))
+    t.to_i64_vec()
+        .map_err(|e| FrameError(format!("tensor {name}: {e}")))
 }
 
 /// An `I64` tensor.
@@ -80,16 +87,16 @@ pub fn node_to_json(node: &Node) -> Option<Value> {
 
 /// The top-level entries of an object-shaped tree: a `d` node, or a `j` node holding an object
 /// (a body without tensors). `what` names the body in the error.
-pub(crate) fn object_entries(node: Node, what: &str) -> Result<Vec<(String, Node)>, String> {
+pub(crate) fn object_entries(node: Node, what: &str) -> Result<Vec<(String, Node)>, FrameError> {
     match node {
         Node::Dict(entries) => Ok(entries),
         Node::Json(Value::Object(m)) => {
             Ok(m.into_iter().map(|(k, v)| (k, Node::Json(v))).collect())
         }
-        other => Err(format!(
+        other => Err(FrameError(format!(
             "{what} must be an object, got {}",
             node_kind(&other)
-        )),
+        ))),
     }
 }
 
@@ -122,7 +129,7 @@ mod tests {
     fn reads_every_dtype_it_promises() {
         let t = f32_tensor(vec![2], &[1.5, -2.0]);
         assert_eq!(tensor_f64(&t, "x").unwrap(), vec![1.5, -2.0]);
-        assert!(tensor_i64(&t, "x").unwrap_err().contains("integers"));
+        assert!(tensor_i64(&t, "x").unwrap_err().0.contains("integers"));
         let i = i64_tensor(vec![3], &[1, -2, 3]);
         assert_eq!(tensor_i64(&i, "ids").unwrap(), vec![1, -2, 3]);
         assert_eq!(tensor_f64(&i, "ids").unwrap(), vec![1.0, -2.0, 3.0]);
@@ -143,7 +150,7 @@ mod tests {
         };
         let e = tensor_i64(&t, "batch.input_ids").unwrap_err();
         assert!(
-            e.contains("batch.input_ids") && e.contains("32 bytes"),
+            e.0.contains("batch.input_ids") && e.0.contains("32 bytes"),
             "{e}"
         );
     }
@@ -155,6 +162,7 @@ mod tests {
         assert_eq!(e.len(), 2);
         assert!(object_entries(Node::Json(Value::Null), "body")
             .unwrap_err()
+            .0
             .contains("body must be an object, got null"));
         let d = Node::Dict(vec![(
             "x".into(),

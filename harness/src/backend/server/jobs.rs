@@ -39,23 +39,31 @@ pub(super) struct WakeTags {
     pub(super) kv_cache: bool,
 }
 
+/// Why the state machine refuses to wake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(super) enum WakeRefused {
+    #[error(
+        "cannot wake kv_cache while the sampling engine is sleeping: wake [\"weights\"] first"
+    )]
+    KvCacheBeforeWeights,
+    #[error("wake-inference needs at least one tag")]
+    NoTag,
+}
+
 /// The state machine's wake transition: the new state and the status word the server answers,
 /// or why the transition is refused.
 pub(super) fn wake_transition(
     state: SamplingState,
     tags: WakeTags,
-) -> Result<(SamplingState, &'static str), String> {
+) -> Result<(SamplingState, &'static str), WakeRefused> {
     use SamplingState::*;
     match (state, tags.weights, tags.kv_cache) {
         (Ready, _, _) => Ok((Ready, "already_ready")),
         (Sleeping, true, true) | (WeightsReady, _, true) => Ok((Ready, "ready")),
         (Sleeping, true, false) => Ok((WeightsReady, "weights_ready")),
         (WeightsReady, true, false) => Ok((WeightsReady, "weights_ready")),
-        (Sleeping, false, true) => Err(
-            "cannot wake kv_cache while the sampling engine is sleeping: wake [\"weights\"] first"
-                .into(),
-        ),
-        (_, false, false) => Err("wake-inference needs at least one tag".into()),
+        (Sleeping, false, true) => Err(WakeRefused::KvCacheBeforeWeights),
+        (_, false, false) => Err(WakeRefused::NoTag),
     }
 }
 
@@ -179,8 +187,12 @@ mod tests {
             wake_transition(Ready, WEIGHTS),
             Ok((Ready, "already_ready"))
         );
-        assert!(wake_transition(Sleeping, KV)
-            .unwrap_err()
-            .contains("weights"));
+        assert_eq!(
+            wake_transition(Sleeping, KV),
+            Err(WakeRefused::KvCacheBeforeWeights)
+        );
+        assert!(WakeRefused::KvCacheBeforeWeights
+            .to_string()
+            .contains("wake [\"weights\"] first"));
     }
 }

@@ -23,6 +23,11 @@ pub struct DecoderConfig {
     pub max_positions: usize,
 }
 
+/// A model block that does not describe a model: the key and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct ModelError(pub String);
+
 impl DecoderConfig {
     /// The output head is the input embedding (`model.embed_tokens.weight`); there is no
     /// separate `lm_head` parameter.
@@ -70,13 +75,13 @@ impl DecoderConfig {
     }
 
     /// Resolve a scenario's model block: the kind's base sizes, then the given overrides.
-    pub fn from_spec(spec: &ModelSpec) -> Result<Self, String> {
+    pub fn from_spec(spec: &ModelSpec) -> Result<Self, ModelError> {
         let mut c = match spec.kind {
             ModelKind::Tiny => {
                 if let Some(p) = &spec.preset {
-                    return Err(format!(
+                    return Err(ModelError(format!(
                         "model.preset {p:?} is only for kind qwen3; a tiny model is sized by d_model, layers, heads"
-                    ));
+                    )));
                 }
                 Self::tiny()
             }
@@ -84,14 +89,14 @@ impl DecoderConfig {
                 Some("qwen3-0.6b") => Self::qwen3_0_6b(),
                 Some("qwen3-1.7b") => Self::qwen3_1_7b(),
                 Some(other) => {
-                    return Err(format!(
+                    return Err(ModelError(format!(
                         "unknown model.preset {other:?}; known: qwen3-0.6b, qwen3-1.7b"
-                    ))
+                    )))
                 }
                 None => {
-                    return Err(
+                    return Err(ModelError(
                         "model.kind qwen3 needs model.preset (qwen3-0.6b or qwen3-1.7b)".into(),
-                    )
+                    ))
                 }
             },
         };
@@ -131,7 +136,7 @@ impl DecoderConfig {
         Ok(c)
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ModelError> {
         let positive = [
             ("vocab_size", self.vocab_size),
             ("d_model", self.hidden),
@@ -143,27 +148,27 @@ impl DecoderConfig {
         ];
         for (name, v) in positive {
             if v == 0 {
-                return Err(format!("model.{name} must be at least 1"));
+                return Err(ModelError(format!("model.{name} must be at least 1")));
             }
         }
         if self.heads % self.kv_heads != 0 {
-            return Err(format!(
+            return Err(ModelError(format!(
                 "model.heads ({}) must be a multiple of model.kv_heads ({})",
                 self.heads, self.kv_heads
-            ));
+            )));
         }
         if self.head_dim % 2 != 0 {
-            return Err(format!(
+            return Err(ModelError(format!(
                 "model head_dim ({}) must be even for rotary embeddings",
                 self.head_dim
-            ));
+            )));
         }
         if self.vocab_size < CharTokenizer::vocab_size() {
-            return Err(format!(
+            return Err(ModelError(format!(
                 "model.vocab_size ({}) is smaller than the arith tokenizer's {}",
                 self.vocab_size,
                 CharTokenizer::vocab_size()
-            ));
+            )));
         }
         Ok(())
     }
@@ -220,6 +225,7 @@ mod tests {
         };
         assert!(DecoderConfig::from_spec(&missing)
             .unwrap_err()
+            .0
             .contains("preset"));
         let bad = ModelSpec {
             heads: Some(3),
@@ -228,6 +234,7 @@ mod tests {
         };
         assert!(DecoderConfig::from_spec(&bad)
             .unwrap_err()
+            .0
             .contains("multiple"));
     }
 }

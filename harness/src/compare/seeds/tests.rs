@@ -41,15 +41,6 @@ fn the_t_test_needs_two_values_a_side_and_handles_no_spread() {
     assert_eq!(lower.p_below, 0.0);
 }
 
-#[test]
-fn seed_ranges() {
-    assert_eq!(parse_seed_range("1..3").unwrap(), vec![1, 2, 3]);
-    assert_eq!(parse_seed_range("7").unwrap(), vec![7]);
-    assert!(parse_seed_range("3..1").unwrap_err().contains("after"));
-    assert!(parse_seed_range("a..b").unwrap_err().contains("`a`"));
-    assert!(parse_seed_range("1..5000").unwrap_err().contains("1000"));
-}
-
 fn curve(offset: f64, seed: u64) -> MetricTable {
     let mut t = MetricTable::new();
     for s in 1..=20u64 {

@@ -216,7 +216,8 @@ impl TorchEngine {
     }
 
     pub fn new(spec: &TorchSpec, seed: u64) -> Result<TorchEngine, EngineError> {
-        let config = DecoderConfig::from_spec(&spec.model).map_err(EngineError::bad_request)?;
+        let config = DecoderConfig::from_spec(&spec.model)
+            .map_err(|e| EngineError::bad_request(e.to_string()))?;
         if !(spec.slowdown.is_finite() && (0.0..=10.0).contains(&spec.slowdown)) {
             return Err(EngineError::bad_request(format!(
                 "backend.slowdown must be a fraction in [0, 10], got {}",

@@ -20,11 +20,10 @@
 //!
 //! By part: `client.rs` the Jobs API, `plan.rs` the planned jobs and their package, `submit.rs`
 //! what a submission carries, `watch.rs` a job followed to its end, `collect.rs` what it
-//! brought back, `matrix.rs` the whole run, `entry.rs` the job's own entrypoint.
+//! brought back, `matrix.rs` the whole run, and the job's own entrypoint is `app/commands/job_entry.rs`.
 
 mod client;
 mod collect;
-mod entry;
 mod matrix;
 mod plan;
 mod submit;
@@ -33,7 +32,6 @@ mod tests;
 mod watch;
 
 pub use client::{RayClient, RayError};
-pub(crate) use entry::job_entry;
 pub(crate) use matrix::run_matrix;
 
 /// Where the package puts things (relative to the job's working directory).

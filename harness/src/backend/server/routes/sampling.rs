@@ -39,7 +39,8 @@ pub(super) async fn generate(
     }
     let root = decode(body_bytes(body)?)?;
     let recorded = node_to_json(&root);
-    let entries = object_entries(root, "/generate body").map_err(ApiError::unprocessable)?;
+    let entries = object_entries(root, "/generate body")
+        .map_err(|e| ApiError::unprocessable(e.to_string()))?;
     let mut prompts = None;
     let mut sampling_params = Map::new();
     for (k, v) in entries {

@@ -1,15 +1,16 @@
 //! `rlharness assets verl`: the scenario's torch model and task as files for real verl.
 
-use crate::assets::{verl_files, write_files, DataPlan};
+use crate::assets::{verl_files, write_files, AssetsError, DataPlan};
 use crate::backend::torch_spec::decoder::DecoderConfig;
 use crate::backend::{BackendSpec, TorchSpec};
 use crate::cli::VerlAssetsArgs;
 use crate::driver::{DriverSpec, TaskSpec};
 use crate::error::{CommandError, ExitStatus};
+use crate::spec;
 use crate::task::{ArithConfig, ArithTask};
 
 pub(crate) fn verl(args: &VerlAssetsArgs) -> Result<ExitStatus, CommandError> {
-    let scenario = crate::spec::load_scenario(&args.scenario, &args.set)
+    let scenario = spec::load_scenario(&args.scenario, &args.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     let file = args.scenario.display();
     let spec = match &scenario.backend {
@@ -30,7 +31,7 @@ pub(crate) fn verl(args: &VerlAssetsArgs) -> Result<ExitStatus, CommandError> {
         val_rows: args.val_rows,
         seed: args.seed.unwrap_or(scenario.seed),
     };
-    let invalid = |e: crate::assets::AssetsError| CommandError::invalid(e.to_string());
+    let invalid = |e: AssetsError| CommandError::invalid(e.to_string());
     let files = verl_files(&model, &task, plan).map_err(invalid)?;
     write_files(&args.out, &files, args.force).map_err(invalid)?;
     let out = args.out.display();

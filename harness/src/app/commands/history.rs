@@ -1,29 +1,22 @@
-//! `rlharness history DIR...`: read, judge and chart many runs; print the summary or a GitHub
-//! step summary; write the page and charts.
+//! `rlharness history DIR...`: read, judge and chart many runs; write the page and charts;
+//! print the summary or a GitHub step summary.
 
 use std::path::{Path, PathBuf};
 
 use crate::cli::HistoryFormat;
 use crate::error::{CommandError, ExitStatus};
-use crate::history::{collect, render, write, HistoryError};
+use crate::history::{collect, render, write};
 
-fn command_error(e: HistoryError) -> CommandError {
-    match e {
-        HistoryError::NoRuns(_) | HistoryError::Walk { .. } => CommandError::invalid(e.to_string()),
-        HistoryError::Golden(_) => CommandError::invalid(e.to_string()),
-    }
-}
-
-pub(super) fn history(
+pub(crate) fn history(
     dirs: &[PathBuf],
     golden: &Path,
     out: &Path,
     min_change: f64,
     format: HistoryFormat,
 ) -> Result<ExitStatus, CommandError> {
-    let collected = collect(dirs, golden, min_change).map_err(command_error)?;
+    let collected = collect(dirs, golden, min_change)?;
     let rendered = render(&collected);
-    let written = write(out, &rendered).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    let written = write(out, &rendered)?;
     match format {
         HistoryFormat::Summary => {
             outln!("{}", rendered.terminal.trim_end());

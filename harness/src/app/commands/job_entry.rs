@@ -3,8 +3,9 @@
 use std::io::Write;
 
 use crate::app::scale::bundle;
-use crate::cli::RunArgs;
+use crate::cli::{Executor, RunArgs};
 use crate::error::{CommandError, ExitStatus};
+use crate::fsx;
 
 /// `rlharness job-entry`: the entrypoint of a Ray job. `run` for its scenario, then OUT (its run
 /// directory) printed on stdout as one frame. Ray stops a job with SIGTERM; that becomes the
@@ -38,15 +39,15 @@ pub(crate) async fn job_entry(args: RunArgs) -> Result<ExitStatus, CommandError>
     let out = scratch.path().join(&args.common.out);
     let mut local = args;
     local.common.out = out.clone();
-    local.executor = crate::cli::Executor::Local;
-    let status = match crate::app::run(local).await {
+    local.executor = Executor::Local;
+    let status = match super::run::run(local).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
             e.status
         }
     };
-    crate::fsx::create_dir_all(&out).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    fsx::create_dir_all(&out).map_err(|e| CommandError::run_failed(e.to_string()))?;
     let files = bundle::files_under(&out, "")
         .map_err(|e| CommandError::run_failed(format!("packing the run directory: {e}")))?;
     let zip = bundle::zip_files(&files)

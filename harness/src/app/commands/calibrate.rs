@@ -1,0 +1,313 @@
+//! `rlharness golden calibrate`: a scenario's noise measured over runs.
+
+use std::path::{Path, PathBuf};
+
+use crate::app::ci_env;
+use crate::app::pipeline::run_one;
+use crate::checks::ChecksSpec;
+use crate::cli::{self, CalibrateArgs};
+use crate::compare::seeds::{self, parse_seed_range};
+use crate::compare::stability;
+use crate::error::{CommandError, ExitStatus};
+use crate::golden::calibration::Calibration;
+use crate::metrics::MetricTable;
+use crate::report::Report;
+use crate::rundir::RunStatus;
+use crate::runner::{env, RunOptions};
+use crate::{spec, util};
+
+/// `rlharness golden calibrate`: run the scenario `runs` times with its own seed (or once per
+/// seed), side by side up to `jobs`, and write the measured statistics beside its golden.
+pub(crate) async fn calibrate(
+    args: CalibrateArgs,
+    golden: Option<&Path>,
+) -> Result<ExitStatus, CommandError> {
+    use futures_util::StreamExt;
+    let golden_root = &cli::golden_store(golden, Some(&args.scenario));
+    let CalibrateArgs {
+        scenario: file,
+        runs,
+        seeds,
+        jobs,
+        out,
+        hardware,
+        set,
+        allow_dirty,
+        detect,
+    } = args;
+    let file = file.as_path();
+    let set = set.as_slice();
+    let detect = detect.map(|d| parse_fraction(&d)).transpose()?;
+    if let Some(fraction) = detect {
+        let scenario =
+            spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
+        // The hardware key a run would get is known only once its backend runs (a torch
+        // engine names its GPU): without `--hardware`, the one calibration of the scenario.
+        let base = golden_root.join(&scenario.name);
+        let dir = match &hardware {
+            Some(hw) => base.join(hw),
+            None => {
+                let mut found: Vec<PathBuf> = std::fs::read_dir(&base)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|d| d.join("calibration.json").is_file())
+                    .collect();
+                found.sort();
+                if found.len() > 1 {
+                    return Err(CommandError::invalid(format!(
+                        "--detect: {} has calibrations for several hardware keys ({}): name one \
+                         with --hardware",
+                        base.display(),
+                        found
+                            .iter()
+                            .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                found.pop().unwrap_or_else(|| base.join("cpu"))
+            }
+        };
+        if let Some(cal) = Calibration::read(&dir)? {
+            print_seeds_needed(&scenario.checks, &cal, fraction);
+            return Ok(ExitStatus::Passed);
+        }
+        util::note!(
+            "calibrate: no calibration in {} yet: calibrating first",
+            dir.display()
+        );
+    }
+    let seeds = match seeds {
+        Some(r) => Some(parse_seed_range(&r).map_err(|e| CommandError::invalid(e.to_string()))?),
+        None => None,
+    };
+    if ci_env() {
+        return Err(CommandError::invalid(
+            "refusing to calibrate under CI=true: CI never writes goldens; calibrate locally and \
+             commit calibration.json",
+        ));
+    }
+    let commit = env::git_commit();
+    if let Some(c) = commit.as_deref().filter(|c| c.ends_with("-dirty")) {
+        if !allow_dirty {
+            return Err(CommandError::invalid(format!(
+                "refusing to calibrate from a tree with uncommitted changes ({c}): a calibration \
+                 names the commit it measured; commit first, or pass --allow-dirty to try bands \
+                 out (never to commit that calibration)"
+            )));
+        }
+    }
+    let scenario =
+        spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let seeds = seeds.unwrap_or_else(|| vec![scenario.seed; runs.max(1)]);
+    // The calibration runs never write a golden of their own (`ci` stays on). Each shows its
+    // steps as plain lines (runs side by side interleave them, each line naming its seed).
+    let opts = RunOptions {
+        set: set.to_vec(),
+        hardware,
+        step_lines: true,
+        ..RunOptions::new(out, golden_root.to_path_buf())
+    };
+    let total = seeds.len();
+    let mut done = Vec::new();
+    let mut results = futures_util::stream::iter(seeds.iter().map(|seed| {
+        let mut o = opts.clone();
+        o.seed = Some(*seed);
+        o.progress_label = Some(format!("calibrate {} seed {seed}", scenario.name));
+        async move { (*seed, run_one(file, &o).await) }
+    }))
+    .buffer_unordered(jobs.max(1));
+    while let Some((seed, report)) = results.next().await {
+        let report = report?;
+        if report.run.status != Some(RunStatus::Completed) {
+            return Err(CommandError::run_failed(format!(
+                "calibration run with seed {seed} did not complete ({}): {}",
+                report.run.dir,
+                report.run.reason.as_deref().unwrap_or("no reason recorded")
+            )));
+        }
+        let failed = failed_uncalibrated_rules(&report, &scenario.checks);
+        if !failed.is_empty() {
+            return Err(CommandError::run_failed(format!(
+                "calibration run with seed {seed} failed rules that do not depend on the \
+                 calibration ({}): {}; a calibration measures healthy runs only",
+                report.run.dir,
+                failed.join("; ")
+            )));
+        }
+        done.push((seed, report));
+        util::note!("calibrate: {}/{total} runs done (seed {seed})", done.len());
+    }
+    done.sort_by_key(|(s, _)| *s);
+    let first = &done[0].1;
+    let tables: Vec<MetricTable> = done.iter().map(|(_, r)| r.metrics.clone()).collect();
+    // The default stability rules' windows are measured too, so their bands are calibrated.
+    let mut checks = scenario.checks.clone();
+    let columns = tables.first().map(|t| t.columns()).unwrap_or_default();
+    checks
+        .golden
+        .0
+        .extend(stability::rules(&scenario.checks, &columns, |_| true).0);
+    // A golden rule's series must be finite in every run: a calibration never drops a value.
+    for ((seed, r), t) in done.iter().zip(&tables) {
+        for (metric, _) in checks.golden.iter() {
+            if let Some((step, v)) = t.series(metric).into_iter().find(|(_, v)| !v.is_finite()) {
+                return Err(CommandError::run_failed(format!(
+                    "calibration run with seed {seed} ({}) has `{metric}` = {v} at step {step}: \
+                     a calibration measures finite series only",
+                    r.run.dir
+                )));
+            }
+        }
+    }
+    let (steps, windows) = Calibration::measure(&tables, &checks);
+    let cal = Calibration {
+        scenario: scenario.name.clone(),
+        hardware: first.run.hardware.clone(),
+        date: chrono::Utc::now().to_rfc3339(),
+        host: first.run.host.clone(),
+        git_commit: first.run.git_commit.clone(),
+        numeric_fingerprint: first.run.numerics.as_ref().map(|n| n.fingerprint.clone()),
+        runs: done.len(),
+        seeds: done.iter().map(|(s, _)| *s).collect(),
+        steps,
+        windows,
+    };
+    let dir = golden_root.join(&cal.scenario).join(&cal.hardware);
+    let path = cal.write(&dir)?;
+    outln!("{}: calibrated from {}", cal.scenario, cal.source());
+    // One line a rule (its windows' first and last mean, the spread of their σ); every
+    // window's statistics are in calibration.json.
+    let rows: Vec<Vec<String>> = cal
+        .windows
+        .iter()
+        .filter(|(_, points)| !points.is_empty())
+        .map(|(metric, points)| {
+            use crate::compare::expr::fmt_num;
+            let (first, last) = (&points[0], &points[points.len() - 1]);
+            let sd = |f: fn(f64, f64) -> f64| points.iter().map(|p| p.std).fold(points[0].std, f);
+            vec![
+                metric.clone(),
+                points.len().to_string(),
+                format!("{}..{}", first.first, last.last),
+                fmt_num(first.mean),
+                fmt_num(last.mean),
+                format!("{} .. {}", fmt_num(sd(f64::min)), fmt_num(sd(f64::max))),
+            ]
+        })
+        .collect();
+    outln!(
+        "{}",
+        util::plain_table(
+            &[
+                "rule",
+                "windows",
+                "steps",
+                "first mean",
+                "last mean",
+                "σ min .. max"
+            ],
+            &rows,
+            &[false, true, false, true, true, true],
+        )
+    );
+    outln!(
+        "written to {} (every window's mean, σ, min and max)",
+        path.display()
+    );
+    if let Some(fraction) = detect {
+        print_seeds_needed(&checks, &cal, fraction);
+    }
+    Ok(ExitStatus::Passed)
+}
+
+/// `5%` or `0.05`, in (0, 1).
+fn parse_fraction(text: &str) -> Result<f64, CommandError> {
+    let t = text.trim();
+    let v = match t.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|p| p / 100.0),
+        None => t.parse::<f64>(),
+    };
+    match v {
+        Ok(f) if f > 0.0 && f < 1.0 => Ok(f),
+        _ => Err(CommandError::invalid(format!(
+            "--detect: `{text}` is not a fraction in (0, 1) (`5%` or `0.05`)"
+        ))),
+    }
+}
+
+/// The table of `golden calibrate --detect`.
+fn print_seeds_needed(checks: &ChecksSpec, cal: &Calibration, fraction: f64) {
+    use crate::compare::expr::fmt_num;
+    let rows = seeds::seeds_needed(checks, cal, fraction);
+    outln!(
+        "seeds a multi-seed verdict needs to catch a shift of {}% of a window's mean 80% of the \
+         time ({}):",
+        fmt_num(fraction * 100.0),
+        cal.source()
+    );
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.metric.clone(),
+                format!("{}..{}", r.window.0, r.window.1),
+                fmt_num(r.mean),
+                fmt_num(r.sigma),
+                fmt_num(r.shift),
+                r.seeds.map_or_else(
+                    || {
+                        format!(
+                            "more than 1000 (the calibration's {} runs bound it)",
+                            cal.runs
+                        )
+                    },
+                    |n| n.to_string(),
+                ),
+            ]
+        })
+        .collect();
+    if !table.is_empty() {
+        outln!(
+            "{}",
+            util::plain_table(
+                &["rule", "window", "mean", "σ", "shift", "seeds"],
+                &table,
+                &[false, false, true, true, true, true],
+            )
+        );
+    }
+    if rows.is_empty() {
+        outln!("(no windowed golden rule with a calibration: nothing to test over seeds)");
+    }
+}
+
+/// The rules a calibration run failed that do not depend on a calibration or a golden's draw:
+/// expectations, sanity and presence rules, and golden rules with fixed (`abs`/`rel`) bands.
+/// Calibrated golden rules, stability rules (their bands come from the calibration) and the
+/// exact lane (another seed is another run) are not asked to pass.
+fn failed_uncalibrated_rules(report: &Report, checks: &ChecksSpec) -> Vec<String> {
+    let Some(v) = &report.verdict else {
+        return Vec::new();
+    };
+    v.rules
+        .iter()
+        .filter(|r| {
+            use crate::compare::RuleStatus::{Missing, Regressed};
+            // A golden rule with a fixed band, when there is a golden to fail against.
+            let fixed_golden = r
+                .rule
+                .strip_prefix("golden:")
+                .and_then(|m| checks.golden.get(m))
+                .is_some_and(|g| g.calibrated.is_none());
+            let own = ["expect:", "sanity:", "presence:"]
+                .iter()
+                .any(|p| r.rule.starts_with(p));
+            (fixed_golden && r.status == Regressed)
+                || (own && matches!(r.status, Regressed | Missing))
+        })
+        .map(|r| format!("{} ({})", r.rule, r.evidence.message))
+        .collect()
+}

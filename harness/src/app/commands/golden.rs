@@ -1,0 +1,221 @@
+//! `rlharness golden status|accept|reject|bless`: the pending goldens reviewed.
+
+use std::path::Path;
+
+use crate::cli::{self, GoldenAction};
+use crate::error::{CommandError, ExitStatus};
+use crate::golden::{GoldenError, GoldenStore, Pending};
+use crate::plan::RunPlan;
+use crate::rundir::{self, RunStatus};
+use crate::{compare, spec};
+
+/// `rlharness golden status|accept|reject|bless`: what the action did, printed; its status.
+pub(crate) fn golden(
+    action: GoldenAction,
+    golden: Option<&Path>,
+) -> Result<ExitStatus, CommandError> {
+    let root = cli::golden_store(golden, None);
+    if !root.is_dir() && !matches!(action, GoldenAction::Bless { .. }) {
+        return Err(CommandError::invalid(format!(
+            "no golden store at {}: run from the project's root or pass --golden DIR",
+            root.display()
+        )));
+    }
+    let (text, status) = match action {
+        GoldenAction::Status { scenarios } => golden_status(&root, &scenarios)?,
+        GoldenAction::Accept { scenarios } => golden_accept(&root, &scenarios)?,
+        GoldenAction::Reject { scenarios } => golden_reject(&root, &scenarios)?,
+        GoldenAction::Calibrate(_) => unreachable!("dispatched to `calibrate`"),
+        GoldenAction::Bless { run } => golden_bless(&run, &root)?,
+    };
+    out!("{text}");
+    Ok(status)
+}
+
+/// `rlharness golden bless RUN`: the stored run's series as a pending golden, with the run's
+/// provenance. Refused for a run that did not complete, a self-test's planted run, and a run
+/// whose plan differs from the scenario file's today (a `--set`, another seed or step count, an
+/// edited scenario): its series would not stand for the scenario.
+fn golden_bless(run: &Path, root: &Path) -> Result<(String, ExitStatus), CommandError> {
+    if rundir::is_combined(run) {
+        return Err(CommandError::invalid(format!(
+            "{} is a multi-seed run: bless one seed's directory (`{}/seed-<S>`) of the \
+             scenario's own seed",
+            run.display(),
+            run.display()
+        )));
+    }
+    let (manifest, table) = rundir::load(run).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let refuse = |why: String| {
+        Err(CommandError::invalid(format!(
+            "{}: cannot bless: {why}",
+            run.display()
+        )))
+    };
+    if manifest.status != RunStatus::Completed {
+        return refuse(format!(
+            "the run did not complete (status {:?}{})",
+            manifest.status,
+            manifest
+                .reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ));
+    }
+    if manifest.reference_run.is_some() || manifest.expected_verdict.is_some() {
+        return refuse("it is a self-test's run (planted on purpose)".into());
+    }
+    let file = Path::new(&manifest.scenario_path);
+    let scenario = spec::load_scenario(file, &[]).map_err(|e| {
+        CommandError::invalid(format!(
+            "{}: cannot bless: its scenario {}: {e}",
+            run.display(),
+            file.display()
+        ))
+    })?;
+    let plan =
+        RunPlan::new(scenario, None, None).map_err(|e| CommandError::invalid(e.to_string()))?;
+    if plan.plan_hash != manifest.plan_hash {
+        return refuse(format!(
+            "it was made from another plan than {} resolves to today (plan {} against {}: a \
+             --set override, another seed or step count, or an edited scenario)",
+            file.display(),
+            short(&manifest.plan_hash),
+            short(&plan.plan_hash)
+        ));
+    }
+    if plan.scenario.checks.golden.is_empty() {
+        return refuse(format!("{} has no golden rules", file.display()));
+    }
+    let store = GoldenStore::new(root);
+    let provenance = compare::provenance_of_run(&manifest, manifest.started.clone());
+    let path = store
+        .write_pending(
+            &plan.scenario.name,
+            &manifest.hardware,
+            &table,
+            &provenance,
+            Some(&plan.scenario.checks),
+            Some(&compare::band_widths(
+                &plan.scenario.checks,
+                store
+                    .load(&plan.scenario.name, &manifest.hardware)
+                    .ok()
+                    .flatten()
+                    .as_ref(),
+            )),
+        )
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    Ok((
+        format!(
+            "pending golden written to {} from {} ({} steps); review with `rlharness golden \
+             status`, then `rlharness golden accept {}`\n",
+            path.display(),
+            run.display(),
+            table.len(),
+            plan.scenario.name
+        ),
+        ExitStatus::Passed,
+    ))
+}
+
+fn short(hash: &str) -> &str {
+    &hash[..hash.len().min(8)]
+}
+
+/// `rlharness golden status`: exit 0 when nothing is pending, 4 when something waits for review.
+fn golden_status(root: &Path, filter: &[String]) -> Result<(String, ExitStatus), CommandError> {
+    let store = GoldenStore::new(root);
+    let pending = match store.select(filter) {
+        Err(GoldenError::NoPending(_)) => Vec::new(),
+        other => other?,
+    };
+    if pending.is_empty() {
+        let of = if filter.is_empty() {
+            String::new()
+        } else {
+            format!(" of {}", filter.join(", "))
+        };
+        return Ok((
+            format!("no pending goldens{of} under {}\n", root.display()),
+            ExitStatus::Passed,
+        ));
+    }
+    let mut out = format!("{} pending golden(s):\n", pending.len());
+    for p in &pending {
+        out.push_str(&format!(
+            "  {}/{}: {}\n",
+            p.scenario, p.hardware, p.diff_summary
+        ));
+    }
+    out.push_str("review with `rlharness golden accept [SCENARIO...]` or `reject [SCENARIO...]`\n");
+    Ok((out, ExitStatus::NoGolden))
+}
+
+fn listing(verb: &str, done: &[Pending]) -> String {
+    let mut out = String::new();
+    for p in done {
+        out.push_str(&format!(
+            "{verb} {}/{}: {}\n",
+            p.scenario, p.hardware, p.diff_summary
+        ));
+    }
+    if done.is_empty() {
+        out.push_str("no pending goldens\n");
+    }
+    out
+}
+
+/// `rlharness golden accept [SCENARIO...]`.
+fn golden_accept(root: &Path, scenarios: &[String]) -> Result<(String, ExitStatus), CommandError> {
+    let done = GoldenStore::new(root).accept(scenarios)?;
+    Ok((listing("accepted", &done), ExitStatus::Passed))
+}
+
+/// `rlharness golden reject [SCENARIO...]`.
+fn golden_reject(root: &Path, scenarios: &[String]) -> Result<(String, ExitStatus), CommandError> {
+    let done = GoldenStore::new(root).reject(scenarios)?;
+    Ok((listing("rejected", &done), ExitStatus::Passed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::golden::Provenance;
+    use crate::metrics::MetricTable;
+
+    #[test]
+    fn status_names_what_waits_and_exits_4_until_it_is_reviewed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = GoldenStore::with_ci(dir.path(), false);
+        let table = MetricTable::from_columns(&[("critic/rewards/mean", &[0.1, 0.2])]);
+        store
+            .write_pending(
+                "smoke/mock",
+                "cpu",
+                &table,
+                &Provenance::default(),
+                None,
+                None,
+            )
+            .unwrap();
+        let (text, status) = golden_status(dir.path(), &[]).unwrap();
+        assert_eq!(status, ExitStatus::NoGolden);
+        assert!(text.contains("smoke/mock/cpu: new golden"), "{text}");
+        // Named scenarios (as the README writes `golden status [SCENARIO...]`).
+        let (text, status) = golden_status(dir.path(), &["smoke/mock".to_string()]).unwrap();
+        assert_eq!(status, ExitStatus::NoGolden);
+        assert!(text.contains("smoke/mock/cpu: new golden"), "{text}");
+        let (text, status) = golden_status(dir.path(), &["other".to_string()]).unwrap();
+        assert_eq!(status, ExitStatus::Passed);
+        assert!(
+            text.starts_with("no pending goldens of other under"),
+            "{text}"
+        );
+        golden_reject(dir.path(), &[]).unwrap();
+        let (text, status) = golden_status(dir.path(), &[]).unwrap();
+        assert_eq!(status, ExitStatus::Passed);
+        assert!(text.contains("no pending"));
+    }
+}

@@ -1,0 +1,26 @@
+//! `rlharness list [ROOT]`: the scenarios under a folder.
+
+use std::path::Path;
+
+use crate::error::{CommandError, ExitStatus};
+use crate::spec::check;
+
+pub(crate) fn list(root: &Path) -> Result<ExitStatus, CommandError> {
+    // Listing nothing is an input error, as checking nothing is: a mistyped path must not pass
+    // a CI step.
+    if !root.exists() {
+        return Err(CommandError::invalid(format!(
+            "{}: no such scenario file or folder",
+            root.display()
+        )));
+    }
+    let entries = check::list(root);
+    if entries.is_empty() {
+        return Err(CommandError::invalid(format!(
+            "{}: no scenario files there",
+            root.display()
+        )));
+    }
+    out!("{}", check::render_list(&entries));
+    Ok(ExitStatus::Passed)
+}

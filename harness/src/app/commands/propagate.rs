@@ -1,0 +1,35 @@
+//! `rlharness propagate SCENARIO`: the knob propagation matrix run, judged and reported.
+
+use std::path::Path;
+
+use crate::error::{CommandError, ExitStatus};
+use crate::propagate::command::{run_matrix, write_reports, MatrixOptions};
+
+/// Run the matrix of `scenario` and write `propagation.{md,html,junit.xml}` under
+/// `out/<scenario>/propagate-<stamp>/`. Exit: 0 nothing flagged but known gaps, 1 a new flag or
+/// a known gap that closed, 2 a bad manifest or scenario, 3 a run failed.
+pub(crate) async fn propagate(
+    scenario: &Path,
+    out: &Path,
+    set: &[String],
+    options: &MatrixOptions,
+) -> Result<ExitStatus, CommandError> {
+    let (report, dir, failed) = run_matrix(scenario, out, set, options).await?;
+    write_reports(&report, &dir)?;
+    outln!("{}", report.terminal_summary());
+    let mut status = if report.passed() {
+        ExitStatus::Passed
+    } else {
+        ExitStatus::CheckFailed
+    };
+    if failed {
+        status = status.worst(ExitStatus::RunFailed);
+    }
+    outln!("verdict: {} (exit {})", status.word(), status.code());
+    outln!(
+        "report: {}\n        {} (beside them: propagation.junit.xml, propagation.json)",
+        dir.join("propagation.html").display(),
+        dir.join("propagation.md").display()
+    );
+    Ok(status)
+}

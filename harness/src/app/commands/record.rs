@@ -1,0 +1,111 @@
+//! `rlharness record`: a scenario's wire traffic kept as its cassette.
+
+use crate::app::ci_env;
+use crate::backend::{replay, BackendSpec};
+use crate::cli::RecordArgs;
+use crate::error::{CommandError, ExitStatus};
+use crate::plan::RunPlan;
+use crate::runner::{self, RunEnd};
+use crate::{fsx, spec};
+
+/// `rlharness record`: run a scenario through the proxy, keep its whole wire traffic as a
+/// cassette and install it as `GOLDEN/<scenario>/<hardware>/cassette/` (replacing the old one)
+/// once the run completed. The run is not judged: a recording of a few steps is not a
+/// convergence run.
+pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError> {
+    use crate::backend::replay::cassette::{Cassette, META_FILE, METRICS_FILE};
+    let opts = args.common.options(&args.scenario);
+    if ci_env() {
+        return Err(CommandError::invalid(
+            "refusing to record under CI=true: CI never writes the golden store; record \
+             locally and commit the cassette",
+        ));
+    }
+    let scenario = spec::load_scenario(&args.scenario, &opts.set)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    if matches!(
+        scenario.backend,
+        BackendSpec::Replay { .. } | BackendSpec::None
+    ) {
+        return Err(CommandError::invalid(format!(
+            "{}: `record` needs a scenario with a backend to record (mock, torch or remote)",
+            args.scenario.display()
+        )));
+    }
+    let plan = RunPlan::new(scenario, opts.seed, opts.steps)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let unmet = plan.scenario.requires.unmet();
+    if !unmet.is_empty() {
+        return Err(CommandError::invalid(format!(
+            "{}: cannot record here: {}",
+            args.scenario.display(),
+            unmet.join("; ")
+        )));
+    }
+    let executed = runner::execute_recording(plan, &opts).await?;
+    let recorded = executed.run_dir.join("cassette");
+    if executed.end != RunEnd::Completed {
+        return Err(CommandError::run_failed(format!(
+            "the recording run did not complete ({}); the partial cassette stays in {} and no \
+             cassette was installed",
+            executed
+                .end
+                .reason()
+                .unwrap_or_else(|| executed.end.status().into()),
+            recorded.display()
+        )));
+    }
+    let fail = |e: String| CommandError::run_failed(format!("record: {e}"));
+    let meta = serde_json::json!({
+        "format": "rlharness-cassette/1",
+        "scenario": executed.plan.scenario.name,
+        "hardware": executed.env.hardware,
+        "device": executed.env.device,
+        "seed": executed.plan.scenario.seed,
+        "steps": executed.plan.scenario.steps,
+        "plan_hash": executed.plan.plan_hash,
+        "harness_version": executed.manifest.harness_version,
+        "git_commit": executed.manifest.git_commit,
+        "torch_version": executed.env.torch_version,
+        "recorded": executed.ended.to_rfc3339(),
+    });
+    let text = serde_json::to_string_pretty(&meta).map_err(|e| fail(e.to_string()))?;
+    fsx::write_atomic(&recorded.join(META_FILE), text.as_bytes())
+        .map_err(|e| fail(e.to_string()))?;
+    std::fs::copy(
+        executed.run_dir.join("metrics.csv"),
+        recorded.join(METRICS_FILE),
+    )
+    .map_err(|e| fail(format!("cannot copy the run's metrics.csv: {e}")))?;
+    // What is installed must read back: every body decompressed and checked.
+    let cassette = Cassette::load(&recorded).map_err(|e| fail(e.to_string()))?;
+    let target = opts
+        .golden
+        .join(&executed.plan.scenario.name)
+        .join(&executed.env.hardware)
+        .join("cassette");
+    let replaced = target.exists();
+    if replaced && !args.force {
+        return Err(CommandError::invalid(format!(
+            "{} already holds a cassette: pass --force to replace it (this recording stays in \
+             {})",
+            target.display(),
+            recorded.display()
+        )));
+    }
+    replay::install_cassette(&recorded, &target).map_err(|e| fail(e.to_string()))?;
+    outln!(
+        "{}: recorded {} exchanges ({} steps, {:.1} MiB of bodies) into {}{}",
+        executed.plan.scenario.name,
+        cassette.exchanges.len(),
+        executed.plan.scenario.steps,
+        cassette.body_bytes() as f64 / (1024.0 * 1024.0),
+        target.display(),
+        if replaced {
+            " (replacing the cassette there)"
+        } else {
+            ""
+        }
+    );
+    Ok(ExitStatus::Passed)
+}

@@ -1,0 +1,113 @@
+//! `rlharness run`: every scenario, here or on Ray, with one combined verdict.
+
+use std::path::{Path, PathBuf};
+
+use crate::app::ci_env;
+use crate::app::scale::local::{self, LocalMatrix};
+use crate::app::scale::{index, ray};
+use crate::cli::{Executor, RunArgs};
+use crate::compare::seeds::parse_seed_range;
+use crate::error::{CommandError, ExitStatus};
+use crate::runner::RunOptions;
+use crate::{fsx, spec, util};
+
+/// The options of `rlharness run` that apply to every scenario.
+pub(crate) fn run_options(args: &RunArgs) -> RunOptions {
+    RunOptions {
+        update_golden: args.update_golden,
+        ci: ci_env(),
+        direct: args.direct,
+        label: args.label.clone(),
+        ..args.common.options(
+            args.scenarios
+                .first()
+                .map(PathBuf::as_path)
+                .unwrap_or(Path::new("")),
+        )
+    }
+}
+
+/// `rlharness run`: every scenario, side by side up to `--jobs` here or as Ray jobs
+/// (`--executor ray`); one combined verdict in OUT/index.md, index.html and junit.xml; the
+/// worst exit status wins.
+pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
+    let opts = run_options(&args);
+    let files =
+        spec::discover(&args.scenarios).map_err(|e| CommandError::invalid(e.to_string()))?;
+    if files.is_empty() {
+        return Err(CommandError::invalid("no scenario files given"));
+    }
+    let seeds = match &args.seeds {
+        Some(r) => {
+            let list = parse_seed_range(r).map_err(|e| CommandError::invalid(e.to_string()))?;
+            if list.len() < 2 {
+                return Err(CommandError::invalid(format!(
+                    "--seeds {r}: a multi-seed verdict needs at least 2 seeds (use --seed for one)"
+                )));
+            }
+            Some(list)
+        }
+        None => None,
+    };
+    if args.jobs == 0 {
+        return Err(CommandError::invalid("--jobs 0: at least one job"));
+    }
+    if !opts.golden.is_dir() {
+        util::note!(
+            "note: no golden store at {} yet{}: every scenario with golden rules will have no \
+             golden (exit 4)",
+            opts.golden.display(),
+            if args.common.golden.is_some() {
+                " (check --golden)"
+            } else {
+                ""
+            }
+        );
+    }
+    let mut entries = match args.executor {
+        Executor::Local => {
+            let matrix = LocalMatrix {
+                jobs: args.jobs,
+                seeds,
+                seed_jobs: args.jobs,
+            };
+            local::run_matrix(&files, &opts, &matrix).await
+        }
+        Executor::Ray => ray::run_matrix(&files, &args).await?,
+    };
+    if args.fail_on_skip {
+        // The index and JUnit say what the exit status says: a skip is a failed check here.
+        for e in entries.iter_mut().filter(|e| e.skipped) {
+            e.status = e.status.worst(ExitStatus::CheckFailed);
+            e.summary = format!("skipped, a failure under --fail-on-skip: {}", e.summary);
+        }
+    }
+    fsx::create_dir_all(&args.common.out).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    index::write_index(&args.common.out, &entries)
+        .map_err(|e| CommandError::run_failed(format!("the combined verdict: {e}")))?;
+    outln!("{}", index::tally(&args.common.out, &entries));
+    let skipped: Vec<String> = entries
+        .iter()
+        .filter(|e| e.skipped)
+        .map(|e| e.scenario.clone())
+        .collect();
+    Ok(fail_on_skip(
+        index::worst(&entries),
+        &skipped,
+        args.fail_on_skip,
+    ))
+}
+
+/// `--fail-on-skip`: a skipped scenario is a failed check (exit 1), so a run where nothing ran
+/// cannot be green. Worse statuses (2, 3, 4) keep winning.
+pub(crate) fn fail_on_skip(worst: ExitStatus, skipped: &[String], enabled: bool) -> ExitStatus {
+    if !enabled || skipped.is_empty() {
+        return worst;
+    }
+    eprintln!(
+        "error: --fail-on-skip: {} scenario(s) skipped: {}",
+        skipped.len(),
+        skipped.join(", ")
+    );
+    worst.worst(ExitStatus::CheckFailed)
+}

@@ -1,0 +1,84 @@
+//! `rlharness serve mock|torch`: a backend server in the foreground.
+
+use std::path::Path;
+
+use crate::backend::{child, mock, BackendSpec, MockScript};
+use crate::cli::{ServeArgs, ServeKind};
+use crate::error::{CommandError, ExitStatus};
+use crate::spec::{self, Scenario};
+
+/// The scenario a `serve` or `proxy` command takes its settings from, if one is named.
+fn load_optional_scenario(
+    path: Option<&Path>,
+    set: &[String],
+) -> Result<Option<Scenario>, CommandError> {
+    match path {
+        None => Ok(None),
+        Some(p) => spec::load_scenario(p, set)
+            .map(Some)
+            .map_err(|e| CommandError::invalid(e.to_string())),
+    }
+}
+
+pub(crate) async fn serve(args: ServeArgs) -> Result<ExitStatus, CommandError> {
+    let scenario = load_optional_scenario(args.scenario.as_deref(), &args.set)?;
+    let seed = scenario.as_ref().map_or(1, |s| s.seed);
+    match args.kind {
+        ServeKind::Mock if args.train_warm_start => Err(CommandError::invalid(
+            "--train-warm-start is an option of `serve torch`: the mock has no weights",
+        )),
+        ServeKind::Mock => {
+            let script = match scenario.map(|s| s.backend) {
+                None => MockScript::default(),
+                Some(BackendSpec::Mock(script)) => script,
+                Some(other) => {
+                    return Err(CommandError::invalid(format!(
+                        "`serve mock` needs a scenario with a mock backend, not {other:?}"
+                    )))
+                }
+            };
+            mock::serve_mock_standalone(&args.host, args.port, script, seed)
+                .await
+                .map_err(|e| CommandError::run_failed(format!("mock server: {e}")))?;
+            Ok(ExitStatus::Passed)
+        }
+        ServeKind::Torch => serve_torch(args),
+    }
+}
+
+/// `serve torch`: the `rlharness-torch` executable in the foreground (it alone links
+/// libtorch), with the same options.
+fn serve_torch(args: ServeArgs) -> Result<ExitStatus, CommandError> {
+    let exe = child::locate()?;
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args(["--host", &args.host, "--port", &args.port.to_string()]);
+    if let Some(s) = &args.scenario {
+        cmd.arg("--scenario").arg(s);
+    }
+    for s in &args.set {
+        cmd.args(["--set", s]);
+    }
+    if args.train_warm_start {
+        cmd.arg("--train-warm-start");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let e = cmd.exec();
+        Err(CommandError::run_failed(format!(
+            "cannot start {}: {e}",
+            exe.display()
+        )))
+    }
+    #[cfg(not(unix))]
+    {
+        let status = cmd.status().map_err(|e| {
+            CommandError::run_failed(format!("cannot start {}: {e}", exe.display()))
+        })?;
+        Ok(if status.success() {
+            ExitStatus::Passed
+        } else {
+            ExitStatus::RunFailed
+        })
+    }
+}

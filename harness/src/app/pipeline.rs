@@ -1,0 +1,288 @@
+//! One scenario planned, executed, judged and reported: what `run`, `calibrate` and the
+//! executors of many scenarios share.
+
+use std::path::{Path, PathBuf};
+
+use crate::compare::{self, RunRecord};
+use crate::error::{CommandError, ExitStatus};
+use crate::golden::{Golden, GoldenStore};
+use crate::plan::RunPlan;
+use crate::report::{self, seeds, Report};
+use crate::rundir::SeedsManifest;
+use crate::runner::{self, Executed, RunEnd, RunOptions};
+use crate::slot::{self, SLOT};
+use crate::{fsx, spec, util};
+
+/// Plan, execute, judge and report one scenario.
+pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandError> {
+    use crate::report::Report;
+    let scenario =
+        spec::load_scenario(file, &opts.set).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let plan = RunPlan::new(scenario, opts.seed, opts.steps)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let unmet = plan.scenario.requires.unmet();
+    if !unmet.is_empty() {
+        return Ok(Report::skipped(&plan.scenario.name, &unmet.join("; ")));
+    }
+    // A self-test runs the scenario as written first, on this host: that run is the golden of
+    // the planted one. A multi-seed self-test runs the planted scenario once per seed and is
+    // judged against the golden's calibration instead.
+    let (plan, reference) = match plan.scenario.selftest.clone() {
+        None => (plan, None),
+        Some(st) if st.seeds.is_some() => {
+            let seeds = st.seed_list().unwrap_or_default();
+            return run_seeds(file, &seeds, 1, opts).await;
+        }
+        Some(st) => {
+            let reference = reference_run(plan, opts).await?;
+            let mut set = opts.set.clone();
+            set.extend(st.plant);
+            let planted = spec::load_scenario(file, &set)
+                .map_err(|e| CommandError::invalid(e.to_string()))?;
+            let plan = RunPlan::new(planted, opts.seed, opts.steps)
+                .map_err(|e| CommandError::invalid(e.to_string()))?;
+            (plan, Some(reference))
+        }
+    };
+    judge_plan(plan, reference, opts).await
+}
+
+/// Execute one planned run and judge it (against `reference`, a self-test's reference run, or
+/// the store's golden), writing its reports.
+async fn judge_plan(
+    plan: RunPlan,
+    reference: Option<(PathBuf, Golden)>,
+    opts: &RunOptions,
+) -> Result<Report, CommandError> {
+    use crate::report::{Reference, Report};
+    let executed = runner::execute(plan, opts).await?;
+    let Executed {
+        mut manifest,
+        env,
+        plan,
+        run_dir,
+        end,
+        metrics,
+        trainer_tail,
+        ..
+    } = executed;
+    let store = GoldenStore::with_ci(&opts.golden, opts.ci);
+    let golden = match &reference {
+        Some((dir, golden)) => {
+            manifest.reference_run = Some(dir.display().to_string());
+            manifest
+                .write(&run_dir)
+                .map_err(|e| CommandError::run_failed(e.to_string()))?;
+            Some(golden.clone())
+        }
+        None => store
+            .load(&plan.scenario.name, &env.hardware)
+            .map_err(|e| CommandError::invalid(e.to_string()))?,
+    };
+    // The one judge, on what the run directory stores (run.json, metrics.csv): `rlharness
+    // compare RUN` calls it on the same facts and writes the same verdict.
+    let verdict = compare::judge_run(&RunRecord::of(&manifest, &metrics), golden.as_ref());
+    // What it was judged against, so that `compare RUN` can tell a re-blessed golden.
+    if let Some(g) = &golden {
+        manifest.judged_against = Some(compare::judged_against(&manifest.checks, g));
+        manifest
+            .write(&run_dir)
+            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    }
+    // The bless flow: a completed run without a golden (or under --update-golden) writes a
+    // pending one for review; CI never writes.
+    let completed = end == RunEnd::Completed;
+    if completed
+        && reference.is_none()
+        && (golden.is_none() || opts.update_golden)
+        && !plan.scenario.checks.golden.is_empty()
+    {
+        let provenance = compare::provenance_of_run(&manifest, chrono::Utc::now().to_rfc3339());
+        match store.write_pending(
+            &plan.scenario.name,
+            &env.hardware,
+            &metrics,
+            &provenance,
+            Some(&plan.scenario.checks),
+            Some(&compare::band_widths(
+                &plan.scenario.checks,
+                golden.as_ref(),
+            )),
+        ) {
+            Ok(path) => manifest.pending_golden = Some(path.display().to_string()),
+            Err(e) if opts.ci => util::note!("note: {e}"),
+            Err(e) => return Err(CommandError::invalid(e.to_string())),
+        }
+        manifest
+            .write(&run_dir)
+            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    }
+    let reference = match reference {
+        Some((_, g)) => Some(Reference::from_reference_run(&g)),
+        None => golden.as_ref().map(Reference::from_golden),
+    };
+    let mut report = Report::from_run(&run_dir, &manifest, metrics, reference, verdict);
+    report.trainer_tail = trainer_tail;
+    report::write_reports(&run_dir, &report)
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    Ok(report)
+}
+
+/// `rlharness run SCENARIO --seeds A..B`, and a multi-seed self-test: the scenario (with a
+/// self-test's plant, run under the name of the scenario whose golden it is judged against)
+/// once per seed into `DIR/seed-<S>/`, `jobs` side by side, each judged against the golden alone
+/// and never writing one; then the combined verdict, made from what the directories store
+/// (`compare::judge_combined`, as `compare DIR` makes it).
+pub(crate) async fn run_seeds(
+    file: &Path,
+    seeds: &[u64],
+    jobs: usize,
+    opts: &RunOptions,
+) -> Result<Report, CommandError> {
+    use crate::rundir::SeedsManifest;
+    use futures_util::StreamExt;
+    let mut set = opts.set.clone();
+    let selftest = spec::load_scenario(file, &set)
+        .map_err(|e| CommandError::invalid(e.to_string()))?
+        .selftest;
+    if let Some(st) = &selftest {
+        set.extend(st.plant.iter().cloned());
+    }
+    let mut scenario =
+        spec::load_scenario(file, &set).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let unmet = scenario.requires.unmet();
+    if !unmet.is_empty() {
+        return Ok(Report::skipped(&scenario.name, &unmet.join("; ")));
+    }
+    // A multi-seed self-test declares the combined verdict; its seeds are plain runs of the
+    // scenario whose golden it names.
+    let name = scenario.name.clone();
+    let (expected, golden) = match scenario.selftest.take() {
+        Some(st) => {
+            let expected = scenario.expected_verdict.take();
+            if let Some(g) = &st.golden {
+                scenario.name = g.clone();
+            }
+            (expected, st.golden)
+        }
+        None => (None, None),
+    };
+    let plan = RunPlan::new(scenario.clone(), None, opts.steps)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let mut manifest = SeedsManifest {
+        format: "rlharness-seeds/1".into(),
+        scenario: name,
+        golden,
+        scenario_path: file.display().to_string(),
+        seeds: seeds.to_vec(),
+        overrides: set,
+        expected_verdict: expected,
+        started: chrono::Utc::now().to_rfc3339(),
+        ended: None,
+        errors: Default::default(),
+    };
+    let dir = match &opts.run_dir {
+        Some(d) => {
+            fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
+            write_seeds(&manifest, d)?;
+            d.clone()
+        }
+        None => runner::create_run_dir(&opts.out, &manifest.scenario, &plan.plan_hash, |d| {
+            write_seeds(&manifest, d)
+        })?,
+    };
+    let jobs = jobs.max(1);
+    let total = seeds.len();
+    // Seeds side by side: one bar each, drawn together (in the scenario's slot, whose child
+    // environment they keep); one after the other: the scenario's own bar or lines. Step lines
+    // name their seed either way.
+    let slot = {
+        let mut slot = slot::current_slot();
+        if jobs > 1 && opts.progress {
+            slot.progress = Some(indicatif::MultiProgress::new());
+        }
+        slot
+    };
+    // Owned seeds: the stream's future stays `Send` for any caller (a `--jobs` task).
+    let mut runs = futures_util::stream::iter(seeds.iter().copied().map(|seed| {
+        let mut o = opts.clone();
+        o.seed = Some(seed);
+        o.run_dir = Some(SeedsManifest::seed_dir(&dir, seed));
+        // Seed runs never write a golden: a multi-seed run judges, it does not bless.
+        o.ci = true;
+        o.update_golden = false;
+        o.progress_label = Some(format!("{} seed {seed}", manifest.scenario));
+        let plan = RunPlan::new(scenario.clone(), Some(seed), opts.steps)
+            .map_err(|e| CommandError::invalid(e.to_string()));
+        SLOT.scope(slot.clone(), async move {
+            let report = match plan {
+                Ok(plan) => judge_plan(plan, None, &o).await,
+                Err(e) => Err(e),
+            };
+            (seed, report)
+        })
+    }))
+    .buffer_unordered(jobs);
+    let mut done = 0;
+    let say = |line: String| match &slot.progress {
+        Some(group) => group.suspend(|| eprintln!("{line}")),
+        None => eprintln!("{line}"),
+    };
+    while let Some((seed, report)) = runs.next().await {
+        done += 1;
+        match report {
+            Ok(r) if !util::quiet() => say(format!(
+                "{}: seed {seed} ({done}/{total}): {}",
+                r.scenario,
+                r.summary()
+            )),
+            Ok(_) => {}
+            // A seed that could not even start (invalid input) stops the whole run.
+            Err(e) if e.status == ExitStatus::InvalidInput => return Err(e),
+            Err(e) => {
+                say(format!(
+                    "{}: seed {seed} ({done}/{total}): {e}",
+                    scenario.name
+                ));
+                manifest.errors.insert(seed, e.to_string());
+                write_seeds(&manifest, &dir)?;
+            }
+        }
+    }
+    manifest.ended = Some(chrono::Utc::now().to_rfc3339());
+    write_seeds(&manifest, &dir)?;
+    let report = seeds::combined_report(&dir, &opts.golden)?;
+    report::write_reports(&dir, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    Ok(report)
+}
+
+/// Write `seeds.json`; a failure to is the run's.
+fn write_seeds(m: &SeedsManifest, dir: &Path) -> Result<(), CommandError> {
+    m.write(dir)
+        .map_err(|e| CommandError::run_failed(e.to_string()))
+}
+
+/// A self-test's reference: the scenario as written, run on this host into a run directory of
+/// its own (`RUN_DIR/reference` when the planted run's directory is fixed). It must complete.
+async fn reference_run(
+    plan: RunPlan,
+    opts: &RunOptions,
+) -> Result<(PathBuf, Golden), CommandError> {
+    let name = plan.scenario.name.clone();
+    let mut ref_opts = opts.clone();
+    ref_opts.run_dir = opts.run_dir.as_ref().map(|d| d.join("reference"));
+    let executed = runner::execute(plan, &ref_opts).await?;
+    if executed.end != RunEnd::Completed {
+        return Err(CommandError::run_failed(format!(
+            "{name}: the self-test's reference run did not complete ({}): {}",
+            executed.run_dir.display(),
+            executed
+                .manifest
+                .reason
+                .as_deref()
+                .unwrap_or("no reason recorded")
+        )));
+    }
+    let golden = compare::reference_golden(&executed.run_dir, &executed.manifest, executed.metrics);
+    Ok((executed.run_dir, golden))
+}
