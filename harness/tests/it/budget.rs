@@ -35,12 +35,7 @@ const OVER: &[(&str, usize)] = &[
     ("harness/src/report/plots/mod.rs", 829),
     ("harness/src/spec/config.rs", 1090),
     ("harness/src/spec/mod.rs", 1057),
-    ("harness/tests/it/cli_habits.rs", 805),
-    ("harness/tests/it/command_driver.rs", 668),
-    ("harness/tests/it/mock_server.rs", 1216),
     ("harness/tests/it/real_verl.rs", 617),
-    ("harness/tests/it/run.rs", 1254),
-    ("harness/tests/it/spec.rs", 844),
     ("harness/torch/src/model/mod.rs", 689),
     ("harness/torch/tests/torch_backend.rs", 1286),
 ];

@@ -236,13 +236,7 @@ fn serve_torch_starts_from_the_shipped_warm_start_and_answers_health() {
     s.read_to_string(&mut answer).unwrap();
     let ready = started.elapsed();
     child.kill().unwrap();
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = common::take_stderr(&mut child);
     child.wait().unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let serving = lines

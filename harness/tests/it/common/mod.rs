@@ -4,6 +4,7 @@
 //! command, a slow scenario to interrupt, and waiting on a child process's output. Each test
 //! module uses a part of it.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -213,4 +214,16 @@ pub fn hanging_console_run(mut cmd: Command, out: &Path) -> (Child, PathBuf, i32
         })
     });
     (child, dir, trainer, worker)
+}
+
+/// Everything a child writes to its piped standard error, until it closes it.
+pub fn take_stderr(child: &mut Child) -> String {
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("standard error is piped")
+        .read_to_string(&mut err)
+        .unwrap();
+    err
 }

@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{repo, run_expecting, run_options};
+use common::{dead, run_expecting, run_options};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,8 @@ use rlharness::report::Report;
 use rlharness::rundir::RunManifest;
 use rlharness::rundir::RunStatus;
 use rlharness::runner::RunOptions;
+
+mod scenarios;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -38,6 +40,21 @@ async fn run_fixture(out: &Path, name: &str, set: &[&str], want: ExitStatus) -> 
     run_expecting(&fixture(name), &opts(out, set), want).await
 }
 
+/// Run the fixture scenario `name` into a new temporary folder's `run/`, ending with exit
+/// status `want`: the folder (kept while the first value lives), the run directory, its
+/// `run.json` and the report.
+async fn ran(
+    name: &str,
+    set: &[&str],
+    want: ExitStatus,
+) -> (tempfile::TempDir, PathBuf, RunManifest, Report) {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = run_fixture(tmp.path(), name, set, want).await;
+    let dir = tmp.path().join("run");
+    let m = manifest(&dir);
+    (tmp, dir, m, report)
+}
+
 fn read(dir: &Path, f: &str) -> String {
     std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"))
 }
@@ -59,22 +76,9 @@ fn assert_aborted(out: &Path, step: u64, reason: &str) {
     assert_eq!(m.reason.as_deref(), Some(reason));
 }
 
-/// A process is dead when it is gone or a zombie waiting for its parent.
-fn dead(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
-            let after = &stat[stat.rfind(')').unwrap() + 1..];
-            matches!(after.split_whitespace().next(), Some("Z" | "X"))
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_metrics_land_at_their_steps_with_hydra_overrides_and_logs_kept() {
-    let tmp = tempfile::tempdir().unwrap();
-    run_fixture(tmp.path(), "verl-console.yaml", &[], ExitStatus::Passed).await;
-    let dir = tmp.path().join("run");
+    let (_tmp, dir, _, _) = ran("verl-console.yaml", &[], ExitStatus::Passed).await;
     let t = table(&dir);
     // Step 0 (validation before training) is kept apart; the series starts at 1.
     assert_eq!(t.steps(), vec![1, 2, 3, 4]);
@@ -153,15 +157,12 @@ async fn console_metrics_land_at_their_steps_with_hydra_overrides_and_logs_kept(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jsonl_metrics_are_tailed_with_nulls_as_non_finite() {
-    let tmp = tempfile::tempdir().unwrap();
-    run_fixture(
-        tmp.path(),
+    let (_tmp, dir, _, _) = ran(
         "verl-jsonl.yaml",
         &["driver.command.1=nan", "metrics.watch=[]"],
         ExitStatus::Passed,
     )
     .await;
-    let dir = tmp.path().join("run");
     let t = table(&dir);
     assert_eq!(t.steps(), vec![1, 2, 3, 4]);
     // The JSONL-only key proves the file was the source; text values are skipped.
@@ -202,15 +203,12 @@ async fn a_non_finite_watched_metric_aborts_at_its_step() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_last_step_the_console_never_showed_is_taken_from_the_file_logger_and_said() {
-    let tmp = tempfile::tempdir().unwrap();
-    run_fixture(
-        tmp.path(),
+    let (_tmp, dir, _, _) = ran(
         "verl-console.yaml",
         &["driver.command.1=lost-last"],
         ExitStatus::Passed,
     )
     .await;
-    let dir = tmp.path().join("run");
     let t = table(&dir);
     assert_eq!(t.steps(), vec![1, 2, 3, 4]);
     // Steps 1-3 from the console (no JSONL-only key), step 4 from the file logger.
@@ -232,16 +230,12 @@ async fn a_last_step_the_console_never_showed_is_taken_from_the_file_logger_and_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainer_that_exits_0_before_the_last_step_fails_the_run() {
-    let tmp = tempfile::tempdir().unwrap();
-    run_fixture(
-        tmp.path(),
+    let (_tmp, dir, m, _) = ran(
         "verl-console.yaml",
         &["driver.command.1=stop-early"],
         ExitStatus::RunFailed,
     )
     .await;
-    let dir = tmp.path().join("run");
-    let m = manifest(&dir);
     assert_eq!(m.status, RunStatus::Failed);
     assert_eq!(
         m.reason.as_deref(),
@@ -257,10 +251,8 @@ async fn a_trainer_that_exits_0_before_the_last_step_fails_the_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainer_that_stops_printing_is_a_hang_with_its_process_group_killed() {
-    let tmp = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    run_fixture(
-        tmp.path(),
+    let (_tmp, dir, m, _) = ran(
         "verl-console.yaml",
         &["driver.command.1=hang", "timeouts.step=1"],
         ExitStatus::RunFailed,
@@ -269,8 +261,6 @@ async fn a_trainer_that_stops_printing_is_a_hang_with_its_process_group_killed()
     let took = started.elapsed();
     // Caught within timeouts.step + 5 s (the whole run, start-up included).
     assert!(took < Duration::from_secs(6), "took {took:?}");
-    let dir = tmp.path().join("run");
-    let m = manifest(&dir);
     assert_eq!(m.status, RunStatus::TimedOut);
     assert_eq!(m.failed_step, Some(3));
     let reason = m.reason.unwrap();
@@ -294,16 +284,12 @@ async fn a_trainer_that_stops_printing_is_a_hang_with_its_process_group_killed()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainer_that_exits_1_mid_run_fails_with_its_last_lines_in_the_report() {
-    let tmp = tempfile::tempdir().unwrap();
-    let report = run_fixture(
-        tmp.path(),
+    let (_tmp, dir, m, report) = ran(
         "verl-console.yaml",
         &["driver.command.1=exit1"],
         ExitStatus::RunFailed,
     )
     .await;
-    let dir = tmp.path().join("run");
-    let m = manifest(&dir);
     assert_eq!(m.status, RunStatus::Failed);
     assert_eq!(
         m.reason.as_deref(),
@@ -346,9 +332,7 @@ async fn an_arctic_backend_is_reached_through_the_recording_proxy() {
         eprintln!("skipped: the proxied fixture needs curl");
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    run_fixture(
-        tmp.path(),
+    let (_tmp, dir, _, _) = ran(
         "verl-console.yaml",
         &[
             "driver.command.1=proxied",
@@ -358,7 +342,6 @@ async fn an_arctic_backend_is_reached_through_the_recording_proxy() {
         ExitStatus::Passed,
     )
     .await;
-    let dir = tmp.path().join("run");
     let wire = read(&dir, "wire.jsonl");
     assert_eq!(wire.lines().count(), 4, "{wire}");
     assert!(wire.lines().all(|l| l.contains("\"/health\"")), "{wire}");
@@ -406,212 +389,6 @@ async fn a_request_stalled_past_its_limit_is_a_hang_naming_the_route() {
     );
 }
 
-/// A scenario file in a scenarios root of its own, over the repository's verl defaults.
-fn write_scenario(dir: &Path, body: &str) -> PathBuf {
-    std::fs::create_dir_all(dir.join("defaults")).unwrap();
-    std::fs::copy(
-        repo().join("scenarios/defaults/verl.yaml"),
-        dir.join("defaults/verl.yaml"),
-    )
-    .unwrap();
-    let p = dir.join("s.yaml");
-    std::fs::write(&p, body).unwrap();
-    p
-}
-
-/// Why the scenario `body` (written as by `write_scenario`) does not load.
-fn load_error(dir: &Path, body: &str) -> String {
-    rlharness::spec::load_scenario(&write_scenario(dir, body), &[])
-        .unwrap_err()
-        .to_string()
-}
-
-#[test]
-fn a_minimal_command_scenario_is_valid_and_a_builtin_one_needs_a_backend() {
-    let tmp = tempfile::tempdir().unwrap();
-    let p = write_scenario(
-        tmp.path(),
-        "name: m\ndescription: d\nseed: 1\nsteps: 2\n\
-         driver: {kind: command, command: [python3, -m, verl.trainer.main_ppo], metrics_from: verl-console}\n",
-    );
-    let s = rlharness::spec::load_scenario(&p, &[]).unwrap();
-    assert_eq!(s.backend, rlharness::backend::BackendSpec::None);
-    let e = load_error(
-        tmp.path(),
-        "name: m\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\n",
-    );
-    assert!(e.contains("missing required key `backend`"), "{e}");
-    let e = load_error(
-        tmp.path(),
-        "name: m\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\nbackend: {kind: none}\n",
-    );
-    assert!(e.contains("the builtin driver needs a backend"), "{e}");
-    let e = load_error(
-        tmp.path(),
-        "name: m\ndescription: d\nseed: 1\nsteps: 2\n\
-         driver: {kind: command, command: [], metrics_from: verl-console}\n",
-    );
-    assert!(e.contains("`command` must name a program"), "{e}");
-    let e = load_error(
-        tmp.path(),
-        "name: m\ndescription: d\nseed: 1\nsteps: 2\n\
-         driver: {kind: command, command: [x], metrics_from: wandb}\n",
-    );
-    assert!(e.contains("wandb"), "{e}");
-}
-
-#[test]
-fn the_qwen3_gpu_scenarios_validate_and_are_listed_as_skipped_here() {
-    let gpu = repo().join("scenarios/gpu");
-    let names = [
-        "qwen3-0.6b-gsm8k-grpo-zorro.yaml",
-        "qwen3-1.7b-gsm8k-grpo-zorro.yaml",
-    ];
-    let paths: Vec<PathBuf> = names.iter().map(|n| gpu.join(n)).collect();
-    let outcome = rlharness::spec::check::check(&paths);
-    assert!(
-        outcome.is_ok(),
-        "{}",
-        rlharness::spec::check::render_check(&outcome)
-    );
-    // The 1.7B golden holds the published numbers, marked as such.
-    let golden = rlharness::golden::GoldenStore::with_ci(repo().join("golden"), true)
-        .load("qwen3-1.7b-gsm8k-grpo-zorro", "h200")
-        .unwrap()
-        .unwrap();
-    assert!(golden
-        .provenance
-        .source
-        .as_deref()
-        .unwrap()
-        .starts_with("published: Arctic verl integration README"));
-    assert_eq!(
-        golden.table.series("perf/mfu/actor"),
-        vec![(1, 0.261), (2, 0.256), (3, 0.26), (4, 0.264)]
-    );
-    assert_eq!(
-        golden.table.series("val-core/openai/gsm8k/acc/mean@1"),
-        vec![(4, 0.00152)]
-    );
-    let listed = rlharness::spec::check::list(&repo().join("scenarios"));
-    let have_verl = rlharness::spec::Requires {
-        python_modules: vec!["verl".into(), "arctic_platform".into()],
-        gpus: 1,
-        ..Default::default()
-    }
-    .unmet()
-    .is_empty();
-    for n in names {
-        let e = listed
-            .iter()
-            .find(|e| e.path.ends_with(n))
-            .unwrap_or_else(|| panic!("{n} not listed"));
-        if !have_verl {
-            let reasons = e.runnable.clone().unwrap_err();
-            assert!(
-                reasons
-                    .iter()
-                    .any(|r| r.contains("python module `verl`") || r.contains("GPU")),
-                "{reasons:?}"
-            );
-        }
-    }
-}
-
-#[test]
-fn the_qwen3_recipe_reaches_verl_as_the_example_recipes_overrides() {
-    let path = repo().join("scenarios/gpu/qwen3-0.6b-gsm8k-grpo-zorro.yaml");
-    let scenario = rlharness::spec::load_scenario(&path, &[]).unwrap();
-    let rlharness::driver::DriverSpec::Command(spec) = scenario.driver.clone() else {
-        panic!("not a command driver");
-    };
-    let plan = rlharness::plan::RunPlan::new(scenario, None, None).unwrap();
-    let run_dir = Path::new("/abs/reports/qwen3-0.6b-gsm8k-grpo-zorro/20261202T000000-abcd");
-    let launch = rlharness::plan::launch::launch_for(&spec, &plan, run_dir, None);
-    assert_eq!(launch.program, PathBuf::from("python3"));
-    let want: Vec<String> = [
-        "-m",
-        "verl.trainer.main_ppo",
-        "remote_backend=arctic",
-        "actor_rollout_ref.actor.optim.lr=1e-6",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-        "actor_rollout_ref.model.path='Qwen/Qwen3-0.6B'",
-        "actor_rollout_ref.rollout.n=5",
-        "actor_rollout_ref.rollout.name='arctic'",
-        "algorithm.adv_estimator='grpo'",
-        "data.max_prompt_length=512",
-        "data.max_response_length=1024",
-        "data.train_batch_size=16",
-        "data.train_files='~/data/gsm8k/train.parquet'",
-        "data.val_files='~/data/gsm8k/test.parquet'",
-        "remote_backend.train.deepspeed.zero_optimization.stage=2",
-        "remote_backend.train.zorro_train.enable=true",
-        "trainer.n_gpus_per_node=1",
-        "trainer.nnodes=1",
-        "trainer.remote_backend='arctic'",
-        "trainer.total_training_steps=6",
-        "trainer.logger=['console','file']",
-        "trainer.project_name='rlharness'",
-        "trainer.experiment_name='qwen3-0.6b-gsm8k-grpo-zorro-20261202T000000-abcd'",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    assert_eq!(launch.args, want);
-    assert!(launch.env.contains(&(
-        "VERL_FILE_LOGGER_PATH".to_string(),
-        "/abs/reports/qwen3-0.6b-gsm8k-grpo-zorro/20261202T000000-abcd/verl_metrics.jsonl"
-            .to_string()
-    )));
-    // `--set` reaches the trainer too, with its own quoting.
-    let scenario = rlharness::spec::load_scenario(
-        &path,
-        &["config.actor_rollout_ref.actor.optim.betas=[0.9, 0.95]".to_string()],
-    )
-    .unwrap();
-    let plan = rlharness::plan::RunPlan::new(scenario, None, Some(2)).unwrap();
-    let launch = rlharness::plan::launch::launch_for(&spec, &plan, run_dir, None);
-    assert!(launch
-        .args
-        .contains(&"actor_rollout_ref.actor.optim.betas=[0.9,0.95]".to_string()));
-    assert!(launch
-        .args
-        .contains(&"trainer.total_training_steps=2".to_string()));
-}
-
-/// `rlharness run ...` as the binary parses and runs it (in-process: the target folder may be
-/// shared with other checkouts, so the built binary is not necessarily this one). `CI=true`
-/// is never set here (the process environment is shared by the tests); nothing is blessed
-/// because the fixture has no golden rules.
-#[test]
-fn rlharness_run_exits_3_on_a_hang_and_0_on_a_clean_fixture() {
-    use clap::Parser;
-    let tmp = tempfile::tempdir().unwrap();
-    let run = |extra: &[&str]| {
-        let mut argv: Vec<String> = vec!["rlharness".into(), "run".into(), "--no-progress".into()];
-        argv.push("--out".into());
-        argv.push(tmp.path().display().to_string());
-        argv.push("--golden".into());
-        argv.push(tmp.path().join("golden").display().to_string());
-        for a in extra {
-            argv.push("--set".into());
-            argv.push(a.to_string());
-        }
-        argv.push(fixture("verl-console.yaml").display().to_string());
-        rlharness::app::main(rlharness::cli::Cli::parse_from(argv))
-    };
-    assert_eq!(run(&[]), ExitStatus::Passed);
-    assert_eq!(
-        run(&["driver.command.1=hang", "timeouts.step=1"]),
-        ExitStatus::RunFailed
-    );
-    let latest = tmp.path().join("fixture-verl-console/latest");
-    assert_eq!(manifest(&latest).status, RunStatus::TimedOut);
-    let child: i32 = read(&latest, "child.pid").trim().parse().unwrap();
-    assert!(dead(child), "child {child} still alive");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fail_fast_golden_rule_stops_the_run_at_the_first_point_outside_its_band() {
     let tmp = tempfile::tempdir().unwrap();
@@ -647,16 +424,12 @@ async fn a_fail_fast_golden_rule_stops_the_run_at_the_first_point_outside_its_ba
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainer_that_cannot_start_is_a_failed_run_with_a_report() {
-    let tmp = tempfile::tempdir().unwrap();
-    run_fixture(
-        tmp.path(),
+    let (_tmp, dir, m, _) = ran(
         "verl-console.yaml",
         &["driver.command.0=./no-such-trainer.sh"],
         ExitStatus::RunFailed,
     )
     .await;
-    let dir = tmp.path().join("run");
-    let m = manifest(&dir);
     assert_eq!(m.status, RunStatus::Failed);
     let reason = m.reason.unwrap();
     assert!(
