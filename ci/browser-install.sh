@@ -23,14 +23,5 @@ if [[ ! -x "$CHROMIUM" || ! -f "$FONT" ]]; then
 fi
 # (Debian's wrapper script prints a shell warning on stderr.)
 "$CHROMIUM" --version 2>/dev/null
-WANT="playwright==1.65.3 greenlet==3.5.6"
-STAMP=.browserdeps/.rlharness-stamp
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] \
-    && PYTHONPATH=.browserdeps python3 -c "import playwright.sync_api" 2>/dev/null; then
-    exit 0
-fi
-rm -rf .browserdeps
-# shellcheck disable=SC2086
-python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-    --target .browserdeps $WANT
-echo "$WANT" > "$STAMP"
+bash ci/pip-target.sh .browserdeps "import playwright.sync_api" \
+    playwright==1.65.3 greenlet==3.5.6

@@ -6,13 +6,5 @@
 # The harness itself stays Rust; the Rust tests put .pydeps on PYTHONPATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WANT="safetensors==0.8.0 numpy==2.4.6 pyyaml==6.0.3"
-STAMP=.pydeps/.rlharness-stamp
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] \
-    && PYTHONPATH=.pydeps python3 -c "import safetensors, numpy, yaml" 2>/dev/null; then
-    exit 0
-fi
-rm -rf .pydeps
-# shellcheck disable=SC2086
-python3 -m pip install --quiet --disable-pip-version-check --target .pydeps $WANT
-echo "$WANT" > "$STAMP"
+bash ci/pip-target.sh .pydeps "import safetensors, numpy, yaml" \
+    safetensors==0.8.0 numpy==2.4.6 pyyaml==6.0.3

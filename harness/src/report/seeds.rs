@@ -90,15 +90,9 @@ pub(crate) fn combined_report(dir: &Path, golden_root: &Path) -> Result<Report, 
 }
 
 fn report_of_combined(dir: &Path, c: Combined) -> Report {
-    let Combined {
-        manifest,
-        seeds,
-        golden,
-        verdict,
-        status,
-        reason,
-    } = c;
-    let seeds: Vec<(u64, Report)> = seeds
+    let (manifest, golden) = (c.manifest, c.golden);
+    let seeds: Vec<(u64, Report)> = c
+        .seeds
         .into_iter()
         .map(|(s, r)| (s, stored_report(r)))
         .collect();
@@ -110,8 +104,8 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
         dir: dir.display().to_string(),
         scenario_path: manifest.scenario_path.clone(),
         hardware: first.map(|r| r.run.hardware.clone()).unwrap_or_default(),
-        status: Some(status),
-        reason,
+        status: Some(c.status),
+        reason: c.reason,
         failed_step: None,
         seed: None,
         started: Some(manifest.started.clone()),
@@ -134,7 +128,7 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
     Report {
         scenario: manifest.scenario.clone(),
         run,
-        verdict: Some(verdict),
+        verdict: Some(c.verdict),
         expected: manifest.expected_verdict.clone(),
         metrics: MetricTable::new(),
         // The windows are compared with the calibration's means; the seeds' series and the

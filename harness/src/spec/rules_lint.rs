@@ -21,7 +21,6 @@ use crate::checks::domain::{domain, positive};
 use crate::checks::ChecksSpec;
 use crate::compare::{judge_run, RunRecord};
 use crate::golden::{Golden, GoldenStore};
-use crate::rundir::RunStatus;
 
 /// The golden folders of a scenario: `<golden root>/<name>/<hardware>/` that hold a golden.
 fn goldens(root: &Path, name: &str) -> Vec<(String, Golden)> {
@@ -143,17 +142,7 @@ pub(crate) fn lint_rules(
 /// `(metric, key path, message)` of each rule of `checks` that cannot fail against `golden`.
 pub(crate) fn lint_against(checks: &ChecksSpec, golden: &Golden) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
-    let record = RunRecord {
-        metrics: &golden.table,
-        checks,
-        status: RunStatus::Completed,
-        reason: None,
-        failed_step: None,
-        dropped: &[],
-        replay: None,
-        numerics: None,
-        seed: golden.provenance.seed.unwrap_or(0),
-    };
+    let record = RunRecord::completed(&golden.table, checks, golden.provenance.seed.unwrap_or(0));
     let Some(verdict) = judge_run(&record, Some(golden)) else {
         return out;
     };

@@ -242,17 +242,7 @@ fn the_1_7b_validation_rule_can_fail_and_is_not_loosened() {
             t.push(m);
         }
         let c = &scenario.checks;
-        let record = rlharness::compare::RunRecord {
-            metrics: &t,
-            checks: c,
-            status: RunStatus::Completed,
-            reason: None,
-            failed_step: None,
-            dropped: &[],
-            replay: None,
-            numerics: None,
-            seed: 1,
-        };
+        let record = rlharness::compare::RunRecord::completed(&t, c, 1);
         rlharness::compare::judge_run(&record, Some(&golden)).unwrap()
     };
     let v = judge(0.6);

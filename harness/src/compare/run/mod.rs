@@ -67,6 +67,22 @@ impl<'a> RunRecord<'a> {
             seed: manifest.seed,
         }
     }
+
+    /// A run that completed with the series `metrics`, nothing dropped, no replay, no
+    /// numerics (what a golden's own series is, judged as a run).
+    pub fn completed(metrics: &'a MetricTable, checks: &'a ChecksSpec, seed: u64) -> RunRecord<'a> {
+        RunRecord {
+            metrics,
+            checks,
+            status: RunStatus::Completed,
+            reason: None,
+            failed_step: None,
+            dropped: &[],
+            replay: None,
+            numerics: None,
+            seed,
+        }
+    }
 }
 
 /// One family of rules, judged from the run and its golden.

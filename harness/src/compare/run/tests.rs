@@ -35,15 +35,8 @@ fn record<'a>(
     dropped: &'a [DroppedValue],
 ) -> RunRecord<'a> {
     RunRecord {
-        metrics,
-        checks,
-        status: RunStatus::Completed,
-        reason: None,
-        failed_step: None,
         dropped,
-        replay: None,
-        numerics: None,
-        seed: 1,
+        ..RunRecord::completed(metrics, checks, 1)
     }
 }
 
