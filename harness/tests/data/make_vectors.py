@@ -12,80 +12,39 @@ Writes, next to this script:
 - dssst1_python_nan.safetensors: a frame as Python's default `json.dumps` writes it: spaces after
   separators, `NaN`/`Infinity`/`-Infinity`, integer dict keys (which become strings).
 
-The tree encoder below is an independent implementation of the reference rules (dotted keys,
-`__root__`, `__dss_empty__`, `j` for tensor-free containers, `u` for tuples).
+The frames are written by the conformance suite's codec (harness/tests/conformance/dssst1.py),
+which writes them the way the real Python codec does, with the `safetensors` package.
 """
 
-import json
 import os
+import sys
 
 import numpy as np
-from safetensors import serialize
-from safetensors.numpy import _flatten, save
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "conformance"))
+from dssst1 import Raw, encode  # noqa: E402
 
 
-class BF16:
-    """numpy has no bfloat16: carry the raw uint16 bit patterns and name the dtype ourselves."""
+def bf16(bits):
+    """numpy has no bfloat16: a tensor of the raw uint16 bit patterns, named BF16."""
+    a = np.asarray(bits, dtype="<u2")
+    return Raw("BF16", a.shape, a.tobytes())
 
-    def __init__(self, bits):
-        self.bits = np.asarray(bits, dtype="<u2")
 
-
-def has_tensor(x):
-    if isinstance(x, (np.ndarray, BF16, np.generic)):
-        return True
+def tensors(x):
+    """`x` with every numpy array (and numpy scalar, a 0-d tensor) made a `Raw` tensor."""
+    if isinstance(x, np.generic):
+        return Raw.of(np.asarray(x), scalar=True)
+    if isinstance(x, np.ndarray):
+        return Raw.of(x)
     if isinstance(x, dict):
-        return any(has_tensor(v) for v in x.values())
-    if isinstance(x, (list, tuple)):
-        return any(has_tensor(v) for v in x)
-    return False
-
-
-def str_key(k):
-    """A key of a dict that holds a tensor: the real codec refuses any but a string (integer
-    keys become strings only inside tensor-free `j` subtrees, through JSON)."""
-    if not isinstance(k, str):
-        raise TypeError(f"a dict that holds a tensor has a non-string key {k!r}")
-    return k
-
-
-def to_tree(x, path, tensors):
-    key = path or "__root__"
-    if isinstance(x, np.generic):  # a 0-dim scalar
-        tensors[key] = np.asarray(x).reshape(1)
-        return ["t", key, {"scalar": True}]
-    if isinstance(x, (np.ndarray, BF16)):
-        tensors[key] = x
-        return ["t", key]
-    child = lambda k: f"{path}.{k}" if path else str(k)
+        return {k: tensors(v) for k, v in x.items()}
     if isinstance(x, tuple):
-        return ["u", [to_tree(v, child(i), tensors) for i, v in enumerate(x)]]
-    if not has_tensor(x):
-        return ["j", x]
-    if isinstance(x, dict):
-        return ["d", [[str_key(k), to_tree(v, child(k), tensors)] for k, v in x.items()]]
-    return ["l", [to_tree(v, child(i), tensors) for i, v in enumerate(x)]]
-
-
-def frame(root, dumps):
-    tensors = {}
-    tree = to_tree(root, "", tensors)
-    if not tensors:
-        tensors["__dss_empty__"] = np.zeros(1, dtype=np.uint8)
-    metadata = {"dss": dumps({"v": "DSSST1", "tree": tree})}
-    plain = {k: v for k, v in tensors.items() if not isinstance(v, BF16)}
-    bf16 = {k: v for k, v in tensors.items() if isinstance(v, BF16)}
-    if not bf16:
-        return save(plain, metadata=metadata)
-    keep = []
-    specs = _flatten(plain, keep)
-    for k, v in _flatten({k: v.bits for k, v in bf16.items()}, keep).items():
-        specs[k] = type(v)(dtype="bfloat16", shape=v.shape, data_ptr=v.data_ptr, data_len=v.data_len)
-    out = bytes(serialize(specs, metadata=metadata))
-    del keep, bf16
-    return out
+        return tuple(tensors(v) for v in x)
+    if isinstance(x, list):
+        return [tensors(v) for v in x]
+    return x
 
 
 def main():
@@ -93,7 +52,7 @@ def main():
         "batch": {
             "input_ids": np.arange(6, dtype="<i8").reshape(2, 3),
             "attention_mask": np.array([[1, 1, 0], [1, 1, 1]], dtype="<i8"),
-            "old_log_probs": BF16([[0x3F80, 0xBF00, 0x0000], [0x4000, 0x7FC0, 0xFF80]]),
+            "old_log_probs": bf16([[0x3F80, 0xBF00, 0x0000], [0x4000, 0x7FC0, 0xFF80]]),
             "flags": np.array([True, False]),
             "bytes": np.array([0, 7, 255], dtype=np.uint8),
             "half": np.array([0.5, -2.0], dtype="<f2"),
@@ -108,7 +67,7 @@ def main():
         "empty": np.zeros((0, 4), dtype="<f4"),
     }
     with open(os.path.join(HERE, "dssst1_python.safetensors"), "wb") as f:
-        f.write(frame(root, json.dumps))
+        f.write(encode(tensors(root)))
 
     nan_root = {
         "metrics": {"loss": float("nan"), "up": float("inf"), "down": float("-inf"), "ok": 0.25},
@@ -116,7 +75,7 @@ def main():
         "logprobs": np.array([[0.0, -1.0]], dtype="<f4"),
     }
     with open(os.path.join(HERE, "dssst1_python_nan.safetensors"), "wb") as f:
-        f.write(frame(nan_root, json.dumps))
+        f.write(encode(tensors(nan_root)))
 
 
 if __name__ == "__main__":
