@@ -37,6 +37,19 @@ pub(crate) struct Combined {
     pub(crate) reason: Option<String>,
 }
 
+impl Combined {
+    /// What decides the combined run's headline and exit status.
+    pub(crate) fn judged(&self) -> Judged<'_> {
+        Judged {
+            verdict: Some(&self.verdict),
+            status: Some(self.status),
+            reason: self.reason.as_deref(),
+            expected: self.manifest.expected_verdict.as_ref(),
+            ..Judged::default()
+        }
+    }
+}
+
 /// The combined verdict of the multi-seed run in `dir`, from what it stores.
 pub(crate) fn judge_combined(dir: &Path, golden_root: &Path) -> Result<Combined, CombinedError> {
     let manifest = SeedsManifest::read(dir)?;

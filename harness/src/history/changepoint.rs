@@ -18,6 +18,13 @@
 //! scenario the history judges has, or gets from its own series ([`robust_sigma`]).
 //!
 //! A segment is at least [`MIN_SEGMENT`] runs long: one odd run is an outlier, not a change.
+//!
+//! A multi-seed run is one point whose value is the mean of its `w` seeds: its noise is
+//! `sigma / sqrt(w)`, so it weighs `w` in the cost (`sum w (x - weighted mean)^2 / sigma^2`,
+//! [`detect_weighted`]). The penalty stays the one simulated for unit weights: at any one split
+//! the drop in cost on pure noise is chi-squared with one degree of freedom whatever the
+//! weights, and only how the splits' statistics correlate (and so their maximum) depends on
+//! them, slightly.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -42,30 +49,37 @@ pub struct ChangePoint {
     pub z: f64,
 }
 
-/// Prefix sums of a series, for segment costs in constant time.
+/// Weighted prefix sums of a series, for segment costs in constant time.
 struct Sums {
+    w: Vec<f64>,
     s: Vec<f64>,
     s2: Vec<f64>,
 }
 
 impl Sums {
     fn new(x: &[f64]) -> Self {
+        Self::weighted(x, &vec![1.0; x.len()])
+    }
+
+    fn weighted(x: &[f64], weights: &[f64]) -> Self {
+        let mut w = vec![0.0];
         let mut s = vec![0.0];
         let mut s2 = vec![0.0];
-        for v in x {
-            s.push(s.last().unwrap() + v);
-            s2.push(s2.last().unwrap() + v * v);
+        for (v, k) in x.iter().zip(weights) {
+            w.push(w.last().unwrap() + k);
+            s.push(s.last().unwrap() + k * v);
+            s2.push(s2.last().unwrap() + k * v * v);
         }
-        Self { s, s2 }
+        Self { w, s, s2 }
     }
 
     fn mean(&self, a: usize, b: usize) -> f64 {
-        (self.s[b] - self.s[a]) / (b - a) as f64
+        (self.s[b] - self.s[a]) / (self.w[b] - self.w[a])
     }
 
-    /// `sum (x - mean)^2` over `x[a..b]`, never negative.
+    /// `sum w (x - weighted mean)^2` over `x[a..b]`, never negative.
     fn cost(&self, a: usize, b: usize) -> f64 {
-        let m = (b - a) as f64;
+        let m = self.w[b] - self.w[a];
         let s = self.s[b] - self.s[a];
         (self.s2[b] - self.s2[a] - s * s / m).max(0.0)
     }
@@ -74,6 +88,11 @@ impl Sums {
 /// The optimal change points of `x` (each the index of a segment's first run) for the noise
 /// scale `sigma` and the penalty `penalty` per change.
 pub fn pelt(x: &[f64], sigma: f64, penalty: f64) -> Vec<usize> {
+    pelt_weighted(x, &vec![1.0; x.len()], sigma, penalty)
+}
+
+/// [`pelt`] where run `i` is the mean of `weights[i]` runs (its noise `sigma / sqrt(w)`).
+pub fn pelt_weighted(x: &[f64], weights: &[f64], sigma: f64, penalty: f64) -> Vec<usize> {
     let n = x.len();
     if n < 2 * MIN_SEGMENT {
         return Vec::new();
@@ -81,7 +100,7 @@ pub fn pelt(x: &[f64], sigma: f64, penalty: f64) -> Vec<usize> {
     // Centre and scale first: the costs are then in noise units, and the sums stay exact.
     let centre = x.iter().sum::<f64>() / n as f64;
     let scaled: Vec<f64> = x.iter().map(|v| (v - centre) / sigma).collect();
-    let sums = Sums::new(&scaled);
+    let sums = Sums::weighted(&scaled, weights);
     // f[t]: the best cost of x[..t]; last[t]: where its last segment starts.
     let mut f = vec![f64::INFINITY; n + 1];
     let mut last = vec![0usize; n + 1];
@@ -243,14 +262,20 @@ pub fn penalty_for(n: usize, alpha: f64) -> f64 {
 /// The change points of `x` at family-wise significance `alpha` for the noise scale `sigma`.
 /// A scale of zero (a deterministic metric) makes every move a change.
 pub fn detect(x: &[f64], sigma: f64, alpha: f64) -> Vec<ChangePoint> {
+    detect_weighted(x, &vec![1.0; x.len()], sigma, alpha)
+}
+
+/// [`detect`] where run `i` is the mean of `weights[i]` seeds (see the module doc). The
+/// levels before and after a change are weighted means.
+pub fn detect_weighted(x: &[f64], weights: &[f64], sigma: f64, alpha: f64) -> Vec<ChangePoint> {
     let scale = x.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     let sigma = sigma.max(scale * 1e-12).max(f64::MIN_POSITIVE);
     let penalty = penalty_for(x.len(), alpha);
-    let cuts = pelt(x, sigma, penalty);
+    let cuts = pelt_weighted(x, weights, sigma, penalty);
     let mut bounds = vec![0];
     bounds.extend(&cuts);
     bounds.push(x.len());
-    let sums = Sums::new(x);
+    let sums = Sums::weighted(x, weights);
     cuts.iter()
         .enumerate()
         .map(|(i, &index)| {
@@ -351,5 +376,40 @@ mod tests {
         let s = robust_sigma(&x).unwrap();
         assert!((s - 0.5).abs() < 0.1, "{s}");
         assert_eq!(robust_sigma(&[1.0, 2.0]), None);
+    }
+
+    /// Multi-seed points weigh their seeds: on 60 points of noise, half single runs and half
+    /// 4-seed means (noise halved), the weighted test keeps its false rate near `ALPHA`; a
+    /// shift of one seed's noise unit, 2.4 units of a 6-seed point, is found within 2 points
+    /// at least 90 % of the time on 6-seed points.
+    #[test]
+    fn multi_seed_points_weigh_their_seeds() {
+        let trials = 300;
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let (mut false_changes, mut found) = (0, 0);
+        for _ in 0..trials {
+            let w: Vec<f64> = (0..60).map(|i| if i < 30 { 1.0 } else { 4.0 }).collect();
+            let flat: Vec<f64> = w.iter().map(|k| normal(&mut rng) / k.sqrt()).collect();
+            if !detect_weighted(&flat, &w, 1.0, ALPHA).is_empty() {
+                false_changes += 1;
+            }
+            let six = vec![6.0; 60];
+            let shifted: Vec<f64> = (0..60)
+                .map(|i| normal(&mut rng) / 6f64.sqrt() + if i >= 30 { 1.0 } else { 0.0 })
+                .collect();
+            if detect_weighted(&shifted, &six, 1.0, ALPHA)
+                .iter()
+                .any(|c| c.index.abs_diff(30) <= 2)
+            {
+                found += 1;
+            }
+        }
+        let (fr, hit) = (
+            false_changes as f64 / trials as f64,
+            found as f64 / trials as f64,
+        );
+        println!("weighted: false {fr:.3}, found {hit:.3}");
+        assert!(fr <= 0.08, "false-change rate {fr}");
+        assert!(hit >= 0.9, "detection rate {hit}");
     }
 }

@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::compare::StoredRun;
+use crate::compare::{judge_combined, StoredRun};
 use crate::error::ExitStatus;
 use crate::golden::{GoldenError, GoldenStore};
-use crate::rundir::MANIFEST_FILE;
+use crate::rundir::{is_combined, RunManifest, MANIFEST_FILE};
 
 use super::blesses::bless_dates;
 use super::trend::{analyse, RunPoint, Trend};
@@ -27,13 +27,18 @@ pub enum HistoryError {
     Golden(#[from] GoldenError),
 }
 
-/// Every directory under `root` (itself included) that holds a `run.json`. Links are not
-/// followed (a `latest` link would count a run twice), nor are folders a run is still being
-/// created in (`.tmp-*`).
+/// Every directory under `root` (itself included) that holds a `run.json`, or the
+/// `seeds.json` of a multi-seed run (whose seeds' folders are then part of it, not runs of
+/// their own). Links are not followed (a `latest` link would count a run twice), nor are
+/// folders a run is still being created in (`.tmp-*`).
 pub fn run_dirs(root: &Path) -> Result<Vec<PathBuf>, HistoryError> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
+        if is_combined(&dir) {
+            out.push(dir);
+            continue;
+        }
         if dir.join(MANIFEST_FILE).is_file() {
             out.push(dir.clone());
         }
@@ -51,6 +56,9 @@ pub fn run_dirs(root: &Path) -> Result<Vec<PathBuf>, HistoryError> {
     out.sort();
     Ok(out)
 }
+
+/// A history's group of runs: scenario and hardware.
+type GroupKey = (String, String);
 
 /// What the history read: each scenario's trend, and the run directories it could not judge.
 pub struct Collected {
@@ -74,26 +82,13 @@ pub fn collect(
         return Err(HistoryError::NoRuns(names.join(", ")));
     }
     dirs.dedup();
-    let mut groups: BTreeMap<(String, String), Vec<RunPoint>> = BTreeMap::new();
+    let mut groups: BTreeMap<GroupKey, Vec<RunPoint>> = BTreeMap::new();
     let mut unreadable = Vec::new();
     for dir in dirs {
-        match StoredRun::judge(&dir, golden_root) {
-            Ok(run) => {
-                let m = &run.manifest;
-                let key = (m.scenario.clone(), m.hardware.clone());
-                let status = run.judged().exit_status();
-                let point = RunPoint {
-                    dir: dir.display().to_string(),
-                    started: m.started.clone(),
-                    commit: m.git_commit.clone(),
-                    trainer: m.code_version(),
-                    verdict: status.word().to_string(),
-                    passed: status == ExitStatus::Passed,
-                    table: run.metrics,
-                };
-                groups.entry(key).or_default().push(point);
-            }
-            Err(e) => unreadable.push((dir, e.to_string())),
+        match point_of(&dir, golden_root) {
+            Ok(Some((key, point))) => groups.entry(key).or_default().push(point),
+            Ok(None) => unreadable.push((dir, "a multi-seed run without a seed".into())),
+            Err(e) => unreadable.push((dir, e)),
         }
     }
     let store = GoldenStore::new(golden_root);
@@ -112,4 +107,37 @@ pub fn collect(
         ));
     }
     Ok(Collected { trends, unreadable })
+}
+
+/// A run directory (or a multi-seed run's) judged as `compare DIR` judges it: its scenario and
+/// hardware, and its point. `None` for a multi-seed run none of whose seeds ran.
+fn point_of(dir: &Path, golden_root: &Path) -> Result<Option<(GroupKey, RunPoint)>, String> {
+    let point = |m: &RunManifest, started: &str, status: ExitStatus, tables| RunPoint {
+        dir: dir.display().to_string(),
+        started: started.to_string(),
+        commit: m.git_commit.clone(),
+        trainer: m.code_version(),
+        verdict: status.word().to_string(),
+        passed: status == ExitStatus::Passed,
+        tables,
+    };
+    if is_combined(dir) {
+        let c = judge_combined(dir, golden_root).map_err(|e| e.to_string())?;
+        let status = c.judged().exit_status();
+        let Some((_, first)) = c.seeds.first() else {
+            return Ok(None);
+        };
+        let key = (c.manifest.scenario.clone(), first.manifest.hardware.clone());
+        let tables = c.seeds.iter().map(|(_, r)| r.metrics.clone()).collect();
+        return Ok(Some((
+            key,
+            point(&first.manifest, &c.manifest.started, status, tables),
+        )));
+    }
+    let run = StoredRun::judge(dir, golden_root).map_err(|e| e.to_string())?;
+    let m = &run.manifest;
+    let key = (m.scenario.clone(), m.hardware.clone());
+    let status = run.judged().exit_status();
+    let p = point(m, &m.started, status, vec![run.metrics.clone()]);
+    Ok(Some((key, p)))
 }

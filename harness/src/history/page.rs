@@ -181,7 +181,10 @@ fn runs_table(t: &Trend) -> Table {
                 plain(format!("{}", i + 1)),
                 plain(short_time(&r.started)),
                 vec![Inline::Code(r.version())],
-                plain(r.verdict.clone()),
+                plain(match r.tables.len() {
+                    1 => r.verdict.clone(),
+                    n => format!("{} ({n} seeds)", r.verdict),
+                }),
                 vec![Inline::Code(r.dir.clone())],
             ],
         })

@@ -7,7 +7,7 @@ use crate::compare::default_direction;
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
 
-use super::changepoint::{detect, robust_sigma, ALPHA};
+use super::changepoint::{detect_weighted, robust_sigma, ALPHA};
 
 /// One run of the series, in the order the history puts them.
 #[derive(Debug, Clone)]
@@ -24,7 +24,9 @@ pub struct RunPoint {
     /// passed.
     pub verdict: String,
     pub passed: bool,
-    pub table: MetricTable,
+    /// The run's series: one table, or one a seed for a multi-seed run (one point of the
+    /// history, valued at the seeds' mean).
+    pub tables: Vec<MetricTable>,
 }
 
 impl RunPoint {
@@ -37,6 +39,18 @@ impl RunPoint {
             (None, Some(c)) => c.clone(),
             (None, None) => "unknown".into(),
         }
+    }
+
+    /// The steps of the run's longest series.
+    fn last_step(&self) -> Option<u64> {
+        self.tables
+            .iter()
+            .filter_map(|t| t.steps().last().copied())
+            .max()
+    }
+
+    fn has(&self, metric: &str) -> bool {
+        self.tables.iter().any(|t| !t.series(metric).is_empty())
     }
 }
 
@@ -66,6 +80,13 @@ impl Window {
     /// The window's value in one run: `None` when the run has none of its steps.
     pub fn value(&self, table: &MetricTable) -> Option<f64> {
         window_value(table, &self.metric, self.first, self.last, self.median)
+    }
+
+    /// A run's value of the window (the mean over its seeds' values) and how many seeds have
+    /// one.
+    pub fn run_value(&self, run: &RunPoint) -> Option<(f64, usize)> {
+        let v: Vec<f64> = run.tables.iter().filter_map(|t| self.value(t)).collect();
+        (!v.is_empty()).then(|| (v.iter().sum::<f64>() / v.len() as f64, v.len()))
     }
 }
 
@@ -137,13 +158,13 @@ pub fn windows_of(golden: Option<&Golden>, runs: &[RunPoint]) -> Vec<Window> {
     }
     let last_step = runs
         .iter()
-        .filter_map(|r| r.table.steps().last().copied())
+        .filter_map(RunPoint::last_step)
         .max()
         .unwrap_or(0);
     let first = last_step.saturating_sub(9).max(1);
     ["critic/rewards/mean", "perf/mfu/actor", "timing_s/step"]
         .into_iter()
-        .filter(|m| runs.iter().any(|r| !r.table.series(m).is_empty()))
+        .filter(|m| runs.iter().any(|r| r.has(m)))
         .map(|metric| Window {
             metric: metric.to_string(),
             first,
@@ -244,19 +265,27 @@ fn window_trend(
     blesses: &[String],
     min_change: f64,
 ) -> WindowTrend {
-    let values: Vec<Option<f64>> = runs.iter().map(|r| window.value(&r.table)).collect();
-    let present: Vec<(usize, f64)> = values
+    let valued: Vec<Option<(f64, usize)>> = runs.iter().map(|r| window.run_value(r)).collect();
+    let values: Vec<Option<f64>> = valued.iter().map(|v| v.map(|(x, _)| x)).collect();
+    let present: Vec<(usize, f64, f64)> = valued
         .iter()
         .enumerate()
-        .filter_map(|(i, v)| v.map(|v| (i, v)))
+        .filter_map(|(i, v)| v.map(|(x, w)| (i, x, w as f64)))
         .collect();
     let xs: Vec<f64> = present.iter().map(|p| p.1).collect();
+    let weights: Vec<f64> = present.iter().map(|p| p.2).collect();
     let (sigma, sigma_from) = match window.sigma {
         Some(s) => (s, "calibration"),
-        None => (robust_sigma(&xs).unwrap_or(0.0), "the series itself"),
+        // The series' own spread is that of its points, each the mean of its seeds: scaled
+        // back to one seed's noise by the square root of the seeds a point has on average.
+        None => {
+            let per_point = robust_sigma(&xs).unwrap_or(0.0);
+            let seeds = weights.iter().sum::<f64>() / weights.len().max(1) as f64;
+            (per_point * seeds.max(1.0).sqrt(), "the series itself")
+        }
     };
     let direction = default_direction(&window.metric);
-    let changes = detect(&xs, sigma, ALPHA)
+    let changes = detect_weighted(&xs, &weights, sigma, ALPHA)
         .into_iter()
         .filter(|c| (c.after - c.before).abs() >= min_change * c.before.abs())
         .map(|c| {

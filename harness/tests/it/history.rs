@@ -192,6 +192,46 @@ async fn history_finds_the_planted_slowdown_and_names_the_builds_between() {
     );
 }
 
+/// A multi-seed run (`run --seeds`) is one point of the history, valued at its seeds' mean,
+/// not a point a seed: three single runs and one of two seeds are four runs.
+#[test]
+fn a_multi_seed_run_is_one_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let run = |flag: &str, seeds: &str| {
+        let o = crate::common::rlharness_run(
+            &["scenarios/smoke/mock-gsm8k-grpo.yaml", flag, seeds],
+            &runs,
+        )
+        .output()
+        .unwrap();
+        assert!(
+            o.status.code().is_some_and(|c| c < 2),
+            "{}",
+            crate::common::text(&o)
+        );
+    };
+    for s in ["1", "2", "3"] {
+        run("--seed", s);
+    }
+    run("--seeds", "4..5");
+    let out = dir.path().join("history");
+    let o = Command::new(env!("CARGO_BIN_EXE_rlharness"))
+        .arg("history")
+        .arg(&runs)
+        .arg("--out")
+        .arg(&out)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let text = crate::common::text(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    crate::common::says(&text, &["mock-gsm8k-grpo on cpu: 4 runs"]);
+    let md = std::fs::read_to_string(out.join("history.md")).unwrap();
+    assert!(md.contains("(2 seeds)"), "{md}");
+    assert!(!md.contains("seed-4"), "{md}");
+}
+
 /// No run directory under the folders given is invalid input (exit 2), and says where it
 /// looked.
 #[test]
