@@ -5,6 +5,8 @@
 //! - `sprt.rs`: Wald's sequential probability ratio test of one commit's seeds against the
 //!   calibration (good: the calibrated mean; bad: shifted by the effect), with stated error
 //!   rates;
+//! - `judge.rs`: how a commit is judged (the sequential test's settings from the golden
+//!   store, or the propagation matrix) and the verdict of its trials;
 //! - `search.rs`: which commit to test next (binary search, skipping commits that cannot run,
 //!   as `git bisect skip` does);
 //! - `cache.rs`: each commit's trials, kept per commit, scenario and mode, so a rerun reuses
@@ -17,6 +19,7 @@
 
 pub(crate) mod cache;
 pub(crate) mod git;
+pub(crate) mod judge;
 pub(crate) mod page;
 pub(crate) mod search;
 pub(crate) mod sprt;
