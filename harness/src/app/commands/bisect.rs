@@ -191,7 +191,7 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
         match search.next() {
             Next::Test(i) => {
                 outln!(
-                    "testing {} (commit {} of {}, ~{} steps left): {}",
+                    "testing {} (commit {} of {}; steps left: about {}): {}",
                     line[i].short(),
                     i,
                     n,

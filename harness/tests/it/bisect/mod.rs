@@ -203,30 +203,28 @@ fn bisect_finds_the_commit_that_lowered_the_learning_rate() {
         std::fs::write(&path, src.replace("\nLR = 0.3\n", "\nLR = 0.15\n")).unwrap();
     });
     let cache = tmp.path().join("cache");
-    let bisect = |name: &str, good: &str, bad: &str| {
+    let bisect = |name: &str, good: &str, bad: &str, extra: &[&str]| {
         let dir = tmp.path().join("bisect").join(name);
-        let o = rlharness(
-            &[
-                "bisect",
-                STANDIN,
-                "--repo",
-                trainer.to_str().unwrap(),
-                "--good",
-                good,
-                "--bad",
-                bad,
-                "--golden",
-                golden,
-                "--out",
-                dir.to_str().unwrap(),
-                "--cache",
-                cache.to_str().unwrap(),
-            ],
-            true,
-        );
-        (o, dir)
+        let mut args = vec![
+            "bisect",
+            STANDIN,
+            "--repo",
+            trainer.to_str().unwrap(),
+            "--good",
+            good,
+            "--bad",
+            bad,
+            "--golden",
+            golden,
+            "--out",
+            dir.to_str().unwrap(),
+            "--cache",
+            cache.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        (rlharness(&args, true), dir)
     };
-    let (o, dir) = bisect("first", &commits[0], &commits[8]);
+    let (o, dir) = bisect("first", &commits[0], &commits[8], &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let json = bisect_json(&dir);
     assert_eq!(
@@ -266,22 +264,56 @@ fn bisect_finds_the_commit_that_lowered_the_learning_rate() {
     );
 
     // A rerun takes every commit's seeds from the cache.
-    let (o, dir) = bisect("again", &commits[0], &commits[8]);
+    let (o, dir) = bisect("again", &commits[0], &commits[8], &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let again = bisect_json(&dir);
     assert_eq!(again["first_bad"], json["first_bad"]);
     assert_eq!(again["runs"], 0, "{}", text(&o));
     assert_eq!(again["cached_runs"].as_u64(), Some(runs));
 
+    // A smaller effect (about the calibration's σ): the cached seeds are kept, and the good
+    // commits, whose values now lie near the middle of the two hypotheses, get more seeds;
+    // the bad ones, far past it, still take one.
+    let (o, dir) = bisect(
+        "small-effect",
+        &commits[0],
+        &commits[8],
+        &["--effect", "0.01"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let small = bisect_json(&dir);
+    println!("bisect with --effect 0.01: {}", runs_line(&small));
+    assert_eq!(small["first_bad"], json["first_bad"]);
+    assert_eq!(small["cached_runs"].as_u64(), Some(runs));
+    let seeds = |verdict: &str| -> Vec<usize> {
+        small["tested"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["verdict"] == verdict)
+            .map(|t| t["trials"].as_array().unwrap().len())
+            .collect()
+    };
+    assert!(
+        seeds("good").iter().all(|n| *n > 1),
+        "{}",
+        runs_line(&small)
+    );
+    assert!(
+        seeds("bad").iter().all(|n| *n == 1),
+        "{}",
+        runs_line(&small)
+    );
+
     // A "good" commit after the plant is not good: exit 1, named.
-    let (o, _) = bisect("wrong-end", &commits[6], &commits[8]);
+    let (o, _) = bisect("wrong-end", &commits[6], &commits[8], &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     says(
         &text(&o),
         &[&format!("the good commit {} is not good", &commits[6][..9])],
     );
     // A revision the repository lacks is invalid input.
-    let (o, _) = bisect("no-such", "no-such-rev", &commits[8]);
+    let (o, _) = bisect("no-such", "no-such-rev", &commits[8], &[]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     checkout_untouched(&trainer, &commits[8]);
 }

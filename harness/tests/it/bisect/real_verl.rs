@@ -72,6 +72,7 @@ fn bisect_with_propagate_finds_the_commit_that_drops_the_logits_knobs() {
         .output()
         .unwrap();
     let json = bisect_json(&out);
+    println!("{}", String::from_utf8_lossy(&o.stdout));
     println!(
         "bisect (real adapter, propagate): {}; {:.0} s",
         runs_line(&json),
