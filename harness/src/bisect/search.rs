@@ -49,10 +49,9 @@ impl Search {
         let good = self
             .known
             .range(..bad)
-            .filter(|(_, v)| **v == Verdict::Good)
-            .map(|(i, _)| *i)
-            .last()
-            .unwrap_or(0);
+            .rev()
+            .find(|(_, v)| **v == Verdict::Good)
+            .map_or(0, |(i, _)| *i);
         (good, bad)
     }
 
