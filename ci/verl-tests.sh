@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real-verl tests: real verl 0.7.1 and the real Arctic adapter, unmodified, drive rlharness
-# (harness/tests/it/real_verl.rs and the real-verl cases of propagate and the wire conformance,
-# ignored in a plain `cargo test`). Installs verl's environment (ci/verl-install.sh, pinned,
+# (harness/tests/it/real_verl.rs, the real-verl cases of propagate and the wire conformance, and
+# `bisect --propagate` on the adapter, harness/tests/it/bisect/real_verl.rs; all ignored in a plain
+# `cargo test`, all matched by the `real_verl::` filter). Installs verl's environment (ci/verl-install.sh, pinned,
 # project-local, idempotent), extracts the two source trees after checking their sha256
 # (ci/upstream.sh) and points VERL_SRC and ARCTIC_SRC at them, then runs the tests one at a time
 # (the adapter's port 7000 is fixed). An install or extraction that fails fails the run, with

@@ -50,6 +50,7 @@ macro_rules! outln {
 pub mod app;
 pub mod assets;
 pub mod backend;
+mod bisect;
 pub mod capture;
 mod checks;
 pub mod cli;

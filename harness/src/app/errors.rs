@@ -2,6 +2,7 @@
 //! becomes a `CommandError` (nextest's way). The message is the error's own text.
 
 use crate::backend::child::ChildError;
+use crate::bisect::BisectError;
 use crate::compare::{CombinedError, StoredError};
 use crate::error::{CommandError, ExitStatus};
 use crate::fsx::FsError;
@@ -100,5 +101,16 @@ impl From<ReportError> for CommandError {
 impl From<HistoryError> for CommandError {
     fn from(e: HistoryError) -> Self {
         CommandError::invalid(e.to_string())
+    }
+}
+
+/// A repository or revision that does not fit (exit 2), or git failing on this host (exit 3).
+impl From<BisectError> for CommandError {
+    fn from(e: BisectError) -> Self {
+        let status = match &e {
+            BisectError::Input(_) => ExitStatus::InvalidInput,
+            BisectError::Git(_) | BisectError::Fs(_) => ExitStatus::RunFailed,
+        };
+        CommandError::new(status, e.to_string())
     }
 }

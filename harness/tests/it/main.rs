@@ -7,6 +7,7 @@
 mod common;
 
 mod assets;
+mod bisect;
 mod budget;
 mod cli_habits;
 mod command_driver;

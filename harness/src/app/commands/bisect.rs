@@ -1,0 +1,455 @@
+//! `rlharness bisect SCENARIO --repo R --good G --bad B`: the first commit of the trainer's
+//! repository where the scenario regressed. Each commit is checked out into a worktree of the
+//! bisect's own, the scenario's source setting (`--source`) is pointed at it (as the driver's
+//! `env`), and the commit is judged: by Wald's sequential test on the scenario's seeds against
+//! the calibration, or (`--propagate`) by the propagation matrix. The search, the test, the
+//! cache and the report are `crate::bisect`'s; this file runs the commits.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::app::pipeline::run_one;
+use crate::bisect::cache::Cache;
+use crate::bisect::git::{self, Worktrees};
+use crate::bisect::judge::{self, Ask, Judge};
+use crate::bisect::search::{Next, Search};
+use crate::bisect::sprt::{Decision, Sprt};
+use crate::bisect::{page, BisectReport, Commit, Tested, Trial, Verdict};
+use crate::cli::{self, BisectArgs};
+use crate::compare::expr::fmt_num;
+use crate::error::{CommandError, ExitStatus};
+use crate::history::trend::Window;
+use crate::propagate::command::{run_matrix, MatrixOptions};
+use crate::rundir::RunStatus;
+use crate::runner::RunOptions;
+use crate::spec::{self, Scenario};
+use crate::util;
+
+/// Everything a commit's test needs.
+struct Bench<'a> {
+    args: &'a BisectArgs,
+    scenario: &'a Scenario,
+    var: String,
+    out: PathBuf,
+    golden: PathBuf,
+    hardware: Option<String>,
+    judge: Judge,
+    cache: Cache,
+    worktrees: Worktrees,
+}
+
+pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError> {
+    let started = Instant::now();
+    if !(args.alpha > 0.0 && args.alpha < 0.5 && args.beta > 0.0 && args.beta < 0.5) {
+        return Err(CommandError::invalid(
+            "--alpha and --beta are error rates in (0, 0.5)",
+        ));
+    }
+    if args.jobs == 0 || args.max_seeds == 0 {
+        return Err(CommandError::invalid("--jobs and --max-seeds: at least 1"));
+    }
+    let scenario = spec::load_scenario(&args.scenario, &args.set)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let var = judge::source_var(&scenario, args.source.as_deref())?;
+    let good = git::resolve(&args.repo, &args.good)?;
+    let bad = git::resolve(&args.repo, &args.bad)?;
+    let mut line = vec![good.clone()];
+    line.extend(git::range(&args.repo, &good, &bad)?);
+    let n = line.len() - 1;
+    let out = args.out.clone().unwrap_or_else(|| {
+        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string();
+        Path::new("reports/bisect").join(&scenario.name).join(stamp)
+    });
+    let cache_dir = args
+        .cache
+        .clone()
+        .unwrap_or_else(|| out.parent().unwrap_or(Path::new(".")).join("cache"));
+    let golden = cli::golden_store(args.golden.as_deref(), Some(&args.scenario));
+    let (judge, hardware) = if args.propagate {
+        let options = MatrixOptions {
+            until: args.until,
+            jobs: args.jobs,
+            knobs: args.knobs.clone(),
+            progress: false,
+            ..MatrixOptions::default()
+        };
+        (Judge::Propagate(options), args.hardware.clone())
+    } else {
+        let ask = Ask {
+            scenario: args.scenario.clone(),
+            hardware: args.hardware.clone(),
+            metric: args.metric.clone(),
+            effect: args.effect,
+            alpha: args.alpha,
+            beta: args.beta,
+            max_seeds: args.max_seeds,
+        };
+        let (test, sprt, hw) = judge::sequential_test(&ask, &scenario, &golden)?;
+        (Judge::Scenario { test, sprt }, Some(hw))
+    };
+    let mut parts: Vec<Vec<u8>> = scenario
+        .sources
+        .iter()
+        .map(|p| std::fs::read(p).unwrap_or_default())
+        .collect();
+    parts.push(args.set.join("\n").into_bytes());
+    parts.push(var.clone().into_bytes());
+    parts.push(judge.key().into_bytes());
+    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+    let cache = Cache::new(&cache_dir, &refs);
+    outln!(
+        "bisect {}: {} commits after {} (good) up to {} (bad) in {}; {} points at each commit's worktree",
+        scenario.name,
+        n,
+        good.short(),
+        bad.short(),
+        args.repo.display(),
+        var
+    );
+    outln!("mode: {}", judge.mode());
+    if let Judge::Scenario { test, sprt } = &judge {
+        let (g, b) = sprt.expected_seeds(test.alpha, test.beta);
+        outln!(
+            "test: Wald's SPRT on {} (mean of steps {}-{}): good = {} (calibrated, σ {}), bad = {} \
+             (effect {}, {}); α = {}, β = {}; at most {} seeds a commit (about {:.1} for a good \
+             one, {:.1} for a bad one)",
+            test.metric,
+            test.window.0,
+            test.window.1,
+            fmt_num(test.good_mean),
+            fmt_num(test.sigma),
+            fmt_num(test.bad_mean),
+            fmt_num(test.effect),
+            test.effect_from,
+            fmt_num(test.alpha),
+            fmt_num(test.beta),
+            test.max_seeds,
+            g,
+            b
+        );
+    }
+    outln!(
+        "cache: {} (each commit's results, reused by a rerun)",
+        cache_dir.display()
+    );
+    let mut bench = Bench {
+        args: &args,
+        scenario: &scenario,
+        var,
+        out: out.clone(),
+        golden,
+        hardware,
+        worktrees: Worktrees::new(&args.repo, &out.join("worktrees"))?,
+        judge,
+        cache,
+    };
+    let mut report = BisectReport {
+        format: "rlharness-bisect/1".into(),
+        scenario: scenario.name.clone(),
+        repo: args.repo.display().to_string(),
+        source_var: bench.var.clone(),
+        good: good.clone(),
+        bad: bad.clone(),
+        mode: bench.judge.mode(),
+        test: match &bench.judge {
+            Judge::Scenario { test, .. } => Some(test.clone()),
+            Judge::Propagate(_) => None,
+        },
+        range: n,
+        tested: Vec::new(),
+        first_bad: None,
+        could_be: Vec::new(),
+        problem: None,
+        runs: 0,
+        cached_runs: 0,
+        seconds: 0.0,
+        cache: cache_dir.display().to_string(),
+    };
+    // The ends first: the bad commit must be bad and the good one good, or there is nothing to
+    // search for.
+    let mut status = ExitStatus::Passed;
+    for (index, said, label) in [(n, Verdict::Bad, "bad"), (0, Verdict::Good, "good")] {
+        outln!("testing the {label} end {}", line[index].short());
+        let t = bench.test(&line[index]).await?;
+        let verdict = t.verdict;
+        report.tested.push(t);
+        if verdict != said {
+            let (what, code) = match verdict {
+                Verdict::Skip => ("could not be told", ExitStatus::RunFailed),
+                _ => ("is not", ExitStatus::CheckFailed),
+            };
+            report.problem = Some(format!(
+                "the {label} commit {} {what} {label}",
+                line[index].short()
+            ));
+            status = code;
+            break;
+        }
+    }
+    let mut search = Search::new(n);
+    while report.problem.is_none() {
+        match search.next() {
+            Next::Test(i) => {
+                outln!(
+                    "testing {} (commit {} of {}; steps left: about {}): {}",
+                    line[i].short(),
+                    i,
+                    n,
+                    search.steps_left(),
+                    line[i].subject
+                );
+                let t = bench.test(&line[i]).await?;
+                search.record(i, t.verdict);
+                report.tested.push(t);
+            }
+            Next::Found(i) => {
+                report.first_bad = Some(line[i].clone());
+                break;
+            }
+            Next::Among(v) => {
+                report.could_be = v.into_iter().map(|i| line[i].clone()).collect();
+                status = ExitStatus::RunFailed;
+                break;
+            }
+        }
+    }
+    report.cached_runs = report.tested.iter().map(|t| t.cached_runs).sum();
+    report.runs = report.tested.iter().map(Tested::runs).sum::<usize>() - report.cached_runs;
+    report.seconds = started.elapsed().as_secs_f64();
+    let written = page::write(&out, &report)?;
+    outln!("{}", report.headline());
+    if let Some(first) = &report.first_bad {
+        let evidence = report
+            .tested
+            .iter()
+            .rev()
+            .find(|t| t.commit.sha == first.sha)
+            .map(|t| t.evidence.clone())
+            .unwrap_or_else(|| "its parent is good and it is bad".into());
+        outln!("  {} {}\n  evidence: {evidence}", first.sha, first.subject);
+    }
+    for t in &report.tested {
+        outln!(
+            "  {} {:<4} {} runs{}: {}",
+            t.commit.short(),
+            t.verdict.word(),
+            t.runs(),
+            if t.cached_runs > 0 {
+                format!(" ({} cached)", t.cached_runs)
+            } else {
+                String::new()
+            },
+            t.evidence
+        );
+    }
+    outln!("{}", report.tally());
+    outln!(
+        "report: {}",
+        written
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(status)
+}
+
+impl Bench<'_> {
+    /// Test one commit in its own worktree (removed afterwards).
+    async fn test(&mut self, commit: &Commit) -> Result<Tested, CommandError> {
+        let cached = self.cache.load(&commit.sha);
+        let cached_runs: usize = cached.iter().map(|t| t.runs).sum();
+        let mut set = self.args.set.clone();
+        let decided = match &self.judge {
+            Judge::Scenario { sprt, .. } => {
+                let values: Vec<f64> = cached.iter().filter_map(|t| t.value).collect();
+                sprt.decide(&values) != Decision::Continue || cached.len() >= self.args.max_seeds
+            }
+            Judge::Propagate(_) => !cached.is_empty(),
+        };
+        let mut trials = cached;
+        if !decided {
+            let dir = self.worktrees.checkout(commit)?;
+            set.push(format!("driver.env.{}={}", self.var, dir.display()));
+            let runs_out = self.out.join("runs").join(commit.short());
+            let result = match &self.judge {
+                Judge::Scenario { sprt, .. } => {
+                    self.seeds(sprt, &set, &runs_out, &mut trials).await
+                }
+                Judge::Propagate(o) => {
+                    trials.push(propagate_trial(&self.args.scenario, &set, &runs_out, o).await);
+                    Ok(())
+                }
+            };
+            self.worktrees.remove(&dir);
+            result?;
+            self.cache.store(&commit.sha, &trials)?;
+        }
+        let (verdict, evidence, llr) = self.judge.verdict(&trials);
+        util::note!("  {} is {}: {evidence}", commit.short(), verdict.word());
+        Ok(Tested {
+            commit: commit.clone(),
+            verdict,
+            evidence,
+            trials,
+            llr,
+            cached_runs,
+        })
+    }
+
+    /// Seeds in batches of `--jobs` until the test decides or `--max-seeds` is reached; a run
+    /// that cannot run ends the commit's seeds (it is skipped).
+    async fn seeds(
+        &self,
+        sprt: &Sprt,
+        set: &[String],
+        out: &Path,
+        trials: &mut Vec<Trial>,
+    ) -> Result<(), CommandError> {
+        use futures_util::StreamExt;
+        let Judge::Scenario { test, .. } = &self.judge else {
+            return Ok(());
+        };
+        let window = Window {
+            metric: test.metric.clone(),
+            first: test.window.0,
+            last: test.window.1,
+            median: test.median,
+            sigma: None,
+            golden: None,
+            band: None,
+        };
+        loop {
+            let values: Vec<f64> = trials.iter().filter_map(|t| t.value).collect();
+            let left = self.args.max_seeds.saturating_sub(trials.len());
+            if sprt.decide(&values) != Decision::Continue
+                || left == 0
+                || trials.iter().any(|t| t.failed)
+            {
+                return Ok(());
+            }
+            let used: Vec<u64> = trials.iter().filter_map(|t| t.seed).collect();
+            let seeds: Vec<u64> = (self.scenario.seed..)
+                .filter(|s| !used.contains(s))
+                .take(left.min(self.args.jobs))
+                .collect();
+            let opts = RunOptions {
+                set: set.to_vec(),
+                hardware: self.hardware.clone(),
+                ..RunOptions::new(out.to_path_buf(), self.golden.clone())
+            };
+            let mut runs = futures_util::stream::iter(seeds.iter().map(|&seed| {
+                let mut o = opts.clone();
+                o.seed = Some(seed);
+                let file = self.args.scenario.clone();
+                async move { (seed, run_one(&file, &o).await) }
+            }))
+            .buffer_unordered(self.args.jobs);
+            let mut batch = Vec::new();
+            while let Some((seed, result)) = runs.next().await {
+                batch.push(seed_trial(seed, result, &window)?);
+            }
+            batch.sort_by_key(|t| t.seed);
+            for t in batch {
+                trials.push(t);
+                let values: Vec<f64> = trials.iter().filter_map(|t| t.value).collect();
+                let last = trials.last().map(|t| t.note.clone()).unwrap_or_default();
+                util::note!(
+                    "  seed {} → {last} (Λ = {:.2}; bad at ≥ {:.2}, good at ≤ {:.2})",
+                    trials.last().and_then(|t| t.seed).unwrap_or_default(),
+                    sprt.llr(&values),
+                    sprt.upper,
+                    sprt.lower
+                );
+            }
+        }
+    }
+}
+
+/// One seed's run as a trial: its window value, or why it gives none. An interrupted run
+/// (Ctrl-C) ends the bisect.
+fn seed_trial(
+    seed: u64,
+    result: Result<crate::report::Report, CommandError>,
+    window: &Window,
+) -> Result<Trial, CommandError> {
+    let failed = |note: String| Trial {
+        seed: Some(seed),
+        value: None,
+        runs: 1,
+        note,
+        failed: true,
+    };
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => return Ok(failed(format!("exit {}: {e}", e.status.code()))),
+    };
+    match report.run.status {
+        Some(RunStatus::Completed) => {}
+        Some(RunStatus::Interrupted) => {
+            return Err(CommandError::run_failed("interrupted: the bisect stops"))
+        }
+        other => {
+            return Ok(failed(format!(
+                "the run did not complete ({other:?}): {}",
+                report.run.reason.as_deref().unwrap_or("no reason recorded")
+            )))
+        }
+    }
+    Ok(match window.value(&report.metrics) {
+        Some(v) => Trial {
+            seed: Some(seed),
+            value: Some(v),
+            runs: 1,
+            note: format!("{} {}", window.label(), fmt_num(v)),
+            failed: false,
+        },
+        None => failed(format!("no value of {}", window.label())),
+    })
+}
+
+/// One propagation matrix at a commit: the knobs flagged without a known gap (its value is
+/// their count), or why it could not run.
+async fn propagate_trial(
+    scenario: &Path,
+    set: &[String],
+    out: &Path,
+    options: &MatrixOptions,
+) -> Trial {
+    match run_matrix(scenario, out, set, options).await {
+        Ok((report, _, failed)) => {
+            let flags: Vec<&str> = report
+                .knobs
+                .iter()
+                .filter(|k| k.flagged && k.known_gap.is_none())
+                .map(|k| k.path.as_str())
+                .collect();
+            let note = if flags.is_empty() {
+                format!(
+                    "no knob flagged beyond the known gaps ({} runs)",
+                    report.runs
+                )
+            } else {
+                format!("flagged: {} ({} runs)", flags.join(", "), report.runs)
+            };
+            Trial {
+                seed: None,
+                value: Some(flags.len() as f64),
+                runs: report.runs,
+                failed: failed && flags.is_empty(),
+                note: if failed && flags.is_empty() {
+                    format!("a trial failed: {note}")
+                } else {
+                    note
+                },
+            }
+        }
+        Err(e) => Trial {
+            seed: None,
+            value: None,
+            runs: 0,
+            note: e.to_string(),
+            failed: true,
+        },
+    }
+}
