@@ -19,13 +19,6 @@ const ROOTS: [&str; 3] = ["harness/src", "harness/torch", "harness/tests"];
 const OVER: &[(&str, usize)] = &[
     ("harness/src/backend/replay/cassette.rs", 743),
     ("harness/src/backend/replay/mod.rs", 696),
-    ("harness/src/checks/spec.rs", 603),
-    ("harness/src/compare/seeds/mod.rs", 645),
-    ("harness/src/driver/command.rs", 852),
-    ("harness/src/propagate/manifest.rs", 658),
-    ("harness/src/propagate/wire.rs", 659),
-    ("harness/src/proxy/mod.rs", 836),
-    ("harness/src/report/plots/mod.rs", 829),
     ("harness/tests/it/cli_habits.rs", 805),
     ("harness/tests/it/command_driver.rs", 668),
     ("harness/tests/it/mock_server.rs", 1216),
