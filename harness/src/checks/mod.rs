@@ -1,17 +1,20 @@
 //! What a scenario's `checks` block says, below every stage that uses it: the golden rules,
-//! bands, directions and step ranges (`spec`), and the convergence expression language
-//! (`expr`: a pest grammar, its AST and its evaluation over a `MetricTable`). The spec loader
-//! validates with these types, the golden store measures calibration windows with them, and
-//! `compare` judges with them; none of them reads or writes files.
+//! bands, directions and step ranges (`spec`), the convergence expression language (`expr`: a
+//! pest grammar, its AST and its evaluation over a `MetricTable`), and the verdict a scenario
+//! declares (`expected`). The spec loader validates with these types, the golden store
+//! measures calibration windows with them, and `compare` judges with them; none of them reads
+//! or writes files.
 
 pub(crate) mod domain;
+mod expected;
 pub mod expr;
 mod seeds;
 mod spec;
 
+pub(crate) use expected::{ExpectedOutcome, ExpectedVerdict};
 pub(crate) use seeds::parse_seed_range;
 pub(crate) use spec::window_value;
 pub(crate) use spec::{
-    stability_enabled_for, Calibrated, ChecksSpec, Direction, Expectation, ExpectedOutcome,
-    ExpectedVerdict, GoldenRule, GoldenRules, ImprovementLimit, RuleRef, WindowBand,
+    stability_enabled_for, Calibrated, ChecksSpec, Direction, Expectation, GoldenRule, GoldenRules,
+    ImprovementLimit, RuleRef, WindowBand,
 };

@@ -2,16 +2,11 @@
 //! how its run ended and what it declared (`expected_verdict`). Every report and the combined
 //! judge of a multi-seed run read the same headline.
 
-use super::judge::match_expected;
+use super::judge::{match_expected, ExpectedMismatch};
 use super::verdict::{Outcome, RunOutcome, Verdict};
 use crate::checks::{ExpectedOutcome, ExpectedVerdict};
 use crate::error::ExitStatus;
 use crate::rundir::RunStatus;
-
-/// Why a run's result is not the verdict its scenario declared (`expected_verdict`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct ExpectedMismatch(pub(crate) String);
 
 /// The verdict in one line, shared by every renderer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +46,7 @@ impl Judged<'_> {
     /// The strict match against `expected_verdict`, when the scenario declares one.
     pub(crate) fn expected_match(&self) -> Option<Result<(), ExpectedMismatch>> {
         let e = self.expected?;
-        Some(match_expected(self.verdict, &self.run_outcome(), e).map_err(ExpectedMismatch))
+        Some(match_expected(self.verdict, &self.run_outcome(), e))
     }
 
     fn run_broke(&self) -> bool {

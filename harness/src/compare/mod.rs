@@ -30,11 +30,11 @@ pub(crate) use crate::checks::{ExpectedVerdict, GoldenRule};
 pub(crate) use calibrated::{band_widths, judged_against, live_checks};
 pub use combined::CombinedError;
 pub(crate) use combined::{judge_combined, Combined};
-pub(crate) use headline::{ExpectedMismatch, Headline, Judged};
-pub(crate) use judge::first_settled_failure;
+pub(crate) use headline::{Headline, Judged};
 pub use judge::judge;
 #[cfg(test)]
 pub(crate) use judge::judge_tables;
+pub(crate) use judge::{first_settled_failure, ExpectedMismatch};
 pub(crate) use run::{is_insane, FRACTION_METRICS};
 pub use run::{judge_run, RunRecord, REPLAY_RULE};
 pub use stored::StoredError;

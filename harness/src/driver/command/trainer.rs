@@ -1,255 +1,34 @@
-//! The command driver: an external trainer (verl's launcher, or anything that prints like it)
-//! started in its own process group, its config passed as Hydra overrides, its metrics read
-//! from verl's file logger or console logger, its output kept in the run directory.
-//!
-//! The trainer is never trusted to end: the runner's watchdog stops it through
-//! [`Trainer::terminate`], which signals the whole process group (Ray spawns workers that
-//! outlive a killed launcher), TERM first and KILL after a grace period.
+//! A started trainer: its output streams and verl's file logger read into steps, its exit
+//! supervised, and a watcher that stops its group if the harness dies.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use super::builtin::DriverError;
-use super::strays;
+use super::group::terminate_group;
+use super::{
+    CommandDriverError, MetricsSource, TrainerLaunch, JSONL_FILE, JSONL_POLL, PIPE_DRAIN,
+    TAIL_LINES, VALIDATION_FILE,
+};
 use crate::capture::{self, JsonlTail};
+use crate::driver::builtin::DriverError;
+use crate::driver::strays;
 use crate::events::{EventSender, RunEvent};
 use crate::metrics::StepMetrics;
-
-/// Lines of trainer output a failure report keeps.
-pub(crate) const TAIL_LINES: usize = 50;
-/// The address the Arctic client uses (`localhost:7000`): where the recording proxy listens by
-/// default, so the client reaches the proxy without any change to the trainer.
-pub(crate) const ARCTIC_CLIENT_ADDR: &str = "127.0.0.1:7000";
-/// The file verl's file logger writes, inside the run directory.
-pub(crate) const JSONL_FILE: &str = "verl_metrics.jsonl";
-/// verl's step-0 validation record (`val-*` keys), kept apart from `metrics.csv`.
-pub(crate) const VALIDATION_FILE: &str = "val_before_train.json";
-/// How often the JSONL file is polled for new lines.
-const JSONL_POLL: Duration = Duration::from_millis(200);
-/// How long the trainer's pipes may stay open after it exited (a grandchild holding them).
-const PIPE_DRAIN: Duration = Duration::from_secs(2);
-
-/// Where the trainer's per-step metrics come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum MetricsSource {
-    /// `$VERL_FILE_LOGGER_PATH`, tailed as it grows.
-    VerlJsonl,
-    /// `step:N - key:value ...` lines anywhere in stdout or stderr.
-    VerlConsole,
-}
-
-/// `driver: {kind: command, command: [...], env: {...}, metrics_from: verl-jsonl}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "RawCommandDriverSpec")]
-pub struct CommandDriverSpec {
-    /// Program and arguments, without a shell. A relative program path with a `/` is relative
-    /// to the scenario file's folder; a bare name is looked up on PATH.
-    pub(crate) command: Vec<String>,
-    /// Extra environment for the trainer (on top of the harness's own).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) env: BTreeMap<String, String>,
-    pub(crate) metrics_from: MetricsSource,
-    /// Where the recording proxy listens when the scenario has an Arctic backend; default
-    /// `127.0.0.1:7000`, the Arctic client's address. `127.0.0.1:0` picks a free port (the
-    /// trainer then learns it from `RLHARNESS_BACKEND_URL`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) proxy_listen: Option<String>,
-    /// The environment variables that name the trainer's source checkouts (`[VERL_SRC,
-    /// ARCTIC_SRC]`): `run.json` records each one's `git describe`, so a history orders runs
-    /// by the trainer's code, and a bisect knows which repository it walks.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) sources: Vec<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCommandDriverSpec {
-    command: Vec<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    metrics_from: MetricsSource,
-    #[serde(default)]
-    proxy_listen: Option<String>,
-    #[serde(default)]
-    sources: Vec<String>,
-}
-
-impl TryFrom<RawCommandDriverSpec> for CommandDriverSpec {
-    type Error = String;
-    fn try_from(r: RawCommandDriverSpec) -> Result<Self, String> {
-        match r.command.first() {
-            None => return Err("`command` must name a program (it is empty)".into()),
-            Some(p) if p.trim().is_empty() => {
-                return Err("`command`: the program name is empty".into())
-            }
-            Some(_) => {}
-        }
-        for k in r.env.keys() {
-            if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(format!("`env`: invalid variable name {k:?}"));
-            }
-        }
-        for k in &r.sources {
-            let ok = !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !ok {
-                return Err(format!(
-                    "`sources`: {k:?} is not an environment variable name (letters, digits, `_`)"
-                ));
-            }
-        }
-        if let Some(l) = &r.proxy_listen {
-            l.parse::<std::net::SocketAddr>().map_err(|e| {
-                format!("`proxy_listen`: {l:?} is not an address such as 127.0.0.1:7000: {e}")
-            })?;
-        }
-        Ok(CommandDriverSpec {
-            command: r.command,
-            env: r.env,
-            metrics_from: r.metrics_from,
-            proxy_listen: r.proxy_listen,
-            sources: r.sources,
-        })
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Hydra overrides.
-
-/// Keys the harness sets itself; a scenario's values for them are replaced.
-pub(crate) const HARNESS_KEYS: &[&str] = &[
-    "trainer.total_training_steps",
-    "trainer.logger",
-    "trainer.project_name",
-    "trainer.experiment_name",
-];
-
-/// A string as a Hydra quoted value: single quotes; `\'` for a quote; backslashes doubled
-/// where Hydra would read them as escapes (before a quote or at the end); `${` escaped so
-/// OmegaConf does not interpolate a value the harness already resolved.
-pub(crate) fn hydra_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    let mut run = 0usize;
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => run += 1,
-            '\'' => {
-                out.push_str(&"\\".repeat(run * 2));
-                out.push_str("\\'");
-                run = 0;
-            }
-            // OmegaConf reads `\${` as a literal backslash and a live interpolation: the
-            // backslashes before an escaped `${` are doubled too.
-            '$' if chars.peek() == Some(&'{') => {
-                out.push_str(&"\\".repeat(run * 2));
-                out.push_str("\\$");
-                run = 0;
-            }
-            other => {
-                out.push_str(&"\\".repeat(run));
-                out.push(other);
-                run = 0;
-            }
-        }
-    }
-    out.push_str(&"\\".repeat(run * 2));
-    out.push('\'');
-    out
-}
-
-/// A JSON value in Hydra's override grammar: strings quoted, floats always with a `.` or an
-/// exponent (so `1.0` stays a float), lists `[a,b]`, mappings `{k:v}`.
-pub(crate) fn hydra_value(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => {
-            if n.is_i64() || n.is_u64() {
-                n.to_string()
-            } else {
-                match n.as_f64() {
-                    Some(f) if f.is_nan() => "nan".into(),
-                    Some(f) if f.is_infinite() => if f > 0.0 { "inf" } else { "-inf" }.into(),
-                    Some(f) => format!("{f:?}"),
-                    None => n.to_string(),
-                }
-            }
-        }
-        Value::String(s) => hydra_quote(s),
-        Value::Array(a) => format!(
-            "[{}]",
-            a.iter().map(hydra_value).collect::<Vec<_>>().join(",")
-        ),
-        Value::Object(m) => format!(
-            "{{{}}}",
-            m.iter()
-                .map(|(k, v)| format!("{k}:{}", hydra_value(v)))
-                .collect::<Vec<_>>()
-                .join(",")
-        ),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Launching.
-
-/// Everything needed to start the trainer, decided before anything starts (tests read it).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrainerLaunch {
-    pub program: PathBuf,
-    pub args: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub(crate) metrics_from: MetricsSource,
-    /// Absolute: verl's file logger runs in a Ray actor with another working directory.
-    pub(crate) jsonl_path: PathBuf,
-    pub(crate) run_dir: PathBuf,
-    /// The steps asked of it (`trainer.total_training_steps`): one that exits 0 before the
-    /// last of them fails the run.
-    pub(crate) steps: u64,
-}
-
-/// Replace the experiment name the harness passes (`trainer.experiment_name=...`).
-pub(crate) fn set_experiment_name(launch: &mut TrainerLaunch, name: &str) {
-    for a in launch.args.iter_mut() {
-        if a.starts_with("trainer.experiment_name=") {
-            *a = format!("trainer.experiment_name={}", hydra_quote(name));
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum CommandDriverError {
-    #[error("cannot start the trainer `{program}`: {source}")]
-    Spawn {
-        program: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot create {path}: {source}")]
-    Log {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
+use crate::util::lock;
 
 /// The last lines of the trainer's output, and its last line (what a hang report names).
 #[derive(Debug, Default)]
-struct OutputTail {
-    lines: VecDeque<String>,
+pub(super) struct OutputTail {
+    pub(super) lines: VecDeque<String>,
 }
 
 impl OutputTail {
-    fn push(&mut self, line: &str) {
+    pub(super) fn push(&mut self, line: &str) {
         if line.trim().is_empty() {
             return;
         }
@@ -275,8 +54,6 @@ struct Shared {
     tx: EventSender,
     run_dir: PathBuf,
 }
-
-use crate::util::lock;
 
 impl Shared {
     /// Send one step's metrics (step 0, verl's validation before training, goes to its own
@@ -690,163 +467,4 @@ async fn supervise(
         });
     }
     Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Process groups.
-
-/// Whether any process of group `pgid` is still alive (zombies count as dead). Reads `/proc`
-/// where it exists; elsewhere asks the kernel with signal 0 (zombies then count as alive).
-pub fn group_alive(pgid: i32) -> bool {
-    if pgid <= 0 {
-        return false;
-    }
-    match std::fs::read_dir("/proc") {
-        Ok(entries) => entries.flatten().any(|e| {
-            let name = e.file_name();
-            let Some(pid) = name
-                .to_str()
-                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-            else {
-                return false;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            proc_stat_group(&stat)
-                .is_some_and(|(state, pgrp)| pgrp == pgid && state != 'Z' && state != 'X')
-        }),
-        // SAFETY: killpg with signal 0 only checks for existence and permission.
-        Err(_) => unsafe { libc::killpg(pgid, 0) == 0 },
-    }
-}
-
-/// `(state, process group)` from a `/proc/<pid>/stat` line; the command name may hold spaces
-/// and parentheses, so fields are counted after its last `)`.
-fn proc_stat_group(stat: &str) -> Option<(char, i32)> {
-    let after = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
-}
-
-fn signal_group(pgid: i32, sig: libc::c_int) {
-    if pgid > 0 {
-        // SAFETY: plain syscall on a process group this harness created; errors (ESRCH when
-        // the group is gone) are the expected outcome and ignored.
-        unsafe {
-            libc::killpg(pgid, sig);
-        }
-    }
-}
-
-/// TERM the group, wait up to `grace` for it to go, then KILL what is left.
-pub(crate) async fn terminate_group(pgid: i32, grace: Duration) {
-    if !group_alive(pgid) {
-        return;
-    }
-    signal_group(pgid, libc::SIGTERM);
-    let step = Duration::from_millis(50);
-    let deadline = tokio::time::Instant::now() + grace;
-    while tokio::time::Instant::now() < deadline {
-        if !group_alive(pgid) {
-            return;
-        }
-        tokio::time::sleep(step).await;
-    }
-    signal_group(pgid, libc::SIGKILL);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    while group_alive(pgid) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(step).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn hydra_values_are_quoted_the_way_hydra_reads_them() {
-        assert_eq!(hydra_value(&json!(null)), "null");
-        assert_eq!(hydra_value(&json!(true)), "true");
-        assert_eq!(hydra_value(&json!(16)), "16");
-        assert_eq!(hydra_value(&json!(1.0)), "1.0");
-        assert_eq!(hydra_value(&json!(1.0e-6)), "1e-6");
-        assert_eq!(hydra_value(&json!(0.95)), "0.95");
-        assert_eq!(hydra_value(&json!("Qwen/Qwen3-0.6B")), "'Qwen/Qwen3-0.6B'");
-        assert_eq!(hydra_value(&json!("5")), "'5'");
-        assert_eq!(hydra_value(&json!([0.9, 0.95])), "[0.9,0.95]");
-        assert_eq!(
-            hydra_value(&json!(["console", "file"])),
-            "['console','file']"
-        );
-        assert_eq!(hydra_value(&json!({"a": 1, "b": "x"})), "{a:1,b:'x'}");
-        assert_eq!(hydra_value(&json!({})), "{}");
-    }
-
-    #[test]
-    fn hydra_quoting_escapes_quotes_backslashes_and_interpolations() {
-        assert_eq!(hydra_quote("it's"), r"'it\'s'");
-        assert_eq!(hydra_quote(r"a\b"), r"'a\b'");
-        assert_eq!(hydra_quote(r"ends\"), r"'ends\\'");
-        assert_eq!(hydra_quote(r"x\'y"), r"'x\\\'y'");
-        assert_eq!(hydra_quote("${oc.env:HOME}"), r"'\${oc.env:HOME}'");
-        assert_eq!(hydra_quote("a, b = [c]"), "'a, b = [c]'");
-        // A literal backslash before `${`: doubled, then the escaped interpolation.
-        assert_eq!(hydra_quote(r"a\${x}"), r"'a\\\${x}'");
-        assert_eq!(hydra_quote("cost $5 {x}"), "'cost $5 {x}'");
-    }
-
-    #[test]
-    fn the_spec_rejects_an_empty_command_and_bad_addresses() {
-        let raw = |command: Vec<&str>, listen: Option<&str>| RawCommandDriverSpec {
-            command: command.into_iter().map(String::from).collect(),
-            env: BTreeMap::new(),
-            metrics_from: MetricsSource::VerlConsole,
-            proxy_listen: listen.map(String::from),
-            sources: Vec::new(),
-        };
-        let with_sources = |sources: &[&str]| RawCommandDriverSpec {
-            sources: sources.iter().map(|s| s.to_string()).collect(),
-            ..raw(vec!["x"], None)
-        };
-        assert!(CommandDriverSpec::try_from(with_sources(&["VERL_SRC", "A_1"])).is_ok());
-        assert!(CommandDriverSpec::try_from(with_sources(&["verl src"]))
-            .unwrap_err()
-            .contains("`sources`: \"verl src\" is not an environment variable name"));
-        assert!(CommandDriverSpec::try_from(raw(vec![], None))
-            .unwrap_err()
-            .contains("empty"));
-        assert!(
-            CommandDriverSpec::try_from(raw(vec!["x"], Some("localhost")))
-                .unwrap_err()
-                .contains("proxy_listen")
-        );
-        assert!(CommandDriverSpec::try_from(raw(vec!["x"], Some("127.0.0.1:0"))).is_ok());
-    }
-
-    #[test]
-    fn proc_stat_parsing_survives_odd_command_names() {
-        assert_eq!(
-            proc_stat_group("123 (a) b) c) S 1 77 77 0"),
-            Some(('S', 77))
-        );
-        assert_eq!(proc_stat_group("123 (x) Z 1 5 5"), Some(('Z', 5)));
-        assert_eq!(proc_stat_group("garbage"), None);
-        assert!(!group_alive(0));
-    }
-
-    #[test]
-    fn output_tail_keeps_the_last_lines() {
-        let mut t = OutputTail::default();
-        for i in 0..(TAIL_LINES + 10) {
-            t.push(&format!("line {i}"));
-            t.push("   ");
-        }
-        assert_eq!(t.lines.len(), TAIL_LINES);
-        assert_eq!(t.lines.front().map(String::as_str), Some("line 10"));
-    }
 }

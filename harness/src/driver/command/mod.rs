@@ -1,0 +1,168 @@
+//! The command driver: an external trainer (verl's launcher, or anything that prints like it)
+//! started in its own process group, its config passed as Hydra overrides, its metrics read
+//! from verl's file logger or console logger, its output kept in the run directory.
+//!
+//! The trainer is never trusted to end: the runner's watchdog stops it through
+//! [`Trainer::terminate`], which signals the whole process group (Ray spawns workers that
+//! outlive a killed launcher), TERM first and KILL after a grace period.
+//!
+//! `hydra` writes the overrides, `trainer` starts and supervises the trainer, `group` signals
+//! and watches its process group.
+
+mod group;
+mod hydra;
+mod trainer;
+
+pub use group::group_alive;
+pub(crate) use hydra::{hydra_quote, hydra_value, HARNESS_KEYS};
+pub(crate) use trainer::{start, Trainer};
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Lines of trainer output a failure report keeps.
+pub(crate) const TAIL_LINES: usize = 50;
+/// The address the Arctic client uses (`localhost:7000`): where the recording proxy listens by
+/// default, so the client reaches the proxy without any change to the trainer.
+pub(crate) const ARCTIC_CLIENT_ADDR: &str = "127.0.0.1:7000";
+/// The file verl's file logger writes, inside the run directory.
+pub(crate) const JSONL_FILE: &str = "verl_metrics.jsonl";
+/// verl's step-0 validation record (`val-*` keys), kept apart from `metrics.csv`.
+pub(crate) const VALIDATION_FILE: &str = "val_before_train.json";
+/// How often the JSONL file is polled for new lines.
+const JSONL_POLL: Duration = Duration::from_millis(200);
+/// How long the trainer's pipes may stay open after it exited (a grandchild holding them).
+const PIPE_DRAIN: Duration = Duration::from_secs(2);
+
+/// Where the trainer's per-step metrics come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum MetricsSource {
+    /// `$VERL_FILE_LOGGER_PATH`, tailed as it grows.
+    VerlJsonl,
+    /// `step:N - key:value ...` lines anywhere in stdout or stderr.
+    VerlConsole,
+}
+
+/// `driver: {kind: command, command: [...], env: {...}, metrics_from: verl-jsonl}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawCommandDriverSpec")]
+pub struct CommandDriverSpec {
+    /// Program and arguments, without a shell. A relative program path with a `/` is relative
+    /// to the scenario file's folder; a bare name is looked up on PATH.
+    pub(crate) command: Vec<String>,
+    /// Extra environment for the trainer (on top of the harness's own).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) metrics_from: MetricsSource,
+    /// Where the recording proxy listens when the scenario has an Arctic backend; default
+    /// `127.0.0.1:7000`, the Arctic client's address. `127.0.0.1:0` picks a free port (the
+    /// trainer then learns it from `RLHARNESS_BACKEND_URL`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) proxy_listen: Option<String>,
+    /// The environment variables that name the trainer's source checkouts (`[VERL_SRC,
+    /// ARCTIC_SRC]`): `run.json` records each one's `git describe`, so a history orders runs
+    /// by the trainer's code, and a bisect knows which repository it walks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) sources: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCommandDriverSpec {
+    command: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    metrics_from: MetricsSource,
+    #[serde(default)]
+    proxy_listen: Option<String>,
+    #[serde(default)]
+    sources: Vec<String>,
+}
+
+impl TryFrom<RawCommandDriverSpec> for CommandDriverSpec {
+    type Error = String;
+    fn try_from(r: RawCommandDriverSpec) -> Result<Self, String> {
+        match r.command.first() {
+            None => return Err("`command` must name a program (it is empty)".into()),
+            Some(p) if p.trim().is_empty() => {
+                return Err("`command`: the program name is empty".into())
+            }
+            Some(_) => {}
+        }
+        for k in r.env.keys() {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(format!("`env`: invalid variable name {k:?}"));
+            }
+        }
+        for k in &r.sources {
+            let ok = !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                return Err(format!(
+                    "`sources`: {k:?} is not an environment variable name (letters, digits, `_`)"
+                ));
+            }
+        }
+        if let Some(l) = &r.proxy_listen {
+            l.parse::<std::net::SocketAddr>().map_err(|e| {
+                format!("`proxy_listen`: {l:?} is not an address such as 127.0.0.1:7000: {e}")
+            })?;
+        }
+        Ok(CommandDriverSpec {
+            command: r.command,
+            env: r.env,
+            metrics_from: r.metrics_from,
+            proxy_listen: r.proxy_listen,
+            sources: r.sources,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launching.
+
+/// Everything needed to start the trainer, decided before anything starts (tests read it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainerLaunch {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub(crate) metrics_from: MetricsSource,
+    /// Absolute: verl's file logger runs in a Ray actor with another working directory.
+    pub(crate) jsonl_path: PathBuf,
+    pub(crate) run_dir: PathBuf,
+    /// The steps asked of it (`trainer.total_training_steps`): one that exits 0 before the
+    /// last of them fails the run.
+    pub(crate) steps: u64,
+}
+
+/// Replace the experiment name the harness passes (`trainer.experiment_name=...`).
+pub(crate) fn set_experiment_name(launch: &mut TrainerLaunch, name: &str) {
+    for a in launch.args.iter_mut() {
+        if a.starts_with("trainer.experiment_name=") {
+            *a = format!("trainer.experiment_name={}", hydra_quote(name));
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CommandDriverError {
+    #[error("cannot start the trainer `{program}`: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot create {path}: {source}")]
+    Log {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[cfg(test)]
+mod tests;

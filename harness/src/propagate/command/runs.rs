@@ -1,0 +1,370 @@
+//! The matrix's distinct runs: each planned once by its override set (aliases by plan hash),
+//! executed through the recording proxy a bounded number at a time, and what its wire shows.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use super::{MatrixOptions, MatrixProgress, RunResult};
+use crate::propagate::group;
+use crate::propagate::wire::{WireCut, WireSnapshot};
+use crate::propagate::PropagateError;
+use crate::runner::{self, RunEnd, RunOptions};
+
+/// Why a trainer's run shows nothing on the wire, when it cannot: it talks over Ray.
+pub(super) fn over_ray(config: &Value) -> Option<String> {
+    let protocol = crate::driver::translate::lookup(config, group::TRANSPORT)?;
+    (protocol.as_str() == Some("ray")).then(|| {
+        "not observable over Ray: the trainer's Arctic client talks to the server over Ray, \
+         which the recording proxy cannot see; run with remote_backend.comms.protocol=http"
+            .to_string()
+    })
+}
+
+/// A filesystem-safe label for a run folder.
+fn slug(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '=' | ',') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    out.truncate(120);
+    out
+}
+
+fn run_label(overrides: &[String]) -> String {
+    if overrides.is_empty() {
+        return "baseline".into();
+    }
+    overrides
+        .iter()
+        .map(|o| {
+            o.trim_start_matches('+')
+                .trim_start_matches("config.")
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// What every run of the matrix shares: where it goes and how far it runs.
+pub(super) struct Executor<'a> {
+    pub(super) scenario: &'a Path,
+    pub(super) set: &'a [String],
+    pub(super) options: &'a MatrixOptions,
+    pub(super) dir: &'a Path,
+    pub(super) out: &'a Path,
+    pub(super) command: bool,
+    pub(super) experiment: String,
+    pub(super) jobs: usize,
+    /// The scenario's resolved config (what a knob's conditions read before any run).
+    pub(super) config: &'a Value,
+    pub(super) progress: MatrixProgress,
+}
+
+impl Executor<'_> {
+    /// An external trainer keeps the scenario's own horizon (`trainer.total_training_steps`,
+    /// from which verl sizes the learning-rate schedule) and is stopped on the wire; the
+    /// builtin driver takes its horizon from the config and runs the steps asked for.
+    fn stop_at(&self, reach: WireCut) -> Option<runner::StopAt> {
+        match (reach, self.command) {
+            (WireCut::Initialized, _) => Some(runner::StopAt::Initialized),
+            (WireCut::Steps(n), true) => Some(runner::StopAt::Steps(n)),
+            (WireCut::Steps(_), false) => None,
+        }
+    }
+
+    fn run_options(&self, run_dir: PathBuf, reach: WireCut) -> RunOptions {
+        let steps = match reach {
+            WireCut::Initialized => 1,
+            WireCut::Steps(n) => n,
+        };
+        RunOptions {
+            steps: (!self.command).then_some(steps),
+            set: self.set.to_vec(),
+            run_dir: Some(run_dir),
+            stop_at: self.stop_at(reach),
+            experiment_name: Some(self.experiment.clone()),
+            ..RunOptions::new(self.out.to_path_buf(), PathBuf::from("golden"))
+        }
+    }
+
+    /// Run `todo` (`jobs` in flight), the plain baseline first and alone when it is among
+    /// them: a trainer that cannot run it (broken, or not reaching the wire) would fail every
+    /// trial the same way, so the matrix stops there.
+    pub(super) async fn execute(
+        &self,
+        rs: &mut RunSet,
+        mut todo: Vec<Todo>,
+    ) -> Result<(), PropagateError> {
+        let run = |t: Todo| {
+            let o = self.run_options(t.dir.clone(), t.reach);
+            let stop_at = self.stop_at(t.reach);
+            async move {
+                let started = Instant::now();
+                let r = execute_trial(t.plan, o, &t.label, &t.dir, stop_at, t.reach).await;
+                self.progress
+                    .finished(&t.shown, &r, started.elapsed().as_secs_f64());
+                (t.index, r)
+            }
+        };
+        rs.executed += todo.len();
+        if let Some(k) = todo.iter().position(|t| rs.runs[t.index].is_empty()) {
+            let (i, r) = run(todo.remove(k)).await;
+            if let Err(e) = baseline_wire(self.scenario, &rs.runs[i], &r) {
+                let left = todo.len();
+                return Err(e.with_note(&format!("the other {left} runs were not started")));
+            }
+            rs.results[i] = Some(r);
+        }
+        let finished: Vec<(usize, RunResult)> = futures_util::stream::iter(todo)
+            .map(run)
+            .buffer_unordered(self.jobs)
+            .collect()
+            .await;
+        for (i, r) in finished {
+            rs.results[i] = Some(r);
+        }
+        Ok(())
+    }
+}
+
+/// One run to execute: its index in the [`RunSet`], plan, folder and label.
+pub(super) struct Todo {
+    index: usize,
+    plan: crate::plan::RunPlan,
+    dir: PathBuf,
+    label: String,
+    /// The label as the progress line shows it.
+    shown: String,
+    reach: WireCut,
+}
+
+/// The distinct runs of the matrix by their override sets; a run whose resolved values
+/// coincide with an earlier one's (a condition equal to the scenario's own value) is an alias.
+#[derive(Default)]
+pub(super) struct RunSet {
+    pub(super) runs: Vec<Vec<String>>,
+    pub(super) baseline: Vec<bool>,
+    /// How far each run must go: the furthest its trials need.
+    pub(super) reach: Vec<WireCut>,
+    pub(super) index: BTreeMap<Vec<String>, usize>,
+    pub(super) by_hash: BTreeMap<String, usize>,
+    pub(super) alias: Vec<usize>,
+    pub(super) results: Vec<Option<RunResult>>,
+    /// Runs before this index are prepared.
+    pub(super) prepared: usize,
+    /// Runs executed (aliases not counted).
+    pub(super) executed: usize,
+}
+
+impl RunSet {
+    /// The index of the run with these overrides, added when new.
+    pub(super) fn want(&mut self, overrides: Vec<String>, baseline: bool, reach: WireCut) -> usize {
+        if let Some(&i) = self.index.get(&overrides) {
+            self.baseline[i] |= baseline;
+            self.reach[i] = self.reach[i].max(reach);
+            return i;
+        }
+        self.runs.push(overrides.clone());
+        self.baseline.push(baseline);
+        self.reach.push(reach);
+        self.alias.push(self.runs.len() - 1);
+        self.results.push(None);
+        self.index.insert(overrides, self.runs.len() - 1);
+        self.runs.len() - 1
+    }
+
+    pub(super) fn result(&self, i: usize) -> Option<&RunResult> {
+        self.results[self.alias[i]].as_ref()
+    }
+
+    /// Load the runs added since the last call: a trial the scenario does not load with fails
+    /// there (a baseline is an input error); a run whose plan hash was seen is an alias.
+    pub(super) fn prepare(&mut self, exec: &Executor<'_>) -> Result<Vec<Todo>, PropagateError> {
+        let mut todo = Vec::new();
+        for i in self.prepared..self.runs.len() {
+            let overrides = &self.runs[i];
+            let mut args = exec.set.to_vec();
+            args.extend(overrides.iter().cloned());
+            let s = match crate::spec::load_scenario(exec.scenario, &args) {
+                Ok(s) => s,
+                Err(e) => {
+                    let msg = format!(
+                        "the scenario does not load with {}: {e}",
+                        overrides.join(" ")
+                    );
+                    if self.baseline[i] {
+                        return Err(PropagateError::Input(msg));
+                    }
+                    self.results[i] = Some(RunResult::Failed(msg));
+                    continue;
+                }
+            };
+            let run_plan = match run_plan_for(s, exec.options) {
+                Ok(p) => p,
+                Err(e) => {
+                    let msg = format!(
+                        "the run cannot be planned with {}: {e}",
+                        overrides.join(" ")
+                    );
+                    if self.baseline[i] {
+                        return Err(PropagateError::Input(msg));
+                    }
+                    self.results[i] = Some(RunResult::Failed(msg));
+                    continue;
+                }
+            };
+            if let Some(&first) = self.by_hash.get(&run_plan.plan_hash) {
+                self.alias[i] = first;
+                // Not run yet (prepared this round): it goes as far as both need. A run
+                // already made is compared over the stretch it has.
+                if let Some(t) = todo.iter_mut().find(|t: &&mut Todo| t.index == first) {
+                    t.reach = t.reach.max(self.reach[i]);
+                }
+                continue;
+            }
+            self.by_hash.insert(run_plan.plan_hash.clone(), i);
+            let label = run_label(overrides);
+            let dir = exec.dir.join(format!("{i:03}-{}", slug(&label)));
+            todo.push(Todo {
+                index: i,
+                plan: run_plan,
+                shown: MatrixProgress::shown(overrides.len(), &label, &dir),
+                dir,
+                label,
+                reach: self.reach[i],
+            });
+        }
+        self.prepared = self.runs.len();
+        Ok(todo)
+    }
+}
+
+/// The plan of one run. The harness passes a command trainer the run's step count as
+/// `trainer.total_training_steps`; a trial of that knob must reach the trainer, so the
+/// config's value is the count (the trainer is stopped on the wire long before).
+fn run_plan_for(
+    mut s: crate::spec::Scenario,
+    options: &MatrixOptions,
+) -> Result<crate::plan::RunPlan, crate::plan::PlanError> {
+    let steps = match &s.driver {
+        crate::driver::DriverSpec::Command(_) => {
+            if let Some(n) = crate::driver::translate::lookup(
+                &s.config.to_json(),
+                "trainer.total_training_steps",
+            )
+            .and_then(Value::as_u64)
+            .filter(|n| *n >= 1)
+            {
+                s.steps = n;
+            }
+            None
+        }
+        crate::driver::DriverSpec::Builtin(_) => Some(options.until.steps()),
+    };
+    crate::plan::RunPlan::new(s, None, steps)
+}
+
+/// Who drives the trials (for the report), and whether its proxy address is fixed (the Arctic
+/// client's `localhost:7000`: one trial at a time).
+pub(super) fn describe_driver(driver: &crate::driver::DriverSpec) -> (String, bool) {
+    match driver {
+        crate::driver::DriverSpec::Builtin(_) => (
+            "the builtin driver (rlharness's own adapter)".to_string(),
+            false,
+        ),
+        crate::driver::DriverSpec::Command(c) => {
+            let listen = c
+                .proxy_listen
+                .clone()
+                .unwrap_or_else(|| crate::driver::command::ARCTIC_CLIENT_ADDR.to_string());
+            (
+                format!("the scenario's trainer `{}`", c.command.join(" ")),
+                !listen.ends_with(":0"),
+            )
+        }
+    }
+}
+
+/// One trial run, and what its wire shows (cut where a stopped trial was stopped).
+async fn execute_trial(
+    run_plan: crate::plan::RunPlan,
+    o: RunOptions,
+    label: &str,
+    run_dir: &Path,
+    stop_at: Option<runner::StopAt>,
+    reach: WireCut,
+) -> RunResult {
+    let cut = match stop_at {
+        Some(runner::StopAt::Initialized) => Some(WireCut::Initialized),
+        Some(runner::StopAt::Steps(n)) => Some(WireCut::Steps(n)),
+        None => None,
+    };
+    let config = run_plan.scenario.config.to_json();
+    let ray = over_ray(&config);
+    let tail = |t: &Option<String>| match t {
+        Some(t) => format!("; the trainer's last lines:\n{t}"),
+        None => String::new(),
+    };
+    let ex = match runner::execute(run_plan, &o).await {
+        Ok(ex) => ex,
+        Err(e) => return RunResult::Failed(e.to_string()),
+    };
+    // A trainer that sent nothing through the proxy: over Ray, or broken.
+    let silent = std::fs::metadata(ex.run_dir.join("wire.jsonl")).map_or(true, |m| m.len() == 0);
+    match (&ex.end, silent, ray) {
+        (_, true, Some(why)) => RunResult::NotObservable(why),
+        (_, true, None) => RunResult::Failed(format!(
+            "the trainer never reached the wire in the run with {label} ({}, {}){}",
+            ex.end
+                .reason()
+                .unwrap_or_else(|| "it exited cleanly".into()),
+            run_dir.display(),
+            tail(&ex.trainer_tail)
+        )),
+        (RunEnd::Completed, false, _) => match WireSnapshot::load_run_until(&ex.run_dir, cut) {
+            Ok(wire) => RunResult::Ran {
+                wire,
+                config,
+                dir: ex.run_dir.clone(),
+                reach,
+            },
+            Err(e) => RunResult::Failed(e.to_string()),
+        },
+        (end, false, _) => RunResult::Failed(format!(
+            "{} ({}){}",
+            end.reason().unwrap_or_else(|| end.status().to_string()),
+            run_dir.display(),
+            tail(&ex.trainer_tail)
+        )),
+    }
+}
+
+/// A baseline run's wire, or why it leaves nothing to judge against.
+pub(super) fn baseline_wire<'a>(
+    scenario: &Path,
+    overrides: &[String],
+    r: &'a RunResult,
+) -> Result<&'a WireSnapshot, PropagateError> {
+    match r {
+        RunResult::Ran { wire, .. } => Ok(wire),
+        RunResult::Failed(why) => Err(PropagateError::Baseline(format!(
+            "the baseline run ({}) failed: {why}",
+            run_label(overrides)
+        ))),
+        RunResult::NotObservable(why) => Err(PropagateError::Input(format!(
+            "{}: the baseline run ({}) shows nothing to judge: {why}",
+            scenario.display(),
+            run_label(overrides)
+        ))),
+    }
+}

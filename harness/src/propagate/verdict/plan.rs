@@ -1,0 +1,120 @@
+//! The matrix's plan: one trial per knob, `try` value and assignment of its conditions, and
+//! the knobs that have no perturbation left.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::lookup;
+use crate::propagate::manifest::KnobManifest;
+
+/// An assignment of condition knobs (config path -> value).
+pub(crate) type Condition = BTreeMap<String, Value>;
+
+/// `a=1, b=true`, or `-` for none.
+pub(crate) fn condition_label(c: &Condition) -> String {
+    if c.is_empty() {
+        return "-".into();
+    }
+    c.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The value of a `--set` override: a YAML flow value (JSON is one).
+pub(crate) fn set_value(v: &Value) -> String {
+    v.to_string()
+}
+
+/// One perturbed run of the matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Trial {
+    /// Index into `KnobManifest::knobs`.
+    pub(crate) knob: usize,
+    pub(crate) value: Value,
+    pub(crate) condition: Condition,
+}
+
+impl Trial {
+    /// The overrides of its baseline (the condition only), sorted.
+    pub(crate) fn baseline_overrides(&self) -> Vec<String> {
+        condition_overrides(&self.condition)
+    }
+    /// The overrides of the perturbed run, sorted.
+    pub(crate) fn overrides(&self, m: &KnobManifest) -> Vec<String> {
+        let mut o = condition_overrides(&self.condition);
+        o.push(format!(
+            "++config.{}={}",
+            m.knobs[self.knob].path,
+            set_value(&self.value)
+        ));
+        o.sort();
+        o
+    }
+}
+
+pub(crate) fn condition_overrides(c: &Condition) -> Vec<String> {
+    let mut o: Vec<String> = c
+        .iter()
+        .map(|(k, v)| format!("++config.{k}={}", set_value(v)))
+        .collect();
+    o.sort();
+    o
+}
+
+/// What the matrix runs: the trials, and the knobs that have no perturbation left.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MatrixPlan {
+    pub(crate) trials: Vec<Trial>,
+    /// (knob index, why nothing runs for it).
+    pub(crate) not_exercised: Vec<(usize, String)>,
+    /// (knob index, why): knobs the scenario's `propagate.skip` leaves out, judged not
+    /// observable here (unobserved, not a flag).
+    pub(crate) skipped: Vec<(usize, String)>,
+}
+
+/// The trials for a scenario whose resolved config is `config`: each knob, under each
+/// combination of its condition values, with each `try` value that differs from the
+/// scenario's own value (strictly: `4.0` differs from `4`).
+pub(crate) fn plan_matrix(m: &KnobManifest, config: &Value) -> MatrixPlan {
+    let mut plan = MatrixPlan::default();
+    for (i, k) in m.knobs.iter().enumerate() {
+        let current = lookup(config, &k.path).cloned().unwrap_or(Value::Null);
+        let values: Vec<&Value> = k.tries.iter().filter(|t| **t != current).collect();
+        if values.is_empty() {
+            plan.not_exercised.push((
+                i,
+                format!("every `try` value equals the scenario's value {current}"),
+            ));
+            continue;
+        }
+        for cond in assignments(&k.conditions) {
+            for v in &values {
+                plan.trials.push(Trial {
+                    knob: i,
+                    value: (*v).clone(),
+                    condition: cond.clone(),
+                });
+            }
+        }
+    }
+    plan
+}
+
+/// Cartesian product of the condition values; one empty assignment without conditions.
+fn assignments(conds: &BTreeMap<String, Vec<Value>>) -> Vec<Condition> {
+    let mut out = vec![Condition::new()];
+    for (k, values) in conds {
+        let mut next = Vec::new();
+        for a in &out {
+            for v in values {
+                let mut b = a.clone();
+                b.insert(k.clone(), v.clone());
+                next.push(b);
+            }
+        }
+        out = next;
+    }
+    out
+}
