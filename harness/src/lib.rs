@@ -57,7 +57,6 @@ pub mod compare;
 pub mod driver;
 pub mod error;
 pub mod events;
-pub mod fsx;
 pub mod golden;
 pub mod history;
 mod knobs;
@@ -70,6 +69,8 @@ pub mod rundir;
 pub mod runner;
 mod slot;
 pub mod spec;
-pub mod task;
 mod util;
-pub mod wire;
+
+// Shared with the torch engine, so they live in the Arctic crate (`harness/arctic`); re-exported
+// under their old names.
+pub use rlharness_arctic::{fsx, task, wire};

@@ -12,7 +12,6 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::client::{ArcticClient, ClientError, Reply};
-use super::grpo::group_advantages;
 use super::translate::{BatchShape, Translation};
 use super::BuiltinDriverSpec;
 use crate::events::{EventSender, RunEvent};
@@ -20,6 +19,7 @@ use crate::metrics::{ModelShape, StepMetrics};
 use crate::task::{ArithTask, CharTokenizer, Problem, PAD_ID};
 use crate::wire::api::JobType;
 use crate::wire::{pyjson, Node, Tensor};
+use rlharness_arctic::grpo::group_advantages;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DriverError {

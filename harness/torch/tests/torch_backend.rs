@@ -3,11 +3,11 @@
 //! the fp32-logits knob under bf16, determinism, checkpoints, error statuses, and learning.
 #![cfg(feature = "torch")]
 
-use rlharness::backend::torch_spec::{
+use rlharness_arctic::engine::{Engine, ModelBatch};
+use rlharness_arctic::torch_spec::{
     ModelKind, ModelSpec, TorchDType, TorchDevice, TorchSpec, WarmStartSpec,
 };
-use rlharness::backend::{Engine, ModelBatch};
-use rlharness::wire::api::JobType;
+use rlharness_arctic::wire::api::JobType;
 use rlharness_torch::grpo::{f32_values, job_config, padded_batch, run_grpo, window_mean, GrpoRun};
 use rlharness_torch::sample::SamplingParams;
 use rlharness_torch::TorchEngine;
@@ -91,7 +91,7 @@ fn sample_rows() -> (Vec<Vec<i64>>, Vec<Vec<i64>>) {
     (prompts, responses)
 }
 
-fn forward_batch(tensors: Vec<(String, rlharness::wire::Tensor)>, m: Value) -> ModelBatch {
+fn forward_batch(tensors: Vec<(String, rlharness_arctic::wire::Tensor)>, m: Value) -> ModelBatch {
     ModelBatch {
         batch: tensors,
         meta: meta(m),
@@ -104,7 +104,7 @@ fn forward_batch(tensors: Vec<(String, rlharness::wire::Tensor)>, m: Value) -> M
 fn forward_logprobs(
     engine: &TorchEngine,
     job: u64,
-    tensors: &[(String, rlharness::wire::Tensor)],
+    tensors: &[(String, rlharness_arctic::wire::Tensor)],
     m: Value,
 ) -> Vec<f32> {
     f32_values(
@@ -228,7 +228,7 @@ fn plain_forward(
     (lps, ents)
 }
 
-fn rows_of(t: &rlharness::wire::Tensor) -> Vec<Vec<i64>> {
+fn rows_of(t: &rlharness_arctic::wire::Tensor) -> Vec<Vec<i64>> {
     let vals: Vec<i64> = t
         .data
         .chunks_exact(8)
@@ -358,7 +358,7 @@ fn zorro_alignment_check(engine: TorchEngine) {
 }
 
 fn grpo_update(
-    tensors: &[(String, rlharness::wire::Tensor)],
+    tensors: &[(String, rlharness_arctic::wire::Tensor)],
     b: usize,
     s: usize,
     p: usize,
@@ -379,11 +379,11 @@ fn grpo_update(
     }
     batch.push((
         "old_log_probs".into(),
-        rlharness::backend::f32_tensor(vec![b, s], &old_full),
+        rlharness_arctic::engine::f32_tensor(vec![b, s], &old_full),
     ));
     batch.push((
         "advantages".into(),
-        rlharness::backend::f32_tensor(vec![b, s], &adv_full),
+        rlharness_arctic::engine::f32_tensor(vec![b, s], &adv_full),
     ));
     ModelBatch {
         batch,
@@ -642,7 +642,7 @@ fn bad_requests_get_clear_statuses() {
         .unwrap_err()
         .detail
         .contains("dpo"));
-    let req = rlharness::backend::GenerateRequest {
+    let req = rlharness_arctic::engine::GenerateRequest {
         prompts: vec!["Q:x".into()],
         sampling_params: Map::new(),
     };
@@ -678,7 +678,7 @@ fn generate_samples_the_task_format_and_respects_max_tokens() {
         .create_job(1, &job_config(JobType::Sampling))
         .unwrap();
     let params = meta(json!({"n": 4, "temperature": 1.0, "max_tokens": 12}));
-    let req = rlharness::backend::GenerateRequest {
+    let req = rlharness_arctic::engine::GenerateRequest {
         prompts: vec!["Q:3+4=?\nA:".into(), "Q:9+9=?\nA:".into()],
         sampling_params: params,
     };
@@ -694,7 +694,7 @@ fn generate_samples_the_task_format_and_respects_max_tokens() {
         assert_eq!(c.generation_len, c.token_ids.len());
         assert!(c.token_ids.len() <= 12);
     }
-    let short = rlharness::backend::GenerateRequest {
+    let short = rlharness_arctic::engine::GenerateRequest {
         prompts: vec!["Q:3+4=?\nA:".into()],
         sampling_params: meta(json!({"max_tokens": 2})),
     };
@@ -779,7 +779,7 @@ fn concurrent_cpu_generate_calls_draw_their_own_streams() {
 fn queued_generate_calls_hold_no_thread_and_answer_as_alone() {
     let queued = std::sync::Arc::new(engine_with_job(TorchDType::F32, 6, JobType::Sampling));
     let alone = engine_with_job(TorchDType::F32, 6, JobType::Sampling);
-    let request = |i: usize| rlharness::backend::GenerateRequest {
+    let request = |i: usize| rlharness_arctic::engine::GenerateRequest {
         prompts: vec![format!("Q:{}+{}=", i % 10, i / 10)],
         sampling_params: meta(json!({"temperature": 1.0, "max_tokens": 6})),
     };
@@ -822,7 +822,7 @@ fn queued_generate_calls_hold_no_thread_and_answer_as_alone() {
     seeded.sampling_params.insert("seed".into(), json!(5));
     assert!(queued.generate_queued(1, &seeded).is_none());
     // A bad request is refused at once, naming what is wrong.
-    let bad = rlharness::backend::GenerateRequest {
+    let bad = rlharness_arctic::engine::GenerateRequest {
         prompts: vec!["Q:x".into()],
         sampling_params: Map::new(),
     };
@@ -1086,7 +1086,7 @@ fn layout(
 /// and `cuda_ipc` is reported as having no effect; colocated, `cuda_ipc` is honoured.
 #[test]
 fn split_layout_on_the_cpu_records_devices_syncs_and_rules() {
-    use rlharness::backend::torch_spec::layout::SyncPath;
+    use rlharness_arctic::torch_spec::layout::SyncPath;
     let spec = warm_spec(0);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("backend_layout.json");
@@ -1193,20 +1193,20 @@ fn split_layout_on_cuda_places_the_roles_and_syncs_across() {
     // Loads libtorch's CUDA backend (the count is 0 before).
     drop(TorchEngine::new(&spec, 1).unwrap());
     let visible = tch::Cuda::device_count() as usize;
-    let knobs = rlharness::backend::torch_spec::layout::LayoutKnobs {
+    let knobs = rlharness_arctic::torch_spec::layout::LayoutKnobs {
         colocate: false,
         training_gpus: 1,
         sampling_gpus: 1,
     };
     let sampling = if visible >= 2 {
         let map =
-            rlharness::backend::torch_spec::layout::device_map(TorchDevice::Cuda, knobs, visible)
+            rlharness_arctic::torch_spec::layout::device_map(TorchDevice::Cuda, knobs, visible)
                 .unwrap();
         assert_eq!(map.sampling.to_string(), "cuda:1");
         tch::Device::Cuda(1)
     } else {
         let err =
-            rlharness::backend::torch_spec::layout::device_map(TorchDevice::Cuda, knobs, visible)
+            rlharness_arctic::torch_spec::layout::device_map(TorchDevice::Cuda, knobs, visible)
                 .unwrap_err();
         assert!(err.contains("needs 2 CUDA devices"), "{err}");
         tch::Device::Cuda(0)
