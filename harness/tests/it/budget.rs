@@ -13,11 +13,16 @@ use crate::common::repo;
 const BUDGET: usize = 600;
 
 /// The folders the budget covers (the fuzz crate, a workspace of its own, is not among them).
-const ROOTS: [&str; 3] = ["harness/src", "harness/torch", "harness/tests"];
+const ROOTS: [&str; 4] = [
+    "harness/src",
+    "harness/arctic",
+    "harness/torch",
+    "harness/tests",
+];
 
 /// Files over the budget, with the size they may not grow past.
 const OVER: &[(&str, usize)] = &[
-    ("harness/src/backend/replay/cassette.rs", 743),
+    ("harness/arctic/src/cassette.rs", 743),
     ("harness/src/backend/replay/mod.rs", 696),
     ("harness/src/checks/spec.rs", 603),
     ("harness/src/compare/judge/mod.rs", 752),
