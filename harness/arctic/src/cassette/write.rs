@@ -177,10 +177,7 @@ impl CassetteWriter {
     }
 }
 
-fn write_all(
-    dir: &Path,
-    rx: mpsc::Receiver<RecordedExchange>,
-) -> Result<usize, CassetteError> {
+fn write_all(dir: &Path, rx: mpsc::Receiver<RecordedExchange>) -> Result<usize, CassetteError> {
     let mut entries = Vec::new();
     let mut first_error = None;
     let mut pack = Pack::new(dir);
