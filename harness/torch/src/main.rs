@@ -140,9 +140,9 @@ mod serve {
         /// and seconds) to this JSON file, rewritten as it changes.
         #[arg(long)]
         pub layout_record: Option<PathBuf>,
-        /// Without a scenario: train a fresh warm start of the default tiny model (600 steps,
-        /// minutes on a small CPU, cached for the next start) instead of serving the shipped
-        /// one.
+        /// Without `--backend-json`: train a fresh warm start of the default tiny model (600
+        /// steps, minutes on a small CPU, cached for the next start) instead of serving the
+        /// shipped one.
         #[arg(long, conflicts_with = "backend_json")]
         pub train_warm_start: bool,
         /// Started by `rlharness run`: print one JSON ready line on stdout, and exit when
@@ -156,7 +156,7 @@ mod serve {
     fn spec_and_seed(args: &Args) -> Result<(TorchSpec, u64), CommandError> {
         if let Some(path) = &args.scenario {
             return Err(CommandError::invalid(format!(
-                "rlharness-torch reads no scenario: run `rlharness serve torch --scenario {}` \
+                "this executable reads no scenario: run `rlharness serve torch --scenario {}` \
                  (with its --set overrides), which resolves the torch backend block and \
                  passes it here as --backend-json",
                 path.display()
