@@ -1,66 +1,8 @@
-//! Exit codes of the `rlharness` binary (fixed interface, see docs/architecture.md).
+//! Exit codes of the `rlharness` binary (fixed interface, see docs/architecture.md): the
+//! statuses are `rlharness_arctic::exit::ExitStatus`, shared with `rlharness-torch`; the
+//! error that carries one is the harness's own.
 
-/// Documented exit codes. Scripts and CI depend on these numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ExitStatus {
-    /// 0: all checks passed (skips included).
-    Passed = 0,
-    /// 1: a check failed (regression, or a verdict other than the expected one).
-    CheckFailed = 1,
-    /// 2: invalid input (CLI, scenario, golden file).
-    InvalidInput = 2,
-    /// 3: the run itself failed (driver or backend crash, hang, timeout, interrupt).
-    RunFailed = 3,
-    /// 4: no golden yet; a pending `.new` golden was written.
-    NoGolden = 4,
-}
-
-impl ExitStatus {
-    pub fn code(self) -> i32 {
-        self as i32
-    }
-
-    /// The status of a documented exit code (`None` for any other number).
-    /// The verdict's word in indexes and summaries (`pass`, `FAIL`, `RUN FAILED`, ...).
-    pub(crate) fn word(self) -> &'static str {
-        match self {
-            ExitStatus::Passed => "pass",
-            ExitStatus::CheckFailed => "FAIL",
-            ExitStatus::InvalidInput => "INVALID",
-            ExitStatus::RunFailed => "RUN FAILED",
-            ExitStatus::NoGolden => "no golden",
-        }
-    }
-    pub(crate) fn from_code(code: i32) -> Option<ExitStatus> {
-        Some(match code {
-            0 => ExitStatus::Passed,
-            1 => ExitStatus::CheckFailed,
-            2 => ExitStatus::InvalidInput,
-            3 => ExitStatus::RunFailed,
-            4 => ExitStatus::NoGolden,
-            _ => return None,
-        })
-    }
-
-    /// When several scenarios run, the worst status wins: 2 > 3 > 1 > 4 > 0.
-    pub(crate) fn severity(self) -> u8 {
-        match self {
-            ExitStatus::Passed => 0,
-            ExitStatus::NoGolden => 1,
-            ExitStatus::CheckFailed => 2,
-            ExitStatus::RunFailed => 3,
-            ExitStatus::InvalidInput => 4,
-        }
-    }
-
-    pub(crate) fn worst(self, other: ExitStatus) -> ExitStatus {
-        if other.severity() > self.severity() {
-            other
-        } else {
-            self
-        }
-    }
-}
+pub use rlharness_arctic::exit::ExitStatus;
 
 /// An error that knows which exit code it maps to. Only the command layer (`app`) makes one:
 /// each lower module's own error converts into it in `app/errors.rs`, so `main` only prints

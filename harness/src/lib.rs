@@ -16,15 +16,18 @@
 //!   `spec::lint`), planning a run (`RunPlan`, `plan::launch`).
 //! - [`runner`], [`events`]: executing a plan (`execute`, `RunOptions`, `Executed`, `RunEnd`)
 //!   and its progress events.
-//! - [`backend`]: the `Engine` trait, the mock, replay and torch-spec backends, the Arctic
-//!   HTTP server (`backend::server`) and the torch child's hand-shake (`backend::child`).
-//! - [`wire`]: the DSSST1 frame codec, the Arctic API types, Python-style JSON floats.
-//! - [`driver`], [`proxy`], [`capture`], [`task`]: the built-in and command drivers, the
-//!   recording proxy, trainer-log parsing, the arithmetic task and its scorers.
+//! - [`backend`]: the scenario's `BackendSpec`, the replay backend, starting the torch child
+//!   (`backend::child`); re-exported from the Arctic crate: the `Engine` trait, the mock, the
+//!   torch spec, the Arctic HTTP server (`backend::server`) and the child's hand-shake.
+//! - [`wire`], [`task`], [`fsx`]: the Arctic crate's (`rlharness_arctic`, `harness/arctic`),
+//!   re-exported under their old names: the DSSST1 frame codec, the Arctic API types,
+//!   Python-style JSON floats; the arithmetic task and its scorers; file helpers.
+//! - [`driver`], [`proxy`], [`capture`]: the built-in and command drivers, the recording
+//!   proxy, trainer-log parsing.
 //! - [`metrics`], [`compare`], [`golden`], [`report`], [`propagate`]: metric tables, judging
 //!   (`judge`, `judge_run`, `compare::expr`), golden stores, reports, knob propagation.
 //! - [`rundir`]: a run directory's files as data (`RunManifest`, `run.json`; `RunStatus`).
-//! - [`error`], [`fsx`]: `ExitStatus`, `CommandError` and filesystem helpers with typed errors.
+//! - [`error`]: `CommandError`, and `ExitStatus` (the Arctic crate's, re-exported).
 //!
 //! `checks` (rule and expression types, re-exported through `compare`), `slot` and `util` are
 //! private.
@@ -58,7 +61,6 @@ pub mod compare;
 pub mod driver;
 pub mod error;
 pub mod events;
-pub mod fsx;
 pub mod golden;
 pub mod history;
 mod knobs;
@@ -71,6 +73,8 @@ pub mod rundir;
 pub mod runner;
 mod slot;
 pub mod spec;
-pub mod task;
 mod util;
-pub mod wire;
+
+// Shared with the torch engine, so they live in the Arctic crate (`harness/arctic`); re-exported
+// under their old names.
+pub use rlharness_arctic::{fsx, task, wire};

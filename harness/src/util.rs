@@ -1,9 +1,12 @@
-//! Small helpers every layer may use: a lock that survives a panic elsewhere, hex text of
-//! bytes, HTML escaping, a plain-text table, the stop signals, and the terminal settings of this invocation
-//! (`-q`, `--color`, GitHub annotations).
+//! Small helpers every layer may use: a lock that survives a panic elsewhere and hex text of
+//! bytes (both from `rlharness_arctic::util`), HTML escaping, a plain-text table, the stop
+//! signals, and the terminal settings of this invocation (`-q`, `--color`, GitHub
+//! annotations).
 
 use std::io::IsTerminal;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
+
+pub(crate) use rlharness_arctic::util::{hex, lock};
 
 /// `--color`: when the harness's output (logs, verdict lines) gets ANSI colours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -197,18 +200,6 @@ pub(crate) fn plain_table(header: &[&str], rows: &[Vec<String>], right: &[bool])
     out.join("\n")
 }
 
-/// Lock `m` even if a thread panicked while holding it. Callers update what it guards in
-/// single statements, so its content stays consistent; a panic elsewhere must not take the
-/// server or the run down with a poisoned lock.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Lower-case hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Text made safe inside HTML elements and attribute values.
 pub(crate) fn html_escape(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
@@ -305,7 +296,7 @@ mod tests {
             html_escape(r#"<a href="x">'&'</a>"#),
             "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
         );
-        let m = std::sync::Arc::new(Mutex::new(1));
+        let m = std::sync::Arc::new(std::sync::Mutex::new(1));
         let m2 = m.clone();
         let _ = std::thread::spawn(move || {
             let _g = m2.lock().unwrap();

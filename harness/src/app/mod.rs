@@ -16,26 +16,9 @@ pub use commands::compare::compare_command;
 pub use pipeline::run_one;
 
 pub fn init_tracing(verbose: u8) {
-    // `-v` and `-vv` raise the harness's own logs only; the HTTP and runtime libraries stay at
-    // warnings until `-vvv` (at `-vv` they wrote thousands of lines per run). `-q`: errors only.
-    let default = match verbose {
-        0 if util::quiet() => "error",
-        0 => "warn",
-        1 => "warn,rlharness=info,rlharness_torch=info",
-        2 => "warn,rlharness=debug,rlharness_torch=debug",
-        3 => "debug",
-        _ => "trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // `--color`: by default colours only on a terminal, and never with `NO_COLOR` set
     // (no-color.org): a CI log or a file gets plain text.
-    let ansi = util::stderr_color();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .try_init();
+    rlharness_arctic::logging::init_tracing(verbose, util::quiet(), util::stderr_color());
 }
 
 /// Run the parsed command line and return the exit status to use.

@@ -3,13 +3,9 @@
 //! other Arctic server, so `rlharness` itself never loads libtorch (docs/architecture.md,
 //! "The torch backend's process").
 //!
-//! The protocol: the runner passes the resolved backend block (`--backend-json`), the seed,
-//! the server's start-up flags and `--port 0`, and sets the CPU kernel switches of the pinned
-//! level in the child's environment, so libtorch reads them from its first instruction. With
-//! `--child` the child prints exactly one line on stdout once it listens, [`Ready`] as JSON
-//! (its address and its runtime), and exits when its stdin closes (its parent is gone, even
-//! killed). The runner kills and reaps it when the run ends, whatever ended it; dropping a
-//! [`TorchChild`] kills it too (a panicking parent). Its stderr passes through to the
+//! The protocol and its types ([`Ready`], [`BUILD_HINT`]) live in `rlharness_arctic::child`,
+//! which the child's crate shares; this file is the parent's side. The runner kills and reaps
+//! the child when the run ends, whatever ended it; dropping a [`TorchChild`] kills it too (a panicking parent). Its stderr passes through to the
 //! parent's, and the last lines are kept for the error message when it dies.
 
 use std::collections::VecDeque;
@@ -24,6 +20,8 @@ use tokio::process::{Child, ChildStdin, Command};
 use crate::backend::server::ServerOptions;
 use crate::backend::torch_spec::{TorchDevice, TorchSpec};
 use crate::backend::Runtime;
+pub use rlharness_arctic::child::{Ready, BUILD_HINT};
+pub(crate) use rlharness_arctic::child::{EXE_ENV, EXE_NAME};
 
 /// Why the torch backend's process could not serve a run.
 #[derive(Debug, thiserror::Error)]
@@ -42,29 +40,8 @@ pub enum ChildError {
     Died(String),
 }
 
-/// The executable's file name (next to `rlharness`).
-pub(crate) const EXE_NAME: &str = "rlharness-torch";
-
-/// Overrides where the executable is looked for.
-pub(crate) const EXE_ENV: &str = "RLHARNESS_TORCH_BIN";
-
-/// How a missing executable is built.
-pub const BUILD_HINT: &str =
-    "build it with `cargo build --release --features torch` (after `bash ci/setup-libtorch.sh`), \
-     which puts it beside `rlharness`, or point RLHARNESS_TORCH_BIN at it";
-
 /// How many of the child's last stderr lines an error message quotes.
 const TAIL_LINES: usize = 20;
-
-/// The one line a `--child` prints on stdout once it listens.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Ready {
-    /// `http://127.0.0.1:PORT`.
-    pub url: String,
-    /// What the engine reports of itself, for `run.json` (device, threads, torch version,
-    /// numerics).
-    pub runtime: Runtime,
-}
 
 /// Where the executable is: `RLHARNESS_TORCH_BIN`, else beside the current executable, else
 /// (a test binary in `target/<profile>/deps/`) in `target/<profile>/`.

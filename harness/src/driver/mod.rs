@@ -3,7 +3,6 @@
 pub(crate) mod builtin;
 pub(crate) mod client;
 pub mod command;
-pub mod grpo;
 pub(crate) mod mismatch;
 pub mod strays;
 pub(crate) mod translate;

@@ -8,29 +8,13 @@ use std::path::{Path, PathBuf};
 
 use crate::fsx;
 
-pub mod flops;
 pub(crate) mod json_f64;
 mod range;
 
-pub(crate) use flops::{promised_peak_flops, ModelShape};
 pub(crate) use range::StepRange;
-
-/// The declared model: a preset name (`qwen3-0.6b`) or an explicit shape.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(untagged)]
-pub enum ModelSpec {
-    Preset(String),
-    Shape(ModelShape),
-}
-
-impl ModelSpec {
-    pub(crate) fn shape(&self) -> Option<ModelShape> {
-        match self {
-            ModelSpec::Preset(name) => ModelShape::preset(name),
-            ModelSpec::Shape(s) => Some(*s),
-        }
-    }
-}
+pub use rlharness_arctic::flops;
+pub use rlharness_arctic::flops::ModelSpec;
+pub(crate) use rlharness_arctic::flops::{promised_peak_flops, ModelShape};
 
 /// The scenario's `metrics` block: what MFU is computed against, and which metrics the
 /// watchdog watches for non-finite values.

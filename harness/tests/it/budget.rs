@@ -13,15 +13,18 @@ use crate::common::repo;
 const BUDGET: usize = 600;
 
 /// The folders the budget covers (the fuzz crate, a workspace of its own, is not among them).
-const ROOTS: [&str; 3] = ["harness/src", "harness/torch", "harness/tests"];
+const ROOTS: [&str; 4] = [
+    "harness/src",
+    "harness/arctic",
+    "harness/torch",
+    "harness/tests",
+];
 
 /// Files over the budget, with the size they may not grow past.
 const OVER: &[(&str, usize)] = &[
-    ("harness/src/backend/replay/cassette.rs", 743),
     ("harness/src/backend/replay/mod.rs", 696),
     ("harness/tests/it/real_verl.rs", 617),
     ("harness/torch/src/model/mod.rs", 689),
-    ("harness/torch/tests/torch_backend.rs", 1286),
 ];
 
 fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use rlharness::backend::torch_spec::TorchSpec;
+use rlharness_arctic::torch_spec::TorchSpec;
 use rlharness_torch::grpo::{run_grpo, window_mean, GrpoRun};
 use rlharness_torch::TorchEngine;
 

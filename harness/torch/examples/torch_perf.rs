@@ -20,10 +20,10 @@ use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rlharness::backend::torch_spec::{ModelKind, ModelSpec, TorchDType, TorchDevice, TorchSpec};
-use rlharness::backend::{f32_tensor, Engine, ModelBatch};
-use rlharness::metrics::flops::ModelShape;
-use rlharness::wire::api::JobType;
+use rlharness_arctic::engine::{f32_tensor, Engine, ModelBatch};
+use rlharness_arctic::flops::ModelShape;
+use rlharness_arctic::torch_spec::{ModelKind, ModelSpec, TorchDType, TorchDevice, TorchSpec};
+use rlharness_arctic::wire::api::JobType;
 use rlharness_torch::grpo::{i64_tensor, job_config};
 use rlharness_torch::sample::SamplingParams;
 use rlharness_torch::TorchEngine;

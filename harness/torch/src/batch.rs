@@ -9,7 +9,7 @@ use super::convert::to_tch_2d;
 use super::model::Decoder;
 use super::settings::Entropy;
 use super::settings::{CallSettings, LogitsOpt};
-use rlharness::backend::{EngineError, ModelBatch};
+use rlharness_arctic::engine::{EngineError, ModelBatch};
 
 /// The model inputs of one call.
 pub struct Padded {

@@ -3,8 +3,8 @@
 
 use tch::{Kind, Tensor};
 
-use rlharness::backend::EngineError;
-use rlharness::wire::{DType, Tensor as WireTensor};
+use rlharness_arctic::engine::EngineError;
+use rlharness_arctic::wire::{DType, Tensor as WireTensor};
 
 fn kind_of(dtype: DType) -> Option<Kind> {
     Some(match dtype {
@@ -39,8 +39,9 @@ pub fn to_tch(name: &str, t: &WireTensor) -> Result<Tensor, EngineError> {
         )));
     }
     let shape: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
-    let bad =
-        |e: rlharness::wire::WireError| EngineError::unprocessable(format!("tensor {name}: {e}"));
+    let bad = |e: rlharness_arctic::wire::WireError| {
+        EngineError::unprocessable(format!("tensor {name}: {e}"))
+    };
     match kind_of(t.dtype) {
         // Both sides are little-endian on every platform libtorch supports here.
         Some(kind) => Ok(Tensor::from_data_size(&t.data, &shape, kind)),
@@ -77,7 +78,7 @@ pub fn to_wire_f32(t: &Tensor) -> Result<WireTensor, EngineError> {
     let flat = t.reshape([-1]);
     let values = Vec::<f32>::try_from(&flat)
         .map_err(|e| EngineError::internal(format!("cannot read result tensor: {e}")))?;
-    Ok(rlharness::backend::f32_tensor(shape, &values))
+    Ok(rlharness_arctic::engine::f32_tensor(shape, &values))
 }
 
 #[cfg(test)]
@@ -87,7 +88,7 @@ mod tests {
 
     #[test]
     fn round_trips_and_rejects_short_data() {
-        let w = rlharness::backend::f32_tensor(vec![2, 2], &[1.0, -2.0, 3.5, 0.25]);
+        let w = rlharness_arctic::engine::f32_tensor(vec![2, 2], &[1.0, -2.0, 3.5, 0.25]);
         let t = to_tch("x", &w).unwrap();
         assert_eq!(t.size(), vec![2, 2]);
         assert_eq!(to_wire_f32(&t).unwrap(), w);
@@ -108,7 +109,7 @@ mod tests {
         assert_eq!(err.status, 422);
         assert!(err.detail.contains("old_log_probs"), "{}", err.detail);
         assert!(to_tch_2d("ids", &w.clone(), Kind::Int64).is_ok());
-        let one_d = rlharness::backend::f32_tensor(vec![4], &[0.0; 4]);
+        let one_d = rlharness_arctic::engine::f32_tensor(vec![4], &[0.0; 4]);
         assert!(to_tch_2d("ids", &one_d, Kind::Int64)
             .unwrap_err()
             .detail

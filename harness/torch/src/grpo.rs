@@ -8,11 +8,11 @@ use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 
-use rlharness::backend::{f32_tensor, Engine, EngineError, GenerateRequest, ModelBatch};
-use rlharness::task::scorer::ScorerConfig;
-use rlharness::task::{ArithConfig, ArithTask, CharTokenizer, PAD_ID};
-use rlharness::wire::api::{JobConfig, JobType};
-use rlharness::wire::{DType, Tensor};
+use rlharness_arctic::engine::{f32_tensor, Engine, EngineError, GenerateRequest, ModelBatch};
+use rlharness_arctic::task::scorer::ScorerConfig;
+use rlharness_arctic::task::{ArithConfig, ArithTask, CharTokenizer, PAD_ID};
+use rlharness_arctic::wire::api::{JobConfig, JobType};
+use rlharness_arctic::wire::{DType, Tensor};
 
 /// The knobs of a learning run.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,9 +80,9 @@ pub struct StepRecord {
 /// `i64` wire tensor.
 pub fn i64_tensor(shape: Vec<usize>, values: &[i64]) -> Tensor {
     Tensor {
-        dtype: rlharness::wire::DType::I64,
+        dtype: rlharness_arctic::wire::DType::I64,
         shape,
-        data: rlharness::wire::dssst1::le_bytes(values, |v| v.to_le_bytes()),
+        data: rlharness_arctic::wire::dssst1::le_bytes(values, |v| v.to_le_bytes()),
     }
 }
 
@@ -145,7 +145,7 @@ pub fn padded_batch(
 /// of one gets mean 0 and std 1.
 pub fn group_advantages(scores: &[f64], n: usize) -> Vec<f64> {
     // One implementation of verl's GRPO advantage: the driver's.
-    rlharness::driver::grpo::group_advantages(scores, n, true)
+    rlharness_arctic::grpo::group_advantages(scores, n, true)
 }
 
 /// A JobConfig as the driver sends it (model name, type, nothing else set).

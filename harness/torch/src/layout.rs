@@ -1,5 +1,5 @@
 //! The engine's placement of its jobs (trainer and sampler on one device, or each on its own:
-//! `rlharness::backend::torch_spec::layout` has the device map and the rules) and what it
+//! `rlharness_arctic::torch_spec::layout` has the device map and the rules) and what it
 //! records of it: each job's device and each weight sync's bytes and seconds, in
 //! `backend_layout.json` of the run directory when `rlharness run` asks for it
 //! (`--layout-record`).
@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 use tch::Device;
 
-use rlharness::backend::torch_spec::layout::{DeviceMap, LayoutRules, RoleDevice};
-use rlharness::wire::api::JobType;
+use rlharness_arctic::torch_spec::layout::{DeviceMap, LayoutRules, RoleDevice};
+use rlharness_arctic::wire::api::JobType;
 
 /// Where the engine puts each role, and the layout it was told.
 #[derive(Debug, Clone)]
@@ -153,7 +153,7 @@ impl LayoutRecord {
                 return;
             }
         };
-        if let Err(e) = rlharness::fsx::write_atomic(path, text.as_bytes()) {
+        if let Err(e) = rlharness_arctic::fsx::write_atomic(path, text.as_bytes()) {
             tracing::warn!("backend layout record {}: {e}", path.display());
         }
     }

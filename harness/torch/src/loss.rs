@@ -5,7 +5,7 @@ use tch::{Kind, Tensor};
 
 /// The clip ratios the Arctic server uses. It parses `actor_config.clip_ratio*` but its loss
 /// keeps these fixed values; we keep that behaviour so runs match the real server.
-pub use rlharness::backend::mock::grpo::{AggMode, CLIP_HIGH, CLIP_LOW, CLIP_RATIO_C as CLIP_C};
+pub use rlharness_arctic::mock::grpo::{AggMode, CLIP_HIGH, CLIP_LOW, CLIP_RATIO_C as CLIP_C};
 
 /// The normalisers of one whole `/forward-backward` call, so that micro-batches add up to the
 /// loss of the full batch.

@@ -1,26 +1,30 @@
 //! `rlharness-torch`: the libtorch engine behind the Arctic API, in a process of its own.
 //! `rlharness run` starts it for a `backend: {kind: torch}` scenario (`--child`: one JSON
 //! ready line on stdout, exit when stdin closes); `rlharness serve torch` runs it in the
-//! foreground. The protocol is described in `rlharness::backend::child`.
+//! foreground. The protocol is described in `rlharness_arctic::child`. This executable reads
+//! no scenario: its parent resolves the scenario's torch backend block and passes it as
+//! `--backend-json`.
 
 #[cfg(not(feature = "torch"))]
 fn main() {
     eprintln!(
         "rlharness-torch: this build has no libtorch (built without the cargo feature `torch`); {}",
-        rlharness::backend::child::BUILD_HINT
+        rlharness_arctic::child::BUILD_HINT
     );
-    std::process::exit(rlharness::error::ExitStatus::InvalidInput.code());
+    std::process::exit(rlharness_arctic::exit::ExitStatus::InvalidInput.code());
 }
 
 #[cfg(feature = "torch")]
 fn main() {
     use clap::Parser;
+    use rlharness_arctic::exit::ExitStatus;
+    use rlharness_arctic::logging;
     keep_freed_memory();
     let args = serve::Args::parse();
-    rlharness::app::init_tracing(args.verbose);
+    logging::init_tracing(args.verbose, false, logging::stderr_color_default());
     let status = match tokio::runtime::Runtime::new() {
         Ok(rt) => match rt.block_on(serve::serve(args)) {
-            Ok(()) => rlharness::error::ExitStatus::Passed,
+            Ok(()) => ExitStatus::Passed,
             Err(e) => {
                 eprintln!("rlharness-torch: {}", e.message);
                 e.status
@@ -28,7 +32,7 @@ fn main() {
         },
         Err(e) => {
             eprintln!("rlharness-torch: cannot start the async runtime: {e}");
-            rlharness::error::ExitStatus::RunFailed
+            ExitStatus::RunFailed
         }
     };
     std::process::exit(status.code());
@@ -66,17 +70,42 @@ fn keep_freed_memory() {
 mod serve {
     use std::path::PathBuf;
 
-    use rlharness::backend::child::Ready;
-    use rlharness::backend::server::ServerOptions;
-    use rlharness::backend::torch_spec::layout::{device_map, LayoutKnobs};
-    use rlharness::backend::torch_spec::TorchDevice;
-    use rlharness::backend::{BackendSpec, EngineError, Runtime, TorchSpec};
-    use rlharness::error::CommandError;
+    use rlharness_arctic::child::Ready;
+    use rlharness_arctic::engine::{EngineError, Runtime};
+    use rlharness_arctic::exit::ExitStatus;
+    use rlharness_arctic::server::{self, ServerOptions};
+    use rlharness_arctic::torch_spec::layout::{device_map, LayoutKnobs};
+    use rlharness_arctic::torch_spec::{ModelKind, TorchDevice, TorchSpec};
     use rlharness_torch::layout::EngineLayout;
     use rlharness_torch::TorchEngine;
 
-    /// The torch Arctic server: the model from a scenario's backend block (or the CPU
-    /// flagship's defaults).
+    /// Why the server did not start or stopped, with the exit status it maps to.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{message}")]
+    pub struct CommandError {
+        pub status: ExitStatus,
+        pub message: String,
+    }
+
+    impl CommandError {
+        fn invalid(message: impl Into<String>) -> Self {
+            Self {
+                status: ExitStatus::InvalidInput,
+                message: message.into(),
+            }
+        }
+        fn run_failed(message: impl Into<String>) -> Self {
+            Self {
+                status: ExitStatus::RunFailed,
+                message: message.into(),
+            }
+        }
+    }
+
+    /// The torch Arctic server: the model of a torch backend block (`--backend-json`), or the
+    /// CPU flagship's defaults. It reads no scenario file: `rlharness serve torch --scenario
+    /// PATH [--set K=V]` resolves the scenario's torch block and starts this executable with
+    /// it, as `rlharness run` does.
     #[derive(Debug, clap::Parser)]
     #[command(name = "rlharness-torch", version)]
     pub struct Args {
@@ -85,15 +114,15 @@ mod serve {
         /// 0: any free port (the ready line says which).
         #[arg(long, default_value_t = 7000)]
         pub port: u16,
-        /// A scenario with a torch backend block.
-        #[arg(long, conflicts_with = "backend_json")]
+        /// No longer read here: refused with a pointer to `rlharness serve torch --scenario`.
+        #[arg(long, hide = true)]
         pub scenario: Option<PathBuf>,
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        pub set: Vec<String>,
-        /// The backend block as JSON, its paths already resolved (what `rlharness run` sends).
+        /// The torch backend block as JSON (the fields of a scenario's `backend: {kind: torch}`
+        /// block without `kind`), its paths already resolved: what `rlharness run` and
+        /// `rlharness serve torch` send.
         #[arg(long)]
         pub backend_json: Option<String>,
-        /// The seed (default: the scenario's, else 1).
+        /// The seed (default 1; `rlharness` passes the scenario's).
         #[arg(long)]
         pub seed: Option<u64>,
         #[arg(long)]
@@ -111,10 +140,10 @@ mod serve {
         /// and seconds) to this JSON file, rewritten as it changes.
         #[arg(long)]
         pub layout_record: Option<PathBuf>,
-        /// Without a scenario: train a fresh warm start of the default tiny model (600 steps,
-        /// minutes on a small CPU, cached for the next start) instead of serving the shipped
-        /// one.
-        #[arg(long, conflicts_with_all = ["scenario", "backend_json"])]
+        /// Without `--backend-json`: train a fresh warm start of the default tiny model (600
+        /// steps, minutes on a small CPU, cached for the next start) instead of serving the
+        /// shipped one.
+        #[arg(long, conflicts_with = "backend_json")]
         pub train_warm_start: bool,
         /// Started by `rlharness run`: print one JSON ready line on stdout, and exit when
         /// stdin closes.
@@ -125,29 +154,24 @@ mod serve {
     }
 
     fn spec_and_seed(args: &Args) -> Result<(TorchSpec, u64), CommandError> {
+        if let Some(path) = &args.scenario {
+            return Err(CommandError::invalid(format!(
+                "this executable reads no scenario: run `rlharness serve torch --scenario {}` \
+                 (with its --set overrides), which resolves the torch backend block and \
+                 passes it here as --backend-json",
+                path.display()
+            )));
+        }
+        let seed = args.seed.unwrap_or(1);
         if let Some(json) = &args.backend_json {
             let spec: TorchSpec = serde_json::from_str(json)
                 .map_err(|e| CommandError::invalid(format!("--backend-json: {e}")))?;
-            return Ok((spec, args.seed.unwrap_or(1)));
+            return Ok((spec, seed));
         }
-        let Some(path) = &args.scenario else {
-            return Ok((default_spec(args.train_warm_start)?, args.seed.unwrap_or(1)));
-        };
-        let scenario = rlharness::spec::load_scenario(path, &args.set)
-            .map_err(|e| CommandError::invalid(e.to_string()))?;
-        match scenario.backend {
-            BackendSpec::Torch(spec) => Ok((
-                spec.beside(&scenario.path),
-                args.seed.unwrap_or(scenario.seed),
-            )),
-            other => Err(CommandError::invalid(format!(
-                "{}: `serve torch` needs a scenario with a torch backend, not {other:?}",
-                path.display()
-            ))),
-        }
+        Ok((default_spec(args.train_warm_start)?, seed))
     }
 
-    /// The server without a scenario: the default tiny model from the shipped warm start
+    /// The server without a backend block: the default tiny model from the shipped warm start
     /// (the CPU flagship's), or one trained here with `--train-warm-start`.
     fn default_spec(train: bool) -> Result<TorchSpec, CommandError> {
         use rlharness_torch::warm_start;
@@ -171,10 +195,10 @@ mod serve {
     fn serving(spec: &TorchSpec, engine: &TorchEngine) -> String {
         let info = engine.info();
         let from = match (&spec.model.kind, &spec.warm_start.checkpoint) {
-            (rlharness::backend::torch_spec::ModelKind::Tiny, Some(c)) => {
+            (ModelKind::Tiny, Some(c)) => {
                 format!("warm start {c}")
             }
-            (rlharness::backend::torch_spec::ModelKind::Tiny, None) => format!(
+            (ModelKind::Tiny, None) => format!(
                 "a warm start trained here ({})",
                 if info.warm_start_cached == Some(true) {
                     "from the cache"
@@ -230,8 +254,7 @@ mod serve {
             ..defaults
         };
         let serving = serving(&shown_spec, &engine);
-        let (router, _handle) =
-            rlharness::backend::server::router(std::sync::Arc::new(engine), opts);
+        let (router, _handle) = server::router(std::sync::Arc::new(engine), opts);
         let url = format!("http://{addr}");
         if args.child {
             let ready = Ready { url, runtime };
@@ -249,7 +272,7 @@ mod serve {
                 std::process::exit(0);
             });
         }
-        rlharness::backend::server::serve(listener, router, ctrl_c())
+        server::serve(listener, router, ctrl_c())
             .await
             .map_err(|e| CommandError::run_failed(format!("torch server: {e}")))
     }

@@ -22,9 +22,9 @@ use tch::{Device, Kind, Tensor};
 use super::model::{Decoder, DecoderConfig};
 use super::sample::{sample, Draws, SamplingParams};
 use super::warm_start;
-use rlharness::backend::torch_spec::{CpuIsa, WarmStartSpec};
-use rlharness::backend::{CpuKernels, EngineError};
-use rlharness::task::{CharTokenizer, EOS_ID, PAD_ID};
+use rlharness_arctic::engine::{CpuKernels, EngineError};
+use rlharness_arctic::task::{CharTokenizer, EOS_ID, PAD_ID};
+use rlharness_arctic::torch_spec::{CpuIsa, WarmStartSpec};
 
 /// What the process's kernels were pinned to (the first engine's choice holds for the
 /// process: libtorch reads the switches once).
@@ -189,7 +189,7 @@ pub fn fingerprint(config: &DecoderConfig, threads: usize) -> String {
     for x in Vec::<f32>::try_from(&flat).unwrap_or_default() {
         h.update(x.to_bits().to_le_bytes());
     }
-    rlharness::backend::fingerprint_hex(&h.finalize())
+    rlharness_arctic::engine::fingerprint_hex(&h.finalize())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use tch::{Kind, Tensor};
 
 use super::cuda_graph::{self, Graph, SideStream};
 use super::model::{DecodeInputs, Decoder, KvCache};
-use rlharness::backend::EngineError;
+use rlharness_arctic::engine::EngineError;
 
 /// `sampling_params` as vLLM reads them (the subset that changes what is sampled).
 #[derive(Debug, Clone, PartialEq)]

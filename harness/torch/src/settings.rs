@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::loss::{ActorLoss, AggMode};
-use rlharness::backend::EngineError;
+use rlharness_arctic::engine::EngineError;
 
 /// What the forward-backward asks of the entropy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +142,7 @@ impl CallSettings {
             ));
         }
         let pad_token_id = match meta.get("pad_token_id") {
-            None | Some(Value::Null) => rlharness::task::PAD_ID,
+            None | Some(Value::Null) => rlharness_arctic::task::PAD_ID,
             Some(v) => v.as_i64().ok_or_else(|| {
                 EngineError::bad_request(format!("meta.pad_token_id must be an integer, got {v}"))
             })?,

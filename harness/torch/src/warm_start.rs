@@ -13,8 +13,8 @@ use tch::{Device, Kind, Tensor};
 use super::loss::{aggregate, AggMode, AggTotals};
 use super::model::{Decoder, DecoderConfig};
 use super::optim::{AdamW, OptimConfig, Scheduler};
-use rlharness::backend::torch_spec::WarmStartSpec;
-use rlharness::task::{CharTokenizer, EOS_ID, PAD_ID};
+use rlharness_arctic::task::{CharTokenizer, EOS_ID, PAD_ID};
+use rlharness_arctic::torch_spec::WarmStartSpec;
 
 /// The shipped warm start of the default tiny model (`scenarios/models/`): what `serve torch`
 /// serves without a scenario, so it starts in seconds instead of training for minutes.
@@ -33,8 +33,8 @@ pub fn shipped_file(cache_dir: &Path) -> Result<PathBuf, String> {
     if std::fs::read(&path).is_ok_and(|b| b == SHIPPED) {
         return Ok(path);
     }
-    rlharness::fsx::create_dir_all(cache_dir).map_err(|e| e.to_string())?;
-    rlharness::fsx::write_atomic(&path, SHIPPED).map_err(|e| e.to_string())?;
+    rlharness_arctic::fsx::create_dir_all(cache_dir).map_err(|e| e.to_string())?;
+    rlharness_arctic::fsx::write_atomic(&path, SHIPPED).map_err(|e| e.to_string())?;
     Ok(path)
 }
 
@@ -117,7 +117,7 @@ pub fn pretrained(
         model = to_target(model, device, Kind::Float);
     }
     train(&mut model, ws, WARM_SEED, true);
-    rlharness::fsx::create_dir_all(cache_dir).map_err(|e| e.to_string())?;
+    rlharness_arctic::fsx::create_dir_all(cache_dir).map_err(|e| e.to_string())?;
     let named: Vec<(String, Tensor)> = model
         .names
         .iter()
@@ -133,7 +133,7 @@ pub fn pretrained(
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     Tensor::write_safetensors(&named, &tmp)
         .map_err(|e| format!("cannot write warm-start cache {}: {e}", tmp.display()))?;
-    rlharness::fsx::rename(&tmp, &path).map_err(|e| e.to_string())?;
+    rlharness_arctic::fsx::rename(&tmp, &path).map_err(|e| e.to_string())?;
     Ok((to_target(model, device, kind), false))
 }
 

@@ -42,21 +42,34 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<ExitStatus, CommandError> {
                 .map_err(|e| CommandError::run_failed(format!("mock server: {e}")))?;
             Ok(ExitStatus::Passed)
         }
-        ServeKind::Torch => serve_torch(args),
+        ServeKind::Torch => serve_torch(args, scenario),
     }
 }
 
 /// `serve torch`: the `rlharness-torch` executable in the foreground (it alone links
-/// libtorch), with the same options.
-fn serve_torch(args: ServeArgs) -> Result<ExitStatus, CommandError> {
+/// libtorch), with the same options. The executable reads no scenario: the scenario's torch
+/// block, its paths resolved beside the scenario, goes to it as `--backend-json`, with the
+/// scenario's seed, as `rlharness run` hands it to its child.
+fn serve_torch(args: ServeArgs, scenario: Option<Scenario>) -> Result<ExitStatus, CommandError> {
+    let torch = match scenario {
+        None => None,
+        Some(s) => match s.backend {
+            BackendSpec::Torch(spec) => Some((spec.beside(&s.path), s.seed)),
+            other => {
+                return Err(CommandError::invalid(format!(
+                    "{}: `serve torch` needs a scenario with a torch backend, not {other:?}",
+                    s.path.display()
+                )))
+            }
+        },
+    };
     let exe = child::locate()?;
     let mut cmd = std::process::Command::new(&exe);
     cmd.args(["--host", &args.host, "--port", &args.port.to_string()]);
-    if let Some(s) = &args.scenario {
-        cmd.arg("--scenario").arg(s);
-    }
-    for s in &args.set {
-        cmd.args(["--set", s]);
+    if let Some((spec, seed)) = torch {
+        let json = serde_json::to_string(&spec)
+            .map_err(|e| CommandError::invalid(format!("the torch backend block: {e}")))?;
+        cmd.args(["--backend-json", &json, "--seed", &seed.to_string()]);
     }
     if args.train_warm_start {
         cmd.arg("--train-warm-start");

@@ -20,7 +20,7 @@
 //! runner keeps it in `run.json` as a `rundir::ReplayRecord`, which the judge turns into the
 //! rule `replay:requests match the cassette` (`compare::replay_rule`).
 
-pub mod cassette;
+pub use rlharness_arctic::cassette;
 pub(crate) mod diff;
 mod install;
 

@@ -8,7 +8,7 @@ use super::batch::{ForwardKind, PaddedBatch, UpdateTensors};
 use super::generate::generate_all;
 use super::{bad_reply, protocol, DriverRun, Jobs, Phase, Sample, StepError};
 use crate::driver::client::{ArcticClient, Reply};
-use crate::driver::grpo::group_advantages;
+use rlharness_arctic::grpo::group_advantages;
 use crate::driver::mismatch;
 use crate::metrics::StepMetrics;
 use crate::task::{ArithTask, CharTokenizer};

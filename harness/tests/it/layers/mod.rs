@@ -1,11 +1,14 @@
-//! The import direction of the two crates' sources, checked from their files:
+//! The import direction of the three crates' sources, checked from their files:
 //! - at the top of `harness/src`, every module sits in a layer of `docs/architecture.md`'s
 //!   "Layers" table (read from the doc, so the doc and the check are one table), and uses only
-//!   its own layer and those below;
-//! - inside every folder module of both crates, siblings never use each other in a ring, of
-//!   any length (`graph.rs` says what counts as a use);
-//! - the torch engine (`harness/torch`, its executable's `main.rs` aside) uses the harness's
-//!   backend layer and what is below it, nothing above.
+//!   its own layer and those below; the modules the harness re-exports from the Arctic crate
+//!   (`pub use rlharness_arctic::{..}` in `lib.rs`) count as modules of the lowest layer;
+//! - at the top of `harness/arctic/src`, the same against the "Arctic layers" table;
+//! - inside every folder module of the three crates, siblings never use each other in a ring,
+//!   of any length (`graph.rs` says what counts as a use);
+//! - the torch engine (`harness/torch`: library, executable, tests and examples) uses the
+//!   Arctic crate only, never the harness (`rlharness`), and its manifest depends on no other
+//!   crate of the workspace; cargo itself rejects a cycle between the crates.
 
 mod graph;
 mod paths;
@@ -15,12 +18,13 @@ use std::collections::BTreeSet;
 use crate::common::repo;
 use graph::{Edge, Graph};
 
-/// The "Layers" table of `docs/architecture.md`, lowest first: each row's module names.
-fn layers_of_doc(doc: &str) -> Vec<Vec<String>> {
+/// The table of the section `title` of `docs/architecture.md` ("Layers", "Arctic layers"),
+/// lowest first: each row's module names.
+fn layers_of_doc(doc: &str, title: &str) -> Vec<Vec<String>> {
     let section = doc
         .split("\n## ")
-        .find(|s| s.starts_with("Layers"))
-        .expect("docs/architecture.md has a Layers section");
+        .find(|s| s.starts_with(title))
+        .unwrap_or_else(|| panic!("docs/architecture.md has a section {title}"));
     section
         .lines()
         .filter(|l| l.starts_with("| ") && l.as_bytes().get(2).is_some_and(u8::is_ascii_digit))
@@ -37,9 +41,58 @@ fn layers_of_doc(doc: &str) -> Vec<Vec<String>> {
 
 fn doc_layers() -> Vec<Vec<String>> {
     let doc = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
-    let layers = layers_of_doc(&doc);
+    let layers = layers_of_doc(&doc, "Layers");
     assert!(layers.len() > 5, "the table was read: {layers:?}");
     layers
+}
+
+fn arctic_layers() -> Vec<Vec<String>> {
+    let doc = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
+    let layers = layers_of_doc(&doc, "Arctic layers");
+    assert!(layers.len() > 3, "the table was read: {layers:?}");
+    layers
+}
+
+/// The modules `harness/src/lib.rs` re-exports from the Arctic crate: `pub use
+/// rlharness_arctic::{a, b};` or `pub use rlharness_arctic::a;`.
+fn reexported_from_arctic() -> BTreeSet<String> {
+    let lib = std::fs::read_to_string(repo().join("harness/src/lib.rs")).unwrap();
+    lib.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub use "))
+        .flat_map(|l| paths::paths(l, &["rlharness_arctic"]))
+        .filter(|p| p.len() == 2)
+        .map(|p| p[1].clone())
+        .collect()
+}
+
+/// The top-level modules of the crate under `src` (relative to the repository).
+fn top_modules(src: &str) -> BTreeSet<String> {
+    graph::read(&repo().join(src), &[])
+        .modules
+        .iter()
+        .filter(|m| m.len() == 1)
+        .map(|m| m[0].clone())
+        .collect()
+}
+
+/// What a table gets wrong against a crate's top-level modules `top`: modules it leaves out,
+/// names that are no module, names given twice (empty when right).
+fn table_against(layers: &[Vec<String>], top: &BTreeSet<String>) -> String {
+    let named: Vec<&String> = layers.iter().flatten().collect();
+    let roots = ["lib", "main"];
+    let missing: Vec<&String> = top.iter().filter(|m| !named.contains(m)).collect();
+    let stale: Vec<&&String> = named
+        .iter()
+        .filter(|m| !top.contains(**m) && !roots.contains(&m.as_str()))
+        .collect();
+    let twice: BTreeSet<&&String> = named
+        .iter()
+        .filter(|m| named.iter().filter(|n| n == m).count() > 1)
+        .collect();
+    if missing.is_empty() && stale.is_empty() && twice.is_empty() {
+        return String::new();
+    }
+    format!("missing {missing:?}, naming no module {stale:?}, named twice {twice:?}")
 }
 
 fn layer_of(layers: &[Vec<String>], module: &str) -> Option<usize> {
@@ -76,72 +129,96 @@ fn no_module_uses_one_above_it() {
 #[test]
 fn the_docs_table_names_every_top_level_module_once() {
     let layers = doc_layers();
-    let graph = graph::read(&repo().join("harness/src"), &[]);
-    let top: BTreeSet<String> = graph
-        .modules
+    let reexported = reexported_from_arctic();
+    assert!(reexported.contains("wire"), "{reexported:?}");
+    let mut top = top_modules("harness/src");
+    top.extend(reexported.iter().cloned());
+    let wrong = table_against(&layers, &top);
+    assert!(
+        wrong.is_empty(),
+        "docs/architecture.md's Layers table against harness/src: {wrong}"
+    );
+    let low: Vec<&String> = reexported
         .iter()
-        .filter(|m| m.len() == 1)
-        .map(|m| m[0].clone())
-        .collect();
-    let named: Vec<&String> = layers.iter().flatten().collect();
-    let roots = ["lib", "main"];
-    let missing: Vec<&String> = top.iter().filter(|m| !named.contains(m)).collect();
-    let stale: Vec<&&String> = named
-        .iter()
-        .filter(|m| !top.contains(**m) && !roots.contains(&m.as_str()))
-        .collect();
-    let twice: BTreeSet<&&String> = named
-        .iter()
-        .filter(|m| named.iter().filter(|n| n == m).count() > 1)
+        .filter(|m| !layers[0].contains(m))
         .collect();
     assert!(
-        missing.is_empty() && stale.is_empty() && twice.is_empty(),
-        "docs/architecture.md's Layers table against harness/src: missing {missing:?}, \
-         naming no module {stale:?}, named twice {twice:?}"
+        low.is_empty(),
+        "re-exported from the Arctic crate, so in the lowest layer: {low:?}"
     );
 }
 
 #[test]
+fn the_arctic_crate_uses_no_module_above_it_and_its_table_is_whole() {
+    let layers = arctic_layers();
+    let wrong = table_against(&layers, &top_modules("harness/arctic/src"));
+    assert!(
+        wrong.is_empty(),
+        "docs/architecture.md's Arctic layers table against harness/arctic/src: {wrong}"
+    );
+    let graph = graph::read(&repo().join("harness/arctic/src"), &["rlharness"]);
+    assert!(graph.edges.len() > 10, "the walk found the tree");
+    let bad = violations(&layers, &graph);
+    assert!(bad.is_empty(), "upward imports:\n{}", bad.join("\n"));
+    assert!(graph.external.is_empty(), "{:?}", graph.external);
+}
+
+#[test]
 fn no_siblings_use_each_other_in_a_ring() {
-    for src in ["harness/src", "harness/torch/src"] {
+    for src in ["harness/src", "harness/arctic/src", "harness/torch/src"] {
         let graph = graph::read(&repo().join(src), &[]);
         let rings = graph.cycles();
         assert!(rings.is_empty(), "{src}:\n{}", rings.join("\n"));
     }
 }
 
-/// The torch engine (the `rlharness-torch` library; its executable's `main.rs` is a command and
-/// may use any layer) builds on the backend layer and what is below it, never on the spec
-/// loader, the runner or the commands.
-#[test]
-fn the_torch_engine_uses_nothing_above_the_backend_layer() {
-    let layers = doc_layers();
-    let top = layer_of(&layers, "backend").unwrap();
-    let graph = graph::read(&repo().join("harness/torch/src"), &["rlharness"]);
-    let mut seen = BTreeSet::new();
-    let mut bad = Vec::new();
-    for (file, path) in &graph.external {
-        if file == "main.rs" {
-            continue;
-        }
-        let used = path.get(1).cloned().unwrap_or_default();
-        match layer_of(&layers, &used) {
-            Some(l) if l <= top => {
-                seen.insert(used);
-            }
-            _ => bad.push(format!(
-                "harness/torch/src/{file}: uses `rlharness::{used}`"
-            )),
+fn rs_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rs_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
         }
     }
-    assert!(
-        seen.contains("backend") && seen.contains("wire"),
-        "{seen:?}"
-    );
+}
+
+/// The torch engine (the `rlharness-torch` library, executable, tests and examples) builds on
+/// the Arctic crate only: never on the harness (its spec loader, runner or commands).
+#[test]
+fn the_torch_crate_uses_the_arctic_crate_only() {
+    let torch = repo().join("harness/torch");
+    let mut files = Vec::new();
+    for dir in ["src", "tests", "examples"] {
+        rs_files(&torch.join(dir), &mut files);
+    }
+    let mut seen = BTreeSet::new();
+    let mut bad = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        for p in paths::paths(&text, &["rlharness", "rlharness_arctic"]) {
+            match p[0].as_str() {
+                "rlharness_arctic" => {
+                    seen.insert(p.get(1).cloned().unwrap_or_default());
+                }
+                _ => bad.push(format!("{}: uses `{}`", f.display(), p.join("::"))),
+            }
+        }
+    }
+    assert!(seen.contains("engine") && seen.contains("wire"), "{seen:?}");
     assert!(
         bad.is_empty(),
-        "above the backend layer:\n{}",
+        "the torch crate uses the harness:\n{}",
         bad.join("\n")
+    );
+    let manifest = std::fs::read_to_string(torch.join("Cargo.toml")).unwrap();
+    let deps: Vec<&str> = manifest
+        .lines()
+        .filter(|l| l.contains("{ path ="))
+        .collect();
+    assert!(
+        deps.len() == 1 && deps[0].starts_with("rlharness-arctic "),
+        "harness/torch/Cargo.toml depends on the Arctic crate only: {deps:?}"
     );
 }
 
@@ -193,7 +270,7 @@ fn the_checks_see_an_upward_use_a_ring_of_three_and_an_unknown_module() {
     let doc = "# x\n## Layers\n| layer | modules |\n|---|---|\n| 0 low | `low`, `x` | a |\n\
                | 1 high | `high` | b |\n## Next\n| 2 no | `no` |\n";
     assert_eq!(
-        layers_of_doc(doc),
+        layers_of_doc(doc, "Layers"),
         vec![
             vec!["low".to_string(), "x".to_string()],
             vec!["high".to_string()]

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tch::{Device, Tensor};
 
 use super::{Job, TorchEngine};
-use rlharness::backend::EngineError;
+use rlharness_arctic::engine::EngineError;
 
 impl TorchEngine {
     pub(super) fn save_impl(&self, job: &Job, request: &Value) -> Result<Value, EngineError> {
@@ -35,7 +35,8 @@ impl TorchEngine {
                 Path::new(root).join(format!("global_step_{step}"))
             }
         };
-        rlharness::fsx::create_dir_all(&dir).map_err(|e| EngineError::internal(e.to_string()))?;
+        rlharness_arctic::fsx::create_dir_all(&dir)
+            .map_err(|e| EngineError::internal(e.to_string()))?;
         let _g = tch::no_grad_guard();
         let weights = job.model.host_weights(None);
         let model_file = dir.join("model.safetensors");
@@ -61,7 +62,7 @@ impl TorchEngine {
             EngineError::internal(format!("cannot write {}: {e}", opt_file.display()))
         })?;
         let state = json!({"global_step": step, "optimizer_steps": trainer.opt.steps});
-        rlharness::fsx::write_atomic(
+        rlharness_arctic::fsx::write_atomic(
             &dir.join("trainer_state.json"),
             state.to_string().as_bytes(),
         )
@@ -114,7 +115,7 @@ impl TorchEngine {
         let opt = read("optimizer.safetensors")?;
         let state_path = dir.join("trainer_state.json");
         let state: Value = serde_json::from_str(
-            &rlharness::fsx::read_to_string(&state_path)
+            &rlharness_arctic::fsx::read_to_string(&state_path)
                 .map_err(|e| EngineError::bad_request(e.to_string()))?,
         )
         .map_err(|e| {

@@ -8,8 +8,8 @@ use tch::Device;
 
 use super::{guard, lock, read_gate, TorchEngine, TORCH_RNG};
 use crate::sample::{self, Draws, Sampled, SamplingParams};
-use rlharness::backend::{Completion, EngineError, GenerateRequest};
-use rlharness::task::{CharTokenizer, EOS_ID, PAD_ID};
+use rlharness_arctic::engine::{Completion, EngineError, GenerateRequest};
+use rlharness_arctic::task::{CharTokenizer, EOS_ID, PAD_ID};
 
 /// Generate calls waiting for the running batch to end (CUDA only).
 #[derive(Default)]

@@ -23,10 +23,10 @@ use crate::optim::AdamW;
 use crate::settings::WorkerSettings;
 use crate::TORCH_VERSION;
 use crate::{numerics, warm_start};
-use rlharness::backend::mock::policy::hash_words;
-use rlharness::backend::torch_spec::{ModelKind, TorchDType, TorchDevice, TorchSpec};
-use rlharness::backend::EngineError;
-use rlharness::wire::api::JobType;
+use rlharness_arctic::engine::EngineError;
+use rlharness_arctic::mock::policy::hash_words;
+use rlharness_arctic::torch_spec::{ModelKind, TorchDType, TorchDevice, TorchSpec};
+use rlharness_arctic::wire::api::JobType;
 
 /// Serialises every use of torch's global generator.
 static TORCH_RNG: Mutex<()> = Mutex::new(());
@@ -56,7 +56,7 @@ pub struct RuntimeInfo {
     /// For the tiny model: whether the warm start came from the cache.
     pub warm_start_cached: Option<bool>,
     /// On the CPU: the kernels' pinning and this host's numeric fingerprint.
-    pub numerics: Option<rlharness::backend::Numerics>,
+    pub numerics: Option<rlharness_arctic::engine::Numerics>,
 }
 
 struct Trainer {
@@ -250,7 +250,7 @@ impl TorchEngine {
             TorchDType::Bf16 => Kind::BFloat16,
         };
         let _rng = lock(&TORCH_RNG);
-        let numerics = kernels.map(|k| rlharness::backend::Numerics {
+        let numerics = kernels.map(|k| rlharness_arctic::engine::Numerics {
             fingerprint: numerics::fingerprint(&config, spec.threads),
             cpu_kernels: Some(k),
             simulated_time: false,
@@ -318,8 +318,8 @@ impl TorchEngine {
     }
 
     /// What `run.json` records of the engine; `info()` has the rest.
-    pub fn runtime(&self) -> rlharness::backend::Runtime {
-        rlharness::backend::Runtime {
+    pub fn runtime(&self) -> rlharness_arctic::engine::Runtime {
+        rlharness_arctic::engine::Runtime {
             device: self.info.device.clone(),
             threads: Some(self.info.threads as u64),
             torch_version: Some(self.info.torch_version.clone()),

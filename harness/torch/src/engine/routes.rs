@@ -12,11 +12,11 @@ use super::{guard, lock, peak_rss_gb_and_reset, write_gate, Job, TorchEngine, Tr
 use crate::layout::{device_name, JobPlacement, SleepRecord, SyncRecord};
 use crate::optim::{AdamW, OptimConfig};
 use crate::settings::WorkerSettings;
-use rlharness::backend::{
+use rlharness_arctic::engine::{
     Completion, Engine, EngineError, ForwardBackwardOutput, ForwardOutput, GenerateRequest,
     ModelBatch, QueuedGenerate, StepOutput, Timed,
 };
-use rlharness::wire::api::{JobConfig, JobType};
+use rlharness_arctic::wire::api::{JobConfig, JobType};
 
 impl Engine for TorchEngine {
     fn create_job(&self, job_id: u64, config: &JobConfig) -> Result<(), EngineError> {
@@ -75,7 +75,7 @@ impl Engine for TorchEngine {
         if config.job_type == JobType::Training {
             // The sync strategy is the training job's (`cuda_ipc`); the layout decides
             // whether it takes effect.
-            record.rules = rlharness::backend::torch_spec::layout::LayoutRules::new(
+            record.rules = rlharness_arctic::torch_spec::layout::LayoutRules::new(
                 self.layout.colocate,
                 config.cuda_ipc,
             );

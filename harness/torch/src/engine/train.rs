@@ -9,7 +9,7 @@ use crate::batch::{place, response_logprobs, Padded};
 use crate::loss::{grpo_micro_loss, AggMode, AggTotals, LossSums, Sum};
 use crate::settings::CallSettings;
 use crate::{convert, head, loss};
-use rlharness::backend::{EngineError, ForwardBackwardOutput, ForwardOutput, ModelBatch};
+use rlharness_arctic::engine::{EngineError, ForwardBackwardOutput, ForwardOutput, ModelBatch};
 
 impl TorchEngine {
     pub(super) fn forward_impl(
@@ -254,38 +254,41 @@ impl LossInputs {
         if self.is_grpo() {
             m.insert(
                 "actor/pg_loss".into(),
-                rlharness::wire::pyjson::float(sums.pg_loss),
+                rlharness_arctic::wire::pyjson::float(sums.pg_loss),
             );
             m.insert(
                 "actor/ppo_kl".into(),
-                rlharness::wire::pyjson::float(sums.ppo_kl_sum / tokens),
+                rlharness_arctic::wire::pyjson::float(sums.ppo_kl_sum / tokens),
             );
             m.insert(
                 "actor/pg_clipfrac".into(),
-                rlharness::wire::pyjson::float(sums.clipfrac_sum / tokens),
+                rlharness_arctic::wire::pyjson::float(sums.clipfrac_sum / tokens),
             );
             m.insert(
                 "actor/pg_clipfrac_lower".into(),
-                rlharness::wire::pyjson::float(sums.clipfrac_lower_sum / tokens),
+                rlharness_arctic::wire::pyjson::float(sums.clipfrac_lower_sum / tokens),
             );
             if s.want_entropy || s.actor.entropy_coeff != 0.0 {
                 m.insert(
                     "actor/entropy_loss".into(),
-                    rlharness::wire::pyjson::float(sums.entropy_loss),
+                    rlharness_arctic::wire::pyjson::float(sums.entropy_loss),
                 );
             }
             if s.actor.use_kl_loss && self.reference.is_some() {
                 m.insert(
                     "kl_loss".into(),
-                    rlharness::wire::pyjson::float(sums.kl_loss),
+                    rlharness_arctic::wire::pyjson::float(sums.kl_loss),
                 );
                 m.insert(
                     "kl_coef".into(),
-                    rlharness::wire::pyjson::float(s.actor.kl_coef),
+                    rlharness_arctic::wire::pyjson::float(s.actor.kl_coef),
                 );
             }
         }
-        m.insert("loss".into(), rlharness::wire::pyjson::float(sums.loss));
+        m.insert(
+            "loss".into(),
+            rlharness_arctic::wire::pyjson::float(sums.loss),
+        );
         m
     }
 }

@@ -9,7 +9,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-pub use rlharness::backend::torch_spec::decoder::DecoderConfig;
+pub use rlharness_arctic::torch_spec::decoder::DecoderConfig;
 
 /// Per-layer indices into the parameter list (fixed by `parameter_shapes`).
 const PER_LAYER: usize = 11;

@@ -1,0 +1,24 @@
+//! The scripted mock engine: deterministic per seed, sensitive to the pipeline (the sampler's
+//! accuracy follows the number of weight syncs that brought it new weights; log-probs follow
+//! the policy version), and simulating time with a cost model instead of sleeping.
+//!
+//! By part: `script.rs` the script, `engine.rs` the engine's state, `loss.rs` the loss of a
+//! batch, `routes.rs` the Arctic routes, `serve.rs` the standalone server; the models it uses
+//! in `cost.rs`, `grpo.rs`, `policy.rs`, `schedule.rs`, and injected faults in `faults.rs`.
+
+pub(crate) mod cost;
+mod engine;
+pub mod faults;
+pub mod grpo;
+mod loss;
+pub mod policy;
+mod routes;
+pub(crate) mod schedule;
+mod script;
+mod serve;
+#[cfg(test)]
+mod tests;
+
+pub use engine::MockEngine;
+pub use script::{EfficiencyCurve, MockScript, MockScriptError, ResponseShape, RewardCurve};
+pub use serve::serve_mock_standalone;

@@ -1,8 +1,0 @@
-//! The Arctic RL wire: the DSSST1 binary frame and the HTTP API types.
-
-pub mod api;
-pub mod dssst1;
-pub mod pyjson;
-pub(crate) mod runtime;
-
-pub use dssst1::{decode, encode, DType, Node, Tensor, WireError};
