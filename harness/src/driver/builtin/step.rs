@@ -8,11 +8,11 @@ use super::batch::{ForwardKind, PaddedBatch, UpdateTensors};
 use super::generate::generate_all;
 use super::{bad_reply, protocol, DriverRun, Jobs, Phase, Sample, StepError};
 use crate::driver::client::{ArcticClient, Reply};
-use rlharness_arctic::grpo::group_advantages;
 use crate::driver::mismatch;
 use crate::metrics::StepMetrics;
 use crate::task::{ArithTask, CharTokenizer};
 use crate::wire::{pyjson, Node};
+use rlharness_arctic::grpo::group_advantages;
 
 /// One training step, in verl's order: (1-3) rollout, (4-5) old and reference log-probs, (6)
 /// GRPO advantages, (7) the update, (8) the weight sync; then the step's metrics in verl's
