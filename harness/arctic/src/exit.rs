@@ -1,6 +1,8 @@
 //! Exit codes of the `rlharness` and `rlharness-torch` binaries (fixed interface, see
 //! docs/architecture.md).
 
+use crate::fsx::FsError;
+
 /// Documented exit codes. Scripts and CI depend on these numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ExitStatus {
@@ -60,5 +62,37 @@ impl ExitStatus {
         } else {
             self
         }
+    }
+}
+
+/// An error that knows which exit status it maps to: what a binary's `main` prints before it
+/// exits with that status.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CommandError {
+    pub status: ExitStatus,
+    pub message: String,
+}
+
+impl CommandError {
+    pub fn new(status: ExitStatus, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ExitStatus::InvalidInput, message)
+    }
+    pub fn run_failed(message: impl Into<String>) -> Self {
+        Self::new(ExitStatus::RunFailed, message)
+    }
+}
+
+/// A failure of the program's own files: what it was asked to do could not be carried out
+/// (exit 3).
+impl From<FsError> for CommandError {
+    fn from(e: FsError) -> Self {
+        CommandError::run_failed(e.to_string())
     }
 }

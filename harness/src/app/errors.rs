@@ -5,20 +5,12 @@ use crate::backend::child::ChildError;
 use crate::bisect::BisectError;
 use crate::compare::{CombinedError, StoredError};
 use crate::error::{CommandError, ExitStatus};
-use crate::fsx::FsError;
 use crate::golden::calibration::CalibrationError;
 use crate::golden::GoldenError;
 use crate::history::HistoryError;
 use crate::propagate::PropagateError;
 use crate::report::ReportError;
 use crate::runner::RunError;
-
-/// A failure of the harness's own files: the run could not be carried out (exit 3).
-impl From<FsError> for CommandError {
-    fn from(e: FsError) -> Self {
-        CommandError::run_failed(e.to_string())
-    }
-}
 
 /// The torch backend's process could not serve (exit 3).
 impl From<ChildError> for CommandError {

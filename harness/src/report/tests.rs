@@ -7,46 +7,39 @@ fn series(values: &[(&str, &[f64])]) -> MetricTable {
     MetricTable::from_columns(values)
 }
 
+/// A completed run's manifest, as `run.json` stores it (the fields `run.json` may leave out
+/// take their defaults).
 fn manifest(checks: &str, expected: Option<&str>) -> RunManifest {
-    RunManifest {
-        judged_against: None,
-        label: None,
-        trainer_sources: Default::default(),
-        scenario: "smoke/mock-gsm8k-grpo".into(),
-        scenario_path: "scenarios/smoke/mock-gsm8k-grpo.yaml".into(),
-        hardware: "cpu".into(),
-        status: RunStatus::Completed,
-        reason: None,
-        failed_step: None,
-        seed: 7,
-        steps: 6,
-        checks: serde_json::from_str(checks).unwrap(),
-        expected_verdict: expected.map(|e| serde_json::from_str(e).unwrap()),
-        harness_version: "0.1.0".into(),
-        git_commit: Some(format!("{:x}", 0xdead_beef_u32)),
-        build_commit: None,
-        host: "build-host-17".into(),
-        device: "cpu".into(),
-        threads: Some(2),
-        torch_version: None,
-        numerics: None,
-        started: chrono::Utc::now().to_rfc3339(),
-        ended: Some(chrono::Utc::now().to_rfc3339()),
-        plan_hash: "p".into(),
-        scenario_hash: "s".into(),
-        knobs: vec![KnobDiff {
-            key: "config.actor_rollout_ref.actor.optim.lr".into(),
-            default: Some("1e-6".into()),
-            value: "1e-5".into(),
-            origin: "--set".into(),
+    let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
+    let now = chrono::Utc::now().to_rfc3339();
+    let mut m = serde_json::json!({
+        "scenario": "smoke/mock-gsm8k-grpo",
+        "scenario_path": "scenarios/smoke/mock-gsm8k-grpo.yaml",
+        "hardware": "cpu",
+        "status": "completed",
+        "seed": 7,
+        "steps": 6,
+        "checks": parse(checks),
+        "harness_version": "0.1.0",
+        "git_commit": format!("{:x}", 0xdead_beef_u32),
+        "host": "build-host-17",
+        "device": "cpu",
+        "threads": 2,
+        "started": now,
+        "ended": now,
+        "plan_hash": "p",
+        "scenario_hash": "s",
+        "knobs": [{
+            "key": "config.actor_rollout_ref.actor.optim.lr",
+            "default": "1e-6",
+            "value": "1e-5",
+            "origin": "--set",
         }],
-        pending_golden: None,
-        reference_run: None,
-        notes: Vec::new(),
-        dropped: Vec::new(),
-        replay: None,
-        strays: Vec::new(),
+    });
+    if let Some(e) = expected {
+        m["expected_verdict"] = parse(e);
     }
+    serde_json::from_value(m).unwrap()
 }
 
 const CHECKS: &str = r#"{"golden": {

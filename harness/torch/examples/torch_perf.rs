@@ -21,7 +21,6 @@ use std::time::Instant;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rlharness_arctic::engine::{f32_tensor, Engine, ModelBatch};
-use rlharness_arctic::flops::ModelShape;
 use rlharness_arctic::torch_spec::{ModelKind, ModelSpec, TorchDType, TorchDevice, TorchSpec};
 use rlharness_arctic::wire::api::JobType;
 use rlharness_torch::grpo::{i64_tensor, job_config};
@@ -187,15 +186,7 @@ fn main() -> anyhow::Result<()> {
     let (b, s) = (a.prompts * a.n, a.prompt_len + a.response_len);
     let batch = update_batch(&a, vocab, &mut rng)?;
     let t = time_update(&engine, &a, &batch)?;
-    let shape = ModelShape {
-        hidden_size: cfg.hidden as u64,
-        intermediate_size: cfg.intermediate as u64,
-        num_layers: cfg.layers as u64,
-        num_heads: cfg.heads as u64,
-        num_kv_heads: cfg.kv_heads as u64,
-        head_dim: cfg.head_dim as u64,
-        vocab_size: cfg.vocab_size as u64,
-    };
+    let shape = cfg.shape();
     let flops = shape.training_flops(&vec![s as u64; b]);
     let peak_flops = 989e12;
 

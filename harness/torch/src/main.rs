@@ -72,35 +72,12 @@ mod serve {
 
     use rlharness_arctic::child::Ready;
     use rlharness_arctic::engine::{EngineError, Runtime};
-    use rlharness_arctic::exit::ExitStatus;
+    use rlharness_arctic::exit::CommandError;
     use rlharness_arctic::server::{self, ServerOptions};
     use rlharness_arctic::torch_spec::layout::{device_map, LayoutKnobs};
     use rlharness_arctic::torch_spec::{ModelKind, TorchDevice, TorchSpec};
     use rlharness_torch::layout::EngineLayout;
     use rlharness_torch::TorchEngine;
-
-    /// Why the server did not start or stopped, with the exit status it maps to.
-    #[derive(Debug, thiserror::Error)]
-    #[error("{message}")]
-    pub struct CommandError {
-        pub status: ExitStatus,
-        pub message: String,
-    }
-
-    impl CommandError {
-        fn invalid(message: impl Into<String>) -> Self {
-            Self {
-                status: ExitStatus::InvalidInput,
-                message: message.into(),
-            }
-        }
-        fn run_failed(message: impl Into<String>) -> Self {
-            Self {
-                status: ExitStatus::RunFailed,
-                message: message.into(),
-            }
-        }
-    }
 
     /// The torch Arctic server: the model of a torch backend block (`--backend-json`), or the
     /// CPU flagship's defaults. It reads no scenario file: `rlharness serve torch --scenario

@@ -3,6 +3,7 @@
 //! verl` writes them as a HuggingFace `config.json`, so both read one definition.
 
 use super::{ModelKind, ModelSpec};
+use crate::flops::ModelShape;
 use crate::task::CharTokenizer;
 
 /// Resolved sizes of a decoder.
@@ -32,6 +33,19 @@ impl DecoderConfig {
     /// The output head is the input embedding (`model.embed_tokens.weight`); there is no
     /// separate `lm_head` parameter.
     pub const TIED_EMBEDDINGS: bool = true;
+
+    /// The model's shape as verl's FLOP model reads it.
+    pub fn shape(&self) -> ModelShape {
+        ModelShape {
+            hidden_size: self.hidden as u64,
+            intermediate_size: self.intermediate as u64,
+            num_layers: self.layers as u64,
+            num_heads: self.heads as u64,
+            num_kv_heads: self.kv_heads as u64,
+            head_dim: self.head_dim as u64,
+            vocab_size: self.vocab_size as u64,
+        }
+    }
 
     /// Qwen3-0.6B's `config.json`.
     pub fn qwen3_0_6b() -> Self {

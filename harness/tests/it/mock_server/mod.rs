@@ -94,8 +94,13 @@ impl Answer {
     /// The request was refused with `status`, the detail naming `needle`.
     #[track_caller]
     fn assert_refused(&self, status: StatusCode, needle: &str) {
+        self.assert_refused_naming(status, &[needle]);
+    }
+    /// Refused with `status`, the detail naming every one of `needles`.
+    fn assert_refused_naming(&self, status: StatusCode, needles: &[&str]) {
         assert_eq!(self.status, status);
-        assert!(self.detail().contains(needle), "{}", self.detail());
+        let d = self.detail();
+        assert!(needles.iter().all(|n| d.contains(n)), "{d}");
     }
     fn frame(&self) -> Value {
         let ct = self.headers["content-type"].to_str().unwrap();
