@@ -475,4 +475,4 @@ pub(crate) fn json_equal(a: &Value, b: &Value) -> bool {
 #[cfg(test)]
 mod shipped;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -2,7 +2,10 @@ use super::*;
 use crate::knobs::ValueType;
 use serde_json::json;
 
-const GOOD: &str = r#"
+/// A valid manifest of knobs of every kind the verdicts meet (forwarded, consumed under a
+/// condition, parsed but unused, not forwarded, reserved), for the manifest's and the
+/// verdicts' tests.
+pub(crate) const MANIFEST: &str = r#"
 backend: arctic
 backend_yaml: backends/arctic.yaml
 backend_prefix: remote_backend
@@ -16,13 +19,61 @@ knobs:
       - at: job.training.ds_worker_config.logits_compute_in_fp32
         when: {remote_backend.train.zorro_train.enable: true}
         type: bool
+      - at: meta.logits_compute_in_fp32
+        when: {remote_backend.train.zorro_train.enable: false}
     server_default: false
     conditions: {remote_backend.train.zorro_train.enable: [true, false]}
+  - path: remote_backend.train.logits.optimization_peak_mem_size_in_gib
+    default: 4
+    try: [8, 2.5]
+    sent_to: [meta.logits_optimization_peak_mem_size_in_gib]
+    consumers:
+      - at: job.training.ds_worker_config.logits_optimization_peak_mem_size_in_gib
+        type: int
+    server_default: 4
+  - path: actor_rollout_ref.actor.clip_ratio
+    default: 0.2
+    try: [0.3]
+    sent_to: [meta.actor_config.clip_ratio]
+    note: parsed, but the loss uses a fixed 0.2
+  - path: actor_rollout_ref.rollout.max_num_batched_tokens
+    default: 8192
+    try: [4096]
+    note: the adapter does not forward it
+  - path: remote_backend.train.determinism.seed
+    default: 42
+    try: [7]
+    sent_to: [job.*.seed]
+    consumers:
+      - at: job.training.seed
+        when: {job.training.full_determinism: true}
+        type: int
+    conditions: {remote_backend.train.determinism.full: [true, false]}
+  - path: remote_backend.train.load_balancer
+    default: true
+    try: [false]
+    sent_to: [meta.load_balancer]
+    consumers: [{at: meta.load_balancer, type: bool}]
+    server_default: false
+  - path: remote_backend.rollout.speculative_decoding.model
+    default: ""
+    try: [draft]
+    allowed_noop: reserved for a later server
+  - path: actor_rollout_ref.rollout.temperature
+    default: 1.0
+    try: [0.7]
+    sent_to: [meta.temperature]
+    consumers:
+      - at: generate.sampling_params.temperature
+        type: number
+      - at: job.training.ds_worker_config.temperature
+        when: {remote_backend.train.zorro_train.enable: true}
+        type: number
 "#;
 
 #[test]
 fn parses_a_good_manifest() {
-    let m = parse(GOOD, Path::new("k.yaml")).unwrap();
+    let m = parse(MANIFEST, Path::new("k.yaml")).unwrap();
     assert!(validate(&m).is_empty(), "{:?}", validate(&m));
     let k = &m.knobs[0];
     assert_eq!(k.tries, vec![json!(true)]);
@@ -35,17 +86,17 @@ fn parses_a_good_manifest() {
 
 #[test]
 fn unknown_keys_are_errors() {
-    let bad = GOOD.replace("server_default: false", "server_defualt: false");
+    let bad = MANIFEST.replace("server_default: false", "server_defualt: false");
     let e = parse(&bad, Path::new("k.yaml")).unwrap_err().to_string();
     assert!(e.contains("server_defualt") && e.contains("k.yaml"), "{e}");
-    let bad = GOOD.replace("type: bool", "type: boolean");
+    let bad = MANIFEST.replace("type: bool", "type: boolean");
     let e = parse(&bad, Path::new("k.yaml")).unwrap_err().to_string();
     assert!(e.contains("boolean"), "{e}");
 }
 
 #[test]
 fn semantic_problems_name_the_knob() {
-    let bad = GOOD
+    let bad = MANIFEST
         .replace("try: [true]", "try: [false]")
         .replace("at: job.training", "at: jobs.training");
     let m = parse(&bad, Path::new("k.yaml")).unwrap();
@@ -69,11 +120,16 @@ fn semantic_problems_name_the_knob() {
 
 #[test]
 fn coverage_finds_both_directions() {
-    let m = parse(GOOD, Path::new("k.yaml")).unwrap();
-    let leaves = vec![
-        "train.logits.compute_in_fp32".to_string(),
-        "colocate".to_string(),
-    ];
+    let m = parse(MANIFEST, Path::new("k.yaml")).unwrap();
+    // Every knob of the manifest under the backend's prefix is a leaf of its file, and one
+    // leaf (`colocate`) has no knob.
+    let mut leaves: Vec<String> = m
+        .knobs
+        .iter()
+        .filter_map(|k| k.path.strip_prefix("remote_backend."))
+        .map(str::to_string)
+        .collect();
+    leaves.push("colocate".to_string());
     let p = coverage(&leaves, &m);
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(p[0].contains("remote_backend.colocate"), "{p:?}");
@@ -83,7 +139,7 @@ fn coverage_finds_both_directions() {
 
 #[test]
 fn known_gaps_name_a_problem_kind_checked_with_line_and_column() {
-    let with_gap = |gap: &str| format!("{GOOD}known_gaps:\n{gap}");
+    let with_gap = |gap: &str| format!("{MANIFEST}known_gaps:\n{gap}");
     let ok = with_gap("  - {knob: remote_backend.train.logits.compute_in_fp32, verdict: consumed, problem: unchanged_consumer, at: job.training.ds_worker_config, reason: r}\n");
     let m = parse(&ok, Path::new("k.yaml")).unwrap();
     assert!(validate(&m).is_empty(), "{:?}", validate(&m));

@@ -5,74 +5,9 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::propagate::manifest::tests::MANIFEST;
 use crate::propagate::manifest::{self, KnobManifest, ProblemKind};
 use crate::propagate::wire::WireSnapshot;
-
-const MANIFEST: &str = r#"
-backend: arctic
-backend_yaml: backends/arctic.yaml
-backend_prefix: remote_backend
-volatile: [meta.batch_num_tokens]
-knobs:
-  - path: remote_backend.train.logits.compute_in_fp32
-    default: false
-    try: [true]
-    sent_to: [meta.logits_compute_in_fp32, job.training.ds_worker_config.logits_compute_in_fp32]
-    consumers:
-      - at: job.training.ds_worker_config.logits_compute_in_fp32
-        when: {remote_backend.train.zorro_train.enable: true}
-        type: bool
-      - at: meta.logits_compute_in_fp32
-        when: {remote_backend.train.zorro_train.enable: false}
-    server_default: false
-    conditions: {remote_backend.train.zorro_train.enable: [true, false]}
-  - path: remote_backend.train.logits.optimization_peak_mem_size_in_gib
-    default: 4
-    try: [8, 2.5]
-    sent_to: [meta.logits_optimization_peak_mem_size_in_gib]
-    consumers:
-      - at: job.training.ds_worker_config.logits_optimization_peak_mem_size_in_gib
-        type: int
-    server_default: 4
-  - path: actor_rollout_ref.actor.clip_ratio
-    default: 0.2
-    try: [0.3]
-    sent_to: [meta.actor_config.clip_ratio]
-    note: parsed, but the loss uses a fixed 0.2
-  - path: actor_rollout_ref.rollout.max_num_batched_tokens
-    default: 8192
-    try: [4096]
-    note: the adapter does not forward it
-  - path: remote_backend.train.determinism.seed
-    default: 42
-    try: [7]
-    sent_to: [job.*.seed]
-    consumers:
-      - at: job.training.seed
-        when: {job.training.full_determinism: true}
-        type: int
-    conditions: {remote_backend.train.determinism.full: [true, false]}
-  - path: remote_backend.train.load_balancer
-    default: true
-    try: [false]
-    sent_to: [meta.load_balancer]
-    consumers: [{at: meta.load_balancer, type: bool}]
-    server_default: false
-  - path: remote_backend.rollout.speculative_decoding.model
-    default: ""
-    try: [draft]
-    allowed_noop: reserved for a later server
-  - path: actor_rollout_ref.rollout.temperature
-    default: 1.0
-    try: [0.7]
-    sent_to: [meta.temperature]
-    consumers:
-      - at: generate.sampling_params.temperature
-        type: number
-      - at: job.training.ds_worker_config.temperature
-        when: {remote_backend.train.zorro_train.enable: true}
-        type: number
-"#;
 
 pub(super) fn manifest() -> KnobManifest {
     let m = manifest::parse(MANIFEST, Path::new("t.yaml")).unwrap();

@@ -143,12 +143,7 @@ async fn legacy_pickle_payloads_are_refused() {
             .await;
             // A frame that does not decode raises inside the real server's handler: a
             // plain-text 500 (the mock's log names the legacy payload).
-            assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{route}");
-            assert_eq!(r.body, "Internal Server Error", "{route}");
-            assert!(r.headers["content-type"]
-                .to_str()
-                .unwrap()
-                .starts_with("text/plain"));
+            r.assert_plain_500(route);
         }
         let r = call(
             &router,
@@ -250,12 +245,7 @@ async fn a_load_balancer_without_max_token_len_is_a_plain_500() {
         let uri = format!("{route}?job_id={tid}");
         let bad = json!({"load_balancer": true, "pad_token_id": 0, "temperature": 1.0});
         let r = post_frame(&router, &uri, &call_with(bad, update)).await;
-        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{route}");
-        assert_eq!(r.body, "Internal Server Error", "{route}");
-        assert!(r.headers["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/plain"));
+        r.assert_plain_500(route);
         let why = r.headers["x-rlharness-error"].to_str().unwrap();
         assert!(
             why.contains("load_balancer") && why.contains("max_token_len_per_gpu"),

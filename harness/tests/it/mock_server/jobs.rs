@@ -137,12 +137,7 @@ async fn sleep_wake_state_machine() {
     assert_eq!(s["sampling"]["status"], json!("already_sleeping"));
     // Generating while asleep raises inside the real server's handler: a plain-text 500.
     let g = post_frame(&router, &q("/generate"), &gen).await;
-    assert_eq!(g.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(g.body, "Internal Server Error");
-    assert!(g.headers["content-type"]
-        .to_str()
-        .unwrap()
-        .starts_with("text/plain"));
+    g.assert_plain_500("/generate");
 
     let kv = post_json(&router, &q("/wake-inference"), json!(["kv_cache"])).await;
     kv.assert_refused(StatusCode::BAD_REQUEST, "wake [\"weights\"] first");

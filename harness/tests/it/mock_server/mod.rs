@@ -96,6 +96,14 @@ impl Answer {
     fn assert_refused(&self, status: StatusCode, needle: &str) {
         self.assert_refused_naming(status, &[needle]);
     }
+    /// The real server's answer to an exception in a handler: a plain-text 500.
+    #[track_caller]
+    fn assert_plain_500(&self, route: &str) {
+        assert_eq!(self.status, StatusCode::INTERNAL_SERVER_ERROR, "{route}");
+        assert_eq!(self.body, "Internal Server Error", "{route}");
+        let ct = self.headers["content-type"].to_str().unwrap();
+        assert!(ct.starts_with("text/plain"), "{route}: {ct}");
+    }
     /// Refused with `status`, the detail naming every one of `needles`.
     fn assert_refused_naming(&self, status: StatusCode, needles: &[&str]) {
         assert_eq!(self.status, status);
