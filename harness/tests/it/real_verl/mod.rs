@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::{repo, says, text, wire};
 
+mod propagate;
+
 const SCENARIO: &str = "scenarios/verl/real-verl-arctic-grpo.yaml";
 
 /// The trainer's sources, from the settings `ci/verl-tests.sh` sets.
@@ -503,115 +505,4 @@ fn the_defaults_file_holds_verls_own_defaults() {
             "{k} now matches verl: remove it from KNOWN_DEFAULT_DIFFERENCES"
         );
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// `propagate` on the real adapter.
-
-/// The knobs CI tries through real verl: every logits knob (the seed's bug lives there), under
-/// ZoRRo on and off. The whole manifest takes about 40 trials of a minute each on 2 cores
-/// (docs/real-verl.md); this subset is its stated CI part. With `--until auto` the ZoRRo-on runs
-/// stop once the JobConfigs are sent (their only reader is `ds_worker_config`).
-const CI_KNOBS: &str = "remote_backend.train.logits";
-
-/// `rlharness propagate` of the real scenario on the logits knobs, with the adapter at
-/// `arctic`: the exit status and the matrix (`propagation.json`).
-fn propagate_logits(out: &Path, arctic: &Path) -> (Output, serde_json::Value) {
-    let o = rlharness(&[
-        "propagate",
-        SCENARIO,
-        "--knobs",
-        CI_KNOBS,
-        "--until",
-        "auto",
-        "--out",
-        out.to_str().unwrap(),
-    ])
-    .env("ARCTIC_SRC", arctic)
-    .output()
-    .unwrap();
-    let json = std::fs::read_dir(out.join("real-verl-arctic-grpo"))
-        .ok()
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("propagation.json"))
-        .find(|p| p.is_file())
-        .map(|p| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap())
-        .unwrap_or_else(|| panic!("no propagation.json: {}", text(&o)));
-    (o, json)
-}
-
-/// The matrix's summary line (`N knobs, M runs ..., T s; ...`).
-fn summary_line(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .find(|l| l.contains(" knobs, ") && l.contains(" runs "))
-        .unwrap_or("(no summary line)")
-        .to_string()
-}
-
-/// The knobs the matrix flags that no known gap explains.
-fn new_flags(matrix: &serde_json::Value) -> Vec<String> {
-    let mut v: Vec<String> = matrix["knobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|k| k["flagged"] == true && k["known_gap"].is_null())
-        .map(|k| k["path"].as_str().unwrap().to_string())
-        .collect();
-    v.sort();
-    v
-}
-
-#[test]
-#[ignore = "needs real verl: bash ci/verl-tests.sh"]
-fn propagate_on_the_real_adapter_flags_exactly_the_seed_bug() {
-    let tmp = tempfile::tempdir().unwrap();
-    // A copy of the adapter's tree with the project's patch: the seed's bug, planted.
-    let arctic = tmp.path().join("arctic");
-    let [_, (_, src)] = sources();
-    let cp = Command::new("cp")
-        .args(["-r", &src, arctic.to_str().unwrap()])
-        .status()
-        .unwrap();
-    assert!(cp.success());
-    let patch = repo().join("harness/tests/fixtures/verl/patches/zorro-logits-dropped.patch");
-    let p = Command::new("patch")
-        .args(["-p1", "--quiet", "-d", arctic.to_str().unwrap(), "-i"])
-        .arg(&patch)
-        .output()
-        .unwrap();
-    assert!(p.status.success(), "the patch does not apply: {}", text(&p));
-    let (o, matrix) = propagate_logits(&tmp.path().join("out"), &arctic);
-    println!("planted: {}", summary_line(&o));
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert_eq!(
-        new_flags(&matrix),
-        [
-            "remote_backend.train.logits.compute_in_fp32",
-            "remote_backend.train.logits.optimization",
-            "remote_backend.train.logits.optimization_peak_mem_size_in_gib",
-        ],
-        "{}",
-        text(&o)
-    );
-    // Each is flagged where the seed's bug is: ZoRRo training's ds_worker_config.
-    for k in matrix["knobs"].as_array().unwrap() {
-        if k["flagged"] == true && k["known_gap"].is_null() {
-            let why = k["problems"].to_string();
-            says(&why, &["ds_worker_config", "zorro_train.enable=true"]);
-        }
-    }
-}
-
-#[test]
-#[ignore = "needs real verl: bash ci/verl-tests.sh"]
-fn propagate_on_the_unmodified_adapter_finds_known_gaps_only() {
-    let tmp = tempfile::tempdir().unwrap();
-    let [_, (_, src)] = sources();
-    let (o, matrix) = propagate_logits(&tmp.path().join("out"), Path::new(&src));
-    println!("unmodified: {}", summary_line(&o));
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(new_flags(&matrix).is_empty(), "{}", text(&o));
 }
