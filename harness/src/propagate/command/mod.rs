@@ -43,18 +43,21 @@ pub enum Until {
     Step(u64),
 }
 
+/// A `--until` that names no stopping point.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("`{0}`: expected auto, initialize, first-update or step:N (N >= 1)")]
+pub struct UnknownUntil(String);
+
 impl std::str::FromStr for Until {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownUntil;
+    fn from_str(s: &str) -> Result<Self, UnknownUntil> {
         match s {
             "auto" => Ok(Until::Auto),
             "initialize" => Ok(Until::Initialize),
             "first-update" => Ok(Until::FirstUpdate),
             _ => match s.strip_prefix("step:").map(str::parse::<u64>) {
                 Some(Ok(n)) if n >= 1 => Ok(Until::Step(n)),
-                _ => Err(format!(
-                    "`{s}`: expected auto, initialize, first-update or step:N (N >= 1)"
-                )),
+                _ => Err(UnknownUntil(s.to_string())),
             },
         }
     }

@@ -63,7 +63,7 @@ fn until_parses_its_three_forms_and_names_the_bad_one() {
     assert_eq!("first-update".parse::<Until>(), Ok(Until::FirstUpdate));
     assert_eq!("step:3".parse::<Until>(), Ok(Until::Step(3)));
     for bad in ["step:0", "step:x", "forever", ""] {
-        let e = bad.parse::<Until>().unwrap_err();
+        let e = bad.parse::<Until>().unwrap_err().to_string();
         assert!(e.contains("initialize, first-update or step:N"), "{e}");
     }
     assert_eq!(Until::Step(3).steps(), 3);

@@ -50,11 +50,16 @@ pub(crate) const WINDOW_SERIES: &str = "window value (judged)";
 pub(crate) const SEEDS_WINDOW_SERIES: &str = "seeds' window mean";
 pub(crate) const FAILING_SERIES: &str = "failing";
 
-type DrawResult = Result<(), String>;
+/// Why plotters could not draw a chart; the chart's place then shows the message.
+#[derive(Debug, thiserror::Error)]
+#[error("plot failed: {0}")]
+pub(crate) struct PlotError(String);
+
+type DrawResult = Result<(), PlotError>;
 type Chart<'a> = ChartContext<'a, GroupedSvg, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
-fn e<E: std::fmt::Display>(err: E) -> String {
-    format!("plot failed: {err}")
+fn e<E: std::fmt::Display>(err: E) -> PlotError {
+    PlotError(err.to_string())
 }
 
 fn error_svg(metric: &str, msg: &str) -> String {
@@ -214,7 +219,7 @@ fn plot_over(
     let doc = SvgDoc::new(SIZE);
     match draw_plot(&doc, metric, x_desc, x, y, draw) {
         Ok(()) => doc.finish(),
-        Err(msg) => error_svg(metric, &msg),
+        Err(err) => error_svg(metric, &err.to_string()),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use plotters::prelude::*;
 
-use super::{plot_over, x_range, y_range, Layers, Swatch, BAND, OTHER, REFERENCE, RUN};
+use super::{plot_over, x_range, y_range, Layers, PlotError, Swatch, BAND, OTHER, REFERENCE, RUN};
 
 /// What one trend chart shows. Runs are numbered from 1 in the history's order.
 pub(crate) struct TrendPlot<'a> {
@@ -60,7 +60,7 @@ pub(crate) fn plot_trend(t: &TrendPlot) -> String {
 }
 
 /// A dashed-looking vertical line half a run before each change's first run.
-fn change_lines(l: &mut Layers, changes: &[u64], (y0, y1): (f64, f64)) -> Result<(), String> {
+fn change_lines(l: &mut Layers, changes: &[u64], (y0, y1): (f64, f64)) -> Result<(), PlotError> {
     if changes.is_empty() {
         return Ok(());
     }
