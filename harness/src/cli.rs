@@ -422,6 +422,11 @@ pub(crate) enum GoldenAction {
     /// Run a scenario N times (or once per seed) and store the measured noise beside its
     /// golden (`calibration.json`), for rules with `calibrated: {k, floor}` bands.
     Calibrate(CalibrateArgs),
+    /// The judge audits itself: the whole verdict's false-alarm rate (every rule, every seed)
+    /// and each gating rule's power, from thousands of synthetic runs drawn from the stored
+    /// calibration runs and judged by the real judge. Exit 1 when the rate's 95% interval lies
+    /// above the scenario's budget (`checks.alpha`) or a rule cannot fail.
+    Audit(AuditArgs),
     /// Write a pending golden from a stored run directory: bless exactly the run that was
     /// reviewed (on a nondeterministic backend a rerun is another draw). The run must be a
     /// completed, unplanted run of the scenario file as it is now (same plan hash).
@@ -429,11 +434,42 @@ pub(crate) enum GoldenAction {
 }
 
 #[derive(Debug, Args, Clone)]
+pub(crate) struct AuditArgs {
+    pub(crate) scenario: PathBuf,
+    /// Seeds per verdict: 1 audits single runs, N a multi-seed verdict (`run --seeds`).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seeds: usize,
+    /// Synthetic verdicts for the false-alarm rate.
+    #[arg(long, default_value_t = 2000)]
+    pub(crate) draws: usize,
+    /// Synthetic verdicts per shift for each rule's power (0: no power analysis).
+    #[arg(long, default_value_t = 200)]
+    pub(crate) power_draws: usize,
+    /// The hardware key of the golden (needed when the scenario has several).
+    #[arg(long)]
+    pub(crate) hardware: Option<String>,
+    /// The random stream's seed (the audit is reproducible).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) rng_seed: u64,
+    #[arg(long, value_enum, default_value_t = AuditFormat::Summary)]
+    pub(crate) format: AuditFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum AuditFormat {
+    Summary,
+    Json,
+}
+
+#[derive(Debug, Args, Clone)]
 pub(crate) struct CalibrateArgs {
     pub(crate) scenario: PathBuf,
-    /// Runs of the scenario's own seed.
-    #[arg(long, default_value_t = 10)]
-    pub(crate) runs: usize,
+    /// Runs of the scenario's own seed (the noise of a nondeterministic backend at one seed).
+    /// Without `--runs` or `--seeds`: as many runs as the scenario's calibrated windows need
+    /// at its false-alarm budget (bands within 10 % of an endless calibration's), one seed
+    /// each from the scenario's own.
+    #[arg(long, conflicts_with = "seeds")]
+    pub(crate) runs: Option<usize>,
     /// `A..B`: one run per seed from A to B (inclusive) instead of `--runs`.
     #[arg(long)]
     pub(crate) seeds: Option<String>,

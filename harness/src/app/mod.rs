@@ -57,6 +57,10 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
             action: GoldenAction::Calibrate(args),
             golden,
         } => commands::calibrate::calibrate(args, golden.as_deref()).await,
+        Command::Golden {
+            action: GoldenAction::Audit(args),
+            golden,
+        } => commands::audit::audit(&args, golden.as_deref()),
         Command::Golden { action, golden } => commands::golden::golden(action, golden.as_deref()),
         Command::Compare {
             run,

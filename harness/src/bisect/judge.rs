@@ -211,12 +211,15 @@ pub(crate) fn sequential_test(
     let (effect, effect_from) = match (args.effect, rule.and_then(|r| r.calibrated.as_ref())) {
         (Some(e), _) => (e.abs(), "--effect".to_string()),
         (None, Some(c)) => {
-            let band = c.k * point.std * (1.0 + 1.0 / point.n.max(1) as f64).sqrt();
+            let k = c.k.unwrap_or_else(|| {
+                crate::compare::budget::Budget::of_calibration(&scenario.checks, cal).k(point.n)
+            });
+            let band = k * point.std * (1.0 + 1.0 / point.n.max(1) as f64).sqrt();
             (
                 band.max(c.floor),
                 format!(
                     "the golden rule's calibrated band: max({} σ √(1 + 1/{}), {})",
-                    fmt_num(c.k),
+                    fmt_num(k),
                     point.n,
                     fmt_num(c.floor)
                 ),

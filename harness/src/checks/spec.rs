@@ -125,13 +125,14 @@ pub struct GoldenRule {
 }
 
 /// One window's calibrated band: `centre ± half`, for the window `first..=last` of the
-/// golden's steps.
+/// golden's steps; with `log`, both on the log scale (the band is `exp(centre ± half)`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct WindowBand {
     pub(crate) first: u64,
     pub(crate) last: u64,
     pub(crate) centre: f64,
     pub(crate) half: f64,
+    pub(crate) log: bool,
 }
 
 impl GoldenRule {
@@ -159,14 +160,22 @@ pub(crate) fn window_value(values: &[f64], median: bool) -> f64 {
     }
 }
 
-/// `calibrated: {k: 3, floor: 0.02}`: each window's band is the calibration's mean of that
-/// window ± max(k × σ × √(1 + 1/n), floor), with that window's σ and n.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// `calibrated: {floor: 0.02}`: each window's band is the calibration's mean of that window ±
+/// max(k × σ × √(1 + 1/n), floor), with that window's σ and n, and k the two-sided Student's
+/// t quantile of the window's share of the run's false-alarm budget (`checks.alpha`) at n − 1
+/// degrees of freedom (`compare::budget`). A `k` written by hand replaces that quantile and
+/// takes the rule out of the budget (`check` says so). `log: true` judges the window on the
+/// log scale (a positive, skewed metric: a gradient norm, a step time): the band is then
+/// `exp(mean(ln x) ± k × sd(ln x) × √(1 + 1/n))`, a factor either way.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Calibrated {
-    pub(crate) k: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) k: Option<f64>,
     #[serde(default)]
     pub(crate) floor: f64,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub(crate) log: bool,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -224,11 +233,13 @@ impl TryFrom<RawGoldenRule> for GoldenRule {
             }
         }
         if let Some(c) = r.calibrated {
-            let valid = c.k.is_finite() && c.k > 0.0 && c.floor.is_finite() && c.floor >= 0.0;
-            if !valid {
+            let k_ok = c.k.is_none_or(|k| k.is_finite() && k > 0.0);
+            if !(k_ok && c.floor.is_finite() && c.floor >= 0.0) {
                 return Err(format!(
-                    "`calibrated` needs k > 0 and floor >= 0, got k {} and floor {}",
-                    c.k, c.floor
+                    "`calibrated` needs k > 0 (or no k: the run's budget sizes it) and floor >= 0, \
+                     got k {} and floor {}",
+                    c.k.map_or("-".into(), |k| k.to_string()),
+                    c.floor
                 ));
             }
             if r.abs.is_some() || r.rel.is_some() {
@@ -416,6 +427,27 @@ pub struct ChecksSpec {
     /// unless it says `stability: false`; resolved when the scenario loads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) stability: Option<bool>,
+    /// The run's false-alarm budget: the probability that a healthy run fails its verdict
+    /// (exit 1), shared by every calibrated test (`compare::budget`); 0.01 when absent.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "alpha_in_range"
+    )]
+    pub(crate) alpha: Option<f64>,
+}
+
+/// The run's default false-alarm budget.
+pub(crate) const DEFAULT_ALPHA: f64 = 0.01;
+
+fn alpha_in_range<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let a = f64::deserialize(d)?;
+    if !(a > 0.0 && a < 0.5) {
+        return Err(serde::de::Error::custom(format!(
+            "`alpha` is the run's false-alarm rate, in (0, 0.5), got {a}"
+        )));
+    }
+    Ok(Some(a))
 }
 
 /// One rule of a `ChecksSpec`, for code that walks all of them (fail fast, reports).
@@ -441,6 +473,11 @@ impl RuleRef<'_> {
 }
 
 impl ChecksSpec {
+    /// The run's false-alarm budget (`alpha`, or [`DEFAULT_ALPHA`]).
+    pub(crate) fn alpha(&self) -> f64 {
+        self.alpha.unwrap_or(DEFAULT_ALPHA)
+    }
+
     pub(crate) fn rules(&self) -> Vec<RuleRef<'_>> {
         let mut v: Vec<RuleRef<'_>> = self
             .golden

@@ -2,9 +2,11 @@
 //! (k σ per window around the calibration's mean), or why it has none; and what a run, a bless
 //! and the live watch read of it.
 
+use super::budget::Budget;
 use super::seeds::POWER;
 use crate::checks::expr::fmt_num;
 use crate::checks::{ChecksSpec, WindowBand};
+use crate::golden::calibration::PointStats;
 use crate::golden::{BlessedBands, Golden, JudgedAgainst};
 
 /// Where a calibrated metric's band came from (its text), or why it has none.
@@ -21,7 +23,7 @@ pub(crate) fn source_of<'a>(
 /// What a run's verdict is judged against, as `run.json` records it: the golden's digests and
 /// each calibrated band as resolved (`golden:<metric>` → its text, or why it has none).
 pub(crate) fn judged_against(checks: &ChecksSpec, golden: &Golden) -> JudgedAgainst {
-    let (_, sources) = resolve_calibrated(checks, Some(golden));
+    let (_, sources) = resolve_calibrated(checks, Some(golden), Budget::of(checks, Some(golden)));
     JudgedAgainst {
         digest: golden.digest.clone(),
         bands: sources
@@ -35,7 +37,7 @@ pub(crate) fn judged_against(checks: &ChecksSpec, golden: &Golden) -> JudgedAgai
 /// the calibration can resolve, each window's (first, last, half-width). What a bless records
 /// (`golden.yaml`'s `bands:`) and what the loosening guard compares with it.
 pub(crate) fn band_widths(checks: &ChecksSpec, golden: Option<&Golden>) -> BlessedBands {
-    let (resolved, _) = resolve_calibrated(checks, golden);
+    let (resolved, _) = resolve_calibrated(checks, golden, Budget::of(checks, golden));
     resolved
         .map(|r| {
             r.golden
@@ -60,7 +62,7 @@ const Z_POWER: f64 = 0.841_621_233_572_914_3;
 /// never fails fast (its final verdict is `missing`, with the command to run); judged raw it
 /// would have a band of width 0 and abort the run at its first window.
 pub(crate) fn live_checks(checks: &ChecksSpec, golden: Option<&Golden>) -> ChecksSpec {
-    let (resolved, sources) = resolve_calibrated(checks, golden);
+    let (resolved, sources) = resolve_calibrated(checks, golden, Budget::of(checks, golden));
     let mut live = resolved.unwrap_or_else(|| checks.clone());
     for (metric, source) in sources {
         if source.is_err() {
@@ -74,10 +76,12 @@ pub(crate) fn live_checks(checks: &ChecksSpec, golden: Option<&Golden>) -> Check
 
 /// `calibrated` golden rules turned into the absolute bands the golden's calibration gives
 /// them (`None`: no rule is calibrated), and per calibrated metric where its band came from,
-/// or why it has none.
+/// or why it has none. `budget`: the run's (from its whole `checks`), which sizes each band
+/// without a hand-set `k`.
 pub(crate) fn resolve_calibrated(
     checks: &ChecksSpec,
     golden: Option<&Golden>,
+    budget: Budget,
 ) -> (Option<ChecksSpec>, Vec<BandSource>) {
     if checks.golden.iter().all(|(_, r)| r.calibrated.is_none()) {
         return (None, Vec::new());
@@ -120,13 +124,29 @@ pub(crate) fn resolve_calibrated(
             ));
             continue;
         }
+        let inflate = |n: usize| (1.0 + 1.0 / n.max(1) as f64).sqrt();
+        let k_of = |w: &PointStats| c.k.unwrap_or_else(|| budget.k(w.n));
         let bands: Vec<WindowBand> = windows
             .iter()
-            .map(|w| WindowBand {
-                first: w.first,
-                last: w.last,
-                centre: w.mean,
-                half: (c.k * w.std * (1.0 + 1.0 / w.n.max(1) as f64).sqrt()).max(c.floor),
+            .map(|w| {
+                let k = k_of(w);
+                match c.log.then(|| w.log_stats()).flatten() {
+                    // On the log scale the floor is a factor: 1 + floor / the window's centre.
+                    Some((centre, sd)) => WindowBand {
+                        first: w.first,
+                        last: w.last,
+                        centre,
+                        half: (k * sd * inflate(w.n)).max((c.floor / centre.exp()).ln_1p()),
+                        log: true,
+                    },
+                    None => WindowBand {
+                        first: w.first,
+                        last: w.last,
+                        centre: w.mean,
+                        half: (k * w.std * inflate(w.n)).max(c.floor),
+                        log: false,
+                    },
+                }
             })
             .collect();
         let span = |xs: &mut dyn Iterator<Item = f64>| {
@@ -139,23 +159,46 @@ pub(crate) fn resolve_calibrated(
                 format!("{}..{}", fmt_num(lo), fmt_num(hi))
             }
         };
-        let halves = format!("±{}", span(&mut bands.iter().map(|b| b.half)));
+        let log = bands.iter().any(|b| b.log);
+        let halves = if log {
+            format!("×÷{}", span(&mut bands.iter().map(|b| b.half.exp())))
+        } else {
+            format!("±{}", span(&mut bands.iter().map(|b| b.half)))
+        };
         // One run's window lands past the bad edge with probability Φ((δ − half) / σ): 80 %
-        // at δ = half + z₀.₈ σ, σ being the window's spread over the calibration runs.
-        let power = span(
-            &mut bands
-                .iter()
-                .zip(windows.iter())
-                .map(|(b, w)| b.half + Z_POWER * w.std),
-        );
+        // at δ = half + z₀.₈ σ, σ being the window's spread over the calibration runs (on the
+        // log scale a factor exp(half + z₀.₈ σ_log)).
+        let power = span(&mut bands.iter().zip(windows.iter()).map(|(b, w)| {
+            if b.log {
+                (b.half + Z_POWER * w.log_stats().map_or(0.0, |(_, sd)| sd)).exp()
+            } else {
+                b.half + Z_POWER * w.std
+            }
+        }));
+        let ks = span(&mut windows.iter().map(k_of));
+        let k_text = match c.k {
+            Some(k) => format!(
+                "k {} (set by hand: outside the run's false-alarm budget)",
+                fmt_num(k)
+            ),
+            None => format!(
+                "k {ks} = Student's t(1 − a/2, n − 1) for the window's share a = {} ({} of the \
+                 run's false-alarm budget {} over {} test(s))",
+                fmt_num(budget.per_test()),
+                super::budget::SIZED,
+                fmt_num(budget.alpha),
+                budget.tests.max(1)
+            ),
+        };
+        let scale = if log { "ln of the values, " } else { "" };
+        let shift = if log { "a factor" } else { "a shift" };
         rule.window_bands = Some(bands);
         sources.push((
             metric.clone(),
             Ok(format!(
-                "{halves} calibrated per window: max(k {} × the window's σ × √(1 + 1/n), floor {}) \
-                 around the calibration's mean of the window, from {}; one run catches a shift \
-                 of {power} on the bad side {:.0}% of the time",
-                c.k,
+                "{halves} calibrated per window ({scale}max(k × the window's σ × √(1 + 1/n), floor {}) \
+                 around the calibration's mean of the window; {k_text}), from {}; one run catches \
+                 {shift} of {power} on the bad side {:.0}% of the time",
                 c.floor,
                 cal.source(),
                 POWER * 100.0

@@ -75,10 +75,17 @@ fn loosenings(old: &GoldenRule, new: &GoldenRule) -> Vec<String> {
         }
     }
     if let (Some(o), Some(n)) = (old.calibrated, new.calibrated) {
-        if n.k > o.k || n.floor > o.floor {
+        // A hand-set k against one sized by the budget: the resolved widths decide
+        // (`wider_bands`); a larger hand-set k or floor is loosening here.
+        let larger_k = matches!((o.k, n.k), (Some(ok), Some(nk)) if nk > ok);
+        if larger_k || n.floor > o.floor {
+            let k = |k: Option<f64>| k.map_or("by budget".to_string(), |k| k.to_string());
             out.push(format!(
                 "calibrated k {} floor {} -> k {} floor {}",
-                o.k, o.floor, n.k, n.floor
+                k(o.k),
+                o.floor,
+                k(n.k),
+                n.floor
             ));
         }
     }
@@ -125,6 +132,19 @@ fn failing(rule: String, metrics: Vec<String>, message: String) -> RuleVerdict {
 /// the golden was blessed with (`blessed`), or per blessed rule that is gone.
 pub(crate) fn loosened_rules(blessed: &ChecksSpec, current: &ChecksSpec) -> Vec<RuleVerdict> {
     let mut out = Vec::new();
+    // A smaller budget widens every band sized by it.
+    if current.alpha() < blessed.alpha() {
+        out.push(failing(
+            "loosened:alpha".to_string(),
+            Vec::new(),
+            format!(
+                "{WHY}: the run's false-alarm budget `checks.alpha` fell from {} to {}, which \
+                 widens every band it sizes: bless again",
+                blessed.alpha(),
+                current.alpha()
+            ),
+        ));
+    }
     for (metric, old) in blessed.golden.iter() {
         let id = format!("golden:{metric}");
         let old = old.resolved(metric);

@@ -8,6 +8,8 @@
 //! `stored` reads a run directory and its golden back for it, and `combined` judges a
 //! multi-seed run's directory. Only those two read files; nothing here writes or renders.
 
+pub(crate) mod audit;
+pub(crate) mod budget;
 mod calibrated;
 mod combined;
 mod direction;

@@ -41,10 +41,14 @@ pub(crate) const ONE_SIDED: &[&str] = &["perf/max_memory_allocated_gb"];
 /// even where the calibration's noise would put the edge at or below 0.
 pub(crate) const KEEP_ABOVE: f64 = 0.1;
 
+/// Stability metrics judged on the log scale: positive and heavy-tailed (a gradient norm's
+/// window median over seeds spans a factor of 10 in a healthy real-verl run), so a band in
+/// linear units is too narrow above and reaches through 0 below; on the log scale it is a
+/// factor either way.
+pub(crate) const LOG_SCALE: &[&str] = &["actor/grad_norm"];
+
 /// Steps per compared window.
 pub(crate) const WINDOW: u64 = 5;
-/// σ multiples of a calibrated stability band.
-pub(crate) const K: f64 = 4.0;
 /// The hand-set band without a calibration: ± this fraction of the golden's window mean.
 pub(crate) const REL: f64 = 0.4;
 
@@ -94,8 +98,9 @@ pub(crate) fn rules(
                 let rule = if calibrated(m) && !one_sided {
                     GoldenRule {
                         calibrated: Some(Calibrated {
-                            k: K,
+                            k: None,
                             floor: *floor,
+                            log: LOG_SCALE.contains(m),
                         }),
                         ..rule
                     }
@@ -119,7 +124,9 @@ pub(crate) fn note(calibrated: bool) -> String {
          (peak memory: only an increase fails), \
          {}, the lower edge of a positive metric never under {KEEP_ABOVE} × the golden; name the metric in `checks.golden` to set your own, or `checks.stability: false`)",
         if calibrated {
-            format!("k {K} × the calibration's σ")
+            "k × the calibration's σ, k sized by the run's false-alarm budget (the gradient norm \
+             on the log scale)"
+                .to_string()
         } else {
             format!("± {}% of the golden, no calibration of it", REL * 100.0)
         }
@@ -169,7 +176,14 @@ mod tests {
             (Some(0.02), Some(REL), Some(WINDOW))
         );
         let c = rules(&on, &cols, |_| true);
-        assert_eq!(c.0[0].1.calibrated, Some(Calibrated { k: K, floor: 0.02 }));
+        assert_eq!(
+            c.0[0].1.calibrated,
+            Some(Calibrated {
+                k: None,
+                floor: 0.02,
+                log: false
+            })
+        );
         assert!(enabled_for(None, &["convergence".into()]));
         assert!(!enabled_for(Some(false), &["convergence".into()]));
         assert!(!enabled_for(None, &["smoke".into()]));

@@ -81,9 +81,24 @@ pub(crate) enum Plant {
     LogitsInMetaOnly,
     /// Drop one key from every call's `meta`.
     DropMetaKey(String),
+    /// Add this to every sample's reward (`reward_offset: -0.1`): the logged reward moves by
+    /// exactly that much, while GRPO's group-normalised advantages, and so the learning, stay
+    /// the same. The verdicts' power is measured with it (`ci/bench-verdicts.sh`).
+    RewardOffset(f64),
 }
 
 impl BuiltinDriverSpec {
+    /// What a planted reward offset adds to every sample's reward (0 without one).
+    pub(crate) fn reward_offset(&self) -> f64 {
+        self.plant
+            .iter()
+            .map(|p| match p {
+                Plant::RewardOffset(d) => *d,
+                _ => 0.0,
+            })
+            .sum()
+    }
+
     /// Whether a planted bug skips the weight sync that precedes `step`'s rollout (the sync
     /// at start-up precedes step 1; the one after step `s`'s update precedes step `s + 1`).
     pub(crate) fn skips_sync_before(&self, step: u64) -> bool {

@@ -54,6 +54,11 @@ pub(crate) struct PointStats {
     /// for a step, and in calibrations made before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) median: Option<bool>,
+    /// Every run's finite value here, in the calibration's run order (`seeds`), so a band can
+    /// be checked against the runs it came from and `golden audit` can resample them; empty in
+    /// calibrations made before they were kept (only the summaries above are then known).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) values: Vec<f64>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -85,7 +90,33 @@ impl PointStats {
             max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
             non_finite,
             median: None,
+            values: xs,
         })
+    }
+
+    /// The window's centre and spread on the log scale: the mean and sample standard deviation
+    /// of ln x over the runs' values, or, for a calibration that kept only summaries, those of
+    /// the log-normal with this mean and σ. `None` unless every value is positive.
+    pub(crate) fn log_stats(&self) -> Option<(f64, f64)> {
+        if !self.values.is_empty() {
+            if self.values.iter().any(|v| *v <= 0.0) {
+                return None;
+            }
+            let ln: Vec<f64> = self.values.iter().map(|v| v.ln()).collect();
+            let n = ln.len() as f64;
+            let mean = ln.iter().sum::<f64>() / n;
+            let var = if ln.len() > 1 {
+                ln.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+            } else {
+                0.0
+            };
+            return Some((mean, var.sqrt()));
+        }
+        if self.min <= 0.0 || self.mean <= 0.0 {
+            return None;
+        }
+        let s2 = (1.0 + (self.std / self.mean).powi(2)).ln();
+        Some((self.mean.ln() - s2 / 2.0, s2.sqrt()))
     }
 }
 

@@ -30,6 +30,8 @@ pub struct FileReport {
     pub(crate) path: PathBuf,
     pub(crate) kind: FileKind,
     pub errors: Vec<Diagnostic>,
+    /// What `check` says without failing (a calibration too small for its windows).
+    pub(crate) warnings: Vec<SpecError>,
 }
 
 /// The outcome of `check`. An error that is about no single file (a path that does not exist)
@@ -79,6 +81,7 @@ pub fn check(paths: &[PathBuf]) -> CheckOutcome {
                 path: p.clone(),
                 kind: FileKind::Scenario,
                 errors: vec![Diagnostic::Spec(e)],
+                warnings: Vec::new(),
             }),
         }
     }
@@ -89,12 +92,15 @@ pub fn check(paths: &[PathBuf]) -> CheckOutcome {
     let mut names: std::collections::BTreeMap<String, PathBuf> = Default::default();
     for file in scenario_files {
         roots.insert(scenarios_root(&file));
+        let mut warnings = Vec::new();
         let errors = match load_scenario(&file, &[]) {
             // Rules that cannot fail, against the scenario's goldens (`golden/` beside
             // `scenarios/`).
             Ok(s) => {
                 let root = scenarios_root(&file);
                 let golden_root = root.parent().unwrap_or(Path::new("")).join("golden");
+                warnings =
+                    super::rules_lint::lint_calibration(&file, &s.name, &s.checks, &golden_root);
                 let mut errors: Vec<Diagnostic> =
                     super::rules_lint::lint_rules(&file, &s.name, &s.checks, &golden_root)
                         .into_iter()
@@ -125,6 +131,7 @@ pub fn check(paths: &[PathBuf]) -> CheckOutcome {
             path: file,
             kind: FileKind::Scenario,
             errors,
+            warnings,
         });
     }
     for root in roots {
@@ -139,6 +146,7 @@ pub fn check(paths: &[PathBuf]) -> CheckOutcome {
                 path: file,
                 kind: FileKind::LayerFile,
                 errors,
+                warnings: Vec::new(),
             });
         }
     }
@@ -150,6 +158,9 @@ pub fn check(paths: &[PathBuf]) -> CheckOutcome {
 pub fn render_check(outcome: &CheckOutcome) -> String {
     let mut out = String::new();
     for f in &outcome.files {
+        for w in &f.warnings {
+            let _ = writeln!(out, "warning: {w}");
+        }
         for d in &f.errors {
             match d {
                 Diagnostic::Spec(e) => {

@@ -139,6 +139,44 @@ pub(crate) fn lint_rules(
     errors
 }
 
+/// Warnings (never errors: a calibration that cannot be redone here, a GPU scenario's when no
+/// device is lent, keeps gating with its wider bands) about each golden's calibration: too
+/// small for the windows that share the run's false-alarm budget, at the line of the first
+/// rule it sizes.
+pub(crate) fn lint_calibration(
+    file: &Path,
+    name: &str,
+    checks: &ChecksSpec,
+    golden_root: &Path,
+) -> Vec<SpecError> {
+    use crate::compare::budget::{in_budget, too_small, Budget};
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut out = Vec::new();
+    for (hardware, golden) in goldens(golden_root, name) {
+        let Some(cal) = &golden.calibration else {
+            continue;
+        };
+        let Some(why) = too_small(Budget::of(checks, Some(&golden)), cal.runs) else {
+            continue;
+        };
+        let (line, key) = match checks.golden.iter().find(|(_, r)| in_budget(r)) {
+            Some((m, _)) => (
+                line_of(&text, Some("golden:"), m),
+                format!("checks.golden.{m}"),
+            ),
+            None => (line_of(&text, None, "checks:"), "checks.stability".into()),
+        };
+        out.push(SpecError {
+            file: PathBuf::from(file),
+            line,
+            col: 1,
+            key_path: key,
+            message: format!("{why} (golden {name}/{hardware})"),
+        });
+    }
+    out
+}
+
 /// `(metric, key path, message)` of each rule of `checks` that cannot fail against `golden`.
 pub(crate) fn lint_against(checks: &ChecksSpec, golden: &Golden) -> Vec<(String, String, String)> {
     let mut out = Vec::new();

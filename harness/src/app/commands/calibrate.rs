@@ -7,7 +7,7 @@ use crate::app::pipeline::run_one;
 use crate::checks::ChecksSpec;
 use crate::cli::{self, CalibrateArgs};
 use crate::compare::seeds::{self, parse_seed_range};
-use crate::compare::stability;
+use crate::compare::{budget, stability};
 use crate::error::{CommandError, ExitStatus};
 use crate::golden::calibration::Calibration;
 use crate::metrics::MetricTable;
@@ -41,35 +41,7 @@ pub(crate) async fn calibrate(
     if let Some(fraction) = detect {
         let scenario =
             spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
-        // The hardware key a run would get is known only once its backend runs (a torch
-        // engine names its GPU): without `--hardware`, the one calibration of the scenario.
-        let base = golden_root.join(&scenario.name);
-        let dir = match &hardware {
-            Some(hw) => base.join(hw),
-            None => {
-                let mut found: Vec<PathBuf> = std::fs::read_dir(&base)
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .map(|e| e.path())
-                    .filter(|d| d.join("calibration.json").is_file())
-                    .collect();
-                found.sort();
-                if found.len() > 1 {
-                    return Err(CommandError::invalid(format!(
-                        "--detect: {} has calibrations for several hardware keys ({}): name one \
-                         with --hardware",
-                        base.display(),
-                        found
-                            .iter()
-                            .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-                found.pop().unwrap_or_else(|| base.join("cpu"))
-            }
-        };
+        let dir = calibration_dir(golden_root, &scenario.name, hardware.as_deref(), "--detect")?;
         if let Some(cal) = Calibration::read(&dir)? {
             print_seeds_needed(&scenario.checks, &cal, fraction);
             return Ok(ExitStatus::Passed);
@@ -101,7 +73,27 @@ pub(crate) async fn calibrate(
     }
     let scenario =
         spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
-    let seeds = seeds.unwrap_or_else(|| vec![scenario.seed; runs.max(1)]);
+    let seeds = match (seeds, runs) {
+        (Some(seeds), _) => seeds,
+        (None, Some(n)) => vec![scenario.seed; n.max(1)],
+        (None, None) => {
+            let m = planned_tests(&scenario).max(1);
+            let n = budget::runs_for(
+                scenario.checks.alpha() / m as f64,
+                budget::MIN_RUNS,
+                budget::MAX_RUNS,
+            );
+            util::note!(
+                "calibrate: {n} runs, seeds {}..{} (no --runs or --seeds: about {m} calibrated \
+                 window(s) share the run's false-alarm budget {}; with {n} runs their bands are \
+                 within 10% of an endless calibration's)",
+                scenario.seed,
+                scenario.seed + n as u64 - 1,
+                scenario.checks.alpha()
+            );
+            (scenario.seed..scenario.seed + n as u64).collect()
+        }
+    };
     // The calibration runs never write a golden of their own (`ci` stays on). Each shows its
     // steps as plain lines (runs side by side interleave them, each line naming its seed).
     let opts = RunOptions {
@@ -214,13 +206,121 @@ pub(crate) async fn calibrate(
         )
     );
     outln!(
-        "written to {} (every window's mean, σ, min and max)",
+        "written to {} (every run's value and every window's mean, σ, min and max)",
         path.display()
     );
+    for warning in calibration_warnings(&scenario.checks, &cal) {
+        util::note!("calibrate: warning: {warning}");
+    }
     if let Some(fraction) = detect {
         print_seeds_needed(&checks, &cal, fraction);
     }
     Ok(ExitStatus::Passed)
+}
+
+/// The golden folder of `scenario` whose calibration a command reads: `hardware`'s, or, since
+/// the hardware key a run would get is known only once its backend runs (a torch engine names
+/// its GPU), the one folder holding a calibration (its `cpu` folder when none does).
+pub(crate) fn calibration_dir(
+    golden_root: &Path,
+    scenario: &str,
+    hardware: Option<&str>,
+    what: &str,
+) -> Result<PathBuf, CommandError> {
+    let base = golden_root.join(scenario);
+    if let Some(hw) = hardware {
+        return Ok(base.join(hw));
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&base)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|d| d.join("calibration.json").is_file())
+        .collect();
+    found.sort();
+    if found.len() > 1 {
+        return Err(CommandError::invalid(format!(
+            "{what}: {} has calibrations for several hardware keys ({}): name one with \
+             --hardware",
+            base.display(),
+            found
+                .iter()
+                .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(found.pop().unwrap_or_else(|| base.join("cpu")))
+}
+
+/// About how many calibrated windows of `scenario` will share its budget, before any run: the
+/// windows of its calibrated golden rules without a hand-set `k`, and, where the default
+/// stability rules are on, those of the entropy and the gradient norm (the stability metrics
+/// that move in a healthy run; an on-policy KL measures no spread and costs no share).
+fn planned_tests(scenario: &spec::Scenario) -> usize {
+    let steps: Vec<u64> = (1..=scenario.steps).collect();
+    let windows = |range: Option<crate::metrics::StepRange>, w: u64| {
+        let range = range.unwrap_or_default();
+        let n = steps.iter().filter(|s| range.contains(**s)).count() as u64;
+        n.div_ceil(w.max(1)) as usize
+    };
+    let golden: usize = scenario
+        .checks
+        .golden
+        .iter()
+        .filter(|(_, r)| budget::in_budget(r))
+        .map(|(_, r)| windows(r.steps, r.window.unwrap_or(1)))
+        .sum();
+    let stable = if scenario.checks.stability == Some(true) {
+        ["actor/entropy", "actor/grad_norm"]
+            .iter()
+            .filter(|m| scenario.checks.golden.get(m).is_none())
+            .count()
+            * windows(None, stability::WINDOW)
+    } else {
+        0
+    };
+    golden + stable
+}
+
+/// What a new calibration should say about itself: a calibration too small for its windows at
+/// the run's budget, and windows of a calibrated rule that measured no spread (runs that
+/// repeated themselves: one seed of a deterministic backend).
+pub(crate) fn calibration_warnings(checks: &ChecksSpec, cal: &Calibration) -> Vec<String> {
+    let mut out = Vec::new();
+    out.extend(budget::too_small(
+        budget::Budget::of_calibration(checks, cal),
+        cal.runs,
+    ));
+    for (metric, rule) in checks.golden.iter() {
+        if rule.calibrated.is_none() {
+            continue;
+        }
+        let flat: Vec<String> = cal
+            .windows
+            .get(metric)
+            .into_iter()
+            .flatten()
+            .filter(|w| w.std == 0.0 && w.n > 1)
+            .map(|w| format!("{}..{}", w.first, w.last))
+            .collect();
+        if !flat.is_empty() {
+            out.push(format!(
+                "`{metric}` measured σ = 0 over {} runs at steps {}: its runs repeated \
+                 themselves ({}); its band there is the floor alone. Calibrate over seeds \
+                 (no count, or --seeds A..B) for the noise a run of another seed has",
+                cal.runs,
+                flat.join(", "),
+                if cal.seeds.iter().all(|s| Some(s) == cal.seeds.first()) {
+                    "one seed of a deterministic backend"
+                } else {
+                    "a metric that does not move"
+                }
+            ));
+        }
+    }
+    out
 }
 
 /// `5%` or `0.05`, in (0, 1).

@@ -26,6 +26,7 @@ pub(crate) fn golden(
         GoldenAction::Accept { scenarios } => golden_accept(&root, &scenarios)?,
         GoldenAction::Reject { scenarios } => golden_reject(&root, &scenarios)?,
         GoldenAction::Calibrate(_) => unreachable!("dispatched to `calibrate`"),
+        GoldenAction::Audit(_) => unreachable!("dispatched to `audit`"),
         GoldenAction::Bless { run } => golden_bless(&run, &root)?,
     };
     out!("{text}");

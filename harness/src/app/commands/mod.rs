@@ -2,6 +2,7 @@
 //! `app::dispatch` picks the file; what the command prints and its exit status come back.
 
 pub(crate) mod assets;
+pub(crate) mod audit;
 pub(crate) mod bisect;
 pub(crate) mod calibrate;
 pub(crate) mod check;

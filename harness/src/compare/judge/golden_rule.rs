@@ -1,7 +1,7 @@
 //! A golden rule judged point by point (steps or windows) against the golden's band.
 
 use crate::checks::expr::fmt_num;
-use crate::checks::{Direction, GoldenRule, ImprovementLimit};
+use crate::checks::{Direction, GoldenRule, ImprovementLimit, WindowBand};
 use crate::compare::verdict::{Band, Evidence, PointCheck, RuleStatus, RuleVerdict};
 use crate::metrics::MetricTable;
 
@@ -54,15 +54,37 @@ impl GoldenRule {
     }
 
     /// A calibrated window's band: `half` around `centre`, with the rule's direction,
-    /// improvement limit and floor.
-    fn band_around(&self, centre: f64, half: f64) -> Band {
-        GoldenRule {
-            abs: Some(half),
+    /// improvement limit and floor; a log-scale band's edges are `exp` of the edges around
+    /// `centre` on the log scale (its `keep_above` applies to the value, not to its log).
+    fn band_around(&self, b: &WindowBand) -> Band {
+        if !b.log {
+            return GoldenRule {
+                abs: Some(b.half),
+                rel: None,
+                window_bands: None,
+                ..self.clone()
+            }
+            .band(b.centre);
+        }
+        let log_band = GoldenRule {
+            abs: Some(b.half),
             rel: None,
+            keep_above: None,
             window_bands: None,
             ..self.clone()
         }
-        .band(centre)
+        .band(b.centre);
+        let band = Band {
+            lo: Some(log_band.lo.map_or(0.0, f64::exp)),
+            hi: log_band.hi.map(f64::exp),
+        };
+        match self.keep_above {
+            Some(f) => Band {
+                lo: band.lo.map(|l| l.max(f * b.centre.exp())),
+                ..band
+            },
+            None => band,
+        }
     }
 
     /// The golden's windows (inside `steps`) that the calibration has no band for, when the
@@ -156,7 +178,10 @@ impl GoldenRule {
                     .copied()
             });
             let (band, centre) = match calibrated {
-                Some(b) => (self.band_around(b.centre, b.half), Some(b.centre)),
+                Some(b) => (
+                    self.band_around(&b),
+                    Some(if b.log { b.centre.exp() } else { b.centre }),
+                ),
                 // Not calibrated, or a window the calibration lacks (the rule says so, see
                 // `uncalibrated_windows`): around the golden.
                 None => (self.band(gold), None),

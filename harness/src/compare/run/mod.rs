@@ -23,6 +23,7 @@ mod rules;
 #[cfg(test)]
 mod tests;
 
+use super::budget::Budget;
 use super::calibrated::{resolve_calibrated, source_of};
 use super::exact::judge_lane;
 use super::judge::{grid_mismatch_of, judge_expectation, judge_golden};
@@ -134,12 +135,13 @@ fn judge_calibrated(
     run: &MetricTable,
     golden: Option<&Golden>,
     rules: &GoldenRules,
+    budget: Budget,
 ) -> Vec<Calibrated> {
     let spec = ChecksSpec {
         golden: rules.clone(),
         ..ChecksSpec::default()
     };
-    let (resolved, sources) = resolve_calibrated(&spec, golden);
+    let (resolved, sources) = resolve_calibrated(&spec, golden, budget);
     let table = golden.map(|g| &g.table);
     resolved
         .as_ref()
@@ -161,7 +163,8 @@ fn judge_calibrated(
 /// `golden:<metric>`: a calibrated rule's evidence names its band, or the rule is `missing`
 /// with why it has none (and the command to run).
 fn golden_rules(run: &RunRecord<'_>, golden: Option<&Golden>) -> Vec<RuleVerdict> {
-    judge_calibrated(run.metrics, golden, &run.checks.golden)
+    let budget = Budget::of(run.checks, golden);
+    judge_calibrated(run.metrics, golden, &run.checks.golden, budget)
         .into_iter()
         .map(|c| {
             let mut r = c.verdict;
@@ -231,20 +234,25 @@ fn stability_rules(run: &RunRecord<'_>, golden: Option<&Golden>) -> Vec<RuleVerd
     if rules.is_empty() {
         return Vec::new();
     }
-    judge_calibrated(run.metrics, Some(g), &rules)
-        .into_iter()
-        .map(|c| {
-            let (metric, mut r, source) = (c.metric, c.verdict, c.source);
-            if let Some(Ok(text)) = &source {
-                r.evidence.message.push_str(&format!("; band {text}"));
-            }
-            r.evidence
-                .message
-                .push_str(&format!("; {}", stability::note(source.is_some())));
-            r.rule = stability::rule_id(&metric);
-            r
-        })
-        .collect()
+    judge_calibrated(
+        run.metrics,
+        Some(g),
+        &rules,
+        Budget::of(run.checks, Some(g)),
+    )
+    .into_iter()
+    .map(|c| {
+        let (metric, mut r, source) = (c.metric, c.verdict, c.source);
+        if let Some(Ok(text)) = &source {
+            r.evidence.message.push_str(&format!("; band {text}"));
+        }
+        r.evidence
+            .message
+            .push_str(&format!("; {}", stability::note(source.is_some())));
+        r.rule = stability::rule_id(&metric);
+        r
+    })
+    .collect()
 }
 
 /// The verdict's outcome from its rules: the same precedence as `judge_tables` (a regression

@@ -89,7 +89,7 @@ fn a_calibrated_band_is_k_sigma_from_the_calibration_or_missing_without_one() {
     assert!(
         r.evidence
             .message
-            .contains("calibrated per window: max(k 3 × the window's σ × √(1 + 1/n), floor 0.01) around the calibration's mean"),
+            .contains("calibrated per window (max(k × the window's σ × √(1 + 1/n), floor 0.01) around the calibration's mean of the window; k 3 (set by hand: outside the run's false-alarm budget))"),
         "{}",
         r.evidence.message
     );

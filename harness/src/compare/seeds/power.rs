@@ -3,7 +3,7 @@
 
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-use super::{tails, FAMILY_ALPHA};
+use super::{family_alpha, tails};
 use crate::checks::{ChecksSpec, Direction};
 use crate::golden::calibration::PointStats;
 
@@ -61,7 +61,7 @@ pub(crate) fn seeds_needed(
         .map(|(_, d, w)| w.len() * tails(*d))
         .sum::<usize>()
         .max(1);
-    let alpha = FAMILY_ALPHA / m as f64;
+    let alpha = family_alpha(checks) / m as f64;
     let mut out = Vec::new();
     for (metric, direction, windows) in rules {
         let tail = match direction {

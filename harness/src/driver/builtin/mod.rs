@@ -206,7 +206,9 @@ pub(crate) async fn run(
 fn apply_plants(run: &mut DriverRun) {
     for p in run.spec.plant.clone() {
         match p {
-            super::Plant::SkipWeightSync | super::Plant::SkipWeightSyncFrom(_) => {}
+            super::Plant::SkipWeightSync
+            | super::Plant::SkipWeightSyncFrom(_)
+            | super::Plant::RewardOffset(_) => {}
             super::Plant::LogitsInMetaOnly => {
                 for job in &mut run.translation.jobs {
                     if let Some(Value::Object(dwc)) = job.ds_worker_config.as_mut() {

@@ -113,7 +113,8 @@ async fn rollout(
             let mut response = r.token_ids;
             let truncated = response.len() >= shape.max_response_len;
             response.truncate(shape.max_response_len);
-            let score = run.spec.scorer.score(&r.text, &problem.ground_truth());
+            let score =
+                run.spec.scorer.score(&r.text, &problem.ground_truth()) + run.spec.reward_offset();
             samples.push(Sample {
                 prompt: prompt.clone(),
                 response,

@@ -1,0 +1,136 @@
+//! `rlharness golden audit`: the judge audits a scenario's verdict (`compare::audit`).
+
+use std::path::Path;
+
+use crate::cli::{self, AuditArgs, AuditFormat};
+use crate::compare::audit::{audit as run_audit, Audit, AuditOptions};
+use crate::error::{CommandError, ExitStatus};
+use crate::golden::GoldenStore;
+use crate::{spec, util};
+
+/// `rlharness golden audit SCENARIO`: the audit printed (a summary, or JSON); exit 1 when it
+/// found a problem (a false-alarm rate above the budget, a rule that cannot fail).
+pub(crate) fn audit(args: &AuditArgs, golden: Option<&Path>) -> Result<ExitStatus, CommandError> {
+    let golden_root = cli::golden_store(golden, Some(&args.scenario));
+    let scenario = spec::load_scenario(&args.scenario, &[])
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    if args.draws == 0 {
+        return Err(CommandError::invalid("--draws must be at least 1"));
+    }
+    let dir = super::calibrate::calibration_dir(
+        &golden_root,
+        &scenario.name,
+        args.hardware.as_deref(),
+        "golden audit",
+    )?;
+    let hardware = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let store = GoldenStore::new(&golden_root);
+    let g = store
+        .load(&scenario.name, &hardware)
+        .map_err(|e| CommandError::invalid(e.to_string()))?
+        .ok_or_else(|| {
+            CommandError::invalid(format!(
+                "no golden for `{}` in {}: nothing to audit",
+                scenario.name,
+                dir.display()
+            ))
+        })?;
+    let opts = AuditOptions {
+        draws: args.draws,
+        power_draws: args.power_draws,
+        seeds: args.seeds.max(1),
+        rng_seed: args.rng_seed,
+    };
+    util::note!(
+        "audit: {} synthetic verdict(s) of {} seed(s) of {} against {}",
+        opts.draws,
+        opts.seeds,
+        scenario.name,
+        dir.display()
+    );
+    let a = run_audit(&scenario.name, &scenario.checks, &g, opts).map_err(CommandError::invalid)?;
+    match args.format {
+        AuditFormat::Json => {
+            let text = serde_json::to_string_pretty(&a)
+                .map_err(|e| CommandError::invalid(e.to_string()))?;
+            outln!("{text}");
+        }
+        AuditFormat::Summary => outln!("{}", summary(&a)),
+    }
+    Ok(if a.problems.is_empty() {
+        ExitStatus::Passed
+    } else {
+        ExitStatus::CheckFailed
+    })
+}
+
+/// The audit as a person reads it: the rate with its interval, then a line per rule.
+fn summary(a: &Audit) -> String {
+    let pct = |x: f64| format!("{:.2}%", 100.0 * x);
+    let mut out = format!(
+        "{}: {} {}: false alarms {} of {} ({}, 95% interval {}..{}) against a budget of {}; \
+         {} calibration runs{}, {} window(s) share the budget\n",
+        a.scenario,
+        a.seeds,
+        if a.seeds == 1 {
+            "seed (single runs)"
+        } else {
+            "seeds per verdict"
+        },
+        a.false_alarms,
+        a.draws,
+        pct(a.false_alarm_rate),
+        pct(a.false_alarm_ci[0]),
+        pct(a.false_alarm_ci[1]),
+        pct(a.alpha_run),
+        a.calibration_runs,
+        if a.calibration_values {
+            ""
+        } else {
+            " (summaries only)"
+        },
+        a.budget_tests
+    );
+    let rows: Vec<Vec<String>> = a
+        .rules
+        .iter()
+        .map(|r| {
+            vec![
+                r.rule.clone(),
+                r.share.map_or("-".into(), |s| format!("{s:.4}")),
+                pct(r.fire_rate),
+                r.fires_on_calibration_runs.to_string(),
+                r.smallest_shift.clone().unwrap_or_else(|| {
+                    if r.cannot_fail {
+                        "CANNOT FAIL".into()
+                    } else {
+                        "-".into()
+                    }
+                }),
+                r.band.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    out.push_str(&util::plain_table(
+        &[
+            "rule",
+            "share",
+            "fires",
+            "on calibration runs",
+            "caught 80% at",
+            "band (first window)",
+        ],
+        &rows,
+        &[false, true, true, true, true, false],
+    ));
+    for w in &a.warnings {
+        out.push_str(&format!("\nwarning: {w}"));
+    }
+    for p in &a.problems {
+        out.push_str(&format!("\nerror: {p}"));
+    }
+    out
+}
