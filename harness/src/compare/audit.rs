@@ -268,7 +268,26 @@ enum Shift {
     Times(f64),
 }
 
+/// Bisection steps between the last shift missed and the first caught.
+const REFINE: usize = 5;
+
 impl Shift {
+    /// How far it moves: the added amount's size, or the factor's log.
+    fn size(self) -> f64 {
+        match self {
+            Shift::Add(d) => d.abs(),
+            Shift::Times(f) => f.ln().abs(),
+        }
+    }
+
+    /// The same direction, moved by `size`.
+    fn with_size(self, size: f64) -> Shift {
+        match self {
+            Shift::Add(d) => Shift::Add(d.signum() * size),
+            Shift::Times(f) => Shift::Times((f.ln().signum() * size).exp()),
+        }
+    }
+
     fn text(self) -> String {
         match self {
             Shift::Add(d) => format!("{d:+.4}"),
@@ -437,8 +456,16 @@ pub(crate) fn audit(
                 let m = metric.as_deref().unwrap_or_default();
                 measured.golden.get(m).is_some_and(super::budget::in_budget)
             });
+        let floor = metric
+            .as_deref()
+            .and_then(|m| measured.golden.get(m))
+            .and_then(|r| r.calibrated)
+            .map_or(0.0, |c| c.floor);
         let share = windows.filter(|_| !id.starts_with("seeds:")).map(|ws| {
-            ws.iter().filter(|w| super::budget::is_test(w)).count() as f64 * budget.per_test()
+            ws.iter()
+                .filter(|w| super::budget::is_test(w, floor))
+                .count() as f64
+                * budget.per_test()
         });
         let band = r
             .and_then(|r| r.points.first())
@@ -451,7 +478,9 @@ pub(crate) fn audit(
             })
             .count();
         let (smallest_shift, cannot_fail) = match (&metric, opts.power_draws) {
-            (Some(m), n) if n > 0 && !id.starts_with("seed:") => {
+            // Each seed's own rules are analysed in a single-run audit (in a multi-seed verdict
+            // their calibrated bands do not gate).
+            (Some(m), n) if n > 0 && (seeds == 1 || id.starts_with("seeds:")) => {
                 let (s, never) = power(
                     &model, m, &id, checks, &measured, &today, seeds, n, seed, &mut rng,
                 );
@@ -592,10 +621,23 @@ fn power(
             })
             .count()
     };
+    let enough = |n: usize| n as f64 >= POWER * draws as f64;
+    let mut below: Option<Shift> = None;
     for s in &shifts {
-        if caught(*s, draws, rng) as f64 >= POWER * draws as f64 {
-            return (Some(*s), false);
+        if enough(caught(*s, draws, rng)) {
+            // Narrow it down between the last shift missed and this one.
+            let (mut lo, mut hi) = (below.map_or(0.0, Shift::size), s.size());
+            for _ in 0..REFINE {
+                let mid = (lo + hi) / 2.0;
+                if enough(caught(s.with_size(mid), draws, rng)) {
+                    hi = mid;
+                } else {
+                    lo = mid;
+                }
+            }
+            return (Some(s.with_size(hi)), false);
         }
+        below = Some(*s);
     }
     // Never at 80 %: does anything, however large, make it fail?
     let huge = if factor {
@@ -613,6 +655,88 @@ fn fmt(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::golden::Provenance;
+
+    /// A golden of 6 steps of `r` (calibrated windows of 3) and `u` (a hand-set band whose
+    /// budget is as large as its windows: it cannot fail), calibrated from `n` seeds whose
+    /// reward level varies with the seed.
+    fn scenario(n: usize) -> (ChecksSpec, Golden) {
+        let checks: ChecksSpec = serde_json::from_str(
+            r#"{"golden": {"r": {"window": 3, "calibrated": {"floor": 0.001}},
+                           "u": {"window": 3, "abs": 0.01, "budget": 2}}}"#,
+        )
+        .unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let runs: Vec<MetricTable> = (0..n)
+            .map(|_| {
+                let level = 0.05 * standard_normal(&mut rng);
+                let r: Vec<f64> = (0..6)
+                    .map(|s| 0.3 + 0.05 * s as f64 + level + 0.02 * standard_normal(&mut rng))
+                    .collect();
+                let u: Vec<f64> = (0..6)
+                    .map(|_| 1.0 + 0.01 * standard_normal(&mut rng))
+                    .collect();
+                MetricTable::from_columns(&[("r", &r), ("u", &u)])
+            })
+            .collect();
+        let golden = Golden {
+            scenario: "s".into(),
+            hardware: "cpu".into(),
+            table: runs[0].clone(),
+            provenance: Provenance::default(),
+            rules: None,
+            bands: None,
+            dir: "golden/s/cpu".into(),
+            calibration: Some(Calibration::of_test_runs(&runs, &checks)),
+            digest: Default::default(),
+        };
+        (checks, golden)
+    }
+
+    #[test]
+    fn the_audit_measures_the_verdicts_rate_and_finds_a_rule_that_cannot_fail() {
+        let (checks, golden) = scenario(30);
+        let opts = AuditOptions {
+            draws: 400,
+            power_draws: 40,
+            seeds: 1,
+            rng_seed: 1,
+        };
+        let a = audit("s", &checks, &golden, opts).unwrap();
+        assert!(a.calibration_values);
+        assert_eq!(a.budget_tests, 2);
+        // Both windows of `r` at their share: within the budget (the interval's lower end
+        // at or below it), and not a judge that never fires at all when moved.
+        assert!(a.false_alarm_ci[0] <= checks.alpha(), "{a:#?}");
+        let r = a.rules.iter().find(|r| r.rule == "golden:r").unwrap();
+        assert!(r.share.is_some_and(|s| (s - 0.005).abs() < 1e-12), "{r:?}");
+        assert!(!r.cannot_fail && r.smallest_shift.is_some(), "{r:?}");
+        let u = a.rules.iter().find(|r| r.rule == "golden:u").unwrap();
+        assert!(u.cannot_fail, "{u:?}");
+        assert!(a
+            .problems
+            .iter()
+            .any(|p| p.contains("`golden:u` cannot fail")));
+        // The JSON keys scripts read.
+        let json = serde_json::to_value(&a).unwrap();
+        for key in ["false_alarm_rate", "false_alarm_ci", "rules", "schema"] {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+    }
+
+    #[test]
+    fn a_multi_seed_audit_judges_the_seeds_family() {
+        let (checks, golden) = scenario(30);
+        let opts = AuditOptions {
+            draws: 60,
+            power_draws: 0,
+            seeds: 3,
+            rng_seed: 2,
+        };
+        let a = audit("s", &checks, &golden, opts).unwrap();
+        assert_eq!(a.seeds, 3);
+        assert!(a.rules.iter().any(|r| r.rule == "seeds:r"), "{a:#?}");
+    }
 
     #[test]
     fn clopper_pearson_matches_known_intervals() {

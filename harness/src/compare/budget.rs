@@ -89,11 +89,16 @@ pub(crate) fn in_budget(rule: &GoldenRule) -> bool {
     rule.calibrated.is_some_and(|c| c.k.is_none())
 }
 
-/// Whether a calibrated window is a test: its calibration measured a spread (a window that is
-/// the same in every run is judged by its floor alone).
-pub(crate) fn is_test(w: &PointStats) -> bool {
-    w.std > 0.0
+/// Whether a calibrated window is a test: its calibration measured a spread, and its floor does
+/// not decide its band (a window that is the same in every run, or whose spread is far under
+/// its floor, such as the sampler-vs-trainer mismatch of a healthy run, is judged by its floor
+/// alone and costs no share).
+pub(crate) fn is_test(w: &PointStats, floor: f64) -> bool {
+    w.std > 0.0 && floor < FLOOR_DECIDES * w.std
 }
+
+/// A floor this many σ wide decides a window's band whatever the budget's share.
+pub(crate) const FLOOR_DECIDES: f64 = 10.0;
 
 /// Every window that draws on a single run's budget: (metric, window) of the calibrated
 /// golden rules without a hand-set `k` and of the calibrated default stability rules, where
@@ -109,12 +114,13 @@ pub(crate) fn budget_windows<'c>(
         .iter()
         .chain(stab.iter())
         .filter(|(_, r)| in_budget(r))
-        .flat_map(|(m, _)| {
+        .flat_map(|(m, r)| {
+            let floor = r.calibrated.map_or(0.0, |c| c.floor);
             cal.windows
                 .get(m)
                 .into_iter()
                 .flatten()
-                .filter(|w| is_test(w))
+                .filter(move |w| is_test(w, floor))
                 .map(move |w| (m.to_string(), w))
         })
         .collect()
@@ -240,5 +246,70 @@ mod tests {
         let rate = out as f64 / draws as f64;
         let se = (a * (1.0 - a) / draws as f64).sqrt();
         assert!((rate - a).abs() < 4.0 * se, "{rate}");
+    }
+}
+
+#[cfg(test)]
+mod seed_gating_tests {
+    use super::*;
+    use crate::compare::verdict::{Band, Evidence};
+
+    fn rule(points: Vec<(Option<f64>, Option<f64>, RuleStatus)>) -> RuleVerdict {
+        RuleVerdict {
+            rule: "golden:r".into(),
+            status: RuleStatus::Regressed,
+            evidence: Evidence::default(),
+            metrics: vec!["r".into()],
+            failing_steps: vec![1],
+            points: points
+                .into_iter()
+                .map(|(value, centre, status)| PointCheck {
+                    first: 1,
+                    last: 5,
+                    value,
+                    golden: Some(1.0),
+                    band: Band::new(0.9, 1.1),
+                    status,
+                    centre,
+                })
+                .collect(),
+            fail_fast: None,
+        }
+    }
+
+    #[test]
+    fn a_seeds_calibrated_band_gates_only_on_hard_failures() {
+        use RuleStatus::*;
+        // Outside a calibrated band, finite and near: the `seeds:` family judges it.
+        assert!(!gates_in_a_seed(&rule(vec![(
+            Some(1.3),
+            Some(1.0),
+            Regressed
+        )])));
+        // Non-finite, or more than ten times the centre (or under a tenth): a hard failure.
+        assert!(gates_in_a_seed(&rule(vec![(
+            Some(f64::NAN),
+            Some(1.0),
+            Regressed
+        )])));
+        assert!(gates_in_a_seed(&rule(vec![(
+            Some(10.5),
+            Some(1.0),
+            Regressed
+        )])));
+        assert!(gates_in_a_seed(&rule(vec![(
+            Some(0.05),
+            Some(1.0),
+            Regressed
+        )])));
+        // A hand-set band (no calibration's centre) always gates.
+        assert!(gates_in_a_seed(&rule(vec![(Some(1.3), None, Regressed)])));
+        // A missing rule gates; a passing one never does.
+        let mut missing = rule(vec![]);
+        missing.status = Missing;
+        assert!(gates_in_a_seed(&missing));
+        let mut pass = rule(vec![(Some(1.0), Some(1.0), Pass)]);
+        pass.status = Pass;
+        assert!(!gates_in_a_seed(&pass));
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod config;
 pub(crate) mod de;
 mod discover;
 pub(crate) mod error;
+mod expect_lint;
 mod gpus;
 pub mod lint;
 mod load;

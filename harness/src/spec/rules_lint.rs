@@ -139,6 +139,104 @@ pub(crate) fn lint_rules(
     errors
 }
 
+/// The rule shapes that cannot fail whatever the run and the golden, for every scenario (with a
+/// golden or without, self-tests included), at the rule's line: a budget as large as the rule's
+/// windows; a positive metric whose band reaches 0 on its bad side (`rel` >= 1 without
+/// `keep_above`); a direction written against the metric's own with an unlimited good side (a
+/// regression reads as an unlimited improvement); an expectation true for every value its
+/// metrics can take.
+pub(crate) fn lint_shapes(file: &Path, checks: &ChecksSpec, steps: u64) -> Vec<SpecError> {
+    use crate::checks::{Direction, ImprovementLimit};
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let at = |line: usize, key: String, message: String| SpecError {
+        file: PathBuf::from(file),
+        line,
+        col: 1,
+        key_path: key,
+        message,
+    };
+    let mut out = Vec::new();
+    for (metric, rule) in checks.golden.iter() {
+        let line = line_of(&text, Some("golden:"), metric);
+        let key = format!("checks.golden.{metric}");
+        let range = rule.steps.unwrap_or_default();
+        let compared = (1..=steps).filter(|s| range.contains(*s)).count() as u64;
+        let windows = compared.div_ceil(rule.window.unwrap_or(1).max(1));
+        if windows > 0 && rule.budget >= windows {
+            out.push(at(
+                line,
+                key.clone(),
+                format!(
+                    "`golden:{metric}` cannot fail: its budget {} is as large as its {windows} \
+                     window(s) over {compared} step(s); a budget must leave a window to fail",
+                    rule.budget
+                ),
+            ));
+        }
+        let resolved = rule.resolved(metric);
+        let low_is_bad = resolved.direction() != Direction::LowerIsBetter;
+        if positive(metric)
+            && low_is_bad
+            && rule.keep_above.is_none()
+            && rule.calibrated.is_none()
+            && rule.rel.is_some_and(|r| r >= 1.0)
+        {
+            out.push(at(
+                line,
+                key.clone(),
+                format!(
+                    "`golden:{metric}`: `rel: {}` puts the lower edge of its band at or below 0, \
+                     so a vanished `{metric}` (positive in a healthy run) passes; add \
+                     `keep_above: 0.1` or narrow `rel`",
+                    rule.rel.unwrap_or_default()
+                ),
+            ));
+        }
+        let own = crate::compare::default_direction(metric);
+        if rule
+            .direction
+            .is_some_and(|d| d != own && own != Direction::TwoSided)
+            && rule.improvement_limit == Some(ImprovementLimit::Unlimited)
+        {
+            out.push(at(
+                line,
+                key.clone(),
+                format!(
+                    "`golden:{metric}` cannot catch a regression: its direction is written \
+                     against `{metric}`'s own ({}) and its good side is unlimited, so a move the \
+                     bad way reads as an unlimited improvement",
+                    match own {
+                        Direction::HigherIsBetter => "higher is better",
+                        _ => "lower is better",
+                    }
+                ),
+            ));
+        }
+    }
+    for (i, e) in checks.expect.iter().enumerate() {
+        if super::expect_lint::always_true(&e.expr) {
+            out.push(at(
+                line_of(&text, Some("expect:"), &e.src),
+                format!("checks.expect[{i}]"),
+                format!(
+                    "`{}` cannot fail: it holds for every value its metrics can take ({})",
+                    e.name.as_deref().unwrap_or(&e.src),
+                    e.expr
+                        .metrics()
+                        .iter()
+                        .map(|m| {
+                            let (lo, hi) = super::expect_lint::expect_domain(m);
+                            format!("`{m}` in [{}, {}]", fmt(lo), fmt(hi))
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+    }
+    out
+}
+
 /// Warnings (never errors: a calibration that cannot be redone here, a GPU scenario's when no
 /// device is lent, keeps gating with its wider bands) about each golden's calibration: too
 /// small for the windows that share the run's false-alarm budget, at the line of the first

@@ -314,3 +314,74 @@ fn golden_presence_and_blessed_rules_are_judged() {
     let p = v.rule("presence:x").unwrap();
     assert_eq!(p.failing_steps, vec![2]);
 }
+
+/// Runs of `r` over four steps: window 1..2 spreads with the run, window 3..4 is flat; `g`
+/// (a positive, skewed metric) spreads as a factor.
+fn budget_runs(n: usize) -> Vec<MetricTable> {
+    (0..n)
+        .map(|i| {
+            let d = (i as f64 - (n as f64 - 1.0) / 2.0) * 0.01;
+            let f = (d * 2.0).exp();
+            table(&[("r", &[0.5 + d, 0.5 + d, 0.5, 0.5]), ("g", &[f, f, f, f])])
+        })
+        .collect()
+}
+
+#[test]
+fn a_band_without_k_is_sized_by_the_runs_budget() {
+    let c = checks(r#"{"golden": {"r": {"window": 2, "calibrated": {"floor": 0.001}}}}"#);
+    let runs = budget_runs(20);
+    let mut g = golden(table(&[("r", &[0.5, 0.5, 0.5, 0.5])]), None);
+    let cal = Calibration::of_test_runs(&runs, &c);
+    let w = cal.windows["r"][0].clone();
+    g.calibration = Some(cal);
+    // One window measured a spread, the flat one costs no share: m = 1, a = 0.5 × 0.01.
+    let b = Budget::of(&c, Some(&g));
+    assert_eq!(b.tests, 1);
+    let k = crate::compare::budget::t_quantile(0.005, 20);
+    assert!((b.k(20) - k).abs() < 1e-12);
+    let v = judge_run(&record(&g.table, &c, &[]), Some(&g)).unwrap();
+    let r = v.rule("golden:r").unwrap();
+    let half = k * w.std * (1.0 + 1.0 / 20.0f64).sqrt();
+    let band = r.points[0].band;
+    assert!((band.hi() - w.mean - half).abs() < 1e-9, "{band:?} {half}");
+    assert!(
+        r.evidence
+            .message
+            .contains("of the run's false-alarm budget 0.01 over 1 test(s)"),
+        "{}",
+        r.evidence.message
+    );
+    // A smaller budget widens the band.
+    let strict = checks(
+        r#"{"alpha": 0.001, "golden": {"r": {"window": 2, "calibrated": {"floor": 0.001}}}}"#,
+    );
+    let v = judge_run(&record(&g.table, &strict, &[]), Some(&g)).unwrap();
+    assert!(v.rule("golden:r").unwrap().points[0].band.hi() > band.hi());
+    // And a budget outside (0, 0.5) is refused where the scenario is read.
+    assert!(serde_json::from_str::<ChecksSpec>(r#"{"alpha": 0.5}"#).is_err());
+}
+
+#[test]
+fn a_log_scale_band_is_a_factor_either_way() {
+    let c = checks(r#"{"golden": {"g": {"window": 2, "calibrated": {"log": true}}}}"#);
+    let runs = budget_runs(20);
+    let mut g = golden(table(&[("g", &[1.0, 1.0, 1.0, 1.0])]), None);
+    let cal = Calibration::of_test_runs(&runs, &c);
+    let (centre, sd) = cal.windows["g"][0].log_stats().unwrap();
+    g.calibration = Some(cal);
+    let v = judge_run(&record(&g.table, &c, &[]), Some(&g)).unwrap();
+    let r = v.rule("golden:g").unwrap();
+    let band = r.points[0].band;
+    let half = Budget::of(&c, Some(&g)).k(20) * sd * (1.05f64).sqrt();
+    assert!((band.lo() - (centre - half).exp()).abs() < 1e-9, "{band:?}");
+    assert!((band.hi() - (centre + half).exp()).abs() < 1e-9, "{band:?}");
+    // A factor: as far above the centre as below, on the log scale.
+    let c_lin = centre.exp();
+    assert!(((band.hi() / c_lin) - (c_lin / band.lo())).abs() < 1e-9);
+    assert!(r.evidence.message.contains("×÷"), "{}", r.evidence.message);
+    // Five times the run's gradient norm fails it.
+    let big = table(&[("g", &[5.0, 5.0, 5.0, 5.0])]);
+    let v = judge_run(&record(&big, &c, &[]), Some(&g)).unwrap();
+    assert_eq!(v.rule("golden:g").unwrap().status, RuleStatus::Regressed);
+}

@@ -12,6 +12,7 @@ use rlharness::error::ExitStatus;
 use rlharness::metrics::MetricTable;
 use serde_json::{json, Value};
 
+mod audit;
 mod calibrate;
 mod reproduce;
 mod seeds;

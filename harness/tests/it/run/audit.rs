@@ -1,0 +1,171 @@
+//! `rlharness golden audit`: every shipped calibrated scenario's verdict within its false-alarm
+//! budget, every gating rule able to fail; and what `check` says of a calibration too small.
+
+use crate::common::repo;
+
+/// The scenario files under `scenarios/` with a calibration in `golden/`, by scenario name.
+fn calibrated_scenarios() -> Vec<(String, std::path::PathBuf)> {
+    let mut names: Vec<String> = std::fs::read_dir(repo().join("golden"))
+        .unwrap()
+        .flatten()
+        .filter(|d| {
+            std::fs::read_dir(d.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|hw| hw.path().join("calibration.json").is_file())
+        })
+        .map(|d| d.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut files = Vec::new();
+    let mut stack = vec![repo().join("scenarios")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "yaml") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                if let Some(n) = text.lines().find_map(|l| l.strip_prefix("name: ")) {
+                    if names.iter().any(|x| x == n.trim()) {
+                        files.push((n.trim().to_string(), p));
+                    }
+                }
+            }
+        }
+    }
+    files.sort();
+    assert_eq!(
+        files.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+        names,
+        "every calibration has its scenario"
+    );
+    files
+}
+
+/// What CI requires of each shipped calibration: the simulated false-alarm rate of the whole
+/// verdict (its 95 % interval's lower end) at or below the scenario's budget, and no gating
+/// rule that cannot fail.
+#[test]
+fn every_shipped_calibrated_scenario_passes_its_audit() {
+    let scenarios = calibrated_scenarios();
+    assert!(scenarios.len() >= 4, "{scenarios:?}");
+    for (name, file) in scenarios {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+            .args(["golden", "audit"])
+            .arg(&file)
+            .args(["--draws", "600", "--power-draws", "20", "--format", "json"])
+            .current_dir(repo())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let a: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+            panic!(
+                "{name}: {e}: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert_eq!(out.status.code(), Some(0), "{name}: {:#}", a["problems"]);
+        let lo = a["false_alarm_ci"][0].as_f64().unwrap();
+        assert!(lo <= a["alpha_run"].as_f64().unwrap(), "{name}: {a:#}");
+        for r in a["rules"].as_array().unwrap() {
+            assert_eq!(r["cannot_fail"], false, "{name}: {r}");
+        }
+        println!(
+            "{name}: {} of {} ({:.2}%), budget {}",
+            a["false_alarms"],
+            a["draws"],
+            100.0 * a["false_alarm_rate"].as_f64().unwrap(),
+            a["alpha_run"]
+        );
+    }
+}
+
+/// A rule that cannot fail (its budget as large as its windows) fails the audit (exit 1,
+/// named), and its JSON says so.
+#[test]
+fn an_audit_names_a_rule_that_cannot_fail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenarios = tmp.path().join("scenarios");
+    std::fs::create_dir_all(scenarios.join("smoke")).unwrap();
+    for d in ["backends", "defaults"] {
+        copy_dir(&repo().join("scenarios").join(d), &scenarios.join(d));
+    }
+    let text = std::fs::read_to_string(repo().join("scenarios/smoke/mock-gsm8k-grpo.yaml"))
+        .unwrap()
+        .replace(
+            "    critic/rewards/mean: {window: 5, abs: 0.05}",
+            "    critic/rewards/mean: {window: 5, calibrated: {}}\n    actor/entropy: {window: 5, abs: 0.01, budget: 4}",
+        );
+    let file = scenarios.join("smoke/mock-gsm8k-grpo.yaml");
+    std::fs::write(&file, text).unwrap();
+    let bin = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+            .args(args)
+            .current_dir(tmp.path())
+            .env_remove("CI")
+            .output()
+            .unwrap()
+    };
+    let f = file.to_str().unwrap();
+    bin(&["run", f, "--update-golden", "-q", "--out", "reports"]);
+    assert!(bin(&["golden", "accept"]).status.success());
+    let cal = bin(&[
+        "golden",
+        "calibrate",
+        f,
+        "--seeds",
+        "1..12",
+        "--jobs",
+        "2",
+        "--out",
+        "cal",
+    ]);
+    assert!(
+        cal.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cal.stderr)
+    );
+    // Twelve runs for the reward's and the stability rules' windows: too few, and said so.
+    assert!(
+        String::from_utf8_lossy(&cal.stderr).contains("cannot gate"),
+        "{}",
+        String::from_utf8_lossy(&cal.stderr)
+    );
+    let a = bin(&[
+        "golden",
+        "audit",
+        f,
+        "--draws",
+        "200",
+        "--power-draws",
+        "10",
+    ]);
+    let out = String::from_utf8_lossy(&a.stdout);
+    assert_eq!(a.status.code(), Some(1), "{out}");
+    assert!(out.contains("`golden:actor/entropy` cannot fail"), "{out}");
+    assert!(out.contains("CANNOT FAIL"), "{out}");
+    // `check` says at the rule's line that the calibration is too small, and passes.
+    let c = bin(&["check", f]);
+    let said = String::from_utf8_lossy(&c.stdout);
+    assert!(c.status.success(), "{said}");
+    assert!(
+        said.contains("warning: ")
+            && said.contains("checks.golden.critic/rewards/mean")
+            && said.contains("calibrate >= "),
+        "{said}"
+    );
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            copy_dir(&p, &to.join(e.file_name()));
+        } else {
+            std::fs::copy(&p, to.join(e.file_name())).unwrap();
+        }
+    }
+}
