@@ -32,6 +32,17 @@ pub(crate) fn is_timing(metric: &str) -> bool {
         || metric.starts_with("perf/cpu_memory")
 }
 
+/// The sampler-vs-trainer mismatch series of a real engine: the rounding gap between two
+/// computations of the same log-probabilities, about 1e-7, whose last bits vary from run to
+/// run on some CPUs (on an AMD EPYC host, two runs of one seed gave every other series bit
+/// for bit and these 1e-4 apart, relatively: MKL's strict mode does not pin them there). Their
+/// stability floors (1e-5, 1e-8) judge them; a skipped weight sync or a sampler of fewer bits
+/// moves other series too, which the lane still holds exactly. The mock computes them, so
+/// they stay in its lane.
+pub(crate) fn is_rounding_gap(metric: &str) -> bool {
+    metric.starts_with("training/rollout_probs_diff") || metric.starts_with("rollout_corr/")
+}
+
 /// Decide the lane for a run of `seed` with `numerics` against `golden`.
 pub(crate) fn lane(numerics: Option<&Numerics>, seed: u64, golden: &Golden) -> ExactLane {
     let off = |message: String| ExactLane {
@@ -74,7 +85,7 @@ pub(crate) fn lane(numerics: Option<&Numerics>, seed: u64, golden: &Golden) -> E
             if n.simulated_time {
                 "(the backend simulates time: timing, MFU and throughput included) "
             } else {
-                "non-timing "
+                "non-timing (the sampler-vs-trainer rounding gap aside) "
             }
         ),
     }
@@ -94,7 +105,7 @@ pub(crate) fn judge_exact(
     let metrics: Vec<String> = golden
         .columns()
         .into_iter()
-        .filter(|m| simulated_time || !is_timing(m))
+        .filter(|m| simulated_time || !(is_timing(m) || is_rounding_gap(m)))
         .collect();
     let mut differing: Vec<(u64, String, Option<f64>, f64)> = Vec::new();
     let mut compared = 0usize;

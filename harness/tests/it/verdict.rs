@@ -245,14 +245,19 @@ fn the_1_7b_validation_rule_can_fail_and_is_not_loosened() {
         let record = rlharness::compare::RunRecord::completed(&t, c, 1);
         rlharness::compare::judge_run(&record, Some(&golden)).unwrap()
     };
+    // Two-sided, as its comment says: a score far above the published one fails like one far
+    // below (which a score near 0 cannot show), with the band the docs state.
     let v = judge(0.6);
     let rule = v.rule(&format!("golden:{val}")).unwrap();
     assert_eq!(
         rule.status,
-        rlharness::compare::RuleStatus::Improved,
+        rlharness::compare::RuleStatus::Regressed,
         "{rule:?}"
     );
-    assert_eq!(v.outcome, rlharness::compare::Outcome::Improved, "{v:?}");
+    let json = serde_json::to_value(rule).unwrap();
+    let hi = json["evidence"]["band"]["hi"].as_f64().unwrap();
+    assert!((hi - 0.0515).abs() < 1e-3, "{json}");
+    assert_eq!(v.outcome, rlharness::compare::Outcome::Regressed, "{v:?}");
     let v = judge(0.02);
     assert_eq!(v.outcome, rlharness::compare::Outcome::Passed, "{v:?}");
     assert!(!v.rules.iter().any(|r| r.rule.starts_with("loosened:")));

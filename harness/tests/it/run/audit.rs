@@ -146,14 +146,21 @@ fn an_audit_names_a_rule_that_cannot_fail() {
     assert_eq!(a.status.code(), Some(1), "{out}");
     assert!(out.contains("`golden:actor/entropy` cannot fail"), "{out}");
     assert!(out.contains("CANNOT FAIL"), "{out}");
-    // `check` says at the rule's line that the calibration is too small, and passes.
+    // `check` refuses the rule that cannot fail (exit 2, at its line), and says at the reward
+    // rule's line that the calibration is too small (a warning).
     let c = bin(&["check", f]);
     let said = String::from_utf8_lossy(&c.stdout);
-    assert!(c.status.success(), "{said}");
+    assert_eq!(c.status.code(), Some(2), "{said}");
     assert!(
-        said.contains("warning: ")
-            && said.contains("checks.golden.critic/rewards/mean")
-            && said.contains("calibrate >= "),
+        said.contains(
+            "checks.golden.actor/entropy: `golden:actor/entropy` cannot fail: its budget 4"
+        ),
+        "{said}"
+    );
+    assert!(
+        said.lines().any(|l| l.starts_with("warning: ")
+            && l.contains("checks.golden.critic/rewards/mean")
+            && l.contains("calibrate >= ")),
         "{said}"
     );
 }
