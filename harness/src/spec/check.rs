@@ -104,7 +104,7 @@ pub fn check(paths: &[PathBuf]) -> CheckOutcome {
                 let mut errors: Vec<Diagnostic> =
                     super::rules_lint::lint_rules(&file, &s.name, &s.checks, &golden_root)
                         .into_iter()
-                        .chain(super::rules_lint::lint_shapes(&file, &s.checks, s.steps))
+                        .chain(super::shape_lint::lint_shapes(&file, &s.checks, s.steps))
                         .map(Diagnostic::Spec)
                         .collect();
                 match names.get(&s.name) {

@@ -14,12 +14,12 @@ pub(crate) mod config;
 pub(crate) mod de;
 mod discover;
 pub(crate) mod error;
-mod expect_lint;
 mod gpus;
 pub mod lint;
 mod load;
 mod requires;
 pub(crate) mod rules_lint;
+mod shape_lint;
 mod timeouts;
 pub(crate) mod yaml;
 

@@ -76,7 +76,7 @@ pub(crate) fn rule_line(file: &std::path::Path, rule: &str) -> Option<usize> {
 
 /// Where a rule is written: the line of `needle` in the scenario file (after a line that
 /// starts `after`, when given), else the line of `checks:`, else line 1.
-fn line_of(text: &str, after: Option<&str>, needle: &str) -> usize {
+pub(super) fn line_of(text: &str, after: Option<&str>, needle: &str) -> usize {
     let lines: Vec<&str> = text.lines().collect();
     let start = after
         .and_then(|a| lines.iter().position(|l| l.trim_start().starts_with(a)))
@@ -137,104 +137,6 @@ pub(crate) fn lint_rules(
         }
     }
     errors
-}
-
-/// The rule shapes that cannot fail whatever the run and the golden, for every scenario (with a
-/// golden or without, self-tests included), at the rule's line: a budget as large as the rule's
-/// windows; a positive metric whose band reaches 0 on its bad side (`rel` >= 1 without
-/// `keep_above`); a direction written against the metric's own with an unlimited good side (a
-/// regression reads as an unlimited improvement); an expectation true for every value its
-/// metrics can take.
-pub(crate) fn lint_shapes(file: &Path, checks: &ChecksSpec, steps: u64) -> Vec<SpecError> {
-    use crate::checks::{Direction, ImprovementLimit};
-    let text = std::fs::read_to_string(file).unwrap_or_default();
-    let at = |line: usize, key: String, message: String| SpecError {
-        file: PathBuf::from(file),
-        line,
-        col: 1,
-        key_path: key,
-        message,
-    };
-    let mut out = Vec::new();
-    for (metric, rule) in checks.golden.iter() {
-        let line = line_of(&text, Some("golden:"), metric);
-        let key = format!("checks.golden.{metric}");
-        let range = rule.steps.unwrap_or_default();
-        let compared = (1..=steps).filter(|s| range.contains(*s)).count() as u64;
-        let windows = compared.div_ceil(rule.window.unwrap_or(1).max(1));
-        if windows > 0 && rule.budget >= windows {
-            out.push(at(
-                line,
-                key.clone(),
-                format!(
-                    "`golden:{metric}` cannot fail: its budget {} is as large as its {windows} \
-                     window(s) over {compared} step(s); a budget must leave a window to fail",
-                    rule.budget
-                ),
-            ));
-        }
-        let resolved = rule.resolved(metric);
-        let low_is_bad = resolved.direction() != Direction::LowerIsBetter;
-        if positive(metric)
-            && low_is_bad
-            && rule.keep_above.is_none()
-            && rule.calibrated.is_none()
-            && rule.rel.is_some_and(|r| r >= 1.0)
-        {
-            out.push(at(
-                line,
-                key.clone(),
-                format!(
-                    "`golden:{metric}`: `rel: {}` puts the lower edge of its band at or below 0, \
-                     so a vanished `{metric}` (positive in a healthy run) passes; add \
-                     `keep_above: 0.1` or narrow `rel`",
-                    rule.rel.unwrap_or_default()
-                ),
-            ));
-        }
-        let own = crate::compare::default_direction(metric);
-        if rule
-            .direction
-            .is_some_and(|d| d != own && own != Direction::TwoSided)
-            && rule.improvement_limit == Some(ImprovementLimit::Unlimited)
-        {
-            out.push(at(
-                line,
-                key.clone(),
-                format!(
-                    "`golden:{metric}` cannot catch a regression: its direction is written \
-                     against `{metric}`'s own ({}) and its good side is unlimited, so a move the \
-                     bad way reads as an unlimited improvement",
-                    match own {
-                        Direction::HigherIsBetter => "higher is better",
-                        _ => "lower is better",
-                    }
-                ),
-            ));
-        }
-    }
-    for (i, e) in checks.expect.iter().enumerate() {
-        if super::expect_lint::always_true(&e.expr) {
-            out.push(at(
-                line_of(&text, Some("expect:"), &e.src),
-                format!("checks.expect[{i}]"),
-                format!(
-                    "`{}` cannot fail: it holds for every value its metrics can take ({})",
-                    e.name.as_deref().unwrap_or(&e.src),
-                    e.expr
-                        .metrics()
-                        .iter()
-                        .map(|m| {
-                            let (lo, hi) = super::expect_lint::expect_domain(m);
-                            format!("`{m}` in [{}, {}]", fmt(lo), fmt(hi))
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
-        }
-    }
-    out
 }
 
 /// Warnings (never errors: a calibration that cannot be redone here, a GPU scenario's when no
@@ -351,6 +253,7 @@ pub(crate) fn lint_against(checks: &ChecksSpec, golden: &Golden) -> Vec<(String,
             }
         }
     }
+    out.extend(wider_than_calibrated(checks, golden));
     for (i, e) in checks.expect.iter().enumerate() {
         let src = e.src.to_ascii_lowercase();
         if !(src.contains("finite") || src.contains("sanity")) {
@@ -380,7 +283,54 @@ pub(crate) fn lint_against(checks: &ChecksSpec, golden: &Golden) -> Vec<(String,
     out
 }
 
-fn fmt(v: f64) -> String {
+/// How many times its calibration's spread a hand-set band may be at every window before it is
+/// called wider than the calibration allows.
+const WIDER_THAN_CALIBRATED: f64 = 20.0;
+
+/// Hand-set golden rules (`abs`/`rel`) whose band is more than [`WIDER_THAN_CALIBRATED`] times
+/// the calibration's spread at every window the calibration measured (`abs: 100` on a reward):
+/// no regression short of a collapse can fail them.
+fn wider_than_calibrated(checks: &ChecksSpec, golden: &Golden) -> Vec<(String, String, String)> {
+    let Some(cal) = &golden.calibration else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (metric, rule) in checks.golden.iter() {
+        if rule.calibrated.is_some() || (rule.abs.is_none() && rule.rel.is_none()) {
+            continue;
+        }
+        let Some(windows) = cal.windows.get(metric).filter(|w| !w.is_empty()) else {
+            continue;
+        };
+        if windows.iter().any(|w| w.std <= 0.0) {
+            continue;
+        }
+        let tol = |g: f64| {
+            rule.abs
+                .unwrap_or(0.0)
+                .max(rule.rel.unwrap_or(0.0) * g.abs())
+        };
+        let ratios: Vec<f64> = windows.iter().map(|w| tol(w.mean) / w.std).collect();
+        let least = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        if least > WIDER_THAN_CALIBRATED {
+            out.push((
+                metric.to_string(),
+                format!("checks.golden.{metric}"),
+                format!(
+                    "`golden:{metric}` can hardly fail: its band is at least {:.0} times the \
+                     spread its calibration measured at every window ({} runs, σ up to {}), so \
+                     only a collapse fails it; narrow it, or make it `calibrated: {{}}`",
+                    least,
+                    cal.runs,
+                    fmt(windows.iter().map(|w| w.std).fold(0.0, f64::max))
+                ),
+            ));
+        }
+    }
+    out
+}
+
+pub(super) fn fmt(v: f64) -> String {
     if v == f64::INFINITY {
         "+∞".into()
     } else if v == f64::NEG_INFINITY {

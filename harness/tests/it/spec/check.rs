@@ -361,3 +361,75 @@ fn check_refuses_two_scenarios_of_one_name() {
         "{rendered}"
     );
 }
+
+/// `check` asks of every rule whether a regression can fail it, without a golden too (the
+/// shape) and against a calibrated golden: each bad kind is refused at its rule's line with
+/// its reason, and the shipped files pass (`shipped_scenarios_are_valid`).
+#[test]
+fn check_refuses_each_kind_of_rule_that_cannot_fail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = shipped("..");
+    std::fs::create_dir(tmp.path().join("golden")).unwrap();
+    for (from, to) in [("scenarios", ""), ("golden/tiny-gsm8k-grpo", "golden")] {
+        let ok = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(repo.join(from))
+            .arg(tmp.path().join(to))
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let smoke = tmp.path().join("scenarios/smoke/mock-gsm8k-grpo.yaml");
+    let flagship = tmp.path().join("scenarios/tiny-gsm8k-grpo.yaml");
+    let reward = "critic/rewards/mean: {window: 5, abs: 0.05}";
+    // (file, the line replaced, its replacement, what the error says)
+    let cases: &[(&Path, &str, &str, &str)] = &[
+        (
+            &smoke,
+            reward,
+            "critic/rewards/mean: {window: 5, abs: 0.05, budget: 4}",
+            "cannot fail: its budget 4 is as large as its 4 window(s)",
+        ),
+        (
+            &smoke,
+            reward,
+            "actor/grad_norm: {window: 5, rel: 1.0}",
+            "puts the lower edge of its band at or below 0",
+        ),
+        (
+            &smoke,
+            reward,
+            "critic/rewards/mean: {window: 5, abs: 0.05, direction: lower_is_better, improvement_limit: unlimited}",
+            "cannot catch a regression: its direction is written against",
+        ),
+        (
+            &smoke,
+            "- all(actor/grad_norm, finite)",
+            "- min(actor/entropy) >= 0",
+            "cannot fail: it holds for every value its metrics can take",
+        ),
+        (
+            &flagship,
+            "critic/rewards/mean: {window: 10, calibrated: {floor: 0.03}}",
+            "critic/rewards/mean: {window: 10, abs: 100}",
+            "can hardly fail: its band is at least",
+        ),
+    ];
+    for (file, from, to, says) in cases {
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(text.contains(from), "{from}");
+        let line = text.lines().position(|l| l.contains(from)).unwrap() + 1;
+        std::fs::write(file, text.replacen(from, to, 1)).unwrap();
+        let outcome = check(std::slice::from_ref(&file.to_path_buf()));
+        let rendered = render_check(&outcome);
+        std::fs::write(file, &text).unwrap();
+        assert!(!outcome.is_ok(), "{to}: {rendered}");
+        let name = file.file_name().unwrap().to_string_lossy();
+        assert!(
+            rendered.lines().any(|l| l.starts_with("error: ")
+                && l.contains(&format!("{name}:{line}:1: "))
+                && l.contains(says)),
+            "{to}: wants `{says}` at line {line}: {rendered}"
+        );
+    }
+}
