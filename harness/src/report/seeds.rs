@@ -114,9 +114,10 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
     };
     let mut notes = vec![format!(
         "multi-seed run: seeds {}, one run directory each (`seed-<S>/`); each seed is judged \
-         against the golden alone (`seed:<S>`), then the seeds' window means against the \
-         golden's calibration by Student's pooled t-test (`seeds:<metric>`, 5% false alarms over \
-         all tails that can fail, split by Bonferroni)",
+         against the golden alone (`seed:<S>`: its calibrated bands shown, not gating), then \
+         the seeds' window means against the golden's calibration by Student's pooled t-test \
+         (`seeds:<metric>`, half the run's false-alarm budget over all tails that can fail, \
+         split by Bonferroni)",
         seeds_text(&manifest.seeds)
     )];
     if let Some(cal) = golden.as_ref().and_then(|g| g.calibration.as_ref()) {
@@ -125,7 +126,16 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
     let (knobs, knob_note) = seeds_knobs(&seeds);
     notes.extend(knob_note);
     let seed_series = SeedSeries::new(&seeds, golden.as_ref());
-    Report {
+    // A seed re-judged against another golden or calibration than at run time: the combined
+    // verdict may have changed too, so it says so with both verdicts (the seeds' run.json
+    // record what they were judged against).
+    let changed = seeds
+        .iter()
+        .flat_map(|(_, r)| r.notes.iter())
+        .find_map(|n| n.strip_prefix(&format!("{GOLDEN_CHANGED}: ")))
+        .and_then(|n| n.split(" changed since.").next())
+        .map(str::to_string);
+    let mut report = Report {
         scenario: manifest.scenario.clone(),
         run,
         verdict: Some(c.verdict),
@@ -144,7 +154,16 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
         pending_golden: None,
         notes,
         seed_series: Some(seed_series),
+    };
+    if let Some(what) = changed {
+        let note = format!(
+            "{GOLDEN_CHANGED}: {what} changed since the seeds ran. At run time: {}; now: {}",
+            verdict_at_run_time(dir),
+            report.summary()
+        );
+        report.notes.push(note);
     }
+    report
 }
 
 /// The knobs that differ from their defaults, the same in every seed (only the seed differs

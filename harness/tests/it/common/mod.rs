@@ -199,6 +199,10 @@ pub fn hanging_console_run(mut cmd: Command, out: &Path) -> (Child, PathBuf, i32
             "driver.command.1=hang",
             "--set",
             "timeouts.step=60",
+            // Far from any wait of the tests (60 s for the worker to be up): the fixture's 1m
+            // run limit fired first on a busy machine, and SIGTERM found a timed-out run.
+            "--set",
+            "timeouts.run=1h",
         ])
         .arg(&fixture)
         .stdin(Stdio::null())

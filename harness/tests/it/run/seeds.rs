@@ -162,6 +162,26 @@ fn multi_seed_runs_judge_the_seeds_distribution_against_the_calibration() {
         std::fs::read_to_string(dir.join("compare/golden/verdict.json")).unwrap()
     );
 
+    // A recalibration since the seeds ran: `compare` says so, with the verdict at run time.
+    let cal_path = golden.join("mock-gsm8k-grpo/cpu/calibration.json");
+    let before = std::fs::read_to_string(&cal_path).unwrap();
+    let mut cal: serde_json::Value = serde_json::from_str(&before).unwrap();
+    for w in cal["windows"]["critic/rewards/mean"]
+        .as_array_mut()
+        .unwrap()
+    {
+        w["std"] = serde_json::json!(w["std"].as_f64().unwrap() * 3.0);
+    }
+    std::fs::write(&cal_path, serde_json::to_string(&cal).unwrap()).unwrap();
+    rlharness::app::compare_command(&dir, None, &golden).unwrap();
+    let md = std::fs::read_to_string(dir.join("compare/golden/report.md")).unwrap();
+    assert!(
+        md.contains("judged against another golden than at run time")
+            && md.contains("changed since the seeds ran. At run time: passed"),
+        "{md}"
+    );
+    std::fs::write(&cal_path, before).unwrap();
+
     let (code, dir) = run(&["backend.reward.offset=-0.1"]);
     assert_eq!(code, Some(1));
     let verdict: serde_json::Value =
