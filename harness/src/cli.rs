@@ -415,8 +415,14 @@ pub(crate) struct ProxyArgs {
 pub(crate) enum GoldenAction {
     /// List pending goldens with a diff summary (all, or those of the named scenarios).
     Status { scenarios: Vec<String> },
-    /// Accept pending goldens (all, or those of the named scenarios).
-    Accept { scenarios: Vec<String> },
+    /// Accept pending goldens (all, or those of the named scenarios). With `--widen`: accept
+    /// instead the wider bands a new calibration gives the named accepted goldens (which fail
+    /// as `loosened:golden:<metric>:band` until then), saying by how much.
+    Accept {
+        scenarios: Vec<String>,
+        #[arg(long)]
+        widen: bool,
+    },
     /// Reject pending goldens (all, or those of the named scenarios).
     Reject { scenarios: Vec<String> },
     /// Run a scenario N times (or once per seed) and store the measured noise beside its

@@ -37,7 +37,16 @@ pub(crate) fn judged_against(checks: &ChecksSpec, golden: &Golden) -> JudgedAgai
 /// the calibration can resolve, each window's (first, last, half-width). What a bless records
 /// (`golden.yaml`'s `bands:`) and what the loosening guard compares with it.
 pub(crate) fn band_widths(checks: &ChecksSpec, golden: Option<&Golden>) -> BlessedBands {
-    let (resolved, _) = resolve_calibrated(checks, golden, Budget::of(checks, golden));
+    let budget = Budget::of(checks, golden);
+    // The default stability rules' calibrated bands too, beside the golden rules'.
+    let mut all = checks.clone();
+    if let Some(g) = golden {
+        let calibrated = |m: &str| g.calibration.as_ref().is_some_and(|c| c.sigma(m).is_some());
+        all.golden
+            .0
+            .extend(super::stability::rules(checks, &g.table.columns(), calibrated).0);
+    }
+    let (resolved, _) = resolve_calibrated(&all, golden, budget);
     resolved
         .map(|r| {
             r.golden

@@ -150,6 +150,32 @@ impl GoldenStore {
         Ok(chosen)
     }
 
+    /// Rewrite an accepted golden's `golden.yaml` with `bands` as the widths it was blessed
+    /// with (`golden accept --widen`): its series, provenance and rules stay as they are.
+    pub(crate) fn rewrite_bands(
+        &self,
+        golden: &Golden,
+        bands: &BlessedBands,
+    ) -> Result<PathBuf, GoldenError> {
+        if self.ci {
+            return Err(GoldenError::CiRefused {
+                scenario: golden.scenario.clone(),
+                hardware: golden.hardware.clone(),
+            });
+        }
+        let header = render_header(
+            &golden.scenario,
+            &golden.hardware,
+            &golden.table,
+            &golden.provenance,
+            golden.rules.as_ref(),
+            Some(bands),
+        );
+        let path = golden.dir.join(HEADER_FILE);
+        fsx::write_atomic(&path, header.as_bytes())?;
+        Ok(path)
+    }
+
     /// Make pending goldens the accepted ones (all, or those whose scenario or
     /// `scenario/hardware` is named).
     pub fn accept(&self, filter: &[String]) -> Result<Vec<Pending>, GoldenError> {

@@ -23,7 +23,14 @@ pub(crate) fn golden(
     }
     let (text, status) = match action {
         GoldenAction::Status { scenarios } => golden_status(&root, &scenarios)?,
-        GoldenAction::Accept { scenarios } => golden_accept(&root, &scenarios)?,
+        GoldenAction::Accept {
+            scenarios,
+            widen: true,
+        } => golden_widen(&root, &scenarios)?,
+        GoldenAction::Accept {
+            scenarios,
+            widen: false,
+        } => golden_accept(&root, &scenarios)?,
         GoldenAction::Reject { scenarios } => golden_reject(&root, &scenarios)?,
         GoldenAction::Calibrate(_) => unreachable!("dispatched to `calibrate`"),
         GoldenAction::Audit(_) => unreachable!("dispatched to `audit`"),
@@ -172,6 +179,104 @@ fn listing(verb: &str, done: &[Pending]) -> String {
 fn golden_accept(root: &Path, scenarios: &[String]) -> Result<(String, ExitStatus), CommandError> {
     let done = GoldenStore::new(root).accept(scenarios)?;
     Ok((listing("accepted", &done), ExitStatus::Passed))
+}
+
+/// `rlharness golden accept --widen SCENARIO...`: for each named scenario's accepted goldens
+/// (every hardware key), the calibrated and stability bands its blessed rules resolve to with
+/// the calibration beside it now, recorded as the widths it was blessed with; what widened is
+/// listed window by window.
+fn golden_widen(root: &Path, scenarios: &[String]) -> Result<(String, ExitStatus), CommandError> {
+    if scenarios.is_empty() {
+        return Err(CommandError::invalid(
+            "golden accept --widen needs the scenarios whose wider bands to accept, by name",
+        ));
+    }
+    let store = GoldenStore::new(root);
+    let mut out = Vec::new();
+    for name in scenarios {
+        let dir = root.join(name);
+        let mut hardware: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(|e| CommandError::invalid(format!("{}: {e}", dir.display())))?
+            .flatten()
+            .filter(|e| e.path().join("golden.yaml").is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        hardware.sort();
+        if hardware.is_empty() {
+            return Err(CommandError::invalid(format!(
+                "no accepted golden of `{name}` under {}",
+                root.display()
+            )));
+        }
+        for hw in hardware {
+            let Some(g) = store
+                .load(name, &hw)
+                .map_err(|e| CommandError::invalid(e.to_string()))?
+            else {
+                continue;
+            };
+            // The rules in force: the scenario's as its file says now (what a run is judged
+            // by), else those the golden was blessed with.
+            let Some(rules) = scenario_checks(root, name).or_else(|| g.rules.clone()) else {
+                out.push(format!(
+                    "{name}/{hw}: no scenario file of that name beside the store, and blessed \
+                     before its rules were recorded: bless it again"
+                ));
+                continue;
+            };
+            let now = compare::band_widths(&rules, Some(&g));
+            let before = g.bands.clone().unwrap_or_default();
+            let mut changes = Vec::new();
+            for (metric, windows) in &now {
+                for (first, last, half) in windows {
+                    let old = before
+                        .get(metric)
+                        .and_then(|w| w.iter().find(|(a, b, _)| (a, b) == (first, last)))
+                        .map(|(_, _, h)| *h);
+                    match old {
+                        Some(o) if (*half - o).abs() <= 1e-12 * o.abs().max(1.0) => {}
+                        Some(o) => changes.push(format!(
+                            "  {metric} steps {first}..{last}: ±{} -> ±{} ({:+.1}%)",
+                            compare::expr::fmt_num(o),
+                            compare::expr::fmt_num(*half),
+                            100.0 * (half - o) / o
+                        )),
+                        None => changes.push(format!(
+                            "  {metric} steps {first}..{last}: ±{} (not recorded before)",
+                            compare::expr::fmt_num(*half)
+                        )),
+                    }
+                }
+            }
+            if changes.is_empty() && g.bands.is_some() {
+                out.push(format!(
+                    "{name}/{hw}: its bands are as recorded; nothing to accept"
+                ));
+                continue;
+            }
+            let path = store
+                .rewrite_bands(&g, &now)
+                .map_err(|e| CommandError::invalid(e.to_string()))?;
+            out.push(format!(
+                "{name}/{hw}: accepted the bands of the calibration now ({}):\n{}",
+                path.display(),
+                changes.join("\n")
+            ));
+        }
+    }
+    Ok((out.join("\n"), ExitStatus::Passed))
+}
+
+/// The checks of the scenario named `name` in the `scenarios/` folder beside the golden store
+/// `root`, as its file says now.
+fn scenario_checks(root: &Path, name: &str) -> Option<crate::checks::ChecksSpec> {
+    let scenarios = root.parent()?.join("scenarios");
+    let files = spec::discover(std::slice::from_ref(&scenarios)).ok()?;
+    files
+        .iter()
+        .filter_map(|f| spec::load_scenario(f, &[]).ok())
+        .find(|s| s.name == name)
+        .map(|s| s.checks)
 }
 
 /// `rlharness golden reject [SCENARIO...]`.

@@ -403,3 +403,81 @@ fn golden_bless_writes_the_stored_run_as_the_pending_golden() {
     assert_eq!(judge(&plain), Some(0));
     assert_eq!(judge(&planted), Some(1));
 }
+
+/// A recalibration that widens a band fails the verdict as `loosened:...:band` until it is
+/// accepted with `golden accept --widen`, which says by how much; then it passes again.
+#[test]
+fn a_widening_recalibration_fails_until_accepted_with_widen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let golden = tmp.path().join("golden");
+    let dst = golden.join("tiny-gsm8k-grpo/cpu");
+    std::fs::create_dir_all(&dst).unwrap();
+    for f in ["metrics.csv", "golden.yaml", "calibration.json"] {
+        std::fs::copy(
+            repo().join("golden/tiny-gsm8k-grpo/cpu").join(f),
+            dst.join(f),
+        )
+        .unwrap();
+    }
+    // The scenarios beside the store: `--widen` records the bands of the rules in force now.
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(repo().join("scenarios"))
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let scenario =
+        rlharness::spec::load_scenario(&repo().join("scenarios/tiny-gsm8k-grpo.yaml"), &[])
+            .unwrap();
+    let loosened = || {
+        let g = rlharness::golden::GoldenStore::new(&golden)
+            .load("tiny-gsm8k-grpo", "cpu")
+            .unwrap()
+            .unwrap();
+        let record = rlharness::compare::RunRecord::completed(&g.table, &scenario.checks, 1);
+        let v = rlharness::compare::judge_run(&record, Some(&g)).unwrap();
+        v.rules
+            .iter()
+            .filter(|r| r.status != rlharness::compare::RuleStatus::Pass)
+            .map(|r| r.rule.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(loosened(), Vec::<String>::new());
+    // A noisier calibration: the reward's σ three times what was blessed.
+    let path = dst.join("calibration.json");
+    let mut cal: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for w in cal["windows"]["critic/rewards/mean"]
+        .as_array_mut()
+        .unwrap()
+    {
+        w["std"] = serde_json::json!(w["std"].as_f64().unwrap() * 3.0);
+    }
+    std::fs::write(&path, serde_json::to_string(&cal).unwrap()).unwrap();
+    assert_eq!(loosened(), ["loosened:golden:critic/rewards/mean:band"]);
+    let accept = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+            .args(["golden", "--golden"])
+            .arg(&golden)
+            .args(["accept", "--widen"])
+            .args(args)
+            .env_remove("CI")
+            .output()
+            .unwrap()
+    };
+    let o = accept(&["tiny-gsm8k-grpo"]);
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        said.contains("critic/rewards/mean steps 1..10: ±") && said.contains("(+"),
+        "{said}"
+    );
+    assert_eq!(loosened(), Vec::<String>::new());
+    // Nothing named: refused, nothing accepted silently.
+    assert_eq!(accept(&[]).status.code(), Some(2));
+}
