@@ -95,6 +95,17 @@ pub(super) fn line_of(text: &str, after: Option<&str>, needle: &str) -> usize {
         .map_or(1, |(i, _)| i + 1)
 }
 
+/// A lint's finding at `file:line`, first column, under `key`.
+pub(super) fn error_at(file: &Path, line: usize, key: String, message: String) -> SpecError {
+    SpecError {
+        file: PathBuf::from(file),
+        line,
+        col: 1,
+        key_path: key,
+        message,
+    }
+}
+
 /// The lint of every golden rule and expectation of one scenario against each of its goldens.
 pub(crate) fn lint_rules(
     file: &Path,
@@ -105,12 +116,13 @@ pub(crate) fn lint_rules(
     let text = std::fs::read_to_string(file).unwrap_or_default();
     let mut errors = Vec::new();
     for (hardware, golden) in goldens(golden_root, name) {
-        let at = |line: usize, key: String, message: String| SpecError {
-            file: PathBuf::from(file),
-            line,
-            col: 1,
-            key_path: key,
-            message: format!("{message} (golden {name}/{hardware})"),
+        let at = |line: usize, key: String, message: String| {
+            error_at(
+                file,
+                line,
+                key,
+                format!("{message} (golden {name}/{hardware})"),
+            )
         };
         // A rule on a metric the golden does not hold is a typo until proven otherwise: it
         // would only ever say `missing`.
@@ -166,13 +178,12 @@ pub(crate) fn lint_calibration(
             ),
             None => (line_of(&text, None, "checks:"), "checks.stability".into()),
         };
-        out.push(SpecError {
-            file: PathBuf::from(file),
+        out.push(error_at(
+            file,
             line,
-            col: 1,
-            key_path: key,
-            message: format!("{why} (golden {name}/{hardware})"),
-        });
+            key,
+            format!("{why} (golden {name}/{hardware})"),
+        ));
     }
     out
 }

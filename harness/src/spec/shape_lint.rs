@@ -2,10 +2,10 @@
 //! them at the rule's line), and whether an expectation holds for every value its metrics can
 //! take, by interval arithmetic over the metrics' domains.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::error::SpecError;
-use super::rules_lint::{fmt, line_of};
+use super::rules_lint::{error_at, fmt, line_of};
 use crate::checks::domain::{domain, positive};
 use crate::checks::expr::{AggFn, ArithOp, CmpOp, Expr, Num, Pred};
 use crate::checks::ChecksSpec;
@@ -19,13 +19,7 @@ use crate::checks::ChecksSpec;
 pub(crate) fn lint_shapes(file: &Path, checks: &ChecksSpec, steps: u64) -> Vec<SpecError> {
     use crate::checks::{Direction, ImprovementLimit};
     let text = std::fs::read_to_string(file).unwrap_or_default();
-    let at = |line: usize, key: String, message: String| SpecError {
-        file: PathBuf::from(file),
-        line,
-        col: 1,
-        key_path: key,
-        message,
-    };
+    let at = |line: usize, key: String, message: String| error_at(file, line, key, message);
     let mut out = Vec::new();
     for (metric, rule) in checks.golden.iter() {
         let line = line_of(&text, Some("golden:"), metric);

@@ -86,48 +86,37 @@ impl Model {
     pub(super) fn draw(&self, rng: &mut ChaCha8Rng) -> MetricTable {
         let z: Vec<f64> = (0..self.runs).map(|_| standard_normal(rng)).collect();
         let scale = 1.0 / ((self.runs.max(2) - 1) as f64).sqrt();
-        let mut rows: BTreeMap<u64, StepMetrics> = BTreeMap::new();
-        for (j, c) in self.cells.iter().enumerate() {
-            let x = if self.runs > 0 {
-                c.mean
-                    + scale
-                        * z.iter()
-                            .zip(&self.deviations)
-                            .map(|(z, d)| z * d[j])
-                            .sum::<f64>()
+        self.table(|j, c| {
+            if self.runs > 0 {
+                let mixed: f64 = z.iter().zip(&self.deviations).map(|(z, d)| z * d[j]).sum();
+                c.mean + scale * mixed
             } else {
                 c.mean + c.std * standard_normal(rng)
-            };
-            let v = if c.log { x.exp() } else { x };
+            }
+        })
+    }
+
+    /// The calibration's own runs, rebuilt from their stored values (values mode only).
+    pub(super) fn calibration_runs(&self) -> Vec<MetricTable> {
+        (0..self.runs)
+            .map(|i| self.table(|j, c| c.mean + self.deviations[i][j]))
+            .collect()
+    }
+
+    /// A run whose cell `j` is `value(j, cell)` (on the cell's scale: a log cell is exp'ed).
+    fn table(&self, mut value: impl FnMut(usize, &Cell) -> f64) -> MetricTable {
+        let mut rows: BTreeMap<u64, StepMetrics> = BTreeMap::new();
+        for (j, c) in self.cells.iter().enumerate() {
+            let x = value(j, c);
             rows.entry(c.step)
                 .or_insert_with(|| StepMetrics::new(c.step))
-                .insert(c.metric.clone(), v);
+                .insert(c.metric.clone(), if c.log { x.exp() } else { x });
         }
         let mut t = MetricTable::new();
         for (_, r) in rows {
             t.push(r);
         }
         t
-    }
-
-    /// The calibration's own runs, rebuilt from their stored values (values mode only).
-    pub(super) fn calibration_runs(&self) -> Vec<MetricTable> {
-        (0..self.runs)
-            .map(|i| {
-                let mut rows: BTreeMap<u64, StepMetrics> = BTreeMap::new();
-                for (j, c) in self.cells.iter().enumerate() {
-                    let x = c.mean + self.deviations[i][j];
-                    rows.entry(c.step)
-                        .or_insert_with(|| StepMetrics::new(c.step))
-                        .insert(c.metric.clone(), if c.log { x.exp() } else { x });
-                }
-                let mut t = MetricTable::new();
-                for (_, r) in rows {
-                    t.push(r);
-                }
-                t
-            })
-            .collect()
     }
 }
 

@@ -282,14 +282,14 @@ fn a_multi_seed_selftest_is_checked() {
     assert!(load(&ok, &[]).is_ok());
 }
 
-/// `check` lints golden rules against the scenario's goldens (`golden/` beside `scenarios/`): a
-/// band that cannot be crossed is an error at the rule's file, line and key.
-#[test]
-fn check_refuses_a_golden_rule_that_cannot_fail() {
+/// A project in a temporary folder: a copy of the shipped `scenarios/` and of one scenario's
+/// goldens under `golden/`.
+fn project_with(golden: &str) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     let repo = shipped("..");
     std::fs::create_dir(tmp.path().join("golden")).unwrap();
-    for (from, to) in [("scenarios", ""), ("golden/mock-gsm8k-grpo", "golden")] {
+    let golden = format!("golden/{golden}");
+    for (from, to) in [("scenarios", ""), (golden.as_str(), "golden")] {
         let ok = std::process::Command::new("cp")
             .arg("-r")
             .arg(repo.join(from))
@@ -298,6 +298,14 @@ fn check_refuses_a_golden_rule_that_cannot_fail() {
             .unwrap();
         assert!(ok.success());
     }
+    tmp
+}
+
+/// `check` lints golden rules against the scenario's goldens (`golden/` beside `scenarios/`): a
+/// band that cannot be crossed is an error at the rule's file, line and key.
+#[test]
+fn check_refuses_a_golden_rule_that_cannot_fail() {
+    let tmp = project_with("mock-gsm8k-grpo");
     let file = tmp.path().join("scenarios/smoke/mock-gsm8k-grpo.yaml");
     let clean = check(std::slice::from_ref(&file));
     assert!(clean.is_ok(), "{}", render_check(&clean));
@@ -367,18 +375,7 @@ fn check_refuses_two_scenarios_of_one_name() {
 /// its reason, and the shipped files pass (`shipped_scenarios_are_valid`).
 #[test]
 fn check_refuses_each_kind_of_rule_that_cannot_fail() {
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = shipped("..");
-    std::fs::create_dir(tmp.path().join("golden")).unwrap();
-    for (from, to) in [("scenarios", ""), ("golden/tiny-gsm8k-grpo", "golden")] {
-        let ok = std::process::Command::new("cp")
-            .arg("-r")
-            .arg(repo.join(from))
-            .arg(tmp.path().join(to))
-            .status()
-            .unwrap();
-        assert!(ok.success());
-    }
+    let tmp = project_with("tiny-gsm8k-grpo");
     let smoke = tmp.path().join("scenarios/smoke/mock-gsm8k-grpo.yaml");
     let flagship = tmp.path().join("scenarios/tiny-gsm8k-grpo.yaml");
     let reward = "critic/rewards/mean: {window: 5, abs: 0.05}";
