@@ -176,3 +176,27 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+/// Bad input to the audit: a scenario whose golden has no calibration, and `--draws 0`, are
+/// invalid input (exit 2) with the command to run or the flag named.
+#[test]
+fn an_audit_without_a_calibration_or_draws_is_invalid_input() {
+    let audit = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+            .args(["golden", "audit", "scenarios/smoke/mock-gsm8k-grpo.yaml"])
+            .args(args)
+            .current_dir(repo())
+            .output()
+            .unwrap()
+    };
+    let o = audit(&[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("has no calibration"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = audit(&["--draws", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--draws"));
+}
