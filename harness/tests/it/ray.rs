@@ -341,7 +341,8 @@ fn the_cpu_flagship_through_ray_has_the_metrics_of_a_local_run() {
     let run = latest(&there, "tiny-gsm8k-grpo");
     let b = std::fs::read(run.join("metrics.csv")).unwrap();
     // The torch backend's numbers are deterministic; its wall-clock columns (timing_s/*,
-    // perf/* made from them) are measured, so they are left out of the comparison.
+    // perf/* made from them) are measured, and its rounding-gap series vary in their last
+    // bits, so they are left out of the comparison.
     let (a, b) = (computed_columns(&a), computed_columns(&b));
     assert!(a.len() > 10, "{a:?}");
     assert!(
@@ -362,7 +363,14 @@ fn computed_columns(csv: &[u8]) -> Vec<(String, Vec<String>)> {
     rows[0]
         .iter()
         .enumerate()
-        .filter(|(_, h)| !h.starts_with("timing_s/") && !h.starts_with("perf/"))
+        .filter(|(_, h)| {
+            !h.starts_with("timing_s/")
+                && !h.starts_with("perf/")
+                // The sampler-vs-trainer rounding gap (about 1e-7): its last bits vary from
+                // run to run on some CPUs, as the exact lane knows.
+                && !h.starts_with("training/rollout_probs_diff")
+                && !h.starts_with("rollout_corr/")
+        })
         .map(|(c, h)| {
             let values = rows[1..].iter().map(|r| r[c].to_string()).collect();
             (h.to_string(), values)
