@@ -180,6 +180,7 @@ pub(crate) async fn run_seeds(
         started: chrono::Utc::now().to_rfc3339(),
         ended: None,
         errors: Default::default(),
+        judged_against: None,
     };
     let dir = match &opts.run_dir {
         Some(d) => {
@@ -251,7 +252,7 @@ pub(crate) async fn run_seeds(
     }
     manifest.ended = Some(chrono::Utc::now().to_rfc3339());
     write_seeds(&manifest, &dir)?;
-    let report = seeds::combined_report(&dir, &opts.golden)?;
+    let report = seeds::final_combined_report(&dir, &opts.golden)?;
     report::write_reports(&dir, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
     Ok(report)
 }

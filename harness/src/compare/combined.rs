@@ -11,7 +11,7 @@ use super::headline::{Headline, Judged};
 use super::seeds::{judge_seeds, seed_rule_id, SeedRun};
 use super::stored::{StoredError, StoredRun};
 use super::verdict::{Evidence, Outcome, RuleStatus, RuleVerdict, Verdict};
-use crate::golden::{Golden, GoldenError, GoldenStore};
+use crate::golden::{Golden, GoldenError, GoldenStore, JudgedAgainst};
 use crate::rundir::{RunStatus, SeedsFileError, SeedsManifest, MANIFEST_FILE};
 
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +36,8 @@ pub(crate) struct Combined {
     pub(crate) status: RunStatus,
     /// Why, when it did not complete: the seeds that broke, or how many never ran.
     pub(crate) reason: Option<String>,
+    /// What the combined verdict is judged against now (`None` without a golden).
+    pub(crate) judged_against: Option<JudgedAgainst>,
 }
 
 impl Combined {
@@ -107,6 +109,7 @@ pub(crate) fn judge_combined(dir: &Path, golden_root: &Path) -> Result<Combined,
         .collect();
     broken.extend(errored.iter().map(|(s, e)| format!("seed {s}: {e}")));
     let (status, reason) = combined_status(&broken, &absent);
+    let judged_against = golden.as_ref().map(|g| super::judged_against(&checks, g));
     Ok(Combined {
         manifest,
         seeds,
@@ -114,6 +117,7 @@ pub(crate) fn judge_combined(dir: &Path, golden_root: &Path) -> Result<Combined,
         verdict,
         status,
         reason,
+        judged_against,
     })
 }
 

@@ -17,7 +17,7 @@ use std::path::Path;
 use super::{Reference, Report, RunInfo};
 use crate::compare::seeds::seeds_rule_id;
 use crate::compare::{judge_combined, Combined, CombinedError, StoredError, StoredRun};
-use crate::golden::Golden;
+use crate::golden::{Golden, JudgedAgainst};
 use crate::metrics::MetricTable;
 use crate::rundir::KnobDiff;
 
@@ -89,6 +89,19 @@ pub(crate) fn combined_report(dir: &Path, golden_root: &Path) -> Result<Report, 
     Ok(report_of_combined(dir, c))
 }
 
+/// The combined report at the end of a multi-seed run: as `combined_report`, and `seeds.json`
+/// records what the verdict was judged against (`judged_against`), so that a later `compare`
+/// says when the golden or its calibration changed since.
+pub(crate) fn final_combined_report(
+    dir: &Path,
+    golden_root: &Path,
+) -> Result<Report, CombinedError> {
+    let mut c = judge_combined(dir, golden_root)?;
+    c.manifest.judged_against = c.judged_against.clone();
+    c.manifest.write(dir)?;
+    Ok(report_of_combined(dir, c))
+}
+
 fn report_of_combined(dir: &Path, c: Combined) -> Report {
     let (manifest, golden) = (c.manifest, c.golden);
     let seeds: Vec<(u64, Report)> = c
@@ -126,15 +139,18 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
     let (knobs, knob_note) = seeds_knobs(&seeds);
     notes.extend(knob_note);
     let seed_series = SeedSeries::new(&seeds, golden.as_ref());
-    // A seed re-judged against another golden or calibration than at run time: the combined
-    // verdict may have changed too, so it says so with both verdicts (the seeds' run.json
-    // record what they were judged against).
-    let changed = seeds
-        .iter()
-        .flat_map(|(_, r)| r.notes.iter())
-        .find_map(|n| n.strip_prefix(&format!("{GOLDEN_CHANGED}: ")))
-        .and_then(|n| n.split(" changed since.").next())
-        .map(str::to_string);
+    // Judged against another golden or calibration than at run time: the combined verdict may
+    // have changed, so it says so with both verdicts. `seeds.json` records what the combined
+    // verdict was judged against; a run made before it did falls back on its seeds' run.json.
+    let changed = match (&manifest.judged_against, &c.judged_against) {
+        (Some(then), now) => judged_change(then, now.as_ref()),
+        (None, _) => seeds
+            .iter()
+            .flat_map(|(_, r)| r.notes.iter())
+            .find_map(|n| n.strip_prefix(&format!("{GOLDEN_CHANGED}: ")))
+            .and_then(|n| n.split(" changed since.").next())
+            .map(str::to_string),
+    };
     let mut report = Report {
         scenario: manifest.scenario.clone(),
         run,
@@ -164,6 +180,32 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
         report.notes.push(note);
     }
     report
+}
+
+/// What changed between what a verdict was judged against then and now, in words.
+fn judged_change(then: &JudgedAgainst, now: Option<&JudgedAgainst>) -> Option<String> {
+    let Some(now) = now else {
+        return Some("the golden (gone)".into());
+    };
+    let mut parts: Vec<String> = then.digest.changes(&now.digest).into_iter().collect();
+    let moved: Vec<&String> = then
+        .bands
+        .iter()
+        .filter(|(rule, band)| now.bands.get(*rule) != Some(*band))
+        .map(|(rule, _)| rule)
+        .chain(now.bands.keys().filter(|r| !then.bands.contains_key(*r)))
+        .collect();
+    if !moved.is_empty() {
+        parts.push(format!(
+            "the resolved bands of {}",
+            moved
+                .iter()
+                .map(|r| format!("`{r}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join(" and "))
 }
 
 /// The knobs that differ from their defaults, the same in every seed (only the seed differs

@@ -50,6 +50,11 @@ pub(crate) struct SeedsManifest {
     /// hold no more than a manifest.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) errors: BTreeMap<u64, String>,
+    /// What the combined verdict was judged against when the run ended (the golden's and the
+    /// calibration's digests, each calibrated band as resolved): `compare DIR` says when that
+    /// changed since, with both verdicts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) judged_against: Option<crate::golden::JudgedAgainst>,
 }
 
 impl SeedsManifest {

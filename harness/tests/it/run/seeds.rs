@@ -162,6 +162,14 @@ fn multi_seed_runs_judge_the_seeds_distribution_against_the_calibration() {
         std::fs::read_to_string(dir.join("compare/golden/verdict.json")).unwrap()
     );
 
+    // seeds.json records what the combined verdict was judged against.
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("seeds.json")).unwrap()).unwrap();
+    let recorded = &manifest["judged_against"];
+    assert!(
+        recorded["golden"].is_string() && recorded["calibration"].is_string(),
+        "{manifest}"
+    );
     // A recalibration since the seeds ran: `compare` says so, with the verdict at run time.
     let cal_path = golden.join("mock-gsm8k-grpo/cpu/calibration.json");
     let before = std::fs::read_to_string(&cal_path).unwrap();
@@ -177,9 +185,22 @@ fn multi_seed_runs_judge_the_seeds_distribution_against_the_calibration() {
     let md = std::fs::read_to_string(dir.join("compare/golden/report.md")).unwrap();
     assert!(
         md.contains("judged against another golden than at run time")
-            && md.contains("changed since the seeds ran. At run time: passed"),
+            && md.contains("changed since the seeds ran. At run time: passed")
+            && md.contains("its calibration (sha"),
         "{md}"
     );
+    // It is seeds.json's own record that says so (not only the seeds' run.json): with the
+    // seeds' records gone, the note stays.
+    for seed in 11..=16 {
+        let path = dir.join(format!("seed-{seed}/run.json"));
+        let mut run: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        run.as_object_mut().unwrap().remove("judged_against");
+        std::fs::write(&path, serde_json::to_string(&run).unwrap()).unwrap();
+    }
+    rlharness::app::compare_command(&dir, None, &golden).unwrap();
+    let md = std::fs::read_to_string(dir.join("compare/golden/report.md")).unwrap();
+    assert!(md.contains("changed since the seeds ran"), "{md}");
     std::fs::write(&cal_path, before).unwrap();
 
     let (code, dir) = run(&["backend.reward.offset=-0.1"]);
