@@ -459,6 +459,10 @@ pub(crate) struct AuditArgs {
     pub(crate) rng_seed: u64,
     #[arg(long, value_enum, default_value_t = AuditFormat::Summary)]
     pub(crate) format: AuditFormat,
+    /// Keep the false-alarm rate beside the golden (`audit.json`, one entry per seed count),
+    /// for every verdict judged against this golden, calibration and checks to state.
+    #[arg(long)]
+    pub(crate) save: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::compare::budget::BudgetStatement;
 use crate::compare::{self, RunRecord};
 use crate::error::{CommandError, ExitStatus};
 use crate::golden::{Golden, GoldenStore};
@@ -117,12 +118,21 @@ async fn judge_plan(
             .write(&run_dir)
             .map_err(|e| CommandError::run_failed(e.to_string()))?;
     }
+    // The budget the verdict was judged at, against the golden it was judged against.
+    let budget = match (&verdict, &reference) {
+        (None, _) => None,
+        (Some(_), Some((_, g))) => Some(BudgetStatement::of(&manifest.checks, g, 1)),
+        (Some(_), None) => golden
+            .as_ref()
+            .map(|g| BudgetStatement::of(&manifest.checks, g, 1)),
+    };
     let reference = match reference {
         Some((_, g)) => Some(Reference::from_reference_run(&g)),
         None => golden.as_ref().map(Reference::from_golden),
     };
     let mut report = Report::from_run(&run_dir, &manifest, metrics, reference, verdict);
     report.trainer_tail = trainer_tail;
+    report.budget = budget;
     report::write_reports(&run_dir, &report)
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     Ok(report)

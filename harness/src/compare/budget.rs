@@ -313,3 +313,104 @@ mod seed_gating_tests {
         assert!(!gates_in_a_seed(&pass));
     }
 }
+
+/// What a verdict states about its false-alarm budget (`verdict.json`'s `budget`, a line of
+/// report.md and report.html): α_run, the calibrated tests sharing it, and the audit of this
+/// design stored beside the golden (`golden audit --save`), when one was made for this golden,
+/// calibration and checks.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub(crate) struct BudgetStatement {
+    pub(crate) alpha_run: f64,
+    /// Seeds per verdict (1: a single run).
+    pub(crate) seeds: usize,
+    /// Calibrated windows sized by the budget (a single run's; a multi-seed verdict spends its
+    /// budget on the `seeds:` family instead).
+    pub(crate) tests: usize,
+    /// Each one's share.
+    pub(crate) per_test: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) audit: Option<crate::golden::audit_record::AuditFigures>,
+    /// Why no audit is stated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) unaudited: Option<String>,
+}
+
+impl BudgetStatement {
+    /// The statement of a verdict of `seeds` seed(s) of `checks` against `golden`.
+    pub(crate) fn of(checks: &ChecksSpec, golden: &Golden, seeds: usize) -> BudgetStatement {
+        let budget = Budget::of(checks, Some(golden));
+        let how = "`rlharness golden audit SCENARIO --save` measures it";
+        let (audit, unaudited) = match (&golden.calibration, &golden.audit) {
+            (None, _) => (
+                None,
+                Some("no calibration: every band is hand-set, outside the budget".to_string()),
+            ),
+            (Some(_), None) => (None, Some(format!("not audited ({how})"))),
+            (Some(_), Some(rec)) if !rec.holds_for(golden, checks) => (
+                None,
+                Some(format!(
+                    "the stored audit was made for another golden, calibration or checks ({how})"
+                )),
+            ),
+            (Some(_), Some(rec)) => match rec.audits.iter().find(|a| a.seeds == seeds) {
+                Some(a) => (Some(a.clone()), None),
+                None => (
+                    None,
+                    Some(format!(
+                        "no stored audit of {seeds}-seed verdicts (`--seeds {seeds} --save`)"
+                    )),
+                ),
+            },
+        };
+        BudgetStatement {
+            alpha_run: budget.alpha,
+            seeds,
+            tests: budget.tests,
+            per_test: budget.per_test(),
+            audit,
+            unaudited,
+        }
+    }
+
+    /// One line, as the reports print it.
+    pub(crate) fn text(&self) -> String {
+        let pct = |x: f64| {
+            let p = 100.0 * x;
+            if p >= 0.1 || p == 0.0 {
+                format!("{p:.2}%")
+            } else {
+                format!("{p:.3}%")
+            }
+        };
+        let mut out = format!("α_run {}", pct(self.alpha_run));
+        if self.seeds > 1 {
+            out.push_str(&format!(
+                " ({} seeds: half of it on the `seeds:` tests)",
+                self.seeds
+            ));
+        } else if self.tests > 0 {
+            out.push_str(&format!(
+                ", {} calibrated window(s) at {} each",
+                self.tests,
+                pct(self.per_test)
+            ));
+        }
+        match (&self.audit, &self.unaudited) {
+            (Some(a), _) => out.push_str(&format!(
+                "; audited false-alarm rate of this verdict {} (95% interval {}..{}, {} \
+                 synthetic verdicts{})",
+                pct(a.false_alarm_rate),
+                pct(a.false_alarm_ci[0]),
+                pct(a.false_alarm_ci[1]),
+                a.draws,
+                a.smallest_shift
+                    .as_deref()
+                    .map(|s| format!("; smallest reward drop caught 80% of the time: {s}"))
+                    .unwrap_or_default()
+            )),
+            (None, Some(why)) => out.push_str(&format!("; {why}")),
+            (None, None) => {}
+        }
+        out
+    }
+}

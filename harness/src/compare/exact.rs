@@ -165,6 +165,7 @@ pub(crate) fn judge_exact(
             differing.len(),
             names.len()
         ),
+        ..Evidence::default()
     };
     v
 }
@@ -221,6 +222,7 @@ mod tests {
             dir: "golden/s/cpu".into(),
             calibration: None,
             digest: Default::default(),
+            audit: None,
         }
     }
 

@@ -107,6 +107,7 @@ pub(crate) fn reference_golden(dir: &Path, m: &RunManifest, table: MetricTable) 
                 .unwrap_or_default(),
             calibration: None,
         },
+        audit: None,
     }
 }
 

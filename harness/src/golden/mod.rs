@@ -15,6 +15,7 @@
 //! `store` is the store's folders and its accept and reject, `header` the `golden.yaml` emitter
 //! and reader, `hardware` the golden key of a device.
 
+pub(crate) mod audit_record;
 pub(crate) mod calibration;
 mod hardware;
 mod header;
@@ -83,6 +84,8 @@ pub struct Golden {
     pub(crate) calibration: Option<calibration::Calibration>,
     /// Its files by digest: what a run's `run.json` records it was judged against.
     pub(crate) digest: GoldenDigest,
+    /// The audit of its verdict design (`audit.json`, `golden audit --save`), when made.
+    pub(crate) audit: Option<audit_record::AuditRecord>,
 }
 
 /// What a verdict was judged against, by SHA-256 (carriage returns dropped, as
@@ -136,6 +139,8 @@ pub enum GoldenError {
     Fs(#[from] fsx::FsError),
     #[error("invalid golden series: {0}")]
     Metrics(#[from] MetricsError),
+    #[error(transparent)]
+    Audit(#[from] audit_record::AuditRecordError),
     #[error("invalid golden header {path}: {message}")]
     Header { path: PathBuf, message: String },
     #[error(transparent)]

@@ -329,6 +329,7 @@ fn read_golden(
         dir: dir.to_path_buf(),
         calibration,
         digest,
+        audit: super::audit_record::AuditRecord::read(dir)?,
     })
 }
 

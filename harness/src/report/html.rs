@@ -228,6 +228,12 @@ fn head_section(o: &mut String, r: &Report) {
             esc_numbers(n)
         ));
     }
+    if let Some(b) = &r.budget {
+        o.push_str(&format!(
+            "<p class=\"note\"><b>False-alarm budget:</b> {}</p>\n",
+            esc_numbers(&b.text())
+        ));
+    }
     if let Some(g) = r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_ref()) {
         o.push_str(&format!(
             "<p class=\"note\"><b>Step grid mismatch:</b> {}</p>\n",

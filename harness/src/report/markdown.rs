@@ -92,6 +92,12 @@ fn headline_section(out: &mut String, r: &Report) {
     for n in &r.notes {
         out.push_str(&format!("> **Note:** {}\n\n", cell(n)));
     }
+    if let Some(b) = &r.budget {
+        out.push_str(&format!(
+            "> **False-alarm budget:** {}\n\n",
+            cell(&b.text())
+        ));
+    }
     if let Some(g) = r.verdict.as_ref().and_then(|v| v.grid_mismatch.as_ref()) {
         out.push_str(&format!("> **Step grid mismatch:** {g}\n\n"));
     }

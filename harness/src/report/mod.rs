@@ -140,6 +140,9 @@ pub struct Report {
     pub(crate) notes: Vec<String>,
     /// A multi-seed run's series (its own `metrics` are empty): what its plots draw.
     pub(crate) seed_series: Option<seeds::SeedSeries>,
+    /// The false-alarm budget the verdict was judged at, with its stored audit (a judged run
+    /// with a golden).
+    pub(crate) budget: Option<crate::compare::budget::BudgetStatement>,
 }
 
 impl Report {
@@ -162,6 +165,7 @@ impl Report {
             pending_golden: None,
             notes: Vec::new(),
             seed_series: None,
+            budget: None,
         }
     }
 
@@ -186,6 +190,7 @@ impl Report {
             pending_golden: manifest.pending_golden.clone(),
             notes: manifest.notes.clone(),
             seed_series: None,
+            budget: None,
         }
     }
 

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::{Reference, Report, RunInfo};
+use crate::compare::budget::BudgetStatement;
 use crate::compare::seeds::seeds_rule_id;
 use crate::compare::{judge_combined, Combined, CombinedError, StoredError, StoredRun};
 use crate::golden::{Golden, JudgedAgainst};
@@ -50,8 +51,13 @@ fn stored_report(stored: StoredRun) -> Report {
         (Some(then), Some(now)) => then.digest.changes(&now.digest),
         _ => None,
     };
+    let budget = match (&verdict, &golden) {
+        (Some(_), Some(g)) => Some(BudgetStatement::of(&manifest.checks, g, 1)),
+        _ => None,
+    };
     let mut report = Report::from_run(&dir, &manifest, metrics, reference, verdict);
     report.pending_golden = pending;
+    report.budget = budget;
     if let Some(what) = changed {
         report.notes.push(format!(
             "{GOLDEN_CHANGED}: {what} changed since. At run time: {}; now: {}",
@@ -103,6 +109,14 @@ pub(crate) fn final_combined_report(
 }
 
 fn report_of_combined(dir: &Path, c: Combined) -> Report {
+    let budget = match (c.seeds.first(), &c.golden) {
+        (Some((_, first)), Some(g)) => Some(BudgetStatement::of(
+            &first.manifest.checks,
+            g,
+            c.manifest.seeds.len(),
+        )),
+        _ => None,
+    };
     let (manifest, golden) = (c.manifest, c.golden);
     let seeds: Vec<(u64, Report)> = c
         .seeds
@@ -170,6 +184,7 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
         pending_golden: None,
         notes,
         seed_series: Some(seed_series),
+        budget,
     };
     if let Some(what) = changed {
         let note = format!(

@@ -1,6 +1,7 @@
 //! `verdict.json`: the verdict, the run and the rules, for machines.
 
 use super::Report;
+use crate::compare::budget::BudgetStatement;
 use crate::compare::{exact::ExactLane, ExpectedVerdict, Outcome, RuleVerdict};
 use crate::rundir::RunStatus;
 
@@ -25,6 +26,9 @@ struct VerdictDoc<'a> {
     pending_golden: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     skipped: Option<&'a str>,
+    /// α_run, the tests sharing it, and the stored audit's figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget: Option<&'a BudgetStatement>,
     rules: &'a [RuleVerdict],
 }
 
@@ -87,6 +91,7 @@ pub(crate) fn render_verdict_json(r: &Report) -> String {
         reference: r.reference.as_ref().map(|g| g.label.as_str()),
         pending_golden: r.pending_golden.as_deref(),
         skipped: r.skipped.as_deref(),
+        budget: r.budget.as_ref(),
         rules: r
             .verdict
             .as_ref()

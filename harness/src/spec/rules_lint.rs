@@ -400,6 +400,7 @@ mod tests {
             dir: PathBuf::from("golden/s/cpu"),
             calibration: None,
             digest: Default::default(),
+            audit: None,
         }
     }
 

@@ -2,10 +2,12 @@
 
 use std::path::Path;
 
+use crate::checks::ChecksSpec;
 use crate::cli::{self, AuditArgs, AuditFormat};
 use crate::compare::audit::{audit as run_audit, Audit, AuditOptions};
 use crate::error::{CommandError, ExitStatus};
-use crate::golden::GoldenStore;
+use crate::golden::audit_record::{AuditFigures, AuditRecord, AUDIT_FILE};
+use crate::golden::{Golden, GoldenStore};
 use crate::{spec, util};
 
 /// `rlharness golden audit SCENARIO`: the audit printed (a summary, or JSON); exit 1 when it
@@ -52,6 +54,19 @@ pub(crate) fn audit(args: &AuditArgs, golden: Option<&Path>) -> Result<ExitStatu
         dir.display()
     );
     let a = run_audit(&scenario.name, &scenario.checks, &g, opts).map_err(CommandError::invalid)?;
+    let mut a = a;
+    a.stored = Some(
+        match &g.audit {
+            _ if args.save => "saved",
+            None => "none",
+            Some(r) if r.holds_for(&g, &scenario.checks) => "holds",
+            Some(_) => "stale",
+        }
+        .to_string(),
+    );
+    if args.save {
+        save(&a, &scenario.checks, &g)?;
+    }
     match args.format {
         AuditFormat::Json => {
             let text = serde_json::to_string_pretty(&a)
@@ -65,6 +80,35 @@ pub(crate) fn audit(args: &AuditArgs, golden: Option<&Path>) -> Result<ExitStatu
     } else {
         ExitStatus::CheckFailed
     })
+}
+
+/// `--save`: the audit's rate into the golden's `audit.json`, beside the entries of other seed
+/// counts made for the same golden, calibration and checks.
+fn save(a: &Audit, checks: &ChecksSpec, g: &Golden) -> Result<(), CommandError> {
+    // The reward's rule: the one a reader asks "how small a drop does it catch?" of.
+    let reward = if a.seeds > 1 {
+        "seeds:critic/rewards/mean"
+    } else {
+        "golden:critic/rewards/mean"
+    };
+    let figures = AuditFigures {
+        seeds: a.seeds,
+        draws: a.draws,
+        false_alarms: a.false_alarms,
+        false_alarm_rate: a.false_alarm_rate,
+        false_alarm_ci: a.false_alarm_ci,
+        smallest_shift: a
+            .rules
+            .iter()
+            .find(|r| r.rule == reward)
+            .and_then(|r| r.smallest_shift.clone()),
+    };
+    let old = AuditRecord::read(&g.dir).map_err(|e| CommandError::invalid(e.to_string()))?;
+    AuditRecord::updated(old, g, checks, figures)
+        .write(&g.dir)
+        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    util::note!("audit: saved to {}", g.dir.join(AUDIT_FILE).display());
+    Ok(())
 }
 
 /// The audit as a person reads it: the rate with its interval, then a line per rule.
@@ -126,6 +170,16 @@ fn summary(a: &Audit) -> String {
         &rows,
         &[false, true, true, true, true, false],
     ));
+    match a.stored.as_deref() {
+        Some("stale") => out.push_str(
+            "\nnote: the golden's audit.json was made for another golden, calibration or \
+             checks: verdicts do not state it (`--save` replaces it)",
+        ),
+        Some("none") => out.push_str(
+            "\nnote: no audit.json beside the golden: verdicts state no audited rate (`--save`)",
+        ),
+        _ => {}
+    }
     for w in &a.warnings {
         out.push_str(&format!("\nwarning: {w}"));
     }

@@ -97,6 +97,9 @@ pub(crate) struct Audit {
     pub(crate) problems: Vec<String>,
     /// What it says without failing: a rule that fires on its own calibration runs.
     pub(crate) warnings: Vec<String>,
+    /// The golden's stored audit (`audit.json`): `holds` (made for this golden, calibration
+    /// and checks), `stale`, or `none`; `saved` after `--save`. Set by the command.
+    pub(crate) stored: Option<String>,
 }
 
 /// The schema version of `golden audit --format json`.
@@ -359,6 +362,7 @@ pub(crate) fn audit(
         rules,
         problems,
         warnings,
+        stored: None,
     })
 }
 

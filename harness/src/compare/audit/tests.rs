@@ -38,6 +38,7 @@ fn scenario(n: usize) -> (ChecksSpec, Golden) {
         dir: "golden/s/cpu".into(),
         calibration: Some(Calibration::of_test_runs(&runs, &checks)),
         digest: Default::default(),
+        audit: None,
     };
     (checks, golden)
 }

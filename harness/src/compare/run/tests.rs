@@ -51,6 +51,7 @@ fn golden(t: MetricTable, rules: Option<ChecksSpec>) -> Golden {
         dir: "golden/s/cpu".into(),
         calibration: None,
         digest: Default::default(),
+        audit: None,
     }
 }
 

@@ -69,6 +69,7 @@ fn golden_with_calibration(runs: &[MetricTable], checks: &ChecksSpec) -> Golden 
             runs, checks,
         )),
         digest: Default::default(),
+        audit: None,
     }
 }
 

@@ -72,6 +72,15 @@ fn every_shipped_calibrated_scenario_passes_its_audit() {
         for r in a["rules"].as_array().unwrap() {
             assert_eq!(r["cannot_fail"], false, "{name}: {r}");
         }
+        // Its verdicts state the audited rate: the stored audit is this golden's, calibration's
+        // and checks'.
+        assert_eq!(
+            a["stored"],
+            "holds",
+            "{name}: golden/{name}/*/audit.json is missing or stale: run `rlharness golden \
+             audit {} --save` (and `--seeds 5 --save`)",
+            file.strip_prefix(repo()).unwrap_or(&file).display()
+        );
         println!(
             "{name}: {} of {} ({:.2}%), budget {}",
             a["false_alarms"],
@@ -162,6 +171,71 @@ fn an_audit_names_a_rule_that_cannot_fail() {
             && l.contains("checks.golden.critic/rewards/mean")
             && l.contains("calibrate >= ")),
         "{said}"
+    );
+
+    // The verdict states its budget; with `golden audit --save`, the audited rate too, as long
+    // as the golden, the calibration and the checks are those the audit was made for.
+    let budget_of_a_run = |out: &str| -> serde_json::Value {
+        bin(&["run", f, "-q", "--out", out]);
+        let runs = tmp.path().join(out).join("mock-gsm8k-grpo");
+        let run = std::fs::read_dir(&runs)
+            .unwrap()
+            .flatten()
+            .next()
+            .unwrap()
+            .path();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("verdict.json")).unwrap())
+                .unwrap();
+        let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+        assert!(md.contains("**False-alarm budget:** α_run "), "{md}");
+        v["budget"].clone()
+    };
+    let b = budget_of_a_run("before");
+    assert_eq!(b["alpha_run"], 0.01, "{b}");
+    assert!(b["tests"].as_u64().unwrap() >= 4, "{b}");
+    assert!(
+        b["unaudited"].as_str().unwrap().contains("not audited"),
+        "{b}"
+    );
+    let saved = bin(&[
+        "golden",
+        "audit",
+        f,
+        "--draws",
+        "150",
+        "--power-draws",
+        "10",
+        "--save",
+    ]);
+    assert_eq!(
+        saved.status.code(),
+        Some(1),
+        "the rule that cannot fail: {}{}",
+        String::from_utf8_lossy(&saved.stdout),
+        String::from_utf8_lossy(&saved.stderr)
+    );
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("golden/mock-gsm8k-grpo/cpu/audit.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["audits"][0]["draws"], 150, "{record}");
+    let b = budget_of_a_run("after");
+    assert_eq!(b["audit"]["draws"], 150, "{b}");
+    assert_eq!(b["audit"]["seeds"], 1, "{b}");
+    assert!(b.get("unaudited").is_none(), "{b}");
+    // Other checks than those audited: said, not stated.
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("checks:\n", "checks:\n  alpha: 0.02\n")).unwrap();
+    let b = budget_of_a_run("changed");
+    assert_eq!(b["alpha_run"], 0.02, "{b}");
+    assert!(b.get("audit").is_none(), "{b}");
+    assert!(
+        b["unaudited"]
+            .as_str()
+            .unwrap()
+            .contains("another golden, calibration or checks"),
+        "{b}"
     );
 }
 
