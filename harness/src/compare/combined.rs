@@ -101,6 +101,7 @@ pub(crate) fn judge_combined(dir: &Path, golden_root: &Path) -> Result<Combined,
         })
         .collect();
     let mut verdict = judge_seeds(&runs, &checks, golden.as_ref());
+    name_failing_rules_inside_seeds(&mut verdict, &seeds);
     add_unjudged_seed_rules(&mut verdict, &errored, &absent);
     let mut broken: Vec<String> = seeds
         .iter()
@@ -140,6 +141,29 @@ pub(crate) fn seed_status(r: &Judged<'_>) -> RuleStatus {
             } else {
                 RuleStatus::Regressed
             }
+        }
+    }
+}
+
+/// Record in each failing `seed:<S>` rule's evidence the rules of that seed's own verdict that
+/// decide it (`budget::gates_in_a_seed`), so that a scenario can expect exactly those to fail
+/// (`expected_verdict.may_also_fail: [{rule: "seed:<S>/<rule id>", ...}]`).
+fn name_failing_rules_inside_seeds(verdict: &mut Verdict, seeds: &[(u64, StoredRun)]) {
+    for (seed, run) in seeds {
+        let id = seed_rule_id(*seed);
+        let Some(rule) = verdict
+            .rules
+            .iter_mut()
+            .find(|r| r.rule == id && r.status != RuleStatus::Pass)
+        else {
+            continue;
+        };
+        if let Some(own) = run.judged().verdict {
+            rule.evidence.failing_rules = own
+                .failing()
+                .filter(|r| gates_in_a_seed(r))
+                .map(|r| r.rule.clone())
+                .collect();
         }
     }
 }

@@ -92,6 +92,10 @@ pub struct Evidence {
     #[serde(default, with = "json_f64", skip_serializing_if = "Option::is_none")]
     pub(crate) margin: Option<f64>,
     pub message: String,
+    /// A failing `seed:<S>` rule of a multi-seed verdict: the rules of that seed's own verdict
+    /// that decide it (they fail, and gate in a multi-seed verdict), by full id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) failing_rules: Vec<String>,
 }
 
 /// One compared point of a golden rule: a step, or a window of steps `first..=last`.

@@ -418,11 +418,10 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
     let timeouts: Option<Timeouts> = field(&root, "timeouts", &mut errors);
     let expected_verdict: Option<Option<crate::checks::ExpectedVerdict>> =
         field(&root, "expected_verdict", &mut errors);
-    let selftest = selftest_field(
-        &root,
-        matches!(expected_verdict, Some(Some(_))),
-        &mut errors,
-    );
+    // An `expected_verdict` that does not parse is declared (its own error says what is wrong).
+    let declares_verdict =
+        root.get("expected_verdict").is_some() && !matches!(expected_verdict, Some(None));
+    let selftest = selftest_field(&root, declares_verdict, &mut errors);
 
     let propagate: Option<PropagateSpec> = field(&root, "propagate", &mut errors);
     check_name_and_steps(&root, name.as_deref(), steps, &mut errors);

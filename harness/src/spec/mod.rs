@@ -104,6 +104,14 @@ pub(crate) struct PropagateSpec {
     pub(crate) skip: BTreeMap<String, String>,
 }
 
+impl Scenario {
+    /// A self-test's planted change, as the `--set` overrides its planted run is loaded with
+    /// (empty for any other scenario).
+    pub fn selftest_plant(&self) -> &[String] {
+        self.selftest.as_ref().map_or(&[], |st| st.plant.as_slice())
+    }
+}
+
 impl SelfTest {
     /// The seeds of a multi-seed self-test (validated when the scenario loads).
     pub(crate) fn seed_list(&self) -> Option<Vec<u64>> {

@@ -8,9 +8,16 @@
 //! top-level blocks; what may differ between a self-test and its control is its name, its
 //! description, its tags (a control's are a superset), its plant, its rules (a control's
 //! `checks` are a superset) and its expected verdict; every other block must be equal, line for
-//! line.
+//! line. A control's plant must change nothing the run uses (checked through the library's own
+//! loader and plan), and a near twin caught by a band or a multi-seed test declares how near its
+//! threshold it lands (`expected_verdict.margin`), which the judge then holds it to.
 
 use std::collections::BTreeMap;
+use std::path::Path;
+
+use rlharness::plan::RunPlan;
+use rlharness::spec::load_scenario;
+use serde_json::Value;
 
 use crate::common::repo;
 
@@ -126,7 +133,8 @@ fn not_a_control_of(control: &SelfTest, planted: &SelfTest) -> Vec<String> {
 
 /// Every planted self-test has a near-threshold twin (`<name>-near.yaml`: the same scenario
 /// and rules, a smaller plant, also caught) and a control (a self-test that plants nothing
-/// and passes every rule the planted one judges with); no control leaves a rule out.
+/// and passes every rule the planted one judges with); no control leaves a rule out; a twin
+/// caught by a band or a multi-seed test declares its margin (`expected_verdict.margin`).
 #[test]
 fn every_planted_selftest_has_a_twin_and_a_control() {
     let all = selftests();
@@ -148,6 +156,9 @@ fn every_planted_selftest_has_a_twin_and_a_control() {
                     }
                     if t.rest != p.rest || t.checks != p.checks {
                         problems.push(format!("{twin}: not the same scenario and rules"));
+                    }
+                    if let Some(why) = margin_missing(&declared_verdict(&t.file)) {
+                        problems.push(format!("{twin}: {why}"));
                     }
                 }
             }
@@ -184,6 +195,165 @@ fn every_planted_selftest_has_a_twin_and_a_control() {
         let broken = parse("broken.yaml", &text.replace(from, to));
         let w = not_a_control_of(&broken, planted);
         assert!(w.iter().any(|m| m.contains(why)), "{from:?}: {w:?}");
+    }
+    // A twin caught by a band without a margin is refused; one caught by the exact lane and a
+    // presence rule only needs none.
+    let mut twin = declared_verdict("mock-mfu-drop-near.yaml");
+    assert_eq!(margin_missing(&twin), None);
+    twin.as_object_mut().unwrap().remove("margin");
+    let why = margin_missing(&twin).expect("a band twin without a margin");
+    assert!(why.contains("`golden:perf/mfu/actor`"), "{why}");
+    assert_eq!(
+        margin_missing(&declared_verdict("mock-missing-at-steps-near.yaml")),
+        None
+    );
+}
+
+/// A self-test's `expected_verdict` as the library's loader reads it, in JSON.
+fn declared_verdict(file: &str) -> Value {
+    let path = repo().join("scenarios/selftest").join(file);
+    let scenario = load_scenario(&path, &[]).unwrap_or_else(|e| panic!("{file}: {e}"));
+    serde_json::to_value(&scenario.expected_verdict).unwrap()
+}
+
+/// The kinds of rule with a tolerance a near twin's margin is measured in: a band, or the
+/// multi-seed distribution test.
+const MARGIN_KINDS: &[&str] = &["golden:", "stability:", "seeds:"];
+
+/// Why a near twin's declared verdict lacks the margin it needs: it is caught by a band or a
+/// multi-seed test but declares no `margin` (the spec checks that a declared one names such a
+/// rule among `rules`). A twin caught by the exact lane or a presence rule only needs none: their
+/// threshold is one bit, one missing value.
+fn margin_missing(expected: &Value) -> Option<String> {
+    let banded: Vec<&str> = expected["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|r| MARGIN_KINDS.iter().any(|k| r.starts_with(k)))
+        .collect();
+    (!banded.is_empty() && expected.get("margin").is_none_or(Value::is_null)).then(|| {
+        format!(
+            "caught by `{}` but declares no `expected_verdict.margin`: how far past its \
+             threshold the twin may fail",
+            banded.join("`, `")
+        )
+    })
+}
+
+/// What applying `plant` to the scenario at `file` changes in what its run uses, as the runner
+/// plants a self-test (the same file loaded with the plant as `--set` overrides) and resolved by
+/// the library's own loader and plan: each top-level value of the resolved plan (the values its
+/// `plan_hash` covers: driver, backend, checks, seed, steps, ...) and each config leaf that
+/// differs, by key. A plant of the self-test block itself (its seeds, its golden) counts too.
+/// Empty when the plant changes nothing.
+fn what_the_plant_changes(file: &Path, plant: &[String]) -> Vec<String> {
+    let plan = |set: &[String]| {
+        let scenario =
+            load_scenario(file, set).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        RunPlan::new(scenario, None, None).unwrap()
+    };
+    let (written, planted) = (plan(&[]), plan(plant));
+    let mut changed: Vec<String> = plant
+        .iter()
+        .filter(|p| p.trim_start_matches('+').starts_with("selftest"))
+        .cloned()
+        .collect();
+    let (a, b) = (written.to_json(), planted.to_json());
+    // Where the values came from (the plant is an override) is not what the run uses.
+    let provenance = [
+        "path",
+        "origins",
+        "sources",
+        "overrides",
+        "scenario_hash",
+        "plan_hash",
+        "config",
+    ];
+    let keys: std::collections::BTreeSet<&String> = a
+        .as_object()
+        .unwrap()
+        .keys()
+        .chain(b.as_object().unwrap().keys())
+        .collect();
+    for key in keys {
+        if !provenance.contains(&key.as_str()) && a.get(key) != b.get(key) {
+            changed.push(key.clone());
+        }
+    }
+    let leaves: std::collections::BTreeSet<&String> = a["config"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .chain(b["config"].as_object().unwrap().keys())
+        .collect();
+    for leaf in leaves {
+        let value = |v: &Value| v["config"].get(leaf).map(|e| e["value"].clone());
+        if value(&a) != value(&b) {
+            changed.push(format!("config.{leaf}"));
+        }
+    }
+    if changed.is_empty() && written.plan_hash != planted.plan_hash {
+        changed.push("the plan's hash (a resolved value not shown above)".into());
+    }
+    changed
+}
+
+/// Every control's plant changes nothing: the scenario loaded as written and with its plant
+/// resolve to the same config and the same values everywhere else a run reads (the plan's hash
+/// over them included). A control whose plant changed a value would be a planted self-test that
+/// is expected to pass.
+#[test]
+fn a_control_plants_nothing() {
+    let dir = repo().join("scenarios/selftest");
+    let controls: Vec<SelfTest> = selftests()
+        .into_iter()
+        .filter(|s| s.passes && s.file.contains("control"))
+        .collect();
+    assert!(controls.len() >= 4, "{controls:?}");
+    let mut problems = Vec::new();
+    for c in &controls {
+        let path = dir.join(&c.file);
+        let plant = load_scenario(&path, &[]).unwrap().selftest_plant().to_vec();
+        assert!(!plant.is_empty(), "{}: plants nothing at all", c.file);
+        let changed = what_the_plant_changes(&path, &plant);
+        if !changed.is_empty() {
+            problems.push(format!(
+                "{}: its plant {plant:?} changes {changed:?}",
+                c.file
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    // The check can fail: a plant that changes a value, in the config or outside it, is named.
+    for (file, plant, change) in [
+        (
+            "mock-control.yaml",
+            "backend.efficiency.scale=0.95",
+            "backend",
+        ),
+        (
+            "flagship-control.yaml",
+            "config.actor_rollout_ref.actor.optim.lr=2.001e-3",
+            "config.actor_rollout_ref.actor.optim.lr",
+        ),
+        (
+            "flagship-seeds-control.yaml",
+            "driver.scorer.score=0.93",
+            "driver",
+        ),
+        ("mock-control.yaml", "steps=9", "steps"),
+        (
+            "flagship-seeds-control.yaml",
+            "selftest.seeds=101..102",
+            "selftest.seeds=101..102",
+        ),
+    ] {
+        let changed = what_the_plant_changes(&dir.join(file), &[plant.to_string()]);
+        assert!(
+            changed.iter().any(|c| c == change),
+            "{file} with {plant}: {changed:?}"
+        );
     }
 }
 

@@ -1,7 +1,7 @@
 //! The strict match of a run's result against its scenario's `expected_verdict`.
 
 use crate::checks::{ExpectedOutcome, ExpectedVerdict};
-use crate::compare::verdict::{Outcome, RuleStatus, RunOutcome, Verdict};
+use crate::compare::verdict::{Band, Outcome, RuleStatus, RuleVerdict, RunOutcome, Verdict};
 use crate::rundir::RunStatus;
 
 /// Why a run's result is not the verdict its scenario declared (`expected_verdict`).
@@ -88,6 +88,9 @@ fn why_not_expected(
     if !expected.rules.is_empty() {
         match_expected_rules(v, expected)?;
     }
+    if let Some(m) = &expected.margin {
+        match_margin(v, &m.rule, m.within)?;
+    }
     match_expected_evidence(v, run, expected)
 }
 
@@ -153,19 +156,24 @@ fn match_expected_rules(v: &Verdict, expected: &ExpectedVerdict) -> Result<(), S
             Some(_) => {}
         }
     }
+    for entry in &expected.may_also_fail {
+        let id = entry
+            .in_seed()
+            .map_or(entry.rule.as_str(), |(seed, _)| seed);
+        if !v.rules.iter().any(|r| names_rule(id, &r.rule)) {
+            return Err(format!(
+                "`may_also_fail` names `{}`, but `{id}` is not a rule of the scenario",
+                entry.rule
+            ));
+        }
+    }
     // The watchdog's rule restates how the run ended (a fail-fast stop names the rule
     // that caused it): the rules that caused it are what a scenario lists.
-    let unexpected: Vec<&str> = v
+    let unexpected: Vec<String> = v
         .failing()
         .filter(|r| !r.rule.starts_with("watchdog:"))
         .filter(|r| !expected.rules.iter().any(|n| names_rule(n, &r.rule)))
-        .filter(|r| {
-            !expected
-                .may_also_fail
-                .iter()
-                .any(|n| names_rule(n, &r.rule))
-        })
-        .map(|r| r.rule.as_str())
+        .filter_map(|r| unexpected_failure(r, expected))
         .collect();
     if !unexpected.is_empty() {
         return Err(format!(
@@ -174,6 +182,129 @@ fn match_expected_rules(v: &Verdict, expected: &ExpectedVerdict) -> Result<(), S
         ));
     }
     Ok(())
+}
+
+/// Why a failing rule that `rules` does not list is not allowed by `may_also_fail`, or `None`
+/// when it is: named by its full id, or a seed's own verdict (`seed:<S>`) inside which every
+/// failing rule is named (`seed:<S>/<rule id>`).
+fn unexpected_failure(r: &RuleVerdict, expected: &ExpectedVerdict) -> Option<String> {
+    let entries = &expected.may_also_fail;
+    if entries.iter().any(|e| names_rule(&e.rule, &r.rule)) {
+        return None;
+    }
+    let named: Vec<&str> = entries
+        .iter()
+        .filter_map(|e| e.in_seed())
+        .filter(|(seed, _)| names_rule(seed, &r.rule))
+        .map(|(_, inner)| inner)
+        .collect();
+    if named.is_empty() {
+        return Some(r.rule.clone());
+    }
+    let inside: Vec<&str> = r
+        .evidence
+        .failing_rules
+        .iter()
+        .map(String::as_str)
+        .filter(|id| !id.starts_with("watchdog:"))
+        .collect();
+    if inside.is_empty() {
+        return Some(format!(
+            "{} (no rule of its own verdict failed: {})",
+            r.rule, r.evidence.message
+        ));
+    }
+    let others: Vec<&str> = inside
+        .iter()
+        .copied()
+        .filter(|id| !named.iter().any(|n| names_rule(n, id)))
+        .collect();
+    (!others.is_empty()).then(|| {
+        format!(
+            "{} (inside it {}; `may_also_fail` names {} only)",
+            r.rule,
+            others.join(", "),
+            named.join(", ")
+        )
+    })
+}
+
+/// A near-threshold self-test's `margin`: `rule` failed, and no further past its threshold than
+/// `within` times its tolerance ([`overshoot`]).
+fn match_margin(v: &Verdict, rule: &str, within: f64) -> Result<(), String> {
+    let Some(r) = v.rules.iter().find(|r| names_rule(rule, &r.rule)) else {
+        return Err(format!(
+            "`margin` names `{rule}`, not a rule of the scenario"
+        ));
+    };
+    if r.status == RuleStatus::Pass {
+        return Err(format!(
+            "`margin`: `{}` did not fail, so it lies past no threshold",
+            r.rule
+        ));
+    }
+    let Some((over, at)) = overshoot(r) else {
+        return Err(format!(
+            "`margin`: `{}` records no band to measure a margin against",
+            r.rule
+        ));
+    };
+    if over > within {
+        return Err(format!(
+            "`{}` failed {over:.3} times its tolerance past its threshold (at {at}), more than \
+             its declared margin ({within}): the plant is no longer near the threshold",
+            r.rule
+        ));
+    }
+    Ok(())
+}
+
+/// How far a failing rule lies past its threshold, in units of its tolerance, and where: over
+/// its failing points (its evidence, for a rule without points), the largest distance of the
+/// value past the band's edge, divided by the distance from the band's centre (a calibrated
+/// band's centre, else the golden) to that edge. A non-finite value is infinitely far. `None`
+/// when a failing point records no band, value or centre to measure with.
+fn overshoot(r: &RuleVerdict) -> Option<(f64, String)> {
+    let failing: Vec<_> = r
+        .points
+        .iter()
+        .filter(|p| p.status != RuleStatus::Pass)
+        .collect();
+    let measured: Vec<(f64, String)> = if failing.is_empty() {
+        let e = &r.evidence;
+        let at = e
+            .step_or_window
+            .clone()
+            .unwrap_or_else(|| "its worst point".into());
+        vec![(past_edge(e.value?, e.golden?, &e.band?)?, at)]
+    } else {
+        failing
+            .iter()
+            .map(|p| {
+                Some((
+                    past_edge(p.value?, p.centre.or(p.golden)?, &p.band)?,
+                    p.at(),
+                ))
+            })
+            .collect::<Option<_>>()?
+    };
+    measured.into_iter().max_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// How far `value` lies past the edge of `band`, over the distance from `centre` to that edge
+/// (0 inside the band).
+fn past_edge(value: f64, centre: f64, band: &Band) -> Option<f64> {
+    if !value.is_finite() {
+        return Some(f64::INFINITY);
+    }
+    let (past, tolerance) = if value < band.lo() {
+        (band.lo() - value, centre - band.lo())
+    } else if value > band.hi() {
+        (value - band.hi(), band.hi() - centre)
+    } else {
+        return Some(0.0);
+    };
+    (tolerance.is_finite() && tolerance > 0.0).then(|| past / tolerance)
 }
 
 /// The declared reason (in a failing rule's evidence or the run's reason) and first failing

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::checks::ExpectedVerdict;
-use crate::compare::verdict::{Outcome, RunOutcome};
+use crate::compare::verdict::{Band, Outcome, PointCheck, RunOutcome};
 use crate::rundir::RunStatus;
 
 fn verdict_with(outcome: Outcome, failing: &[(&str, u64)]) -> Verdict {
@@ -79,21 +79,24 @@ fn expected_verdict_is_strict() {
     assert_eq!(match_expected(Some(&regressed), &done(), &e5), Ok(()));
     // `may_also_fail` lets the named rules fail or pass.
     let e6 = expected(
-        r#"{"outcome": "regressed", "rules": ["golden:critic/rewards/mean"], "may_also_fail": ["expect:max(m) <= 1"]}"#,
+        r#"{"outcome": "regressed", "rules": ["golden:critic/rewards/mean"], "may_also_fail": [{"rule": "expect:max(m) <= 1", "reason": "r"}]}"#,
     );
     assert_eq!(match_expected(Some(&both), &done(), &e6), Ok(()));
     assert_eq!(match_expected(Some(&regressed), &done(), &e6), Ok(()));
     let e7 = expected(
-        r#"{"outcome": "regressed", "rules": ["golden:critic/rewards/mean"], "may_also_fail": ["seed:1"]}"#,
+        r#"{"outcome": "regressed", "rules": ["golden:critic/rewards/mean"], "may_also_fail": [{"rule": "expect:other", "reason": "r"}]}"#,
     );
-    assert!(match_expected(Some(&both), &done(), &e7).is_err());
+    assert!(match_expected(Some(&both), &done(), &e7)
+        .unwrap_err()
+        .0
+        .contains("`expect:other` is not a rule of the scenario"));
     // A bare metric name would also stand for its presence, stability and seeds rules, a
     // pattern for any rule: both are refused when the scenario is read.
     for bad in [
         r#"{"outcome": "regressed", "rules": ["critic/rewards/mean"]}"#,
-        r#"{"outcome": "regressed", "rules": ["golden:m"], "may_also_fail": ["seed:*"]}"#,
+        r#"{"outcome": "regressed", "rules": ["golden:m"], "may_also_fail": [{"rule": "seed:*", "reason": "r"}]}"#,
         r#"{"outcome": "regressed", "rules": ["reward:m"]}"#,
-        r#"{"outcome": "regressed", "may_also_fail": ["seed:1"]}"#,
+        r#"{"outcome": "regressed", "may_also_fail": [{"rule": "seed:1/expect:e", "reason": "r"}]}"#,
         r#"{"outcome": "regresed"}"#,
     ] {
         assert!(
@@ -199,4 +202,296 @@ fn expected_failure_needs_a_reason() {
         .unwrap_err()
         .0
         .contains("HTTP 503"));
+}
+
+/// A verdict of `rules`, regressed when one of them fails.
+fn verdict_of(rules: Vec<RuleVerdict>) -> Verdict {
+    let outcome = if rules.iter().any(|r| r.status != RuleStatus::Pass) {
+        Outcome::Regressed
+    } else {
+        Outcome::Passed
+    };
+    Verdict {
+        outcome,
+        rules,
+        grid_mismatch: None,
+        exact_lane: None,
+    }
+}
+
+fn rule(id: &str, status: RuleStatus) -> RuleVerdict {
+    RuleVerdict {
+        rule: id.to_string(),
+        status,
+        evidence: Evidence {
+            message: format!("{id}: {status:?}"),
+            ..Evidence::default()
+        },
+        metrics: vec![],
+        failing_steps: vec![],
+        points: vec![],
+        fail_fast: None,
+    }
+}
+
+/// A band rule with one point per `(value, centre)`, each against golden 1.0 and the band
+/// [0.9, 1.1] (a calibrated band's centre where `centre` is given).
+fn band_rule(id: &str, values: &[(f64, Option<f64>)]) -> RuleVerdict {
+    let band = Band::new(0.9, 1.1);
+    let points: Vec<PointCheck> = values
+        .iter()
+        .enumerate()
+        .map(|(i, &(v, centre))| PointCheck {
+            first: i as u64 + 1,
+            last: i as u64 + 1,
+            value: Some(v),
+            golden: Some(1.0),
+            band,
+            status: if (0.9..=1.1).contains(&v) {
+                RuleStatus::Pass
+            } else {
+                RuleStatus::Regressed
+            },
+            centre,
+        })
+        .collect();
+    let failing: Vec<u64> = points
+        .iter()
+        .filter(|p| p.status != RuleStatus::Pass)
+        .map(|p| p.first)
+        .collect();
+    let status = if failing.is_empty() {
+        RuleStatus::Pass
+    } else {
+        RuleStatus::Regressed
+    };
+    RuleVerdict {
+        failing_steps: failing,
+        points,
+        ..rule(id, status)
+    }
+}
+
+#[test]
+fn a_margin_bounds_how_far_past_its_band_a_rule_fails() {
+    let e = expected(
+        r#"{"outcome": "regressed", "rules": ["golden:m"], "margin": {"rule": "golden:m", "within": 0.5}}"#,
+    );
+    // 1.12 is 0.02 past the upper edge, a fifth of the band's tolerance (0.1): within 0.5.
+    let near = verdict_of(vec![band_rule("golden:m", &[(1.0, None), (1.12, None)])]);
+    assert_eq!(match_expected(Some(&near), &done(), &e), Ok(()));
+    // 0.84 is 0.06 below the lower edge: 0.6 of the tolerance, past the margin; the farthest
+    // failing point is the one measured.
+    let far = verdict_of(vec![band_rule("golden:m", &[(1.12, None), (0.84, None)])]);
+    let why = match_expected(Some(&far), &done(), &e).unwrap_err();
+    assert!(
+        why.0.contains("0.600 times its tolerance")
+            && why.0.contains("(at step 2)")
+            && why.0.contains("margin (0.5)"),
+        "{why}"
+    );
+    // A calibrated band is measured from its centre: 1.12 against the centre 1.05 is 0.02 past
+    // an edge 0.05 away, 0.4 of the tolerance.
+    let calibrated = verdict_of(vec![band_rule("golden:m", &[(1.12, Some(1.05))])]);
+    assert_eq!(match_expected(Some(&calibrated), &done(), &e), Ok(()));
+    let tight = expected(
+        r#"{"outcome": "regressed", "rules": ["golden:m"], "margin": {"rule": "golden:m", "within": 0.3}}"#,
+    );
+    assert!(match_expected(Some(&calibrated), &done(), &tight).is_err());
+    // A non-finite value is infinitely far past.
+    let mut nan = verdict_of(vec![band_rule("golden:m", &[(f64::NAN, None)])]);
+    nan.outcome = Outcome::Regressed;
+    nan.rules[0].status = RuleStatus::Regressed;
+    nan.rules[0].points[0].status = RuleStatus::Regressed;
+    let why = match_expected(Some(&nan), &done(), &e).unwrap_err();
+    assert!(why.0.contains("inf times"), "{why}");
+    // A rule that did not fail has no margin: the verdict does not match.
+    let passed = verdict_of(vec![
+        band_rule("golden:m", &[(1.05, None)]),
+        rule("exact:every series bit for bit", RuleStatus::Regressed),
+    ]);
+    let e2 = expected(
+        r#"{"outcome": "regressed", "rules": ["golden:m", "exact:every series bit for bit"], "margin": {"rule": "golden:m", "within": 0.5}}"#,
+    );
+    let why = match_expected(Some(&passed), &done(), &e2).unwrap_err();
+    assert!(why.0.contains("`golden:m` to fail, but it passed"), "{why}");
+}
+
+#[test]
+fn a_seeds_margin_is_measured_against_the_tests_limit() {
+    // A multi-seed test's evidence: the seeds' mean 0.64 against the calibrated mean 0.70, the
+    // limit the test put on it 0.66 (one-sided): 0.02 past a limit 0.04 away, 0.5.
+    let seeds = RuleVerdict {
+        points: vec![PointCheck {
+            first: 11,
+            last: 20,
+            value: Some(0.64),
+            golden: Some(0.70),
+            band: Band {
+                lo: Some(0.66),
+                hi: None,
+            },
+            status: RuleStatus::Regressed,
+            centre: None,
+        }],
+        ..rule("seeds:m", RuleStatus::Regressed)
+    };
+    let v = verdict_of(vec![seeds]);
+    let within = |w: f64| {
+        expected(&format!(
+            r#"{{"outcome": "regressed", "rules": ["seeds:m"], "margin": {{"rule": "seeds:m", "within": {w}}}}}"#
+        ))
+    };
+    assert_eq!(match_expected(Some(&v), &done(), &within(0.55)), Ok(()));
+    let why = match_expected(Some(&v), &done(), &within(0.45)).unwrap_err();
+    assert!(
+        why.0.contains("0.500 times") && why.0.contains("steps 11..20"),
+        "{why}"
+    );
+    // A rule whose evidence has no band (the exact lane) cannot be measured.
+    let exact = verdict_of(vec![rule("golden:x", RuleStatus::Regressed)]);
+    let e = expected(
+        r#"{"outcome": "regressed", "rules": ["golden:x"], "margin": {"rule": "golden:x", "within": 1}}"#,
+    );
+    let why = match_expected(Some(&exact), &done(), &e).unwrap_err();
+    assert!(why.0.contains("records no band"), "{why}");
+}
+
+#[test]
+fn a_margin_is_declared_for_a_rule_with_a_tolerance() {
+    for (json, needle) in [
+        (
+            r#"{"outcome": "regressed", "rules": ["exact:every series bit for bit"], "margin": {"rule": "exact:every series bit for bit", "within": 1}}"#,
+            "has no tolerance",
+        ),
+        (
+            r#"{"outcome": "regressed", "rules": ["golden:m"], "margin": {"rule": "golden:n", "within": 1}}"#,
+            "is not one of `rules`",
+        ),
+        (
+            r#"{"outcome": "regressed", "rules": ["golden:m"], "margin": {"rule": "golden:m", "within": 0}}"#,
+            "`margin.within`: 0 is not a positive number",
+        ),
+        (
+            r#"{"outcome": "regressed", "rules": ["golden:m"], "margin": {"rule": "m", "within": 1}}"#,
+            "not a full rule id",
+        ),
+        (
+            r#"{"outcome": "regressed", "rules": ["golden:m"], "margin": {"rule": "golden:m", "within": 1, "by": 2}}"#,
+            "unknown field `by`",
+        ),
+        (
+            r#"{"outcome": "passed", "margin": {"rule": "golden:m", "within": 1}}"#,
+            "is not one of `rules`",
+        ),
+    ] {
+        let e = serde_json::from_str::<ExpectedVerdict>(json)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{json}: {e}");
+    }
+    // It round-trips (run.json and seeds.json store it).
+    let e = expected(
+        r#"{"outcome": "regressed", "rules": ["golden:m"], "margin": {"rule": "golden:m", "within": 0.25}, "may_also_fail": [{"rule": "seed:3/expect:e", "reason": "r"}]}"#,
+    );
+    let back: ExpectedVerdict = serde_json::from_value(serde_json::to_value(&e).unwrap()).unwrap();
+    assert_eq!(back, e);
+}
+
+#[test]
+fn may_also_fail_names_a_rule_inside_a_seed_with_a_reason() {
+    for (entries, needle) in [
+        (
+            r#"["seed:105"]"#,
+            "`seed:105` names a whole seed, which would absorb any failure inside it",
+        ),
+        (
+            r#"[{"rule": "seed:105", "reason": "r"}]"#,
+            "`seed:105` names a whole seed",
+        ),
+        (r#"["expect:e"]"#, "`expect:e` gives no reason"),
+        (
+            r#"[{"rule": "seed:105/expect:e", "reason": " "}]"#,
+            "needs a `reason`",
+        ),
+        (
+            r#"[{"rule": "seed:105/expect:e"}]"#,
+            "missing field `reason`",
+        ),
+        (r#"[{"rule": "seed:105/*", "reason": "r"}]"#, "is a pattern"),
+        (
+            r#"[{"rule": "seed:105/reward-converges", "reason": "r"}]"#,
+            "not a full rule id",
+        ),
+        (
+            r#"[{"rule": "seed:x/expect:e", "reason": "r"}]"#,
+            "`seed:x` is not a seed",
+        ),
+        (
+            r#"[{"rule": "seed:105/seeds:m", "reason": "r"}]"#,
+            "has no `seeds` rule",
+        ),
+        (
+            r#"[{"rule": "seed:105/expect:e", "reason": "r", "why": "r"}]"#,
+            "unknown field `why`",
+        ),
+    ] {
+        let json = format!(
+            r#"{{"outcome": "regressed", "rules": ["seeds:m"], "may_also_fail": {entries}}}"#
+        );
+        let e = serde_json::from_str::<ExpectedVerdict>(&json)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{json}: {e}");
+    }
+    let e = expected(
+        r#"{"outcome": "regressed", "rules": ["seeds:m"], "may_also_fail": [{"rule": "seed:105/expect:reward-converges", "reason": "the lowest seed"}]}"#,
+    );
+    let combined = |inside: &[&str]| {
+        let mut seed = rule("seed:105", RuleStatus::Regressed);
+        seed.evidence.failing_rules = inside.iter().map(|s| s.to_string()).collect();
+        verdict_of(vec![
+            rule("seed:101", RuleStatus::Pass),
+            seed,
+            rule("seeds:m", RuleStatus::Regressed),
+        ])
+    };
+    // Only the named rule failed inside seed 105: as declared (and so is seed 105 passing).
+    assert_eq!(
+        match_expected(Some(&combined(&["expect:reward-converges"])), &done(), &e),
+        Ok(())
+    );
+    let mut passing = combined(&[]);
+    passing.rules[1].status = RuleStatus::Pass;
+    assert_eq!(match_expected(Some(&passing), &done(), &e), Ok(()));
+    // Another rule failed inside it: named in the mismatch.
+    let why = match_expected(
+        Some(&combined(&["expect:reward-converges", "presence:m"])),
+        &done(),
+        &e,
+    )
+    .unwrap_err();
+    assert!(
+        why.0.contains("seed:105 (inside it presence:m;")
+            && why.0.contains("names expect:reward-converges only"),
+        "{why}"
+    );
+    // A seed failing on no rule of its own (a grid mismatch) is not the named failure.
+    let why = match_expected(Some(&combined(&[])), &done(), &e).unwrap_err();
+    assert!(why.0.contains("no rule of its own verdict failed"), "{why}");
+    // Another seed is not covered, nor is a seed the run does not have.
+    let mut other = combined(&[]);
+    other.rules[0].status = RuleStatus::Regressed;
+    other.rules[0].evidence.failing_rules = vec!["expect:reward-converges".into()];
+    other.rules[1].status = RuleStatus::Pass;
+    let why = match_expected(Some(&other), &done(), &e).unwrap_err();
+    assert!(why.0.contains("does not expect: seed:101"), "{why}");
+    let e9 = expected(
+        r#"{"outcome": "regressed", "rules": ["seeds:m"], "may_also_fail": [{"rule": "seed:9/expect:e", "reason": "r"}]}"#,
+    );
+    let why = match_expected(Some(&combined(&[])), &done(), &e9).unwrap_err();
+    assert!(
+        why.0.contains("`seed:9` is not a rule of the scenario"),
+        "{why}"
+    );
 }

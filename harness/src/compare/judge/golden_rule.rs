@@ -294,6 +294,7 @@ pub(super) fn judge_golden_rule(
             band: Some(worst.band),
             margin: Some(worst.margin()),
             message,
+            ..Evidence::default()
         },
         metrics: vec![metric.to_string()],
         failing_steps,

@@ -389,6 +389,7 @@ fn window_rule(
                 band: Some(d.point.band),
                 margin: Some(margin_of(&d.point)),
                 message: d.message,
+                ..Evidence::default()
             },
         ),
         (_, Some(why)) => (

@@ -243,6 +243,38 @@ fn a_selftest_needs_a_plant_and_a_declared_verdict() {
         "selftest",
         "must declare the verdict it expects",
     );
+    // A declared verdict that does not parse is declared: its own error is the only one, at
+    // the line and key of the entry at fault.
+    let verdict = "expected_verdict:\n  outcome: regressed\n  rules: [\"seeds:m\"]\n";
+    for (file, rest, line, key, says) in [
+        (
+            "whole-seed.yaml",
+            "  may_also_fail:\n    - {rule: \"seed:105\", reason: \"r\"}\n",
+            12,
+            "expected_verdict.may_also_fail[0]",
+            "`seed:105` names a whole seed",
+        ),
+        (
+            "no-reason.yaml",
+            "  may_also_fail:\n    - \"seed:105/expect:e\"\n",
+            12,
+            "expected_verdict.may_also_fail[0]",
+            "gives no reason",
+        ),
+        (
+            "margin.yaml",
+            "  margin: {rule: \"seeds:m\", within: 0}\n",
+            11,
+            "expected_verdict.margin",
+            "`margin.within`: 0 is not a positive number",
+        ),
+    ] {
+        let p = r.write(
+            file,
+            &format!("{head}selftest: {{plant: [seed=2]}}\n{verdict}{rest}"),
+        );
+        fails_at(&p, &[], (line, None), key, says);
+    }
 }
 
 /// A multi-seed self-test's `seeds` must be a range of at least 2 seeds, and `golden` needs
