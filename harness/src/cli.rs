@@ -233,7 +233,30 @@ pub(crate) struct RunArgs {
     /// goes to OUT/index.md, OUT/index.html and OUT/junit.xml either way.
     #[arg(long, default_value_t = 1)]
     pub(crate) jobs: usize,
-    /// Where scenarios run: here, or one Ray job each on the cluster at `--address`.
+    #[command(flatten)]
+    pub(crate) ray: RayArgs,
+    /// Write the run's series as a pending golden (`.new`) for review, even if one exists.
+    #[arg(long)]
+    pub(crate) update_golden: bool,
+    /// The builtin driver talks to the backend without the recording proxy (no wire.jsonl,
+    /// no server_config.json): to measure what the proxy costs inside a real step.
+    #[arg(long)]
+    pub(crate) direct: bool,
+    /// Name the code under test in run.json (a container tag, a CI build id): `rlharness
+    /// history` orders and attributes runs by it, before the trainer's recorded sources.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) label: Option<String>,
+    /// Exit 1 when any scenario is skipped (its requirements are not met here), so a CI job
+    /// that ran nothing is red, not green.
+    #[arg(long)]
+    pub(crate) fail_on_skip: bool,
+}
+
+/// Where the runs go: this host, or one Ray job each (`run`, `golden calibrate`).
+#[derive(Debug, Args, Clone, Default)]
+pub(crate) struct RayArgs {
+    /// Where the runs go: here, or one Ray job each (a scenario, or a seed of a calibration) on
+    /// the cluster at `--address`.
     #[arg(long, value_enum, default_value = "local")]
     pub(crate) executor: Executor,
     /// The Ray dashboard (jobs API) address, e.g. `http://HEAD:8265` (`--executor ray`).
@@ -252,21 +275,6 @@ pub(crate) struct RunArgs {
     /// RAY_AUTH_MODE=token (Ray's own order). The token is never printed.
     #[arg(long, value_name = "PATH")]
     pub(crate) ray_token_file: Option<PathBuf>,
-    /// Write the run's series as a pending golden (`.new`) for review, even if one exists.
-    #[arg(long)]
-    pub(crate) update_golden: bool,
-    /// The builtin driver talks to the backend without the recording proxy (no wire.jsonl,
-    /// no server_config.json): to measure what the proxy costs inside a real step.
-    #[arg(long)]
-    pub(crate) direct: bool,
-    /// Name the code under test in run.json (a container tag, a CI build id): `rlharness
-    /// history` orders and attributes runs by it, before the trainer's recorded sources.
-    #[arg(long, value_name = "TEXT")]
-    pub(crate) label: Option<String>,
-    /// Exit 1 when any scenario is skipped (its requirements are not met here), so a CI job
-    /// that ran nothing is red, not green.
-    #[arg(long)]
-    pub(crate) fail_on_skip: bool,
 }
 
 /// `rlharness bisect`'s arguments.
@@ -336,10 +344,11 @@ pub(crate) struct BisectArgs {
     pub(crate) metric: Option<String>,
 }
 
-/// Where `rlharness run` runs its scenarios.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// Where `rlharness run` runs its scenarios (and `golden calibrate` its seeds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub(crate) enum Executor {
     /// On this host (`--jobs` side by side).
+    #[default]
     Local,
     /// One Ray job per scenario, through the Ray Jobs REST API at `--address`.
     Ray,
@@ -495,6 +504,9 @@ pub(crate) struct CalibrateArgs {
     /// Override scenario values for every run (as `run --set`).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub(crate) set: Vec<String>,
+    /// `--executor ray --address …`: each seed one Ray job (`run --executor ray`'s options).
+    #[command(flatten)]
+    pub(crate) ray: RayArgs,
     /// Calibrate from a git tree with uncommitted changes to tracked files (refused by
     /// default: a calibration must name the code and scenario it measured). Recorded as
     /// `<commit>-dirty`; for trying bands out, not for a calibration to commit.

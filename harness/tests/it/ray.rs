@@ -377,3 +377,91 @@ fn computed_columns(csv: &[u8]) -> Vec<(String, Vec<String>)> {
         })
         .collect()
 }
+
+/// `golden calibrate --executor ray`: each seed one Ray job, its run directory brought back and
+/// judged here; the calibration is the one a local `golden calibrate` of the same seeds makes
+/// (the mock is deterministic for a seed: every statistic equal, bit for bit).
+#[test]
+#[ignore = "needs a Ray head: bash ci/ray-tests.sh"]
+fn golden_calibrate_over_ray_is_the_local_calibration() {
+    let tmp = tempfile::tempdir().unwrap();
+    let calibrate = |name: &str, extra: &[&str]| -> serde_json::Value {
+        let golden = tmp.path().join(name).join("golden");
+        copy_tree(
+            &crate::common::repo().join("golden/mock-gsm8k-grpo"),
+            &golden.join("mock-gsm8k-grpo"),
+        );
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"));
+        c.current_dir(crate::common::repo())
+            .arg("golden")
+            .arg("--golden")
+            .arg(&golden)
+            .args([
+                "calibrate",
+                "scenarios/smoke/mock-gsm8k-grpo.yaml",
+                "--seeds",
+                "3..5",
+                // The calibration is thrown away: the tree it runs from may be mid-edit.
+                "--allow-dirty",
+                // Other seeds than the golden's: rules that depend on the calibration only.
+                "--set",
+                "checks.golden={critic/rewards/mean: {window: 5, calibrated: {}}}",
+                "--set",
+                "checks.expect=[]",
+            ])
+            .arg("--out")
+            .arg(tmp.path().join(name).join("runs"))
+            .args(extra)
+            .env_remove("CI")
+            .env("RUST_LOG", "error");
+        for k in [
+            "RAY_AUTH_TOKEN",
+            "RAY_AUTH_TOKEN_PATH",
+            "RAY_AUTH_MODE",
+            "RAY_ADDRESS",
+        ] {
+            c.env_remove(k);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        let path = golden.join("mock-gsm8k-grpo/cpu/calibration.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let here = calibrate("local", &[]);
+    let addr = address();
+    let token = token_file();
+    let there = calibrate(
+        "ray",
+        &[
+            "--executor",
+            "ray",
+            "--address",
+            &addr,
+            "--ray-token-file",
+            token.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(there["seeds"], serde_json::json!([3, 4, 5]), "{there}");
+    for key in ["runs", "seeds", "steps", "windows"] {
+        assert_eq!(here[key], there[key], "{key} differs between local and Ray");
+    }
+    // The runs came back under the calibration's out folder, one per seed.
+    let runs = std::fs::read_dir(tmp.path().join("ray/runs/mock-gsm8k-grpo"))
+        .unwrap()
+        .flatten()
+        .filter(|e| !e.path().is_symlink() && e.path().join("run.json").is_file())
+        .count();
+    assert_eq!(runs, 3, "one run directory per seed (and `latest`)");
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            copy_tree(&p, &to.join(e.file_name()));
+        } else {
+            std::fs::copy(&p, to.join(e.file_name())).unwrap();
+        }
+    }
+}

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use crate::app::ci_env;
 use crate::app::pipeline::run_one;
 use crate::checks::ChecksSpec;
-use crate::cli::{self, CalibrateArgs};
+use crate::cli::{self, CalibrateArgs, Executor, RayArgs, RunArgs, RunCommonArgs};
 use crate::compare::seeds::{self, parse_seed_range};
 use crate::compare::{budget, stability};
 use crate::error::{CommandError, ExitStatus};
@@ -34,6 +34,7 @@ pub(crate) async fn calibrate(
         set,
         allow_dirty,
         detect,
+        ray,
     } = args;
     let file = file.as_path();
     let set = set.as_slice();
@@ -94,43 +95,36 @@ pub(crate) async fn calibrate(
             (scenario.seed..scenario.seed + n as u64).collect()
         }
     };
-    // The calibration runs never write a golden of their own (`ci` stays on). Each shows its
-    // steps as plain lines (runs side by side interleave them, each line naming its seed).
-    let opts = RunOptions {
-        set: set.to_vec(),
-        hardware,
-        step_lines: true,
-        ..RunOptions::new(out, golden_root.to_path_buf())
-    };
     let total = seeds.len();
     let mut done = Vec::new();
-    let mut results = futures_util::stream::iter(seeds.iter().map(|seed| {
-        let mut o = opts.clone();
-        o.seed = Some(*seed);
-        o.progress_label = Some(format!("calibrate {} seed {seed}", scenario.name));
-        async move { (*seed, run_one(file, &o).await) }
-    }))
-    .buffer_unordered(jobs.max(1));
-    while let Some((seed, report)) = results.next().await {
-        let report = report?;
-        if report.run.status != Some(RunStatus::Completed) {
-            return Err(CommandError::run_failed(format!(
-                "calibration run with seed {seed} did not complete ({}): {}",
-                report.run.dir,
-                report.run.reason.as_deref().unwrap_or("no reason recorded")
-            )));
+    match ray.executor {
+        Executor::Local => {
+            // The calibration runs never write a golden of their own (`ci` stays on). Each
+            // shows its steps as plain lines (runs side by side interleave them, each line
+            // naming its seed).
+            let opts = RunOptions {
+                set: set.to_vec(),
+                hardware,
+                step_lines: true,
+                ..RunOptions::new(out, golden_root.to_path_buf())
+            };
+            let mut results = futures_util::stream::iter(seeds.iter().map(|seed| {
+                let mut o = opts.clone();
+                o.seed = Some(*seed);
+                o.progress_label = Some(format!("calibrate {} seed {seed}", scenario.name));
+                async move { (*seed, run_one(file, &o).await) }
+            }))
+            .buffer_unordered(jobs.max(1));
+            while let Some((seed, report)) = results.next().await {
+                accept_run(seed, report?, &scenario.checks, total, &mut done)?;
+            }
         }
-        let failed = failed_uncalibrated_rules(&report, &scenario.checks);
-        if !failed.is_empty() {
-            return Err(CommandError::run_failed(format!(
-                "calibration run with seed {seed} failed rules that do not depend on the \
-                 calibration ({}): {}; a calibration measures healthy runs only",
-                report.run.dir,
-                failed.join("; ")
-            )));
+        Executor::Ray => {
+            let runs = ray_runs(file, &seeds, ray, out, golden_root, hardware, set).await?;
+            for (seed, report) in runs {
+                accept_run(seed, report, &scenario.checks, total, &mut done)?;
+            }
         }
-        done.push((seed, report));
-        util::note!("calibrate: {}/{total} runs done (seed {seed})", done.len());
     }
     done.sort_by_key(|(s, _)| *s);
     let first = &done[0].1;
@@ -410,4 +404,90 @@ fn failed_uncalibrated_rules(report: &Report, checks: &ChecksSpec) -> Vec<String
         })
         .map(|r| format!("{} ({})", r.rule, r.evidence.message))
         .collect()
+}
+
+/// One calibration run that came back: it must have completed and passed every rule that does
+/// not depend on the calibration (a calibration measures healthy runs only).
+fn accept_run(
+    seed: u64,
+    report: Report,
+    checks: &ChecksSpec,
+    total: usize,
+    done: &mut Vec<(u64, Report)>,
+) -> Result<(), CommandError> {
+    if report.run.status != Some(RunStatus::Completed) {
+        return Err(CommandError::run_failed(format!(
+            "calibration run with seed {seed} did not complete ({}): {}",
+            report.run.dir,
+            report.run.reason.as_deref().unwrap_or("no reason recorded")
+        )));
+    }
+    let failed = failed_uncalibrated_rules(&report, checks);
+    if !failed.is_empty() {
+        return Err(CommandError::run_failed(format!(
+            "calibration run with seed {seed} failed rules that do not depend on the \
+             calibration ({}): {}; a calibration measures healthy runs only",
+            report.run.dir,
+            failed.join("; ")
+        )));
+    }
+    done.push((seed, report));
+    util::note!("calibrate: {}/{total} runs done (seed {seed})", done.len());
+    Ok(())
+}
+
+/// `--executor ray`: each seed one Ray job (as `run --executor ray` runs a scenario), its run
+/// directory brought back under `out` and judged here, as a local calibration run is.
+async fn ray_runs(
+    file: &Path,
+    seeds: &[u64],
+    ray: RayArgs,
+    out: PathBuf,
+    golden_root: &Path,
+    hardware: Option<String>,
+    set: &[String],
+) -> Result<Vec<(u64, Report)>, CommandError> {
+    let args = RunArgs {
+        scenarios: vec![file.to_path_buf()],
+        common: RunCommonArgs {
+            out,
+            golden: Some(golden_root.to_path_buf()),
+            seed: None,
+            steps: None,
+            set: set.to_vec(),
+            hardware,
+            no_progress: false,
+        },
+        seeds: None,
+        jobs: 1,
+        ray,
+        update_golden: false,
+        direct: false,
+        label: None,
+        fail_on_skip: false,
+    };
+    let runs: Vec<(PathBuf, Option<u64>)> = seeds
+        .iter()
+        .map(|s| (file.to_path_buf(), Some(*s)))
+        .collect();
+    let entries = crate::app::scale::ray::run_jobs(&runs, &args).await?;
+    let mut reports = Vec::new();
+    for (seed, e) in seeds.iter().zip(entries) {
+        let dir = e
+            .run_dir
+            .filter(|d| d.join("run.json").is_file())
+            .ok_or_else(|| {
+                CommandError::new(
+                    e.status,
+                    format!(
+                        "calibration run with seed {seed} brought no run directory back ({}): {}",
+                        e.placement, e.summary
+                    ),
+                )
+            })?;
+        let report = crate::report::seeds::judge_stored(&dir, golden_root)
+            .map_err(|err| CommandError::run_failed(format!("{}: {err}", dir.display())))?;
+        reports.push((*seed, report));
+    }
+    Ok(reports)
 }

@@ -39,7 +39,7 @@ pub(crate) async fn job_entry(args: RunArgs) -> Result<ExitStatus, CommandError>
     let out = scratch.path().join(&args.common.out);
     let mut local = args;
     local.common.out = out.clone();
-    local.executor = Executor::Local;
+    local.ray.executor = Executor::Local;
     let status = match super::run::run(local).await {
         Ok(s) => s,
         Err(e) => {

@@ -64,7 +64,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
             }
         );
     }
-    let mut entries = match args.executor {
+    let mut entries = match args.ray.executor {
         Executor::Local => {
             let matrix = LocalMatrix {
                 jobs: args.jobs,

@@ -1,9 +1,8 @@
 //! The matrix run: every scenario submitted, watched and gathered into one entry per file, and
 //! Ctrl-C turned into stopping the jobs.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::client::RayClient;
@@ -23,18 +22,31 @@ pub(crate) async fn run_matrix(
     files: &[PathBuf],
     args: &RunArgs,
 ) -> Result<Vec<Entry>, CommandError> {
-    let address = args
-        .address
-        .as_deref()
-        .ok_or_else(|| CommandError::invalid("--executor ray needs --address http://HEAD:8265"))?;
-    let token = RayToken::from_environment(args.ray_token_file.as_deref())
+    let runs: Vec<(PathBuf, Option<u64>)> = files.iter().map(|f| (f.clone(), None)).collect();
+    run_jobs(&runs, args).await
+}
+
+/// Submit every run (a scenario file, with a seed of its own or the run's `--seed`) as one Ray
+/// job, watch them, collect their run directories under OUT/ and return one entry per run in
+/// the order given.
+pub(crate) async fn run_jobs(
+    runs: &[(PathBuf, Option<u64>)],
+    args: &RunArgs,
+) -> Result<Vec<Entry>, CommandError> {
+    let files: Vec<PathBuf> = runs.iter().map(|(f, _)| f.clone()).collect();
+    let files = files.as_slice();
+    let address =
+        args.ray.address.as_deref().ok_or_else(|| {
+            CommandError::invalid("--executor ray needs --address http://HEAD:8265")
+        })?;
+    let token = RayToken::from_environment(args.ray.ray_token_file.as_deref())
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     if let Some(t) = &token {
         tracing::info!("ray: sending the token from {} to {address}", t.origin());
     }
     let client = RayClient::new(address)?.with_token(token);
     let env_vars = job_env_vars(args)?;
-    let (planned, invalid, package_files) = plan(files, args)?;
+    let (planned, invalid, package_files) = plan(runs, args)?;
     crate::fsx::create_dir_all(&args.common.out)
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     let mut entries: Vec<Option<Entry>> = vec![None; files.len()];
@@ -53,13 +65,8 @@ pub(crate) async fn run_matrix(
     let cancel_tx = Arc::new(cancel_tx);
     let ctrl_c = cancel_on_ctrl_c(cancel_tx.clone());
     let mut tasks = Vec::new();
-    let files_index: BTreeMap<&Path, usize> = files
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (f.as_path(), i))
-        .collect();
     for p in planned {
-        let index = files_index.get(p.file.as_path()).copied().unwrap_or(0);
+        let index = p.index;
         if *cancel_rx.borrow() {
             let e = local::error_entry(
                 &p.file,
@@ -85,10 +92,10 @@ pub(crate) async fn run_matrix(
                 continue;
             }
         };
-        let label = format!("{} [{id}]", p.name);
+        let label = format!("{} [{id}]", shown_name(&p));
         let shown = Shown::new(group.as_ref(), label);
         if group.is_none() {
-            eprintln!("{}: submitted as Ray job {id}", p.name);
+            eprintln!("{}: submitted as Ray job {id}", shown_name(&p));
         }
         let (client, rx, out, group) = (
             client.clone(),
@@ -113,6 +120,14 @@ pub(crate) async fn run_matrix(
     let entries = gather(files, entries, tasks).await;
     ctrl_c.abort();
     Ok(entries)
+}
+
+/// A job's name in the lines it prints: its scenario, and its seed when it has one of its own.
+fn shown_name(p: &super::plan::Planned) -> String {
+    match p.seed {
+        Some(seed) => format!("{} seed {seed}", p.name),
+        None => p.name.clone(),
+    }
 }
 
 /// Wait for every watcher and fill in its file's entry; a file left with none has "no result".

@@ -32,7 +32,7 @@ mod tests;
 mod watch;
 
 pub use client::{RayClient, RayError};
-pub(crate) use matrix::run_matrix;
+pub(crate) use matrix::{run_jobs, run_matrix};
 
 /// Where the package puts things (relative to the job's working directory).
 const OUT_DIR: &str = "out";

@@ -14,7 +14,11 @@ use crate::error::CommandError;
 /// One scenario as a job.
 #[derive(Debug, Clone)]
 pub(super) struct Planned {
+    /// Its place among the runs asked for.
+    pub(super) index: usize,
     pub(super) file: PathBuf,
+    /// The seed of this job, when the runs asked for name one each (a calibration's seeds).
+    pub(super) seed: Option<u64>,
     /// The scenario file's path inside the package.
     pub(super) in_package: String,
     pub(super) name: String,
@@ -47,16 +51,20 @@ pub(super) fn package_root(root: &Path, k: usize) -> String {
 /// package's files.
 pub(super) type Planning = (Vec<Planned>, Vec<(usize, Entry)>, Files);
 
-/// Plan every scenario and build the one package they share. Scenarios that do not load are
-/// entries already (exit 2), never submitted.
-pub(super) fn plan(files: &[PathBuf], args: &RunArgs) -> Result<Planning, CommandError> {
+/// Plan every run (a scenario file, with a seed of its own or the run's) and build the one
+/// package they share. Scenarios that do not load are entries already (exit 2), never
+/// submitted.
+pub(super) fn plan(
+    runs: &[(PathBuf, Option<u64>)],
+    args: &RunArgs,
+) -> Result<Planning, CommandError> {
     let mut planned = Vec::new();
     let mut invalid = Vec::new();
     let mut files_out: Files = Vec::new();
     let mut roots: BTreeMap<PathBuf, String> = BTreeMap::new();
     let mut goldens = std::collections::BTreeSet::new();
     let mut torch = false;
-    for (i, file) in files.iter().enumerate() {
+    for (i, (file, seed)) in runs.iter().enumerate() {
         let scenario = match crate::spec::load_scenario(file, &args.common.set) {
             Ok(s) => s,
             Err(e) => {
@@ -78,7 +86,9 @@ pub(super) fn plan(files: &[PathBuf], args: &RunArgs) -> Result<Planning, Comman
             goldens.insert(g);
         }
         planned.push(Planned {
+            index: i,
             file: file.clone(),
+            seed: *seed,
             in_package: format!("{in_root}/{}", rel.to_string_lossy().replace('\\', "/")),
             name: scenario.name.clone(),
             gpus: scenario.requires.gpus,
@@ -90,7 +100,7 @@ pub(super) fn plan(files: &[PathBuf], args: &RunArgs) -> Result<Planning, Comman
         });
     }
     let pack = |e: bundle::BundleError| CommandError::run_failed(format!("the job package: {e}"));
-    if args.remote_bin.is_none() {
+    if args.ray.remote_bin.is_none() {
         let exe = std::env::current_exe().map_err(|e| {
             CommandError::run_failed(format!("cannot find this executable to ship it: {e}"))
         })?;

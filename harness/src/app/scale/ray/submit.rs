@@ -21,9 +21,10 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// The job's entrypoint: `job-entry` with the run's own options, for one scenario.
-pub(super) fn entrypoint(args: &RunArgs, scenario: &str) -> String {
-    let bin = match &args.remote_bin {
+/// The job's entrypoint: `job-entry` with the run's own options, for one scenario (with `seed`
+/// in place of `--seed` when given: one seed of a calibration).
+pub(super) fn entrypoint(args: &RunArgs, scenario: &str, seed: Option<u64>) -> String {
+    let bin = match &args.ray.remote_bin {
         Some(b) => sh_quote(b),
         None => "./rlharness".to_string(),
     };
@@ -33,7 +34,7 @@ pub(super) fn entrypoint(args: &RunArgs, scenario: &str) -> String {
         format!("--out {OUT_DIR}"),
         format!("--golden {GOLDEN_DIR}"),
     ];
-    if let Some(s) = args.common.seed {
+    if let Some(s) = seed.or(args.common.seed) {
         words.push(format!("--seed {s}"));
     }
     if let Some(s) = &args.seeds {
@@ -53,7 +54,7 @@ pub(super) fn entrypoint(args: &RunArgs, scenario: &str) -> String {
         words.push(format!("--hardware {}", sh_quote(h)));
     }
     let run = format!("{bin} {}", words.join(" "));
-    if args.remote_bin.is_some() {
+    if args.ray.remote_bin.is_some() {
         format!("exec {run}")
     } else {
         // Ray's unpacking does not keep the executable bit.
@@ -85,7 +86,7 @@ pub(super) fn resources(p: &Planned, args: &RunArgs) -> serde_json::Map<String, 
 /// The jobs' environment: `--ray-env KEY=VALUE`, and the submitter's `CI`.
 pub(super) fn job_env_vars(args: &RunArgs) -> Result<serde_json::Map<String, Value>, CommandError> {
     let mut env_vars = serde_json::Map::new();
-    for kv in &args.ray_env {
+    for kv in &args.ray.ray_env {
         let (k, v) = kv
             .split_once('=')
             .ok_or_else(|| CommandError::invalid(format!("--ray-env {kv}: expected KEY=VALUE")))?;
@@ -134,7 +135,7 @@ pub(super) fn job_body(
     env_vars: &serde_json::Map<String, Value>,
 ) -> Value {
     let mut body = json!({
-        "entrypoint": entrypoint(args, &p.in_package),
+        "entrypoint": entrypoint(args, &p.in_package, p.seed),
         "runtime_env": {
             "working_dir": uri.unwrap_or_default(),
             "env_vars": Value::Object(env_vars.clone()),

@@ -35,7 +35,7 @@ fn the_entrypoint_quotes_what_it_passes_on() {
         "--steps",
         "3",
     ]);
-    let e = entrypoint(&args, "scenarios/smoke/x.yaml");
+    let e = entrypoint(&args, "scenarios/smoke/x.yaml", None);
     assert!(e.starts_with("chmod +x rlharness"), "{e}");
     assert!(
         e.ends_with(
@@ -46,14 +46,26 @@ fn the_entrypoint_quotes_what_it_passes_on() {
     );
     let remote = run_args(&["--remote-bin", "/opt/rl harness"]);
     assert_eq!(
-        entrypoint(&remote, "s.yaml"),
+        entrypoint(&remote, "s.yaml", None),
         "exec '/opt/rl harness' job-entry s.yaml --out out --golden golden"
+    );
+    // A calibration's job runs its own seed, in place of the run's.
+    let seeded = run_args(&["--remote-bin", "rlh", "--seed", "3"]);
+    assert_eq!(
+        entrypoint(&seeded, "s.yaml", Some(7)),
+        "exec rlh job-entry s.yaml --out out --golden golden --seed 7"
+    );
+    assert_eq!(
+        entrypoint(&seeded, "s.yaml", None),
+        "exec rlh job-entry s.yaml --out out --golden golden --seed 3"
     );
 }
 
 #[test]
 fn resources_come_from_requires() {
     let p = Planned {
+        index: 0,
+        seed: None,
         file: "x.yaml".into(),
         in_package: "x.yaml".into(),
         name: "x".into(),
