@@ -15,11 +15,19 @@ cd "$(dirname "$0")/.."
 # once, with its own setting).
 export CARGO_INCREMENTAL=0
 started=$SECONDS
+# Every step's time, printed again as one table at the end (the turnaround budget's evidence).
+timings=()
 step() {
     local t=$SECONDS rc=0
     "$@" || rc=$?
     echo "ci/test.sh: \`$*\` took $((SECONDS - t)) s" >&2
+    timings+=("$(printf '%6d s  %s%s' $((SECONDS - t)) "$*" "$( ((rc == 0)) || echo "  (exit $rc)")")")
     return "$rc"
+}
+print_timings() {
+    echo "ci/test.sh: step times" >&2
+    printf '  %s\n' "${timings[@]}" >&2
+    echo "ci/test.sh: total $((SECONDS - started)) s" >&2
 }
 mkdir -p target/ci-logs
 declare -A installs=()
@@ -40,7 +48,8 @@ installed() {
     echo "ci/test.sh: waited $((SECONDS - t)) s for ci/$script.sh" >&2
 }
 # A run that stops early stops its installs too (each is idempotent: a half-done one is redone).
-trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+# The step table is printed however the run ends.
+trap 'kill $(jobs -p) 2>/dev/null || true; print_timings' EXIT
 install_in_background setup-libtorch
 install_in_background python-deps
 install_in_background ray-install
@@ -80,6 +89,7 @@ ray_status=0
 wait "$ray_tests" || ray_status=$?
 cat target/ci-logs/ray-tests.log >&2
 echo "ci/test.sh: waited $((SECONDS - t)) s for ci/ray-tests.sh" >&2
+timings+=("$(printf '%6d s  %s' $((SECONDS - t)) "ci/ray-tests.sh (beside cargo test: the wait after it)")")
 if ((test_status != 0 || ray_status != 0)); then
     echo "ci/test.sh: failed (cargo test: exit $test_status, ci/ray-tests.sh: exit $ray_status)" >&2
     exit 1
