@@ -145,7 +145,11 @@ pub(crate) fn resolve_calibrated(
                         first: w.first,
                         last: w.last,
                         centre,
-                        half: (k * sd * inflate(w.n)).max((c.floor / centre.exp()).ln_1p()),
+                        // Never wider than a factor of EXTREME either way: ten times the
+                        // calibration's centre fails, however noisy the calibration.
+                        half: (k * sd * inflate(w.n))
+                            .max((c.floor / centre.exp()).ln_1p())
+                            .min(super::budget::EXTREME.ln()),
                         log: true,
                     },
                     None => WindowBand {

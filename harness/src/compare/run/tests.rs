@@ -385,4 +385,21 @@ fn a_log_scale_band_is_a_factor_either_way() {
     let big = table(&[("g", &[5.0, 5.0, 5.0, 5.0])]);
     let v = judge_run(&record(&big, &c, &[]), Some(&g)).unwrap();
     assert_eq!(v.rule("golden:g").unwrap().status, RuleStatus::Regressed);
+    // However noisy the calibration, ten times its centre fails (the band stops at a factor
+    // of 10 either way): healthy runs spread over a factor of 1000 here.
+    let wild: Vec<MetricTable> = (0..20)
+        .map(|i| {
+            let f = 10f64.powf(i as f64 / 19.0 * 3.0 - 1.5);
+            table(&[("g", &[f, f, f, f])])
+        })
+        .collect();
+    g.calibration = Some(Calibration::of_test_runs(&wild, &c));
+    let v = judge_run(&record(&g.table, &c, &[]), Some(&g)).unwrap();
+    let band = v.rule("golden:g").unwrap().points[0].band;
+    assert!(
+        (band.hi() - 10.0).abs() < 1e-9 && (band.lo() - 0.1).abs() < 1e-9,
+        "{band:?}"
+    );
+    let v = judge_run(&record(&table(&[("g", &[10.5; 4])]), &c, &[]), Some(&g)).unwrap();
+    assert_eq!(v.rule("golden:g").unwrap().status, RuleStatus::Regressed);
 }
