@@ -517,6 +517,12 @@ pub(crate) struct CalibrateArgs {
     /// Reads the existing calibration and runs nothing; without one, calibrates first.
     #[arg(long, value_name = "FRACTION")]
     pub(crate) detect: Option<String>,
+    /// Calibrate from the run directories already under DIR (a calibration's `--out`, or any
+    /// folder of this scenario's runs: an interrupted calibration's finished runs, runs made
+    /// elsewhere) instead of running anything. Runs that did not complete are left out, named;
+    /// the runs must come from one commit, which the calibration records.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["runs", "seeds"])]
+    pub(crate) from_runs: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -35,6 +35,7 @@ pub(crate) async fn calibrate(
         allow_dirty,
         detect,
         ray,
+        from_runs,
     } = args;
     let file = file.as_path();
     let set = set.as_slice();
@@ -61,6 +62,17 @@ pub(crate) async fn calibrate(
             "refusing to calibrate under CI=true: CI never writes goldens; calibrate locally and \
              commit calibration.json",
         ));
+    }
+    if let Some(dir) = &from_runs {
+        let scenario =
+            spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
+        let runs = stored_runs(dir, &scenario.name, golden_root, allow_dirty)?;
+        let total = runs.len();
+        let mut done = Vec::new();
+        for (seed, report) in runs {
+            accept_run(seed, report, &scenario.checks, total, &mut done)?;
+        }
+        return write_calibration(&scenario, done, golden_root, detect);
     }
     let commit = env::git_commit();
     if let Some(c) = commit.as_deref().filter(|c| c.ends_with("-dirty")) {
@@ -125,6 +137,21 @@ pub(crate) async fn calibrate(
                 accept_run(seed, report, &scenario.checks, total, &mut done)?;
             }
         }
+    }
+    write_calibration(&scenario, done, golden_root, detect)
+}
+
+/// The calibration of the accepted runs, written beside the golden and printed.
+fn write_calibration(
+    scenario: &spec::Scenario,
+    mut done: Vec<(u64, Report)>,
+    golden_root: &Path,
+    detect: Option<f64>,
+) -> Result<ExitStatus, CommandError> {
+    if done.is_empty() {
+        return Err(CommandError::invalid(
+            "no completed run to calibrate from".to_string(),
+        ));
     }
     done.sort_by_key(|(s, _)| *s);
     let first = &done[0].1;
@@ -490,4 +517,81 @@ async fn ray_runs(
         reports.push((*seed, report));
     }
     Ok(reports)
+}
+
+/// `--from-runs DIR`: the completed runs of `scenario` under DIR (or DIR/<scenario>/), each
+/// judged here as a calibration run is; a run that did not complete is left out and named. The
+/// runs must come from one commit (a calibration names the code it measured), clean unless
+/// `allow_dirty`.
+fn stored_runs(
+    dir: &Path,
+    scenario: &str,
+    golden_root: &Path,
+    allow_dirty: bool,
+) -> Result<Vec<(u64, Report)>, CommandError> {
+    let mut dirs = Vec::new();
+    for base in [dir.to_path_buf(), dir.join(scenario)] {
+        let Ok(entries) = std::fs::read_dir(&base) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if !p.is_symlink() && p.join("run.json").is_file() {
+                dirs.push(p);
+            }
+        }
+    }
+    dirs.sort();
+    dirs.dedup();
+    if dirs.is_empty() {
+        return Err(CommandError::invalid(format!(
+            "--from-runs {}: no run directory (a folder with run.json) there or in {}/",
+            dir.display(),
+            dir.join(scenario).display()
+        )));
+    }
+    let mut runs = Vec::new();
+    let mut commits = std::collections::BTreeSet::new();
+    for d in dirs {
+        let report = crate::report::seeds::judge_stored(&d, golden_root)
+            .map_err(|e| CommandError::invalid(format!("{}: {e}", d.display())))?;
+        if report.scenario != scenario {
+            return Err(CommandError::invalid(format!(
+                "{}: a run of `{}`, not of `{scenario}`",
+                d.display(),
+                report.scenario
+            )));
+        }
+        if report.run.status != Some(RunStatus::Completed) {
+            util::note!(
+                "calibrate: left out {} ({}: it did not complete)",
+                d.display(),
+                report.run.status.map_or("unknown", |s| s.as_str())
+            );
+            continue;
+        }
+        let seed = report.run.seed.ok_or_else(|| {
+            CommandError::invalid(format!("{}: run.json records no seed", d.display()))
+        })?;
+        commits.insert(report.run.git_commit.clone().unwrap_or_default());
+        runs.push((seed, report));
+    }
+    if commits.len() > 1 {
+        return Err(CommandError::invalid(format!(
+            "--from-runs {}: the runs come from several commits ({}); a calibration measures \
+             one",
+            dir.display(),
+            commits.into_iter().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    if let Some(c) = commits.iter().find(|c| c.ends_with("-dirty")) {
+        if !allow_dirty {
+            return Err(CommandError::invalid(format!(
+                "--from-runs {}: the runs were made from a tree with uncommitted changes ({c}); \
+                 pass --allow-dirty to try bands out (never to commit that calibration)",
+                dir.display()
+            )));
+        }
+    }
+    Ok(runs)
 }

@@ -142,6 +142,54 @@ fn an_audit_names_a_rule_that_cannot_fail() {
         "{}",
         String::from_utf8_lossy(&cal.stderr)
     );
+    // The same calibration again from the runs it left (`--from-runs`): nothing runs, every
+    // statistic is the same; a run that did not complete is left out, named.
+    let cal_file = tmp
+        .path()
+        .join("golden/mock-gsm8k-grpo/cpu/calibration.json");
+    let stats = |text: &str| {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        (v["seeds"].clone(), v["steps"].clone(), v["windows"].clone())
+    };
+    let first = std::fs::read_to_string(&cal_file).unwrap();
+    let again = bin(&["golden", "calibrate", f, "--from-runs", "cal"]);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(
+        stats(&first),
+        stats(&std::fs::read_to_string(&cal_file).unwrap())
+    );
+    let runs = tmp.path().join("cal/mock-gsm8k-grpo");
+    let one = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| !p.is_symlink() && p.join("run.json").is_file())
+        .unwrap();
+    let manifest = one.join("run.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text.replace("\"status\": \"completed\"", "\"status\": \"interrupted\""),
+    )
+    .unwrap();
+    let partial = bin(&["golden", "calibrate", f, "--from-runs", "cal"]);
+    let said = String::from_utf8_lossy(&partial.stderr);
+    assert!(partial.status.success(), "{said}");
+    assert!(
+        said.contains("left out") && said.contains("did not complete"),
+        "{said}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cal_file).unwrap()).unwrap();
+    assert_eq!(v["runs"], 11, "{}", v["seeds"]);
+    std::fs::write(&manifest, text).unwrap();
+    assert!(bin(&["golden", "calibrate", f, "--from-runs", "cal"])
+        .status
+        .success());
     let a = bin(&[
         "golden",
         "audit",
