@@ -436,7 +436,7 @@ pub(crate) enum GoldenAction {
     Reject { scenarios: Vec<String> },
     /// Run a scenario N times (or once per seed) and store the measured noise beside its
     /// golden (`calibration.json`), for rules with `calibrated: {k, floor}` bands.
-    Calibrate(CalibrateArgs),
+    Calibrate(Box<CalibrateArgs>),
     /// The judge audits itself: the whole verdict's false-alarm rate (every rule, every seed)
     /// and each gating rule's power, from thousands of synthetic runs drawn from the stored
     /// calibration runs and judged by the real judge. Exit 1 when the rate's 95% interval lies

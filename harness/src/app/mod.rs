@@ -56,7 +56,7 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
         Command::Golden {
             action: GoldenAction::Calibrate(args),
             golden,
-        } => commands::calibrate::calibrate(args, golden.as_deref()).await,
+        } => commands::calibrate::calibrate(*args, golden.as_deref()).await,
         Command::Golden {
             action: GoldenAction::Audit(args),
             golden,
