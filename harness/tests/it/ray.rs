@@ -46,6 +46,12 @@ fn ray_run(args: &[&str], out: &Path) -> std::process::Command {
     let mut all = args.to_vec();
     all.extend(["--executor", "ray", "--address", addr.as_str()]);
     let mut c = rlharness(&all, out);
+    without_user_ray_settings(&mut c);
+    c
+}
+
+/// Keep the user's own Ray settings away from a command the tests start.
+fn without_user_ray_settings(c: &mut std::process::Command) {
     for k in [
         "RAY_AUTH_TOKEN",
         "RAY_AUTH_TOKEN_PATH",
@@ -54,7 +60,6 @@ fn ray_run(args: &[&str], out: &Path) -> std::process::Command {
     ] {
         c.env_remove(k);
     }
-    c
 }
 
 /// `rlharness run ARGS` on the test head, with its token (`--ray-token-file`).
@@ -387,7 +392,7 @@ fn golden_calibrate_over_ray_is_the_local_calibration() {
     let tmp = tempfile::tempdir().unwrap();
     let calibrate = |name: &str, extra: &[&str]| -> serde_json::Value {
         let golden = tmp.path().join(name).join("golden");
-        copy_tree(
+        crate::common::copy_dir(
             &crate::common::repo().join("golden/mock-gsm8k-grpo"),
             &golden.join("mock-gsm8k-grpo"),
         );
@@ -414,14 +419,7 @@ fn golden_calibrate_over_ray_is_the_local_calibration() {
             .args(extra)
             .env_remove("CI")
             .env("RUST_LOG", "error");
-        for k in [
-            "RAY_AUTH_TOKEN",
-            "RAY_AUTH_TOKEN_PATH",
-            "RAY_AUTH_MODE",
-            "RAY_ADDRESS",
-        ] {
-            c.env_remove(k);
-        }
+        without_user_ray_settings(&mut c);
         let o = c.output().unwrap();
         assert!(o.status.success(), "{name}: {}", text(&o));
         let path = golden.join("mock-gsm8k-grpo/cpu/calibration.json");
@@ -452,16 +450,4 @@ fn golden_calibrate_over_ray_is_the_local_calibration() {
         .filter(|e| !e.path().is_symlink() && e.path().join("run.json").is_file())
         .count();
     assert_eq!(runs, 3, "one run directory per seed (and `latest`)");
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            copy_tree(&p, &to.join(e.file_name()));
-        } else {
-            std::fs::copy(&p, to.join(e.file_name())).unwrap();
-        }
-    }
 }

@@ -231,3 +231,16 @@ pub fn take_stderr(child: &mut Child) -> String {
         .unwrap();
     err
 }
+
+/// Copy the tree `from` to `to` (folders and plain files).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            copy_dir(&p, &to.join(e.file_name()));
+        } else {
+            std::fs::copy(&p, to.join(e.file_name())).unwrap();
+        }
+    }
+}

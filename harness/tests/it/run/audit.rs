@@ -1,7 +1,7 @@
 //! `rlharness golden audit`: every shipped calibrated scenario's verdict within its false-alarm
 //! budget, every gating rule able to fail; and what `check` says of a calibration too small.
 
-use crate::common::repo;
+use crate::common::{copy_dir, repo};
 
 /// The scenario files under `scenarios/` with a calibration in `golden/`, by scenario name.
 fn calibrated_scenarios() -> Vec<(String, std::path::PathBuf)> {
@@ -285,18 +285,6 @@ fn an_audit_names_a_rule_that_cannot_fail() {
             .contains("another golden, calibration or checks"),
         "{b}"
     );
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            copy_dir(&p, &to.join(e.file_name()));
-        } else {
-            std::fs::copy(&p, to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 /// Bad input to the audit: a scenario whose golden has no calibration, and `--draws 0`, are
