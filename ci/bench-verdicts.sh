@@ -7,7 +7,8 @@
 #     that exit other than 0, with its 95 % Clopper-Pearson interval;
 #   - POWER_SINGLE single runs with the reward 0.1 lower, and POWER_MULTI 5-seed runs with it
 #     0.05 lower (`driver.plant=[{reward_offset: ...}]`): the share caught (exit 1);
-#   - `golden audit` of the same copy, single and `--seeds 5`, for comparison.
+#   - `golden audit` of the same copy, single, `--seeds 5` and `--seeds 10`, for comparison,
+#     with the smallest reward drop each catches 80 % of the time.
 # `--calibration-seeds N` calibrates over seeds 1..N instead (the rate must hold there too).
 # Usage: bash ci/bench-verdicts.sh [--quick] [--calibration-seeds N] [--jobs J]
 # Prints one table at the end; the runs go to a temporary folder, removed on exit.
@@ -61,8 +62,9 @@ fi
 audit() {
     "$BIN" golden audit "$SCEN" --format json "$@" 2>/dev/null || true
 }
-audit --power-draws 0 >audit-1.json
-audit --power-draws 0 --seeds 5 --draws 500 >audit-5.json
+audit --power-draws 100 >audit-1.json
+audit --power-draws 100 --seeds 5 --draws 500 >audit-5.json
+audit --power-draws 100 --seeds 10 --draws 300 >audit-10.json
 # One run per line of the argument file: exit status 0 or not.
 runs() {
     local what=$1 n=$2 first=$3 width=$4; shift 4
@@ -113,10 +115,17 @@ for name, f, want in [
 ]:
     codes = [int(x) for x in open(f + ".codes").read().split()]
     line(name, codes, want)
-for seeds in (1, 5):
+drops = []
+for seeds in (1, 5, 10):
     a = json.load(open(f"audit-{seeds}.json"))
     lo, hi = a["false_alarm_ci"]
-    print(f"| `golden audit`{' --seeds 5' if seeds > 1 else ''} (simulated) | {a['draws']} | "
+    flag = f" --seeds {seeds}" if seeds > 1 else ""
+    print(f"| `golden audit`{flag} (simulated) | {a['draws']} | "
           f"{a['false_alarms']} | {100*a['false_alarm_rate']:.2f} % | {100*lo:.2f}-{100*hi:.2f} % | "
           f"<= {100*a['alpha_run']:.0f} % ({a['calibration_runs']} calibration runs) |")
+    rule = "seeds:critic/rewards/mean" if seeds > 1 else "golden:critic/rewards/mean"
+    shift = next((r["smallest_shift"] for r in a["rules"] if r["rule"] == rule), None)
+    drops.append(f"{seeds} seed(s): {shift or '-'}")
+print()
+print("smallest reward drop caught 80 % of the time (audit): " + "; ".join(drops))
 EOF
