@@ -53,8 +53,8 @@ pub(crate) fn audit(args: &AuditArgs, golden: Option<&Path>) -> Result<ExitStatu
         scenario.name,
         dir.display()
     );
-    let a = run_audit(&scenario.name, &scenario.checks, &g, opts).map_err(CommandError::invalid)?;
-    let mut a = a;
+    let mut a =
+        run_audit(&scenario.name, &scenario.checks, &g, opts).map_err(CommandError::invalid)?;
     a.stored = Some(
         match &g.audit {
             _ if args.save => "saved",
