@@ -250,13 +250,57 @@ pub(crate) struct RunArgs {
     /// that ran nothing is red, not green.
     #[arg(long)]
     pub(crate) fail_on_skip: bool,
+    /// Stop the run on purpose, as completed, once the wire shows the jobs initialized
+    /// (`initialize`) or step N over (`steps:N`): a propagation trial run as a Ray job.
+    #[arg(long, hide = true, value_name = "initialize|steps:N")]
+    pub(crate) stop_at: Option<crate::runner::StopAt>,
+    /// The experiment name a command trainer gets (`trainer.experiment_name`): a propagation
+    /// trial run as a Ray job shares its matrix's.
+    #[arg(long, hide = true, value_name = "NAME")]
+    pub(crate) experiment_name: Option<String>,
+}
+
+impl RunArgs {
+    /// The options of another command's runs submitted as Ray jobs (`golden calibrate`,
+    /// `propagate`, `bisect` with `--executor ray`): `scenario`'s runs, collected under `out`,
+    /// its goldens read from `golden`, with `set` and `hardware`; the rest as `run`'s defaults.
+    pub(crate) fn for_jobs(
+        scenario: &std::path::Path,
+        ray: RayArgs,
+        out: PathBuf,
+        golden: &std::path::Path,
+        hardware: Option<String>,
+        set: &[String],
+    ) -> RunArgs {
+        RunArgs {
+            scenarios: vec![scenario.to_path_buf()],
+            common: RunCommonArgs {
+                out,
+                golden: Some(golden.to_path_buf()),
+                seed: None,
+                steps: None,
+                set: set.to_vec(),
+                hardware,
+                no_progress: false,
+            },
+            seeds: None,
+            jobs: 1,
+            ray,
+            update_golden: false,
+            direct: false,
+            label: None,
+            fail_on_skip: false,
+            stop_at: None,
+            experiment_name: None,
+        }
+    }
 }
 
 /// Where the runs go: this host, or one Ray job each (`run`, `golden calibrate`).
 #[derive(Debug, Args, Clone, Default)]
 pub(crate) struct RayArgs {
-    /// Where the runs go: here, or one Ray job each (a scenario, or a seed of a calibration) on
-    /// the cluster at `--address`.
+    /// Where the runs go: here, or one Ray job each (a scenario; a seed of a calibration or of
+    /// a bisect's commit; a propagation trial) on the cluster at `--address`.
     #[arg(long, value_enum, default_value = "local")]
     pub(crate) executor: Executor,
     /// The Ray dashboard (jobs API) address, e.g. `http://HEAD:8265` (`--executor ray`).

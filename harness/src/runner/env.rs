@@ -156,9 +156,21 @@ pub(super) fn write_manifest(dir: &Path, m: &RunManifest) -> Result<(), Manifest
     m.write(dir)
 }
 
+/// The environment variable that carries `git describe` of the sources `var` names, where
+/// they were copied without their repository (a Ray job's shipped worktree).
+pub(crate) fn described_var(var: &str) -> String {
+    format!("RLHARNESS_DESCRIBED_{var}")
+}
+
+/// `git describe --always --dirty --tags` of the checkout at `dir`, or `None` when it is none.
+pub(crate) fn describe_checkout(dir: &Path) -> Option<String> {
+    git_in(dir, &["describe", "--always", "--dirty", "--tags"])
+}
+
 /// `git describe --always --dirty` of each source checkout a command driver names (by the
 /// environment variable that holds its path: the driver's `env`, else the harness's own), or
-/// why there is none.
+/// why there is none. A copy without its repository is described by what travelled with it
+/// ([`described_var`]).
 fn trainer_sources(plan: &RunPlan) -> BTreeMap<String, String> {
     let DriverSpec::Command(c) = &plan.scenario.driver else {
         return BTreeMap::new();
@@ -169,11 +181,13 @@ fn trainer_sources(plan: &RunPlan) -> BTreeMap<String, String> {
             let path = c.env.get(var).cloned().or_else(|| std::env::var(var).ok());
             let described = match path {
                 None => "(not set)".to_string(),
-                Some(p) => git_in(
-                    Path::new(&p),
-                    &["describe", "--always", "--dirty", "--tags"],
-                )
-                .unwrap_or_else(|| format!("(not a git checkout: {p})")),
+                Some(p) => describe_checkout(Path::new(&p))
+                    .or_else(|| {
+                        std::env::var(described_var(var))
+                            .ok()
+                            .filter(|d| !d.is_empty())
+                    })
+                    .unwrap_or_else(|| format!("(not a git checkout: {p})")),
             };
             (var.clone(), described)
         })

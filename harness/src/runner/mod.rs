@@ -96,6 +96,34 @@ pub enum StopAt {
     Steps(u64),
 }
 
+/// A `--stop-at` that names no stopping point.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("`{0}`: expected initialize or steps:N (N >= 1)")]
+pub struct UnknownStopAt(String);
+
+impl std::str::FromStr for StopAt {
+    type Err = UnknownStopAt;
+    fn from_str(s: &str) -> Result<Self, UnknownStopAt> {
+        match s {
+            "initialize" => Ok(StopAt::Initialized),
+            _ => match s.strip_prefix("steps:").map(str::parse::<u64>) {
+                Some(Ok(n)) if n >= 1 => Ok(StopAt::Steps(n)),
+                _ => Err(UnknownStopAt(s.to_string())),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for StopAt {
+    /// The form [`StopAt::from_str`] reads back (`run --stop-at`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopAt::Initialized => f.write_str("initialize"),
+            StopAt::Steps(n) => write!(f, "steps:{n}"),
+        }
+    }
+}
+
 /// How the run itself ended (before judging).
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunEnd {

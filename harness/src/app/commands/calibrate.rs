@@ -4,8 +4,9 @@ use std::path::{Path, PathBuf};
 
 use crate::app::ci_env;
 use crate::app::pipeline::run_one;
+use crate::app::scale::ray::{run_jobs, JobBatch, JobRun};
 use crate::checks::ChecksSpec;
-use crate::cli::{self, CalibrateArgs, Executor, RayArgs, RunArgs, RunCommonArgs};
+use crate::cli::{self, CalibrateArgs, Executor, RayArgs, RunArgs};
 use crate::compare::seeds::{self, parse_seed_range};
 use crate::compare::{budget, stability};
 use crate::error::{CommandError, ExitStatus};
@@ -474,30 +475,9 @@ async fn ray_runs(
     hardware: Option<String>,
     set: &[String],
 ) -> Result<Vec<(u64, Report)>, CommandError> {
-    let args = RunArgs {
-        scenarios: vec![file.to_path_buf()],
-        common: RunCommonArgs {
-            out,
-            golden: Some(golden_root.to_path_buf()),
-            seed: None,
-            steps: None,
-            set: set.to_vec(),
-            hardware,
-            no_progress: false,
-        },
-        seeds: None,
-        jobs: 1,
-        ray,
-        update_golden: false,
-        direct: false,
-        label: None,
-        fail_on_skip: false,
-    };
-    let runs: Vec<(PathBuf, Option<u64>)> = seeds
-        .iter()
-        .map(|s| (file.to_path_buf(), Some(*s)))
-        .collect();
-    let entries = crate::app::scale::ray::run_jobs(&runs, &args).await?;
+    let args = RunArgs::for_jobs(file, ray, out, golden_root, hardware, set);
+    let runs: Vec<JobRun> = seeds.iter().map(|s| JobRun::of(file, Some(*s))).collect();
+    let entries = run_jobs(&runs, &args, &JobBatch::default()).await?;
     let mut reports = Vec::new();
     for (seed, e) in seeds.iter().zip(entries) {
         let dir = e

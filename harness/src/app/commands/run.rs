@@ -18,6 +18,8 @@ pub(crate) fn run_options(args: &RunArgs) -> RunOptions {
         ci: ci_env(),
         direct: args.direct,
         label: args.label.clone(),
+        stop_at: args.stop_at,
+        experiment_name: args.experiment_name.clone(),
         ..args.common.options(
             args.scenarios
                 .first()

@@ -81,7 +81,7 @@ pub(super) fn entry_of(p: &Planned, w: &Watched, out: &Path) -> Entry {
         placement.push_str(&format!(" (first step {s:.1} s after submission)"));
     }
     let fail = |summary: String, dir: Option<PathBuf>| Entry {
-        file: p.file.display().to_string(),
+        file: p.file().display().to_string(),
         scenario: p.name.clone(),
         status: ExitStatus::RunFailed,
         summary,
@@ -163,7 +163,7 @@ pub(super) fn entry_of(p: &Planned, w: &Watched, out: &Path) -> Entry {
             let expected_failure =
                 status == ExitStatus::Passed && summary.starts_with("expected failure");
             Entry {
-                file: p.file.display().to_string(),
+                file: p.file().display().to_string(),
                 scenario,
                 status,
                 summary,

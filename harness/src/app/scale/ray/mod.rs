@@ -17,10 +17,15 @@
 //!   finished steps come back in the frame.
 //! - Ctrl-C stops every job this invocation submitted (and says which, and how to stop any
 //!   that would not stop).
+//! - Other commands submit their runs the same way ([`run_jobs`], one [`JobRun`] each, a
+//!   [`JobBatch`] saying how many at once): `golden calibrate` one job per seed, `propagate`
+//!   one per trial (its overrides, steps, hidden `--stop-at` and `--experiment-name`), `bisect`
+//!   one per seed or trial of a commit, whose worktree travels in the package (`sources/VAR/`).
 //!
 //! By part: `client.rs` the Jobs API, `plan.rs` the planned jobs and their package, `submit.rs`
 //! what a submission carries, `watch.rs` a job followed to its end, `collect.rs` what it
-//! brought back, `matrix.rs` the whole run, and the job's own entrypoint is `app/commands/job_entry.rs`.
+//! brought back, `matrix.rs` the whole run, and the job's own entrypoint is
+//! `app/commands/job_entry.rs`.
 
 mod client;
 mod collect;
@@ -33,7 +38,10 @@ mod watch;
 
 pub use client::{RayClient, RayError};
 pub(crate) use matrix::{run_jobs, run_matrix};
+pub(crate) use plan::{JobBatch, JobRun};
 
 /// Where the package puts things (relative to the job's working directory).
 const OUT_DIR: &str = "out";
 const GOLDEN_DIR: &str = "golden";
+/// Shipped trainer sources: `sources/<VAR>/`.
+const SOURCES_DIR: &str = "sources";

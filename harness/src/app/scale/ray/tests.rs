@@ -7,7 +7,7 @@ use clap::Parser;
 use serde_json::json;
 
 use super::client::RayClient;
-use super::plan::{package_root, Planned};
+use super::plan::{package_root, JobRun, Package, Planned};
 use super::submit::{entrypoint, job_env_vars, resources};
 use super::watch::{last_step, StepLine};
 use crate::app::scale::ray_auth::RayToken;
@@ -23,6 +23,18 @@ fn run_args(extra: &[&str]) -> RunArgs {
     }
 }
 
+fn planned(in_package: &str, run: JobRun) -> Planned {
+    Planned {
+        index: 0,
+        run,
+        in_package: in_package.into(),
+        name: "x".into(),
+        gpus: 0,
+        gpu_name: None,
+        queue: Duration::from_secs(1),
+    }
+}
+
 #[test]
 fn the_entrypoint_quotes_what_it_passes_on() {
     let args = run_args(&[
@@ -35,43 +47,88 @@ fn the_entrypoint_quotes_what_it_passes_on() {
         "--steps",
         "3",
     ]);
-    let e = entrypoint(&args, "scenarios/smoke/x.yaml", None);
-    assert!(e.starts_with("chmod +x rlharness"), "{e}");
-    assert!(
-        e.ends_with(
-            "exec ./rlharness job-entry scenarios/smoke/x.yaml --out out --golden golden \
-             --steps 3 --set 'config.a=it'\\''s'"
-        ),
-        "{e}"
+    let shipped = Package {
+        executables: vec!["rlharness".into(), "my scripts/run.sh".into()],
+        ..Package::default()
+    };
+    let p = planned("scenarios/smoke/x.yaml", JobRun::default());
+    let e = entrypoint(&args, &p, &shipped);
+    assert_eq!(
+        e,
+        "chmod +x rlharness 'my scripts/run.sh' 2>/dev/null; exec ./rlharness job-entry \
+         scenarios/smoke/x.yaml --out out --golden golden --steps 3 --set 'config.a=it'\\''s'"
     );
     let remote = run_args(&["--remote-bin", "/opt/rl harness"]);
+    let p = planned("s.yaml", JobRun::default());
     assert_eq!(
-        entrypoint(&remote, "s.yaml", None),
+        entrypoint(&remote, &p, &Package::default()),
         "exec '/opt/rl harness' job-entry s.yaml --out out --golden golden"
     );
     // A calibration's job runs its own seed, in place of the run's.
     let seeded = run_args(&["--remote-bin", "rlh", "--seed", "3"]);
+    let seven = planned("s.yaml", JobRun::of(Path::new("s.yaml"), Some(7)));
     assert_eq!(
-        entrypoint(&seeded, "s.yaml", Some(7)),
+        entrypoint(&seeded, &seven, &Package::default()),
         "exec rlh job-entry s.yaml --out out --golden golden --seed 7"
     );
     assert_eq!(
-        entrypoint(&seeded, "s.yaml", None),
+        entrypoint(&seeded, &p, &Package::default()),
         "exec rlh job-entry s.yaml --out out --golden golden --seed 3"
     );
+}
+
+/// A propagation trial's job: its overrides after the invocation's, its steps, its stop point
+/// and its matrix's experiment name; a bisect's shipped sources named by their place in the
+/// job's working directory (expanded there), last.
+#[test]
+fn a_trial_job_runs_what_a_local_trial_runs() {
+    let args = run_args(&["--remote-bin", "rlh", "--set", "driver.plant=[x]"]);
+    let trial = JobRun {
+        set: vec!["++config.a.b=2".into()],
+        steps: Some(20),
+        stop_at: Some("steps:1".parse().unwrap()),
+        experiment_name: Some("smoke-propagate".into()),
+        ..JobRun::of(Path::new("s.yaml"), None)
+    };
+    let shipped = Package {
+        sources: vec![(
+            "ARCTIC_SRC".into(),
+            "sources/ARCTIC_SRC".into(),
+            Some("v1.2-3-gabc".into()),
+        )],
+        ..Package::default()
+    };
+    assert_eq!(
+        entrypoint(&args, &planned("s.yaml", trial), &shipped),
+        "export RLHARNESS_DESCRIBED_ARCTIC_SRC=v1.2-3-gabc; exec rlh job-entry s.yaml --out out --golden golden --steps 20 --set \
+         'driver.plant=[x]' --set ++config.a.b=2 --set \
+         \"driver.env.ARCTIC_SRC=$PWD/sources/ARCTIC_SRC\" --stop-at steps:1 \
+         --experiment-name smoke-propagate"
+    );
+}
+
+/// `run --stop-at` reads what it writes, and nothing else.
+#[test]
+fn the_stop_point_round_trips() {
+    use crate::runner::StopAt;
+    for s in [StopAt::Initialized, StopAt::Steps(3)] {
+        assert_eq!(s.to_string().parse::<StopAt>(), Ok(s));
+    }
+    for bad in ["steps:0", "step:1", "first-update", ""] {
+        let e = bad.parse::<StopAt>().unwrap_err().to_string();
+        assert!(e.contains("expected initialize or steps:N"), "{e}");
+    }
+    let args = run_args(&["--stop-at", "initialize", "--experiment-name", "e"]);
+    assert_eq!(args.stop_at, Some(StopAt::Initialized));
+    assert_eq!(args.experiment_name.as_deref(), Some("e"));
 }
 
 #[test]
 fn resources_come_from_requires() {
     let p = Planned {
-        index: 0,
-        seed: None,
-        file: "x.yaml".into(),
-        in_package: "x.yaml".into(),
-        name: "x".into(),
         gpus: 2,
         gpu_name: Some("h200".into()),
-        queue: Duration::from_secs(1),
+        ..planned("x.yaml", JobRun::default())
     };
     let r = resources(&p, &run_args(&[]));
     assert_eq!(r["entrypoint_num_gpus"], json!(2));

@@ -57,11 +57,13 @@ pub(super) struct Watched {
     pub(super) seconds: f64,
 }
 
-/// Shows a job's progress: a bar on a terminal, a line per new step otherwise.
+/// Shows a job's progress: a bar on a terminal, a line per new step otherwise, or nothing
+/// (the job is a run of another command's matrix, which shows its own progress).
 pub(super) struct Shown {
     bar: Option<indicatif::ProgressBar>,
     label: String,
     last: u64,
+    hidden: bool,
 }
 
 impl Shown {
@@ -81,16 +83,27 @@ impl Shown {
             bar,
             label,
             last: 0,
+            hidden: false,
+        }
+    }
+    /// Nothing shown; the job's states go to the log (`-v`).
+    pub(super) fn hidden(label: String) -> Shown {
+        Shown {
+            bar: None,
+            label,
+            last: 0,
+            hidden: true,
         }
     }
     fn state(&self, text: &str) {
         match &self.bar {
             Some(b) => b.set_message(text.to_string()),
+            None if self.hidden => tracing::info!("{}: {text}", self.label),
             None => eprintln!("{}: {text}", self.label),
         }
     }
     fn step(&mut self, s: &StepLine, since_first: Option<Duration>) {
-        if s.step == self.last {
+        if s.step == self.last || self.hidden {
             return;
         }
         self.last = s.step;
