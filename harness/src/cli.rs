@@ -144,6 +144,10 @@ pub(crate) enum Command {
         /// none.
         #[arg(long)]
         no_progress: bool,
+        /// `--executor ray --address …`: each trial run one Ray job (`--jobs` of them in
+        /// flight), its run directory brought back and judged here.
+        #[command(flatten)]
+        ray: RayArgs,
     },
 }
 

@@ -40,6 +40,7 @@ impl From<PropagateError> for CommandError {
     fn from(e: PropagateError) -> Self {
         let status = match &e {
             PropagateError::Input(_) => ExitStatus::InvalidInput,
+            PropagateError::Executor(e) => e.status,
             PropagateError::Baseline(_) | PropagateError::Report(_) | PropagateError::Fs(_) => {
                 ExitStatus::RunFailed
             }

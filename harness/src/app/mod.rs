@@ -91,6 +91,7 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
             require_observed,
             knobs,
             no_progress,
+            ray,
         } => {
             let options = MatrixOptions {
                 until,
@@ -100,7 +101,7 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
                 knobs,
                 progress: !no_progress,
             };
-            commands::propagate::propagate(&scenario, &out, &set, &options).await
+            commands::propagate::propagate(&scenario, &out, &set, &options, ray).await
         }
     }
 }

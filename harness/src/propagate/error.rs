@@ -18,6 +18,10 @@ pub enum PropagateError {
     /// A file of the matrix could not be written.
     #[error(transparent)]
     Fs(#[from] FsError),
+    /// The trials' executor elsewhere could not run them (`--executor ray`: a cluster that
+    /// cannot be reached or refuses the token, a package that cannot be made); its exit status.
+    #[error("{0}")]
+    Executor(crate::error::CommandError),
 }
 
 impl PropagateError {
@@ -28,6 +32,10 @@ impl PropagateError {
             Self::Baseline(m) => Self::Baseline(format!("{m}; {note}")),
             Self::Report(m) => Self::Report(format!("{m}; {note}")),
             Self::Fs(e) => Self::Baseline(format!("{e}; {note}")),
+            Self::Executor(e) => Self::Executor(crate::error::CommandError::new(
+                e.status,
+                format!("{e}; {note}"),
+            )),
         }
     }
 }

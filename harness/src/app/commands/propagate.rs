@@ -2,19 +2,29 @@
 
 use std::path::Path;
 
+use crate::app::scale::ray::RayJobs;
+use crate::cli::{Executor, RayArgs};
 use crate::error::{CommandError, ExitStatus};
-use crate::propagate::command::{run_matrix, write_reports, MatrixOptions};
+use crate::propagate::command::{run_matrix_on, write_reports, MatrixOptions, TrialExecutor};
 
-/// Run the matrix of `scenario` and write `propagation.{md,html,junit.xml}` under
-/// `out/<scenario>/propagate-<stamp>/`. Exit: 0 nothing flagged but known gaps, 1 a new flag or
-/// a known gap that closed, 2 a bad manifest or scenario, 3 a run failed.
+/// Run the matrix of `scenario` (each trial here, or one Ray job each with `--executor ray`)
+/// and write `propagation.{md,html,junit.xml}` under `out/<scenario>/propagate-<stamp>/`.
+/// Exit: 0 nothing flagged but known gaps, 1 a new flag or a known gap that closed, 2 a bad
+/// manifest or scenario, 3 a run failed.
 pub(crate) async fn propagate(
     scenario: &Path,
     out: &Path,
     set: &[String],
     options: &MatrixOptions,
+    ray: RayArgs,
 ) -> Result<ExitStatus, CommandError> {
-    let (report, dir, failed) = run_matrix(scenario, out, set, options).await?;
+    let jobs = match ray.executor {
+        Executor::Local => None,
+        Executor::Ray => Some(RayJobs::new(ray)?),
+    };
+    let trials = jobs.as_ref().map(|j| j.trials(&[]));
+    let remote = trials.as_ref().map(|t| t as &dyn TrialExecutor);
+    let (report, dir, failed) = run_matrix_on(scenario, out, set, options, remote).await?;
     write_reports(&report, &dir)?;
     outln!("{}", report.terminal_summary());
     let mut status = if report.passed() {

@@ -7,6 +7,7 @@
 mod judge;
 mod progress;
 mod runs;
+mod trial;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -23,6 +24,7 @@ use crate::fsx;
 use judge::{judge_all, judge_unit};
 use progress::MatrixProgress;
 use runs::{describe_driver, Executor, RunSet};
+pub(crate) use trial::{RemoteEnd, RemoteTrial, TrialDone, TrialExecutor};
 
 /// Runs in flight at once by default: each is a backend, a proxy and a driver (or a trainer
 /// process).
@@ -247,6 +249,18 @@ pub async fn run_matrix(
     set: &[String],
     options: &MatrixOptions,
 ) -> Result<(PropagationReport, PathBuf, bool), PropagateError> {
+    run_matrix_on(scenario, out, set, options, None).await
+}
+
+/// [`run_matrix`], each trial run through `remote` when given (`--executor ray`) instead of
+/// here: the same plan, rounds, splits and judging, from the run directories it brings back.
+pub(crate) async fn run_matrix_on(
+    scenario: &Path,
+    out: &Path,
+    set: &[String],
+    options: &MatrixOptions,
+    remote: Option<&dyn TrialExecutor>,
+) -> Result<(PropagationReport, PathBuf, bool), PropagateError> {
     let started = Instant::now();
     let invalid = |e: crate::spec::SpecErrors| PropagateError::Input(e.to_string());
     let base = crate::spec::load_scenario(scenario, set).map_err(invalid)?;
@@ -306,7 +320,8 @@ pub async fn run_matrix(
         experiment: format!("{}-propagate", base.name),
         jobs: if fixed_port { 1 } else { options.jobs.max(1) },
         config: &base_config,
-        progress: MatrixProgress::new(&base.name, options.progress),
+        progress: std::sync::Arc::new(MatrixProgress::new(&base.name, options.progress)),
+        remote,
     };
     let mut rs = RunSet::default();
     let ran = run_units(&exec, &m, &plan, units, &mut rs).await;

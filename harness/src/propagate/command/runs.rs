@@ -8,21 +8,12 @@ use std::time::Instant;
 use futures_util::StreamExt;
 use serde_json::Value;
 
+use super::trial::{remote_ended, trial_result, Ended, RemoteTrial, TrialDone, TrialExecutor};
 use super::{MatrixOptions, MatrixProgress, RunResult};
-use crate::propagate::group;
 use crate::propagate::wire::{WireCut, WireSnapshot};
 use crate::propagate::PropagateError;
 use crate::runner::{self, RunEnd, RunOptions};
-
-/// Why a trainer's run shows nothing on the wire, when it cannot: it talks over Ray.
-pub(super) fn over_ray(config: &Value) -> Option<String> {
-    let protocol = crate::driver::translate::lookup(config, group::TRANSPORT)?;
-    (protocol.as_str() == Some("ray")).then(|| {
-        "not observable over Ray: the trainer's Arctic client talks to the server over Ray, \
-         which the recording proxy cannot see; run with remote_backend.comms.protocol=http"
-            .to_string()
-    })
-}
+use std::sync::{Arc, Mutex};
 
 /// A filesystem-safe label for a run folder.
 fn slug(s: &str) -> String {
@@ -67,7 +58,9 @@ pub(super) struct Executor<'a> {
     pub(super) jobs: usize,
     /// The scenario's resolved config (what a knob's conditions read before any run).
     pub(super) config: &'a Value,
-    pub(super) progress: MatrixProgress,
+    pub(super) progress: Arc<MatrixProgress>,
+    /// Where the trials run when not here (`--executor ray`).
+    pub(super) remote: Option<&'a dyn TrialExecutor>,
 }
 
 impl Executor<'_> {
@@ -105,41 +98,135 @@ impl Executor<'_> {
         rs: &mut RunSet,
         mut todo: Vec<Todo>,
     ) -> Result<(), PropagateError> {
+        rs.executed += todo.len();
+        if let Some(k) = todo.iter().position(|t| rs.runs[t.index].is_empty()) {
+            let finished = self.run_all(vec![todo.remove(k)]).await?;
+            for (i, r) in finished {
+                if let Err(e) = baseline_wire(self.scenario, &rs.runs[i], &r) {
+                    let left = todo.len();
+                    return Err(e.with_note(&format!("the other {left} runs were not started")));
+                }
+                rs.results[i] = Some(r);
+            }
+        }
+        for (i, r) in self.run_all(todo).await? {
+            rs.results[i] = Some(r);
+        }
+        Ok(())
+    }
+
+    /// Run `todo`, `jobs` in flight: here, or through the remote executor.
+    async fn run_all(&self, todo: Vec<Todo>) -> Result<Vec<(usize, RunResult)>, PropagateError> {
+        if let Some(remote) = self.remote {
+            return self.run_remote(remote, todo).await;
+        }
         let run = |t: Todo| {
             let o = self.run_options(t.dir.clone(), t.reach);
             let stop_at = self.stop_at(t.reach);
             async move {
                 let started = Instant::now();
-                let r = execute_trial(t.plan, o, &t.label, &t.dir, stop_at, t.reach).await;
+                let r = execute_trial(t.plan, o, &t.label, stop_at, t.reach).await;
                 self.progress
                     .finished(&t.shown, &r, started.elapsed().as_secs_f64());
                 (t.index, r)
             }
         };
-        rs.executed += todo.len();
-        if let Some(k) = todo.iter().position(|t| rs.runs[t.index].is_empty()) {
-            let (i, r) = run(todo.remove(k)).await;
-            if let Err(e) = baseline_wire(self.scenario, &rs.runs[i], &r) {
-                let left = todo.len();
-                return Err(e.with_note(&format!("the other {left} runs were not started")));
-            }
-            rs.results[i] = Some(r);
-        }
-        let finished: Vec<(usize, RunResult)> = futures_util::stream::iter(todo)
+        Ok(futures_util::stream::iter(todo)
             .map(run)
             .buffer_unordered(self.jobs)
             .collect()
-            .await;
-        for (i, r) in finished {
-            rs.results[i] = Some(r);
+            .await)
+    }
+
+    /// Run `todo` elsewhere: each trial as `run` takes it (the matrix's `--set` and its
+    /// overrides, its steps, stop point and the matrix's experiment name), its run directory
+    /// brought back to the folder a local trial uses, and judged from there as a local one.
+    async fn run_remote(
+        &self,
+        remote: &dyn TrialExecutor,
+        todo: Vec<Todo>,
+    ) -> Result<Vec<(usize, RunResult)>, PropagateError> {
+        let trials: Vec<RemoteTrial> = todo
+            .iter()
+            .map(|t| {
+                let o = self.run_options(t.dir.clone(), t.reach);
+                let mut set = self.set.to_vec();
+                set.extend(t.overrides.iter().cloned());
+                RemoteTrial {
+                    set,
+                    // A command trainer's horizon: the scenario's, as its plan has it.
+                    steps: o.steps.or(Some(t.plan.scenario.steps)),
+                    stop_at: o.stop_at,
+                    experiment_name: self.experiment.clone(),
+                    label: t.shown.clone(),
+                }
+            })
+            .collect();
+        struct Slot {
+            index: usize,
+            dir: PathBuf,
+            label: String,
+            shown: String,
+            config: Value,
+            stop_at: Option<runner::StopAt>,
+            reach: WireCut,
         }
-        Ok(())
+        let slots: Vec<Slot> = todo
+            .into_iter()
+            .map(|t| Slot {
+                index: t.index,
+                stop_at: self.stop_at(t.reach),
+                config: t.plan.scenario.config.to_json(),
+                dir: t.dir,
+                label: t.label,
+                shown: t.shown,
+                reach: t.reach,
+            })
+            .collect();
+        let results: Arc<Mutex<Vec<Option<RunResult>>>> =
+            Arc::new(Mutex::new((0..slots.len()).map(|_| None).collect()));
+        let slots = Arc::new(slots);
+        let done: TrialDone = {
+            let (slots, results, progress) =
+                (slots.clone(), results.clone(), self.progress.clone());
+            Arc::new(move |k, end, seconds| {
+                let s = &slots[k];
+                let r = match remote_ended(end, &s.dir) {
+                    Ok(ended) => {
+                        trial_result(ended, s.config.clone(), &s.label, s.stop_at, s.reach)
+                    }
+                    Err(why) => RunResult::Failed(why),
+                };
+                progress.finished(&s.shown, &r, seconds);
+                crate::util::lock(&results)[k] = Some(r);
+            })
+        };
+        let collected = self.dir.join("ray");
+        remote
+            .run(self.scenario, trials, self.jobs, &collected, done)
+            .await?;
+        // What did not come back into a trial's folder stays where it was collected; the
+        // folder itself (the scenario's `latest` links) goes.
+        let _ = std::fs::remove_dir_all(&collected);
+        let mut results = std::mem::take(&mut *crate::util::lock(&results));
+        Ok(slots
+            .iter()
+            .zip(results.iter_mut())
+            .map(|(s, r)| {
+                let r = r
+                    .take()
+                    .unwrap_or_else(|| RunResult::Failed("the trial's run did not end".into()));
+                (s.index, r)
+            })
+            .collect())
     }
 }
 
 /// One run to execute: its index in the [`RunSet`], plan, folder and label.
 pub(super) struct Todo {
     index: usize,
+    /// The run's overrides (after the matrix's `--set`).
+    overrides: Vec<String>,
     plan: crate::plan::RunPlan,
     dir: PathBuf,
     label: String,
@@ -237,6 +324,7 @@ impl RunSet {
             let dir = exec.dir.join(format!("{i:03}-{}", slug(&label)));
             todo.push(Todo {
                 index: i,
+                overrides: overrides.clone(),
                 plan: run_plan,
                 shown: MatrixProgress::shown(overrides.len(), &label, &dir),
                 dir,
@@ -295,58 +383,27 @@ pub(super) fn describe_driver(driver: &crate::driver::DriverSpec) -> (String, bo
     }
 }
 
-/// One trial run, and what its wire shows (cut where a stopped trial was stopped).
+/// One trial run here, and what its wire shows (cut where a stopped trial was stopped).
 async fn execute_trial(
     run_plan: crate::plan::RunPlan,
     o: RunOptions,
     label: &str,
-    run_dir: &Path,
     stop_at: Option<runner::StopAt>,
     reach: WireCut,
 ) -> RunResult {
-    let cut = match stop_at {
-        Some(runner::StopAt::Initialized) => Some(WireCut::Initialized),
-        Some(runner::StopAt::Steps(n)) => Some(WireCut::Steps(n)),
-        None => None,
-    };
     let config = run_plan.scenario.config.to_json();
-    let ray = over_ray(&config);
-    let tail = |t: &Option<String>| match t {
-        Some(t) => format!("; the trainer's last lines:\n{t}"),
-        None => String::new(),
-    };
     let ex = match runner::execute(run_plan, &o).await {
         Ok(ex) => ex,
         Err(e) => return RunResult::Failed(e.to_string()),
     };
-    // A trainer that sent nothing through the proxy: over Ray, or broken.
-    let silent = std::fs::metadata(ex.run_dir.join("wire.jsonl")).map_or(true, |m| m.len() == 0);
-    match (&ex.end, silent, ray) {
-        (_, true, Some(why)) => RunResult::NotObservable(why),
-        (_, true, None) => RunResult::Failed(format!(
-            "the trainer never reached the wire in the run with {label} ({}, {}){}",
-            ex.end
-                .reason()
-                .unwrap_or_else(|| "it exited cleanly".into()),
-            run_dir.display(),
-            tail(&ex.trainer_tail)
-        )),
-        (RunEnd::Completed, false, _) => match WireSnapshot::load_run_until(&ex.run_dir, cut) {
-            Ok(wire) => RunResult::Ran {
-                wire,
-                config,
-                dir: ex.run_dir.clone(),
-                reach,
-            },
-            Err(e) => RunResult::Failed(e.to_string()),
-        },
-        (end, false, _) => RunResult::Failed(format!(
-            "{} ({}){}",
-            end.reason().unwrap_or_else(|| end.status().to_string()),
-            run_dir.display(),
-            tail(&ex.trainer_tail)
-        )),
-    }
+    let ended = Ended {
+        completed: ex.end == RunEnd::Completed,
+        status: ex.end.status().to_string(),
+        reason: ex.end.reason(),
+        trainer_tail: ex.trainer_tail.clone(),
+        run_dir: ex.run_dir.clone(),
+    };
+    trial_result(ended, config, label, stop_at, reach)
 }
 
 /// A baseline run's wire, or why it leaves nothing to judge against.

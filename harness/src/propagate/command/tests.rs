@@ -1,4 +1,4 @@
-use super::runs::over_ray;
+use super::trial::over_ray;
 use super::*;
 
 #[test]

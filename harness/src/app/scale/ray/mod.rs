@@ -24,7 +24,8 @@
 //!
 //! By part: `client.rs` the Jobs API, `plan.rs` the planned jobs and their package, `submit.rs`
 //! what a submission carries, `watch.rs` a job followed to its end, `collect.rs` what it
-//! brought back, `matrix.rs` the whole run, and the job's own entrypoint is
+//! brought back, `matrix.rs` the whole run, `trials.rs` another command's runs over several
+//! calls (a matrix's trials, a bisect's seeds), and the job's own entrypoint is
 //! `app/commands/job_entry.rs`.
 
 mod client;
@@ -34,11 +35,13 @@ mod plan;
 mod submit;
 #[cfg(test)]
 mod tests;
+mod trials;
 mod watch;
 
 pub use client::{RayClient, RayError};
 pub(crate) use matrix::{run_jobs, run_matrix};
 pub(crate) use plan::{JobBatch, JobRun};
+pub(crate) use trials::RayJobs;
 
 /// Where the package puts things (relative to the job's working directory).
 const OUT_DIR: &str = "out";
