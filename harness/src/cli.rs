@@ -390,15 +390,20 @@ pub(crate) struct BisectArgs {
     /// calibrated window is used.
     #[arg(long)]
     pub(crate) metric: Option<String>,
+    /// `--executor ray --address …`: each seed (or, with `--propagate`, each trial) of a
+    /// commit one Ray job, the commit's worktree shipped with it.
+    #[command(flatten)]
+    pub(crate) ray: RayArgs,
 }
 
-/// Where `rlharness run` runs its scenarios (and `golden calibrate` its seeds).
+/// Where `rlharness run` runs its scenarios (`golden calibrate` its seeds, `propagate` its
+/// trials, `bisect` a commit's runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub(crate) enum Executor {
     /// On this host (`--jobs` side by side).
     #[default]
     Local,
-    /// One Ray job per scenario, through the Ray Jobs REST API at `--address`.
+    /// One Ray job per run, through the Ray Jobs REST API at `--address`.
     Ray,
 }
 

@@ -8,18 +8,22 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use std::sync::Arc;
+
 use crate::app::pipeline::run_one;
+use crate::app::scale::ray::{run_jobs, JobRun, OnDone, RayJobs};
 use crate::bisect::cache::Cache;
 use crate::bisect::git::{self, Worktrees};
 use crate::bisect::judge::{self, Ask, Judge};
 use crate::bisect::search::{Next, Search};
 use crate::bisect::sprt::{Decision, Sprt};
 use crate::bisect::{page, BisectReport, Commit, Tested, Trial, Verdict};
-use crate::cli::{self, BisectArgs};
+use crate::cli::{self, BisectArgs, Executor};
 use crate::compare::expr::fmt_num;
 use crate::error::{CommandError, ExitStatus};
 use crate::history::trend::Window;
-use crate::propagate::command::{run_matrix, MatrixOptions};
+use crate::propagate::command::{run_matrix_on, MatrixOptions, TrialExecutor};
+use crate::report::Report;
 use crate::rundir::RunStatus;
 use crate::runner::RunOptions;
 use crate::spec::{self, Scenario};
@@ -36,6 +40,8 @@ struct Bench<'a> {
     judge: Judge,
     cache: Cache,
     worktrees: Worktrees,
+    /// `--executor ray`: each run of a commit one Ray job, its worktree shipped with it.
+    ray: Option<RayJobs>,
 }
 
 pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError> {
@@ -48,6 +54,10 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
     if args.jobs == 0 || args.max_seeds == 0 {
         return Err(CommandError::invalid("--jobs and --max-seeds: at least 1"));
     }
+    let ray = match args.ray.executor {
+        Executor::Local => None,
+        Executor::Ray => Some(RayJobs::new(args.ray.clone())?),
+    };
     let scenario = spec::load_scenario(&args.scenario, &args.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     let var = judge::source_var(&scenario, args.source.as_deref())?;
@@ -142,6 +152,7 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
         worktrees: Worktrees::new(&args.repo, &out.join("worktrees"))?,
         judge,
         cache,
+        ray,
     };
     let mut report = BisectReport {
         format: "rlharness-bisect/1".into(),
@@ -270,14 +281,23 @@ impl Bench<'_> {
         let mut trials = cached;
         if !decided {
             let dir = self.worktrees.checkout(commit)?;
-            set.push(format!("driver.env.{}={}", self.var, dir.display()));
+            // Here the runs read the worktree where it is; a Ray job gets it in its package
+            // and the setting pointed at its place there.
+            let sources = vec![(self.var.clone(), dir.clone())];
+            if self.ray.is_none() {
+                set.push(format!("driver.env.{}={}", self.var, dir.display()));
+            }
             let runs_out = self.out.join("runs").join(commit.short());
             let result = match &self.judge {
                 Judge::Scenario { sprt, .. } => {
-                    self.seeds(sprt, &set, &runs_out, &mut trials).await
+                    self.seeds(sprt, &set, &runs_out, &sources, &mut trials)
+                        .await
                 }
                 Judge::Propagate(o) => {
-                    trials.push(propagate_trial(&self.args.scenario, &set, &runs_out, o).await);
+                    let trials_on = self.ray.as_ref().map(|r| r.trials(&sources));
+                    let remote = trials_on.as_ref().map(|t| t as &dyn TrialExecutor);
+                    let t = propagate_trial(&self.args.scenario, &set, &runs_out, o, remote).await;
+                    trials.push(t);
                     Ok(())
                 }
             };
@@ -304,9 +324,9 @@ impl Bench<'_> {
         sprt: &Sprt,
         set: &[String],
         out: &Path,
+        sources: &[(String, PathBuf)],
         trials: &mut Vec<Trial>,
     ) -> Result<(), CommandError> {
-        use futures_util::StreamExt;
         let Judge::Scenario { test, .. } = &self.judge else {
             return Ok(());
         };
@@ -333,20 +353,8 @@ impl Bench<'_> {
                 .filter(|s| !used.contains(s))
                 .take(left.min(self.args.jobs))
                 .collect();
-            let opts = RunOptions {
-                set: set.to_vec(),
-                hardware: self.hardware.clone(),
-                ..RunOptions::new(out.to_path_buf(), self.golden.clone())
-            };
-            let mut runs = futures_util::stream::iter(seeds.iter().map(|&seed| {
-                let mut o = opts.clone();
-                o.seed = Some(seed);
-                let file = self.args.scenario.clone();
-                async move { (seed, run_one(&file, &o).await) }
-            }))
-            .buffer_unordered(self.args.jobs);
             let mut batch = Vec::new();
-            while let Some((seed, result)) = runs.next().await {
+            for (seed, result) in self.run_seeds(&seeds, set, out, sources).await? {
                 batch.push(seed_trial(seed, result, &window)?);
             }
             batch.sort_by_key(|t| t.seed);
@@ -363,6 +371,64 @@ impl Bench<'_> {
                 );
             }
         }
+    }
+}
+
+impl Bench<'_> {
+    /// One run of the scenario per seed, `--jobs` side by side: here, or one Ray job each
+    /// (`sources` shipped), its run directory brought back and judged here as `golden
+    /// calibrate` judges one.
+    async fn run_seeds(
+        &self,
+        seeds: &[u64],
+        set: &[String],
+        out: &Path,
+        sources: &[(String, PathBuf)],
+    ) -> Result<Vec<(u64, Result<Report, CommandError>)>, CommandError> {
+        use futures_util::StreamExt;
+        let file = &self.args.scenario;
+        let Some(ray) = &self.ray else {
+            let opts = RunOptions {
+                set: set.to_vec(),
+                hardware: self.hardware.clone(),
+                ..RunOptions::new(out.to_path_buf(), self.golden.clone())
+            };
+            return Ok(futures_util::stream::iter(seeds.iter().map(|&seed| {
+                let mut o = opts.clone();
+                o.seed = Some(seed);
+                async move { (seed, run_one(file, &o).await) }
+            }))
+            .buffer_unordered(self.args.jobs)
+            .collect()
+            .await);
+        };
+        let args = ray.args(file, out, &self.golden, self.hardware.clone(), set);
+        let runs: Vec<JobRun> = seeds.iter().map(|s| JobRun::of(file, Some(*s))).collect();
+        // The bisect's own lines say what each seed gave.
+        let quiet: OnDone = Arc::new(|_, _| {});
+        let batch = ray.batch(self.args.jobs, sources, Some(quiet));
+        let entries = run_jobs(&runs, &args, &batch).await?;
+        if ray.interrupted() {
+            return Err(CommandError::run_failed("interrupted: the bisect stops"));
+        }
+        Ok(seeds
+            .iter()
+            .zip(entries)
+            .map(|(seed, e)| {
+                let report = match e.run_dir.filter(|d| d.join("run.json").is_file()) {
+                    Some(dir) => {
+                        crate::report::seeds::judge_stored(&dir, &self.golden).map_err(|err| {
+                            CommandError::run_failed(format!("{}: {err}", dir.display()))
+                        })
+                    }
+                    None => Err(CommandError::new(
+                        e.status,
+                        format!("{} ({})", e.summary, e.placement),
+                    )),
+                };
+                (*seed, report)
+            })
+            .collect())
     }
 }
 
@@ -415,8 +481,9 @@ async fn propagate_trial(
     set: &[String],
     out: &Path,
     options: &MatrixOptions,
+    remote: Option<&dyn TrialExecutor>,
 ) -> Trial {
-    match run_matrix(scenario, out, set, options).await {
+    match run_matrix_on(scenario, out, set, options, remote).await {
         Ok((report, _, failed)) => {
             let flags: Vec<&str> = report
                 .knobs

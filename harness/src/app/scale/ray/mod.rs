@@ -40,7 +40,7 @@ mod watch;
 
 pub use client::{RayClient, RayError};
 pub(crate) use matrix::{run_jobs, run_matrix};
-pub(crate) use plan::{JobBatch, JobRun};
+pub(crate) use plan::{JobBatch, JobRun, OnDone};
 pub(crate) use trials::RayJobs;
 
 /// Where the package puts things (relative to the job's working directory).
