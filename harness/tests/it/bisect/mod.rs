@@ -10,7 +10,7 @@
 
 mod real_verl;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
@@ -128,11 +128,11 @@ pub(super) fn checkout_untouched(dir: &Path, head: &str) {
     assert_eq!(git(dir, &["worktree", "list"]).lines().count(), 1);
 }
 
-const STANDIN: &str = "harness/tests/fixtures/bisect/standin.yaml";
+pub(super) const STANDIN: &str = "harness/tests/fixtures/bisect/standin.yaml";
 
 /// `rlharness ARGS` from the repository root; `ci`: with `CI=true` (the golden store is then
 /// read only), else without it (to bless and calibrate in the test's own store).
-fn rlharness(args: &[&str], ci: bool) -> Output {
+pub(super) fn rlharness(args: &[&str], ci: bool) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rlharness"));
     c.current_dir(repo()).args(args).env("RUST_LOG", "error");
     if ci {
@@ -143,25 +143,23 @@ fn rlharness(args: &[&str], ci: bool) -> Output {
     c.output().unwrap()
 }
 
-#[test]
-fn bisect_finds_the_commit_that_lowered_the_learning_rate() {
-    let started = Instant::now();
-    let tmp = tempfile::tempdir().unwrap();
-    let golden = tmp.path().join("golden");
-    let golden = golden.to_str().unwrap();
-    let out = tmp.path().join("runs");
-    let out = out.to_str().unwrap();
+/// The stand-in's golden and calibration in a store of the test's own under `tmp` (from the
+/// trainer as it was, 8 seeds; the runs go to `tmp/runs`), and a throwaway repository of it in
+/// `tmp/trainer`: eight commits after it, the fifth halving the learning rate. The store, the
+/// repository and its commits (0 to 8).
+pub(super) fn standin_and_its_regression(tmp: &Path) -> (String, PathBuf, Vec<String>) {
+    let golden = tmp.join("golden").to_str().unwrap().to_string();
+    let out = tmp.join("runs").to_str().unwrap().to_string();
     let good_tree = repo().join("harness/tests/fixtures/bisect/standin");
     let good_src = format!("driver.env.STANDIN_SRC={}", good_tree.display());
-    // The golden and its calibration, from the trainer as it was (8 seeds).
     let o = rlharness(
         &[
             "run",
             STANDIN,
             "--golden",
-            golden,
+            &golden,
             "--out",
-            out,
+            &out,
             "--no-progress",
             "--set",
             &good_src,
@@ -170,7 +168,7 @@ fn bisect_finds_the_commit_that_lowered_the_learning_rate() {
     );
     assert_eq!(o.status.code(), Some(4), "{}", text(&o));
     let o = rlharness(
-        &["golden", "--golden", golden, "accept", "bisect-standin"],
+        &["golden", "--golden", &golden, "accept", "bisect-standin"],
         false,
     );
     assert!(o.status.success(), "{}", text(&o));
@@ -178,7 +176,7 @@ fn bisect_finds_the_commit_that_lowered_the_learning_rate() {
         &[
             "golden",
             "--golden",
-            golden,
+            &golden,
             "calibrate",
             STANDIN,
             "--seeds",
@@ -187,21 +185,29 @@ fn bisect_finds_the_commit_that_lowered_the_learning_rate() {
             "2",
             "--allow-dirty",
             "--out",
-            out,
+            &out,
             "--set",
             &good_src,
         ],
         false,
     );
     assert!(o.status.success(), "{}", text(&o));
-    // Eight commits after the good one; the fifth halves the learning rate.
-    let trainer = tmp.path().join("trainer");
+    let trainer = tmp.join("trainer");
     let commits = throwaway_repo(&trainer, &good_tree, 8, 5, "a smaller learning rate", |d| {
         let path = d.join("trainer.py");
         let src = std::fs::read_to_string(&path).unwrap();
         assert!(src.contains("\nLR = 0.3\n"));
         std::fs::write(&path, src.replace("\nLR = 0.3\n", "\nLR = 0.15\n")).unwrap();
     });
+    (golden, trainer, commits)
+}
+
+#[test]
+fn bisect_finds_the_commit_that_lowered_the_learning_rate() {
+    let started = Instant::now();
+    let tmp = tempfile::tempdir().unwrap();
+    let (golden, trainer, commits) = standin_and_its_regression(tmp.path());
+    let golden = golden.as_str();
     let cache = tmp.path().join("cache");
     let bisect = |name: &str, good: &str, bad: &str, extra: &[&str]| {
         let dir = tmp.path().join("bisect").join(name);
