@@ -664,3 +664,130 @@ fn bisect_over_ray_finds_the_commit_the_local_bisect_finds() {
     assert!(commits[5].starts_with(described), "{m}");
     assert!(run.join("job.log").is_file());
 }
+
+/// `bisect --propagate --executor ray`: each trial of a commit's matrix one Ray job, the
+/// commit's worktree (here the verl + Arctic stand-in with its codec and config layers, one
+/// commit of which switches its logits bug on) shipped in the package and started through a
+/// launcher script beside the scenario (its executable bit restored in the job); the same
+/// commits found bad and good, with the same flags, as the local bisect.
+#[test]
+#[ignore = "needs a Ray head: bash ci/ray-tests.sh"]
+fn bisect_propagate_over_ray_finds_the_commit_the_local_bisect_finds() {
+    use crate::bisect::{bisect_json, rlharness, throwaway_repo};
+    use crate::common::repo;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = crate::common::scenarios_root_in(tmp.path());
+    let tree = tmp.path().join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    for (from, to) in [
+        (
+            "harness/tests/fixtures/verl/fake_arctic_verl.py",
+            "fake_arctic_verl.py",
+        ),
+        ("harness/tests/conformance/dssst1.py", "dssst1.py"),
+        ("scenarios/defaults/verl.yaml", "verl.yaml"),
+        ("scenarios/backends/arctic.yaml", "arctic.yaml"),
+    ] {
+        std::fs::copy(repo().join(from), tree.join(to)).unwrap();
+    }
+    let trainer = tmp.path().join("trainer");
+    let commits = throwaway_repo(&trainer, &tree, 4, 2, "drop the logits settings", |d| {
+        let path = d.join("fake_arctic_verl.py");
+        let src = std::fs::read_to_string(&path).unwrap();
+        let (was, bug) = (
+            r#"os.environ.get("ARCTIC_STANDIN_BUGS", "")"#,
+            r#"os.environ.get("ARCTIC_STANDIN_BUGS", "zorro-logits-dropped")"#,
+        );
+        assert!(src.contains(was));
+        std::fs::write(&path, src.replace(was, bug)).unwrap();
+    });
+    // The stand-in's scenario, its trainer started from the checkout ARCTIC_SRC names.
+    let standin =
+        std::fs::read_to_string(repo().join("scenarios/propagate/verl-arctic-standin.yaml"))
+            .unwrap();
+    let at = standin.find("  command:\n").unwrap();
+    let end = at + standin[at..].find("  metrics_from").unwrap();
+    let scenario = root.join("bisect-propagate.yaml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "{}  command: [./launch.sh]\n  sources: [ARCTIC_SRC]\n{}",
+            &standin[..at],
+            &standin[end..]
+        ),
+    )
+    .unwrap();
+    let launch = root.join("launch.sh");
+    std::fs::write(
+        &launch,
+        format!(
+            "#!/bin/sh\nexport PYTHONPATH={}\nsrc=${{ARCTIC_SRC:?}}\nexec python3 \"$src/fake_arctic_verl.py\" \
+             --defaults \"$src/verl.yaml\" --backend \"$src/arctic.yaml\" \"$@\"\n",
+            repo().join(".pydeps").display()
+        ),
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&launch, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let args = |name: &str| -> Vec<String> {
+        let dir = tmp.path().join(name);
+        [
+            "bisect",
+            scenario.to_str().unwrap(),
+            "--repo",
+            trainer.to_str().unwrap(),
+            "--good",
+            &commits[0],
+            "--bad",
+            &commits[4],
+            "--propagate",
+            "--knobs",
+            "remote_backend.train.logits.optimization",
+            "--out",
+            dir.join("out").to_str().unwrap(),
+            "--cache",
+            dir.join("cache").to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let l = rlharness(
+        &args("local").iter().map(String::as_str).collect::<Vec<_>>(),
+        true,
+    );
+    assert_eq!(l.status.code(), Some(0), "{}", text(&l));
+    let started = Instant::now();
+    let r = on_ray_cmd(&args("ray").iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r));
+    println!(
+        "bisect --propagate over Ray: {:.1} s\n{}",
+        started.elapsed().as_secs_f64(),
+        text(&r)
+    );
+    let (a, b) = (
+        bisect_json(&tmp.path().join("local/out")),
+        bisect_json(&tmp.path().join("ray/out")),
+    );
+    assert_eq!(b["first_bad"]["sha"], commits[2].as_str(), "{}", text(&r));
+    let tested = |j: &serde_json::Value| -> Vec<serde_json::Value> {
+        j["tested"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let trial = &t["trials"][0];
+                serde_json::json!([
+                    t["commit"]["sha"],
+                    t["verdict"],
+                    trial["value"],
+                    trial["runs"]
+                ])
+            })
+            .collect()
+    };
+    assert_eq!(tested(&a), tested(&b), "the commits' matrices differ");
+}
