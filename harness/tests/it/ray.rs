@@ -1,4 +1,5 @@
-//! `rlharness run --executor ray` against a real Ray head. These tests are ignored in a plain
+//! `rlharness run --executor ray` (and `golden calibrate`, `propagate` and `bisect` with
+//! `--executor ray`) against a real Ray head. These tests are ignored in a plain
 //! `cargo test`; `bash ci/ray-tests.sh` starts a local head with token authentication on, sets
 //! RLHARNESS_RAY_ADDRESS and RLHARNESS_RAY_TOKEN_FILE (the head's own token) and runs them with
 //! `--ignored`. Without those they fail (never pass silently). The runs they start never see the
