@@ -50,6 +50,18 @@ pub(crate) enum Command {
     /// the run directory printed on stdout as one framed, checksummed archive.
     #[command(hide = true)]
     JobEntry(RunArgs),
+    /// Inside a network namespace of its own (`unshare --net`): bring the loopback up, listen
+    /// on the trainer's fixed address, run the trainer and carry each connection to the Unix
+    /// socket of the run's recording proxy (netns.rs).
+    #[command(hide = true)]
+    NetnsExec {
+        #[arg(long)]
+        listen: String,
+        #[arg(long)]
+        bridge: PathBuf,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<String>,
+    },
     /// Run a scenario and keep its whole wire traffic as a replay cassette under
     /// GOLDEN/<scenario>/<hardware>/cassette/.
     Record(RecordArgs),
@@ -123,7 +135,10 @@ pub(crate) enum Command {
         /// in one, else one training step: faster, blind to effects after initialization).
         #[arg(long, default_value = "first-update", value_parser = clap::value_parser!(crate::propagate::command::Until))]
         until: crate::propagate::command::Until,
-        /// Trials side by side (a trainer on the fixed Arctic address runs one at a time).
+        /// Trials side by side. A trainer on a fixed address (the Arctic adapter's
+        /// `localhost:7000`) gets a network namespace per trial where the host allows one
+        /// (root, or unprivileged user namespaces; `RLHARNESS_NO_NETNS=1` turns it off), else
+        /// its trials run one at a time, saying why.
         #[arg(long, default_value_t = crate::propagate::command::CONCURRENCY)]
         jobs: usize,
         /// Perturb knobs whose wire locations cannot overlap in one run, splitting a run that
@@ -140,6 +155,11 @@ pub(crate) enum Command {
         /// one (its subtree); `*` matches one segment, e.g. `remote_backend.train.logits`.
         #[arg(long = "knobs", value_name = "PATTERN")]
         knobs: Vec<String>,
+        /// Only the trials under this value of a condition knob (repeatable), e.g.
+        /// `remote_backend.train.zorro_train.enable=true` where a bug can only show with ZoRRo
+        /// on; knobs without that condition are tried as usual.
+        #[arg(long = "condition", value_name = "KEY=VALUE")]
+        conditions: Vec<String>,
         /// No progress bar: one plain line per finished run instead (as in a CI log); `-q` for
         /// none.
         #[arg(long)]
@@ -303,6 +323,10 @@ pub(crate) struct BisectArgs {
     /// With `--propagate`: only the knobs these patterns name (as `propagate --knobs`).
     #[arg(long = "knobs", value_name = "PATTERN", requires = "propagate")]
     pub(crate) knobs: Vec<String>,
+    /// With `--propagate`: only the trials under this condition value (as `propagate
+    /// --condition`).
+    #[arg(long = "condition", value_name = "KEY=VALUE", requires = "propagate")]
+    pub(crate) conditions: Vec<String>,
     /// With `--propagate`: how far each trial runs (as `propagate --until`).
     #[arg(long, default_value = "auto", requires = "propagate", value_parser = clap::value_parser!(crate::propagate::command::Until))]
     pub(crate) until: crate::propagate::command::Until,

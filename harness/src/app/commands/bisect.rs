@@ -36,6 +36,9 @@ struct Bench<'a> {
     judge: Judge,
     cache: Cache,
     worktrees: Worktrees,
+    /// Seeds side by side in scenario mode, and the namespace each then needs (netns.rs).
+    jobs: usize,
+    netns: Option<crate::netns::Netns>,
 }
 
 pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError> {
@@ -70,6 +73,7 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
             until: args.until,
             jobs: args.jobs,
             knobs: args.knobs.clone(),
+            conditions: args.conditions.clone(),
             progress: false,
             ..MatrixOptions::default()
         };
@@ -132,7 +136,19 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
         "cache: {} (each commit's results, reused by a rerun)",
         cache_dir.display()
     );
+    // With `--propagate` the matrix places its own trials.
+    let (jobs, netns) = if args.propagate {
+        (args.jobs, None)
+    } else {
+        crate::netns::side_by_side(
+            crate::netns::fixed_address(&scenario).as_deref(),
+            args.jobs,
+            "bisect",
+        )
+    };
     let mut bench = Bench {
+        jobs,
+        netns,
         args: &args,
         scenario: &scenario,
         var,
@@ -331,11 +347,12 @@ impl Bench<'_> {
             let used: Vec<u64> = trials.iter().filter_map(|t| t.seed).collect();
             let seeds: Vec<u64> = (self.scenario.seed..)
                 .filter(|s| !used.contains(s))
-                .take(left.min(self.args.jobs))
+                .take(left.min(self.jobs))
                 .collect();
             let opts = RunOptions {
                 set: set.to_vec(),
                 hardware: self.hardware.clone(),
+                netns: self.netns.clone(),
                 ..RunOptions::new(out.to_path_buf(), self.golden.clone())
             };
             let mut runs = futures_util::stream::iter(seeds.iter().map(|&seed| {
@@ -344,7 +361,7 @@ impl Bench<'_> {
                 let file = self.args.scenario.clone();
                 async move { (seed, run_one(&file, &o).await) }
             }))
-            .buffer_unordered(self.args.jobs);
+            .buffer_unordered(self.jobs);
             let mut batch = Vec::new();
             while let Some((seed, result)) = runs.next().await {
                 batch.push(seed_trial(seed, result, &window)?);

@@ -16,7 +16,6 @@ use std::time::Instant;
 
 use super::index::{read_seeds, Entry};
 use super::{Slot, SLOT};
-use crate::driver::DriverSpec;
 use crate::error::{CommandError, ExitStatus};
 use crate::runner::RunOptions;
 
@@ -45,17 +44,7 @@ pub(crate) fn needs(file: &Path, set: &[String]) -> Needs {
     let Ok(s) = crate::spec::load_scenario(file, set) else {
         return Needs::default();
     };
-    let fixed_addr = match &s.driver {
-        DriverSpec::Command(c) => {
-            let addr = c
-                .proxy_listen
-                .clone()
-                .unwrap_or_else(|| crate::driver::command::ARCTIC_CLIENT_ADDR.to_string());
-            (!addr.ends_with(":0")).then_some(addr)
-        }
-        DriverSpec::Builtin(_) => None,
-    };
-    let fixed_addr = fixed_addr.filter(|_| !matches!(s.backend, crate::backend::BackendSpec::None));
+    let fixed_addr = crate::netns::fixed_address(&s);
     Needs {
         gpus: s.requires.gpus,
         fixed_addr,
