@@ -52,13 +52,14 @@ pub(crate) enum Command {
     JobEntry(RunArgs),
     /// Inside a network namespace of its own (`unshare --net`): bring the loopback up, listen
     /// on the trainer's fixed address, run the trainer and carry each connection to the Unix
-    /// socket of the run's recording proxy (netns.rs).
+    /// socket of the run's recording proxy (netns.rs). Without `--listen`/`--bridge`: bring
+    /// the loopback up and run the command (CI's real-verl lanes side by side).
     #[command(hide = true)]
     NetnsExec {
-        #[arg(long)]
-        listen: String,
-        #[arg(long)]
-        bridge: PathBuf,
+        #[arg(long, requires = "bridge")]
+        listen: Option<String>,
+        #[arg(long, requires = "listen")]
+        bridge: Option<PathBuf>,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         command: Vec<String>,
     },

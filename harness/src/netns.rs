@@ -198,27 +198,35 @@ impl Drop for Bridge {
     }
 }
 
-/// `rlharness netns-exec`: inside the new namespace, bring the loopback up, listen on
-/// `listen`, start `command` and carry each connection to the Unix socket `bridge` until the
-/// command ends; then end as it ended (its exit code, or its signal raised again).
-pub fn exec_inside(listen: &str, bridge: &Path, command: &[String]) -> Result<i32, String> {
+/// `rlharness netns-exec`: inside the new namespace, bring the loopback up; with `carry`
+/// (listen, bridge), listen on that address and carry each connection to the Unix socket
+/// `bridge`; start `command` and wait for it; then end as it ended (its exit code, or its signal
+/// raised again).
+pub fn exec_inside(carry: Option<(&str, &Path)>, command: &[String]) -> Result<i32, String> {
     let Some((program, args)) = command.split_first() else {
         return Err("netns-exec: no command to run".into());
     };
     loopback_up()?;
-    let listener =
-        TcpListener::bind(listen).map_err(|e| format!("netns-exec: cannot bind {listen}: {e}"))?;
+    let listener = match carry {
+        Some((listen, bridge)) => Some((
+            TcpListener::bind(listen)
+                .map_err(|e| format!("netns-exec: cannot bind {listen}: {e}"))?,
+            bridge.to_path_buf(),
+        )),
+        None => None,
+    };
     let mut child = std::process::Command::new(program)
         .args(args)
         .spawn()
         .map_err(|e| format!("netns-exec: cannot start `{program}`: {e}"))?;
-    let bridge = bridge.to_path_buf();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            let bridge = bridge.clone();
-            std::thread::spawn(move || carry(conn, &bridge));
-        }
-    });
+    if let Some((listener, bridge)) = listener {
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let bridge = bridge.clone();
+                std::thread::spawn(move || carry_one(conn, &bridge));
+            }
+        });
+    }
     let status = child
         .wait()
         .map_err(|e| format!("netns-exec: waiting for `{program}`: {e}"))?;
@@ -236,7 +244,7 @@ pub fn exec_inside(listen: &str, bridge: &Path, command: &[String]) -> Result<i3
 }
 
 /// One connection: both directions copied until each side ends.
-fn carry(tcp: TcpStream, bridge: &Path) {
+fn carry_one(tcp: TcpStream, bridge: &Path) {
     let Ok(unix) = UnixStream::connect(bridge) else {
         return;
     };

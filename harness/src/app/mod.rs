@@ -31,7 +31,8 @@ pub fn main(cli: Cli) -> ExitStatus {
         command,
     } = &cli.command
     {
-        match crate::netns::exec_inside(listen, bridge, command) {
+        let carry = listen.as_deref().zip(bridge.as_deref());
+        match crate::netns::exec_inside(carry, command) {
             Ok(code) => std::process::exit(code),
             Err(e) => {
                 eprintln!("error: {e}");

@@ -218,8 +218,19 @@ pub(crate) async fn run_matrix(
     } else {
         Vec::new()
     };
+    // Scenarios on a fixed address: side by side, each trainer in a network namespace of its
+    // own, where the host gives one; else one after the other (a lock per address).
+    let mut opts = opts.clone();
+    let fixed: Vec<&str> = needs
+        .iter()
+        .filter_map(|n| n.fixed_addr.as_deref())
+        .collect();
+    if jobs > 1 && fixed.len() > 1 {
+        opts.netns = crate::netns::side_by_side(Some(fixed[0]), jobs, "run").1;
+    }
     let addr_locks: HashMap<String, Arc<tokio::sync::Mutex<()>>> = needs
         .iter()
+        .filter(|_| opts.netns.is_none())
         .filter_map(|n| n.fixed_addr.clone())
         .map(|a| (a, Arc::new(tokio::sync::Mutex::new(()))))
         .collect();
