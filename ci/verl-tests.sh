@@ -26,9 +26,16 @@ bash ci/verl-install.sh
 eval "$(bash ci/upstream.sh)"
 export VERL_SRC ARCTIC_SRC
 echo "verl-tests: VERL_SRC=$VERL_SRC ARCTIC_SRC=$ARCTIC_SRC"
+# The test binary, built once; the lanes run it directly (two cargo processes would wait on
+# each other's locks). It runs from the package's folder, as cargo runs it.
 # shellcheck disable=SC2086
-cargo test --workspace $FEATURES --test it --no-run --quiet
-bin=${CARGO_TARGET_DIR:-target}/debug/rlharness
+it=$(cargo test --workspace $FEATURES --test it --no-run --message-format=json 2>/dev/null |
+    grep -o '"executable":"[^"]*/it-[^"]*"' | tail -1 | cut -d'"' -f4)
+if [[ ! -x "$it" ]]; then
+    echo "verl-tests: no test binary (cargo test --test it --no-run): build it and see why" >&2
+    exit 1
+fi
+bin=$(realpath "${CARGO_TARGET_DIR:-target}/debug/rlharness")
 # Two lanes of about equal length (the bisect and the planted propagate against the learning
 # run, the stops and the unmodified propagate); each filter names one test.
 lane_a=(
@@ -45,9 +52,7 @@ lane_b=(
     real_verl::ctrl_c_keeps_the_finished_steps_and_leaves_nothing_behind
     real_verl::the_builtin_driver_speaks_like_real_verl
 )
-# shellcheck disable=SC2086
-listed=$(cargo test --workspace $FEATURES --test it --quiet -- --ignored --list real_verl:: \
-    2>/dev/null | sed -n 's/: test$//p' | sort)
+listed=$("$it" --ignored --list real_verl:: | sed -n 's/: test$//p' | sort)
 placed=$(printf '%s\n' "${lane_a[@]}" "${lane_b[@]}" | sort)
 if [[ "$listed" != "$placed" ]]; then
     echo "verl-tests: the lanes do not hold exactly the real-verl tests:" >&2
@@ -68,10 +73,8 @@ lane() {
     shift
     ray_tmp=$(mktemp -d /tmp/rlh-verl.XXXXXX)
     tmps+=("$ray_tmp")
-    # shellcheck disable=SC2086
-    RAY_TMPDIR=$ray_tmp CARGO_NET_OFFLINE=true "${prefix[@]}" cargo test --workspace $FEATURES \
-        --test it -- --ignored --exact --test-threads 1 --nocapture "$@" \
-        >"target/ci-logs/verl-lane-$name.log" 2>&1
+    (cd harness && RAY_TMPDIR=$ray_tmp "${prefix[@]}" "$it" --ignored --exact --test-threads 1 \
+        --nocapture "$@") >"target/ci-logs/verl-lane-$name.log" 2>&1
 }
 ns=(unshare --net)
 [[ $(id -u) == 0 ]] || ns+=(--map-root-user)
