@@ -126,6 +126,15 @@ pub(crate) fn fixed_address(s: &crate::spec::Scenario) -> Option<String> {
         .then_some(addr)
 }
 
+/// [`side_by_side`] for runs of scenario `s`.
+pub(crate) fn for_scenario(
+    s: &crate::spec::Scenario,
+    jobs: usize,
+    what: &str,
+) -> (usize, Option<Netns>) {
+    side_by_side(fixed_address(s).as_deref(), jobs, what)
+}
+
 /// How many runs of a scenario whose trainer dials `fixed` (None: an ephemeral address) may go
 /// side by side, and the namespace each then needs. `what` names the runs in the note that
 /// says why they go one at a time, or how they go side by side.
@@ -153,6 +162,17 @@ pub(crate) fn side_by_side(fixed: Option<&str>, jobs: usize, what: &str) -> (usi
             );
             (1, None)
         }
+    }
+}
+
+/// Where a command trainer's proxy listens (`listen`, its `proxy_listen`), and the fixed address
+/// its trainer dials in a namespace of its own, if it runs in one: there the trainer's address
+/// is its own, so the proxy takes a free port on the host and a [`Bridge`] carries the
+/// trainer's connections to it.
+pub(crate) fn proxy_listen(netns: Option<&Netns>, listen: String) -> (String, Option<String>) {
+    match netns {
+        Some(_) if !listen.ends_with(":0") => ("127.0.0.1:0".to_string(), Some(listen)),
+        _ => (listen, None),
     }
 }
 

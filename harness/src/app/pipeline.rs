@@ -202,11 +202,8 @@ pub(crate) async fn run_seeds(
             write_seeds(&manifest, d)
         })?,
     };
-    let (jobs, netns) = crate::netns::side_by_side(
-        crate::netns::fixed_address(&scenario).as_deref(),
-        jobs,
-        &format!("{} seeds", manifest.scenario),
-    );
+    let (jobs, netns) =
+        crate::netns::for_scenario(&scenario, jobs, &format!("{} seeds", manifest.scenario));
     let total = seeds.len();
     // Seeds side by side: one bar each, drawn together (in the scenario's slot, whose child
     // environment they keep); one after the other: the scenario's own bar or lines. Step lines

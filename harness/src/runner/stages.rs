@@ -140,15 +140,7 @@ pub(super) async fn start_proxy(
                     .clone()
                     .unwrap_or_else(|| command::ARCTIC_CLIENT_ADDR.to_string()),
             };
-            // In a namespace of its own the trainer's fixed address is its own: the proxy
-            // takes an ephemeral port here, and the bridge carries the trainer's
-            // connections to it.
-            let (listen, fixed) = match (&opts.netns, &plan.scenario.driver) {
-                (Some(_), DriverSpec::Command(_)) if !listen.ends_with(":0") => {
-                    ("127.0.0.1:0".to_string(), Some(listen))
-                }
-                _ => (listen, None),
-            };
+            let (listen, fixed) = crate::netns::proxy_listen(opts.netns.as_ref(), listen);
             let listener = tokio::net::TcpListener::bind(&listen)
                 .await
                 .map_err(|e| RunError::Start(bind_error(&listen, &e)))?;
@@ -168,15 +160,10 @@ pub(super) async fn start_proxy(
             };
             let started = started
                 .map_err(|e| RunError::Start(format!("cannot start the recording proxy: {e}")))?;
-            let bridge = match fixed {
-                Some(fixed) => Some((
-                    fixed,
-                    crate::netns::Bridge::start(started.addr).map_err(|e| {
-                        RunError::Start(format!("cannot start the network namespace's bridge: {e}"))
-                    })?,
-                )),
-                None => None,
-            };
+            let bridge = fixed
+                .map(|f| crate::netns::Bridge::start(started.addr).map(|b| (f, b)))
+                .transpose()
+                .map_err(|e| RunError::Start(format!("cannot start the netns bridge: {e}")))?;
             Some((started, bridge))
         }
     };

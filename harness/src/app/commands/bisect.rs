@@ -140,11 +140,7 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
     let (jobs, netns) = if args.propagate {
         (args.jobs, None)
     } else {
-        crate::netns::side_by_side(
-            crate::netns::fixed_address(&scenario).as_deref(),
-            args.jobs,
-            "bisect",
-        )
+        crate::netns::for_scenario(&scenario, args.jobs, "bisect")
     };
     let mut bench = Bench {
         jobs,

@@ -114,11 +114,7 @@ pub(crate) async fn calibrate(
             // The calibration runs never write a golden of their own (`ci` stays on). Each
             // shows its steps as plain lines (runs side by side interleave them, each line
             // naming its seed).
-            let (jobs, netns) = crate::netns::side_by_side(
-                crate::netns::fixed_address(&scenario).as_deref(),
-                jobs,
-                "calibrate",
-            );
+            let (jobs, netns) = crate::netns::for_scenario(&scenario, jobs, "calibrate");
             let opts = RunOptions {
                 set: set.to_vec(),
                 hardware,

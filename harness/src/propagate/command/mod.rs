@@ -307,11 +307,7 @@ pub async fn run_matrix(
     let dir = out.join(&base.name).join(format!("propagate-{stamp}"));
     fsx::create_dir_all(&dir)?;
     let driver = describe_driver(&base.driver);
-    let (jobs, netns) = crate::netns::side_by_side(
-        crate::netns::fixed_address(&base).as_deref(),
-        options.jobs,
-        "propagate",
-    );
+    let (jobs, netns) = crate::netns::for_scenario(&base, options.jobs, "propagate");
     let command = matches!(base.driver, crate::driver::DriverSpec::Command(_));
     let exec = Executor {
         scenario,
