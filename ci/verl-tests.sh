@@ -4,9 +4,15 @@
 # `bisect --propagate` on the adapter, harness/tests/it/bisect/real_verl.rs; all ignored in a plain
 # `cargo test`, all matched by the `real_verl::` filter). Installs verl's environment (ci/verl-install.sh, pinned,
 # project-local, idempotent), extracts the two source trees after checking their sha256
-# (ci/upstream.sh) and points VERL_SRC and ARCTIC_SRC at them, then runs the tests one at a time
-# (the adapter's port 7000 is fixed). An install or extraction that fails fails the run, with
-# its log: never a skip.
+# (ci/upstream.sh) and points VERL_SRC and ARCTIC_SRC at them, then runs the tests.
+#
+# The adapter always dials localhost:7000, so one test process runs its tests one at a time.
+# Where the host gives a process a network namespace of its own (root, or unprivileged user
+# namespaces), the tests run in two lanes side by side, each a test process in its own
+# namespace (its own localhost:7000, its own Ray temp dir), through `rlharness netns-exec`;
+# else in one lane, saying why. Every real-verl test is in exactly one lane (checked against
+# the test list: a new test not placed fails the run). An install or extraction that fails
+# fails the run, with its log: never a skip.
 #
 # What verl starts is kept apart from the user's own settings: its Ray cluster gets a temp dir
 # of its own and the dashboard is off (scenarios/verl/verl-arctic.sh), and everything a run
@@ -20,10 +26,78 @@ bash ci/verl-install.sh
 eval "$(bash ci/upstream.sh)"
 export VERL_SRC ARCTIC_SRC
 echo "verl-tests: VERL_SRC=$VERL_SRC ARCTIC_SRC=$ARCTIC_SRC"
-# A short path of its own for verl's Ray session (its Unix sockets live there).
-RAY_TMPDIR=$(mktemp -d /tmp/rlh-verl.XXXXXX)
-export RAY_TMPDIR
-trap 'rm -rf "$RAY_TMPDIR"' EXIT
+# The test binary, built once; the lanes run it directly (two cargo processes would wait on
+# each other's locks). It runs from the package's folder, as cargo runs it.
 # shellcheck disable=SC2086
-cargo test --workspace $FEATURES --test it -- --ignored --test-threads 1 --nocapture real_verl::
+it=$(cargo test --workspace $FEATURES --test it --no-run --message-format=json 2>/dev/null |
+    grep -o '"executable":"[^"]*/it-[^"]*"' | tail -1 | cut -d'"' -f4)
+if [[ ! -x "$it" ]]; then
+    echo "verl-tests: no test binary (cargo test --test it --no-run): build it and see why" >&2
+    exit 1
+fi
+bin=$(realpath "${CARGO_TARGET_DIR:-target}/debug/rlharness")
+# Two lanes of about equal length (the bisect and the planted propagate against the learning
+# run, the stops and the unmodified propagate); each filter names one test.
+lane_a=(
+    bisect::real_verl::bisect_with_propagate_finds_the_commit_that_drops_the_logits_knobs
+    real_verl::propagate::propagate_on_the_real_adapter_flags_exactly_the_seed_bug
+    real_verl::a_taken_port_7000_is_named_before_verl_starts
+    real_verl::the_defaults_file_holds_verls_own_defaults
+    real_verl::a_failing_trainer_leaves_nothing_behind
+)
+lane_b=(
+    real_verl::real_verl_learns_over_http_and_leaves_nothing_behind
+    real_verl::propagate::propagate_on_the_unmodified_adapter_finds_known_gaps_only
+    real_verl::a_timed_out_run_leaves_nothing_behind
+    real_verl::ctrl_c_keeps_the_finished_steps_and_leaves_nothing_behind
+    real_verl::the_builtin_driver_speaks_like_real_verl
+)
+listed=$("$it" --ignored --list real_verl:: | sed -n 's/: test$//p' | sort)
+placed=$(printf '%s\n' "${lane_a[@]}" "${lane_b[@]}" | sort)
+if [[ "$listed" != "$placed" ]]; then
+    echo "verl-tests: the lanes do not hold exactly the real-verl tests:" >&2
+    diff <(echo "$listed") <(echo "$placed") >&2 || true
+    exit 1
+fi
+mkdir -p target/ci-logs
+tmps=()
+trap 'rm -rf "${tmps[@]}"' EXIT
+# lane NAME PREFIX... -- TESTS...: one test process (in the namespace PREFIX makes, if any),
+# with a short Ray temp dir of its own (Ray's Unix sockets live there); its log in
+# target/ci-logs/verl-lane-NAME.log.
+lane() {
+    local name=$1 ray_tmp
+    shift
+    local prefix=()
+    while [[ $1 != -- ]]; do prefix+=("$1"); shift; done
+    shift
+    ray_tmp=$(mktemp -d /tmp/rlh-verl.XXXXXX)
+    tmps+=("$ray_tmp")
+    (cd harness && RAY_TMPDIR=$ray_tmp "${prefix[@]}" "$it" --ignored --exact --test-threads 1 \
+        --nocapture "$@") >"target/ci-logs/verl-lane-$name.log" 2>&1
+}
+ns=(unshare --net)
+[[ $(id -u) == 0 ]] || ns+=(--map-root-user)
+if why=$("${ns[@]}" "$bin" netns-exec -- true 2>&1); then
+    echo "verl-tests: two lanes side by side, each in a network namespace of its own (${ns[*]})"
+    status=0
+    lane a "${ns[@]}" "$bin" netns-exec -- "${lane_a[@]}" &
+    pid_a=$!
+    lane b "${ns[@]}" "$bin" netns-exec -- "${lane_b[@]}" &
+    pid_b=$!
+    wait "$pid_a" || status=$?
+    cat target/ci-logs/verl-lane-a.log
+    wait "$pid_b" || status=$?
+    cat target/ci-logs/verl-lane-b.log
+else
+    echo "verl-tests: this host gives a process no network namespace of its own" \
+        "(${ns[*]}: ${why:-failed}): one lane"
+    status=0
+    lane all -- "${lane_a[@]}" "${lane_b[@]}" || status=$?
+    cat target/ci-logs/verl-lane-all.log
+fi
+if ((status != 0)); then
+    echo "verl-tests: failed (exit $status) after $((SECONDS - started)) s" >&2
+    exit "$status"
+fi
 echo "verl-tests: done in $((SECONDS - started)) s"

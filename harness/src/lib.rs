@@ -65,6 +65,7 @@ pub mod golden;
 pub mod history;
 mod knobs;
 pub mod metrics;
+mod netns;
 pub mod plan;
 pub mod propagate;
 pub mod proxy;

@@ -23,6 +23,23 @@ pub fn init_tracing(verbose: u8) {
 
 /// Run the parsed command line and return the exit status to use.
 pub fn main(cli: Cli) -> ExitStatus {
+    // The trainer's side of a network namespace: no runtime, no logging of its own; it ends as
+    // the trainer ended.
+    if let Command::NetnsExec {
+        listen,
+        bridge,
+        command,
+    } = &cli.command
+    {
+        let carry = listen.as_deref().zip(bridge.as_deref());
+        match crate::netns::exec_inside(carry, command) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitStatus::RunFailed;
+            }
+        }
+    }
     util::Ui::from_env(cli.quiet, cli.color).install();
     init_tracing(cli.verbose);
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -77,6 +94,9 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
         } => commands::history::history(&dirs, &golden, &out, min_change / 100.0, format),
         Command::Bisect(args) => commands::bisect::bisect(args).await,
         Command::Proxy(args) => commands::proxy::proxy(args).await,
+        Command::NetnsExec { .. } => Err(CommandError::invalid(
+            "internal: netns-exec runs before the runtime starts",
+        )),
         Command::Assets {
             target: AssetsTarget::Verl(args),
         } => commands::assets::verl(&args),
@@ -90,6 +110,7 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
             no_group,
             require_observed,
             knobs,
+            conditions,
             no_progress,
             ray,
         } => {
@@ -99,6 +120,7 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
                 group: !no_group,
                 require_observed,
                 knobs,
+                conditions,
                 progress: !no_progress,
             };
             commands::propagate::propagate(&scenario, &out, &set, &options, ray).await

@@ -202,7 +202,8 @@ pub(crate) async fn run_seeds(
             write_seeds(&manifest, d)
         })?,
     };
-    let jobs = jobs.max(1);
+    let (jobs, netns) =
+        crate::netns::for_scenario(&scenario, jobs, &format!("{} seeds", manifest.scenario));
     let total = seeds.len();
     // Seeds side by side: one bar each, drawn together (in the scenario's slot, whose child
     // environment they keep); one after the other: the scenario's own bar or lines. Step lines
@@ -218,6 +219,7 @@ pub(crate) async fn run_seeds(
     let mut runs = futures_util::stream::iter(seeds.iter().copied().map(|seed| {
         let mut o = opts.clone();
         o.seed = Some(seed);
+        o.netns.clone_from(&netns);
         o.run_dir = Some(SeedsManifest::seed_dir(&dir, seed));
         // Seed runs never write a golden: a multi-seed run judges, it does not bless.
         o.ci = true;

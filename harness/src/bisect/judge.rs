@@ -42,18 +42,29 @@ impl Judge {
                 "scenario {} {}..{} median={}",
                 test.metric, test.window.0, test.window.1, test.median
             ),
-            Judge::Propagate(o) => format!("propagate {:?} {:?}", o.knobs, o.until),
+            // The conditions only when given: caches made before `--condition` stay valid.
+            Judge::Propagate(o) if o.conditions.is_empty() => {
+                format!("propagate {:?} {:?}", o.knobs, o.until)
+            }
+            Judge::Propagate(o) => {
+                format!("propagate {:?} {:?} {:?}", o.knobs, o.until, o.conditions)
+            }
         }
     }
     pub(crate) fn mode(&self) -> String {
         match self {
             Judge::Scenario { .. } => "scenario (sequential test of seeds)".into(),
             Judge::Propagate(o) => format!(
-                "propagate (knobs {}; a knob flagged without a known gap is bad)",
+                "propagate (knobs {}{}; a knob flagged without a known gap is bad)",
                 if o.knobs.is_empty() {
                     "all".into()
                 } else {
                     o.knobs.join(", ")
+                },
+                if o.conditions.is_empty() {
+                    String::new()
+                } else {
+                    format!("; only under {}", o.conditions.join(", "))
                 }
             ),
         }

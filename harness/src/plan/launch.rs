@@ -72,7 +72,7 @@ pub(crate) fn hydra_overrides(plan: &RunPlan, settings: &HarnessSettings) -> Vec
 /// This executable's path. A rebuild while it runs replaces the file, and Linux then names the
 /// running image `<path> (deleted)`: the path itself, holding the new build, is what a trainer
 /// can start.
-fn harness_bin() -> String {
+pub(crate) fn harness_bin() -> String {
     let path = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "rlharness".into());

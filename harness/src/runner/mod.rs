@@ -59,6 +59,9 @@ pub struct RunOptions {
     /// `run --label`: what the run's `run.json` names the code under test (a history orders
     /// and attributes runs by it).
     pub label: Option<String>,
+    /// A command trainer on a fixed address runs in a network namespace of its own (runs of
+    /// one such scenario side by side; netns.rs).
+    pub netns: Option<crate::netns::Netns>,
 }
 
 impl RunOptions {
@@ -82,6 +85,7 @@ impl RunOptions {
             experiment_name: None,
             direct: false,
             label: None,
+            netns: None,
         }
     }
 }

@@ -112,6 +112,9 @@ pub(super) struct Wire {
     pub(crate) proxy_url: Option<String>,
     /// Where the builtin driver sends: the proxy, or the backend itself under `--direct`.
     pub(crate) driver_url: Option<String>,
+    /// A command trainer in a network namespace of its own: its fixed address, and the
+    /// bridge carrying its connections to the proxy (netns.rs).
+    pub(crate) netns: Option<(String, crate::netns::Bridge)>,
 }
 
 /// Stage 3: the recording proxy in front of the backend (a fixed address for a command
@@ -126,42 +129,57 @@ pub(super) async fn start_proxy(
     request_timeout: Duration,
     tx: &EventSender,
 ) -> Result<Wire, RunError> {
-    let proxy =
-        match backend {
-            None => None,
-            Some(_) if opts.direct => None,
-            Some(backend) => {
-                let listen = match &plan.scenario.driver {
-                    DriverSpec::Builtin(_) => "127.0.0.1:0".to_string(),
-                    DriverSpec::Command(c) => c
-                        .proxy_listen
-                        .clone()
-                        .unwrap_or_else(|| command::ARCTIC_CLIENT_ADDR.to_string()),
-                };
-                let listener = tokio::net::TcpListener::bind(&listen)
-                    .await
-                    .map_err(|e| RunError::Start(bind_error(&listen, &e)))?;
-                let cfg = crate::proxy::ProxyConfig {
-                    upstream: backend.url.clone(),
-                    record_dir: p.run_dir.clone(),
-                    body_limit: 4 << 30,
-                    request_timeout,
-                };
-                let started = if record {
-                    let writer =
-                        crate::backend::replay::CassetteWriter::create(&p.run_dir.join("cassette"))
-                            .map_err(|e| RunError::Start(e.to_string()))?;
-                    crate::proxy::start_recording(listener, cfg, Some(tx.clone()), writer).await
-                } else {
-                    crate::proxy::start(listener, cfg, Some(tx.clone())).await
-                };
-                Some(started.map_err(|e| {
-                    RunError::Start(format!("cannot start the recording proxy: {e}"))
-                })?)
-            }
-        };
-    let proxy_url = proxy.as_ref().map(|p| format!("http://{}", p.addr));
+    let proxy = match backend {
+        None => None,
+        Some(_) if opts.direct => None,
+        Some(backend) => {
+            let listen = match &plan.scenario.driver {
+                DriverSpec::Builtin(_) => "127.0.0.1:0".to_string(),
+                DriverSpec::Command(c) => c
+                    .proxy_listen
+                    .clone()
+                    .unwrap_or_else(|| command::ARCTIC_CLIENT_ADDR.to_string()),
+            };
+            let (listen, fixed) = crate::netns::proxy_listen(opts.netns.as_ref(), listen);
+            let listener = tokio::net::TcpListener::bind(&listen)
+                .await
+                .map_err(|e| RunError::Start(bind_error(&listen, &e)))?;
+            let cfg = crate::proxy::ProxyConfig {
+                upstream: backend.url.clone(),
+                record_dir: p.run_dir.clone(),
+                body_limit: 4 << 30,
+                request_timeout,
+            };
+            let started = if record {
+                let writer =
+                    crate::backend::replay::CassetteWriter::create(&p.run_dir.join("cassette"))
+                        .map_err(|e| RunError::Start(e.to_string()))?;
+                crate::proxy::start_recording(listener, cfg, Some(tx.clone()), writer).await
+            } else {
+                crate::proxy::start(listener, cfg, Some(tx.clone())).await
+            };
+            let started = started
+                .map_err(|e| RunError::Start(format!("cannot start the recording proxy: {e}")))?;
+            let bridge = fixed
+                .map(|f| crate::netns::Bridge::start(started.addr).map(|b| (f, b)))
+                .transpose()
+                .map_err(|e| RunError::Start(format!("cannot start the netns bridge: {e}")))?;
+            Some((started, bridge))
+        }
+    };
+    let (proxy, netns) = match proxy {
+        Some((proxy, bridge)) => (Some(proxy), bridge),
+        None => (None, None),
+    };
+    // The trainer in a namespace dials its fixed address there.
+    let proxy_url = match &netns {
+        Some((fixed, _)) => Some(format!("http://{fixed}")),
+        None => proxy.as_ref().map(|p| format!("http://{}", p.addr)),
+    };
     p.manifest.notes = wire_notes(plan, proxy.is_some());
+    if let (Some(ns), Some((fixed, _))) = (&opts.netns, &netns) {
+        p.manifest.notes.push(ns.note(fixed));
+    }
     let driver_url = match backend {
         Some(b) if opts.direct => {
             p.manifest.notes.push(format!(
@@ -178,6 +196,7 @@ pub(super) async fn start_proxy(
         proxy,
         proxy_url,
         driver_url,
+        netns,
     })
 }
 
@@ -251,6 +270,9 @@ pub(super) fn start_driver(
                 crate::plan::launch::launch_for(spec, plan, &abs_dir, wire.proxy_url.as_deref());
             if let Some(name) = &opts.experiment_name {
                 command::set_experiment_name(&mut launch, name);
+            }
+            if let (Some(ns), Some((fixed, bridge))) = (&opts.netns, &wire.netns) {
+                ns.wrap(&mut launch, fixed, &bridge.path);
             }
             Ok(match command::start(&launch, tx) {
                 Ok((t, task)) => (task, Some(t)),

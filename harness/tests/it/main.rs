@@ -22,6 +22,7 @@ mod layers;
 mod layout;
 mod load;
 mod mock_server;
+mod netns;
 mod other_host;
 mod propagate;
 mod proxy;

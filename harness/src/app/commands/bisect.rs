@@ -42,6 +42,9 @@ struct Bench<'a> {
     worktrees: Worktrees,
     /// `--executor ray`: each run of a commit one Ray job, its worktree shipped with it.
     ray: Option<RayJobs>,
+    /// Seeds side by side here in scenario mode, and the namespace each then needs (netns.rs).
+    jobs: usize,
+    netns: Option<crate::netns::Netns>,
 }
 
 pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError> {
@@ -80,6 +83,7 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
             until: args.until,
             jobs: args.jobs,
             knobs: args.knobs.clone(),
+            conditions: args.conditions.clone(),
             progress: false,
             ..MatrixOptions::default()
         };
@@ -142,7 +146,15 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
         "cache: {} (each commit's results, reused by a rerun)",
         cache_dir.display()
     );
+    // With `--propagate` the matrix places its own trials; Ray places its jobs.
+    let (jobs, netns) = if args.propagate || ray.is_some() {
+        (args.jobs, None)
+    } else {
+        crate::netns::for_scenario(&scenario, args.jobs, "bisect")
+    };
     let mut bench = Bench {
+        jobs,
+        netns,
         args: &args,
         scenario: &scenario,
         var,
@@ -351,7 +363,7 @@ impl Bench<'_> {
             let used: Vec<u64> = trials.iter().filter_map(|t| t.seed).collect();
             let seeds: Vec<u64> = (self.scenario.seed..)
                 .filter(|s| !used.contains(s))
-                .take(left.min(self.args.jobs))
+                .take(left.min(self.jobs))
                 .collect();
             let mut batch = Vec::new();
             for (seed, result) in self.run_seeds(&seeds, set, out, sources).await? {
@@ -391,6 +403,7 @@ impl Bench<'_> {
             let opts = RunOptions {
                 set: set.to_vec(),
                 hardware: self.hardware.clone(),
+                netns: self.netns.clone(),
                 ..RunOptions::new(out.to_path_buf(), self.golden.clone())
             };
             return Ok(futures_util::stream::iter(seeds.iter().map(|&seed| {
@@ -398,7 +411,7 @@ impl Bench<'_> {
                 o.seed = Some(seed);
                 async move { (seed, run_one(file, &o).await) }
             }))
-            .buffer_unordered(self.args.jobs)
+            .buffer_unordered(self.jobs)
             .collect()
             .await);
         };
@@ -406,7 +419,12 @@ impl Bench<'_> {
         let runs: Vec<JobRun> = seeds.iter().map(|s| JobRun::of(file, Some(*s))).collect();
         // The bisect's own lines say what each seed gave.
         let quiet: OnDone = Arc::new(|_, _| {});
-        let batch = ray.batch(self.args.jobs, sources, Some(quiet));
+        // A Ray worker may hold several jobs: a trainer on a fixed address goes one at a time.
+        let in_flight = match crate::netns::fixed_address(self.scenario) {
+            Some(_) => 1,
+            None => self.args.jobs,
+        };
+        let batch = ray.batch(in_flight, sources, Some(quiet));
         let entries = run_jobs(&runs, &args, &batch).await?;
         if ray.interrupted() {
             return Err(CommandError::run_failed("interrupted: the bisect stops"));

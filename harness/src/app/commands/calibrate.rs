@@ -115,10 +115,12 @@ pub(crate) async fn calibrate(
             // The calibration runs never write a golden of their own (`ci` stays on). Each
             // shows its steps as plain lines (runs side by side interleave them, each line
             // naming its seed).
+            let (jobs, netns) = crate::netns::for_scenario(&scenario, jobs, "calibrate");
             let opts = RunOptions {
                 set: set.to_vec(),
                 hardware,
                 step_lines: true,
+                netns,
                 ..RunOptions::new(out, golden_root.to_path_buf())
             };
             let mut results = futures_util::stream::iter(seeds.iter().map(|seed| {

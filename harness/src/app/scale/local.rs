@@ -16,7 +16,6 @@ use std::time::Instant;
 
 use super::index::{read_seeds, Entry};
 use super::{Slot, SLOT};
-use crate::driver::DriverSpec;
 use crate::error::{CommandError, ExitStatus};
 use crate::runner::RunOptions;
 
@@ -45,17 +44,7 @@ pub(crate) fn needs(file: &Path, set: &[String]) -> Needs {
     let Ok(s) = crate::spec::load_scenario(file, set) else {
         return Needs::default();
     };
-    let fixed_addr = match &s.driver {
-        DriverSpec::Command(c) => {
-            let addr = c
-                .proxy_listen
-                .clone()
-                .unwrap_or_else(|| crate::driver::command::ARCTIC_CLIENT_ADDR.to_string());
-            (!addr.ends_with(":0")).then_some(addr)
-        }
-        DriverSpec::Builtin(_) => None,
-    };
-    let fixed_addr = fixed_addr.filter(|_| !matches!(s.backend, crate::backend::BackendSpec::None));
+    let fixed_addr = crate::netns::fixed_address(&s);
     Needs {
         gpus: s.requires.gpus,
         fixed_addr,
@@ -229,8 +218,19 @@ pub(crate) async fn run_matrix(
     } else {
         Vec::new()
     };
+    // Scenarios on a fixed address: side by side, each trainer in a network namespace of its
+    // own, where the host gives one; else one after the other (a lock per address).
+    let mut opts = opts.clone();
+    let fixed: Vec<&str> = needs
+        .iter()
+        .filter_map(|n| n.fixed_addr.as_deref())
+        .collect();
+    if jobs > 1 && fixed.len() > 1 {
+        opts.netns = crate::netns::side_by_side(Some(fixed[0]), jobs, "run").1;
+    }
     let addr_locks: HashMap<String, Arc<tokio::sync::Mutex<()>>> = needs
         .iter()
+        .filter(|_| opts.netns.is_none())
         .filter_map(|n| n.fixed_addr.clone())
         .map(|a| (a, Arc::new(tokio::sync::Mutex::new(()))))
         .collect();

@@ -107,6 +107,9 @@ pub struct MatrixOptions {
     pub require_observed: bool,
     /// Only the knobs these patterns name (`--knobs`); empty: every knob of the manifest.
     pub knobs: Vec<String>,
+    /// Only the trials under these condition values (`--condition KEY=VALUE`); knobs without
+    /// such a condition are tried as usual.
+    pub conditions: Vec<String>,
     /// A progress bar on a terminal (`--no-progress`: one plain line per finished run).
     pub progress: bool,
 }
@@ -119,6 +122,7 @@ impl Default for MatrixOptions {
             group: true,
             require_observed: false,
             knobs: Vec::new(),
+            conditions: Vec::new(),
             progress: true,
         }
     }
@@ -241,7 +245,8 @@ pub fn write_reports(report: &PropagationReport, dir: &Path) -> Result<String, P
 /// backend. With `options.group`, knobs whose wire locations cannot overlap share a run (see
 /// [`super::group`]); a run that cannot be attributed is split and run again, so the verdicts
 /// are those of one knob per trial. A trainer whose proxy address is fixed (the Arctic
-/// client's `localhost:7000`, the default) runs one trial at a time; one that takes
+/// client's `localhost:7000`, the default) runs `jobs` side by side where each trial can get a
+/// network namespace of its own (netns.rs), else one at a time; one that takes
 /// `RLHARNESS_BACKEND_URL` (`proxy_listen` with port 0) runs `jobs` side by side.
 pub async fn run_matrix(
     scenario: &Path,
@@ -272,6 +277,13 @@ pub(crate) async fn run_matrix_on(
     let full = m.clone();
     select_knobs(&mut m, &options.knobs)?;
     let mut plan = verdict::plan_matrix(&m, &base_config);
+    options
+        .conditions
+        .iter()
+        .map(|c| verdict::parse_condition(c))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|only| verdict::keep_conditions(&mut plan, &m, &only))
+        .map_err(PropagateError::Input)?;
     skip_knobs(&mut plan, &m, &full, &base)?;
     let units = group::plan_units(&m, &plan, &base_config, options.group);
     let counts = plan_counts(&m, &plan, &units, &base_config);
@@ -308,7 +320,13 @@ pub(crate) async fn run_matrix_on(
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
     let dir = out.join(&base.name).join(format!("propagate-{stamp}"));
     fsx::create_dir_all(&dir)?;
-    let (driver, fixed_port) = describe_driver(&base.driver);
+    let driver = describe_driver(&base.driver);
+    let (jobs, netns) = match remote {
+        // A Ray worker may hold several jobs: a trainer on a fixed address goes one at a time.
+        Some(_) if crate::netns::fixed_address(&base).is_some() => (1, None),
+        Some(_) => (options.jobs.max(1), None),
+        None => crate::netns::for_scenario(&base, options.jobs, "propagate"),
+    };
     let command = matches!(base.driver, crate::driver::DriverSpec::Command(_));
     let exec = Executor {
         scenario,
@@ -318,7 +336,8 @@ pub(crate) async fn run_matrix_on(
         out,
         command,
         experiment: format!("{}-propagate", base.name),
-        jobs: if fixed_port { 1 } else { options.jobs.max(1) },
+        jobs,
+        netns,
         config: &base_config,
         progress: std::sync::Arc::new(MatrixProgress::new(&base.name, options.progress)),
         remote,

@@ -56,6 +56,8 @@ pub(super) struct Executor<'a> {
     pub(super) command: bool,
     pub(super) experiment: String,
     pub(super) jobs: usize,
+    /// Each trial's trainer in a network namespace of its own (a fixed address, side by side).
+    pub(super) netns: Option<crate::netns::Netns>,
     /// The scenario's resolved config (what a knob's conditions read before any run).
     pub(super) config: &'a Value,
     pub(super) progress: Arc<MatrixProgress>,
@@ -86,6 +88,7 @@ impl Executor<'_> {
             run_dir: Some(run_dir),
             stop_at: self.stop_at(reach),
             experiment_name: Some(self.experiment.clone()),
+            netns: self.netns.clone(),
             ..RunOptions::new(self.out.to_path_buf(), PathBuf::from("golden"))
         }
     }
@@ -362,23 +365,14 @@ fn run_plan_for(
     crate::plan::RunPlan::new(s, None, steps)
 }
 
-/// Who drives the trials (for the report), and whether its proxy address is fixed (the Arctic
-/// client's `localhost:7000`: one trial at a time).
-pub(super) fn describe_driver(driver: &crate::driver::DriverSpec) -> (String, bool) {
+/// The driver, as the report names it.
+pub(super) fn describe_driver(driver: &crate::driver::DriverSpec) -> String {
     match driver {
-        crate::driver::DriverSpec::Builtin(_) => (
-            "the builtin driver (rlharness's own adapter)".to_string(),
-            false,
-        ),
+        crate::driver::DriverSpec::Builtin(_) => {
+            "the builtin driver (rlharness's own adapter)".to_string()
+        }
         crate::driver::DriverSpec::Command(c) => {
-            let listen = c
-                .proxy_listen
-                .clone()
-                .unwrap_or_else(|| crate::driver::command::ARCTIC_CLIENT_ADDR.to_string());
-            (
-                format!("the scenario's trainer `{}`", c.command.join(" ")),
-                !listen.ends_with(":0"),
-            )
+            format!("the scenario's trainer `{}`", c.command.join(" "))
         }
     }
 }

@@ -118,3 +118,56 @@ fn assignments(conds: &BTreeMap<String, Vec<Value>>) -> Vec<Condition> {
     }
     out
 }
+
+/// `--condition KEY=VALUE`: keep only the trials that assign each named condition knob the
+/// value given (trials of knobs without that condition stay). A knob left with no trial is not
+/// exercised, saying so. A KEY that is no condition of any knob tried is an input error naming
+/// the conditions there are.
+pub(crate) fn keep_conditions(
+    plan: &mut MatrixPlan,
+    m: &KnobManifest,
+    only: &[(String, Value)],
+) -> Result<(), String> {
+    if only.is_empty() {
+        return Ok(());
+    }
+    let known: std::collections::BTreeSet<&str> = m
+        .knobs
+        .iter()
+        .flat_map(|k| k.conditions.keys().map(String::as_str))
+        .collect();
+    if let Some((k, _)) = only.iter().find(|(k, _)| !known.contains(k.as_str())) {
+        return Err(format!(
+            "--condition {k}: no knob tried here has that condition; their conditions: {}",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.into_iter().collect::<Vec<_>>().join(", ")
+            }
+        ));
+    }
+    let before: std::collections::BTreeSet<usize> = plan.trials.iter().map(|t| t.knob).collect();
+    plan.trials.retain(|t| {
+        only.iter()
+            .all(|(k, v)| t.condition.get(k).is_none_or(|c| c == v))
+    });
+    let label = only
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    for knob in before {
+        if !plan.trials.iter().any(|t| t.knob == knob) {
+            plan.not_exercised
+                .push((knob, format!("--condition {label} leaves it no trial")));
+        }
+    }
+    Ok(())
+}
+
+/// `KEY=VALUE` of `--condition`, the value read as `--set` reads it (a YAML flow value).
+pub(crate) fn parse_condition(s: &str) -> Result<(String, Value), String> {
+    let o =
+        crate::spec::config::Override::parse(s).map_err(|e| format!("--condition {s:?}: {e}"))?;
+    Ok((o.segments.join("."), o.value.to_json()))
+}

@@ -132,6 +132,48 @@ fn plans_conditions_and_skips_values_equal_to_the_scenario() {
 }
 
 #[test]
+fn a_condition_given_keeps_only_its_trials_and_knobs_without_it() {
+    let m = manifest();
+    let config = json!({"remote_backend": {"train": {"load_balancer": false}}});
+    let full = plan_matrix(&m, &config);
+    let zorro = "remote_backend.train.zorro_train.enable";
+    let mut plan = full.clone();
+    let only = vec![parse_condition(&format!("{zorro}=true")).unwrap()];
+    keep_conditions(&mut plan, &m, &only).unwrap();
+    // Every trial left runs with ZoRRo on, or has no ZoRRo condition at all ...
+    assert!(plan
+        .trials
+        .iter()
+        .all(|t| t.condition.get(zorro).is_none_or(|v| *v == json!(true))));
+    // ... and every ZoRRo-on trial and unconditioned trial of the full plan is still there.
+    let kept = |t: &&Trial| t.condition.get(zorro).is_none_or(|v| *v == json!(true));
+    assert_eq!(plan.trials.len(), full.trials.iter().filter(kept).count());
+    assert!(plan.trials.len() < full.trials.len());
+    // A knob tried only with ZoRRo off is not exercised, saying why.
+    let mut off_only = full.clone();
+    off_only
+        .trials
+        .retain(|t| t.knob != 0 || t.condition[zorro] == json!(false));
+    keep_conditions(&mut off_only, &m, &only).unwrap();
+    let why = off_only
+        .not_exercised
+        .iter()
+        .find(|(k, _)| *k == 0)
+        .unwrap();
+    assert!(why
+        .1
+        .contains("--condition remote_backend.train.zorro_train.enable=true"));
+    // A key that is no knob's condition, and a malformed one, are errors naming it.
+    let e = keep_conditions(&mut plan, &m, &[("no.such".into(), json!(1))]).unwrap_err();
+    assert!(
+        e.contains("--condition no.such") && e.contains(zorro),
+        "{e}"
+    );
+    assert!(parse_condition("=1").unwrap_err().contains("--condition"));
+    assert!(parse_condition("novalue").is_err());
+}
+
+#[test]
 fn consumed_under_a_condition_only_is_not_flagged() {
     let m = manifest();
     let base_on = snap(&[

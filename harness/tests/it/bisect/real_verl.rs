@@ -1,6 +1,10 @@
 //! `rlharness bisect --propagate` on the real Arctic adapter with real verl: a throwaway
-//! repository of the extracted adapter tree (ARCTIC_SRC), eight commits after it, one of which
-//! applies the seed's logits bug (`zorro-logits-dropped.patch`). Ignored in a plain
+//! repository of the extracted adapter tree (ARCTIC_SRC), four commits after it, the second of
+//! which applies the seed's logits bug (`zorro-logits-dropped.patch`). The search runs only the
+//! trials that can show that bug (`--knobs remote_backend.train.logits.optimization
+//! --condition remote_backend.train.zorro_train.enable=true`: its only reader is ZoRRo
+//! training's `ds_worker_config`): a baseline and one trial per commit, each stopped once the
+//! JobConfigs are sent, four commits tested (the two ends, then 2 and 1). Ignored in a plain
 //! `cargo test`; `bash ci/verl-tests.sh` runs it (its path matches the `real_verl::` filter).
 
 use std::process::Command;
@@ -32,8 +36,8 @@ fn bisect_with_propagate_finds_the_commit_that_drops_the_logits_knobs() {
     let commits = throwaway_repo(
         &adapter,
         std::path::Path::new(&arctic),
-        8,
-        3,
+        4,
+        2,
         "ds_worker_config: drop the logits settings",
         |d| {
             let p = Command::new("patch")
@@ -55,12 +59,14 @@ fn bisect_with_propagate_finds_the_commit_that_drops_the_logits_knobs() {
             "--good",
             &commits[0],
             "--bad",
-            &commits[8],
+            &commits[4],
             "--source",
             "ARCTIC_SRC",
             "--propagate",
             "--knobs",
             "remote_backend.train.logits.optimization",
+            "--condition",
+            "remote_backend.train.zorro_train.enable=true",
             "--out",
             out.to_str().unwrap(),
         ])
@@ -81,7 +87,7 @@ fn bisect_with_propagate_finds_the_commit_that_drops_the_logits_knobs() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(
         json["first_bad"]["sha"],
-        commits[3].as_str(),
+        commits[2].as_str(),
         "{}",
         text(&o)
     );
@@ -93,5 +99,14 @@ fn bisect_with_propagate_finds_the_commit_that_drops_the_logits_knobs() {
             "flagged: remote_backend.train.logits.optimization",
         ],
     );
-    checkout_untouched(&adapter, &commits[8]);
+    // Only the trials that can show the bug ran: a baseline and one trial at each of the four
+    // commits tested.
+    assert_eq!(
+        json["tested"].as_array().unwrap().len(),
+        4,
+        "{}",
+        runs_line(&json)
+    );
+    assert_eq!(json["runs"], 8, "{}", runs_line(&json));
+    checkout_untouched(&adapter, &commits[4]);
 }

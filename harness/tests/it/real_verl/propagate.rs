@@ -7,16 +7,17 @@ use std::process::{Command, Output};
 use super::{rlharness, sources, SCENARIO};
 use crate::common::{repo, says, text};
 
-/// The knobs CI tries through real verl: every logits knob (the seed's bug lives there), under
-/// ZoRRo on and off. The whole manifest takes about 40 trials of a minute each on 2 cores
+/// The knobs CI tries through real verl: every logits knob (the seed's bug lives there); under
+/// ZoRRo on and off on the unmodified adapter, under ZoRRo on only with the bug planted. The
+/// whole manifest takes about 40 trials of a minute each on 2 cores
 /// (docs/real-verl.md); this subset is its stated CI part. With `--until auto` the ZoRRo-on runs
 /// stop once the JobConfigs are sent (their only reader is `ds_worker_config`).
 const CI_KNOBS: &str = "remote_backend.train.logits";
 
 /// `rlharness propagate` of the real scenario on the logits knobs, with the adapter at
 /// `arctic`: the exit status and the matrix (`propagation.json`).
-fn propagate_logits(out: &Path, arctic: &Path) -> (Output, serde_json::Value) {
-    let o = rlharness(&[
+fn propagate_logits(out: &Path, arctic: &Path, more: &[&str]) -> (Output, serde_json::Value) {
+    let mut args = vec![
         "propagate",
         SCENARIO,
         "--knobs",
@@ -25,10 +26,9 @@ fn propagate_logits(out: &Path, arctic: &Path) -> (Output, serde_json::Value) {
         "auto",
         "--out",
         out.to_str().unwrap(),
-    ])
-    .env("ARCTIC_SRC", arctic)
-    .output()
-    .unwrap();
+    ];
+    args.extend(more);
+    let o = rlharness(&args).env("ARCTIC_SRC", arctic).output().unwrap();
     let json = std::fs::read_dir(out.join("real-verl-arctic-grpo"))
         .ok()
         .into_iter()
@@ -82,7 +82,15 @@ fn propagate_on_the_real_adapter_flags_exactly_the_seed_bug() {
         .output()
         .unwrap();
     assert!(p.status.success(), "the patch does not apply: {}", text(&p));
-    let (o, matrix) = propagate_logits(&tmp.path().join("out"), &arctic);
+    // Only the ZoRRo-on trials: the bug's one reader is ZoRRo training's ds_worker_config.
+    let (o, matrix) = propagate_logits(
+        &tmp.path().join("out"),
+        &arctic,
+        &[
+            "--condition",
+            "remote_backend.train.zorro_train.enable=true",
+        ],
+    );
     println!("planted: {}", summary_line(&o));
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert_eq!(
@@ -109,7 +117,9 @@ fn propagate_on_the_real_adapter_flags_exactly_the_seed_bug() {
 fn propagate_on_the_unmodified_adapter_finds_known_gaps_only() {
     let tmp = tempfile::tempdir().unwrap();
     let [_, (_, src)] = sources();
-    let (o, matrix) = propagate_logits(&tmp.path().join("out"), Path::new(&src));
+    // Both values of ZoRRo, two trials side by side (each in a network namespace of its own
+    // where the host gives one; the adapter dials the fixed localhost:7000).
+    let (o, matrix) = propagate_logits(&tmp.path().join("out"), Path::new(&src), &["--jobs", "2"]);
     println!("unmodified: {}", summary_line(&o));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(new_flags(&matrix).is_empty(), "{}", text(&o));

@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod bisect;
+pub(crate) use bisect::BisectArgs;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "rlharness",
@@ -50,6 +53,19 @@ pub(crate) enum Command {
     /// the run directory printed on stdout as one framed, checksummed archive.
     #[command(hide = true)]
     JobEntry(RunArgs),
+    /// Inside a network namespace of its own (`unshare --net`): bring the loopback up, listen
+    /// on the trainer's fixed address, run the trainer and carry each connection to the Unix
+    /// socket of the run's recording proxy (netns.rs). Without `--listen`/`--bridge`: bring
+    /// the loopback up and run the command (CI's real-verl lanes side by side).
+    #[command(hide = true)]
+    NetnsExec {
+        #[arg(long, requires = "bridge")]
+        listen: Option<String>,
+        #[arg(long, requires = "listen")]
+        bridge: Option<PathBuf>,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<String>,
+    },
     /// Run a scenario and keep its whole wire traffic as a replay cassette under
     /// GOLDEN/<scenario>/<hardware>/cassette/.
     Record(RecordArgs),
@@ -123,7 +139,10 @@ pub(crate) enum Command {
         /// in one, else one training step: faster, blind to effects after initialization).
         #[arg(long, default_value = "first-update", value_parser = clap::value_parser!(crate::propagate::command::Until))]
         until: crate::propagate::command::Until,
-        /// Trials side by side (a trainer on the fixed Arctic address runs one at a time).
+        /// Trials side by side. A trainer on a fixed address (the Arctic adapter's
+        /// `localhost:7000`) gets a network namespace per trial where the host allows one
+        /// (root, or unprivileged user namespaces; `RLHARNESS_NO_NETNS=1` turns it off), else
+        /// its trials run one at a time, saying why.
         #[arg(long, default_value_t = crate::propagate::command::CONCURRENCY)]
         jobs: usize,
         /// Perturb knobs whose wire locations cannot overlap in one run, splitting a run that
@@ -140,6 +159,11 @@ pub(crate) enum Command {
         /// one (its subtree); `*` matches one segment, e.g. `remote_backend.train.logits`.
         #[arg(long = "knobs", value_name = "PATTERN")]
         knobs: Vec<String>,
+        /// Only the trials under this value of a condition knob (repeatable), e.g.
+        /// `remote_backend.train.zorro_train.enable=true` where a bug can only show with ZoRRo
+        /// on; knobs without that condition are tried as usual.
+        #[arg(long = "condition", value_name = "KEY=VALUE")]
+        conditions: Vec<String>,
         /// No progress bar: one plain line per finished run instead (as in a CI log); `-q` for
         /// none.
         #[arg(long)]
@@ -323,77 +347,6 @@ pub(crate) struct RayArgs {
     /// RAY_AUTH_MODE=token (Ray's own order). The token is never printed.
     #[arg(long, value_name = "PATH")]
     pub(crate) ray_token_file: Option<PathBuf>,
-}
-
-/// `rlharness bisect`'s arguments.
-#[derive(Debug, Args, Clone)]
-pub(crate) struct BisectArgs {
-    /// A scenario whose trainer sources are a git repository (a command driver's `sources`).
-    pub(crate) scenario: PathBuf,
-    /// The trainer's git repository (never checked out: each commit goes to a worktree of the
-    /// bisect's own).
-    #[arg(long)]
-    pub(crate) repo: PathBuf,
-    /// A revision where the scenario is good.
-    #[arg(long)]
-    pub(crate) good: String,
-    /// A later revision where it is bad.
-    #[arg(long)]
-    pub(crate) bad: String,
-    /// The setting (environment variable) that points the scenario at the trainer's sources;
-    /// default: the scenario's one `driver.sources` entry.
-    #[arg(long, value_name = "VAR")]
-    pub(crate) source: Option<String>,
-    /// Judge each commit with the propagation matrix instead of the scenario's metrics: a
-    /// commit is bad when a knob is flagged that no known gap explains.
-    #[arg(long)]
-    pub(crate) propagate: bool,
-    /// With `--propagate`: only the knobs these patterns name (as `propagate --knobs`).
-    #[arg(long = "knobs", value_name = "PATTERN", requires = "propagate")]
-    pub(crate) knobs: Vec<String>,
-    /// With `--propagate`: how far each trial runs (as `propagate --until`).
-    #[arg(long, default_value = "auto", requires = "propagate", value_parser = clap::value_parser!(crate::propagate::command::Until))]
-    pub(crate) until: crate::propagate::command::Until,
-    /// Override a scenario value in every run.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub(crate) set: Vec<String>,
-    /// Where the report (bisect.json, bisect.md), the runs and the worktrees go; default
-    /// `reports/bisect/<scenario>/<stamp>/`.
-    #[arg(long)]
-    pub(crate) out: Option<PathBuf>,
-    /// Where each commit's results are kept for reruns; default `cache/` beside the out folder.
-    #[arg(long)]
-    pub(crate) cache: Option<PathBuf>,
-    /// The golden store (default: `golden/` beside the scenario's `scenarios/` folder).
-    #[arg(long)]
-    pub(crate) golden: Option<PathBuf>,
-    /// The golden's hardware key (default: the scenario's one calibrated key).
-    #[arg(long)]
-    pub(crate) hardware: Option<String>,
-    /// Seeds side by side (scenario mode), or trials (`--propagate`).
-    #[arg(long, default_value_t = 1)]
-    pub(crate) jobs: usize,
-    /// The chance of calling a good commit bad.
-    #[arg(long, default_value_t = 0.05)]
-    pub(crate) alpha: f64,
-    /// The chance of calling a bad commit good.
-    #[arg(long, default_value_t = 0.05)]
-    pub(crate) beta: f64,
-    /// The most seeds a commit gets; a commit still unclear then is skipped.
-    #[arg(long, default_value_t = 8)]
-    pub(crate) max_seeds: usize,
-    /// The shift of the judged window that makes a commit bad (default: the golden rule's
-    /// calibrated band, `max(k·σ·√(1+1/n), floor)`).
-    #[arg(long)]
-    pub(crate) effect: Option<f64>,
-    /// The metric judged (default: the calibration's reward or score metric); its last
-    /// calibrated window is used.
-    #[arg(long)]
-    pub(crate) metric: Option<String>,
-    /// `--executor ray --address …`: each seed (or, with `--propagate`, each trial) of a
-    /// commit one Ray job, the commit's worktree shipped with it.
-    #[command(flatten)]
-    pub(crate) ray: RayArgs,
 }
 
 /// Where `rlharness run` runs its scenarios (`golden calibrate` its seeds, `propagate` its
