@@ -152,7 +152,7 @@ fn propagate_over_ray_flags_what_the_local_matrix_flags() {
 #[test]
 #[ignore = "needs a Ray head: bash ci/ray-tests.sh"]
 fn bisect_over_ray_finds_the_commit_the_local_bisect_finds() {
-    use crate::bisect::{bisect_json, rlharness, standin_and_its_regression, STANDIN};
+    use crate::bisect::{standin_and_its_regression, STANDIN};
     let tmp = tempfile::tempdir().unwrap();
     let (golden, trainer, commits) = standin_and_its_regression(tmp.path());
     let args = |name: &str| -> Vec<String> {
@@ -179,23 +179,7 @@ fn bisect_over_ray_finds_the_commit_the_local_bisect_finds() {
         .map(|s| s.to_string())
         .collect()
     };
-    let l = rlharness(
-        &args("local").iter().map(String::as_str).collect::<Vec<_>>(),
-        true,
-    );
-    assert_eq!(l.status.code(), Some(0), "{}", text(&l));
-    let started = Instant::now();
-    let r = on_ray_cmd(&args("ray").iter().map(String::as_str).collect::<Vec<_>>());
-    assert_eq!(r.status.code(), Some(0), "{}", text(&r));
-    println!(
-        "bisect over Ray: {:.1} s\n{}",
-        started.elapsed().as_secs_f64(),
-        text(&r)
-    );
-    let (a, b) = (
-        bisect_json(&tmp.path().join("local/out")),
-        bisect_json(&tmp.path().join("ray/out")),
-    );
+    let (a, b, r) = here_and_on_ray(tmp.path(), args, "bisect");
     assert_eq!(b["first_bad"]["sha"], commits[5].as_str(), "{}", text(&r));
     assert_eq!(a["first_bad"], b["first_bad"]);
     let tested = |j: &serde_json::Value| -> Vec<serde_json::Value> {
@@ -229,7 +213,7 @@ fn bisect_over_ray_finds_the_commit_the_local_bisect_finds() {
 #[test]
 #[ignore = "needs a Ray head: bash ci/ray-tests.sh"]
 fn bisect_propagate_over_ray_finds_the_commit_the_local_bisect_finds() {
-    use crate::bisect::{bisect_json, rlharness, throwaway_repo};
+    use crate::bisect::throwaway_repo;
     use crate::common::repo;
     let tmp = tempfile::tempdir().unwrap();
     let root = crate::common::scenarios_root_in(tmp.path());
@@ -311,23 +295,7 @@ fn bisect_propagate_over_ray_finds_the_commit_the_local_bisect_finds() {
         .map(|s| s.to_string())
         .collect()
     };
-    let l = rlharness(
-        &args("local").iter().map(String::as_str).collect::<Vec<_>>(),
-        true,
-    );
-    assert_eq!(l.status.code(), Some(0), "{}", text(&l));
-    let started = Instant::now();
-    let r = on_ray_cmd(&args("ray").iter().map(String::as_str).collect::<Vec<_>>());
-    assert_eq!(r.status.code(), Some(0), "{}", text(&r));
-    println!(
-        "bisect --propagate over Ray: {:.1} s\n{}",
-        started.elapsed().as_secs_f64(),
-        text(&r)
-    );
-    let (a, b) = (
-        bisect_json(&tmp.path().join("local/out")),
-        bisect_json(&tmp.path().join("ray/out")),
-    );
+    let (a, b, r) = here_and_on_ray(tmp.path(), args, "bisect --propagate");
     assert_eq!(b["first_bad"]["sha"], commits[2].as_str(), "{}", text(&r));
     let tested = |j: &serde_json::Value| -> Vec<serde_json::Value> {
         j["tested"]
@@ -346,4 +314,32 @@ fn bisect_propagate_over_ray_finds_the_commit_the_local_bisect_finds() {
             .collect()
     };
     assert_eq!(tested(&a), tested(&b), "the commits' matrices differ");
+}
+
+/// The bisect `args(name)` makes (its folder `name`), run here as `local` and over Ray as
+/// `ray`, both exit 0: their `bisect.json`s, local first, and the Ray run's output.
+fn here_and_on_ray(
+    tmp: &Path,
+    args: impl Fn(&str) -> Vec<String>,
+    what: &str,
+) -> (serde_json::Value, serde_json::Value, Output) {
+    use crate::bisect::{bisect_json, rlharness};
+    let l = rlharness(
+        &args("local").iter().map(String::as_str).collect::<Vec<_>>(),
+        true,
+    );
+    assert_eq!(l.status.code(), Some(0), "{}", text(&l));
+    let started = Instant::now();
+    let r = on_ray_cmd(&args("ray").iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r));
+    println!(
+        "{what} over Ray: {:.1} s\n{}",
+        started.elapsed().as_secs_f64(),
+        text(&r)
+    );
+    (
+        bisect_json(&tmp.join("local/out")),
+        bisect_json(&tmp.join("ray/out")),
+        r,
+    )
 }
