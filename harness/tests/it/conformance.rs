@@ -9,7 +9,7 @@
 //! (test dependencies only): `bash ci/python-deps.sh` installs them into `.pydeps/` at the
 //! repository root, which these tests put on `PYTHONPATH`.
 
-use std::net::TcpListener;
+use crate::common::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -137,14 +137,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn spawn(args: &[&str]) -> Killed {

@@ -8,7 +8,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::common::{repo, says, text};
+use crate::common::{free_port, repo, says, text};
 
 const STANDIN: &str = "scenarios/propagate/verl-arctic-standin.yaml";
 
@@ -63,15 +63,6 @@ fn flags(m: &serde_json::Value) -> Vec<(String, bool, String)> {
         .collect();
     v.sort();
     v
-}
-
-/// A port free on the host now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Whether this host lets the harness make a network namespace (as the harness asks for one).

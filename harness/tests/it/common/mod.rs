@@ -244,3 +244,12 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A port free on this host now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
