@@ -80,28 +80,57 @@ step cargo test --workspace --features torch --tests --no-run
 installed ray-install
 bash ci/ray-tests.sh >target/ci-logs/ray-tests.log 2>&1 &
 ray_tests=$!
+# Real verl and the real Arctic adapter driving the harness (ci/verl-tests.sh). Its two lanes run
+# in network namespaces of their own (each its own localhost:7000 and Ray), so where the host
+# gives a process one they run beside the main test run too: a real-verl run leaves a core idle
+# almost half the time (Ray and verl start-up, request round trips), which the main run fills.
+# Where it does not, they run after the other tests, alone (the adapter's fixed port is the
+# host's then). Output in target/ci-logs/verl-tests.log, printed when it ends.
+installed verl-install
+ns=(unshare --net)
+[[ $(id -u) == 0 ]] || ns+=(--map-root-user)
+verl_tests=
+if "${ns[@]}" "${CARGO_TARGET_DIR:-target}/debug/rlharness" netns-exec -- true >/dev/null 2>&1; then
+    bash ci/verl-tests.sh >target/ci-logs/verl-tests.log 2>&1 &
+    verl_tests=$!
+fi
 installed python-deps
 test_status=0
 step cargo test --workspace --features torch --no-fail-fast --tests || test_status=$?
-# Waited for whatever the tests did, so that its head is always stopped by its own trap.
-t=$SECONDS
-ray_status=0
-wait "$ray_tests" || ray_status=$?
-cat target/ci-logs/ray-tests.log >&2
-echo "ci/test.sh: waited $((SECONDS - t)) s for ci/ray-tests.sh" >&2
-timings+=("$(printf '%6d s  %s' $((SECONDS - t)) "ci/ray-tests.sh (beside cargo test: the wait after it)")")
-if ((test_status != 0 || ray_status != 0)); then
-    echo "ci/test.sh: failed (cargo test: exit $test_status, ci/ray-tests.sh: exit $ray_status)" >&2
+# Waits for a lane that ran beside cargo test (whatever the tests did, so that what it started
+# is always stopped by its own trap), prints its log and adds the wait to the step table.
+# beside NAME PID: sets beside_status.
+beside() {
+    local t=$SECONDS
+    beside_status=0
+    wait "$2" || beside_status=$?
+    cat "target/ci-logs/$1.log" >&2
+    echo "ci/test.sh: waited $((SECONDS - t)) s for ci/$1.sh" >&2
+    timings+=("$(printf '%6d s  %s%s' $((SECONDS - t)) "ci/$1.sh (beside cargo test: the wait after it)" \
+        "$( ((beside_status == 0)) || echo "  (exit $beside_status)")")")
+}
+beside ray-tests "$ray_tests"
+ray_status=$beside_status
+verl_status=0
+if [[ -n $verl_tests ]]; then
+    beside verl-tests "$verl_tests"
+    verl_status=$beside_status
+fi
+if ((test_status != 0 || ray_status != 0 || verl_status != 0)); then
+    echo "ci/test.sh: failed (cargo test: exit $test_status, ci/ray-tests.sh: exit $ray_status," \
+        "ci/verl-tests.sh: exit $verl_status)" >&2
     exit 1
 fi
 # The HTML reports in headless Chromium (ci/browser-tests.sh, with the test build's binary;
 # screenshots stay under target/browser-tests/).
 installed browser-install
 step bash ci/browser-tests.sh
-# Real verl and the real Arctic adapter driving the harness (ci/verl-tests.sh): after the other
-# tests, alone, since each of its runs uses both cores and the adapter's fixed port.
-installed verl-install
-step bash ci/verl-tests.sh
+# Without network namespaces, real verl after the other tests, alone (see above).
+if [[ -z $verl_tests ]]; then
+    echo "ci/test.sh: no network namespace for a process here (${ns[*]}): the real-verl tests" \
+        "run after the others" >&2
+    step bash ci/verl-tests.sh
+fi
 # The fuzz targets (their own workspace) are checked, not run: ci/FUZZING.md says how to run
 # them. In the main target directory, whose checked dependencies they share.
 step cargo check --manifest-path harness/fuzz/Cargo.toml --bins --target-dir target

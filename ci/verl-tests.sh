@@ -61,7 +61,9 @@ if [[ "$listed" != "$placed" ]]; then
 fi
 mkdir -p target/ci-logs
 tmps=()
-trap 'rm -rf "${tmps[@]}"' EXIT
+# Stopped early (ci/test.sh stops what runs beside its tests when it ends), the lanes stop too.
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "${tmps[@]}"' EXIT
+trap 'exit 143' TERM INT
 # lane NAME PREFIX... -- TESTS...: one test process (in the namespace PREFIX makes, if any),
 # with a short Ray temp dir of its own (Ray's Unix sockets live there); its log in
 # target/ci-logs/verl-lane-NAME.log.

@@ -233,7 +233,6 @@ fn a_taken_port_7000_is_named_before_verl_starts() {
     let tmp = tempfile::tempdir().unwrap();
     let holder = std::net::TcpListener::bind("127.0.0.1:7000")
         .expect("port 7000 must be free for the real-verl tests");
-    let t = Instant::now();
     let o = run(tmp.path(), &[]);
     drop(holder);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
@@ -245,10 +244,9 @@ fn a_taken_port_7000_is_named_before_verl_starts() {
             "only one such run",
         ],
     );
-    // Refused before any trainer started.
-    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    // Refused before any trainer started: no trainer output, nothing of its left.
     let dir = latest(tmp.path());
-    assert!(!dir.join("stdout.log").exists() || survivors(&dir).is_empty());
+    assert!(!dir.join("stdout.log").exists(), "a trainer was started");
 }
 
 // ---------------------------------------------------------------------------------------------
