@@ -96,10 +96,12 @@ netns=false
 "${ns[@]}" "${CARGO_TARGET_DIR:-target}/debug/rlharness" netns-exec -- true >/dev/null 2>&1 &&
     netns=true
 declare -A lanes=()
-# beside NAME: starts ci/NAME.sh in the background.
+# beside bash ci/NAME.sh: starts that lane in the background.
 beside() {
-    bash "ci/$1.sh" >"target/ci-logs/$1.log" 2>&1 &
-    lanes[$1]=$!
+    local name
+    name=$(basename "$2" .sh)
+    "$@" >"target/ci-logs/$name.log" 2>&1 &
+    lanes[$name]=$!
 }
 # Waits for every lane started (whatever each did, so that what it started is always stopped by
 # its own trap), prints its log, adds the wait to the step table; fails the run if one failed.
@@ -120,7 +122,7 @@ wait_lanes() {
         exit 1
     fi
 }
-$netns || beside ray-tests
+$netns || beside bash ci/ray-tests.sh
 step cargo test --workspace --features torch --no-fail-fast --tests || {
     wait_lanes
     echo "ci/test.sh: failed (cargo test)" >&2
@@ -129,8 +131,8 @@ step cargo test --workspace --features torch --no-fail-fast --tests || {
 wait_lanes
 if $netns; then
     installed verl-install
-    beside verl-tests
-    beside ray-tests
+    beside bash ci/verl-tests.sh
+    beside bash ci/ray-tests.sh
 fi
 # The HTML reports in headless Chromium (ci/browser-tests.sh, with the test build's binary;
 # screenshots stay under target/browser-tests/).
