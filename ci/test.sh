@@ -73,21 +73,19 @@ step cargo clippy --workspace --all-targets --features torch -- -D warnings
 # the docs is text, YAML or a shell line), so `cargo test`'s default would only link the
 # examples again and run rustdoc over both crates for nothing.
 step cargo test --workspace --features torch --tests --no-run
-# Two lanes mostly wait rather than compute, and run beside other work:
+# Two lanes mostly wait rather than compute, and run beside other work (each one's output goes
+# to target/ci-logs/NAME.log, printed when it ends):
 # - the Ray executor against a real local Ray head (ci/ray-tests.sh starts and always stops its
-#   own head; a Ray that cannot be installed or started fails the run): its tests mostly wait on
-#   Ray (job start-up, polling);
-# - real verl and the real Arctic adapter driving the harness (ci/verl-tests.sh): a real-verl
-#   run leaves a core idle almost half the time (Ray and verl start-up, request round trips).
-# The main test run keeps both cores busy, so the lanes do not run beside it where they can
-# run beside each other: where the host gives a process a network namespace of its own, the
-# real-verl tests run in two namespaced lanes (each its own localhost:7000 and Ray), and the Ray
-# lane, the real-verl lanes and the browser test run together after the main test run (measured:
-# the Ray lane beside the main run made it 140 s longer; the real-verl lanes beside it too
-# gained nothing and raced each other's load). Where the host gives none, the Ray lane runs
-# beside the main test run and the real-verl tests after everything, alone (the adapter's fixed
-# port is the host's then). Each lane's output goes to target/ci-logs/NAME.log, printed when it
-# ends.
+#   own head; a Ray that cannot be installed or started fails the run), beside the main test
+#   run: its tests mostly wait on Ray (job start-up, polling);
+# - real verl and the real Arctic adapter driving the harness (ci/verl-tests.sh), after the
+#   main test run. Where the host gives a process a network namespace of its own, its two lanes
+#   run in namespaces (each its own localhost:7000 and Ray) beside the browser test and the fuzz
+#   check; else after everything, alone (the adapter's fixed port is the host's then).
+# Measured on 2 cores: the main run keeps both cores busy, and the real-verl lanes leave 44 % of
+# them idle; the real-verl lanes beside the main run gained nothing (and made a test that waited
+# on a clock time out), and the Ray lane beside the real-verl lanes instead of the main run took
+# the same total time but pushed the real-verl lanes past their 10 minutes.
 installed ray-install
 installed python-deps
 ns=(unshare --net)
@@ -122,17 +120,16 @@ wait_lanes() {
         exit 1
     fi
 }
-$netns || beside bash ci/ray-tests.sh
+beside bash ci/ray-tests.sh
 step cargo test --workspace --features torch --no-fail-fast --tests || {
     wait_lanes
     echo "ci/test.sh: failed (cargo test)" >&2
     exit 1
 }
 wait_lanes
+installed verl-install
 if $netns; then
-    installed verl-install
     beside bash ci/verl-tests.sh
-    beside bash ci/ray-tests.sh
 fi
 # The HTML reports in headless Chromium (ci/browser-tests.sh, with the test build's binary;
 # screenshots stay under target/browser-tests/).
@@ -151,7 +148,6 @@ wait_lanes
 if ! $netns; then
     echo "ci/test.sh: no network namespace for a process here (${ns[*]}): the real-verl tests" \
         "run after the others, alone" >&2
-    installed verl-install
     step bash ci/verl-tests.sh
 fi
 echo "ci/test.sh: passed in $((SECONDS - started)) s" >&2
