@@ -74,7 +74,11 @@ mod tests {
              not_sent:\n  - {path: trainer, reason: verl's own loop}\n  \
              - {path: data.train_files, reason: read by verl}\n",
         );
-        assert!(manifest::validate(&m).is_empty(), "{:?}", manifest::validate(&m));
+        assert!(
+            manifest::validate(&m).is_empty(),
+            "{:?}",
+            manifest::validate(&m)
+        );
         let leaves = [
             "rb.a",
             "rb.ds.stage",

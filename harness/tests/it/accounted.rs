@@ -25,7 +25,9 @@ fn root_without_row(dir: &Path) -> PathBuf {
     }
     let manifest = std::fs::read_to_string(shipped("backends/arctic.knobs.yaml")).unwrap();
     let row = format!("  - path: {KNOB}\n");
-    let start = manifest.find(&row).expect("the shipped manifest has the row");
+    let start = manifest
+        .find(&row)
+        .expect("the shipped manifest has the row");
     let end = start + row.len() + manifest[start + row.len()..].find("\n  - path:").unwrap() + 1;
     let without = format!("{}{}", &manifest[..start], &manifest[end..]);
     assert!(!without.contains(&row));
@@ -82,7 +84,10 @@ fn the_shipped_manifest_accounts_for_the_scenario() {
     let scenario = root_without_row(tmp.path());
     std::fs::copy(
         shipped("backends/arctic.knobs.yaml"),
-        scenario.parent().unwrap().join("backends/arctic.knobs.yaml"),
+        scenario
+            .parent()
+            .unwrap()
+            .join("backends/arctic.knobs.yaml"),
     )
     .unwrap();
     let o = rlharness(&["check", scenario.to_str().unwrap()], tmp.path());
@@ -154,7 +159,9 @@ fn propagate_lists_a_knob_whose_manifest_row_is_gone_first() {
         })
         .unwrap();
     let md = std::fs::read_to_string(dir.join("propagation.md")).unwrap();
-    let section = md.find("## Knobs the manifest does not account for").unwrap();
+    let section = md
+        .find("## Knobs the manifest does not account for")
+        .unwrap();
     assert!(section < md.find("| knob | verdict").unwrap(), "{md}");
     assert!(md.contains(&format!("- `{KNOB}` (default (")), "{md}");
     let json: serde_json::Value =

@@ -158,7 +158,10 @@ impl Layering {
             (own.display().to_string(), load_layer_file(&own))
         } else {
             let name = layer.source_name();
-            (name.display().to_string(), load_layer_text(layer.text, &name))
+            (
+                name.display().to_string(),
+                load_layer_text(layer.text, &name),
+            )
         };
         let Ok(mut base) = loaded else {
             // Unreadable: reported where it is included; nothing to check against here.

@@ -101,7 +101,10 @@ pub(crate) fn builtin_text(source: &Path) -> Option<&'static str> {
         return Some(BUILTIN_DEFAULTS);
     }
     let rel = source.to_str()?.strip_prefix(BUILTIN_PREFIX)?;
-    BUILTIN_LAYERS.iter().find(|l| l.path == rel).map(|l| l.text)
+    BUILTIN_LAYERS
+        .iter()
+        .find(|l| l.path == rel)
+        .map(|l| l.text)
 }
 
 /// A resolved value (a leaf or a whole subtree) and where it came from. For a subtree the

@@ -28,7 +28,11 @@ fn a_scenario_alone_includes_the_built_in_arctic_layer_by_name_or_path() {
             &format!("    include: {include}\n    train:\n      zorro_train: {{enable: true}}\n"),
         );
         let s = load(&p, &[]).unwrap_or_else(|e| panic!("{include}: {e}"));
-        let get = |k: &str| s.config.get(k).unwrap_or_else(|| panic!("{include}: no {k}"));
+        let get = |k: &str| {
+            s.config
+                .get(k)
+                .unwrap_or_else(|| panic!("{include}: no {k}"))
+        };
         assert_eq!(get("remote_backend.train.zorro_train.enable").value, true);
         // The rest comes from the built-in layer, and says so.
         let seed = get("remote_backend.train.determinism.seed");
@@ -53,7 +57,10 @@ fn a_scenario_alone_includes_the_built_in_arctic_layer_by_name_or_path() {
 fn a_misspelt_arctic_knob_is_refused_at_its_line_in_any_repository() {
     // Included (by name) and not included at all: both are checked against the layer.
     for (body, line) in [
-        ("    include: arctic\n    train:\n      zorro_train: {enabel: true}\n", 11),
+        (
+            "    include: arctic\n    train:\n      zorro_train: {enabel: true}\n",
+            11,
+        ),
         ("    train:\n      zorro_train:\n        enabel: true\n", 11),
     ] {
         let tmp = tempfile::tempdir().unwrap();
@@ -78,7 +85,10 @@ fn a_misspelt_arctic_knob_is_refused_at_its_line_in_any_repository() {
 #[test]
 fn a_remote_backend_written_without_include_keeps_only_its_own_values() {
     let tmp = tempfile::tempdir().unwrap();
-    let p = alone(tmp.path(), "    train:\n      zorro_train: {enable: true}\n");
+    let p = alone(
+        tmp.path(),
+        "    train:\n      zorro_train: {enable: true}\n",
+    );
     let s = load(&p, &[]).unwrap();
     assert_eq!(
         s.config
@@ -111,9 +121,14 @@ fn an_include_that_exists_nowhere_names_the_built_in_layers() {
     let tmp = tempfile::tempdir().unwrap();
     let p = alone(tmp.path(), "    include: backends/nope.yaml\n");
     let e = only_error(load(&p, &[]));
-    assert!(e.message.contains("included file `backends/nope.yaml` not found"), "{e}");
     assert!(
-        e.message.contains("built in: `backends/arctic.yaml` (or `arctic`)"),
+        e.message
+            .contains("included file `backends/nope.yaml` not found"),
+        "{e}"
+    );
+    assert!(
+        e.message
+            .contains("built in: `backends/arctic.yaml` (or `arctic`)"),
         "{e}"
     );
 }
@@ -142,7 +157,8 @@ fn check_refuses_a_misspelt_knob_in_a_fresh_repository() {
             .unwrap()
     };
     let ok = check(&p);
-    let out = String::from_utf8_lossy(&ok.stdout).into_owned() + &String::from_utf8_lossy(&ok.stderr);
+    let out =
+        String::from_utf8_lossy(&ok.stdout).into_owned() + &String::from_utf8_lossy(&ok.stderr);
     assert_eq!(ok.status.code(), Some(0), "the copy as shipped: {out}");
 
     let typo = text.replace("        enable: true", "        enabel: true");
@@ -152,6 +168,9 @@ fn check_refuses_a_misspelt_knob_in_a_fresh_repository() {
     let out =
         String::from_utf8_lossy(&bad.stdout).into_owned() + &String::from_utf8_lossy(&bad.stderr);
     assert_eq!(bad.status.code(), Some(2), "{out}");
-    assert!(out.contains("remote_backend.train.zorro_train.enabel"), "{out}");
+    assert!(
+        out.contains("remote_backend.train.zorro_train.enabel"),
+        "{out}"
+    );
     assert!(out.contains("did you mean `enable`?"), "{out}");
 }

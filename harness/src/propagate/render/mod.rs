@@ -100,7 +100,10 @@ impl PropagationReport {
             out.push_str(&format!("\n  UNACCOUNTED {} ({})", k.path, k.origin));
         }
         if !self.unaccounted.is_empty() {
-            out.push_str(&format!("\n  ({})", super::accounted::advice(&self.manifest)));
+            out.push_str(&format!(
+                "\n  ({})",
+                super::accounted::advice(&self.manifest)
+            ));
         }
         for k in self
             .knobs
