@@ -36,21 +36,21 @@ if [[ ! -x "$it" ]]; then
     exit 1
 fi
 bin=$(realpath "${CARGO_TARGET_DIR:-target}/debug/rlharness")
-# Two lanes of about equal length (the bisect and the planted propagate against the learning
-# run, the stops and the unmodified propagate); each filter names one test.
+# Two lanes of about equal length (measured: the learning run and the unmodified propagate
+# take about as long as everything else); each filter names one test.
 lane_a=(
     bisect::real_verl::bisect_with_propagate_finds_the_commit_that_drops_the_logits_knobs
     real_verl::propagate::propagate_on_the_real_adapter_flags_exactly_the_seed_bug
     real_verl::a_taken_port_7000_is_named_before_verl_starts
     real_verl::the_defaults_file_holds_verls_own_defaults
     real_verl::a_failing_trainer_leaves_nothing_behind
+    real_verl::a_timed_out_run_leaves_nothing_behind
+    real_verl::ctrl_c_keeps_the_finished_steps_and_leaves_nothing_behind
+    real_verl::the_builtin_driver_speaks_like_real_verl
 )
 lane_b=(
     real_verl::real_verl_learns_over_http_and_leaves_nothing_behind
     real_verl::propagate::propagate_on_the_unmodified_adapter_finds_known_gaps_only
-    real_verl::a_timed_out_run_leaves_nothing_behind
-    real_verl::ctrl_c_keeps_the_finished_steps_and_leaves_nothing_behind
-    real_verl::the_builtin_driver_speaks_like_real_verl
 )
 listed=$("$it" --ignored --list real_verl:: | sed -n 's/: test$//p' | sort)
 placed=$(printf '%s\n' "${lane_a[@]}" "${lane_b[@]}" | sort)
