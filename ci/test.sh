@@ -73,65 +73,81 @@ step cargo clippy --workspace --all-targets --features torch -- -D warnings
 # the docs is text, YAML or a shell line), so `cargo test`'s default would only link the
 # examples again and run rustdoc over both crates for nothing.
 step cargo test --workspace --features torch --tests --no-run
-# The Ray executor against a real local Ray head (ci/ray-tests.sh starts and always stops its
-# own head; a Ray that cannot be installed or started fails the run). It runs beside the main
-# test run: its tests mostly wait on Ray (job start-up, polling), which leaves a core idle.
-# Its output goes to target/ci-logs/ray-tests.log, printed when it ends.
+# Two lanes mostly wait rather than compute, and run beside other work (each one's output goes
+# to target/ci-logs/NAME.log, printed when it ends):
+# - the Ray executor against a real local Ray head (ci/ray-tests.sh starts and always stops its
+#   own head; a Ray that cannot be installed or started fails the run), beside the main test
+#   run: its tests mostly wait on Ray (job start-up, polling);
+# - real verl and the real Arctic adapter driving the harness (ci/verl-tests.sh), after the
+#   main test run. Where the host gives a process a network namespace of its own, its two lanes
+#   run in namespaces (each its own localhost:7000 and Ray) beside the browser test and the fuzz
+#   check; else after everything, alone (the adapter's fixed port is the host's then).
+# Measured on 2 cores: the main run keeps both cores busy, and the real-verl lanes leave 44 % of
+# them idle; the real-verl lanes beside the main run gained nothing (and made a test that waited
+# on a clock time out), and the Ray lane beside the real-verl lanes instead of the main run took
+# the same total time but pushed the real-verl lanes past their 10 minutes.
 installed ray-install
-bash ci/ray-tests.sh >target/ci-logs/ray-tests.log 2>&1 &
-ray_tests=$!
-# Real verl and the real Arctic adapter driving the harness (ci/verl-tests.sh). Its two lanes run
-# in network namespaces of their own (each its own localhost:7000 and Ray), so where the host
-# gives a process one they run beside the main test run too: a real-verl run leaves a core idle
-# almost half the time (Ray and verl start-up, request round trips), which the main run fills.
-# Where it does not, they run after the other tests, alone (the adapter's fixed port is the
-# host's then). Output in target/ci-logs/verl-tests.log, printed when it ends.
-installed verl-install
+installed python-deps
 ns=(unshare --net)
 [[ $(id -u) == 0 ]] || ns+=(--map-root-user)
-verl_tests=
-if "${ns[@]}" "${CARGO_TARGET_DIR:-target}/debug/rlharness" netns-exec -- true >/dev/null 2>&1; then
-    bash ci/verl-tests.sh >target/ci-logs/verl-tests.log 2>&1 &
-    verl_tests=$!
-fi
-installed python-deps
-test_status=0
-step cargo test --workspace --features torch --no-fail-fast --tests || test_status=$?
-# Waits for a lane that ran beside cargo test (whatever the tests did, so that what it started
-# is always stopped by its own trap), prints its log and adds the wait to the step table.
-# beside NAME PID: sets beside_status.
+netns=false
+"${ns[@]}" "${CARGO_TARGET_DIR:-target}/debug/rlharness" netns-exec -- true >/dev/null 2>&1 &&
+    netns=true
+declare -A lanes=()
+# beside bash ci/NAME.sh: starts that lane in the background.
 beside() {
-    local t=$SECONDS
-    beside_status=0
-    wait "$2" || beside_status=$?
-    cat "target/ci-logs/$1.log" >&2
-    echo "ci/test.sh: waited $((SECONDS - t)) s for ci/$1.sh" >&2
-    timings+=("$(printf '%6d s  %s%s' $((SECONDS - t)) "ci/$1.sh (beside cargo test: the wait after it)" \
-        "$( ((beside_status == 0)) || echo "  (exit $beside_status)")")")
+    local name
+    name=$(basename "$2" .sh)
+    "$@" >"target/ci-logs/$name.log" 2>&1 &
+    lanes[$name]=$!
 }
-beside ray-tests "$ray_tests"
-ray_status=$beside_status
-verl_status=0
-if [[ -n $verl_tests ]]; then
-    beside verl-tests "$verl_tests"
-    verl_status=$beside_status
-fi
-if ((test_status != 0 || ray_status != 0 || verl_status != 0)); then
-    echo "ci/test.sh: failed (cargo test: exit $test_status, ci/ray-tests.sh: exit $ray_status," \
-        "ci/verl-tests.sh: exit $verl_status)" >&2
+# Waits for every lane started (whatever each did, so that what it started is always stopped by
+# its own trap), prints its log, adds the wait to the step table; fails the run if one failed.
+wait_lanes() {
+    local name t rc failed=()
+    for name in "${!lanes[@]}"; do
+        t=$SECONDS rc=0
+        wait "${lanes[$name]}" || rc=$?
+        cat "target/ci-logs/$name.log" >&2
+        echo "ci/test.sh: waited $((SECONDS - t)) s for ci/$name.sh" >&2
+        timings+=("$(printf '%6d s  %s%s' $((SECONDS - t)) "ci/$name.sh (beside: the wait after the step above)" \
+            "$( ((rc == 0)) || echo "  (exit $rc)")")")
+        ((rc == 0)) || failed+=("ci/$name.sh: exit $rc")
+    done
+    lanes=()
+    if ((${#failed[@]})); then
+        echo "ci/test.sh: failed (${failed[*]})" >&2
+        exit 1
+    fi
+}
+beside bash ci/ray-tests.sh
+step cargo test --workspace --features torch --no-fail-fast --tests || {
+    wait_lanes
+    echo "ci/test.sh: failed (cargo test)" >&2
     exit 1
+}
+wait_lanes
+installed verl-install
+if $netns; then
+    beside bash ci/verl-tests.sh
 fi
 # The HTML reports in headless Chromium (ci/browser-tests.sh, with the test build's binary;
 # screenshots stay under target/browser-tests/).
 installed browser-install
-step bash ci/browser-tests.sh
-# Without network namespaces, real verl after the other tests, alone (see above).
-if [[ -z $verl_tests ]]; then
-    echo "ci/test.sh: no network namespace for a process here (${ns[*]}): the real-verl tests" \
-        "run after the others" >&2
-    step bash ci/verl-tests.sh
-fi
+step bash ci/browser-tests.sh || {
+    wait_lanes
+    exit 1
+}
 # The fuzz targets (their own workspace) are checked, not run: ci/FUZZING.md says how to run
 # them. In the main target directory, whose checked dependencies they share.
-step cargo check --manifest-path harness/fuzz/Cargo.toml --bins --target-dir target
+step cargo check --manifest-path harness/fuzz/Cargo.toml --bins --target-dir target || {
+    wait_lanes
+    exit 1
+}
+wait_lanes
+if ! $netns; then
+    echo "ci/test.sh: no network namespace for a process here (${ns[*]}): the real-verl tests" \
+        "run after the others, alone" >&2
+    step bash ci/verl-tests.sh
+fi
 echo "ci/test.sh: passed in $((SECONDS - started)) s" >&2

@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub(crate) use table::{arctic, lookup, KnobTable};
+pub(crate) use table::{
+    arctic, lookup, KnobTable, BUILTIN_BACKEND, BUILTIN_MANIFEST, BUILTIN_MANIFEST_NAME,
+};
 
 /// One knob: a dotted path from the scenario's `config` root.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

@@ -12,6 +12,11 @@ use super::Knob;
 /// scenarios root).
 const ARCTIC_MANIFEST: &str = include_str!("../../../scenarios/backends/arctic.knobs.yaml");
 
+/// The backend whose manifest is built in, its text, and the name it goes by in messages.
+pub(crate) const BUILTIN_BACKEND: &str = "arctic";
+pub(crate) const BUILTIN_MANIFEST: &str = ARCTIC_MANIFEST;
+pub(crate) const BUILTIN_MANIFEST_NAME: &str = "<built-in>/backends/arctic.knobs.yaml";
+
 /// The rows of a knob manifest (its other fields are the propagation check's).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub(crate) struct KnobTable {

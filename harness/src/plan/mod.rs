@@ -119,7 +119,10 @@ impl RunPlan {
         let mut hasher = Sha256::new();
         for source in &scenario.sources {
             // Length-prefixed so two files cannot trade bytes and keep the hash.
-            let bytes = std::fs::read(source).unwrap_or_default();
+            let bytes = std::fs::read(source)
+                .ok()
+                .or_else(|| crate::spec::builtin_text(source).map(|t| t.as_bytes().to_vec()))
+                .unwrap_or_default();
             hasher.update((bytes.len() as u64).to_le_bytes());
             hasher.update(&bytes);
         }

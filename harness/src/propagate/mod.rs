@@ -7,6 +7,7 @@
 //! `group` packs knobs whose locations cannot overlap into shared runs; `resolved` reads the
 //! trainer's printed config for knobs the manifest does not list; `render` writes the matrix.
 
+pub mod accounted;
 pub mod command;
 mod error;
 pub(crate) mod group;

@@ -28,7 +28,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub(crate) use config::ConfigTree;
+pub(crate) use config::{builtin_text, ConfigTree};
 pub use discover::discover;
 pub use error::{SpecError, SpecErrors};
 pub(crate) use gpus::detect_gpus;

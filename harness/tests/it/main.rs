@@ -6,6 +6,7 @@
 
 mod common;
 
+mod accounted;
 mod assets;
 mod bisect;
 mod budget;

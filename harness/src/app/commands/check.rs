@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use crate::error::ExitStatus;
 use crate::propagate::manifest;
-use crate::spec::{self, check, config};
+use crate::spec::check::Diagnostic;
+use crate::spec::{self, check, config, Origin, SpecError};
 use crate::util;
 
 /// `rlharness check`: every scenario validated, every backend file linted; exit 2 on any error.
@@ -28,7 +29,8 @@ pub(crate) fn check(paths: &[PathBuf]) -> ExitStatus {
         }
         return ExitStatus::InvalidInput;
     }
-    let outcome = check::check(paths);
+    let mut outcome = check::check(paths);
+    account_for_every_key(&mut outcome);
     let rendered = check::render_check(&outcome);
     out!("{rendered}");
     for error in rendered.lines().filter_map(|l| l.strip_prefix("error: ")) {
@@ -86,4 +88,43 @@ fn knob_manifests(paths: &[PathBuf]) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Every key of each valid scenario's resolved config must be a knob of its backend's manifest
+/// or declared `not_sent` (see `propagate::accounted`): a key that is neither is an error at
+/// its own line. A key that comes from a defaults or layer file is reported once, with the
+/// first scenario that has it. Scenarios without a remote backend have no manifest to answer to.
+fn account_for_every_key(outcome: &mut check::CheckOutcome) {
+    let mut reported = std::collections::BTreeSet::new();
+    for f in outcome
+        .files
+        .iter_mut()
+        .filter(|f| f.kind == check::FileKind::Scenario && f.errors.is_empty())
+    {
+        let Ok(s) = spec::load_scenario(&f.path, &[]) else {
+            continue;
+        };
+        let Ok((m, name)) = crate::propagate::command::manifest_for(&f.path, &s.config.to_json())
+        else {
+            continue;
+        };
+        let advice = crate::propagate::accounted::advice(&name.display().to_string());
+        for u in crate::propagate::accounted::unaccounted(&m, &s) {
+            let shared = matches!(
+                s.config.get(&u.path).map(|r| &r.origin),
+                Some(Origin::Default { .. })
+            );
+            if shared && !reported.insert((u.path.clone(), u.origin.clone())) {
+                continue;
+            }
+            let Some(node) = s.config.node(&u.path) else {
+                continue;
+            };
+            f.errors.push(Diagnostic::Spec(SpecError::at(
+                &node.pos,
+                format!("config.{}", u.path),
+                format!("unaccounted knob: {advice}"),
+            )));
+        }
+    }
 }

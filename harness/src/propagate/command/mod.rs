@@ -128,9 +128,13 @@ impl Default for MatrixOptions {
     }
 }
 
-/// The manifest of the scenario's backend: `backends/<trainer.remote_backend>.knobs.yaml`
-/// under the scenarios root.
-pub(crate) fn manifest_path(scenario: &Path, config: &Value) -> Result<PathBuf, PropagateError> {
+/// The manifest of the scenario's backend and the name it goes by:
+/// `backends/<trainer.remote_backend>.knobs.yaml` under the scenarios root, else (Arctic) the
+/// copy built into the binary.
+pub(crate) fn manifest_for(
+    scenario: &Path,
+    config: &Value,
+) -> Result<(KnobManifest, PathBuf), PropagateError> {
     let backend = crate::driver::translate::lookup(config, "trainer.remote_backend")
         .and_then(Value::as_str)
         .ok_or_else(|| {
@@ -140,7 +144,7 @@ pub(crate) fn manifest_path(scenario: &Path, config: &Value) -> Result<PathBuf, 
             ))
         })?;
     let root = crate::spec::config::scenarios_root(scenario);
-    Ok(root.join("backends").join(format!("{backend}.knobs.yaml")))
+    manifest::for_backend(&root, backend).map_err(|e| PropagateError::Input(e.to_string()))
 }
 
 /// Whether knob `path` is named by `pattern`: the same segments, or a prefix of them (the
@@ -270,11 +274,11 @@ pub(crate) async fn run_matrix_on(
     let invalid = |e: crate::spec::SpecErrors| PropagateError::Input(e.to_string());
     let base = crate::spec::load_scenario(scenario, set).map_err(invalid)?;
     let base_config = base.config.to_json();
-    let mpath = manifest_path(scenario, &base_config)?;
-    let mut m: KnobManifest =
-        manifest::load(&mpath).map_err(|e| PropagateError::Input(e.to_string()))?;
-    // Unlisted knobs are judged against the whole manifest, whatever `--knobs` tries.
+    let (mut m, mpath) = manifest_for(scenario, &base_config)?;
+    // Unlisted and unaccounted knobs are judged against the whole manifest, whatever `--knobs`
+    // tries.
     let full = m.clone();
+    let unaccounted = super::accounted::unaccounted(&full, &base);
     select_knobs(&mut m, &options.knobs)?;
     let mut plan = verdict::plan_matrix(&m, &base_config);
     options
@@ -366,6 +370,7 @@ pub(crate) async fn run_matrix_on(
         planned_grouped: counts.1,
         splits,
         unlisted,
+        unaccounted,
         require_observed: options.require_observed,
     };
     Ok((report, dir, judged.any_failed))

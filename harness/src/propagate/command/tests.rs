@@ -23,7 +23,7 @@ fn a_scenario_skips_knobs_it_cannot_perturb() {
     let file = root.join("scenarios/verl/real-verl-arctic-grpo.yaml");
     let mut scenario = crate::spec::load_scenario(&file, &[]).unwrap();
     let config = scenario.config.to_json();
-    let m = manifest::load(&manifest_path(&file, &config).unwrap()).unwrap();
+    let (m, _) = manifest_for(&file, &config).unwrap();
     let index = |p: &str| m.knobs.iter().position(|k| k.path == p).unwrap();
     let model = index("actor_rollout_ref.model.path");
     let mut plan = verdict::plan_matrix(&m, &config);

@@ -32,6 +32,20 @@ pub(crate) struct KnobManifest {
     /// gap closed: remove it here, so the list stays true).
     #[serde(default)]
     pub(crate) known_gaps: Vec<KnownGap>,
+    /// Config keys that never reach the backend, each with the reason (verl's own bookkeeping:
+    /// data files, logging, its validation pass). With `knobs`, they account for every leaf of a
+    /// scenario's resolved config: `check` refuses a key in neither, and `propagate` lists it
+    /// first, as unaccounted. A path may name a subtree.
+    #[serde(default)]
+    pub(crate) not_sent: Vec<NotSent>,
+}
+
+/// A config key declared not sent to the backend, and why.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NotSent {
+    pub(crate) path: String,
+    pub(crate) reason: String,
 }
 
 /// One accepted flag: the knob, the verdict it is flagged with, the kind of problem (and
@@ -183,6 +197,26 @@ pub(crate) const GAP_VERDICTS: &[&str] = &[
 pub(crate) fn validate(m: &KnobManifest) -> Vec<String> {
     let mut problems = Vec::new();
     validate_gaps(m, &mut problems);
+    let mut declared = BTreeMap::new();
+    for (i, n) in m.not_sent.iter().enumerate() {
+        if n.reason.trim().is_empty() {
+            problems.push(format!("not_sent `{}`: give the reason", n.path));
+        }
+        if m.knobs.iter().any(|k| k.path == n.path) {
+            problems.push(format!(
+                "not_sent `{}`: also a knob of the manifest (a key is one or the other)",
+                n.path
+            ));
+        }
+        if let Some(first) = declared.insert(n.path.clone(), i) {
+            problems.push(format!(
+                "not_sent `{}`: listed twice (entries {} and {})",
+                n.path,
+                first + 1,
+                i + 1
+            ));
+        }
+    }
     let mut seen = BTreeMap::new();
     let families = LOCATION_FAMILIES.join(", ");
     for v in &m.volatile {
@@ -373,6 +407,54 @@ pub(crate) fn coverage(backend_yaml_leaves: &[String], manifest: &KnobManifest) 
         }
     }
     problems
+}
+
+/// The config leaves (dotted paths from the config root) that the manifest does not account
+/// for: no knob covers them (its own path, its subtree, or an empty block above it) and no
+/// `not_sent` entry names them or a block above them.
+pub(crate) fn unaccounted<'a>(
+    m: &KnobManifest,
+    leaves: impl IntoIterator<Item = &'a str>,
+) -> Vec<&'a str> {
+    let under = |leaf: &str, path: &str| {
+        leaf == path
+            || leaf
+                .strip_prefix(path)
+                .is_some_and(|rest| rest.starts_with('.'))
+    };
+    leaves
+        .into_iter()
+        .filter(|leaf| {
+            !m.knobs
+                .iter()
+                .any(|k| under(leaf, &k.path) || under(&k.path, leaf))
+                && !m.not_sent.iter().any(|n| under(leaf, &n.path))
+        })
+        .collect()
+}
+
+/// The knob manifest of `backend` for scenarios under `root`: the root's
+/// `backends/<backend>.knobs.yaml`, else the copy built into the binary (Arctic's), with the
+/// name it goes by.
+pub(crate) fn for_backend(
+    root: &Path,
+    backend: &str,
+) -> Result<(KnobManifest, PathBuf), ManifestError> {
+    let own = root.join("backends").join(format!("{backend}.knobs.yaml"));
+    if own.is_file() || backend != crate::knobs::BUILTIN_BACKEND {
+        return load(&own).map(|m| (m, own));
+    }
+    let name = PathBuf::from(crate::knobs::BUILTIN_MANIFEST_NAME);
+    let m = parse(crate::knobs::BUILTIN_MANIFEST, &name)?;
+    let problems = validate(&m);
+    if problems.is_empty() {
+        Ok((m, name))
+    } else {
+        Err(ManifestError::Invalid {
+            path: name,
+            problems,
+        })
+    }
 }
 
 /// Leaf paths of a YAML mapping (scalars, sequences, empty mappings), for [`coverage`].

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::load_layer_file;
+use super::{load_layer_file, load_layer_text, BuiltinLayer, BUILTIN_LAYERS};
 use crate::spec::error::{closest, push_unique};
 use crate::spec::yaml::{join_path, Pos, SpannedNode, SpannedValue};
 use crate::spec::SpecError;
@@ -98,6 +98,9 @@ impl Layering {
                 base.pos = pos;
             }
             SpannedValue::Null => {
+                if strict {
+                    self.check_against_builtin_mount(&entries, &origin, &pos, path);
+                }
                 // A null default is an optional block: the mapping replaces it. Nested
                 // includes still expand, against an empty base.
                 let mut fresh = SpannedNode {
@@ -133,6 +136,52 @@ impl Layering {
                     };
                 }
             }
+        }
+    }
+
+    /// A scenario's mapping where a built-in layer is mounted (`remote_backend`), written
+    /// without including a file: its keys are checked against that layer (the repository's
+    /// copy, else the built-in one), so a misspelt knob is refused at its line in any
+    /// repository. The mapping still replaces the null default as it is: nothing is added.
+    fn check_against_builtin_mount(
+        &mut self,
+        entries: &[(String, Pos, SpannedNode)],
+        origin: &crate::spec::yaml::Origin,
+        pos: &Pos,
+        path: &str,
+    ) {
+        let Some(layer) = BUILTIN_LAYERS.iter().find(|l| l.mount == path) else {
+            return;
+        };
+        let own = self.root.join(layer.path);
+        let (name, loaded) = if own.is_file() {
+            (own.display().to_string(), load_layer_file(&own))
+        } else {
+            let name = layer.source_name();
+            (
+                name.display().to_string(),
+                load_layer_text(layer.text, &name),
+            )
+        };
+        let Ok(mut base) = loaded else {
+            // Unreadable: reported where it is included; nothing to check against here.
+            return;
+        };
+        let mut quiet = Layering::new(self.root.clone());
+        let over = SpannedNode {
+            value: SpannedValue::Map(entries.to_vec()),
+            origin: origin.clone(),
+            pos: pos.clone(),
+        };
+        quiet.apply(&mut base, over, path, true);
+        for mut e in quiet.errors {
+            if e.message.starts_with("unknown key") {
+                e.message.push_str(&format!(
+                    " (`{path}` is checked against the Arctic layer {name}; `include: {}` also layers its defaults)",
+                    layer.alias
+                ));
+            }
+            push_unique(&mut self.errors, e);
         }
     }
 
@@ -187,20 +236,33 @@ impl Layering {
             }
         };
         for (rel, _) in paths {
-            let file = self.root.join(rel);
+            let builtin = BuiltinLayer::named(rel);
+            let rel = builtin.map_or(rel, |b| b.path);
+            let mut file = self.root.join(rel);
             let include_path = join_path(path, "include");
-            if !file.is_file() {
+            let loaded = if file.is_file() {
+                load_layer_file(&file)
+            } else if let Some(b) = builtin {
+                // The repository has no copy of its own: the one built into the binary.
+                file = b.source_name();
+                load_layer_text(b.text, &file)
+            } else {
+                let built_in: Vec<String> = BUILTIN_LAYERS
+                    .iter()
+                    .map(|b| format!("`{}` (or `{}`)", b.path, b.alias))
+                    .collect();
                 self.error(
                     key_pos,
                     &include_path,
                     format!(
-                        "included file `{rel}` not found (looked for {}; include paths are relative to the scenarios root {})",
+                        "included file `{rel}` not found (looked for {}; include paths are relative to the scenarios root {}; built in: {})",
                         file.display(),
-                        self.root.display()
+                        self.root.display(),
+                        built_in.join(", ")
                     ),
                 );
                 continue;
-            }
+            };
             if self.include_stack.contains(&file) {
                 let chain: Vec<String> = self
                     .include_stack
@@ -215,7 +277,7 @@ impl Layering {
                 );
                 continue;
             }
-            let node = match load_layer_file(&file) {
+            let node = match loaded {
                 Ok(n) => n,
                 Err(e) => {
                     push_unique(&mut self.errors, e);

@@ -56,6 +56,57 @@ pub(crate) const BUILTIN_DEFAULTS: &str = include_str!("../../../../scenarios/de
 /// The name the built-in defaults go by in origins and error messages.
 pub(crate) const BUILTIN_DEFAULTS_NAME: &str = "<built-in>/defaults/verl.yaml";
 
+/// A layer file built into the binary, so that `include:` finds it from any repository. A file
+/// at the same path under the scenarios root overrides it.
+pub(crate) struct BuiltinLayer {
+    /// Its path relative to a scenarios root (`backends/arctic.yaml`).
+    pub(crate) path: &'static str,
+    /// The short name `include:` also accepts (`arctic`).
+    pub(crate) alias: &'static str,
+    /// The config path the layer is written for (`remote_backend`): a scenario that writes a
+    /// mapping there without including any file has its keys checked against this layer.
+    pub(crate) mount: &'static str,
+    pub(crate) text: &'static str,
+}
+
+/// The layers built in: Arctic RL's `remote_backend` block, as shipped under `scenarios/`.
+pub(crate) const BUILTIN_LAYERS: &[BuiltinLayer] = &[BuiltinLayer {
+    path: "backends/arctic.yaml",
+    alias: "arctic",
+    mount: "remote_backend",
+    text: include_str!("../../../../scenarios/backends/arctic.yaml"),
+}];
+
+/// What built-in layers go by in origins, error messages and a run's list of sources.
+const BUILTIN_PREFIX: &str = "<built-in>/";
+
+impl BuiltinLayer {
+    /// The built-in layer an include names, by path or short name.
+    pub(crate) fn named(name: &str) -> Option<&'static BuiltinLayer> {
+        BUILTIN_LAYERS
+            .iter()
+            .find(|l| l.path == name || l.alias == name)
+    }
+
+    /// The name of the built-in copy (`<built-in>/backends/arctic.yaml`).
+    pub(crate) fn source_name(&self) -> PathBuf {
+        PathBuf::from(format!("{BUILTIN_PREFIX}{}", self.path))
+    }
+}
+
+/// The text of a source that is built into the binary (named `<built-in>/...`): the scenario
+/// hash covers it as it covers a file read from disk.
+pub(crate) fn builtin_text(source: &Path) -> Option<&'static str> {
+    if source == Path::new(BUILTIN_DEFAULTS_NAME) {
+        return Some(BUILTIN_DEFAULTS);
+    }
+    let rel = source.to_str()?.strip_prefix(BUILTIN_PREFIX)?;
+    BUILTIN_LAYERS
+        .iter()
+        .find(|l| l.path == rel)
+        .map(|l| l.text)
+}
+
 /// A resolved value (a leaf or a whole subtree) and where it came from. For a subtree the
 /// origin is that of the highest layer that wrote the mapping itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -194,7 +245,7 @@ pub(crate) fn load_layer_file(path: &Path) -> Result<SpannedNode, SpecError> {
 }
 
 /// A layer from its text; `path` names it in origins and errors.
-fn load_layer_text(text: &str, path: &Path) -> Result<SpannedNode, SpecError> {
+pub(crate) fn load_layer_text(text: &str, path: &Path) -> Result<SpannedNode, SpecError> {
     let mut node = yaml::parse(text, path)?;
     node.set_origin_deep(&|n| Origin::Default {
         path: n.pos.file.clone(),

@@ -201,15 +201,15 @@ fn ctrl_c_keeps_the_finished_steps_and_leaves_nothing_behind() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
     let csv = || {
         std::fs::canonicalize(tmp.path().join("real-verl-arctic-grpo/latest"))
             .ok()
             .map(|d| metrics_rows(&d).len())
             .unwrap_or(0)
     };
+    // Waits on the run's progress, however loaded the host: a run that hangs is ended by the
+    // scenario's own step and run time-outs, and then fails this test as ended early.
     while csv() < 2 {
-        assert!(Instant::now() < deadline, "no second step within 300 s");
         assert!(child.try_wait().unwrap().is_none(), "the run ended early");
         std::thread::sleep(Duration::from_millis(200));
     }

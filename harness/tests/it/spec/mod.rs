@@ -9,6 +9,7 @@ use rlharness::spec::lint::lint_file;
 use rlharness::spec::{discover, load_scenario, Origin, Scenario, SpecError, SpecErrors};
 use serde_json::json;
 
+mod builtin;
 mod check;
 
 fn shipped(rel: &str) -> PathBuf {

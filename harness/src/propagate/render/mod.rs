@@ -35,6 +35,10 @@ pub struct PropagationReport {
     pub splits: usize,
     /// Keys of the trainer's resolved backend block that the manifest does not list.
     pub unlisted: Unlisted,
+    /// Keys of the scenario's resolved config the manifest accounts for neither as a knob nor
+    /// as not sent (each fails the check).
+    #[serde(default)]
+    pub unaccounted: Vec<super::accounted::Unaccounted>,
     /// `--require-observed`: a knob not observed fails the check.
     pub require_observed: bool,
 }
@@ -74,6 +78,7 @@ impl PropagationReport {
     /// known gap and (with `--require-observed`) every knob was observed; else 1.
     pub fn passed(&self) -> bool {
         self.new_flags() == 0
+            && self.unaccounted.is_empty()
             && self.closed_gaps.is_empty()
             && self.unlisted.new_flags() == 0
             && !(self.require_observed && self.unobserved() > 0)
@@ -91,6 +96,15 @@ impl PropagationReport {
             }
         };
         let mut out = format!("{}: {}", self.scenario, self.summary());
+        for k in &self.unaccounted {
+            out.push_str(&format!("\n  UNACCOUNTED {} ({})", k.path, k.origin));
+        }
+        if !self.unaccounted.is_empty() {
+            out.push_str(&format!(
+                "\n  ({})",
+                super::accounted::advice(&self.manifest)
+            ));
+        }
         for k in self
             .knobs
             .iter()
@@ -130,8 +144,12 @@ impl PropagationReport {
             None => "unlisted not checked".to_string(),
         };
         format!(
-            "{} knobs, {} runs ({} planned one knob per trial, {} grouped{}, {} groups split), \
+            "{}{} knobs, {} runs ({} planned one knob per trial, {} grouped{}, {} groups split), \
              {:.1} s; {} flagged ({} known gaps, {} new); {} unobserved{}; {}; {} known gaps closed.",
+            match self.unaccounted.len() {
+                0 => String::new(),
+                n => format!("{n} unaccounted; "),
+            },
             self.knobs.len(),
             self.runs,
             self.planned_solo,
@@ -264,6 +282,10 @@ pub fn markdown(r: &PropagationReport) -> String {
         r.summary(),
         r.provenance()
     ));
+    if !r.unaccounted.is_empty() {
+        s.push_str(&super::accounted::markdown(&r.unaccounted, &r.manifest));
+        s.push('\n');
+    }
     s.push_str("| knob | verdict | flagged | evidence |\n|---|---|---|---|\n");
     for k in &r.knobs {
         s.push_str(&format!(
@@ -502,99 +524,4 @@ fn knob_status(r: &PropagationReport, k: &KnobResult) -> quick_junit::TestCaseSt
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::propagate::manifest;
-    use crate::propagate::verdict::{judge_knob, Cell, CellVerdict};
-    use serde_json::json;
-
-    fn report() -> PropagationReport {
-        let m = manifest::parse(
-            "backend: arctic\nbackend_yaml: backends/arctic.yaml\nbackend_prefix: remote_backend\nknobs:\n  - {path: a.b, default: 1, try: [2], consumers: [{at: meta.b}]}\n  - {path: a.c, default: x, try: [y], note: 'nothing reads <it>'}\n",
-            std::path::Path::new("k.yaml"),
-        )
-        .unwrap();
-        let cell = |v: CellVerdict, at: &[&str]| Cell {
-            value: json!(2),
-            condition: Default::default(),
-            verdict: v,
-            changes: vec![],
-            active: vec![],
-            consumed_at: at.iter().map(|s| s.to_string()).collect(),
-            problems: vec![],
-            unobservable: None,
-        };
-        PropagationReport {
-            scenario: "s".into(),
-            backend: "arctic".into(),
-            runs: 3,
-            seconds: 1.25,
-            driver: "the builtin driver".into(),
-            manifest: "backends/arctic.knobs.yaml".into(),
-            until: "the first update".into(),
-            closed_gaps: vec![],
-            grouping: true,
-            planned_solo: 4,
-            planned_grouped: 3,
-            splits: 0,
-            unlisted: Default::default(),
-            require_observed: false,
-            knobs: vec![
-                judge_knob(
-                    &m.knobs[0],
-                    vec![cell(CellVerdict::Consumed, &["meta.b"])],
-                    None,
-                ),
-                judge_knob(&m.knobs[1], vec![cell(CellVerdict::NotSent, &[])], None),
-            ],
-        }
-    }
-
-    #[test]
-    fn markdown_lists_every_knob_and_details_the_flagged() {
-        let md = markdown(&report());
-        assert!(
-            md.contains(
-                "| `a.b` | consumed | ok | observed at meta.b; claimed (manifest): the server reads it there |"
-            ),
-            "{md}"
-        );
-        assert!(md.contains("| `a.c` | not sent | **FLAGGED** |"), "{md}");
-        assert!(md.contains("### `a.c`: not sent"), "{md}");
-        assert!(md.contains("1 flagged"), "{md}");
-    }
-
-    #[test]
-    fn a_long_problem_is_cut_in_the_table_and_whole_in_its_section() {
-        let mut r = report();
-        let tail = "x".repeat(1000);
-        r.knobs[1].problems = vec![format!("the run failed; the trainer's last lines: {tail}")];
-        let md = markdown(&r);
-        let row = md.lines().find(|l| l.starts_with("| `a.c`")).unwrap();
-        assert!(
-            row.len() < 400 && row.contains("(the whole text in its section)"),
-            "{row}"
-        );
-        assert!(md.contains(&tail), "the section keeps the whole text");
-    }
-
-    #[test]
-    fn html_escapes() {
-        let h = html(&report());
-        assert!(h.contains("nothing reads &lt;it&gt;"), "{h}");
-        assert!(h.contains("<tr class=\"flagged\">"));
-    }
-
-    #[test]
-    fn junit_has_one_case_per_knob_and_a_failure_per_flag() {
-        let x = junit(&report()).unwrap();
-        let parsed = quick_junit::Report::deserialize_from_str(&x).unwrap();
-        let suite = &parsed.test_suites[0];
-        // Two knobs, and the unlisted check that could not run (its config was not seen).
-        assert_eq!(suite.test_cases.len(), 3);
-        assert_eq!(suite.failures, 1);
-        assert_eq!(suite.skipped, 1, "{x}");
-        assert!(x.contains("resolved config was not seen"), "{x}");
-        assert!(x.contains("a.c") && x.contains("not sent"), "{x}");
-    }
-}
+mod tests;
