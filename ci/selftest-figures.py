@@ -27,8 +27,9 @@ HEADER = [
     "| self-test | plant | caught by | measured (seed as run, the host that ran it) |",
     "|---|---|---|---|",
 ]
-# The part of a default stability rule's evidence that is the same for every rule.
-BOILERPLATE = re.compile(r"; a default stability rule of a learning scenario .*$")
+# The part of a default rule's evidence that is the same for every rule (the stability rules'
+# and `weight_sync:match`'s).
+BOILERPLATE = re.compile(r"; a default (stability )?rule of a learning scenario.*$")
 RUN_DIR = re.compile(r" \((/|[A-Za-z]:\\)[^)]*\)")
 
 

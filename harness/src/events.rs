@@ -2,6 +2,7 @@
 //! reporters). No observer reaches into the runner.
 
 use crate::metrics::StepMetrics;
+use crate::wire::digest::SyncComparison;
 
 #[derive(Debug, Clone)]
 pub enum RunEvent {
@@ -17,9 +18,24 @@ pub enum RunEvent {
     },
     /// Something worth telling the user that does not stop the run.
     Warning(String),
+    /// The builtin driver's exact check of a weight sync (`/weight-digest`).
+    WeightSync(WeightSyncCheck),
     /// The driver ran its `steps` steps and tore its jobs down: nothing more comes from it.
     /// (A driver that ends otherwise says so by its result.)
     Finished { steps: u64 },
+}
+
+/// What the exact check of a weight sync found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WeightSyncCheck {
+    /// The manifests of both jobs after the weight sync of step `step`, compared.
+    Checked {
+        step: u64,
+        comparison: Box<SyncComparison>,
+    },
+    /// The backend has no `/weight-digest` (a real Arctic server): no sync is checked. Sent
+    /// once, at the first sync.
+    Unavailable { reason: String },
 }
 
 pub(crate) type EventSender = tokio::sync::mpsc::UnboundedSender<RunEvent>;

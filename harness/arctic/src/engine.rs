@@ -6,6 +6,7 @@
 use serde_json::{Map, Value};
 
 use crate::wire::api::JobConfig;
+use crate::wire::digest::TensorDigest;
 use crate::wire::{dssst1, DType, Node, Tensor};
 
 pub use crate::wire::runtime::{fingerprint_hex, CpuKernels, Numerics, Runtime};
@@ -155,6 +156,15 @@ pub trait Engine: Send + Sync + 'static {
     fn load_checkpoint(&self, job_id: u64, request: &Value) -> Result<Value, EngineError>;
     /// `/weight-norm`: `(norm, number of parameters)` of one job's weights.
     fn weight_norm(&self, job_id: u64) -> Result<(f64, u64), EngineError>;
+    /// `/weight-digest` (an rlharness extension, `wire::digest`): the digest manifest of one
+    /// job's weights as it holds them. The default is the answer of an engine that reports
+    /// none: the 404 a server without the route gives.
+    fn weight_digest(&self, job_id: u64) -> Result<Vec<TensorDigest>, EngineError> {
+        Err(EngineError {
+            status: 404,
+            detail: format!("/weight-digest: this engine reports no weight digests (job {job_id})"),
+        })
+    }
     /// A job went to sleep (`asleep`) or woke (`/sleep-*`, `/wake-*`, `/operation`); called
     /// after the server's state machine moved. The default does nothing.
     fn sleep_changed(&self, job_id: u64, asleep: bool) {

@@ -32,6 +32,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/operation"),
     ("POST", "/weight-sync"),
     ("POST", "/weight-norm"),
+    ("POST", "/weight-digest"),
     ("GET", "/health"),
 ];
 

@@ -5,7 +5,11 @@
 /// advantage) may take any value.
 pub(crate) fn domain(metric: &str) -> (f64, f64) {
     let m = metric.to_ascii_lowercase();
-    if m.contains("mfu") || m.contains("acc") || m.contains("clipfrac") {
+    if m.contains("mfu")
+        || m.contains("acc")
+        || m.contains("clipfrac")
+        || m.starts_with("weight_sync/")
+    {
         (0.0, 1.0)
     } else if positive(metric)
         || m.contains("length")

@@ -282,6 +282,7 @@ pub(crate) const RULE_KINDS: &[&str] = &[
     "expect",
     "presence",
     "stability",
+    "weight_sync",
     "seeds",
     "seed",
     "exact",

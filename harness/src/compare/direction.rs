@@ -38,6 +38,8 @@ const DEFAULT_DIRECTIONS: &[(Pattern, Direction)] = &[
     (Pattern::Prefix("timing/"), Direction::LowerIsBetter),
     (Pattern::Contains("memory"), Direction::LowerIsBetter),
     (Pattern::Prefix("perf/mfu"), Direction::HigherIsBetter),
+    // 1 when a weight sync left the sampler with the trainer's weights bit for bit.
+    (Pattern::Prefix("weight_sync/"), Direction::HigherIsBetter),
     (Pattern::Contains("throughput"), Direction::HigherIsBetter),
     (Pattern::Contains("reward"), Direction::HigherIsBetter),
     (Pattern::Contains("score"), Direction::HigherIsBetter),

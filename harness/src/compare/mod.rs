@@ -1,5 +1,5 @@
-//! The judge: golden rules, convergence expressions, the exact lane, stability, presence,
-//! multi-seed statistics, and the verdict they make.
+//! The judge: golden rules, convergence expressions, the exact lane, stability, the exact check
+//! of each weight sync, presence, multi-seed statistics, and the verdict they make.
 //!
 //! `judge` takes a finished (or stopped) run's `MetricTable`, the golden (if any) and the
 //! scenario's `ChecksSpec`, and returns a `Verdict`: one `RuleVerdict` per rule, each with the
@@ -24,6 +24,7 @@ pub(crate) mod seeds;
 pub(crate) mod stability;
 mod stored;
 mod verdict;
+pub(crate) mod weight_sync;
 
 pub use crate::checks::expr;
 #[cfg(test)]

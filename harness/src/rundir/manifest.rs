@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{DroppedValue, ReplayRecord, RunStatus, Stray, MANIFEST_FILE};
+use super::{DroppedValue, ReplayRecord, RunStatus, Stray, WeightSyncRecord, MANIFEST_FILE};
 use crate::checks::{ChecksSpec, ExpectedVerdict};
 use crate::fsx;
 use crate::golden::JudgedAgainst;
@@ -107,6 +107,11 @@ pub struct RunManifest {
     /// harness stopped after it (`driver/strays.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub strays: Vec<Stray>,
+    /// The builtin driver's exact check of each weight sync (`/weight-digest`): the syncs it
+    /// compared, each one that differed with its first differing tensor, or why it could not
+    /// compare; the rule `weight_sync:match` reads it. Absent where nothing checked a sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) weight_sync: Option<WeightSyncRecord>,
 }
 
 #[derive(Debug, thiserror::Error)]

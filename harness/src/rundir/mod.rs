@@ -12,7 +12,7 @@ mod records;
 mod seeds;
 
 pub use manifest::{KnobDiff, ManifestError, RunManifest};
-pub use records::{DroppedValue, ReplayRecord, RunStatus, Stray};
+pub use records::{DroppedValue, ReplayRecord, RunStatus, Stray, SyncMismatch, WeightSyncRecord};
 pub use seeds::SeedsFileError;
 pub(crate) use seeds::{is_combined, SeedsManifest};
 

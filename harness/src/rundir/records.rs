@@ -1,9 +1,12 @@
 //! What `run.json` keeps besides the run's facts: values dropped from the series, a replay's
-//! account of its requests, processes a trainer left behind.
+//! account of its requests, the exact check of each weight sync, processes a trainer left
+//! behind.
 
 use serde::{Deserialize, Serialize};
 
+use crate::events::WeightSyncCheck;
 use crate::metrics::json_f64;
+use crate::wire::digest::TensorDifference;
 
 /// A value the runner kept out of the series because it cannot be true (an MFU outside
 /// (0, 1]); stored in `run.json` so the sanity rule can be judged again.
@@ -60,6 +63,64 @@ impl ReplayRecord {
             [only] => only.clone(),
             [first, ..] => format!("{first}; {} mismatches in all", self.mismatches.len()),
         }
+    }
+}
+
+/// The builtin driver's exact check of the weight syncs (`/weight-digest`), as `run.json` keeps
+/// it: how many syncs were compared, and each one after which the sampler's weights were not
+/// the trainer's, with the first tensor that differs (the rule `weight_sync:match` names it);
+/// or why nothing was compared.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightSyncRecord {
+    /// Syncs compared.
+    pub(crate) checked: u64,
+    /// Why no sync was compared (a backend without `/weight-digest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) unavailable: Option<String>,
+    /// Every sync whose manifests differed, in step order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) mismatches: Vec<SyncMismatch>,
+}
+
+/// One sync after which the sampler's weights differed from the trainer's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncMismatch {
+    /// The step whose update the sync followed.
+    pub(crate) step: u64,
+    /// Tensors named on either side, and how many of them differ.
+    pub(crate) tensors: usize,
+    pub(crate) differing: usize,
+    /// The first that differs (in the trainer's order).
+    pub(crate) first: Option<TensorDifference>,
+}
+
+impl WeightSyncRecord {
+    /// Add what the driver found of one sync.
+    pub(crate) fn add(&mut self, check: WeightSyncCheck) {
+        match check {
+            WeightSyncCheck::Checked { step, comparison } => {
+                let comparison = *comparison;
+                self.checked += 1;
+                if !comparison.matched() {
+                    self.mismatches.push(SyncMismatch {
+                        step,
+                        tensors: comparison.tensors,
+                        differing: comparison.differing,
+                        first: comparison.first,
+                    });
+                }
+            }
+            WeightSyncCheck::Unavailable { reason } => {
+                self.unavailable.get_or_insert(reason);
+            }
+        }
+    }
+
+    /// The mismatch recorded at `step`.
+    pub(crate) fn at(&self, step: u64) -> Option<&SyncMismatch> {
+        self.mismatches.iter().find(|m| m.step == step)
     }
 }
 

@@ -111,9 +111,7 @@ pub(super) async fn drive(
             res = &mut *driver_task => {
                 // Keep the metrics the driver sent before it ended.
                 while let Ok(ev) = rx.try_recv() {
-                    if let RunEvent::Step(m) = ev {
-                        observers.late_step(m);
-                    }
+                    observers.late_event(ev);
                 }
                 let end = driver_end(res, observers.current_step);
                 return Driven { end, driver_done: true };

@@ -149,6 +149,7 @@ pub(crate) fn manifest_for(
         dropped: Vec::new(),
         replay: None,
         strays: Vec::new(),
+        weight_sync: None,
     }
 }
 

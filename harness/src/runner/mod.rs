@@ -287,9 +287,7 @@ async fn execute_with(
         .filter(|t| !t.is_empty());
     // Steps the driver finished while it was being stopped are kept.
     while let Ok(ev) = rx.try_recv() {
-        if let events::RunEvent::Step(m) = ev {
-            observers.late_step(m);
-        }
+        observers.late_event(ev);
     }
     observers.finished();
     let (end, replay) = stages::stop_servers(wire.proxy, backend, driven.end).await;
@@ -306,11 +304,16 @@ async fn execute_with(
         csv,
         sanity,
         stop_at,
+        weight_sync,
         ..
     } = observers;
     if let Some(why) = stop_at.why {
         manifest.notes.push(why);
     }
+    if let Some(why) = weight_sync.as_ref().and_then(|w| w.unavailable.as_ref()) {
+        manifest.notes.push(why.clone());
+    }
+    manifest.weight_sync = weight_sync;
     record_strays(&mut manifest, strays);
     for n in trainer.as_ref().map(|t| t.notes()).unwrap_or_default() {
         tracing::warn!("{n}");

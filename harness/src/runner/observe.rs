@@ -1,7 +1,7 @@
 //! The observers of a run's event stream: each finished step goes through the sanity filter,
 //! the scenario's suppressions, the progress display, the watchdog and the CSV sink, in that
 //! order; each request through the proxy goes through the stop-on-purpose tracker and the
-//! request time-out check. An observer may end the run by returning a `RunEnd`.
+//! request time-out check; each weight-sync check is kept for `run.json`. An observer may end the run by returning a `RunEnd`.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use super::{RunEnd, RunOptions, StopAt};
 use crate::events::RunEvent;
 use crate::metrics::{MetricTable, MetricsCsvWriter, StepMetrics};
 use crate::plan::RunPlan;
+use crate::rundir::WeightSyncRecord;
 
 /// Every observer of one run, fed by the runner's event loop (`drive`).
 pub(super) struct Observers<'a> {
@@ -22,6 +23,9 @@ pub(super) struct Observers<'a> {
     plan: &'a RunPlan,
     /// The step the driver said it is on (for the reasons of hangs and interrupts).
     pub(crate) current_step: u64,
+    /// What the driver's exact check of each weight sync found (`run.json`'s `weight_sync`);
+    /// `None` until the driver sends any.
+    pub(crate) weight_sync: Option<WeightSyncRecord>,
 }
 
 impl<'a> Observers<'a> {
@@ -47,6 +51,7 @@ impl<'a> Observers<'a> {
             request_timeout,
             plan,
             current_step: 1,
+            weight_sync: None,
         }
     }
 
@@ -65,6 +70,10 @@ impl<'a> Observers<'a> {
             } => self.request(&route, status, duration_s),
             RunEvent::Warning(w) => {
                 tracing::warn!("{w}");
+                None
+            }
+            RunEvent::WeightSync(c) => {
+                self.weight_sync.get_or_insert_with(Default::default).add(c);
                 None
             }
             RunEvent::Finished { .. } => {
@@ -98,6 +107,16 @@ impl<'a> Observers<'a> {
     pub(super) fn late_step(&mut self, m: StepMetrics) {
         self.progress.step(&m, self.plan.scenario.steps);
         let _ = self.csv.push(m);
+    }
+
+    /// An event that arrived after the run's end was decided: its step and its weight-sync
+    /// check are kept, the rest is too late to matter.
+    pub(super) fn late_event(&mut self, ev: RunEvent) {
+        match ev {
+            RunEvent::Step(m) => self.late_step(m),
+            RunEvent::WeightSync(c) => self.weight_sync.get_or_insert_with(Default::default).add(c),
+            _ => {}
+        }
     }
 
     /// A request through the proxy; `Some` ends the run (stopped on purpose, or a hang).

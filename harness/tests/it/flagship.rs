@@ -7,6 +7,7 @@ use crate::common;
 
 use common::{opts, repo, run_expecting};
 
+use rlharness::compare::RuleStatus;
 use rlharness::error::ExitStatus;
 use rlharness::report::Report;
 
@@ -140,7 +141,7 @@ async fn the_exact_lane_holds_a_rerun_and_catches_a_weight_decay_of_a_thousandth
 /// reference made on this host (or, for the multi-seed ones, against the golden's
 /// calibration); `compare` re-judges each alike. (`selftests.rs` checks that the set is
 /// complete.)
-const SELFTESTS: [&str; 17] = [
+const SELFTESTS: [&str; 19] = [
     "flagship-control",
     "flagship-control-20",
     "flagship-entropy-collapse",
@@ -151,6 +152,8 @@ const SELFTESTS: [&str; 17] = [
     "flagship-lr-x2-near",
     "flagship-reward-drop",
     "flagship-reward-drop-near",
+    "flagship-sampler-10-bits",
+    "flagship-sampler-10-bits-near",
     "flagship-sampler-bf16",
     "flagship-sampler-bf16-near",
     "flagship-seeds-control",
@@ -188,6 +191,17 @@ async fn selftest_is_caught(name: &str) {
         assert!(v.exact_lane.as_ref().unwrap().applied, "{name}");
     }
     let dir = tmp.path().join("run");
+    if let Some(&(_, step)) = WEIGHT_SYNC_PLANTS.iter().find(|(n, _)| *n == name) {
+        weight_sync_caught_at(name, v, &dir, step);
+    } else if !report.metrics.series(WEIGHT_SYNC_METRIC).is_empty() {
+        // Unplanted as far as the weights go: every sync matched, and where the rule is on it
+        // passed.
+        let series = report.metrics.series(WEIGHT_SYNC_METRIC);
+        assert!(series.iter().all(|(_, m)| *m == 1.0), "{name}: {series:?}");
+        if let Some(r) = v.rule(WEIGHT_SYNC_RULE) {
+            assert_eq!(r.status, RuleStatus::Pass, "{name}: {}", r.evidence.message);
+        }
+    }
     let ran = std::fs::read_to_string(dir.join("verdict.json")).unwrap();
     rlharness::app::compare_command(&dir, None, &repo().join("golden"))
         .unwrap()
@@ -195,6 +209,73 @@ async fn selftest_is_caught(name: &str) {
         .exit_status();
     let again = std::fs::read_to_string(dir.join("compare/golden/verdict.json")).unwrap();
     assert_eq!(ran, again, "{name}");
+}
+
+const WEIGHT_SYNC_RULE: &str = "weight_sync:match";
+const WEIGHT_SYNC_METRIC: &str = "weight_sync/match";
+
+/// The self-tests whose plant leaves the sampler without the trainer's weights, and the first
+/// step whose sync the exact check must find apart: a skipped sync from the first, a rounded
+/// sampler at every sync; the sync skipped from the one before step 3's rollout is step 2's.
+const WEIGHT_SYNC_PLANTS: [(&str, u64); 6] = [
+    ("flagship-skip-weight-sync", 1),
+    ("flagship-skip-weight-sync-near", 2),
+    ("flagship-sampler-bf16", 1),
+    ("flagship-sampler-bf16-near", 1),
+    ("flagship-sampler-10-bits", 1),
+    ("flagship-sampler-10-bits-near", 1),
+];
+
+/// `weight_sync:match` failed first at `step`, its evidence naming the first tensor that
+/// differs with both sides' dtype, shape and hash; `run.json` holds the same tensor, and the
+/// series is 0 from that step on (a rounded sampler or a skipped sync never catches up).
+fn weight_sync_caught_at(
+    name: &str,
+    v: &rlharness::compare::Verdict,
+    dir: &std::path::Path,
+    step: u64,
+) {
+    let r = v
+        .rule(WEIGHT_SYNC_RULE)
+        .unwrap_or_else(|| panic!("{name}: no {WEIGHT_SYNC_RULE}"));
+    assert_eq!(r.status, RuleStatus::Regressed, "{name}");
+    assert!(
+        r.evidence
+            .message
+            .starts_with(&format!("after the weight sync of step {step} ")),
+        "{name}: {}",
+        r.evidence.message
+    );
+    assert_eq!(r.failing_steps, (step..=5).collect::<Vec<_>>(), "{name}");
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let first = &run["weight_sync"]["mismatches"][0];
+    assert_eq!(first["step"], step, "{name}: {}", run["weight_sync"]);
+    let tensor = first["first"]["name"].as_str().unwrap();
+    let (t, s) = (&first["first"]["training"], &first["first"]["sampling"]);
+    // The engine's first tensor; the sampler holds it in fp32 too, other bytes.
+    assert!(tensor.starts_with("model."), "{name}: {tensor}");
+    assert_eq!(
+        (&t["dtype"], &s["dtype"], &t["shape"]),
+        (&s["dtype"], &t["dtype"], &s["shape"]),
+        "{name}"
+    );
+    assert_eq!(t["dtype"], "F32", "{name}");
+    assert_ne!(t["sha256"], s["sha256"], "{name}");
+    let m = &r.evidence.message;
+    let named = format!(
+        "the first `{tensor}`: training F32 {} sha256 {}",
+        t["shape"].to_string().replace(',', ", "),
+        &t["sha256"].as_str().unwrap()[..12]
+    );
+    assert!(m.contains(&named), "{name}: {m} (wanted {named})");
+    assert!(
+        m.contains(&format!(
+            "sampling F32 {}",
+            s["shape"].to_string().replace(',', ", ")
+        )),
+        "{name}: {m}"
+    );
 }
 
 macro_rules! selftests {
@@ -217,19 +298,23 @@ selftests! {
     selftest_lr_x2_near_is_judged_as_declared => 7,
     selftest_reward_drop_is_judged_as_declared => 8,
     selftest_reward_drop_near_is_judged_as_declared => 9,
-    selftest_sampler_bf16_is_judged_as_declared => 10,
-    selftest_sampler_bf16_near_is_judged_as_declared => 11,
-    selftest_seeds_control_is_judged_as_declared => 12,
-    selftest_skip_weight_sync_is_judged_as_declared => 13,
-    selftest_skip_weight_sync_near_is_judged_as_declared => 14,
-    selftest_weight_decay_is_judged_as_declared => 15,
-    selftest_weight_decay_near_is_judged_as_declared => 16,
+    selftest_sampler_10_bits_is_judged_as_declared => 10,
+    selftest_sampler_10_bits_near_is_judged_as_declared => 11,
+    selftest_sampler_bf16_is_judged_as_declared => 12,
+    selftest_sampler_bf16_near_is_judged_as_declared => 13,
+    selftest_seeds_control_is_judged_as_declared => 14,
+    selftest_skip_weight_sync_is_judged_as_declared => 15,
+    selftest_skip_weight_sync_near_is_judged_as_declared => 16,
+    selftest_weight_decay_is_judged_as_declared => 17,
+    selftest_weight_decay_near_is_judged_as_declared => 18,
 }
 
 /// The sampler-vs-trainer mismatch rules (`stability:training/rollout_probs_diff_mean`,
-/// `stability:rollout_corr/k3_kl`) raise no false alarm: 20 unplanted seeds of the flagship
-/// (5 steps each, judged against the shipped golden) pass both, on whatever CPU runs the test.
-/// Their two plants are caught by `flagship-skip-weight-sync` and `flagship-sampler-bf16`.
+/// `stability:rollout_corr/k3_kl`) and the exact check of each weight sync
+/// (`weight_sync:match`) raise no false alarm: 20 unplanted seeds of the flagship (5 steps
+/// each, judged against the shipped golden) pass all three, every sync matching bit for bit,
+/// on whatever CPU runs the test. Their plants are caught by `flagship-skip-weight-sync`,
+/// `flagship-sampler-bf16` and `flagship-sampler-10-bits` (the last by the exact check alone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mismatch_rules_pass_twenty_unplanted_seeds() {
     let tmp = tempfile::tempdir().unwrap();
@@ -245,17 +330,23 @@ async fn the_mismatch_rules_pass_twenty_unplanted_seeds() {
         for rule in [
             "stability:training/rollout_probs_diff_mean",
             "stability:rollout_corr/k3_kl",
+            WEIGHT_SYNC_RULE,
         ] {
             let r = v
                 .rule(rule)
                 .unwrap_or_else(|| panic!("seed {seed}: no {rule}"));
             assert_eq!(
                 r.status,
-                rlharness::compare::RuleStatus::Pass,
+                RuleStatus::Pass,
                 "seed {seed}: {rule}: {}",
                 r.evidence.message
             );
         }
+        assert_eq!(
+            report.metrics.series(WEIGHT_SYNC_METRIC),
+            (1..=5).map(|s| (s, 1.0)).collect::<Vec<_>>(),
+            "seed {seed}"
+        );
         let diffs = report.metrics.series("training/rollout_probs_diff_mean");
         assert_eq!(diffs.len(), 5, "seed {seed}");
         worst = diffs.iter().map(|(_, v)| *v).fold(worst, f64::max);

@@ -36,3 +36,4 @@ mod selftests;
 mod spec;
 mod torch_child;
 mod verdict;
+mod weight_sync;

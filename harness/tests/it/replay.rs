@@ -296,7 +296,13 @@ const FROM_SERVER: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_flagship_replays_with_the_recorded_metrics() {
-    let report = run_replay_passing("tiny-gsm8k-grpo-replay.yaml").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let report = run_expecting(
+        &replay_scenario("tiny-gsm8k-grpo-replay.yaml"),
+        &opts(tmp.path(), &[]),
+        ExitStatus::Passed,
+    )
+    .await;
     let verdict = report.verdict.as_ref().unwrap();
     let rule = verdict
         .rules
@@ -307,6 +313,29 @@ async fn the_flagship_replays_with_the_recorded_metrics() {
         rule.evidence.message.starts_with("all "),
         "{}",
         rule.evidence.message
+    );
+
+    // Recorded before `/weight-digest`: the replay answers it 404 as a real server would, so
+    // the driver says once that it cannot check the syncs, and logs no `weight_sync/match`.
+    assert!(report.metrics.series("weight_sync/match").is_empty());
+    assert!(verdict.rule("weight_sync:match").is_none());
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("run.json")).unwrap())
+            .unwrap();
+    let why = run["weight_sync"]["unavailable"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.starts_with("weight syncs not checked bit for bit"),
+        "{}",
+        run["weight_sync"]
+    );
+    assert_eq!(run["weight_sync"]["checked"], 0);
+    let noted = run["notes"].as_array().unwrap();
+    assert_eq!(
+        noted.iter().filter(|n| n.as_str() == Some(why)).count(),
+        1,
+        "{noted:?}"
     );
 
     let recorded = MetricTable::read_csv(&flagship_cassette().join(METRICS_FILE)).unwrap();

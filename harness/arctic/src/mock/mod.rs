@@ -3,7 +3,7 @@
 //! the policy version), and simulating time with a cost model instead of sleeping.
 //!
 //! By part: `script.rs` the script, `engine.rs` the engine's state, `loss.rs` the loss of a
-//! batch, `routes.rs` the Arctic routes, `serve.rs` the standalone server; the models it uses
+//! batch, `routes.rs` the Arctic routes, `serve.rs` the standalone server, `weights.rs` the simulated weights `/weight-digest` reports; the models it uses
 //! in `cost.rs`, `grpo.rs`, `policy.rs`, `schedule.rs`, and injected faults in `faults.rs`.
 
 pub(crate) mod cost;
@@ -18,6 +18,7 @@ mod script;
 mod serve;
 #[cfg(test)]
 mod tests;
+mod weights;
 
 pub use engine::MockEngine;
 pub use script::{EfficiencyCurve, MockScript, MockScriptError, ResponseShape, RewardCurve};

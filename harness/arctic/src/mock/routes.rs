@@ -1,5 +1,5 @@
 //! The Arctic routes the mock serves: its [`Engine`] implementation (jobs, forward, step,
-//! generate, weight sync, checkpoints, log-probs).
+//! generate, weight sync, checkpoints, log-probs, weight digests).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,6 +18,7 @@ use crate::engine::{
 };
 use crate::task::{ArithTask, CharTokenizer, EOS_ID};
 use crate::wire::api::{JobConfig, JobType};
+use crate::wire::digest::TensorDigest;
 use crate::wire::Node;
 
 fn opt_u64(req: &Value, key: &str, route: &str) -> Result<Option<u64>, EngineError> {
@@ -433,6 +434,16 @@ impl Engine for MockEngine {
         // Weight decay and updates move the norm slowly and deterministically with the version.
         let norm = params.sqrt() * 0.02 * (1.0 + 0.002 * (version as f64).ln_1p());
         Ok((norm, params as u64))
+    }
+
+    /// The simulated weights of the version the job holds (`weights.rs`).
+    fn weight_digest(&self, job_id: u64) -> Result<Vec<TensorDigest>, EngineError> {
+        let version = self.policy_version(job_id)?;
+        Ok(super::weights::manifest(
+            &self.cost.shape,
+            self.seed,
+            version,
+        ))
     }
 
     fn log_probs(&self, job_id: u64, request: &Value) -> Result<Timed<Node>, EngineError> {

@@ -107,7 +107,7 @@ pub(super) fn missing_body(route: &str) -> Response {
 /// The POST routes whose handler reads a required body: an empty one is FastAPI's 422 before
 /// the handler runs. The others take an optional body (`/wake-inference`: no tags; the sleep
 /// routes: `level` or `mode` in the query; `/reset-prefix-cache`) or none.
-pub(super) const BODY_REQUIRED: [&str; 12] = [
+pub(super) const BODY_REQUIRED: [&str; 13] = [
     "/initialize",
     "/destroy",
     "/forward-backward",
@@ -120,6 +120,7 @@ pub(super) const BODY_REQUIRED: [&str; 12] = [
     "/operation",
     "/weight-sync",
     "/weight-norm",
+    crate::wire::digest::WEIGHT_DIGEST_ROUTE,
 ];
 
 impl IntoResponse for ApiError {

@@ -1,6 +1,7 @@
 //! The Arctic RL wire: the DSSST1 binary frame and the HTTP API types.
 
 pub mod api;
+pub mod digest;
 pub mod dssst1;
 pub mod pyjson;
 pub mod runtime;

@@ -15,7 +15,9 @@
 //! anyway (the run goes on, every mismatch is counted) and named with its first differing key,
 //! e.g. `replay mismatch at POST /forward-backward call 3 (job 2): meta.temperature: recorded
 //! 1.0, got <absent>`. A request the recording has no place for (an extra call, an unknown
-//! route) is answered `409` with that message, so the driver fails there. Recorded exchanges
+//! route) is answered `409` with that message, so the driver fails there; only the rlharness
+//! extension `/weight-digest`, when the cassette holds none, is answered `404 Not Found` as a
+//! server without it would (a cassette of a real server, or of a run before the route). Recorded exchanges
 //! never requested are mismatches too. The outcome (`ReplayOutcome`) is this backend's own; the
 //! runner keeps it in `run.json` as a `rundir::ReplayRecord`, which the judge turns into the
 //! rule `replay:requests match the cassette` (`compare::replay_rule`).
@@ -36,6 +38,7 @@ use axum::Router;
 use serde_json::{json, Value};
 
 use crate::rundir::ReplayRecord;
+use crate::wire::digest::WEIGHT_DIGEST_ROUTE;
 pub(crate) use cassette::{Cassette, CassetteError, CassetteWriter, RecordedExchange};
 use diff::{differences, request_view, Difference};
 pub(crate) use install::install_cassette;
@@ -391,6 +394,11 @@ async fn serve_one(
         *n
     };
     let stream = s.streams.get(&key).cloned().unwrap_or_default();
+    if stream.is_empty() && key.1 == WEIGHT_DIGEST_ROUTE {
+        // The rlharness extension, absent from a cassette of a real server or of a run before
+        // it: answered as a server without the route answers, and no mismatch.
+        return error_response(StatusCode::NOT_FOUND, "Not Found");
+    }
     let first_open = stream.iter().position(|&i| !s.consumed[i]);
     let Some(first_open) = first_open else {
         let m = Mismatch {

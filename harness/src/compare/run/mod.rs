@@ -13,6 +13,7 @@
 //! - presence: every golden metric at every golden step the run reached (`presence`);
 //! - rules loosened since the golden was blessed (`loosened`);
 //! - stability (`stability:<metric>`);
+//! - the weight syncs, bit for bit (`weight_sync:match`, from `run.json`'s `weight_sync`);
 //! - sanity: each dropped value is a failed `sanity:0 < {metric} <= 1`;
 //! - replay: `replay:requests match the cassette`;
 //! - watchdog: a run the watchdog stopped (a hang or time-out, a non-finite watched metric, a
@@ -28,11 +29,11 @@ use super::calibrated::{resolve_calibrated, source_of};
 use super::exact::judge_lane;
 use super::judge::{grid_mismatch_of, judge_expectation, judge_golden};
 use super::verdict::{Evidence, Outcome, RuleStatus, RuleVerdict, Verdict};
-use super::{loosened, presence, stability};
+use super::{loosened, presence, stability, weight_sync};
 use crate::checks::{ChecksSpec, GoldenRules};
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
-use crate::rundir::{DroppedValue, ReplayRecord, RunManifest, RunStatus};
+use crate::rundir::{DroppedValue, ReplayRecord, RunManifest, RunStatus, WeightSyncRecord};
 use crate::wire::runtime::Numerics;
 pub use rules::REPLAY_RULE;
 pub(crate) use rules::{is_insane, replay_rule, FRACTION_METRICS};
@@ -51,6 +52,8 @@ pub struct RunRecord<'a> {
     /// A deterministic backend's numerics and the run's seed: the exact lane's key.
     pub numerics: Option<&'a Numerics>,
     pub seed: u64,
+    /// The driver's exact check of each weight sync (`weight_sync:match`'s evidence).
+    pub weight_sync: Option<&'a WeightSyncRecord>,
 }
 
 impl<'a> RunRecord<'a> {
@@ -66,6 +69,7 @@ impl<'a> RunRecord<'a> {
             replay: manifest.replay.as_ref(),
             numerics: manifest.numerics.as_ref(),
             seed: manifest.seed,
+            weight_sync: manifest.weight_sync.as_ref(),
         }
     }
 
@@ -82,6 +86,7 @@ impl<'a> RunRecord<'a> {
             replay: None,
             numerics: None,
             seed,
+            weight_sync: None,
         }
     }
 }
@@ -96,6 +101,11 @@ const PRODUCERS: &[Producer] = &[
     presence_rules,
     loosened_rules,
     stability_rules,
+    |run, _| {
+        weight_sync::rule(run.checks, run.metrics, run.weight_sync)
+            .into_iter()
+            .collect()
+    },
     sanity_rules,
     |run, _| run.replay.map(replay_rule).into_iter().collect(),
     |run, _| watchdog_rule(run).into_iter().collect(),

@@ -5,10 +5,13 @@
 //! log-probs with KL, GRPO advantages, per epoch and mini-batch one `/forward-backward` and one
 //! `/step`, then the four-call weight sync (wake weights, weight-sync, wake kv_cache, reset).
 //!
+//! After each step's sync, the exact check of it (`/weight-digest`, where the backend has it).
+//!
 //! `step` is one training step and its metrics, `generate` the rollout's `/generate` requests,
-//! `batch` the padded batch and its `/forward` frames.
+//! `batch` the padded batch and its `/forward` frames, `digest` the check of each sync.
 
 mod batch;
+pub(crate) mod digest;
 mod generate;
 mod step;
 
@@ -167,22 +170,28 @@ pub(crate) async fn run(
                 },
             })?;
     }
+    let mut sync_check = digest::SyncCheck::default();
     for step in 1..=run.steps {
         let _ = events.send(RunEvent::StepStarted {
             step,
             total: run.steps,
         });
-        let metrics = one_step(client, run, &task, &jobs, step)
-            .await
-            .map_err(|e| match e {
-                StepError::Client(source) => DriverError::Backend { step, source },
-                StepError::Protocol(message) => DriverError::Protocol { step, message },
-                StepError::BadReply { route, message } => DriverError::BadReply {
-                    step,
-                    route,
-                    message,
-                },
-            })?;
+        let stepped = async {
+            let mut m = one_step(client, run, &task, &jobs, step).await?;
+            sync_check
+                .after_sync(client, &jobs, step, &mut m, events)
+                .await?;
+            Ok::<_, StepError>(m)
+        };
+        let metrics = stepped.await.map_err(|e| match e {
+            StepError::Client(source) => DriverError::Backend { step, source },
+            StepError::Protocol(message) => DriverError::Protocol { step, message },
+            StepError::BadReply { route, message } => DriverError::BadReply {
+                step,
+                route,
+                message,
+            },
+        })?;
         let _ = events.send(RunEvent::Step(metrics));
     }
     // Tear down in reverse creation order, as the adapter does at shutdown.

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use crate::wire::api::{JobConfig, SIM_DURATION_HEADER};
+use crate::wire::digest::WEIGHT_DIGEST_ROUTE;
 use crate::wire::{self, Node};
 
 #[derive(Debug, thiserror::Error)]
@@ -76,8 +77,10 @@ impl ClientError {
 /// - a 502, 503 or 504, or a connection lost while the answer was coming, is retried on the
 ///   idempotent routes only: every GET (health, job and status polls) and the POSTs whose
 ///   repetition leaves the training as one call would (`/generate`, where a repeat that the
-///   server did serve draws one more sample of the same prompt, `/forward`, `/log-probs`, `/weight-norm`, sleep, wake, reset of the prefix cache and the
-///   operations wrapping them, and the weight sync, which copies the same weights again);
+///   server did serve draws one more sample of the same prompt, `/forward`, `/log-probs`,
+///   `/weight-norm` and the rlharness extension `/weight-digest` (both only read weights),
+///   sleep, wake, reset of the prefix cache and the operations wrapping them, and the weight
+///   sync, which copies the same weights again);
 /// - never `/initialize`, `/destroy`, `/forward-backward`, `/step`, `/save` or
 ///   `/load-checkpoint` once the server may have applied them: a second gradient
 ///   accumulation or optimizer step would silently change the training;
@@ -143,6 +146,7 @@ pub(crate) fn idempotent(method: &str, route: &str) -> bool {
             | "/forward"
             | "/log-probs"
             | "/weight-norm"
+            | "/weight-digest"
             | "/sleep-inference"
             | "/wake-inference"
             | "/reset-prefix-cache"
@@ -483,6 +487,18 @@ impl ArcticClient {
             Body::Json(Value::Object(body)),
         )
         .await
+    }
+
+    /// `POST /weight-digest` (an rlharness extension, `wire::digest`): the digest manifests of
+    /// the training job's and the sampling job's weights.
+    pub(crate) async fn weight_digest(
+        &self,
+        training: u64,
+        sampling: u64,
+    ) -> Result<Reply<Value>, ClientError> {
+        let body = json!({"training_job_id": training, "sampling_job_id": sampling});
+        self.json("POST", WEIGHT_DIGEST_ROUTE, Body::Json(body))
+            .await
     }
 
     pub(crate) async fn destroy(

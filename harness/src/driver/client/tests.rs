@@ -24,6 +24,8 @@ fn only_routes_safe_to_repeat_are_idempotent() {
         ("POST", "/forward?job_id=2"),
         ("POST", "/wake-inference?job_id=1"),
         ("POST", "/operation?job_id=2"),
+        ("POST", "/weight-norm"),
+        ("POST", "/weight-digest"),
     ] {
         assert!(idempotent(m, r), "{m} {r}");
     }

@@ -175,6 +175,7 @@ async fn garbage_bodies_never_crash_the_server() {
         "/operation",
         "/weight-sync",
         "/weight-norm",
+        "/weight-digest",
         "/destroy",
     ];
     let bodies: Vec<Bytes> = vec![
@@ -280,6 +281,7 @@ async fn an_empty_body_is_fastapis_field_required() {
         ("/operation", Some(sid)),
         ("/weight-sync", Some(tid)),
         ("/weight-norm", None),
+        ("/weight-digest", None),
     ] {
         let uri = id.map_or(route.to_string(), |id| format!("{route}?job_id={id}"));
         let r = call(&router, "POST", &uri, Body::empty()).await;

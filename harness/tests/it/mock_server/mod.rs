@@ -290,5 +290,6 @@ async fn init_bare(router: &Router, job_type: &str) -> Answer {
 }
 
 mod bodies;
+mod digest;
 mod jobs;
 mod session;

@@ -111,7 +111,8 @@ async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory(
     }
     // Colocated, as verl's hybrid mode drives the adapter: each job read back, the sampler
     // put to sleep, then the weight sync (wake ["weights"], weight-sync, wake ["kv_cache"],
-    // one reset-prefix-cache) before the first rollout and after every step.
+    // one reset-prefix-cache) before the first rollout and after every step, each sync after a
+    // step checked bit for bit (`/weight-digest`).
     let sync = [
         "/wake-inference",
         "/operation",
@@ -136,13 +137,14 @@ async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory(
         "/step",
     ])
     .chain(sync)
-    .chain(["/generate"])
+    // The exact check of that sync (an rlharness extension the real client never sends).
+    .chain(["/weight-digest", "/generate"])
     .collect();
     assert_eq!(&folded[..first_step.len()], &first_step[..], "{folded:?}");
     let last = ["/step"]
         .into_iter()
         .chain(sync)
-        .chain(["/destroy"])
+        .chain(["/weight-digest", "/destroy"])
         .collect::<Vec<_>>();
     assert_eq!(
         &folded[folded.len() - last.len()..],

@@ -1,5 +1,5 @@
 //! The Arctic routes the engine serves: its [`Engine`] implementation (jobs, forward, step,
-//! generate, weight sync, checkpoints, sleep, weight norm).
+//! generate, weight sync, checkpoints, sleep, weight norm, weight digests).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +17,7 @@ use rlharness_arctic::engine::{
     ModelBatch, QueuedGenerate, StepOutput, Timed,
 };
 use rlharness_arctic::wire::api::{JobConfig, JobType};
+use rlharness_arctic::wire::digest::TensorDigest;
 
 impl Engine for TorchEngine {
     fn create_job(&self, job_id: u64, config: &JobConfig) -> Result<(), EngineError> {
@@ -295,6 +296,21 @@ impl Engine for TorchEngine {
         record.write(self.layout.record.as_ref());
     }
 
+    /// Each tensor as the job holds it, copied to the host (`tensor_digest`).
+    fn weight_digest(&self, job_id: u64) -> Result<Vec<TensorDigest>, EngineError> {
+        let job = self.job(job_id)?;
+        let job = lock(&job);
+        guard("weight-digest", || {
+            let _g = tch::no_grad_guard();
+            job.model
+                .names
+                .iter()
+                .zip(&job.model.params)
+                .map(|(name, p)| tensor_digest(name, p))
+                .collect()
+        })
+    }
+
     fn weight_norm(&self, job_id: u64) -> Result<(f64, u64), EngineError> {
         let job = self.job(job_id)?;
         let job = lock(&job);
@@ -312,4 +328,27 @@ impl Engine for TorchEngine {
             .sum();
         Ok((sq.sqrt(), job.model.num_parameters()))
     }
+}
+
+/// The digest of one tensor's bytes as held: its dtype, on the host, contiguous (libtorch's
+/// CPU tensors are little-endian, as the wire's are).
+fn tensor_digest(name: &str, t: &Tensor) -> Result<TensorDigest, EngineError> {
+    let host = t.detach().to_device(Device::Cpu).contiguous();
+    let dtype = match host.kind() {
+        Kind::Float => "F32",
+        Kind::BFloat16 => "BF16",
+        Kind::Half => "F16",
+        Kind::Double => "F64",
+        other => {
+            return Err(EngineError::internal(format!(
+            "weight-digest: tensor {name} is held as {other:?}, which has no safetensors name here"
+        )))
+        }
+    };
+    let numel = host.numel();
+    let mut bytes = vec![0u8; numel * host.kind().elt_size_in_bytes()];
+    host.f_copy_data_u8(&mut bytes, numel)
+        .map_err(|e| EngineError::internal(format!("weight-digest: cannot read {name}: {e}")))?;
+    let shape: Vec<u64> = host.size().iter().map(|&d| d as u64).collect();
+    Ok(TensorDigest::of_bytes(name, dtype, &shape, &bytes))
 }

@@ -1,6 +1,7 @@
 //! The libtorch engine against independent computations: log-probs from `forward` versus a
 //! second forward written plainly here (no SDPA, no KV cache, no shared helpers), weight sync,
-//! the fp32-logits knob under bf16, determinism, checkpoints, error statuses, and learning.
+//! the fp32-logits knob under bf16, determinism, checkpoints, error statuses, weight digests,
+//! and learning.
 #![cfg(feature = "torch")]
 
 use rlharness_arctic::engine::{Engine, ModelBatch};
@@ -16,6 +17,7 @@ use std::path::Path;
 
 use tch::{Kind, Tensor};
 
+mod digest;
 mod generate;
 mod layout;
 mod training;

@@ -11,7 +11,8 @@ use axum::Router;
 
 use super::Shared;
 
-/// Every route of the Arctic API, as the real server spells it.
+/// Every route of the Arctic API, as the real server spells it, and the rlharness extension
+/// `/weight-digest`.
 pub(super) fn table() -> Router<Arc<Shared>> {
     Router::new()
         .route("/health", get(jobs::health))
@@ -40,4 +41,9 @@ pub(super) fn table() -> Router<Arc<Shared>> {
         .route("/operation", post(sampling::operation))
         .route("/weight-sync", post(sampling::weight_sync))
         .route("/weight-norm", post(sampling::weight_norm))
+        // Not the real server's: an rlharness extension (`wire::digest`).
+        .route(
+            crate::wire::digest::WEIGHT_DIGEST_ROUTE,
+            post(sampling::weight_digest),
+        )
 }

@@ -1,5 +1,6 @@
 //! Sampling: `/generate`, `/log-probs`, the sleep/wake routes, `/reset-prefix-cache`, weight
-//! sync, `/operation` (the same four as one route) and `/weight-norm`.
+//! sync, `/operation` (the same four as one route), `/weight-norm` and the rlharness extension
+//! `/weight-digest`.
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ use crate::server::http::{
 use crate::server::jobs::{engine_task, wake_transition, SamplingState, WakeTags};
 use crate::server::Shared;
 use crate::wire::api::JobType;
+use crate::wire::digest::{WeightDigest, WEIGHT_DIGEST_ROUTE};
 use crate::wire::{decode, Node};
 
 pub(super) async fn generate(
@@ -384,19 +386,27 @@ pub(super) async fn operation(
     }
 }
 
+/// `{training_job_id, sampling_job_id}` of `/weight-norm` and `/weight-digest`, each checked to
+/// be a live job of its type.
+fn job_pair(s: &Shared, body: &Map<String, Value>, route: &str) -> Result<(u64, u64), ApiError> {
+    let id_of = |key: &str| match body.get(key) {
+        Some(v) => v.as_u64().ok_or_else(|| {
+            ApiError::unprocessable(format!("{route}: {key} must be a job id, got {v}"))
+        }),
+        None => Err(ApiError::unprocessable(format!("{route}: missing {key}"))),
+    };
+    let (train, sample) = (id_of("training_job_id")?, id_of("sampling_job_id")?);
+    s.job_checked(train, &[JobType::Training], route)?;
+    s.job_checked(sample, &[JobType::Sampling], route)?;
+    Ok((train, sample))
+}
+
 pub(super) async fn weight_norm(
     State(s): State<Arc<Shared>>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let body = json_object(body, "/weight-norm")?;
-    let id_of = |key: &str| {
-        body.get(key).and_then(Value::as_u64).ok_or_else(|| {
-            ApiError::unprocessable(format!("/weight-norm: missing or invalid {key}"))
-        })
-    };
-    let (train, sample) = (id_of("training_job_id")?, id_of("sampling_job_id")?);
-    s.job_checked(train, &[JobType::Training], "/weight-norm")?;
-    s.job_checked(sample, &[JobType::Sampling], "/weight-norm")?;
+    let (train, sample) = job_pair(&s, &body, "/weight-norm")?;
     let ((tn, tp), (sn, sp)) = engine_task(&s, move |e| {
         Ok((e.weight_norm(train)?, e.weight_norm(sample)?))
     })
@@ -407,4 +417,25 @@ pub(super) async fn weight_norm(
         "training_num_params": tp,
         "sampling_num_params": sp,
     }))
+}
+
+/// `/weight-digest`, an rlharness extension (`wire::digest`): both jobs' digest manifests. An
+/// engine that reports none answers as a server without the route would, 404 `Not Found`.
+pub(super) async fn weight_digest(
+    State(s): State<Arc<Shared>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let route = WEIGHT_DIGEST_ROUTE;
+    let body = json_object(body, route)?;
+    let (train, sample) = job_pair(&s, &body, route)?;
+    let digest = engine_task(&s, move |e| {
+        Ok(WeightDigest {
+            training: e.weight_digest(train)?,
+            sampling: e.weight_digest(sample)?,
+        })
+    })
+    .await?;
+    let body = serde_json::to_value(&digest)
+        .map_err(|e| ApiError::internal(format!("{route}: cannot encode the manifest: {e}")))?;
+    ok_json(body)
 }
