@@ -9,7 +9,12 @@
 # torch 2.9.0 and vllm 0.12.0, which verl imports without running, ray 2.60.0, deepspeed
 # 0.19.8, transformers 4.57.6, numpy < 2, ...) and installed with --no-deps. flash-attn has no
 # wheel: its sdist is built without its CUDA extension (verl imports only its pure-PyTorch
-# pad/unpad helpers). Needs Python 3.12 (Arctic-Platform's floor; numpy 1.26.4 has no 3.13
+# pad/unpad helpers).
+#
+# The released adapter (arctic-platform 0.1.4 from PyPI, with the two packages of its [verl]
+# extra that the environment lacks) goes into a folder of its own, $VENV/arctic-released/
+# (ci/arctic-released.lock, by hash, --no-deps --target), which the real-verl tests point
+# ARCTIC_SRC at for their released-adapter lane; the extracted 5864380 tree stays the default. Needs Python 3.12 (Arctic-Platform's floor; numpy 1.26.4 has no 3.13
 # wheel): VERL_INSTALL_PYTHON, else the first of python3.12, python3 and a version manager's 3.12. Idempotent: a stamp (the lock's hash, the interpreter's version) skips the work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,22 +44,39 @@ PY=$(find_python) || {
 want="$(sha256sum "$LOCK" | cut -c1-16) $FLASH_ATTN $("$PY" -c 'import sys; print(sys.version.split()[0])')"
 # flash-attn's __init__ skips its missing CUDA extension only with this set (as verl runs it).
 export FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] && "$VENV/bin/python" -c "import torch, vllm, ray, deepspeed, flash_attn" >/dev/null 2>&1; then
-    exit 0
-fi
-started=$SECONDS
-echo "ci/verl-install.sh: installing verl's environment into $VENV with $PY (about 10 GB)"
-rm -rf "$VENV"
-"$PY" -m venv "$VENV"
+install_venv() {
+    local started=$SECONDS
+    echo "ci/verl-install.sh: installing verl's environment into $VENV with $PY (about 10 GB)"
+    rm -rf "$VENV"
+    "$PY" -m venv "$VENV"
+    # deepspeed's sdist compiles no ops at install; the wheel cache keeps the built sdists.
+    DS_BUILD_OPS=0 pipi --no-deps -r "$LOCK"
+    FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE pipi --no-deps --no-build-isolation "$FLASH_ATTN"
+    if ! out=$("$P" -c "import torch, vllm, ray, deepspeed, flash_attn, transformers, hydra, tensordict" 2>&1); then
+        echo "$out" | tail -20 >&2
+        echo "error: verl's environment in $VENV does not import" >&2
+        exit 1
+    fi
+    echo "$want" > "$STAMP"
+    echo "ci/verl-install.sh: installed in $((SECONDS - started)) s"
+}
 P="$VENV/bin/python"
 pipi() { "$P" -m pip install --disable-pip-version-check --no-input --progress-bar off "$@"; }
-# deepspeed's sdist compiles no ops at install; the wheel cache keeps the built sdists.
-DS_BUILD_OPS=0 pipi --no-deps -r "$LOCK"
-FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE pipi --no-deps --no-build-isolation "$FLASH_ATTN"
-if ! out=$("$P" -c "import torch, vllm, ray, deepspeed, flash_attn, transformers, hydra, tensordict" 2>&1); then
-    echo "$out" | tail -20 >&2
-    echo "error: verl's environment in $VENV does not import" >&2
-    exit 1
+if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$want" ]] ||
+    ! "$P" -c "import torch, vllm, ray, deepspeed, flash_attn" >/dev/null 2>&1; then
+    install_venv
 fi
-echo "$want" > "$STAMP"
-echo "ci/verl-install.sh: installed in $((SECONDS - started)) s"
+RELEASED_LOCK=ci/arctic-released.lock
+RELEASED="$VENV/arctic-released"
+want_released=$(sha256sum "$RELEASED_LOCK" | cut -c1-16)
+if [[ ! -f "$RELEASED/.rlharness-stamp" || "$(cat "$RELEASED/.rlharness-stamp")" != "$want_released" ]]; then
+    rm -rf "$RELEASED"
+    pipi --no-deps --require-hashes --target "$RELEASED" -r "$RELEASED_LOCK"
+    if ! out=$(PYTHONPATH=$RELEASED "$P" -c "from arctic_platform._dependency_groups import require_any_dep_group as r; r(\"verl\"); import arctic_platform.client" 2>&1); then
+        echo "$out" | tail -20 >&2
+        echo "error: the released adapter in $RELEASED does not import" >&2
+        exit 1
+    fi
+    echo "$want_released" > "$RELEASED/.rlharness-stamp"
+    echo "ci/verl-install.sh: the released adapter installed into $RELEASED"
+fi

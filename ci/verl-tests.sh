@@ -24,8 +24,12 @@ FEATURES=${FEATURES---features torch}
 started=$SECONDS
 bash ci/verl-install.sh
 eval "$(bash ci/upstream.sh)"
-export VERL_SRC ARCTIC_SRC
-echo "verl-tests: VERL_SRC=$VERL_SRC ARCTIC_SRC=$ARCTIC_SRC"
+export VERL_SRC ARCTIC_SRC RLHARNESS_DESCRIBED_VERL_SRC RLHARNESS_DESCRIBED_ARCTIC_SRC
+# The released adapter (arctic-platform from PyPI, ci/arctic-released.lock), installed by
+# ci/verl-install.sh into a folder of its own.
+ARCTIC_RELEASED_SRC=$(realpath .venv-verl/arctic-released)
+export ARCTIC_RELEASED_SRC
+echo "verl-tests: VERL_SRC=$VERL_SRC ARCTIC_SRC=$ARCTIC_SRC ARCTIC_RELEASED_SRC=$ARCTIC_RELEASED_SRC"
 # The test binary, built once; the lanes run it directly (two cargo processes would wait on
 # each other's locks). It runs from the package's folder, as cargo runs it.
 # shellcheck disable=SC2086
@@ -36,8 +40,10 @@ if [[ ! -x "$it" ]]; then
     exit 1
 fi
 bin=$(realpath "${CARGO_TARGET_DIR:-target}/debug/rlharness")
-# Two lanes of about equal length (measured: the learning run and the unmodified propagate
-# take about as long as everything else); each filter names one test.
+# Two lanes of the extracted adapter (5864380) of about equal length (measured: the learning
+# run and the unmodified propagate take about as long as everything else), and a third of the
+# released adapter (ARCTIC_SRC=$ARCTIC_RELEASED_SRC): the learning run, the unmodified
+# propagate and the wire conformance again. Each filter names one test.
 lane_a=(
     bisect::real_verl::bisect_with_propagate_finds_the_commit_that_drops_the_logits_knobs
     real_verl::propagate::propagate_on_the_real_adapter_flags_exactly_the_seed_bug
@@ -52,6 +58,11 @@ lane_b=(
     real_verl::real_verl_learns_over_http_and_leaves_nothing_behind
     real_verl::propagate::propagate_on_the_unmodified_adapter_finds_known_gaps_only
 )
+lane_r=(
+    real_verl::real_verl_learns_over_http_and_leaves_nothing_behind
+    real_verl::propagate::propagate_on_the_unmodified_adapter_finds_known_gaps_only
+    real_verl::the_builtin_driver_speaks_like_real_verl
+)
 listed=$("$it" --ignored --list real_verl:: | sed -n 's/: test$//p' | sort)
 placed=$(printf '%s\n' "${lane_a[@]}" "${lane_b[@]}" | sort)
 if [[ "$listed" != "$placed" ]]; then
@@ -59,6 +70,9 @@ if [[ "$listed" != "$placed" ]]; then
     diff <(echo "$listed") <(echo "$placed") >&2 || true
     exit 1
 fi
+for t in "${lane_r[@]}"; do
+    grep -qxF "$t" <<<"$listed" || { echo "verl-tests: lane_r names $t, which is no real-verl test" >&2; exit 1; }
+done
 mkdir -p target/ci-logs
 tmps=()
 # Stopped early (ci/test.sh stops what runs beside its tests when it ends), the lanes stop too.
@@ -66,7 +80,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "${tmps[@]}"' EXIT
 trap 'exit 143' TERM INT
 # lane NAME PREFIX... -- TESTS...: one test process (in the namespace PREFIX makes, if any),
 # with a short Ray temp dir of its own (Ray's Unix sockets live there); its log in
-# target/ci-logs/verl-lane-NAME.log.
+# target/ci-logs/verl-lane-NAME.log. PREFIX may start with `env ARCTIC_SRC=...`.
 lane() {
     local name=$1 ray_tmp
     shift
@@ -81,22 +95,27 @@ lane() {
 ns=(unshare --net)
 [[ $(id -u) == 0 ]] || ns+=(--map-root-user)
 if why=$("${ns[@]}" "$bin" netns-exec -- true 2>&1); then
-    echo "verl-tests: two lanes side by side, each in a network namespace of its own (${ns[*]})"
+    echo "verl-tests: three lanes side by side, each in a network namespace of its own (${ns[*]})"
     status=0
     lane a "${ns[@]}" "$bin" netns-exec -- "${lane_a[@]}" &
     pid_a=$!
     lane b "${ns[@]}" "$bin" netns-exec -- "${lane_b[@]}" &
     pid_b=$!
-    wait "$pid_a" || status=$?
-    cat target/ci-logs/verl-lane-a.log
-    wait "$pid_b" || status=$?
-    cat target/ci-logs/verl-lane-b.log
+    lane r env ARCTIC_SRC="$ARCTIC_RELEASED_SRC" "${ns[@]}" "$bin" netns-exec -- "${lane_r[@]}" &
+    pid_r=$!
+    for l in a b r; do
+        pid=pid_$l
+        wait "${!pid}" || status=$?
+        cat "target/ci-logs/verl-lane-$l.log"
+    done
 else
     echo "verl-tests: this host gives a process no network namespace of its own" \
         "(${ns[*]}: ${why:-failed}): one lane"
     status=0
     lane all -- "${lane_a[@]}" "${lane_b[@]}" || status=$?
     cat target/ci-logs/verl-lane-all.log
+    lane released env ARCTIC_SRC="$ARCTIC_RELEASED_SRC" -- "${lane_r[@]}" || status=$?
+    cat target/ci-logs/verl-lane-released.log
 fi
 if ((status != 0)); then
     echo "verl-tests: failed (exit $status) after $((SECONDS - started)) s" >&2

@@ -170,8 +170,9 @@ pub(crate) fn describe_checkout(dir: &Path) -> Option<String> {
 
 /// `git describe --always --dirty` of each source checkout a command driver names (by the
 /// environment variable that holds its path: the driver's `env`, else the harness's own), or
-/// why there is none. A copy without its repository is described by what travelled with it
-/// ([`described_var`]).
+/// why there is none. A folder of installed packages (`pip install --target`: the released
+/// adapter) is described by their names and versions ([`describe_installed`]); a copy without
+/// its repository by what travelled with it ([`described_var`]).
 fn trainer_sources(plan: &RunPlan) -> BTreeMap<String, String> {
     let DriverSpec::Command(c) = &plan.scenario.driver else {
         return BTreeMap::new();
@@ -183,6 +184,7 @@ fn trainer_sources(plan: &RunPlan) -> BTreeMap<String, String> {
             let described = match path {
                 None => "(not set)".to_string(),
                 Some(p) => describe_checkout(Path::new(&p))
+                    .or_else(|| describe_installed(Path::new(&p)))
                     .or_else(|| {
                         std::env::var(described_var(var))
                             .ok()
@@ -193,6 +195,27 @@ fn trainer_sources(plan: &RunPlan) -> BTreeMap<String, String> {
             (var.clone(), described)
         })
         .collect()
+}
+
+/// The packages installed in `dir` (each `*.dist-info/METADATA` directly under it), as
+/// `arctic-platform 0.1.4, liger_kernel 0.8.5` in name order; `None` when there is none.
+pub(crate) fn describe_installed(dir: &Path) -> Option<String> {
+    let mut found: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".dist-info"))
+        .filter_map(|e| std::fs::read_to_string(e.path().join("METADATA")).ok())
+        .filter_map(|meta| {
+            let field = |k: &str| {
+                meta.lines()
+                    .take_while(|l| !l.is_empty())
+                    .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
+            };
+            Some(format!("{} {}", field("Name:")?, field("Version:")?))
+        })
+        .collect();
+    found.sort();
+    (!found.is_empty()).then(|| found.join(", "))
 }
 
 /// `git ARGS` in `dir`: its trimmed output, or `None` when it fails.
@@ -250,4 +273,35 @@ pub(super) fn finalize_manifest(
         .collect();
     manifest.replay = replay.map(|r| r.record());
     manifest.ended = Some(ended.to_rfc3339());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe_installed;
+
+    #[test]
+    fn a_folder_of_installed_packages_is_described_by_their_versions() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(describe_installed(tmp.path()), None, "an empty folder");
+        let meta = |dist: &str, text: &str| {
+            let d = tmp.path().join(dist);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("METADATA"), text).unwrap();
+        };
+        meta(
+            "liger_kernel-0.8.5.dist-info",
+            "Metadata-Version: 2.4\nName: liger_kernel\nVersion: 0.8.5\n\nVersion: 9 (the body)\n",
+        );
+        meta(
+            "arctic_platform-0.1.4.dist-info",
+            "Metadata-Version: 2.4\nName: arctic-platform\nVersion: 0.1.4\nRequires-Python: >=3.12\n",
+        );
+        // A package without a version, and a folder that is no dist-info, are not named.
+        meta("broken-1.dist-info", "Name: broken\n");
+        meta("arctic_platform", "Name: not-metadata\nVersion: 1\n");
+        assert_eq!(
+            describe_installed(tmp.path()).as_deref(),
+            Some("arctic-platform 0.1.4, liger_kernel 0.8.5")
+        );
+    }
 }

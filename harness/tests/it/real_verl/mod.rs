@@ -148,9 +148,25 @@ fn real_verl_learns_over_http_and_leaves_nothing_behind() {
         .collect();
     assert!(bad.is_empty(), "non-200 answers: {bad:?}");
     nothing_left(&dir);
+    // run.json names the adapter that ran: a checkout's `git describe`, the archive's commit
+    // (ci/upstream.sh), or the installed packages' versions (the released adapter).
+    let adapter = run_json(&dir)["trainer_sources"]["ARCTIC_SRC"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        !adapter.is_empty() && !adapter.starts_with('('),
+        "run.json names no adapter version: {adapter:?}"
+    );
+    let col = header
+        .iter()
+        .position(|h| h == "critic/rewards/mean")
+        .unwrap();
+    let rewards: Vec<&str> = rows.iter().map(|r| &r[col]).collect();
     println!(
-        "real verl: 20 steps in {:.0} s; report: {}",
+        "real verl (ARCTIC_SRC {adapter}): 20 steps in {:.0} s; critic/rewards/mean by step: {}; report: {}",
         took.as_secs_f64(),
+        rewards.join(" "),
         dir.join("report.md").display()
     );
 }
