@@ -164,7 +164,18 @@ pub(crate) fn described_var(var: &str) -> String {
 }
 
 /// `git describe --always --dirty --tags` of the checkout at `dir`, or `None` when it is none.
+/// A folder that the enclosing repository ignores (sources extracted or installed into a
+/// project's cache) is no checkout of that repository: `None`.
 pub(crate) fn describe_checkout(dir: &Path) -> Option<String> {
+    let ignored = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["check-ignore", "-q", "."])
+        .status()
+        .is_ok_and(|s| s.success());
+    if ignored {
+        return None;
+    }
     git_in(dir, &["describe", "--always", "--dirty", "--tags"])
 }
 
@@ -277,7 +288,32 @@ pub(super) fn finalize_manifest(
 
 #[cfg(test)]
 mod tests {
-    use super::describe_installed;
+    use super::{describe_checkout, describe_installed};
+
+    #[test]
+    fn a_folder_the_enclosing_repository_ignores_is_no_checkout_of_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let s = std::process::Command::new("git")
+                .arg("-C")
+                .arg(tmp.path())
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+                .args(args)
+                .status()
+                .unwrap();
+            assert!(s.success(), "git {args:?}");
+        };
+        git(&["init", "--quiet"]);
+        std::fs::write(tmp.path().join(".gitignore"), ".cache/\n").unwrap();
+        let extracted = tmp.path().join(".cache/upstream/adapter");
+        std::fs::create_dir_all(&extracted).unwrap();
+        std::fs::create_dir_all(tmp.path().join("src")).unwrap();
+        git(&["add", ".gitignore"]);
+        git(&["commit", "--quiet", "-m", "one"]);
+        assert!(describe_checkout(tmp.path()).is_some());
+        assert!(describe_checkout(&tmp.path().join("src")).is_some());
+        assert_eq!(describe_checkout(&extracted), None);
+    }
 
     #[test]
     fn a_folder_of_installed_packages_is_described_by_their_versions() {
