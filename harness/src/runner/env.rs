@@ -209,7 +209,8 @@ fn trainer_sources(plan: &RunPlan) -> BTreeMap<String, String> {
 }
 
 /// The packages installed in `dir` (each `*.dist-info/METADATA` directly under it), as
-/// `arctic-platform 0.1.4, liger_kernel 0.8.5` in name order; `None` when there is none.
+/// `arctic-platform 0.1.4, liger-kernel 0.8.5` in name order (names normalised as pip does);
+/// `None` when there is none.
 pub(crate) fn describe_installed(dir: &Path) -> Option<String> {
     let mut found: Vec<String> = std::fs::read_dir(dir)
         .ok()?
@@ -222,7 +223,9 @@ pub(crate) fn describe_installed(dir: &Path) -> Option<String> {
                     .take_while(|l| !l.is_empty())
                     .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
             };
-            Some(format!("{} {}", field("Name:")?, field("Version:")?))
+            // The name as pip spells it (`arctic_platform` is `arctic-platform`).
+            let name = field("Name:")?.to_lowercase().replace(['_', '.'], "-");
+            Some(format!("{name} {}", field("Version:")?))
         })
         .collect();
     found.sort();
@@ -330,14 +333,14 @@ mod tests {
         );
         meta(
             "arctic_platform-0.1.4.dist-info",
-            "Metadata-Version: 2.4\nName: arctic-platform\nVersion: 0.1.4\nRequires-Python: >=3.12\n",
+            "Metadata-Version: 2.4\nName: arctic_platform\nVersion: 0.1.4\nRequires-Python: >=3.12\n",
         );
         // A package without a version, and a folder that is no dist-info, are not named.
         meta("broken-1.dist-info", "Name: broken\n");
         meta("arctic_platform", "Name: not-metadata\nVersion: 1\n");
         assert_eq!(
             describe_installed(tmp.path()).as_deref(),
-            Some("arctic-platform 0.1.4, liger_kernel 0.8.5")
+            Some("arctic-platform 0.1.4, liger-kernel 0.8.5")
         );
     }
 }
