@@ -132,13 +132,13 @@ pub fn check_loss_config(name: &str, config: &Map<String, Value>) -> Result<(), 
                     "loss_fn {name:?} requires non-null processing.config keys {missing:?}"
                 )));
             }
-            match config.get("aux_ce_weight").and_then(Value::as_f64) {
-                Some(w) if w == 0.0 => Ok(()),
-                _ => Err(LossConfigError::NotServed(format!(
-                    "loss_fn {name:?} with processing.config.aux_ce_weight {}: this server computes no ECHO auxiliary term, so it serves {name:?} only as its control run (aux_ce_weight 0)",
-                    config["aux_ce_weight"]
-                ))),
+            if config.get("aux_ce_weight").and_then(Value::as_f64) == Some(0.0) {
+                return Ok(());
             }
+            Err(LossConfigError::NotServed(format!(
+                "loss_fn {name:?} with processing.config.aux_ce_weight {}: this server computes no ECHO auxiliary term, so it serves {name:?} only as its control run (aux_ce_weight 0)",
+                config["aux_ce_weight"]
+            )))
         }
         _ => Ok(()),
     }

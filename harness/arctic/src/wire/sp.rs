@@ -51,7 +51,7 @@ fn live_paths(config: &JobConfig) -> Vec<Path> {
 }
 
 /// The value at `path`; `None` where a step is absent, null or not an object.
-fn nested<'a>(config: &'a JobConfig, path: Path) -> Option<&'a Value> {
+fn nested(config: &JobConfig, path: Path) -> Option<&Value> {
     let (first, rest) = path.split_first()?;
     let top = match *first {
         "ds_config" => config.ds_config.as_ref(),
