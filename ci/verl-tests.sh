@@ -53,6 +53,7 @@ lane_a=(
     real_verl::a_timed_out_run_leaves_nothing_behind
     real_verl::ctrl_c_keeps_the_finished_steps_and_leaves_nothing_behind
     real_verl::the_builtin_driver_speaks_like_real_verl
+    real_verl::client_014::the_released_client_runs_a_session_against_mock_torch_and_the_proxy
 )
 lane_b=(
     real_verl::real_verl_learns_over_http_and_leaves_nothing_behind

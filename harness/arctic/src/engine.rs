@@ -74,6 +74,12 @@ impl ModelBatch {
     pub fn tensor(&self, name: &str) -> Option<&Tensor> {
         self.batch.iter().find(|(k, _)| k == name).map(|(_, t)| t)
     }
+
+    /// Whether `/forward-backward` must answer the forward pass's `batch` too
+    /// (`meta.return_fwd_batch`; the server has refused a value that is not a flag).
+    pub fn returns_fwd_batch(&self) -> bool {
+        crate::processing::return_fwd_batch(&self.meta).unwrap_or(false)
+    }
 }
 
 /// What `/forward` returns: `batch.logprobs [B,S]` (+ `entropy`), metrics and `avg_loss`.
@@ -85,11 +91,23 @@ pub struct ForwardOutput {
     pub avg_loss: Option<f64>,
 }
 
-/// What `/forward-backward` returns: token-mean metrics (`actor/pg_loss`, ...) and `avg_loss`.
+/// What `/forward-backward` returns: token-mean metrics (`actor/pg_loss`, ...) and `avg_loss`;
+/// with `meta.return_fwd_batch` (Arctic-Platform 0.1.4, [`ModelBatch::returns_fwd_batch`]) also
+/// the forward pass's per-token `batch`, in `/forward`'s layout (`fwd_batch`).
 #[derive(Debug, Clone)]
 pub struct ForwardBackwardOutput {
     pub metrics: Map<String, Value>,
     pub avg_loss: f64,
+    /// The forward pass's log-probs `[B,S]` (and entropy when a post-processor asked for it),
+    /// before the update; `None` unless the request asked for them.
+    pub fwd_batch: Option<FwdBatch>,
+}
+
+/// The per-token outputs of a forward pass, as `/forward` answers them in `batch`.
+#[derive(Debug, Clone)]
+pub struct FwdBatch {
+    pub logprobs: Tensor,
+    pub entropy: Option<Tensor>,
 }
 
 /// What `/step` returns inside `metrics`.

@@ -5,6 +5,8 @@
 //! - [`wire`]: the DSSST1 frame codec, the Arctic API types, Python-style JSON floats, a
 //!   backend's `Runtime`.
 //! - [`engine`]: the `Engine` trait and the types it takes and returns.
+//! - [`processing`]: the loss and post-processor names a training frame may carry (both
+//!   Arctic-Platform releases'), and `meta.return_fwd_batch`.
 //! - [`server`]: the HTTP surface every engine is served by (routes, job table, sampling state
 //!   machine, the real server's error rules).
 //! - [`mock`]: the scripted and simulated engine, and its fault injection.
@@ -25,6 +27,7 @@ pub mod fsx;
 pub mod grpo;
 pub mod logging;
 pub mod mock;
+pub mod processing;
 pub mod server;
 pub mod task;
 pub mod torch_spec;

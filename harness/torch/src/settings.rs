@@ -123,13 +123,7 @@ impl CallSettings {
     ) -> Result<Self, EngineError> {
         let src = "meta";
         for p in post {
-            if !matches!(
-                p.as_str(),
-                "identity"
-                    | "compute_entropy_and_logprobs"
-                    | "compute_entropy"
-                    | "apply_temperature"
-            ) {
+            if !rlharness_arctic::processing::POST_PROCESSORS.contains(&p.as_str()) {
                 return Err(EngineError::bad_request(format!(
                     "unknown post-processor {p:?} in processing.post"
                 )));

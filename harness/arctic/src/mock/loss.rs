@@ -4,7 +4,7 @@ use serde_json::{Map, Value};
 
 use super::grpo::{LossSettings, SeqTokens};
 use super::{grpo, policy, MockEngine};
-use crate::engine::{EngineError, ModelBatch};
+use crate::engine::{f32_tensor, EngineError, FwdBatch, ModelBatch};
 use crate::server::frame::{tensor_f64, tensor_i64};
 use crate::task::CharTokenizer;
 
@@ -85,7 +85,7 @@ pub(super) fn float_rows(batch: &ModelBatch, name: &str) -> Result<Option<Vec<f6
         .transpose()
 }
 
-pub(super) fn wants_entropy(batch: &ModelBatch) -> bool {
+fn wants_entropy(batch: &ModelBatch) -> bool {
     batch
         .post
         .iter()
@@ -93,6 +93,47 @@ pub(super) fn wants_entropy(batch: &ModelBatch) -> bool {
 }
 
 impl MockEngine {
+    /// The per-token outputs of a forward pass under policy `version` (`/forward`'s `batch`,
+    /// and `/forward-backward`'s with `meta.return_fwd_batch`): log p(token) at column P-1+t
+    /// (at its own column with ZoRRo), the rest `meta.pad_token_id` (0 with ZoRRo).
+    pub(super) fn fwd_batch(
+        &self,
+        batch: &ModelBatch,
+        view: &ResponseView,
+        version: u64,
+        zorro: bool,
+    ) -> Result<FwdBatch, EngineError> {
+        if !zorro && view.p == 0 {
+            return Err(unprocessable(
+                "batch.prompts has width 0: without ZoRRo log p(response token t) sits at column P-1+t",
+            ));
+        }
+        let fill = if zorro {
+            0.0
+        } else {
+            match batch.meta.get("pad_token_id") {
+                None | Some(Value::Null) => 0.0,
+                Some(v) => v.as_f64().ok_or_else(|| {
+                    unprocessable(format!("meta.pad_token_id must be a number, got {v}"))
+                })? as f32,
+            }
+        };
+        let mut lp = vec![fill; view.b * view.s];
+        let mut ent = vec![fill; view.b * view.s];
+        for (r, row) in view.rows.iter().enumerate() {
+            for &(col, tok, pos) in row {
+                let out_col = if zorro { col } else { col - 1 };
+                lp[r * view.s + out_col] = policy::token_logprob(self.seed, tok, pos, version);
+                ent[r * view.s + out_col] = policy::token_entropy(self.seed, pos, version);
+            }
+        }
+        let shape = vec![view.b, view.s];
+        Ok(FwdBatch {
+            logprobs: f32_tensor(shape.clone(), &lp),
+            entropy: wants_entropy(batch).then(|| f32_tensor(shape, &ent)),
+        })
+    }
+
     /// Loss metrics of a batch under the job's current weights (`/forward` with a loss and
     /// `/forward-backward`).
     pub(super) fn loss(
@@ -114,7 +155,8 @@ impl MockEngine {
         })?;
         let settings =
             LossSettings::from_meta(&batch.meta, view.s - view.p).map_err(unprocessable)?;
-        let is_policy = loss_fn == "grpo" || loss_fn == "verl_grpo";
+        // Every GRPO name, 5864380's and 0.1.4's, is the same policy loss here.
+        let is_policy = crate::processing::is_policy_loss(loss_fn);
         let (old, adv) = if is_policy {
             let get = |n: &str| {
                 float_rows(batch, n)?

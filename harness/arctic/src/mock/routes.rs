@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Map, Value};
 
 use super::engine::{io_error, not_found, saved_checkpoints, MockJob, CHECKPOINT_FILE};
-use super::loss::{prompt_token_len, response_view, unprocessable, wants_entropy};
+use super::loss::{prompt_token_len, response_view, unprocessable};
 use super::schedule::{self, LrSchedule};
 use super::{policy, MockEngine};
 use crate::engine::{
@@ -83,31 +83,7 @@ impl Engine for MockEngine {
     ) -> Result<Timed<ForwardOutput>, EngineError> {
         let (version, zorro) = self.zorro(job_id, &batch.meta)?;
         let view = response_view(batch)?;
-        if !zorro && view.p == 0 {
-            return Err(unprocessable(
-                "batch.prompts has width 0: without ZoRRo log p(response token t) sits at column P-1+t",
-            ));
-        }
-        let fill = if zorro {
-            0.0
-        } else {
-            match batch.meta.get("pad_token_id") {
-                None | Some(Value::Null) => 0.0,
-                Some(v) => v.as_f64().ok_or_else(|| {
-                    unprocessable(format!("meta.pad_token_id must be a number, got {v}"))
-                })? as f32,
-            }
-        };
-        let mut lp = vec![fill; view.b * view.s];
-        let mut ent = vec![fill; view.b * view.s];
-        for (r, row) in view.rows.iter().enumerate() {
-            for &(col, tok, pos) in row {
-                let out_col = if zorro { col } else { col - 1 };
-                lp[r * view.s + out_col] = policy::token_logprob(self.seed, tok, pos, version);
-                ent[r * view.s + out_col] = policy::token_entropy(self.seed, pos, version);
-            }
-        }
-        let shape = vec![view.b, view.s];
+        let fwd = self.fwd_batch(batch, &view, version, zorro)?;
         let (metrics, avg_loss) = match batch.loss_fn.as_deref() {
             Some(loss_fn) => {
                 let (m, l, _) = self.loss(batch, &view, version, loss_fn)?;
@@ -117,8 +93,8 @@ impl Engine for MockEngine {
         };
         Ok(Timed {
             value: ForwardOutput {
-                logprobs: f32_tensor(shape.clone(), &lp),
-                entropy: wants_entropy(batch).then(|| f32_tensor(shape, &ent)),
+                logprobs: fwd.logprobs,
+                entropy: fwd.entropy,
                 metrics,
                 avg_loss,
             },
@@ -135,6 +111,14 @@ impl Engine for MockEngine {
         let view = response_view(batch)?;
         let loss_fn = batch.loss_fn.as_deref().unwrap_or("grpo");
         let (metrics, loss, tokens) = self.loss(batch, &view, version, loss_fn)?;
+        // 0.1.4's `meta.return_fwd_batch`: the forward pass's log-probs (and entropy), as
+        // `/forward` would answer them under the same weights.
+        let fwd_batch = if batch.returns_fwd_batch() {
+            let (_, zorro) = self.zorro(job_id, &batch.meta)?;
+            Some(self.fwd_batch(batch, &view, version, zorro)?)
+        } else {
+            None
+        };
         {
             let mut jobs = self.jobs();
             let j = Self::job_mut(&mut jobs, job_id)?;
@@ -145,6 +129,7 @@ impl Engine for MockEngine {
             value: ForwardBackwardOutput {
                 metrics,
                 avg_loss: loss,
+                fwd_batch,
             },
             sim_seconds: Some(self.cost.forward_backward(&view.seqlens)),
         })

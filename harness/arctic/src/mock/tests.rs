@@ -314,6 +314,53 @@ fn forward_backward_computes_grpo_metrics_and_step_reports_lr() {
     assert!(m["actor/ppo_kl"].as_f64().unwrap().abs() > 1e-6, "{m:?}");
 }
 
+/// Arctic-Platform 0.1.4's GRPO names (`grpo`, `ap_grpo` and the `_echo_v1` pair) compute
+/// the same policy loss as 5864380's `grpo` and `verl_grpo`.
+#[test]
+fn every_grpo_name_of_both_releases_is_the_same_policy_loss() {
+    let e = engine_with_jobs(MockScript::default(), 2);
+    let mut b = update_batch(&e, 0.5);
+    let want = e.forward_backward(2, &b).unwrap().value;
+    for name in ["grpo", "ap_grpo", "grpo_echo_v1", "ap_grpo_echo_v1"] {
+        b.loss_fn = Some(name.into());
+        let got = e.forward_backward(2, &b).unwrap().value;
+        assert_eq!(got.metrics, want.metrics, "{name}");
+        assert_eq!(got.avg_loss, want.avg_loss, "{name}");
+    }
+    // An SFT loss is not the policy loss: it needs no advantages.
+    b.loss_fn = Some("sft".into());
+    b.batch.retain(|(k, _)| k != "advantages");
+    assert_ne!(
+        e.forward_backward(2, &b).unwrap().value.avg_loss,
+        want.avg_loss
+    );
+}
+
+/// `meta.return_fwd_batch` (0.1.4): `/forward-backward` also answers the forward pass's
+/// log-probs and entropy, the same as `/forward` under the same weights; without it, none.
+#[test]
+fn forward_backward_returns_the_forward_batch_only_when_asked() {
+    let e = engine_with_jobs(MockScript::default(), 3);
+    let mut b = update_batch(&e, 1.0);
+    assert!(e.forward_backward(2, &b).unwrap().value.fwd_batch.is_none());
+    b.meta.insert("return_fwd_batch".into(), json!(false));
+    assert!(e.forward_backward(2, &b).unwrap().value.fwd_batch.is_none());
+    b.meta.insert("return_fwd_batch".into(), json!(true));
+    let fwd = e.forward(2, &b).unwrap().value;
+    let got = e.forward_backward(2, &b).unwrap().value.fwd_batch.unwrap();
+    assert_eq!(got.logprobs.shape, vec![1, 7]);
+    assert_eq!(f32s(&got.logprobs), f32s(&fwd.logprobs));
+    assert_eq!(
+        got.entropy.as_ref().map(f32s),
+        fwd.entropy.as_ref().map(f32s)
+    );
+    assert!(f32s(&got.logprobs).iter().any(|&v| v != 0.0));
+    // After a step the policy moved: the forward batch follows the new weights.
+    e.step(2, None).unwrap();
+    let after = e.forward_backward(2, &b).unwrap().value.fwd_batch.unwrap();
+    assert_ne!(f32s(&after.logprobs), f32s(&got.logprobs));
+}
+
 #[test]
 fn missing_loss_tensors_are_unprocessable() {
     let e = engine_with_jobs(MockScript::default(), 2);

@@ -8,6 +8,8 @@ use serde_json::{json, Map, Value};
 use super::error::ApiError;
 use super::frame::{self, describe, object_entries};
 use crate::engine::ModelBatch;
+use crate::processing::{self, LossConfigError};
+use crate::wire::chunk::unwrap_request;
 use crate::wire::{decode, DType, Node, Tensor};
 
 /// What a handler read from a binary request, attached to its response as an extension: the
@@ -20,13 +22,7 @@ pub struct ParsedRequest {
     pub body: Option<Value>,
 }
 
-pub(super) const POST_PROCESSORS: [&str; 4] = [
-    "identity",
-    "compute_entropy_and_logprobs",
-    "compute_entropy",
-    "apply_temperature",
-];
-pub(super) const LOSS_FUNCTIONS: [&str; 4] = ["grpo", "verl_grpo", "sft", "sft_ce"];
+use crate::processing::POST_PROCESSORS;
 
 /// Tensors that share `input_ids`' `[B,S]` shape when present.
 pub(super) const FULL_WIDTH_TENSORS: [&str; 7] = [
@@ -44,7 +40,8 @@ pub(super) fn model_batch(
     bytes: Bytes,
     route: &str,
 ) -> Result<(ModelBatch, ParsedRequest), ApiError> {
-    let root = decode(bytes)?;
+    // A 0.1.4 client may wrap the frame in a single-chunk envelope (`force_chunk`).
+    let root = decode(unwrap_request(bytes)?)?;
     let FrameSections {
         batch,
         meta,
@@ -54,6 +51,8 @@ pub(super) fn model_batch(
     let batch = batch_tensors(batch, route)?;
     let post = post_processors(&processing, route)?;
     let loss_fn = loss_fn_of(&processing, route)?;
+    crate::processing::return_fwd_batch(&meta)
+        .map_err(|e| ApiError::unprocessable(format!("{route}: {e}")))?;
     let mb = ModelBatch {
         batch,
         meta,
@@ -213,12 +212,30 @@ pub(super) fn loss_fn_of(
             )))
         }
     };
-    if let Some(l) = loss_fn.as_deref().filter(|l| !LOSS_FUNCTIONS.contains(l)) {
+    let Some(name) = loss_fn.as_deref() else {
+        return Ok(None);
+    };
+    if !processing::is_known_loss(name) {
         return Err(ApiError::bad_request(format!(
-            "{route}: unknown loss_fn {l:?} (known: {})",
-            LOSS_FUNCTIONS.join(", ")
+            "{route}: unknown loss_fn {name:?} (known: {})",
+            processing::loss_names().collect::<Vec<_>>().join(", ")
         )));
     }
+    let config = match processing.get("config") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(other) => {
+            return Err(ApiError::unprocessable(format!(
+                "{route}: processing.config must be an object, got {other}"
+            )))
+        }
+    };
+    // 0.1.4's loss functions raise inside the handler (its 500); what it would compute but
+    // this server does not is a 400 that says so.
+    processing::check_loss_config(name, &config).map_err(|e| match e {
+        LossConfigError::Refused(m) => ApiError::internal(format!("{route}: {m}")),
+        LossConfigError::NotServed(m) => ApiError::bad_request(format!("{route}: {m}")),
+    })?;
     Ok(loss_fn)
 }
 

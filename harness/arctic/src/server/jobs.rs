@@ -74,6 +74,8 @@ pub(super) struct Job {
     pub(super) sampling: SamplingState,
     /// What `/sleep-training` (or `/sleep-log-prob`) moved off the GPU: `None` while on it.
     pub(super) offloaded: Option<&'static str>,
+    /// The sequence-parallel degree its JobConfig resolves to (`wire::sp`; 1 when unset).
+    pub(super) sp_size: u64,
 }
 
 #[derive(Debug, Default)]
@@ -150,6 +152,8 @@ pub(super) fn job_info(id: u64, job: &Job) -> Value {
         "status": "RUNNING",
         "checkpoint_path": job.config.checkpoint_path,
         "sync_path": sync_path,
+        // 0.1.4 records it on every job; 5864380's clients ignore the extra key.
+        "sp_size": job.sp_size,
     });
     if job.job_type == JobType::Sampling {
         info["sampling_state"] = json!(job.sampling.as_str());

@@ -289,6 +289,7 @@ async fn init_bare(router: &Router, job_type: &str) -> Answer {
     .await
 }
 
+mod arctic_014;
 mod bodies;
 mod digest;
 mod jobs;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{repo, says, text, wire};
 
+mod client_014;
 mod propagate;
 
 const SCENARIO: &str = "scenarios/verl/real-verl-arctic-grpo.yaml";

@@ -9,7 +9,10 @@ use crate::batch::{place, response_logprobs, Padded};
 use crate::loss::{grpo_micro_loss, AggMode, AggTotals, LossSums, Sum};
 use crate::settings::CallSettings;
 use crate::{convert, head, loss};
-use rlharness_arctic::engine::{EngineError, ForwardBackwardOutput, ForwardOutput, ModelBatch};
+use rlharness_arctic::engine::{
+    EngineError, ForwardBackwardOutput, ForwardOutput, FwdBatch, ModelBatch,
+};
+use rlharness_arctic::processing;
 
 impl TorchEngine {
     pub(super) fn forward_impl(
@@ -21,7 +24,7 @@ impl TorchEngine {
         let x = Padded::from_batch(batch, &settings, self.config.vocab_size, job.device)?;
         let loss_inputs = match batch.loss_fn.as_deref() {
             None => None,
-            Some(name @ ("grpo" | "verl_grpo" | "sft" | "sft_ce")) => {
+            Some(name) if processing::is_known_loss(name) => {
                 Some(LossInputs::read(batch, &x, name, job.device)?)
             }
             Some(other) => {
@@ -93,7 +96,7 @@ impl TorchEngine {
                     "forward-backward needs a loss_fn (got null)",
                 ))
             }
-            Some(n @ ("grpo" | "verl_grpo" | "sft" | "sft_ce")) => n.to_string(),
+            Some(n) if processing::is_known_loss(n) => n.to_string(),
             Some(other) => {
                 return Err(EngineError::bad_request(format!(
                     "unknown loss_fn {other:?}"
@@ -107,6 +110,19 @@ impl TorchEngine {
         let mb = job.micro_batch.max(1) as i64;
         let mut start = 0;
         let entropy_grad = li.is_grpo() && settings.actor.entropy_coeff != 0.0;
+        // 0.1.4's `meta.return_fwd_batch`: the forward pass's [B,R] log-probs (and entropy),
+        // kept detached as each micro-batch's pieces come, in row order.
+        let keep = batch.returns_fwd_batch();
+        let mut kept_lp: Vec<Tensor> = Vec::new();
+        let mut kept_ent: Vec<Tensor> = Vec::new();
+        let mut keep_piece = |lp: &Tensor, ent: Option<&Tensor>| {
+            if keep {
+                kept_lp.push(lp.detach().copy());
+                if let Some(e) = ent {
+                    kept_ent.push(e.detach().copy());
+                }
+            }
+        };
         while start < x.b {
             let n = mb.min(x.b - start);
             let rows = x.rows(start, n);
@@ -126,11 +142,15 @@ impl TorchEngine {
                     &settings,
                     entropy,
                     chunk,
-                    |r0, c, lp, ent| part.rows(r0, c).loss(lp, ent, &settings, totals, &mut sums),
+                    |r0, c, lp, ent| {
+                        keep_piece(lp, ent);
+                        part.rows(r0, c).loss(lp, ent, &settings, totals, &mut sums)
+                    },
                 )
                 .map_err(EngineError::internal)?;
             } else {
                 let (lp, ent) = response_logprobs(&job.model, &rows, &settings, entropy);
+                keep_piece(&lp, ent.as_ref());
                 let loss = part.loss(&lp, ent.as_ref(), &settings, totals, &mut sums);
                 loss.backward();
             }
@@ -138,9 +158,27 @@ impl TorchEngine {
         }
         sums.settle()
             .map_err(|e| EngineError::internal(e.to_string()))?;
+        let fwd_batch = if keep {
+            let lp = place(
+                &Tensor::cat(&kept_lp, 0),
+                &x,
+                settings.zorro,
+                settings.pad_token_id as f64,
+            );
+            // Entropy only where a post-processor asked for it, as `/forward` answers it.
+            let ent = (settings.want_entropy && !kept_ent.is_empty())
+                .then(|| place(&Tensor::cat(&kept_ent, 0), &x, settings.zorro, 0.0));
+            Some(FwdBatch {
+                logprobs: convert::to_wire_f32(&lp)?,
+                entropy: ent.map(|e| convert::to_wire_f32(&e)).transpose()?,
+            })
+        } else {
+            None
+        };
         Ok(ForwardBackwardOutput {
             metrics: li.metrics(&sums, &settings),
             avg_loss: sums.loss,
+            fwd_batch,
         })
     }
 }
@@ -169,7 +207,7 @@ impl LossInputs {
             },
         };
         let mask = mask.ne(0.0).to_kind(Kind::Float);
-        let grpo = name == "grpo" || name == "verl_grpo";
+        let grpo = processing::is_policy_loss(name);
         let need = |t: Option<Tensor>, key: &str| -> Result<Option<Tensor>, EngineError> {
             match t {
                 Some(t) => Ok(Some(t)),
@@ -203,7 +241,7 @@ impl LossInputs {
     }
 
     fn is_grpo(&self) -> bool {
-        self.name == "grpo" || self.name == "verl_grpo"
+        processing::is_policy_loss(&self.name)
     }
 
     fn needs_entropy(&self, s: &CallSettings) -> bool {

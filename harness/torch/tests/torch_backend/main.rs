@@ -17,6 +17,7 @@ use std::path::Path;
 
 use tch::{Kind, Tensor};
 
+mod arctic_014;
 mod digest;
 mod generate;
 mod layout;

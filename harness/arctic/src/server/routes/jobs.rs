@@ -16,6 +16,7 @@ use crate::server::jobs::{engine_task, job_info, Job, SamplingState};
 use crate::server::Shared;
 use crate::util::lock;
 use crate::wire::api::{JobConfig, JobType};
+use crate::wire::sp;
 
 pub(super) async fn health() -> Response {
     json_response(StatusCode::OK, &json!({"status": "OK"}), None)
@@ -40,6 +41,10 @@ pub(super) async fn initialize(
     };
     let config: JobConfig = serde_json::from_value(raw)
         .map_err(|e| ApiError::unprocessable(format!("/initialize: invalid JobConfig: {e}")))?;
+    // 0.1.4's JobConfig resolves the sequence-parallel degree while it validates the body: a
+    // degree that is not one, or two paths that disagree, is its 422 (pydantic's wording).
+    let sp_size =
+        sp::sp_size(&config).map_err(|e| ApiError::unprocessable(format!("Value error, {e}")))?;
     let job_type = config.job_type;
     if s.opts.gpus(job_type) == 0 {
         return Err(ApiError::bad_request(format!(
@@ -74,6 +79,7 @@ pub(super) async fn initialize(
                 config: config.clone(),
                 sampling: SamplingState::Ready,
                 offloaded: None,
+                sp_size,
             },
         );
         id

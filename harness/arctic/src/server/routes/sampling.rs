@@ -22,6 +22,7 @@ use crate::server::http::{
 use crate::server::jobs::{engine_task, wake_transition, SamplingState, WakeTags};
 use crate::server::Shared;
 use crate::wire::api::JobType;
+use crate::wire::chunk::unwrap_request;
 use crate::wire::digest::{WeightDigest, WEIGHT_DIGEST_ROUTE};
 use crate::wire::{decode, Node};
 
@@ -39,7 +40,7 @@ pub(super) async fn generate(
             job.sampling.as_str()
         )));
     }
-    let root = decode(body_bytes(body)?)?;
+    let root = decode(unwrap_request(body_bytes(body)?)?)?;
     let recorded = node_to_json(&root);
     let entries = object_entries(root, "/generate body")
         .map_err(|e| ApiError::unprocessable(e.to_string()))?;

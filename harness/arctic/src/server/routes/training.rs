@@ -21,7 +21,7 @@ use crate::server::Shared;
 use crate::util::lock;
 use crate::wire::api::JobType;
 use crate::wire::pyjson;
-use crate::wire::Node;
+use crate::wire::{Node, Tensor};
 
 pub(super) async fn forward(
     State(s): State<Arc<Shared>>,
@@ -47,25 +47,12 @@ pub(super) async fn forward(
     }
     let (mb, parts) = model_batch(body_bytes(body)?, "/forward")?;
     let out = engine_task(&s, move |e| e.forward(id, &mb)).await?;
-    let mut batch = vec![(
-        "logprobs".to_string(),
-        Node::Tensor {
-            tensor: out.value.logprobs,
-            scalar: false,
-        },
-    )];
-    if let Some(ent) = out.value.entropy {
-        batch.push((
-            "entropy".to_string(),
-            Node::Tensor {
-                tensor: ent,
-                scalar: false,
-            },
-        ));
-    }
     let root = Node::Dict(vec![
         ("job_id".into(), Node::Json(json!(id))),
-        ("batch".into(), Node::Dict(batch)),
+        (
+            "batch".into(),
+            fwd_batch_node(out.value.logprobs, out.value.entropy),
+        ),
         (
             "metrics".into(),
             Node::Json(Value::Object(out.value.metrics)),
@@ -77,6 +64,19 @@ pub(super) async fn forward(
         ),
     ]);
     Ok(with_parts(frame_response(&root, out.sim_seconds)?, parts))
+}
+
+/// A forward pass's `batch`: `logprobs`, then `entropy` when computed.
+fn fwd_batch_node(logprobs: Tensor, entropy: Option<Tensor>) -> Node {
+    let tensor = |tensor| Node::Tensor {
+        tensor,
+        scalar: false,
+    };
+    let mut batch = vec![("logprobs".to_string(), tensor(logprobs))];
+    if let Some(ent) = entropy {
+        batch.push(("entropy".to_string(), tensor(ent)));
+    }
+    Node::Dict(batch)
 }
 
 pub(super) async fn forward_backward(
@@ -92,14 +92,37 @@ pub(super) async fn forward_backward(
             "/forward-backward: processing.loss_fn is null, so there is no loss to backpropagate",
         ));
     }
+    let wants_batch = mb.returns_fwd_batch();
     let out = engine_task(&s, move |e| e.forward_backward(id, &mb)).await?;
-    let root = Node::Json(json!({
-        "job_id": id,
-        "metrics": Value::Object(out.value.metrics),
+    let mut root = vec![
+        ("job_id".to_string(), Node::Json(json!(id))),
+        (
+            "metrics".to_string(),
+            Node::Json(Value::Object(out.value.metrics)),
+        ),
         // A NaN loss travels as the `NaN` literal, never as `null`.
-        "avg_loss": pyjson::float(out.value.avg_loss),
-    }));
-    Ok(with_parts(frame_response(&root, out.sim_seconds)?, parts))
+        (
+            "avg_loss".to_string(),
+            Node::Json(pyjson::float(out.value.avg_loss)),
+        ),
+    ];
+    // 0.1.4: `meta.return_fwd_batch` adds the forward pass's per-token `batch`, as `/forward`
+    // answers it; without it (and under 5864380) the answer has no `batch`.
+    if wants_batch {
+        let fwd = out.value.fwd_batch.ok_or_else(|| {
+            ApiError::internal(
+                "/forward-backward: meta.return_fwd_batch is set but the engine returned no forward batch",
+            )
+        })?;
+        root.push((
+            "batch".to_string(),
+            fwd_batch_node(fwd.logprobs, fwd.entropy),
+        ));
+    }
+    Ok(with_parts(
+        frame_response(&Node::Dict(root), out.sim_seconds)?,
+        parts,
+    ))
 }
 
 pub(super) async fn step(

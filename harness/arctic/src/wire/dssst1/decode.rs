@@ -214,6 +214,20 @@ pub fn decode(buf: Bytes) -> Result<Node, WireError> {
     parse_node(&tree, "", &mut resolve)
 }
 
+/// The `op` metadata of a frame (chunk descriptors, router replay), parsed as JSON; `None`
+/// when the frame carries none. Reads the header only.
+pub fn op_metadata(buf: &[u8]) -> Result<Option<Value>, WireError> {
+    check_extent(buf)?;
+    let (_, metadata) = SafeTensors::read_metadata(buf)
+        .map_err(|e| refuse(buf, format!("safetensors container: {e}")))?;
+    let Some(op) = metadata.metadata().as_ref().and_then(|m| m.get("op")) else {
+        return Ok(None);
+    };
+    parse_dss(op)
+        .map(Some)
+        .map_err(|_| invalid(format!("the op metadata is not JSON: {op:?}")))
+}
+
 /// The byte length of the whole frame its header announces: the header extent plus the end of
 /// the last tensor's `data_offsets` (`prefix` holds at least [`header_extent`] bytes). A body
 /// of another length is cut short or carries trailing bytes, and does not decode.

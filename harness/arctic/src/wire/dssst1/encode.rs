@@ -99,7 +99,7 @@ pub fn encode(root: &Node) -> Result<Vec<u8>, WireError> {
 }
 
 /// Encode a tree with the optional `op` metadata string (chunk descriptors on the hosted path).
-fn encode_with_op(root: &Node, op: Option<&str>) -> Result<Vec<u8>, WireError> {
+pub fn encode_with_op(root: &Node, op: Option<&str>) -> Result<Vec<u8>, WireError> {
     let placeholder = Tensor {
         dtype: DType::U8,
         shape: vec![1],

@@ -14,6 +14,9 @@ pub enum WireError {
     Tree(String),
     #[error("cannot encode DSSST1 frame: {0}")]
     Encode(String),
+    /// A byte-chunk envelope (`request_chunk` in the `op` metadata) that cannot be unwrapped.
+    #[error("DSSST1 byte chunk envelope: {0}")]
+    Chunk(String),
 }
 
 pub(super) fn invalid(msg: impl Into<String>) -> WireError {

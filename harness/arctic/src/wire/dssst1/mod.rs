@@ -30,9 +30,9 @@ mod tensor;
 mod tests;
 
 pub use decode::frame_len;
-pub use decode::{decode, header_extent, header_summary};
+pub use decode::{decode, header_extent, header_summary, op_metadata};
 pub use dtype::DType;
-pub use encode::encode;
+pub use encode::{encode, encode_with_op};
 pub use error::WireError;
 pub use node::Node;
 pub use tensor::{le_bytes, Tensor};
