@@ -230,7 +230,9 @@ fn gap_accepts(g: &KnownGap, verdict: &str, p: &Problem) -> bool {
 /// flag. An entry that accepts none of its knob's problems no longer holds (returned, each in
 /// words), which fails the check until the entry is updated or removed. A knob that was not
 /// judged here (not exercised, not observable, a failed run) neither confirms nor closes its
-/// entries. Entries for unlisted keys are matched by [`apply_unlisted_gaps`].
+/// entries, nor does an entry at a location that no trial here could show (a consumer whose
+/// condition no trial ran, as under `--condition`: the gap is still there, just not looked at).
+/// Entries for unlisted keys are matched by [`apply_unlisted_gaps`].
 pub(crate) fn apply_known_gaps(m: &KnobManifest, knobs: &mut [KnobResult]) -> Vec<String> {
     let mut closed = Vec::new();
     for k in knobs.iter_mut() {
@@ -238,6 +240,7 @@ pub(crate) fn apply_known_gaps(m: &KnobManifest, knobs: &mut [KnobResult]) -> Ve
             .known_gaps
             .iter()
             .filter(|g| g.knob == k.path && g.problem != ProblemKind::Unlisted)
+            .filter(|g| looked_at(g, k, m.knobs.iter().find(|x| x.path == k.path)))
             .collect();
         if gaps.is_empty()
             || matches!(
@@ -273,6 +276,33 @@ pub(crate) fn apply_known_gaps(m: &KnobManifest, knobs: &mut [KnobResult]) -> Ve
         }
     }
     closed
+}
+
+/// Whether this matrix looked where the entry points: the entry names no location, or no
+/// conditional reader of the knob is there, or a trial had that reader active, changed that
+/// location or showed a problem there.
+fn looked_at(g: &KnownGap, k: &KnobResult, knob: Option<&Knob>) -> bool {
+    let Some(pat) = &g.at else { return true };
+    let near = |at: &str| pattern_matches(pat, at) || pattern_matches(at, pat);
+    let conditional = knob.is_some_and(|knob| {
+        knob.consumers
+            .iter()
+            .filter(|c| !c.when.is_empty())
+            .map(|c| &c.at)
+            .chain(knob.to.iter().filter(|d| !d.when.is_empty()).map(|d| &d.at))
+            .any(|at| near(at))
+    });
+    !conditional
+        || k.issues
+            .iter()
+            .filter_map(|p| p.at.as_deref())
+            .chain(k.cells.iter().flat_map(|c| {
+                c.active
+                    .iter()
+                    .map(String::as_str)
+                    .chain(c.changes.iter().map(|ch| ch.location.as_str()))
+            }))
+            .any(near)
 }
 
 /// Why a known gap entry no longer holds, in words.

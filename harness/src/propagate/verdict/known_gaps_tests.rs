@@ -112,3 +112,52 @@ fn a_known_gap_excuses_only_its_kind_of_problem() {
         .iter()
         .any(|p| p.contains("`at: nowhere.x`")));
 }
+
+/// A gap at a reader whose condition no trial ran (a `--condition` subset) was not looked at:
+/// it neither excuses nor closes; once a trial runs that condition, it is judged again.
+#[test]
+fn a_gap_under_a_condition_no_trial_ran_is_neither_confirmed_nor_closed() {
+    let mut m = manifest();
+    let dwc = "job.training.ds_worker_config.logits_compute_in_fp32";
+    let meta = "meta.logits_compute_in_fp32";
+    m.known_gaps = vec![manifest::KnownGap {
+        knob: m.knobs[0].path.clone(),
+        verdict: "consumed_under_condition".into(),
+        problem: ProblemKind::UnchangedConsumer,
+        at: Some(dwc.into()),
+        reason: "known".into(),
+        link: None,
+    }];
+    let zorro = |on: bool| [("remote_backend.train.zorro_train.enable", json!(on))];
+    // ZoRRo off only: the meta reader changes as it should; ds_worker_config was not looked at.
+    let base = snap(&[(meta, json!(false))]);
+    let pert = snap(&[(meta, json!(true))]);
+    let off = judge_ran(
+        &m,
+        &trial(0, json!(true), &zorro(false)),
+        &base,
+        &pert,
+        false,
+    );
+    let mut knobs = vec![judge_knob(&m.knobs[0], vec![off.clone()], None)];
+    assert!(!knobs[0].flagged, "{:?}", knobs[0].problems);
+    let closed = apply_known_gaps(&m, &mut knobs);
+    assert!(closed.is_empty(), "{closed:?}");
+    // With a ZoRRo-on trial whose ds_worker_config reader now changes: the gap has closed.
+    let base_on = snap(&[(dwc, json!(false))]);
+    let pert_on = snap(&[(dwc, json!(true))]);
+    let on = judge_ran(
+        &m,
+        &trial(0, json!(true), &zorro(true)),
+        &base_on,
+        &pert_on,
+        true,
+    );
+    let mut knobs = vec![judge_knob(&m.knobs[0], vec![off, on], None)];
+    assert!(!knobs[0].flagged, "{:?}", knobs[0].problems);
+    let closed = apply_known_gaps(&m, &mut knobs);
+    assert!(
+        closed.len() == 1 && closed[0].contains("remove it from known_gaps"),
+        "{closed:?}"
+    );
+}

@@ -112,6 +112,47 @@ fn propagate_on_the_real_adapter_flags_exactly_the_seed_bug() {
     }
 }
 
+/// The released adapter's part of the CI subset (`ci/verl-tests.sh`, lane r): the logits knobs
+/// under ZoRRo on only, where their one reader is ZoRRo training's `ds_worker_config` (the seed's
+/// bug and the known gap live there). Each run stops once the JobConfigs are sent: three runs of
+/// about 25 CPU-seconds, where a ZoRRo-off run goes on to its first step (about 100). The
+/// per-call `meta` route of the ZoRRo-off runs is the extracted adapter's part
+/// ([`propagate_on_the_unmodified_adapter_finds_known_gaps_only`]), and the whole manifest's.
+#[test]
+#[ignore = "needs real verl: bash ci/verl-tests.sh"]
+fn propagate_under_zorro_on_finds_known_gaps_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let [_, (_, src)] = sources();
+    let (o, matrix) = propagate_logits(
+        &tmp.path().join("out"),
+        Path::new(&src),
+        &[
+            "--condition",
+            "remote_backend.train.zorro_train.enable=true",
+        ],
+    );
+    println!(
+        "unmodified, ZoRRo on (ARCTIC_SRC {src}): {}",
+        summary_line(&o)
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(new_flags(&matrix).is_empty(), "{}", text(&o));
+    // The known gap under ZoRRo on is seen, not skipped: the type of the fractional size.
+    let gaps: Vec<&str> = matrix["knobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| !k["known_gap"].is_null())
+        .map(|k| k["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        gaps,
+        ["remote_backend.train.logits.optimization_peak_mem_size_in_gib"],
+        "{}",
+        text(&o)
+    );
+}
+
 #[test]
 #[ignore = "needs real verl: bash ci/verl-tests.sh"]
 fn propagate_on_the_unmodified_adapter_finds_known_gaps_only() {
@@ -120,7 +161,7 @@ fn propagate_on_the_unmodified_adapter_finds_known_gaps_only() {
     // Both values of ZoRRo, two trials side by side (each in a network namespace of its own
     // where the host gives one; the adapter dials the fixed localhost:7000).
     let (o, matrix) = propagate_logits(&tmp.path().join("out"), Path::new(&src), &["--jobs", "2"]);
-    println!("unmodified: {}", summary_line(&o));
+    println!("unmodified (ARCTIC_SRC {src}): {}", summary_line(&o));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(new_flags(&matrix).is_empty(), "{}", text(&o));
 }
