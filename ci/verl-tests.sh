@@ -42,7 +42,7 @@ fi
 bin=$(realpath "${CARGO_TARGET_DIR:-target}/debug/rlharness")
 # Two lanes of the extracted adapter (5864380) and a third of the released adapter
 # (ARCTIC_SRC=$ARCTIC_RELEASED_SRC): its learning run, its wire conformance (which reads the
-# learning run of its own test process) and its part of the CI propagate subset. The learning
+# learning run of its own test process) and the CI propagate subset with Arctic's cases. The learning
 # run and the conformance test share one run, so they share a lane. Each filter names one test;
 # lanes a and b run each test of the binary at most once, and every test runs in some lane.
 lane_a=(
@@ -63,7 +63,7 @@ lane_b=(
 lane_r=(
     real_verl::real_verl_learns_over_http_and_leaves_nothing_behind
     real_verl::the_builtin_driver_speaks_like_real_verl
-    real_verl::propagate::propagate_under_zorro_on_finds_known_gaps_only
+    real_verl::propagate::propagate_on_the_unmodified_adapter_finds_known_gaps_only
 )
 listed=$("$it" --ignored --list real_verl:: | sed -n 's/: test$//p' | sort)
 placed=$(printf '%s\n' "${lane_a[@]}" "${lane_b[@]}" "${lane_r[@]}" | sort -u)

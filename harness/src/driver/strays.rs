@@ -117,14 +117,40 @@ fn environ_has(pid: i32, needle: &str) -> bool {
         .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()))
 }
 
-fn cmdline(pid: i32) -> String {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let mut s = raw
+/// Every live process's environment, as `KEY=VALUE` strings (those this user may read).
+pub(crate) fn environs() -> Vec<(i32, Vec<String>)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id() as i32;
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me && alive(pid))
+        .filter_map(|pid| {
+            let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            let env = raw
+                .split(|&b| b == 0)
+                .filter(|kv| !kv.is_empty())
+                .map(|kv| String::from_utf8_lossy(kv).into_owned())
+                .collect();
+            Some((pid, env))
+        })
+        .collect()
+}
+
+/// A process's arguments (empty when it is gone).
+pub(crate) fn argv(pid: i32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect::<Vec<_>>()
-        .join(" ");
+        .collect()
+}
+
+fn cmdline(pid: i32) -> String {
+    let mut s = argv(pid).join(" ");
     if s.chars().count() > CMDLINE_CHARS {
         s = s.chars().take(CMDLINE_CHARS).collect::<String>() + "…";
     }

@@ -56,6 +56,10 @@ pub(crate) struct Knob {
     /// Free text for the report (why a consumer is conditional, what the server ignores).
     #[serde(default)]
     pub(crate) note: Option<String>,
+    /// A key no layer file defines (default null): a user adds it (Hydra's `+`, the scenario
+    /// loader's `--set +key=value`), and so do the trials. Exempt from the layer's coverage.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) added: bool,
 }
 
 impl Knob {

@@ -154,5 +154,14 @@ pub fn launch_for(
         jsonl_path,
         run_dir: run_dir.to_path_buf(),
         steps: plan.scenario.steps,
+        watch_env: spec
+            .env
+            .keys()
+            .chain(&spec.watch_env)
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect(),
+        asked_env: spec.env.clone(),
     }
 }

@@ -190,10 +190,9 @@ pub(crate) fn unit_overrides(m: &KnobManifest, plan: &MatrixPlan, unit: &[usize]
     let mut o = condition_overrides(&cond);
     for &i in unit {
         let t = &plan.trials[i];
-        o.push(format!(
-            "++config.{}={}",
-            m.knobs[t.knob].path,
-            super::verdict::set_value(&t.value)
+        o.push(super::verdict::knob_override(
+            &m.knobs[t.knob].path,
+            &t.value,
         ));
     }
     o.sort();
@@ -239,7 +238,16 @@ fn attribute_views(
     wire: &WireSnapshot,
 ) -> Result<Vec<WireSnapshot>, String> {
     let locs: Vec<Vec<String>> = trials.iter().map(|t| locations(&m.knobs[t.knob])).collect();
+    // A watched variable is evidence for its own knob only (judge_cell says why).
+    let own_env = |loc: &str| {
+        trials
+            .iter()
+            .any(|t| pattern_matches(&m.knobs[t.knob].path, loc))
+    };
     for ch in diff(baseline, wire, &m.volatile) {
+        if ch.location.starts_with(super::verdict::ENV_PREFIX) && !own_env(&ch.location) {
+            continue;
+        }
         let owners = locs
             .iter()
             .filter(|ls| ls.iter().any(|p| pattern_matches(p, &ch.location)))

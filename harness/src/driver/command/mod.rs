@@ -9,6 +9,7 @@
 //! `hydra` writes the overrides, `trainer` starts and supervises the trainer, `group` signals
 //! and watches its process group.
 
+pub(crate) mod envwatch;
 mod group;
 mod hydra;
 mod trainer;
@@ -34,6 +35,8 @@ pub(crate) const JSONL_FILE: &str = "verl_metrics.jsonl";
 pub(crate) const VALIDATION_FILE: &str = "val_before_train.json";
 /// How often the JSONL file is polled for new lines.
 const JSONL_POLL: Duration = Duration::from_millis(200);
+/// How often the trainer's processes are read for the watched variables ([`envwatch`]).
+const ENV_POLL: Duration = Duration::from_millis(500);
 /// How long the trainer's pipes may stay open after it exited (a grandchild holding them).
 const PIPE_DRAIN: Duration = Duration::from_secs(2);
 
@@ -68,6 +71,11 @@ pub struct CommandDriverSpec {
     /// by the trainer's code, and a bisect knows which repository it walks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) sources: Vec<String>,
+    /// Environment variables whose values in each of the trainer's processes the run records
+    /// (`trainer_env.json`), beside every `env` key: whether what the scenario passes reaches
+    /// the processes that read it (`propagate` watches its environment knobs this way).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) watch_env: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -81,6 +89,8 @@ struct RawCommandDriverSpec {
     proxy_listen: Option<String>,
     #[serde(default)]
     sources: Vec<String>,
+    #[serde(default)]
+    watch_env: Vec<String>,
 }
 
 impl TryFrom<RawCommandDriverSpec> for CommandDriverSpec {
@@ -98,12 +108,14 @@ impl TryFrom<RawCommandDriverSpec> for CommandDriverSpec {
                 return Err(format!("`env`: invalid variable name {k:?}"));
             }
         }
-        for k in &r.sources {
-            let ok = !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !ok {
-                return Err(format!(
-                    "`sources`: {k:?} is not an environment variable name (letters, digits, `_`)"
-                ));
+        for (key, names) in [("sources", &r.sources), ("watch_env", &r.watch_env)] {
+            for k in names {
+                let ok = !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !ok {
+                    return Err(format!(
+                        "`{key}`: {k:?} is not an environment variable name (letters, digits, `_`)"
+                    ));
+                }
             }
         }
         if let Some(l) = &r.proxy_listen {
@@ -117,6 +129,7 @@ impl TryFrom<RawCommandDriverSpec> for CommandDriverSpec {
             metrics_from: r.metrics_from,
             proxy_listen: r.proxy_listen,
             sources: r.sources,
+            watch_env: r.watch_env,
         })
     }
 }
@@ -137,6 +150,10 @@ pub struct TrainerLaunch {
     /// The steps asked of it (`trainer.total_training_steps`): one that exits 0 before the
     /// last of them fails the run.
     pub(crate) steps: u64,
+    /// The variables whose values in the trainer's processes are recorded
+    /// ([`envwatch`]), and the values the scenario asked for.
+    pub(crate) watch_env: Vec<String>,
+    pub(crate) asked_env: BTreeMap<String, String>,
 }
 
 /// Replace the experiment name the harness passes (`trainer.experiment_name=...`).

@@ -44,6 +44,7 @@ fn the_spec_rejects_an_empty_command_and_bad_addresses() {
         metrics_from: MetricsSource::VerlConsole,
         proxy_listen: listen.map(String::from),
         sources: Vec::new(),
+        watch_env: Vec::new(),
     };
     let with_sources = |sources: &[&str]| RawCommandDriverSpec {
         sources: sources.iter().map(|s| s.to_string()).collect(),
@@ -53,6 +54,14 @@ fn the_spec_rejects_an_empty_command_and_bad_addresses() {
     assert!(CommandDriverSpec::try_from(with_sources(&["verl src"]))
         .unwrap_err()
         .contains("`sources`: \"verl src\" is not an environment variable name"));
+    let watching = |names: &[&str]| RawCommandDriverSpec {
+        watch_env: names.iter().map(|s| s.to_string()).collect(),
+        ..raw(vec!["x"], None)
+    };
+    assert!(CommandDriverSpec::try_from(watching(&["CUDA_VISIBLE_DEVICES"])).is_ok());
+    assert!(CommandDriverSpec::try_from(watching(&["A=B"]))
+        .unwrap_err()
+        .contains("`watch_env`: \"A=B\" is not an environment variable name"));
     assert!(CommandDriverSpec::try_from(raw(vec![], None))
         .unwrap_err()
         .contains("empty"));

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
+use super::envwatch::EnvWatch;
 use super::group::terminate_group;
 use super::{
-    CommandDriverError, MetricsSource, TrainerLaunch, JSONL_FILE, JSONL_POLL, PIPE_DRAIN,
+    CommandDriverError, MetricsSource, TrainerLaunch, ENV_POLL, JSONL_FILE, JSONL_POLL, PIPE_DRAIN,
     TAIL_LINES, VALIDATION_FILE,
 };
 use crate::capture::{self, JsonlTail};
@@ -53,6 +54,17 @@ struct Shared {
     captured: Mutex<Captured>,
     tx: EventSender,
     run_dir: PathBuf,
+    /// The watched variables' reader: sampled while the trainer runs, and once more before
+    /// anything of it is stopped ([`Trainer::terminate`]).
+    env_watch: Mutex<Option<EnvWatch>>,
+}
+
+impl Shared {
+    fn sample_env(&self) {
+        if let Some(w) = lock(&self.env_watch).as_mut() {
+            w.sample();
+        }
+    }
 }
 
 impl Shared {
@@ -141,6 +153,8 @@ impl Trainer {
     /// Stop the trainer's process group, then every process it started elsewhere (marked
     /// with the run's token); returns those, for the report.
     pub(crate) async fn terminate(&self, grace: Duration) -> Vec<strays::Stray> {
+        // The last look at what the trainer started, while all of it still runs.
+        self.shared.sample_env();
         terminate_group(self.pgid, grace).await;
         let strays = strays::stop_marked(&self.token, grace).await;
         if let Some(r) = lock(&self.reaper).take() {
@@ -239,11 +253,24 @@ pub(crate) fn start(
         source,
     })?;
     let pgid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    let token = launch
+        .env
+        .iter()
+        .find(|(k, _)| k == strays::TOKEN_VAR)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let env_watch = EnvWatch::new(
+        &launch.watch_env,
+        &launch.asked_env,
+        &token,
+        &launch.run_dir,
+    );
     let shared = Arc::new(Shared {
         tail: Mutex::new(OutputTail::default()),
         captured: Mutex::new(Captured::default()),
         tx,
         run_dir: launch.run_dir.clone(),
+        env_watch: Mutex::new(env_watch),
     });
     let console = launch.metrics_from == MetricsSource::VerlConsole;
     let mut readers = Vec::new();
@@ -275,12 +302,6 @@ pub(crate) fn start(
     ));
     // Without a watcher a SIGKILL of the harness would leave the trainer running; say so,
     // but a missing `/bin/sh` is no reason to refuse the run.
-    let token = launch
-        .env
-        .iter()
-        .find(|(k, _)| k == strays::TOKEN_VAR)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
     let reaper = match (pgid > 0).then(|| Reaper::start(pgid, &token)).transpose() {
         Ok(r) => r,
         Err(e) => {
@@ -411,6 +432,8 @@ async fn supervise(
         backstop,
     } = tails;
     let mut ticker = tokio::time::interval(JSONL_POLL);
+    let mut env_ticker = tokio::time::interval(ENV_POLL);
+    let watching = lock(&shared.env_watch).is_some();
     let status = loop {
         tokio::select! {
             s = child.wait() => break s,
@@ -419,8 +442,14 @@ async fn supervise(
                     poll_jsonl(t, &shared, false);
                 }
             }
+            // Blocking /proc reads, a few milliseconds: short-lived processes (a server a
+            // launcher starts and that exits) may be missed between two samples.
+            _ = env_ticker.tick(), if watching => shared.sample_env(),
         }
     };
+    // Once more: what the trainer started just before it ended (a server it launched) may
+    // outlive it for a moment.
+    shared.sample_env();
     for r in readers {
         let _ = tokio::time::timeout(PIPE_DRAIN, r).await;
     }

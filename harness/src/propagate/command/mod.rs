@@ -202,11 +202,19 @@ fn skip_knobs(
             scenario.path.display(),
         )));
     }
+    let command = matches!(scenario.driver, crate::driver::DriverSpec::Command(_));
     for (i, knob) in m.knobs.iter().enumerate() {
-        if let Some(why) = skip.get(&knob.path) {
+        let why = skip.get(&knob.path).cloned().or_else(|| {
+            (!command && knob.path.starts_with(verdict::ENV_PREFIX)).then(|| {
+                "an environment knob reaches a command driver's trainer processes; this \
+                 scenario's driver starts none"
+                    .to_string()
+            })
+        });
+        if let Some(why) = why {
             plan.trials.retain(|t| t.knob != i);
             plan.not_exercised.retain(|(k, _)| *k != i);
-            plan.skipped.push((i, why.clone()));
+            plan.skipped.push((i, why));
         }
     }
     Ok(())
@@ -332,9 +340,20 @@ pub(crate) async fn run_matrix_on(
         None => crate::netns::for_scenario(&base, options.jobs, "propagate"),
     };
     let command = matches!(base.driver, crate::driver::DriverSpec::Command(_));
+    // Every run of the matrix, baselines too, records the environment knobs' values in the
+    // trainer's processes: a trial is compared with a baseline that watched the same names.
+    let watched: Vec<&str> = m
+        .knobs
+        .iter()
+        .filter_map(|k| k.path.strip_prefix(verdict::ENV_PREFIX))
+        .collect();
+    let mut set = set.to_vec();
+    if command && !watched.is_empty() {
+        set.push(format!("++driver.watch_env=[{}]", watched.join(", ")));
+    }
     let exec = Executor {
         scenario,
-        set,
+        set: &set,
         options,
         dir: &dir,
         out,

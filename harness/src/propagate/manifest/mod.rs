@@ -122,12 +122,17 @@ pub(crate) const LOCATION_FAMILIES: &[&str] = &[
     "batch",
     "processing",
     "generate",
+    "log_probs",
     "route",
     "routes",
     "status",
     "srv",
     "http_errors",
+    "env",
 ];
+
+/// How a manifest names an environment variable as a knob (`env.<NAME>`).
+pub(crate) const ENV_PREFIX: &str = "env.";
 
 /// Whether a condition key names a wire location rather than a config path.
 pub(crate) fn is_wire_location(key: &str) -> bool {
@@ -355,6 +360,17 @@ fn validate_knob(k: &Knob, problems: &mut Vec<String>) {
             "knob `{name}`: no consumer, no `allowed_noop` reason and no `note` saying why nothing reads it"
         ));
     }
+    if k.added && !k.default.is_null() {
+        problems.push(format!(
+            "knob `{name}`: `added` (no layer defines it) needs `default: null`"
+        ));
+    }
+    if k.path.starts_with(ENV_PREFIX) && (!k.default.is_null() || k.added) {
+        problems.push(format!(
+            "knob `{name}`: an environment knob has `default: null` (the trainer's own \
+             environment) and is not `added`"
+        ));
+    }
     if matches!(&k.allowed_noop, Some(r) if r.trim().is_empty()) {
         problems.push(format!("knob `{name}`: `allowed_noop` needs a reason"));
     }
@@ -381,6 +397,7 @@ pub(crate) fn coverage(backend_yaml_leaves: &[String], manifest: &KnobManifest) 
     let entries: Vec<&str> = manifest
         .knobs
         .iter()
+        .filter(|k| !k.added)
         .filter_map(|k| k.path.strip_prefix(&prefix))
         .collect();
     let mut problems = Vec::new();

@@ -83,8 +83,8 @@ impl PropagationReport {
             && self.unlisted.new_flags() == 0
             && !(self.require_observed && self.unobserved() > 0)
     }
-    /// What `propagate` prints when it is done: the summary line, each new flag, closed
-    /// known gap and unlisted key on a line of its own. The whole matrix is in the reports, not on the terminal.
+    /// What `propagate` prints when it is done: the summary line, each new flag, known gap,
+    /// closed known gap and unlisted key on a line of its own. The whole matrix is in the reports, not on the terminal.
     pub fn terminal_summary(&self) -> String {
         const WIDTH: usize = 160;
         let clip = |s: &str| {
@@ -116,6 +116,18 @@ impl PropagationReport {
                 k.path,
                 clip(&format!("{}: {why}", k.verdict_text()))
             ));
+        }
+        // A flag the manifest accepts is still a finding (a vendor's bug, say): named with the
+        // reason, which points at the line of code that causes it.
+        for k in self.knobs.iter().filter(|k| k.flagged) {
+            if let Some(why) = &k.known_gap {
+                out.push_str(&format!(
+                    "\n  known gap {} ({}): {}",
+                    k.path,
+                    k.verdict_text(),
+                    clip(why)
+                ));
+            }
         }
         for g in &self.closed_gaps {
             out.push_str(&format!("\n  known gap closed: {}", clip(g)));

@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::lookup;
-use super::plan::{condition_label, Condition, Trial};
+use super::plan::{condition_label, Condition, Trial, ENV_PREFIX};
 use crate::propagate::manifest::{
     is_wire_location, json_equal, type_name, Consumer, Knob, KnobManifest, ProblemKind,
 };
@@ -261,18 +261,59 @@ fn cell_problems(
         }
     }
     for c in consumed.iter().filter(|c| !c.derived) {
-        if let Some(values) = wire.locations.get(&c.at) {
-            if !values.iter().any(|v| json_equal(v, &trial.value)) {
+        let Some(values) = wire.locations.get(&c.at) else {
+            continue;
+        };
+        if c.at.starts_with(ENV_PREFIX) {
+            // Every process of the trainer must have been started with the value tried (a
+            // variable's value is text).
+            let want = Value::String(match &trial.value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            });
+            if !values.iter().all(|v| json_equal(v, &want)) {
+                // `label=value` (or `label` alone, without it) of each kind of process.
+                let by_process = wire
+                    .locations
+                    .get(&format!("{}.processes", c.at))
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                let had = format!("={}", want.as_str().unwrap_or_default());
+                let (ok, other): (Vec<&Value>, Vec<&Value>) = by_process
+                    .iter()
+                    .partition(|p| p.as_str().is_some_and(|p| p.ends_with(&had)));
+                let other: Vec<String> = other
+                    .iter()
+                    .map(|p| p.as_str().unwrap_or_default().to_string())
+                    .map(|p| {
+                        if p.contains('=') {
+                            p
+                        } else {
+                            format!("{p} (unset)")
+                        }
+                    })
+                    .collect();
                 problems.push(Problem::new(
                     ProblemKind::WrongValue,
                     Some(&c.at),
                     format!(
-                        "{tried}: the server reads {} at {}, not the value tried",
-                        show(Some(values)),
-                        c.at
+                        "{tried}: not every process of the trainer was started with the value \
+                         tried: {} (it reached {} other kinds of process)",
+                        other.join(", "),
+                        ok.len()
                     ),
                 ));
             }
+        } else if !values.iter().any(|v| json_equal(v, &trial.value)) {
+            problems.push(Problem::new(
+                ProblemKind::WrongValue,
+                Some(&c.at),
+                format!(
+                    "{tried}: the server reads {} at {}, not the value tried",
+                    show(Some(values)),
+                    c.at
+                ),
+            ));
         }
     }
     problems
@@ -311,7 +352,12 @@ pub(crate) fn judge_cell(
             return unjudged(trial, CellVerdict::RunFailed, vec![p], None);
         }
     };
-    let changes = diff(baseline, wire, &m.volatile);
+    let mut changes = diff(baseline, wire, &m.volatile);
+    // Which processes a run had started when it stopped, and what each was called when it was
+    // read, depend on timing: a watched variable is evidence for its own knob only.
+    changes.retain(|c| {
+        !c.location.starts_with(ENV_PREFIX) || pattern_matches(&knob.path, &c.location)
+    });
     let active: Vec<&Consumer> = knob
         .consumers
         .iter()

@@ -161,3 +161,55 @@ fn a_gap_under_a_condition_no_trial_ran_is_neither_confirmed_nor_closed() {
         "{closed:?}"
     );
 }
+
+/// An environment knob is read by every process of the trainer: one process started with
+/// another value (a launcher's copy) is a wrong value naming that process; all of them with
+/// the value tried is consumed, unflagged.
+#[test]
+fn an_environment_knob_must_reach_every_process() {
+    let m = manifest::parse(
+        r#"
+backend: arctic
+backend_yaml: backends/arctic.yaml
+backend_prefix: remote_backend
+knobs:
+  - path: env.CUDA_VISIBLE_DEVICES
+    default: null
+    try: ["3"]
+    consumers:
+      - at: env.CUDA_VISIBLE_DEVICES
+"#,
+        std::path::Path::new("env.yaml"),
+    )
+    .unwrap();
+    assert!(
+        manifest::validate(&m).is_empty(),
+        "{:?}",
+        manifest::validate(&m)
+    );
+    let loc = "env.CUDA_VISIBLE_DEVICES";
+    let by = "env.CUDA_VISIBLE_DEVICES.processes";
+    let base = snap(&[(loc, Value::Null), (by, json!("main_ppo"))]);
+    let mut copied = snap(&[(loc, json!("3")), (by, json!("main_ppo=3"))]);
+    copied.locations.get_mut(loc).unwrap().push(json!("0,1"));
+    copied
+        .locations
+        .get_mut(by)
+        .unwrap()
+        .push(json!("http_server=0,1"));
+    let c = judge_ran(&m, &trial(0, json!("3"), &[]), &base, &copied, true);
+    let k = judge_knob(&m.knobs[0], vec![c], None);
+    assert_eq!(k.verdict.name(), "consumed");
+    assert!(k.flagged);
+    assert!(
+        k.problems.len() == 1
+            && k.problems[0].contains("http_server=0,1")
+            && k.problems[0].contains("it reached 1 other kinds of process"),
+        "{:?}",
+        k.problems
+    );
+    let everywhere = snap(&[(loc, json!("3")), (by, json!("main_ppo=3"))]);
+    let c = judge_ran(&m, &trial(0, json!("3"), &[]), &base, &everywhere, true);
+    let k = judge_knob(&m.knobs[0], vec![c], None);
+    assert!(!k.flagged, "{:?}", k.problems);
+}

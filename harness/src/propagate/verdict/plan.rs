@@ -27,6 +27,23 @@ pub(crate) fn set_value(v: &Value) -> String {
     v.to_string()
 }
 
+/// The override that sets a knob in a run: a config key, or for an environment knob
+/// (`env.<NAME>`) the variable in the command driver's `env`, as a string.
+pub(crate) fn knob_override(path: &str, v: &Value) -> String {
+    match path.strip_prefix(ENV_PREFIX) {
+        Some(name) => {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            format!("++driver.env.{name}={}", set_value(&Value::String(text)))
+        }
+        None => format!("++config.{path}={}", set_value(v)),
+    }
+}
+
+pub(crate) use crate::propagate::manifest::ENV_PREFIX;
+
 /// One perturbed run of the matrix.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Trial {
@@ -44,11 +61,7 @@ impl Trial {
     /// The overrides of the perturbed run, sorted.
     pub(crate) fn overrides(&self, m: &KnobManifest) -> Vec<String> {
         let mut o = condition_overrides(&self.condition);
-        o.push(format!(
-            "++config.{}={}",
-            m.knobs[self.knob].path,
-            set_value(&self.value)
-        ));
+        o.push(knob_override(&m.knobs[self.knob].path, &self.value));
         o.sort();
         o
     }

@@ -6,12 +6,17 @@
 //!   such as `drop_position_ids` changes; shapes follow the data, not the config);
 //! - `processing.<key>`: their post-processors and loss function;
 //! - `generate.sampling_params.<key>`: the sampling parameters of every `/generate`;
+//! - `log_probs.<key>`: the settings of every `/log-probs` (the scoring route: `top_k`, and
+//!   whether `completions` were given), not its prompts;
 //! - `route.<route>`: how many calls each route got; `routes`: the call sequence, run-length
 //!   encoded;
 //! - `status.<key>`: what `GET /status` answered (GPU counts), when the driver asked;
 //! - `srv.<flag>`: the server's start-up flags, when the run started the server with them and
 //!   recorded how (`server_flags.json`: the builtin driver's runs only);
-//! - `http_errors`: the number of calls answered with a status of 400 or more.
+//! - `http_errors`: the number of calls answered with a status of 400 or more;
+//! - `env.<NAME>`: the values a watched environment variable had in the trainer's processes
+//!   (`trainer_env.json`; `null` for a process without it), and `env.<NAME>.processes` which
+//!   process had which.
 //!
 //! A location seen with several values across calls keeps them all (first-seen order).
 
@@ -19,6 +24,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
+
+use crate::driver::command::envwatch::TrainerEnv;
 
 /// The wire of one run, by location.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -180,11 +187,33 @@ impl WireSnapshot {
         }
         let server_config = json_file("server_config.json")?;
         let server_flags = json_file("server_flags.json")?;
-        Ok(Self::from_records(
-            &records,
-            server_config.as_ref(),
-            server_flags.as_ref(),
-        ))
+        let mut w = Self::from_records(&records, server_config.as_ref(), server_flags.as_ref());
+        if let Some(env) = TrainerEnv::load(dir) {
+            w.add_trainer_env(&env);
+        }
+        Ok(w)
+    }
+
+    /// The watched variables of `trainer_env.json`: `env.<NAME>` holds every value the
+    /// trainer's processes were started with (`null` for a process without it), and
+    /// `env.<NAME>.processes` the same per kind of process (`label=value`, `label` alone
+    /// where it had none), for the report.
+    pub(crate) fn add_trainer_env(&mut self, env: &TrainerEnv) {
+        for (name, var) in &env.variables {
+            for (label, values) in &var.processes {
+                for v in values {
+                    self.add(
+                        format!("env.{name}"),
+                        v.clone().map_or(Value::Null, Value::String),
+                    );
+                    let shown = match v {
+                        Some(v) => format!("{label}={v}"),
+                        None => label.clone(),
+                    };
+                    self.add(format!("env.{name}.processes"), Value::String(shown));
+                }
+            }
+        }
     }
 
     /// Build from parsed `wire.jsonl` records and the optional side files.
@@ -274,6 +303,19 @@ impl WireSnapshot {
             "/generate" => {
                 if let Some(sp) = request.and_then(|q| find_key(q, "sampling_params", 4)) {
                     flatten_into(self, sp, "generate.sampling_params");
+                }
+            }
+            "/log-probs" => {
+                if let Some(body) = request.and_then(|q| find_object_with(q, "prompts", 4)) {
+                    for (k, v) in body {
+                        match k.as_str() {
+                            "prompts" => {}
+                            "completions" => {
+                                self.add(format!("log_probs.{k}"), (!v.is_null()).into())
+                            }
+                            _ => flatten_into(self, v, &format!("log_probs.{k}")),
+                        }
+                    }
                 }
             }
             "/initialize" => {

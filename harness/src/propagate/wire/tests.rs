@@ -148,3 +148,22 @@ fn a_stopped_run_is_cut_where_its_trial_stopped() {
     // A run that never began its next step is kept whole.
     assert_eq!(WireCut::Steps(3).end(&recs), recs.len());
 }
+
+/// The scoring route's settings are read, its prompts are not.
+#[test]
+fn log_probs_settings_are_read_without_their_data() {
+    let mut r = records();
+    r.push(json!({"route": "/log-probs?job_id=3", "job_id": 3, "status": 200, "request": {"body": {"prompts": ["1+1="], "completions": null, "top_k": 1}}}));
+    r.push(json!({"route": "/log-probs?job_id=3", "job_id": 3, "status": 200, "request": {"body": {"prompts": ["2+2="], "completions": ["4"], "top_k": 1}}}));
+    let w = WireSnapshot::from_records(&r, None, None);
+    assert_eq!(w.single("log_probs.top_k"), Some(&json!(1)));
+    assert_eq!(
+        w.locations["log_probs.completions"],
+        vec![json!(false), json!(true)]
+    );
+    assert!(!w
+        .locations
+        .keys()
+        .any(|k| k.starts_with("log_probs.prompts")));
+    assert_eq!(w.single("route./log-probs"), Some(&json!(2)));
+}
