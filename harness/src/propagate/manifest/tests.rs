@@ -178,3 +178,35 @@ fn numbers_compare_by_value() {
     assert!(json_equal(&json!(4), &json!(4.0)));
     assert!(!json_equal(&json!([1, 2]), &json!([1])));
 }
+
+/// A key no layer defines (`added`) must default to null and escapes the layer's coverage; an
+/// environment knob defaults to null and is not `added`.
+#[test]
+fn added_and_environment_knobs_are_checked() {
+    let knob = |extra: &str| {
+        format!(
+            "backend: arctic\nbackend_yaml: backends/arctic.yaml\nbackend_prefix: remote_backend\nknobs:\n{extra}"
+        )
+    };
+    let ok = knob(
+        "  - {path: remote_backend.backend, added: true, default: null, try: [cortex], note: ignored}\n  - {path: env.X, default: null, try: ['1'], consumers: [{at: env.X}]}\n",
+    );
+    let m = parse(&ok, Path::new("k.yaml")).unwrap();
+    assert!(validate(&m).is_empty(), "{:?}", validate(&m));
+    // The added key is no leaf of the layer, and that is not a coverage problem.
+    assert!(coverage(&[], &m).is_empty(), "{:?}", coverage(&[], &m));
+    let bad = knob(
+        "  - {path: remote_backend.backend, added: true, default: onprem, try: [cortex], note: x}\n  - {path: env.X, default: '0', try: ['1'], consumers: [{at: env.X}]}\n",
+    );
+    let p = validate(&parse(&bad, Path::new("k.yaml")).unwrap());
+    assert!(
+        p.iter()
+            .any(|s| s.contains("remote_backend.backend") && s.contains("needs `default: null`")),
+        "{p:?}"
+    );
+    assert!(
+        p.iter()
+            .any(|s| s.contains("env.X") && s.contains("an environment knob")),
+        "{p:?}"
+    );
+}
