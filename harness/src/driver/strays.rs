@@ -139,6 +139,17 @@ pub(crate) fn environs() -> Vec<(i32, Vec<String>)> {
         .collect()
 }
 
+/// A process's parent (`None` when it is gone).
+pub(crate) fn ppid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name in parentheses: state, then the parent's pid.
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// A process's arguments (empty when it is gone).
 pub(crate) fn argv(pid: i32) -> Vec<String> {
     std::fs::read(format!("/proc/{pid}/cmdline"))

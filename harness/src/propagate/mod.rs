@@ -5,10 +5,12 @@
 //! recorded wire with its baseline's. The knob manifest (`manifest`) says where each knob
 //! should land; `wire` reads a run directory into comparable locations; `verdict` classifies;
 //! `group` packs knobs whose locations cannot overlap into shared runs; `resolved` reads the
-//! trainer's printed config for knobs the manifest does not list; `render` writes the matrix.
+//! trainer's printed config for knobs the manifest does not list; `environ` follows the environment variables the scenario and its launcher set;
+//! `render` writes the matrix.
 
 pub mod accounted;
 pub mod command;
+pub mod environ;
 mod error;
 pub(crate) mod group;
 pub(crate) mod manifest;

@@ -26,6 +26,7 @@ mod mock_server;
 mod netns;
 mod other_host;
 mod propagate;
+mod propagate_env;
 mod proxy;
 mod ray;
 mod real_verl;

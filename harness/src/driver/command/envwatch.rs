@@ -3,25 +3,62 @@
 //! started with, sampled while the trainer runs and kept in `trainer_env.json`. A variable set
 //! in `driver.env` can still be dropped on the way: a launcher script that exports its own
 //! value, a process manager (Ray) that starts workers with another environment, a server
-//! launcher that copies the environment and overwrites one key. Linux only (`/proc`); what a
-//! process sets in its own environment after it started is not seen (`/proc/<pid>/environ`
-//! holds the environment it was started with).
+//! launcher that copies the environment and overwrites one key. The file also names what the
+//! launcher itself set: the variables in which the trainer's own process (the first that is
+//! not a shell or a wrapper) differs from the environment the harness gave the command. Linux
+//! only (`/proc`); what a process sets in its own environment after it started is not seen
+//! (`/proc/<pid>/environ` holds the environment it was started with).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::driver::strays;
 
 /// The file in the run directory.
 pub(crate) const FILE: &str = "trainer_env.json";
 
+/// Programs that start the trainer rather than being it: the launcher's shell, `env`, the
+/// harness's own namespace wrapper (`unshare`, `rlharness netns-exec`).
+const WRAPPERS: &[&str] = &[
+    "bash",
+    "sh",
+    "dash",
+    "zsh",
+    "env",
+    "unshare",
+    "nice",
+    "setsid",
+    "timeout",
+    "stdbuf",
+    "nohup",
+    "tini",
+    "rlharness",
+];
+
+/// Whether a kind of process starts the trainer rather than being it.
+pub(crate) fn is_wrapper(label: &str) -> bool {
+    WRAPPERS.contains(&label)
+}
+
+/// Variables a shell sets for itself: never the launcher's choice.
+const SHELL_OWN: &[&str] = &["_", "SHLVL", "PWD", "OLDPWD"];
+
 /// `trainer_env.json`: per variable, the value `driver.env` asked for (absent: the run did not
-/// set it) and, per kind of process, every value seen (`null`: the process had none).
+/// set it) and, per kind of process, every value seen (`null`: the process had none); the
+/// trainer's own process and what the launcher set on the way to it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct TrainerEnv {
     pub(crate) variables: BTreeMap<String, WatchedVar>,
+    /// The label of the trainer's own process (absent: none was read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) trainer: Option<String>,
+    /// Each variable whose value in the trainer's own process differs from the one the harness
+    /// gave the command: set, changed or removed by the launcher.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) launcher: BTreeMap<String, LauncherSet>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -32,6 +69,14 @@ pub(crate) struct WatchedVar {
     pub(crate) processes: BTreeMap<String, BTreeSet<Option<String>>>,
 }
 
+/// A variable the launcher set: the harness's value (`None`: it gave none) and the trainer's
+/// (`None`: the launcher removed it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct LauncherSet {
+    pub(crate) given: Option<String>,
+    pub(crate) got: Option<String>,
+}
+
 impl TrainerEnv {
     /// Read a run's file; `None` when the run watched nothing (or the file is unreadable).
     pub(crate) fn load(run_dir: &Path) -> Option<Self> {
@@ -40,33 +85,67 @@ impl TrainerEnv {
     }
 }
 
+/// Whether a variable's value must not be written down (a token, a key, a password).
+pub(crate) fn is_secret(name: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "PAT",
+        "KEY",
+        "APIKEY",
+        "PRIVATE",
+    ];
+    let n = name.to_ascii_uppercase();
+    n.split('_').any(|w| WORDS.contains(&w))
+}
+
+/// A value as the file keeps it: a secret's only as a digest, which still tells two values
+/// apart.
+pub(crate) fn shown(name: &str, value: &str) -> String {
+    if !is_secret(name) {
+        return value.to_string();
+    }
+    let digest = Sha256::digest(value.as_bytes());
+    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("<hidden, sha256 {hex}>")
+}
+
 /// Samples the run's processes for the watched variables.
 pub(crate) struct EnvWatch {
     token: String,
     path: PathBuf,
     names: Vec<String>,
     asked: BTreeMap<String, String>,
-    /// Per process: its environment's size when read, its label, each watched variable's value.
+    /// The environment the harness gave the command.
+    given: BTreeMap<String, String>,
+    /// Per process: its parent, label and starting environment.
     procs: BTreeMap<i32, Reading>,
     dirty: bool,
 }
 
 /// One read of a process's starting environment.
+#[derive(PartialEq)]
 struct Reading {
-    entries: usize,
+    ppid: Option<i32>,
     label: String,
-    values: Vec<Option<String>>,
+    environ: BTreeMap<String, String>,
 }
 
 impl EnvWatch {
-    /// `None` when there is nothing to watch or no token to find the processes by.
+    /// `None` when there is no token to find the processes by. `given` is the environment the
+    /// command was started with, what the launcher's own settings are told apart from.
     pub(crate) fn new(
         names: &[String],
         asked: &BTreeMap<String, String>,
+        given: BTreeMap<String, String>,
         token: &str,
         run_dir: &Path,
     ) -> Option<Self> {
-        if names.is_empty() || token.is_empty() {
+        if token.is_empty() {
             return None;
         }
         Some(Self {
@@ -74,6 +153,7 @@ impl EnvWatch {
             path: run_dir.join(FILE),
             names: names.to_vec(),
             asked: asked.clone(),
+            given,
             procs: BTreeMap::new(),
             dirty: true,
         })
@@ -93,56 +173,90 @@ impl EnvWatch {
             if self
                 .procs
                 .get(&pid)
-                .is_some_and(|r| r.entries > environ.len())
+                .is_some_and(|r| r.environ.len() > environ.len())
             {
                 continue;
             }
-            let values = self
-                .names
-                .iter()
-                .map(|name| {
-                    let prefix = format!("{name}=");
-                    environ
-                        .iter()
-                        .find_map(|kv| kv.strip_prefix(&prefix).map(str::to_string))
-                })
-                .collect();
             let reading = Reading {
-                entries: environ.len(),
+                ppid: strays::ppid(pid),
                 label: label(&strays::argv(pid)),
-                values,
+                environ: environ
+                    .iter()
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
             };
-            let old = self.procs.insert(pid, reading);
-            let new = &self.procs[&pid];
-            if old.is_none_or(|o| o.label != new.label || o.values != new.values) {
+            if self.procs.get(&pid) != Some(&reading) {
+                self.procs.insert(pid, reading);
                 self.dirty = true;
             }
         }
         self.write();
     }
 
-    /// What the file holds: per variable, per kind of process, every value seen.
-    pub(crate) fn trainer_env(&self) -> TrainerEnv {
-        let variables = self
-            .names
+    /// The trainer's own process: of the processes that are not a shell or a wrapper, the one
+    /// fewest steps below the command (the lowest pid among equals).
+    fn trainer_pid(&self) -> Option<i32> {
+        let depth = |mut pid: i32| {
+            let mut d = 0;
+            while let Some(p) = self.procs.get(&pid).and_then(|r| r.ppid) {
+                if !self.procs.contains_key(&p) || d > self.procs.len() {
+                    break;
+                }
+                pid = p;
+                d += 1;
+            }
+            d
+        };
+        self.procs
             .iter()
-            .enumerate()
-            .map(|(i, name)| {
+            .filter(|(_, r)| !is_wrapper(&r.label))
+            .map(|(&pid, _)| (depth(pid), pid))
+            .min()
+            .map(|(_, pid)| pid)
+    }
+
+    /// What the file holds: per variable (the watched ones and the launcher's), per kind of
+    /// process, every value seen; the trainer's process and the launcher's settings.
+    pub(crate) fn trainer_env(&self) -> TrainerEnv {
+        let trainer = self.trainer_pid().map(|pid| &self.procs[&pid]);
+        let mut launcher = BTreeMap::new();
+        if let Some(t) = trainer {
+            let names: BTreeSet<&String> = self.given.keys().chain(t.environ.keys()).collect();
+            for name in names {
+                let (given, got) = (self.given.get(name), t.environ.get(name));
+                if given != got && !SHELL_OWN.contains(&name.as_str()) {
+                    let set = LauncherSet {
+                        given: given.map(|v| shown(name, v)),
+                        got: got.map(|v| shown(name, v)),
+                    };
+                    launcher.insert(name.clone(), set);
+                }
+            }
+        }
+        let names: BTreeSet<&String> = self.names.iter().chain(launcher.keys()).collect();
+        let variables = names
+            .into_iter()
+            .map(|name| {
                 let mut processes: BTreeMap<String, BTreeSet<Option<String>>> = BTreeMap::new();
                 for r in self.procs.values() {
                     processes
                         .entry(r.label.clone())
                         .or_default()
-                        .insert(r.values[i].clone());
+                        .insert(r.environ.get(name).map(|v| shown(name, v)));
                 }
                 let var = WatchedVar {
-                    asked: self.asked.get(name).cloned(),
+                    asked: self.asked.get(name).map(|v| shown(name, v)),
                     processes,
                 };
                 (name.clone(), var)
             })
             .collect();
-        TrainerEnv { variables }
+        TrainerEnv {
+            variables,
+            trainer: trainer.map(|t| t.label.clone()),
+            launcher,
+        }
     }
 
     /// Write the file (atomically: a run that dies keeps the last whole one).
@@ -250,7 +364,7 @@ mod tests {
             .unwrap();
         let names = v(&["RLH_WATCHED", "RLH_MISSING"]);
         let asked = BTreeMap::from([("RLH_WATCHED".to_string(), "yes".to_string())]);
-        let mut w = EnvWatch::new(&names, &asked, &token, dir.path()).unwrap();
+        let mut w = EnvWatch::new(&names, &asked, BTreeMap::new(), &token, dir.path()).unwrap();
         // Until the child has exec'd, /proc shows the fork's environment: wait for `sleep`.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
@@ -273,6 +387,82 @@ mod tests {
         }
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(EnvWatch::new(&[], &asked, &token, dir.path()).is_none());
+        assert!(EnvWatch::new(&names, &asked, BTreeMap::new(), "", dir.path()).is_none());
+    }
+
+    /// What the launcher sets on the way is told apart from what the harness gave: the
+    /// trainer's process is the first that is not a shell, each variable it differs in is the
+    /// launcher's, and a secret's value is kept only as a digest.
+    #[test]
+    fn what_the_launcher_sets_is_told_apart_from_what_it_was_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = strays::new_token("envwatch-launcher-test");
+        let given: BTreeMap<String, String> = [
+            ("PATH", std::env::var("PATH").unwrap_or_default().as_str()),
+            ("RLH_KEPT", "k"),
+            ("RLH_OVER", "user"),
+            ("RLH_GONE", "x"),
+            (strays::TOKEN_VAR, token.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let launcher = "export RLH_OVER=launcher RLH_NEW=1 MY_API_KEY=s3cret; unset RLH_GONE; \
+                        exec sleep 30";
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", launcher])
+            .env_clear()
+            .envs(&given)
+            .spawn()
+            .unwrap();
+        let names = v(&["RLH_KEPT"]);
+        let mut w = EnvWatch::new(&names, &BTreeMap::new(), given, &token, dir.path()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let env = loop {
+            w.sample();
+            let env = TrainerEnv::load(dir.path()).unwrap();
+            if env.trainer.as_deref() == Some("sleep") {
+                break env;
+            }
+            assert!(std::time::Instant::now() < deadline, "{env:?}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let set = |given: Option<&str>, got: Option<&str>| LauncherSet {
+            given: given.map(str::to_string),
+            got: got.map(str::to_string),
+        };
+        for (name, secret) in [
+            ("RAY_AUTH_TOKEN", true),
+            ("CORTEX_PAT", true),
+            ("AWS_SECRET_ACCESS_KEY", true),
+            ("TOKENIZERS_PARALLELISM", false),
+            ("KEYBOARD", false),
+        ] {
+            assert_eq!(is_secret(name), secret, "{name}");
+        }
+        let hidden = shown("MY_API_KEY", "s3cret");
+        assert!(hidden.starts_with("<hidden, sha256 "), "{hidden}");
+        assert_eq!(
+            env.launcher,
+            BTreeMap::from([
+                ("MY_API_KEY".to_string(), set(None, Some(&hidden))),
+                ("RLH_GONE".to_string(), set(Some("x"), None)),
+                ("RLH_NEW".to_string(), set(None, Some("1"))),
+                ("RLH_OVER".to_string(), set(Some("user"), Some("launcher"))),
+            ])
+        );
+        // The launcher's variables are watched in every process, beside the named ones.
+        assert_eq!(
+            env.variables["RLH_OVER"].processes["sleep"],
+            BTreeSet::from([Some("launcher".to_string())])
+        );
+        assert_eq!(
+            env.variables["RLH_KEPT"].processes["sleep"],
+            BTreeSet::from([Some("k".to_string())])
+        );
+        let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert!(!text.contains("s3cret"), "{text}");
     }
 }

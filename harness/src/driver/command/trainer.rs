@@ -239,11 +239,18 @@ pub(crate) fn start(
     };
     let out_log = open("stdout.log")?;
     let err_log = open("stderr.log")?;
+    // A scenario of a local matrix (`run --jobs`): its GPU pinning, for this trainer only.
+    let slot_env = crate::slot::current_slot().env;
+    // The environment the command starts with: what the launcher's own settings are told
+    // apart from.
+    let given: std::collections::BTreeMap<String, String> = std::env::vars()
+        .chain(launch.env.iter().cloned())
+        .chain(slot_env.iter().cloned())
+        .collect();
     let mut cmd = tokio::process::Command::new(&launch.program);
     cmd.args(&launch.args)
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
-        // A scenario of a local matrix (`run --jobs`): its GPU pinning, for this trainer only.
-        .envs(crate::slot::current_slot().env)
+        .envs(slot_env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -262,6 +269,7 @@ pub(crate) fn start(
     let env_watch = EnvWatch::new(
         &launch.watch_env,
         &launch.asked_env,
+        given,
         &token,
         &launch.run_dir,
     );

@@ -370,6 +370,7 @@ pub(crate) async fn run_matrix_on(
     exec.progress.finish();
     let (cells, splits) = ran?;
     let judged = judge_all(&m, &plan, cells);
+    let environment = super::environ::for_matrix(&base, &full, &rs.baseline_envs());
     let resolved = resolved_config(&rs, command, &base_config);
     let mut unlisted = super::resolved::unlisted(&full, resolved);
     let mut closed_gaps = judged.closed_gaps;
@@ -391,6 +392,7 @@ pub(crate) async fn run_matrix_on(
         unlisted,
         unaccounted,
         require_observed: options.require_observed,
+        environment,
     };
     Ok((report, dir, judged.any_failed))
 }

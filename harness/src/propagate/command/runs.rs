@@ -277,6 +277,19 @@ impl RunSet {
         self.results[self.alias[i]].as_ref()
     }
 
+    /// What the baselines that ran recorded of their trainers' environment.
+    pub(super) fn baseline_envs(&self) -> Vec<crate::driver::command::envwatch::TrainerEnv> {
+        (0..self.runs.len())
+            .filter(|&i| self.baseline[i])
+            .filter_map(|i| match self.result(i) {
+                Some(RunResult::Ran { dir, .. }) => {
+                    crate::driver::command::envwatch::TrainerEnv::load(dir)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Load the runs added since the last call: a trial the scenario does not load with fails
     /// there (a baseline is an input error); a run whose plan hash was seen is an alias.
     pub(super) fn prepare(&mut self, exec: &Executor<'_>) -> Result<Vec<Todo>, PropagateError> {

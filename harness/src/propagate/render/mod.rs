@@ -41,6 +41,11 @@ pub struct PropagationReport {
     pub unaccounted: Vec<super::accounted::Unaccounted>,
     /// `--require-observed`: a knob not observed fails the check.
     pub require_observed: bool,
+    /// The variables the scenario's `driver.env` and the launcher set, as the baselines' trainer
+    /// processes got them (a command trainer's matrix; a `driver.env` value a process missed
+    /// fails the check).
+    #[serde(default)]
+    pub environment: super::environ::Environment,
 }
 
 /// The message for a run whose trainer's resolved config was not seen.
@@ -48,8 +53,9 @@ pub(crate) const UNLISTED_UNSEEN: &str =
     "the trainer's resolved config was not seen; unlisted knobs could not be checked";
 
 impl PropagationReport {
+    /// Flagged knobs and flagged environment variables.
     pub fn flagged(&self) -> usize {
-        self.knobs.iter().filter(|k| k.flagged).count()
+        self.knobs.iter().filter(|k| k.flagged).count() + self.environment.flagged().count()
     }
     /// Flags that are not known gaps.
     pub fn new_flags(&self) -> usize {
@@ -57,6 +63,7 @@ impl PropagationReport {
             .iter()
             .filter(|k| k.flagged && k.known_gap.is_none())
             .count()
+            + self.environment.flagged().count()
     }
     /// Knobs no trial observed: not observable here, or not exercised.
     pub fn unobserved(&self) -> usize {
@@ -103,6 +110,13 @@ impl PropagationReport {
             out.push_str(&format!(
                 "\n  ({})",
                 super::accounted::advice(&self.manifest)
+            ));
+        }
+        for p in self.environment.flagged() {
+            out.push_str(&format!(
+                "\n  FLAGGED env.{}: {}",
+                p.name,
+                clip(&p.describe())
             ));
         }
         for k in self
@@ -308,6 +322,7 @@ pub fn markdown(r: &PropagationReport) -> String {
             md_cell(&headline(k))
         ));
     }
+    s.push_str(&super::environ::markdown(&r.environment));
     if !r.closed_gaps.is_empty() {
         s.push_str("\n## Known gaps that closed\n\n");
         for c in &r.closed_gaps {
@@ -391,6 +406,7 @@ pub(crate) fn html(r: &PropagationReport) -> String {
         }
         s.push_str("</ul>\n");
     }
+    s.push_str(&super::environ::html(&r.environment));
     s.push_str("<h2>Knobs the manifest does not list</h2>\n<ul>");
     match &r.unlisted.seen_in {
         None => s.push_str(&format!("<li>{}</li>", esc(UNLISTED_UNSEEN))),
@@ -476,6 +492,16 @@ pub(crate) fn junit(r: &PropagationReport) -> Result<String, quick_junit::Serial
             failure(c.clone(), "known gap closed"),
         );
         case.set_classname(format!("propagate.{}", r.backend));
+        suite.add_test_case(case);
+    }
+    for p in &r.environment.variables {
+        let status = if p.flagged {
+            failure(p.describe(), "environment variable dropped")
+        } else {
+            TestCaseStatus::success()
+        };
+        let mut case = TestCase::new(format!("env.{}", p.name), status);
+        case.set_classname(format!("propagate.{}.environment", r.backend));
         suite.add_test_case(case);
     }
     let unlisted_class = format!("propagate.{}.unlisted", r.backend);

@@ -37,6 +37,7 @@ fn report() -> PropagationReport {
         unlisted: Default::default(),
         unaccounted: Vec::new(),
         require_observed: false,
+        environment: Default::default(),
         knobs: vec![
             judge_knob(
                 &m.knobs[0],

@@ -199,4 +199,40 @@ fn propagate_on_the_unmodified_adapter_finds_known_gaps_only() {
         "{}",
         text(&o)
     );
+    launcher_variables_reach_the_server(&matrix);
+}
+
+/// The launcher's own variables (verl-arctic.sh exports them) are followed into every process
+/// of the run, the Arctic server the adapter launches among them.
+fn launcher_variables_reach_the_server(matrix: &serde_json::Value) {
+    let env = &matrix["environment"];
+    assert_eq!(env["trainer"], "main_ppo", "{env}");
+    let kinds = env["processes"].as_array().unwrap();
+    assert!(kinds.iter().any(|k| k == "http_server"), "{env}");
+    for name in [
+        "TOKENIZERS_PARALLELISM",
+        "HF_HOME",
+        "VERL_USE_EXTERNAL_MODULES",
+    ] {
+        let v = env["variables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is not followed: {env}"));
+        assert_eq!(v["source"], "launcher", "{v}");
+        assert_eq!(v["missed_by"], serde_json::json!([]), "{v}");
+        assert_eq!(v["reaches_trainer"], true, "{v}");
+    }
+    // The run's Ray token is kept only as a digest.
+    let token = env["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "RAY_AUTH_TOKEN")
+        .unwrap_or_else(|| panic!("RAY_AUTH_TOKEN is not followed: {env}"));
+    assert!(
+        token["value"].as_str().unwrap().starts_with("<hidden"),
+        "{token}"
+    );
 }
