@@ -50,6 +50,16 @@ macro_rules! outln {
     }};
 }
 
+/// `eprintln!` that never panics: standard error may be a closed pipe (`rlharness run ... 2>&1 |
+/// head -1`); what does not reach it is dropped, and the run goes on to write its reports and
+/// exit with its own status.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 pub mod app;
 pub mod assets;
 pub mod backend;

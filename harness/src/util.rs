@@ -83,7 +83,7 @@ pub(crate) fn quiet() -> bool {
 macro_rules! note {
     ($($arg:tt)*) => {{
         if !$crate::util::quiet() {
-            eprintln!($($arg)*);
+            errln!($($arg)*);
         }
     }};
 }

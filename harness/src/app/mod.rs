@@ -35,7 +35,7 @@ pub fn main(cli: Cli) -> ExitStatus {
         match crate::netns::exec_inside(carry, command) {
             Ok(code) => std::process::exit(code),
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return ExitStatus::RunFailed;
             }
         }
@@ -48,14 +48,14 @@ pub fn main(cli: Cli) -> ExitStatus {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: failed to start the async runtime: {e}");
+            errln!("error: failed to start the async runtime: {e}");
             return ExitStatus::RunFailed;
         }
     };
     match rt.block_on(dispatch(cli.command)) {
         Ok(status) => status,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             util::annotate_message("rlharness", &e.message);
             e.status
         }

@@ -238,8 +238,8 @@ pub(crate) async fn run_seeds(
     .buffer_unordered(jobs);
     let mut done = 0;
     let say = |line: String| match &slot.progress {
-        Some(group) => group.suspend(|| eprintln!("{line}")),
-        None => eprintln!("{line}"),
+        Some(group) => group.suspend(|| errln!("{line}")),
+        None => errln!("{line}"),
     };
     while let Some((seed, report)) = runs.next().await {
         done += 1;

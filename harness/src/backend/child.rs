@@ -176,7 +176,7 @@ fn echo_stderr(
     tokio::spawn(async move {
         let mut lines = BufReader::new(err).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            eprintln!("{prefix}{line}");
+            errln!("{prefix}{line}");
             tail.push(line);
         }
     })
@@ -247,7 +247,7 @@ impl TorchChild {
                 match lines.next_line().await {
                     Ok(Some(line)) => match serde_json::from_str::<Ready>(&line) {
                         Ok(r) => break Ok(r),
-                        Err(_) => eprintln!("{line}"),
+                        Err(_) => errln!("{line}"),
                     },
                     Ok(None) => break Err("it exited before it was ready".to_string()),
                     Err(e) => break Err(format!("reading its ready line failed ({e})")),
@@ -268,7 +268,7 @@ impl TorchChild {
         // Whatever else it prints goes on; a full pipe must never block it.
         tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
-                eprintln!("{line}");
+                errln!("{line}");
             }
         });
         this.ready = ready;

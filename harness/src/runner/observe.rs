@@ -265,7 +265,7 @@ impl Progress {
                 .get("perf/mfu/actor")
                 .map(|v| format!(" mfu {v:.3}"))
                 .unwrap_or_default();
-            eprintln!("{}: step {}/{} {msg}{mfu}", self.name, m.step, total);
+            errln!("{}: step {}/{} {msg}{mfu}", self.name, m.step, total);
         }
     }
 

@@ -25,7 +25,7 @@ pub(crate) fn check(paths: &[PathBuf]) -> ExitStatus {
         .collect();
     if !empty.is_empty() {
         for p in empty {
-            eprintln!("error: {}: no scenario files there", p.display());
+            errln!("error: {}: no scenario files there", p.display());
         }
         return ExitStatus::InvalidInput;
     }

@@ -21,7 +21,7 @@ pub(crate) async fn job_entry(args: RunArgs) -> Result<ExitStatus, CommandError>
             tokio::spawn(async move {
                 let _keep = interrupt;
                 if term.recv().await.is_some() {
-                    eprintln!("job-entry: SIGTERM: interrupting the run");
+                    errln!("job-entry: SIGTERM: interrupting the run");
                     // SAFETY: raising a signal at this process; no memory is touched.
                     unsafe {
                         libc::raise(libc::SIGINT);
@@ -43,7 +43,7 @@ pub(crate) async fn job_entry(args: RunArgs) -> Result<ExitStatus, CommandError>
     let status = match super::run::run(local).await {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             e.status
         }
     };

@@ -106,7 +106,7 @@ pub(crate) fn fail_on_skip(worst: ExitStatus, skipped: &[String], enabled: bool)
     if !enabled || skipped.is_empty() {
         return worst;
     }
-    eprintln!(
+    errln!(
         "error: --fail-on-skip: {} scenario(s) skipped: {}",
         skipped.len(),
         skipped.join(", ")

@@ -148,9 +148,9 @@ pub(crate) fn print_entry(e: &Entry, progress: Option<&indicatif::MultiProgress>
         if e.run_dir.is_none() && !e.skipped && e.status != ExitStatus::Passed {
             // A spec error already starts with the file (and line): it is not said twice.
             if e.summary.starts_with(&e.file) {
-                eprintln!("error: {}", e.summary);
+                errln!("error: {}", e.summary);
             } else {
-                eprintln!("error: {}: {}", e.file, e.summary);
+                errln!("error: {}: {}", e.file, e.summary);
             }
         } else {
             // `-q`: a passing scenario's lines are left out; what failed is always printed.

@@ -43,7 +43,7 @@ impl MatrixProgress {
         if let Some(b) = &self.bar {
             b.set_length(total as u64);
         } else if self.plain && round > 1 {
-            eprintln!(
+            errln!(
                 "propagate: round {round}: {n} more run(s), for {splits} group(s) split so far \
                  that one run could not attribute"
             );
@@ -78,7 +78,7 @@ impl MatrixProgress {
             b.set_position(done as u64);
             b.set_message(label.to_string());
         } else if self.plain {
-            eprintln!("propagate: run {done}/{total} {label}: {what} ({seconds:.1} s)");
+            errln!("propagate: run {done}/{total} {label}: {what} ({seconds:.1} s)");
         }
     }
 

@@ -1,6 +1,6 @@
 //! The habits a CI user expects of a command-line tool, tested on the real binary: a stop
 //! signal (SIGINT, SIGTERM, SIGHUP) ends a run with exit 3, every report written and no
-//! process left; a closed standard output is not a crash; colours follow `--color`, the
+//! process left; a closed standard output or error is not a crash; colours follow `--color`, the
 //! terminal and `NO_COLOR`; `-q` leaves results and failures only; `--no-progress` keeps plain
 //! step lines; the exit status is what the index and JUnit say; `check` refuses what `run`
 //! refuses; a command run from another working directory finds the project's goldens; files
@@ -122,32 +122,96 @@ fn sigterm_keeps_the_finished_steps_and_writes_every_report() {
     assert!(csv_steps(&run_dir.join("metrics.csv")) >= 2);
 }
 
-/// `rlharness list | head -1`, `check ... | head -1`, `compare --format md ... | head -1`:
-/// standard output closed before anything is read is not a panic (exit 101); each command
-/// exits with its own status.
+/// `rlharness run ... 2>&1 | head -1`, `propagate ... 2>&1 | head -1`, `list | head -1`, and so
+/// on: standard output, or both streams, closed before anything is read is not a panic (exit
+/// 101, or a run killed with no verdict); each command exits with the status it has with both
+/// streams open, and a run or matrix writes every file.
 #[test]
-fn a_closed_stdout_is_not_a_crash_for_any_command() {
+fn closed_stdout_and_stderr_are_not_a_crash_for_any_command() {
     let tmp = tempfile::tempdir().unwrap();
     let run = smoke_run(&tmp.path().join("out"));
     let run = run.to_str().unwrap();
-    for args in [
+    let out = |name: &str| tmp.path().join(name).to_str().unwrap().to_string();
+    let smoke = "scenarios/smoke/mock-gsm8k-grpo.yaml";
+    let commands: Vec<Vec<String>> = [
         vec!["list", "scenarios"],
         vec!["check", "scenarios/smoke"],
         vec!["compare", run, "--format", "md"],
         vec!["compare", run, run],
-    ] {
-        let mut child = rlharness()
-            .args(&args)
+        vec!["golden", "status", smoke],
+        vec!["history", run, "--out", &out("history")],
+        vec!["run", smoke, "--out", &out("run")],
+        vec![
+            "propagate",
+            smoke,
+            "--knobs",
+            "remote_backend.training_gpus",
+            "--out",
+            &out("propagate"),
+        ],
+    ]
+    .iter()
+    .map(|a| a.iter().map(|s| s.to_string()).collect())
+    .collect();
+    let spawn = |args: &[String]| {
+        rlharness()
+            .args(args)
             .current_dir(repo())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap();
+            .unwrap()
+    };
+    for args in &commands {
+        let open = spawn(args).wait_with_output().unwrap();
+        // Standard output closed, standard error read.
+        let mut child = spawn(args);
         drop(child.stdout.take());
         let err = common::take_stderr(&mut child);
         let status = child.wait().unwrap();
-        assert_eq!(status.code(), Some(0), "{args:?}: {err}");
+        assert_eq!(status.code(), open.status.code(), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
+        // Both closed.
+        let mut child = spawn(args);
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        let status = child.wait().unwrap();
+        assert_eq!(
+            status.code(),
+            open.status.code(),
+            "{args:?} with both streams closed"
+        );
+    }
+    // The last run with both streams closed wrote every file.
+    let last = std::fs::canonicalize(tmp.path().join("run/mock-gsm8k-grpo/latest")).unwrap();
+    for f in [
+        "verdict.json",
+        "run.json",
+        "metrics.csv",
+        "report.md",
+        "report.html",
+        "junit.xml",
+    ] {
+        assert!(last.join(f).is_file(), "{f} missing in {}", last.display());
+    }
+    for f in ["index.md", "index.html", "junit.xml"] {
+        assert!(tmp.path().join("run").join(f).is_file(), "{f}");
+    }
+    let matrices: Vec<PathBuf> = std::fs::read_dir(tmp.path().join("propagate/mock-gsm8k-grpo"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    // (Three invocations in one second share a folder.)
+    assert!(!matrices.is_empty());
+    for m in matrices {
+        for f in [
+            "propagation.md",
+            "propagation.json",
+            "propagation.junit.xml",
+        ] {
+            assert!(m.join(f).is_file(), "{f} missing in {}", m.display());
+        }
     }
 }
 

@@ -118,7 +118,7 @@ pub(crate) async fn run_jobs(
             Shown::hidden(label)
         } else {
             if group.is_none() {
-                eprintln!("{}: submitted as Ray job {id}", shown_name(&p));
+                errln!("{}: submitted as Ray job {id}", shown_name(&p));
             }
             Shown::new(group.as_ref(), label)
         };
@@ -227,7 +227,7 @@ fn cancel_on_ctrl_c(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("interrupted: stopping this invocation's Ray jobs");
+            errln!("interrupted: stopping this invocation's Ray jobs");
             interrupted.store(true, Ordering::SeqCst);
             let _ = cancel_tx.send(true);
         }

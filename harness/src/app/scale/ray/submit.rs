@@ -191,7 +191,7 @@ pub(super) async fn upload_package(
         .await
         .map_err(|e| CommandError::new(e.exit_status(), e.to_string()))?;
     if fresh {
-        eprintln!("ray: the jobs' package {uri} ({mib:.1} MiB) is on the cluster");
+        errln!("ray: the jobs' package {uri} ({mib:.1} MiB) is on the cluster");
     }
     Ok(uri)
 }

@@ -99,7 +99,7 @@ impl Shown {
         match &self.bar {
             Some(b) => b.set_message(text.to_string()),
             None if self.hidden => tracing::info!("{}: {text}", self.label),
-            None => eprintln!("{}: {text}", self.label),
+            None => errln!("{}: {text}", self.label),
         }
     }
     fn step(&mut self, s: &StepLine, since_first: Option<Duration>) {
@@ -128,7 +128,7 @@ impl Shown {
                         )
                     })
                     .unwrap_or_default();
-                eprintln!("{}: step {}/{}{reward}{eta}", self.label, s.step, s.total);
+                errln!("{}: step {}/{}{reward}{eta}", self.label, s.step, s.total);
             }
         }
     }
@@ -301,6 +301,6 @@ async fn stop_job(
             client.stop_command(id)
         ),
     };
-    eprintln!("warning: {note}");
+    errln!("warning: {note}");
     (info, Some(note))
 }
