@@ -57,7 +57,15 @@ pub(crate) fn hydra_overrides(plan: &RunPlan, settings: &HarnessSettings) -> Vec
         out.push(format!("{plus}{path}={}", hydra_value(&resolved.value)));
     }
     out.push(format!("trainer.total_training_steps={}", settings.steps));
-    out.push("trainer.logger=['console','file']".into());
+    out.push(format!(
+        "trainer.logger=[{}]",
+        trainer_loggers(plan)
+            .0
+            .iter()
+            .map(|l| hydra_quote(l))
+            .collect::<Vec<_>>()
+            .join(",")
+    ));
     out.push(format!(
         "trainer.project_name={}",
         hydra_quote(&settings.project_name)
@@ -67,6 +75,48 @@ pub(crate) fn hydra_overrides(plan: &RunPlan, settings: &HarnessSettings) -> Vec
         hydra_quote(&settings.experiment_name)
     ));
     out
+}
+
+/// verl's loggers for the run: the scenario's own `trainer.logger` (one name or a list) with
+/// `console` and `file` added where missing (the harness reads verl's console and its file
+/// logger), or `console` and `file` alone where the scenario names none (verl's default adds
+/// wandb, which needs an account and the network). With what was added, in words, for the
+/// run's notes.
+pub(crate) fn trainer_loggers(plan: &RunPlan) -> (Vec<String>, Option<String>) {
+    let config = &plan.scenario.config;
+    let own = config
+        .get("trainer.logger")
+        .filter(|r| !r.origin.is_default())
+        .map(|r| match &r.value {
+            serde_json::Value::Array(a) => a
+                .iter()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .collect(),
+            serde_json::Value::String(s) => vec![s.clone()],
+            other => vec![other.to_string()],
+        });
+    let Some(own) = own else {
+        return (vec!["console".into(), "file".into()], None);
+    };
+    let mut loggers = own.clone();
+    let added: Vec<&str> = ["console", "file"]
+        .into_iter()
+        .filter(|l| !own.iter().any(|o| o == l))
+        .collect();
+    loggers.extend(added.iter().map(|l| l.to_string()));
+    let note = (!added.is_empty()).then(|| {
+        format!(
+            "trainer.logger: the scenario's {:?} with {} added (the harness reads verl's console \
+             and its file logger)",
+            own,
+            added
+                .iter()
+                .map(|l| format!("'{l}'"))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        )
+    });
+    (loggers, note)
 }
 
 /// This executable's path. A rebuild while it runs replaces the file, and Linux then names the

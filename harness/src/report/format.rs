@@ -170,6 +170,9 @@ pub(crate) fn run_rows(r: &Report) -> Vec<(&'static str, Vec<Piece>)> {
         harness.extend([Text(" (".into()), Code(c.clone()), Text(")".into())]);
     }
     rows.push(("harness", harness));
+    if let Some(cmd) = &run.trainer_command {
+        rows.push(("trainer command", vec![Code(cmd.clone())]));
+    }
     if !run.host.is_empty() {
         rows.push(("host", vec![Text(run.host.clone())]));
     }

@@ -60,6 +60,8 @@ pub struct RunInfo {
     pub numerics: Option<Numerics>,
     pub(crate) started: Option<String>,
     pub(crate) ended: Option<String>,
+    /// A command trainer's program and arguments, as a shell would read them.
+    pub(crate) trainer_command: Option<String>,
 }
 
 impl RunInfo {
@@ -83,6 +85,7 @@ impl RunInfo {
             numerics: m.numerics.clone(),
             started: Some(m.started.clone()),
             ended: m.ended.clone(),
+            trainer_command: m.trainer_command.as_ref().map(|c| shell_words(&c.argv)),
         }
     }
 
@@ -92,6 +95,24 @@ impl RunInfo {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     }
+}
+
+/// Arguments as one line a POSIX shell reads back: a word with anything but letters, digits
+/// and `-_./=:,@+%` in single quotes.
+fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c));
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The series a run was judged against.

@@ -23,6 +23,15 @@ pub struct KnobDiff {
     pub(crate) origin: String,
 }
 
+/// How a command trainer was started (`run.json`'s `trainer_command`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TrainerCommand {
+    /// The program and its arguments, as started (before any namespace wrapper).
+    pub argv: Vec<String>,
+    /// The variables the harness set on top of its own environment.
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunManifest {
@@ -57,6 +66,10 @@ pub struct RunManifest {
     /// `git describe --always --dirty` of each checkout, or why there is none.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub(crate) trainer_sources: std::collections::BTreeMap<String, String>,
+    /// A command trainer's start: its program and arguments (the Hydra overrides the harness
+    /// built) and the environment the harness set for it (a secret's value as a digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) trainer_command: Option<TrainerCommand>,
     /// The commit the binary was built from; differs from `git_commit` when a binary runs in
     /// another tree (a copied working tree on a GPU box).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,7 +11,7 @@ mod manifest;
 mod records;
 mod seeds;
 
-pub use manifest::{KnobDiff, ManifestError, RunManifest};
+pub use manifest::{KnobDiff, ManifestError, RunManifest, TrainerCommand};
 pub use records::{DroppedValue, ReplayRecord, RunStatus, Stray, SyncMismatch, WeightSyncRecord};
 pub use seeds::SeedsFileError;
 pub(crate) use seeds::{is_combined, SeedsManifest};

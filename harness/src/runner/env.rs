@@ -110,6 +110,7 @@ pub(crate) fn manifest_for(
     RunManifest {
         label: label.map(str::to_string),
         trainer_sources: trainer_sources(plan),
+        trainer_command: None,
         judged_against: None,
         scenario: plan.scenario.name.clone(),
         scenario_path: plan.scenario.path.display().to_string(),

@@ -300,6 +300,12 @@ async fn execute_with(
             wire.proxy_url.as_deref().unwrap_or("?")
         ));
     }
+    if let (DriverSpec::Command(_), (_, Some(note))) = (
+        &plan.scenario.driver,
+        crate::plan::launch::trainer_loggers(&plan),
+    ) {
+        manifest.notes.push(note);
+    }
     let observe::Observers {
         csv,
         sanity,

@@ -155,6 +155,55 @@ async fn console_metrics_land_at_their_steps_with_hydra_overrides_and_logs_kept(
     assert!(!dir.join("wire.jsonl").exists());
 }
 
+/// The scenario's own loggers reach the launcher with the harness's `file` added, and the run
+/// says so; `run.json` and the report hold the trainer's exact command line and the variables
+/// the harness set (the run's token only as a digest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scenarios_loggers_are_kept_and_the_trainers_command_is_recorded() {
+    let (_tmp, dir, _, _) = ran(
+        "verl-console.yaml",
+        &["config.trainer.logger=[console, tensorboard]"],
+        ExitStatus::Passed,
+    )
+    .await;
+    let argv: Vec<String> = read(&dir, "trainer_argv.txt")
+        .lines()
+        .map(String::from)
+        .collect();
+    assert!(
+        argv.contains(&"trainer.logger=['console','tensorboard','file']".to_string()),
+        "{argv:?}"
+    );
+    let m: serde_json::Value = serde_json::from_str(&read(&dir, "run.json")).unwrap();
+    let notes = m["notes"].to_string();
+    assert!(notes.contains("'file' added"), "{notes}");
+    // The recorded argv ends with what the launcher got (after the program and the fixture's
+    // own mode argument).
+    let recorded: Vec<String> = m["trainer_command"]["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert!(recorded[0].ends_with("fake_verl.sh"), "{recorded:?}");
+    assert_eq!(
+        recorded[recorded.len() - argv.len()..],
+        argv[..],
+        "run.json against what the launcher got"
+    );
+    let env = &m["trainer_command"]["env"];
+    assert_eq!(env["PYTHONUNBUFFERED"], "1", "{env}");
+    let token = env["RLHARNESS_RUN_TOKEN"].as_str().unwrap();
+    assert!(token.starts_with("<hidden, sha256 "), "{token}");
+    let md = read(&dir, "report.md");
+    assert!(
+        md.contains("trainer command")
+            && md.contains("trainer.logger=")
+            && md.contains("'file' added"),
+        "{md}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jsonl_metrics_are_tailed_with_nulls_as_non_finite() {
     let (_tmp, dir, _, _) = ran(
