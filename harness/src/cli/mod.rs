@@ -246,8 +246,14 @@ pub(crate) fn golden_store(
 
 #[derive(Debug, Args, Clone)]
 pub(crate) struct RunArgs {
-    #[arg(required = true)]
+    /// Scenario files, folders (searched for scenarios) or scenario names (looked up under the
+    /// nearest `scenarios/` folder from here up).
+    #[arg(required_unless_present = "tag")]
     pub(crate) scenarios: Vec<PathBuf>,
+    /// Only the scenarios with this tag (repeatable: any of them); with no scenario given,
+    /// selects from the nearest `scenarios/` folder.
+    #[arg(long, value_name = "TAG")]
+    pub(crate) tag: Vec<String>,
     #[command(flatten)]
     pub(crate) common: RunCommonArgs,
     /// `A..B`: run every seed from A to B (inclusive), one run directory each under one
@@ -302,6 +308,7 @@ impl RunArgs {
     ) -> RunArgs {
         RunArgs {
             scenarios: vec![scenario.to_path_buf()],
+            tag: Vec::new(),
             common: RunCommonArgs {
                 out,
                 golden: Some(golden.to_path_buf()),

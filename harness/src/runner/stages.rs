@@ -271,7 +271,7 @@ pub(super) fn start_driver(
             if let Some(name) = &opts.experiment_name {
                 command::set_experiment_name(&mut launch, name);
             }
-            p.manifest.trainer_command = Some(trainer_command(&launch));
+            p.manifest.trainer_command = Some(launch.recorded());
             if let (Some(ns), Some((fixed, bridge))) = (&opts.netns, &wire.netns) {
                 ns.wrap(&mut launch, fixed, &bridge.path);
             }
@@ -288,24 +288,6 @@ pub(super) fn start_driver(
                 ),
             })
         }
-    }
-}
-
-/// What `run.json` records of a command trainer's start: its argv, and the variables the
-/// harness set (a secret's value as a digest).
-fn trainer_command(
-    launch: &crate::driver::command::TrainerLaunch,
-) -> crate::rundir::TrainerCommand {
-    use crate::driver::command::envwatch::shown;
-    crate::rundir::TrainerCommand {
-        argv: std::iter::once(launch.program.display().to_string())
-            .chain(launch.args.iter().cloned())
-            .collect(),
-        env: launch
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), shown(k, v)))
-            .collect(),
     }
 }
 

@@ -272,11 +272,12 @@ pub fn list(root: &Path) -> Vec<ListEntry> {
 
 /// A table: name, tags, requirements, and `yes` or `no: reasons`.
 pub fn render_list(entries: &[ListEntry]) -> String {
-    let rows: Vec<[String; 4]> = entries
+    let rows: Vec<[String; 5]> = entries
         .iter()
         .map(|e| {
             [
                 e.name.clone(),
+                e.path.display().to_string(),
                 if e.tags.is_empty() {
                     "-".into()
                 } else {
@@ -290,30 +291,24 @@ pub fn render_list(entries: &[ListEntry]) -> String {
             ]
         })
         .collect();
-    let header = ["SCENARIO", "TAGS", "REQUIRES", "RUNNABLE"];
-    let mut widths = header.map(str::len);
-    for r in &rows {
+    let header = ["SCENARIO", "PATH", "TAGS", "REQUIRES", "RUNNABLE"].map(String::from);
+    let mut widths = [0usize; 5];
+    for r in std::iter::once(&header).chain(&rows) {
         for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
+            *w = (*w).max(c.chars().count());
         }
     }
     let mut out = String::new();
-    let mut line = |cells: [&str; 4]| {
-        let _ = writeln!(
-            out,
-            "{:w0$}  {:w1$}  {:w2$}  {}",
-            cells[0],
-            cells[1],
-            cells[2],
-            cells[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2]
-        );
-    };
-    line(header);
-    for r in &rows {
-        line([r[0].as_str(), r[1].as_str(), r[2].as_str(), r[3].as_str()]);
+    for r in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, (c, w)) in r.iter().zip(widths).enumerate() {
+            if i + 1 == r.len() {
+                line.push_str(c);
+            } else {
+                let _ = write!(line, "{c:w$}  ");
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
     }
     out
 }

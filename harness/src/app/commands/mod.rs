@@ -15,4 +15,5 @@ pub(crate) mod propagate;
 pub(crate) mod proxy;
 pub(crate) mod record;
 pub(crate) mod run;
+pub(crate) mod select;
 pub(crate) mod serve;

@@ -9,10 +9,11 @@ use crate::cli::{Executor, RunArgs};
 use crate::compare::seeds::parse_seed_range;
 use crate::error::{CommandError, ExitStatus};
 use crate::runner::RunOptions;
-use crate::{fsx, spec, util};
+use crate::{fsx, util};
 
 /// The options of `rlharness run` that apply to every scenario.
-pub(crate) fn run_options(args: &RunArgs) -> RunOptions {
+/// The golden store is found from `first`, the first scenario selected.
+fn run_options(args: &RunArgs, first: Option<&Path>) -> RunOptions {
     RunOptions {
         update_golden: args.update_golden,
         ci: ci_env(),
@@ -20,12 +21,7 @@ pub(crate) fn run_options(args: &RunArgs) -> RunOptions {
         label: args.label.clone(),
         stop_at: args.stop_at,
         experiment_name: args.experiment_name.clone(),
-        ..args.common.options(
-            args.scenarios
-                .first()
-                .map(PathBuf::as_path)
-                .unwrap_or(Path::new("")),
-        )
+        ..args.common.options(first.unwrap_or(Path::new("")))
     }
 }
 
@@ -33,9 +29,8 @@ pub(crate) fn run_options(args: &RunArgs) -> RunOptions {
 /// (`--executor ray`); one combined verdict in OUT/index.md, index.html and junit.xml; the
 /// worst exit status wins.
 pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
-    let opts = run_options(&args);
-    let files =
-        spec::discover(&args.scenarios).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let files = super::select::select(&args.scenarios, &args.tag)?;
+    let opts = run_options(&args, files.first().map(PathBuf::as_path));
     if files.is_empty() {
         return Err(CommandError::invalid("no scenario files given"));
     }

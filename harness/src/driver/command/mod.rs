@@ -156,6 +156,23 @@ pub struct TrainerLaunch {
     pub(crate) asked_env: BTreeMap<String, String>,
 }
 
+impl TrainerLaunch {
+    /// What `run.json` records of the start: the argv, and the variables the harness set (a
+    /// secret's value as a digest).
+    pub(crate) fn recorded(&self) -> crate::rundir::TrainerCommand {
+        crate::rundir::TrainerCommand {
+            argv: std::iter::once(self.program.display().to_string())
+                .chain(self.args.iter().cloned())
+                .collect(),
+            env: self
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), envwatch::shown(k, v)))
+                .collect(),
+        }
+    }
+}
+
 /// Replace the experiment name the harness passes (`trainer.experiment_name=...`).
 pub(crate) fn set_experiment_name(launch: &mut TrainerLaunch, name: &str) {
     for a in launch.args.iter_mut() {

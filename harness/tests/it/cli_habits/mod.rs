@@ -13,6 +13,7 @@ use std::process::{Command, Output, Stdio};
 use crate::common::{self, csv_steps, dead, manifest, repo, says, text, wait_for};
 
 mod inputs;
+mod selection;
 
 fn rlharness() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rlharness"));

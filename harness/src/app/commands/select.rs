@@ -1,0 +1,120 @@
+//! Which scenarios `run` means: files and folders as given, scenario names (`name:`) looked up
+//! under the project's scenarios folder, then narrowed by `--tag`.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::CommandError;
+use crate::spec;
+use crate::spec::check::{self, ListEntry};
+
+/// The nearest `scenarios/` folder from the working directory up: where names are looked up,
+/// and what `--tag` selects from when no path is given.
+pub(crate) fn scenarios_root() -> Option<PathBuf> {
+    if Path::new("scenarios").is_dir() {
+        return Some(PathBuf::from("scenarios"));
+    }
+    let cwd = std::env::current_dir().ok()?;
+    cwd.ancestors()
+        .map(|d| d.join("scenarios"))
+        .find(|p| p.is_dir())
+}
+
+/// The scenario files `given` (paths or names) and `tags` select, in path order. A name that
+/// no scenario has, or that several have, is an error naming the folder searched (with the
+/// closest name); so is a selection that leaves nothing.
+pub(crate) fn select(given: &[PathBuf], tags: &[String]) -> Result<Vec<PathBuf>, CommandError> {
+    let root = scenarios_root();
+    let mut listed: Option<Vec<ListEntry>> = None;
+    let mut paths = Vec::new();
+    for p in given {
+        if p.exists() {
+            paths.push(p.clone());
+            continue;
+        }
+        let name = p.to_string_lossy();
+        let Some(root) = &root else {
+            return Err(CommandError::invalid(format!(
+                "{name}: no such scenario file or folder (and no `scenarios/` folder here or \
+                 above to look it up in as a scenario name)"
+            )));
+        };
+        let entries = listed.get_or_insert_with(|| check::list(root));
+        paths.push(by_name(&name, root, entries)?);
+    }
+    if given.is_empty() {
+        match &root {
+            Some(r) if !tags.is_empty() => paths.push(r.clone()),
+            Some(_) => {
+                return Err(CommandError::invalid(
+                    "no scenario given: name scenario files, folders or scenario names, or \
+                     select with --tag",
+                ))
+            }
+            None => {
+                return Err(CommandError::invalid(
+                    "no scenario given, and no `scenarios/` folder here or above to select from",
+                ))
+            }
+        }
+    }
+    let mut files = spec::discover(&paths).map_err(|e| CommandError::invalid(e.to_string()))?;
+    if !tags.is_empty() {
+        let tagged = tagged(&files, tags);
+        files.retain(|f| tagged.contains(f));
+        if files.is_empty() {
+            return Err(CommandError::invalid(format!(
+                "no scenario under {} has the tag(s) {}",
+                shown(&paths),
+                tags.join(", ")
+            )));
+        }
+    }
+    Ok(files)
+}
+
+/// The one scenario file under `root` whose `name:` is `name`.
+fn by_name(name: &str, root: &Path, entries: &[ListEntry]) -> Result<PathBuf, CommandError> {
+    let hits: Vec<&ListEntry> = entries.iter().filter(|e| e.name == name).collect();
+    match hits.as_slice() {
+        [one] => Ok(one.path.clone()),
+        [] => {
+            let near = crate::spec::error::closest(name, entries.iter().map(|e| e.name.as_str()))
+                .map(|c| format!("; did you mean `{c}`?"))
+                .unwrap_or_default();
+            Err(CommandError::invalid(format!(
+                "{name}: no such scenario file or folder, and no scenario under {} has that \
+                 name{near} (`rlharness list {}` lists them)",
+                root.display(),
+                root.display()
+            )))
+        }
+        many => Err(CommandError::invalid(format!(
+            "{name}: {} scenarios under {} have that name ({}); give the file",
+            many.len(),
+            root.display(),
+            many.iter()
+                .map(|e| e.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// The files with any of `tags` (a file that does not load has none).
+fn tagged(files: &[PathBuf], tags: &[String]) -> Vec<PathBuf> {
+    files
+        .iter()
+        .filter(|f| {
+            spec::load_scenario(f, &[]).is_ok_and(|s| s.tags.iter().any(|t| tags.contains(t)))
+        })
+        .cloned()
+        .collect()
+}
+
+fn shown(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
