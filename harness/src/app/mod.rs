@@ -91,7 +91,7 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
             out,
             min_change,
             format,
-        } => commands::history::history(&dirs, &golden, &out, min_change / 100.0, format),
+        } => commands::history::history(&dirs, golden.as_deref(), &out, min_change / 100.0, format),
         Command::Bisect(args) => commands::bisect::bisect(args).await,
         Command::Proxy(args) => commands::proxy::proxy(args).await,
         Command::NetnsExec { .. } => Err(CommandError::invalid(

@@ -103,9 +103,10 @@ pub(crate) enum Command {
         /// unpacked, a `--jobs` or Ray output).
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
-        /// The golden store the runs are judged against.
-        #[arg(long, default_value = "golden")]
-        golden: PathBuf,
+        /// The golden store the runs are judged against (default: the `golden/` beside the
+        /// `scenarios/` folder of the first run's scenario, as `run` finds it).
+        #[arg(long)]
+        golden: Option<PathBuf>,
         /// Where the page (history.html, history.md) and the trend charts go.
         #[arg(long, default_value = "reports/history")]
         out: PathBuf,

@@ -64,6 +64,9 @@ type GroupKey = (String, String);
 pub struct Collected {
     pub trends: Vec<Trend>,
     pub unreadable: Vec<(PathBuf, String)>,
+    /// Runs of `golden calibrate` found and left out: they measure the noise, they are not
+    /// runs of the scenario.
+    pub calibrations: usize,
 }
 
 /// Read, judge, group and order every run under `roots`, against the goldens of `golden_root`;
@@ -84,7 +87,12 @@ pub fn collect(
     dirs.dedup();
     let mut groups: BTreeMap<GroupKey, Vec<RunPoint>> = BTreeMap::new();
     let mut unreadable = Vec::new();
+    let mut calibrations = 0;
     for dir in dirs {
+        if RunManifest::read(&dir).is_ok_and(|m| m.calibration) {
+            calibrations += 1;
+            continue;
+        }
         match point_of(&dir, golden_root) {
             Ok(Some((key, point))) => groups.entry(key).or_default().push(point),
             Ok(None) => unreadable.push((dir, "a multi-seed run without a seed".into())),
@@ -106,7 +114,11 @@ pub fn collect(
             min_change,
         ));
     }
-    Ok(Collected { trends, unreadable })
+    Ok(Collected {
+        trends,
+        unreadable,
+        calibrations,
+    })
 }
 
 /// A run directory (or a multi-seed run's) judged as `compare DIR` judges it: its scenario and

@@ -260,6 +260,9 @@ fn document(c: &Collected, images: bool) -> Document {
             c.trends.len()
         ))),
     ];
+    if c.calibrations > 0 {
+        blocks.push(Block::Paragraph(plain(calibrations_line(c.calibrations))));
+    }
     if !c.unreadable.is_empty() {
         let list: Vec<String> = c
             .unreadable
@@ -328,10 +331,20 @@ fn terminal(c: &Collected) -> String {
             }
         }
     }
+    if c.calibrations > 0 {
+        out.push(calibrations_line(c.calibrations));
+    }
     for (d, why) in &c.unreadable {
         out.push(format!("left out {}: {why}", d.display()));
     }
     out.join("\n") + "\n"
+}
+
+fn calibrations_line(n: usize) -> String {
+    format!(
+        "Left out: {n} calibration run(s) (`golden calibrate` measures the noise with them; they \
+         are not runs of the scenario)"
+    )
 }
 
 /// Render a history.

@@ -70,6 +70,9 @@ pub struct RunManifest {
     /// built) and the environment the harness set for it (a secret's value as a digest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) trainer_command: Option<TrainerCommand>,
+    /// A run of `golden calibrate`: no history counts it as a run of the scenario.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub calibration: bool,
     /// The commit the binary was built from; differs from `git_commit` when a binary runs in
     /// another tree (a copied working tree on a GPU box).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -105,12 +105,13 @@ pub(crate) fn manifest_for(
     plan: &RunPlan,
     env: &RunEnv,
     started: chrono::DateTime<chrono::Utc>,
-    label: Option<&str>,
+    opts: &super::RunOptions,
 ) -> RunManifest {
     RunManifest {
-        label: label.map(str::to_string),
+        label: opts.label.clone(),
         trainer_sources: trainer_sources(plan),
         trainer_command: None,
+        calibration: opts.calibration,
         judged_against: None,
         scenario: plan.scenario.name.clone(),
         scenario_path: plan.scenario.path.display().to_string(),

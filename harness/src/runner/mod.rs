@@ -62,6 +62,10 @@ pub struct RunOptions {
     /// A command trainer on a fixed address runs in a network namespace of its own (runs of
     /// one such scenario side by side; netns.rs).
     pub netns: Option<crate::netns::Netns>,
+    /// A calibration run (`golden calibrate`): written under `OUT/<scenario>/calibrations/`,
+    /// never moving `OUT/<scenario>/latest`, and marked in `run.json` so that no history
+    /// counts it as a run of the scenario.
+    pub calibration: bool,
 }
 
 impl RunOptions {
@@ -86,6 +90,7 @@ impl RunOptions {
             direct: false,
             label: None,
             netns: None,
+            calibration: false,
         }
     }
 }

@@ -49,13 +49,20 @@ pub(super) fn prepare(
         )));
     }
     let env = RunEnv::new(trainer_device(plan), opts.hardware.as_deref());
-    let manifest = manifest_for(plan, &env, started, opts.label.as_deref());
+    let manifest = manifest_for(plan, &env, started, opts);
     let run_dir = match &opts.run_dir {
         Some(d) => {
             fsx::create_dir_all(d)?;
             write_manifest(d, &manifest)?;
             d.clone()
         }
+        // A calibration's runs go apart, with a `latest` of their own.
+        None if opts.calibration => create_run_dir(
+            &opts.out.join(&plan.scenario.name),
+            "calibrations",
+            &plan.plan_hash,
+            |d| write_manifest(d, &manifest),
+        )?,
         None => create_run_dir(&opts.out, &plan.scenario.name, &plan.plan_hash, |d| {
             write_manifest(d, &manifest)
         })?,
@@ -99,7 +106,7 @@ pub(super) async fn start_backend_stage(
             runtime.numerics = None;
         }
         p.env = RunEnv::new(Some(runtime), opts.hardware.as_deref());
-        p.manifest = manifest_for(plan, &p.env, started, opts.label.as_deref());
+        p.manifest = manifest_for(plan, &p.env, started, opts);
         write_manifest(&p.run_dir, &p.manifest)?;
     }
     Ok(Some(backend))

@@ -121,6 +121,7 @@ pub(crate) async fn calibrate(
                 hardware,
                 step_lines: true,
                 netns,
+                calibration: true,
                 ..RunOptions::new(out, golden_root.to_path_buf())
             };
             let mut results = futures_util::stream::iter(seeds.iter().map(|seed| {

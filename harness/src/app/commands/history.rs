@@ -9,12 +9,13 @@ use crate::history::{collect, render, write};
 
 pub(crate) fn history(
     dirs: &[PathBuf],
-    golden: &Path,
+    golden: Option<&Path>,
     out: &Path,
     min_change: f64,
     format: HistoryFormat,
 ) -> Result<ExitStatus, CommandError> {
-    let collected = collect(dirs, golden, min_change)?;
+    let golden = golden_store(dirs, golden)?;
+    let collected = collect(dirs, &golden, min_change)?;
     let rendered = render(&collected);
     let written = write(out, &rendered)?;
     match format {
@@ -27,4 +28,30 @@ pub(crate) fn history(
         HistoryFormat::GhSummary => outln!("{}", rendered.gh_summary.trim_end()),
     }
     Ok(ExitStatus::Passed)
+}
+
+/// The store the runs are judged against: `--golden`, else the one `run` finds from the first
+/// run's scenario file. A store that does not exist is an input error (exit 2): every run would
+/// read as having no golden.
+fn golden_store(dirs: &[PathBuf], given: Option<&Path>) -> Result<PathBuf, CommandError> {
+    let first = dirs
+        .iter()
+        .filter_map(|d| crate::history::run_dirs(d).ok())
+        .flatten()
+        .find_map(|d| crate::rundir::RunManifest::read(&d).ok());
+    let scenario = first.as_ref().map(|m| PathBuf::from(&m.scenario_path));
+    let store = crate::cli::golden_store(given, scenario.as_deref());
+    // No run at all: the history says so itself.
+    if store.is_dir() || first.is_none() {
+        return Ok(store);
+    }
+    Err(CommandError::invalid(format!(
+        "no golden store at {}{}: every run would read as having no golden (pass --golden DIR)",
+        store.display(),
+        if given.is_some() {
+            ""
+        } else {
+            " (found from the first run's scenario file)"
+        }
+    )))
 }

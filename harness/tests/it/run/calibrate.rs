@@ -77,6 +77,38 @@ fn golden_calibrate_writes_the_measured_noise_beside_the_golden() {
         "{reward:?}"
     );
     assert_eq!(cal["steps"]["actor/lr"].as_array().unwrap().len(), 20);
+
+    // The calibration's runs are apart: under `calibrations/`, not moving the scenario's
+    // `latest`, and no history counts them.
+    let reports = tmp.path().join("reports/mock-gsm8k-grpo");
+    assert!(!reports.join("latest").exists());
+    let runs = std::fs::read_dir(reports.join("calibrations"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != "latest" && e.path().join("run.json").is_file())
+        .count();
+    assert_eq!(runs, 2);
+    let history = |golden: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+            .arg("history")
+            .arg(tmp.path().join("reports"))
+            .arg("--golden")
+            .arg(golden)
+            .arg("--out")
+            .arg(tmp.path().join("history"))
+            .output()
+            .unwrap()
+    };
+    let h = history(&golden);
+    assert_eq!(h.status.code(), Some(0), "{}", crate::common::text(&h));
+    crate::common::says(
+        &crate::common::text(&h),
+        &["Left out: 2 calibration run(s)"],
+    );
+    // A store that does not exist is an input error, not "no golden" everywhere.
+    let h = history(&tmp.path().join("no-such-store"));
+    assert_eq!(h.status.code(), Some(2), "{}", crate::common::text(&h));
+    crate::common::says(&crate::common::text(&h), &["no golden store at"]);
 }
 
 /// `golden calibrate --detect 5%` reads the shipped calibration (nothing runs) and prints the
