@@ -197,6 +197,11 @@ fn an_all_skipped_ci_run_is_red_under_fail_on_skip() {
     let plain = run(&[]);
     assert_eq!(plain.status.code(), Some(0), "{plain:?}");
     assert!(String::from_utf8_lossy(&plain.stdout).contains("skipped"));
+    // A skip is counted as a skip, not a pass, and has its own colour in the index.
+    let index = std::fs::read_to_string(tmp.path().join("out/index.md")).unwrap();
+    assert!(index.contains("0 passed, 1 skipped"), "{index}");
+    let html = std::fs::read_to_string(tmp.path().join("out/index.html")).unwrap();
+    assert!(html.contains("class=\"skip\""), "{html}");
     let strict = run(&["--fail-on-skip"]);
     assert_eq!(strict.status.code(), Some(1), "{strict:?}");
     assert!(

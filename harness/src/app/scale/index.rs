@@ -133,11 +133,24 @@ fn rel(out: &Path, dir: &Path) -> String {
 }
 
 fn counts(entries: &[Entry]) -> String {
-    let n = |s: ExitStatus| entries.iter().filter(|e| e.status == s).count();
+    // A skipped scenario is counted apart, whatever status `--fail-on-skip` gave it.
+    let n = |s: ExitStatus| {
+        entries
+            .iter()
+            .filter(|e| e.status == s && !e.skipped)
+            .count()
+    };
+    let skipped = entries.iter().filter(|e| e.skipped).count();
     format!(
-        "{} scenario(s): {} passed, {} failed a check, {} run failed, {} invalid, {} without a golden",
+        "{} scenario(s): {} passed, {}{} failed a check, {} run failed, {} invalid, {} without a \
+         golden",
         entries.len(),
         n(ExitStatus::Passed),
+        if skipped > 0 {
+            format!("{skipped} skipped, ")
+        } else {
+            String::new()
+        },
         n(ExitStatus::CheckFailed),
         n(ExitStatus::RunFailed),
         n(ExitStatus::InvalidInput),
@@ -153,10 +166,6 @@ pub(crate) fn tally(out: &Path, entries: &[Entry]) -> String {
     let expected = count(&|e| e.expected_failure);
     if expected > 0 {
         extra.push(format!("{expected} as an expected failure"));
-    }
-    let skipped = count(&|e| e.skipped);
-    if skipped > 0 {
-        extra.push(format!("{skipped} skipped"));
     }
     let extra = if extra.is_empty() {
         String::new()
@@ -177,7 +186,16 @@ pub(crate) fn tally(out: &Path, entries: &[Entry]) -> String {
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2rem;color:#222}\
      table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.25rem .5rem;\
      text-align:left;vertical-align:top}th{background:#f5f5f5}.pass{color:#1a7f37}\
-     .fail{color:#cf222e}.warn{color:#9a6700}";
+     .fail{color:#cf222e}.warn{color:#9a6700}.skip{color:#6e7781}";
+
+/// The status class of an entry: a skip is its own, whatever its status.
+fn entry_class(e: &Entry) -> &'static str {
+    if e.skipped {
+        "skip"
+    } else {
+        class(e.status)
+    }
+}
 
 /// The status class of an exit status (the HTML writer colours by it).
 fn class(s: ExitStatus) -> &'static str {
@@ -207,7 +225,7 @@ pub(crate) fn index_document(out: &Path, entries: &[Entry]) -> Document {
             None => plain("-"),
         };
         rows.push(Row {
-            class: Some(class(e.status)),
+            class: Some(entry_class(e)),
             cells: vec![
                 vec![
                     Inline::Plain(format!("{} (", e.scenario)),
@@ -369,8 +387,8 @@ mod tests {
         );
         assert_eq!(
             t,
-            "combined: 3 scenario(s): 2 passed, 1 failed a check, 0 run failed, 0 invalid, 0 \
-             without a golden (1 as an expected failure, 1 skipped); exit 1 (FAIL); \
+            "combined: 3 scenario(s): 2 passed, 1 skipped, 0 failed a check, 0 run failed, 0 \
+             invalid, 0 without a golden (1 as an expected failure); exit 1 (FAIL); \
              reports/index.md"
         );
     }
