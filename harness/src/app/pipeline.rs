@@ -93,7 +93,9 @@ async fn judge_plan(
     // The bless flow: a completed run without a golden (or under --update-golden) writes a
     // pending one for review; CI never writes.
     let completed = end == RunEnd::Completed;
+    // A calibration run measures noise; it never offers itself as a golden.
     if completed
+        && !opts.calibration
         && reference.is_none()
         && (golden.is_none() || opts.update_golden)
         && !plan.scenario.checks.golden.is_empty()

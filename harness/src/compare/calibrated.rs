@@ -107,13 +107,20 @@ pub(crate) fn resolve_calibrated(
                 .map(|w| (cal, w))
         });
         let Some((cal, windows)) = windows else {
-            sources.push((
-                metric.clone(),
-                Err(format!(
+            let why = if golden.is_none() {
+                // The calibration may well exist: what is missing is the golden.
+                format!(
+                    "`{metric}` asks for a calibrated band, and the scenario has no golden here \
+                     yet: bless one (a completed run writes it pending; review it and run \
+                     `rlharness golden accept`)"
+                )
+            } else {
+                format!(
                     "`{metric}` asks for a calibrated band, but the golden has no calibration of \
                      it: run `rlharness golden calibrate` on the scenario"
-                )),
-            ));
+                )
+            };
+            sources.push((metric.clone(), Err(why)));
             continue;
         };
         let stat = |m: bool| if m { "medians" } else { "means" };

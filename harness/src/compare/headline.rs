@@ -129,7 +129,10 @@ impl Judged<'_> {
                          `rlharness golden status`"
                     )
                 }
-                Some(p) => format!("no golden yet: pending golden written to {p}"),
+                Some(p) => format!(
+                    "no golden yet: pending golden written to {p}; review it and run \
+                     `rlharness golden accept`"
+                ),
                 None => "no golden yet".into(),
             },
             Headline::ExpectedFailure => format!(

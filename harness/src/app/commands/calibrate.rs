@@ -345,6 +345,23 @@ pub(crate) fn calibration_warnings(checks: &ChecksSpec, cal: &Calibration) -> Ve
             ));
         }
     }
+    // Runs of one seed that all gave the same values measured no noise at all, whatever the
+    // rules (a deterministic backend repeats itself).
+    let one_seed = cal.seeds.iter().all(|s| Some(s) == cal.seeds.first());
+    // (A mean of equal values may differ from them in its last bit.)
+    let all_flat = cal
+        .windows
+        .values()
+        .flatten()
+        .all(|w| w.std <= 1e-12 * w.mean.abs().max(1.0));
+    if cal.runs > 1 && one_seed && all_flat && !out.iter().any(|w| w.contains("σ = 0")) {
+        out.push(format!(
+            "every window measured σ = 0 over {} runs of one seed: the backend repeats itself, \
+             so this calibration measures no noise. Calibrate over seeds (no count, or --seeds \
+             A..B) for the noise a run of another seed has",
+            cal.runs
+        ));
+    }
     out
 }
 

@@ -77,6 +77,14 @@ fn golden_calibrate_writes_the_measured_noise_beside_the_golden() {
         "{reward:?}"
     );
     assert_eq!(cal["steps"]["actor/lr"].as_array().unwrap().len(), 20);
+    // Two runs of one seed of a deterministic backend measured no noise, and it says so; a
+    // calibration run never offers itself as a golden.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("every window measured σ = 0 over 2 runs of one seed"),
+        "{err}"
+    );
+    assert!(!err.contains("refusing to write a golden"), "{err}");
 
     // The calibration's runs are apart: under `calibrations/`, not moving the scenario's
     // `latest`, and no history counts them.
