@@ -74,6 +74,23 @@ pub(crate) fn stderr_color() -> bool {
     Ui::get().color_on(std::io::stderr().is_terminal())
 }
 
+static RESULTS_ON_STDERR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `run --format json`: stdout carries the one document, so each scenario's result lines go
+/// to stderr (set once, before anything runs).
+pub(crate) fn put_results_on_stderr() {
+    RESULTS_ON_STDERR.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// One line of a scenario's result: stdout, or stderr under `run --format json`.
+pub(crate) fn result_line(text: &str) {
+    if RESULTS_ON_STDERR.load(std::sync::atomic::Ordering::Relaxed) {
+        errln!("{text}");
+    } else {
+        outln!("{text}");
+    }
+}
+
 /// `-q` is in force: progress and notes are not printed.
 pub(crate) fn quiet() -> bool {
     Ui::get().quiet

@@ -41,11 +41,20 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Validate scenario files (default: scenarios/) and lint backend YAML files.
-    Check { paths: Vec<PathBuf> },
-    /// List the scenarios, their tags and requirements, and whether they can run here.
+    Check {
+        paths: Vec<PathBuf>,
+        /// `json`: one document for scripts (`schema`, `ok`, `files` with each error's file,
+        /// line, column, key and message) instead of the lines.
+        #[arg(long, value_enum, default_value = "text")]
+        format: OutputFormat,
+    },
+    /// List the scenarios, their files, tags and requirements, and whether they can run here.
     List {
         #[arg(default_value = "scenarios")]
         root: PathBuf,
+        /// `json`: one document for scripts (`schema`, `scenarios`).
+        #[arg(long, value_enum, default_value = "text")]
+        format: OutputFormat,
     },
     /// Run scenarios and judge them against their goldens and rules.
     Run(RunArgs),
@@ -255,6 +264,10 @@ pub(crate) struct RunArgs {
     /// selects from the nearest `scenarios/` folder.
     #[arg(long, value_name = "TAG")]
     pub(crate) tag: Vec<String>,
+    /// `json`: the combined verdict as one document on stdout (`schema`, `exit_code`,
+    /// `scenarios`); each scenario's lines go to stderr instead.
+    #[arg(long, value_enum, default_value = "text")]
+    pub(crate) format: OutputFormat,
     #[command(flatten)]
     pub(crate) common: RunCommonArgs,
     /// `A..B`: run every seed from A to B (inclusive), one run directory each under one
@@ -310,6 +323,7 @@ impl RunArgs {
         RunArgs {
             scenarios: vec![scenario.to_path_buf()],
             tag: Vec::new(),
+            format: OutputFormat::Text,
             common: RunCommonArgs {
                 out,
                 golden: Some(golden.to_path_buf()),
@@ -377,6 +391,13 @@ pub(crate) struct RecordArgs {
     /// (refused without it: a cassette is a reviewed baseline).
     #[arg(long)]
     pub(crate) force: bool,
+}
+
+/// Lines for people, or one JSON document for scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OutputFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

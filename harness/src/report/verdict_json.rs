@@ -7,6 +7,8 @@ use crate::rundir::RunStatus;
 
 #[derive(serde::Serialize)]
 struct VerdictDoc<'a> {
+    /// The document's version (bumped when a key changes meaning or goes away).
+    schema: u32,
     scenario: &'a str,
     exit_code: i32,
     summary: String,
@@ -59,8 +61,12 @@ struct RunDoc<'a> {
     ended: Option<&'a str>,
 }
 
+/// `verdict.json`'s version.
+pub(crate) const VERDICT_SCHEMA: u32 = 1;
+
 pub(crate) fn render_verdict_json(r: &Report) -> String {
     let doc = VerdictDoc {
+        schema: VERDICT_SCHEMA,
         scenario: &r.scenario,
         exit_code: r.exit_status().code(),
         summary: r.summary(),

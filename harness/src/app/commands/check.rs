@@ -9,7 +9,8 @@ use crate::spec::{self, check, config, Origin, SpecError};
 use crate::util;
 
 /// `rlharness check`: every scenario validated, every backend file linted; exit 2 on any error.
-pub(crate) fn check(paths: &[PathBuf]) -> ExitStatus {
+pub(crate) fn check(paths: &[PathBuf], format: crate::cli::OutputFormat) -> ExitStatus {
+    let json = format == crate::cli::OutputFormat::Json;
     // A folder without one scenario file validates nothing: an input error (a mistyped path,
     // or an unquoted glob that matched nothing), not a pass. A missing path is reported below.
     let default_paths = [PathBuf::from("scenarios")];
@@ -32,24 +33,33 @@ pub(crate) fn check(paths: &[PathBuf]) -> ExitStatus {
     let mut outcome = check::check(paths);
     account_for_every_key(&mut outcome);
     let rendered = check::render_check(&outcome);
-    out!("{rendered}");
+    if !json {
+        out!("{rendered}");
+    }
     for error in rendered.lines().filter_map(|l| l.strip_prefix("error: ")) {
         util::annotate_message("rlharness check", error);
     }
     // Knob manifests: validated like a scenario, and covered both ways by their backend YAML.
     let mut manifest_errors = 0;
+    let mut manifests = Vec::new();
     for manifest in knob_manifests(paths) {
         let problems = manifest::check_file(&manifest);
-        for p in &problems {
-            outln!("error: {p}");
-        }
-        if problems.is_empty() {
-            outln!(
-                "ok: knob manifest {} covers its backend",
-                manifest.display()
-            );
+        if !json {
+            for p in &problems {
+                outln!("error: {p}");
+            }
+            if problems.is_empty() {
+                outln!(
+                    "ok: knob manifest {} covers its backend",
+                    manifest.display()
+                );
+            }
         }
         manifest_errors += problems.len();
+        manifests.push((manifest.display().to_string(), problems));
+    }
+    if json {
+        outln!("{:#}", super::json_out::check(&outcome, &manifests));
     }
     if outcome.is_ok() && manifest_errors == 0 {
         ExitStatus::Passed

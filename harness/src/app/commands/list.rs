@@ -2,10 +2,11 @@
 
 use std::path::Path;
 
+use crate::cli::OutputFormat;
 use crate::error::{CommandError, ExitStatus};
 use crate::spec::check;
 
-pub(crate) fn list(root: &Path) -> Result<ExitStatus, CommandError> {
+pub(crate) fn list(root: &Path, format: OutputFormat) -> Result<ExitStatus, CommandError> {
     // Listing nothing is an input error, as checking nothing is: a mistyped path must not pass
     // a CI step.
     if !root.exists() {
@@ -21,6 +22,9 @@ pub(crate) fn list(root: &Path) -> Result<ExitStatus, CommandError> {
             root.display()
         )));
     }
-    out!("{}", check::render_list(&entries));
+    match format {
+        OutputFormat::Text => out!("{}", check::render_list(&entries)),
+        OutputFormat::Json => outln!("{:#}", super::json_out::list(&entries)),
+    }
     Ok(ExitStatus::Passed)
 }

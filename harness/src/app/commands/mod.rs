@@ -10,6 +10,7 @@ pub(crate) mod compare;
 pub(crate) mod golden;
 pub(crate) mod history;
 pub(crate) mod job_entry;
+pub(crate) mod json_out;
 pub(crate) mod list;
 pub(crate) mod propagate;
 pub(crate) mod proxy;

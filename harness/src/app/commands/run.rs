@@ -29,6 +29,9 @@ fn run_options(args: &RunArgs, first: Option<&Path>) -> RunOptions {
 /// (`--executor ray`); one combined verdict in OUT/index.md, index.html and junit.xml; the
 /// worst exit status wins.
 pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
+    if args.format == crate::cli::OutputFormat::Json {
+        util::put_results_on_stderr();
+    }
     let files = super::select::select(&args.scenarios, &args.tag)?;
     let opts = run_options(&args, files.first().map(PathBuf::as_path));
     if files.is_empty() {
@@ -82,7 +85,13 @@ pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
     fsx::create_dir_all(&args.common.out).map_err(|e| CommandError::run_failed(e.to_string()))?;
     index::write_index(&args.common.out, &entries)
         .map_err(|e| CommandError::run_failed(format!("the combined verdict: {e}")))?;
-    outln!("{}", index::tally(&args.common.out, &entries));
+    match args.format {
+        crate::cli::OutputFormat::Text => outln!("{}", index::tally(&args.common.out, &entries)),
+        crate::cli::OutputFormat::Json => {
+            errln!("{}", index::tally(&args.common.out, &entries));
+            outln!("{:#}", super::json_out::run(&args.common.out, &entries));
+        }
+    }
     let skipped: Vec<String> = entries
         .iter()
         .filter(|e| e.skipped)

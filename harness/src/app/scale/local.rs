@@ -157,20 +157,21 @@ pub(crate) fn print_entry(e: &Entry, progress: Option<&indicatif::MultiProgress>
             if crate::util::quiet() && e.status == ExitStatus::Passed {
                 return;
             }
-            outln!("{}: {}", e.scenario, e.summary);
-            out!(
-                "{}",
-                crate::report::terminal::print_failing(
-                    &e.failing.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>(),
-                    e.expected_failure,
-                    crate::report::terminal::stdout_color()
-                )
+            let line = crate::util::result_line;
+            line(&format!("{}: {}", e.scenario, e.summary));
+            let failing = crate::report::terminal::print_failing(
+                &e.failing.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>(),
+                e.expected_failure,
+                crate::report::terminal::stdout_color(),
             );
+            for l in failing.lines() {
+                line(l);
+            }
             match &e.run_dir {
                 Some(d) if !d.join("report.md").exists() && d.join("job.log").exists() => {
-                    outln!("  job log: {}/job.log", d.display());
+                    line(&format!("  job log: {}/job.log", d.display()));
                 }
-                Some(d) => outln!("  report: {}/report.md", d.display()),
+                Some(d) => line(&format!("  report: {}/report.md", d.display())),
                 None => {}
             }
         }

@@ -1,0 +1,119 @@
+//! `--format json`: the documents `list`, `check` and `run` print for scripts. Each carries a
+//! `schema` version (bumped when a key changes meaning or goes away; new keys do not bump it).
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::app::scale::index::{self, Entry};
+use crate::spec::check::{CheckOutcome, Diagnostic, FileKind, ListEntry};
+
+/// The version of every document here, and of `verdict.json`.
+pub(crate) const SCHEMA: u32 = 1;
+
+/// `list --format json`: each scenario, its file, tags, requirements, and whether it can run
+/// here (with the reasons when not).
+pub(crate) fn list(entries: &[ListEntry]) -> Value {
+    let scenarios: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            json!({
+                "name": e.name,
+                "path": e.path.display().to_string(),
+                "tags": e.tags,
+                "requires": e.requires,
+                "runnable": e.runnable.is_ok(),
+                "not_runnable_because": e.runnable.clone().err().unwrap_or_default(),
+            })
+        })
+        .collect();
+    json!({"schema": SCHEMA, "scenarios": scenarios})
+}
+
+/// `check --format json`: every file checked with its errors (file, line, column, key,
+/// message) and warnings, and the knob manifests' problems.
+pub(crate) fn check(outcome: &CheckOutcome, manifests: &[(String, Vec<String>)]) -> Value {
+    let files: Vec<Value> = outcome
+        .files
+        .iter()
+        .map(|f| {
+            let errors: Vec<Value> = f
+                .errors
+                .iter()
+                .map(|d| match d {
+                    Diagnostic::Spec(e) => json!({
+                        "file": e.file.display().to_string(),
+                        "line": e.line,
+                        "col": e.col,
+                        "key": e.key_path,
+                        "message": e.message,
+                    }),
+                    Diagnostic::Lint(i) => json!({
+                        "file": i.file.display().to_string(),
+                        "line": i.line,
+                        "col": null,
+                        "key": "",
+                        "message": i.message,
+                    }),
+                })
+                .collect();
+            let warnings: Vec<String> = f.warnings.iter().map(|w| w.to_string()).collect();
+            json!({
+                "path": f.path.display().to_string(),
+                "kind": match f.kind {
+                    FileKind::Scenario => "scenario",
+                    FileKind::LayerFile => "layer",
+                },
+                "errors": errors,
+                "warnings": warnings,
+            })
+        })
+        .collect();
+    let manifests: Vec<Value> = manifests
+        .iter()
+        .map(|(path, problems)| json!({"path": path, "errors": problems}))
+        .collect();
+    let ok = outcome.is_ok() && manifests.iter().all(|m| m["errors"] == json!([]));
+    json!({
+        "schema": SCHEMA,
+        "ok": ok,
+        "errors": outcome.error_count()
+            + manifests.iter().map(|m| m["errors"].as_array().map_or(0, Vec::len)).sum::<usize>(),
+        "files": files,
+        "knob_manifests": manifests,
+    })
+}
+
+/// `run --format json`: the combined verdict, as `OUT/index.md` says it.
+pub(crate) fn run(out: &Path, entries: &[Entry]) -> Value {
+    let w = index::worst(entries);
+    let scenarios: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            json!({
+                "scenario": e.scenario,
+                "file": e.file,
+                "exit_code": e.status.code(),
+                "summary": e.summary,
+                "run_dir": e.run_dir.as_ref().map(|d| d.display().to_string()),
+                "placement": e.placement,
+                "seconds": e.seconds,
+                "skipped": e.skipped,
+                "expected_failure": e.expected_failure,
+                "failing": e.failing.iter().map(|(rule, _)| rule).collect::<Vec<_>>(),
+                "seeds": e.seeds.iter().map(|s| json!({
+                    "seed": s.seed,
+                    "exit_code": s.status.code(),
+                    "summary": s.summary,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "schema": SCHEMA,
+        "exit_code": w.code(),
+        "verdict": w.word(),
+        "index": out.join("index.md").display().to_string(),
+        "scenarios": scenarios,
+    })
+}
