@@ -258,8 +258,12 @@ pub(crate) fn golden_store(
 pub(crate) struct RunArgs {
     /// Scenario files, folders (searched for scenarios) or scenario names (looked up under the
     /// nearest `scenarios/` folder from here up).
-    #[arg(required_unless_present = "tag")]
+    #[arg(required_unless_present_any = ["tag", "rerun_failed"])]
     pub(crate) scenarios: Vec<PathBuf>,
+    /// Run again the scenarios that did not pass in the last `run` into `--out` (read from
+    /// `OUT/index.json`); skipped ones are left out.
+    #[arg(long, conflicts_with_all = ["scenarios", "tag"])]
+    pub(crate) rerun_failed: bool,
     /// Only the scenarios with this tag (repeatable: any of them); with no scenario given,
     /// selects from the nearest `scenarios/` folder.
     #[arg(long, value_name = "TAG")]
@@ -323,6 +327,7 @@ impl RunArgs {
         RunArgs {
             scenarios: vec![scenario.to_path_buf()],
             tag: Vec::new(),
+            rerun_failed: false,
             format: OutputFormat::Text,
             common: RunCommonArgs {
                 out,

@@ -84,36 +84,8 @@ pub(crate) fn check(outcome: &CheckOutcome, manifests: &[(String, Vec<String>)])
     })
 }
 
-/// `run --format json`: the combined verdict, as `OUT/index.md` says it.
+/// `run --format json`: the combined verdict, as `OUT/index.md` says it (and `OUT/index.json`
+/// holds).
 pub(crate) fn run(out: &Path, entries: &[Entry]) -> Value {
-    let w = index::worst(entries);
-    let scenarios: Vec<Value> = entries
-        .iter()
-        .map(|e| {
-            json!({
-                "scenario": e.scenario,
-                "file": e.file,
-                "exit_code": e.status.code(),
-                "summary": e.summary,
-                "run_dir": e.run_dir.as_ref().map(|d| d.display().to_string()),
-                "placement": e.placement,
-                "seconds": e.seconds,
-                "skipped": e.skipped,
-                "expected_failure": e.expected_failure,
-                "failing": e.failing.iter().map(|(rule, _)| rule).collect::<Vec<_>>(),
-                "seeds": e.seeds.iter().map(|s| json!({
-                    "seed": s.seed,
-                    "exit_code": s.status.code(),
-                    "summary": s.summary,
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    json!({
-        "schema": SCHEMA,
-        "exit_code": w.code(),
-        "verdict": w.word(),
-        "index": out.join("index.md").display().to_string(),
-        "scenarios": scenarios,
-    })
+    index::json_document(out, entries)
 }

@@ -32,7 +32,19 @@ pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
     if args.format == crate::cli::OutputFormat::Json {
         util::put_results_on_stderr();
     }
-    let files = super::select::select(&args.scenarios, &args.tag)?;
+    let files = if args.rerun_failed {
+        let failed = index::failed_files(&args.common.out).map_err(CommandError::invalid)?;
+        if failed.is_empty() {
+            util::note!(
+                "run --rerun-failed: every scenario of the last run into {} passed: nothing to run",
+                args.common.out.display()
+            );
+            return Ok(ExitStatus::Passed);
+        }
+        super::select::select(&failed, &[])?
+    } else {
+        super::select::select(&args.scenarios, &args.tag)?
+    };
     let opts = run_options(&args, files.first().map(PathBuf::as_path));
     if files.is_empty() {
         return Err(CommandError::invalid("no scenario files given"));

@@ -347,8 +347,71 @@ pub(crate) fn render_junit(entries: &[Entry]) -> String {
 }
 
 /// Write `OUT/index.md`, `OUT/index.html` and `OUT/junit.xml`.
+/// The combined verdict as one document for scripts (`OUT/index.json`, `run --format json`;
+/// `run --rerun-failed` reads it back).
+pub(crate) fn json_document(out: &Path, entries: &[Entry]) -> serde_json::Value {
+    use serde_json::json;
+    let w = worst(entries);
+    let scenarios: Vec<serde_json::Value> = entries
+        .iter()
+        .map(|e| {
+            json!({
+                "scenario": e.scenario,
+                "file": e.file,
+                "exit_code": e.status.code(),
+                "summary": e.summary,
+                "run_dir": e.run_dir.as_ref().map(|d| d.display().to_string()),
+                "placement": e.placement,
+                "seconds": e.seconds,
+                "skipped": e.skipped,
+                "expected_failure": e.expected_failure,
+                "failing": e.failing.iter().map(|(rule, _)| rule).collect::<Vec<_>>(),
+                "seeds": e.seeds.iter().map(|s| json!({
+                    "seed": s.seed,
+                    "exit_code": s.status.code(),
+                    "summary": s.summary,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "schema": JSON_SCHEMA,
+        "exit_code": w.code(),
+        "verdict": w.word(),
+        "index": out.join("index.md").display().to_string(),
+        "scenarios": scenarios,
+    })
+}
+
+/// The version of `index.json` (bumped when a key changes meaning or goes away).
+pub(crate) const JSON_SCHEMA: u32 = 1;
+
+/// The scenario files of `OUT/index.json` (the last `run` into OUT) that did not pass:
+/// `run --rerun-failed`.
+pub(crate) fn failed_files(out: &Path) -> Result<Vec<PathBuf>, String> {
+    let path = out.join("index.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "cannot read {} (the last run's combined verdict): {e}",
+            path.display()
+        )
+    })?;
+    let doc: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a combined verdict: {e}", path.display()))?;
+    let scenarios = doc["scenarios"]
+        .as_array()
+        .ok_or_else(|| format!("{}: no `scenarios` list", path.display()))?;
+    Ok(scenarios
+        .iter()
+        .filter(|s| s["exit_code"].as_i64() != Some(0) && s["skipped"] != true)
+        .filter_map(|s| s["file"].as_str().map(PathBuf::from))
+        .collect())
+}
+
 pub(crate) fn write_index(out: &Path, entries: &[Entry]) -> Result<(), fsx::FsError> {
     let doc = index_document(out, entries);
+    let json = format!("{:#}\n", json_document(out, entries));
+    fsx::write_atomic(&out.join("index.json"), json.as_bytes())?;
     fsx::write_atomic(&out.join("index.md"), to_markdown(&doc).as_bytes())?;
     fsx::write_atomic(&out.join("index.html"), to_html(&doc).as_bytes())?;
     fsx::write_atomic(&out.join("junit.xml"), render_junit(entries).as_bytes())?;

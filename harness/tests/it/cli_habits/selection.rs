@@ -74,3 +74,48 @@ fn run_takes_scenario_names_and_tags_and_list_shows_paths() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     says(&text(&o), &["no-such-tag"]);
 }
+
+/// `run --rerun-failed` runs again exactly the scenarios that did not pass in the last run into
+/// `--out` (read from `OUT/index.json`), and nothing when all passed.
+#[test]
+fn rerun_failed_runs_what_failed_last_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let bad = tmp.path().join("bad.yaml");
+    std::fs::write(&bad, "name: bad\ndescription: x\nseed: 1\nsteps: two\n").unwrap();
+    let run = |args: &[&str]| {
+        rlharness()
+            .arg("run")
+            .args(args)
+            .args(["--no-progress", "--out", out.to_str().unwrap()])
+            .current_dir(repo())
+            .output()
+            .unwrap()
+    };
+    let index = || -> Vec<String> {
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("index.json")).unwrap())
+                .unwrap();
+        doc["scenarios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["file"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let o = run(&[
+        "scenarios/smoke/mock-gsm8k-grpo.yaml",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(index().len(), 2);
+    let o = run(&["--rerun-failed"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(index(), [bad.to_str().unwrap()]);
+
+    let o = run(&["scenarios/smoke/mock-gsm8k-grpo.yaml"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run(&["--rerun-failed"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    says(&text(&o), &["nothing to run"]);
+}
