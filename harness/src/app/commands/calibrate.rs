@@ -530,7 +530,9 @@ fn stored_runs(
     allow_dirty: bool,
 ) -> Result<Vec<(u64, Report)>, CommandError> {
     let mut dirs = Vec::new();
-    for base in [dir.to_path_buf(), dir.join(scenario)] {
+    // A calibration's own `--out` keeps its runs in `<scenario>/calibrations/`.
+    let ours = dir.join(scenario).join("calibrations");
+    for base in [dir.to_path_buf(), dir.join(scenario), ours.clone()] {
         let Ok(entries) = std::fs::read_dir(&base) else {
             continue;
         };
@@ -545,9 +547,10 @@ fn stored_runs(
     dirs.dedup();
     if dirs.is_empty() {
         return Err(CommandError::invalid(format!(
-            "--from-runs {}: no run directory (a folder with run.json) there or in {}/",
+            "--from-runs {}: no run directory (a folder with run.json) there, in {}/ or in {}/",
             dir.display(),
-            dir.join(scenario).display()
+            dir.join(scenario).display(),
+            ours.display()
         )));
     }
     let mut runs = Vec::new();

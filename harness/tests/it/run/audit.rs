@@ -162,7 +162,7 @@ fn an_audit_names_a_rule_that_cannot_fail() {
         stats(&first),
         stats(&std::fs::read_to_string(&cal_file).unwrap())
     );
-    let runs = tmp.path().join("cal/mock-gsm8k-grpo");
+    let runs = tmp.path().join("cal/mock-gsm8k-grpo/calibrations");
     let one = std::fs::read_dir(&runs)
         .unwrap()
         .flatten()
