@@ -1,14 +1,12 @@
-//! `--format json`: the documents `list`, `check` and `run` print for scripts. Each carries a
+//! `--format json`: the documents `list` and `check` print for scripts (`run`'s is the
+//! combined verdict's, `index::json_document`). Each carries a
 //! `schema` version (bumped when a key changes meaning or goes away; new keys do not bump it).
-
-use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::app::scale::index::{self, Entry};
 use crate::spec::check::{CheckOutcome, Diagnostic, FileKind, ListEntry};
 
-/// The version of every document here, and of `verdict.json`.
+/// The version of the documents here.
 pub(crate) const SCHEMA: u32 = 1;
 
 /// `list --format json`: each scenario, its file, tags, requirements, and whether it can run
@@ -82,10 +80,4 @@ pub(crate) fn check(outcome: &CheckOutcome, manifests: &[(String, Vec<String>)])
         "files": files,
         "knob_manifests": manifests,
     })
-}
-
-/// `run --format json`: the combined verdict, as `OUT/index.md` says it (and `OUT/index.json`
-/// holds).
-pub(crate) fn run(out: &Path, entries: &[Entry]) -> Value {
-    index::json_document(out, entries)
 }

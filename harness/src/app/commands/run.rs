@@ -101,7 +101,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
         crate::cli::OutputFormat::Text => outln!("{}", index::tally(&args.common.out, &entries)),
         crate::cli::OutputFormat::Json => {
             errln!("{}", index::tally(&args.common.out, &entries));
-            outln!("{:#}", super::json_out::run(&args.common.out, &entries));
+            outln!("{:#}", index::json_document(&args.common.out, &entries));
         }
     }
     let skipped: Vec<String> = entries
