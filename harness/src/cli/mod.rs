@@ -123,8 +123,8 @@ pub(crate) enum Command {
         /// is significant against a tiny noise but smaller than this does not matter.
         #[arg(long, value_name = "PERCENT", default_value_t = 1.0)]
         min_change: f64,
-        /// What to print: the terminal summary, or the Markdown of a GitHub Actions step
-        /// summary (`>> "$GITHUB_STEP_SUMMARY"`).
+        /// What to print: the terminal summary, the Markdown of a GitHub Actions step summary
+        /// (`>> "$GITHUB_STEP_SUMMARY"`), or one JSON document for scripts.
         #[arg(long, value_enum, default_value = "summary")]
         format: HistoryFormat,
     },
@@ -416,6 +416,8 @@ pub(crate) enum CompareFormat {
 pub(crate) enum HistoryFormat {
     Summary,
     GhSummary,
+    /// One JSON document for scripts (`schema` 1).
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -463,7 +465,12 @@ pub(crate) struct ProxyArgs {
 #[derive(Debug, Subcommand)]
 pub(crate) enum GoldenAction {
     /// List pending goldens with a diff summary (all, or those of the named scenarios).
-    Status { scenarios: Vec<String> },
+    Status {
+        scenarios: Vec<String>,
+        /// Lines for people, or one JSON document for scripts (`schema` 1).
+        #[arg(long, value_enum, default_value = "text")]
+        format: OutputFormat,
+    },
     /// Accept pending goldens (all, or those of the named scenarios). With `--widen`: accept
     /// instead the wider bands a new calibration gives the named accepted goldens (which fail
     /// as `loosened:golden:<metric>:band` until then), saying by how much.

@@ -53,6 +53,15 @@ impl StoredRun {
         }
     }
 
+    /// What changed in its golden or calibration since `run` judged it (`run.json`'s
+    /// `judged_against` against what it is judged against now), in words; `None` when nothing
+    /// did, or the run did not record it.
+    pub(crate) fn changed_since(&self) -> Option<String> {
+        let then = self.manifest.judged_against.as_ref()?;
+        let now = (self.golden.as_ref()).map(|g| super::judged_against(&self.manifest.checks, g));
+        then.changes_to(now.as_ref())
+    }
+
     /// What decides its headline.
     pub(crate) fn judged(&self) -> Judged<'_> {
         let m = &self.manifest;

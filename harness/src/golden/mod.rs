@@ -109,6 +109,36 @@ pub struct JudgedAgainst {
     pub bands: std::collections::BTreeMap<String, String>,
 }
 
+impl JudgedAgainst {
+    /// What differs between what a verdict was judged against then (`self`) and now, in words:
+    /// the golden's files, its calibration, the calibrated bands as resolved. `None` when
+    /// nothing did; "the golden (gone)" when there is none now.
+    pub(crate) fn changes_to(&self, now: Option<&JudgedAgainst>) -> Option<String> {
+        let Some(now) = now else {
+            return Some("the golden (gone)".into());
+        };
+        let mut parts: Vec<String> = self.digest.changes(&now.digest).into_iter().collect();
+        let moved: Vec<&String> = self
+            .bands
+            .iter()
+            .filter(|(rule, band)| now.bands.get(*rule) != Some(*band))
+            .map(|(rule, _)| rule)
+            .chain(now.bands.keys().filter(|r| !self.bands.contains_key(*r)))
+            .collect();
+        if !moved.is_empty() {
+            parts.push(format!(
+                "the resolved bands of {}",
+                moved
+                    .iter()
+                    .map(|r| format!("`{r}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join(" and "))
+    }
+}
+
 impl GoldenDigest {
     /// What differs from `now`, in words ("the golden (sha a → b)"); `None` when nothing does.
     pub(crate) fn changes(&self, now: &GoldenDigest) -> Option<String> {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::compare::{judge_combined, StoredRun};
 use crate::error::ExitStatus;
 use crate::golden::{GoldenError, GoldenStore};
-use crate::rundir::{is_combined, RunManifest, MANIFEST_FILE};
+use crate::rundir::{is_combined, RecordedVerdict, RunManifest, MANIFEST_FILE};
 
 use super::blesses::bless_dates;
 use super::trend::{analyse, RunPoint, Trend};
@@ -124,13 +124,18 @@ pub fn collect(
 /// A run directory (or a multi-seed run's) judged as `compare DIR` judges it: its scenario and
 /// hardware, and its point. `None` for a multi-seed run none of whose seeds ran.
 fn point_of(dir: &Path, golden_root: &Path) -> Result<Option<(GroupKey, RunPoint)>, String> {
-    let point = |m: &RunManifest, started: &str, status: ExitStatus, tables| RunPoint {
+    let at_the_time = RecordedVerdict::read(dir)
+        .ok()
+        .map(|v| ExitStatus::from_code(v.exit_code).map_or(v.summary, |s| s.word().to_string()));
+    let point = |m: &RunManifest, started: &str, status: ExitStatus, changed, tables| RunPoint {
         dir: dir.display().to_string(),
         started: started.to_string(),
         commit: m.git_commit.clone(),
         trainer: m.code_version(),
         verdict: status.word().to_string(),
         passed: status == ExitStatus::Passed,
+        at_the_time: at_the_time.clone(),
+        golden_changed: changed,
         tables,
     };
     if is_combined(dir) {
@@ -141,15 +146,29 @@ fn point_of(dir: &Path, golden_root: &Path) -> Result<Option<(GroupKey, RunPoint
         };
         let key = (c.manifest.scenario.clone(), first.manifest.hardware.clone());
         let tables = c.seeds.iter().map(|(_, r)| r.metrics.clone()).collect();
-        return Ok(Some((
-            key,
-            point(&first.manifest, &c.manifest.started, status, tables),
-        )));
+        // A multi-seed run made before `seeds.json` recorded what it was judged against says
+        // nothing here (its seeds' notes are the report's business).
+        let changed = (c.manifest.judged_against.as_ref())
+            .and_then(|then| then.changes_to(c.judged_against.as_ref()));
+        let p = point(
+            &first.manifest,
+            &c.manifest.started,
+            status,
+            changed,
+            tables,
+        );
+        return Ok(Some((key, p)));
     }
     let run = StoredRun::judge(dir, golden_root).map_err(|e| e.to_string())?;
     let m = &run.manifest;
     let key = (m.scenario.clone(), m.hardware.clone());
     let status = run.judged().exit_status();
-    let p = point(m, &m.started, status, vec![run.metrics.clone()]);
+    let p = point(
+        m,
+        &m.started,
+        status,
+        run.changed_since(),
+        vec![run.metrics.clone()],
+    );
     Ok(Some((key, p)))
 }

@@ -63,15 +63,23 @@ fn action(c: &Change) -> String {
     }
 }
 
+/// A change's size in noise units, or why there is none.
+fn z_text(c: &Change) -> String {
+    match c.z {
+        Some(z) => format!("{z:+.1} sigma"),
+        None => "no noise measured (sigma 0): any move is a change".into(),
+    }
+}
+
 fn change_line(t: &Trend, w: &WindowTrend, c: &Change) -> String {
     format!(
-        "{} on {}: {} moved {} -> {} ({:+.1} sigma) at run {} of {}; {}",
+        "{} on {}: {} moved {} -> {} ({}) at run {} of {}; {}",
         t.scenario,
         t.hardware,
         w.window.label(),
         num(c.before),
         num(c.after),
-        c.z,
+        z_text(c),
         c.run + 1,
         t.runs.len(),
         action(c)
@@ -146,10 +154,10 @@ fn changes_table(t: &Trend) -> Option<Table> {
                 vec![Inline::Code(w.window.label())],
                 plain(format!("{}", c.run + 1)),
                 plain(format!(
-                    "{} -> {} ({:+.1} sigma)",
+                    "{} -> {} ({})",
                     num(c.before),
                     num(c.after),
-                    c.z
+                    z_text(c)
                 )),
                 vec![Inline::Code(format!("{} .. {}", c.from, c.to))],
                 plain(action(c)),
@@ -176,23 +184,36 @@ fn runs_table(t: &Trend) -> Table {
         .iter()
         .enumerate()
         .map(|(i, r)| Row {
-            class: (!r.passed).then_some("fail"),
+            class: if !r.passed_then() {
+                Some("fail")
+            } else {
+                r.today().map(|_| "warn")
+            },
             cells: vec![
                 plain(format!("{}", i + 1)),
                 plain(short_time(&r.started)),
                 vec![Inline::Code(r.version())],
-                plain(match r.tables.len() {
-                    1 => r.verdict.clone(),
-                    n => format!("{} ({n} seeds)", r.verdict),
+                plain(match (r.tables.len(), &r.at_the_time) {
+                    (1, Some(v)) => v.clone(),
+                    (n, Some(v)) => format!("{v} ({n} seeds)"),
+                    (_, None) => "unknown (no verdict.json)".into(),
                 }),
+                plain(r.today().map_or(String::new(), |t| format!("⚠ {t}"))),
                 vec![Inline::Code(r.dir.clone())],
             ],
         })
         .collect();
     Table {
-        head: ["run", "started", "code", "verdict", "directory"]
-            .map(plain)
-            .to_vec(),
+        head: [
+            "run",
+            "started",
+            "code",
+            "verdict at the time",
+            "today, where it differs or the golden changed",
+            "directory",
+        ]
+        .map(plain)
+        .to_vec(),
         rows,
     }
 }
@@ -295,10 +316,15 @@ fn chart(t: &Trend, w: &WindowTrend) -> String {
         .runs
         .iter()
         .enumerate()
-        .filter(|(_, r)| !r.passed)
+        .filter(|(_, r)| !r.passed_then())
         .map(|(i, _)| i as u64 + 1)
         .collect();
-    let changes: Vec<u64> = w.changes.iter().map(|c| c.run as u64 + 1).collect();
+    // Between the last run before the change that has a value and the first after it.
+    let changes: Vec<f64> = w
+        .changes
+        .iter()
+        .map(|c| (c.prev + c.run) as f64 / 2.0 + 1.0)
+        .collect();
     let band = w
         .window
         .golden
@@ -328,6 +354,16 @@ fn terminal(c: &Collected) -> String {
         for w in &t.windows {
             for ch in &w.changes {
                 out.push(format!("  {}", change_line(t, w, ch)));
+            }
+        }
+        for (i, r) in t.runs.iter().enumerate() {
+            if let Some(today) = r.today() {
+                out.push(format!(
+                    "  run {} ({}): {} at the time; {today}",
+                    i + 1,
+                    r.dir,
+                    r.verdict_then()
+                ));
             }
         }
     }

@@ -20,10 +20,16 @@ pub struct RunPoint {
     pub commit: Option<String>,
     /// The trainer's sources (`git describe` of a command scenario's sources, or `--label`).
     pub trainer: Option<String>,
-    /// The run's verdict as its exit status says it (`pass`, `FAIL`, ...), and whether it
-    /// passed.
+    /// The run's verdict today, judged against the golden in force, as its exit status says it
+    /// (`pass`, `FAIL`, ...), and whether it passed.
     pub verdict: String,
     pub passed: bool,
+    /// The verdict the run got when it ran, from its own `verdict.json` (`None` when it has
+    /// none, e.g. a run killed before it was judged).
+    pub at_the_time: Option<String>,
+    /// What changed in the golden or its calibration since the run was judged (`None` when
+    /// nothing did, or the run did not record what it was judged against).
+    pub golden_changed: Option<String>,
     /// The run's series: one table, or one a seed for a multi-seed run (one point of the
     /// history, valued at the seeds' mean).
     pub tables: Vec<MetricTable>,
@@ -38,6 +44,33 @@ impl RunPoint {
             (Some(t), None) => t.clone(),
             (None, Some(c)) => c.clone(),
             (None, None) => "unknown".into(),
+        }
+    }
+
+    /// The verdict it got when it ran, else (no `verdict.json`) today's.
+    pub fn verdict_then(&self) -> &str {
+        self.at_the_time.as_deref().unwrap_or(&self.verdict)
+    }
+
+    /// Whether it passed when it ran (today's verdict where it recorded none).
+    pub fn passed_then(&self) -> bool {
+        self.verdict_then() == "pass"
+    }
+
+    /// Today's verdict, when it is to be shown beside the one at the time: the golden or its
+    /// calibration changed since, or the verdict today differs; with why, in words.
+    pub fn today(&self) -> Option<String> {
+        let differs = self
+            .at_the_time
+            .as_deref()
+            .is_some_and(|t| t != self.verdict);
+        match (&self.golden_changed, differs) {
+            (Some(what), _) => Some(format!("{} today ({what} changed since)", self.verdict)),
+            (None, true) => Some(format!(
+                "{} today (the same golden, read by today's judge)",
+                self.verdict
+            )),
+            (None, false) => None,
         }
     }
 
@@ -195,8 +228,11 @@ pub struct Change {
     pub run: usize,
     pub before: f64,
     pub after: f64,
-    /// The move in noise units.
-    pub z: f64,
+    /// The move in noise units; `None` when the noise measured is zero (a deterministic
+    /// series: any move is a change, and no multiple of zero means anything).
+    pub z: Option<f64>,
+    /// The last run (index) before the change that has a value of the window.
+    pub prev: usize,
     /// The code of the last run before, and of the first run after.
     pub from: String,
     pub to: String,
@@ -306,7 +342,8 @@ fn window_trend(
                 run,
                 before: c.before,
                 after: c.after,
-                z: c.z,
+                z: (sigma > 0.0).then_some(c.z),
+                prev,
                 from: runs[prev].version(),
                 to: runs[run].version(),
                 kind,
@@ -319,5 +356,77 @@ fn window_trend(
         sigma,
         sigma_from,
         changes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(i: usize, value: Option<f64>) -> RunPoint {
+        let table = match value {
+            Some(v) => MetricTable::from_columns(&[("timing_s/step", &[v])]),
+            None => MetricTable::from_columns(&[("other", &[1.0])]),
+        };
+        RunPoint {
+            dir: format!("r{i}"),
+            started: format!("2026-12-0{i}T00:00:00Z"),
+            commit: None,
+            trainer: Some(format!("build-{i}")),
+            verdict: "pass".into(),
+            passed: true,
+            at_the_time: Some("pass".into()),
+            golden_changed: None,
+            tables: vec![table],
+        }
+    }
+
+    /// A deterministic series (a calibration that measured σ = 0): the change sits where the
+    /// series moves, between the last run before it that has a value and the first after,
+    /// and carries no multiple of a zero σ.
+    #[test]
+    fn a_zero_sigma_gives_no_sigma_multiple_and_the_change_where_the_series_moves() {
+        let values = [Some(1.0), Some(1.0), None, Some(2.0), Some(2.0), Some(2.0)];
+        let runs: Vec<RunPoint> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| run(i + 1, *v))
+            .collect();
+        let window = Window {
+            metric: "timing_s/step".into(),
+            first: 1,
+            last: 1,
+            median: false,
+            sigma: Some(0.0),
+            golden: None,
+            band: None,
+        };
+        let t = window_trend(window, &runs, &[], 0.01);
+        assert_eq!(t.changes.len(), 1, "{:?}", t.changes);
+        let c = &t.changes[0];
+        assert_eq!((c.prev, c.run, c.z), (1, 3, None));
+        assert_eq!((c.before, c.after), (1.0, 2.0));
+        assert_eq!((c.from.as_str(), c.to.as_str()), ("build-2", "build-4"));
+    }
+
+    /// Today's verdict is shown beside the one at the time only where it differs or the golden
+    /// changed since.
+    #[test]
+    fn todays_verdict_is_shown_where_it_differs_or_the_golden_changed() {
+        let mut r = run(1, Some(1.0));
+        assert_eq!(r.today(), None);
+        r.golden_changed = Some("its calibration (sha a → b)".into());
+        assert_eq!(
+            r.today().as_deref(),
+            Some("pass today (its calibration (sha a → b) changed since)")
+        );
+        r.golden_changed = None;
+        r.verdict = "FAIL".into();
+        assert!(r
+            .today()
+            .unwrap()
+            .starts_with("FAIL today (the same golden"));
+        r.at_the_time = None;
+        assert_eq!(r.verdict_then(), "FAIL");
     }
 }

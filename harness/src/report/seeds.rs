@@ -18,7 +18,7 @@ use super::{Reference, Report, RunInfo};
 use crate::compare::budget::BudgetStatement;
 use crate::compare::seeds::seeds_rule_id;
 use crate::compare::{judge_combined, Combined, CombinedError, StoredError, StoredRun};
-use crate::golden::{Golden, JudgedAgainst};
+use crate::golden::Golden;
 use crate::metrics::MetricTable;
 use crate::rundir::KnobDiff;
 
@@ -36,6 +36,7 @@ pub(crate) fn judge_stored(dir: &Path, golden_root: &Path) -> Result<Report, Sto
 /// The report of a stored run the judge re-judged, with a note when its golden changed since.
 fn stored_report(stored: StoredRun) -> Report {
     let pending = stored.pending_golden().map(str::to_string);
+    let changed = stored.changed_since();
     let StoredRun {
         dir,
         manifest,
@@ -46,10 +47,6 @@ fn stored_report(stored: StoredRun) -> Report {
     let reference = match &manifest.reference_run {
         Some(_) => golden.as_ref().map(Reference::from_reference_run),
         None => golden.as_ref().map(Reference::from_golden),
-    };
-    let changed = match (&manifest.judged_against, &golden) {
-        (Some(then), Some(now)) => then.digest.changes(&now.digest),
-        _ => None,
     };
     let budget = match (&verdict, &golden) {
         (Some(_), Some(g)) => Some(BudgetStatement::of(&manifest.checks, g, 1)),
@@ -73,18 +70,9 @@ pub(crate) const GOLDEN_CHANGED: &str = "judged against another golden than at r
 
 /// The verdict a run directory's own `verdict.json` records (what `run` said), in words.
 fn verdict_at_run_time(dir: &Path) -> String {
-    #[derive(serde::Deserialize)]
-    struct Head {
-        exit_code: i32,
-        summary: String,
-    }
-    let path = dir.join("verdict.json");
-    match std::fs::read_to_string(&path)
-        .map_err(|e| e.to_string())
-        .and_then(|t| serde_json::from_str::<Head>(&t).map_err(|e| e.to_string()))
-    {
+    match crate::rundir::RecordedVerdict::read(dir) {
         Ok(h) => format!("{} (exit {})", h.summary, h.exit_code),
-        Err(e) => format!("unknown ({}: {e})", path.display()),
+        Err(e) => format!("unknown ({e})"),
     }
 }
 
@@ -157,7 +145,7 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
     // have changed, so it says so with both verdicts. `seeds.json` records what the combined
     // verdict was judged against; a run made before it did falls back on its seeds' run.json.
     let changed = match (&manifest.judged_against, &c.judged_against) {
-        (Some(then), now) => judged_change(then, now.as_ref()),
+        (Some(then), now) => then.changes_to(now.as_ref()),
         (None, _) => seeds
             .iter()
             .flat_map(|(_, r)| r.notes.iter())
@@ -195,32 +183,6 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
         report.notes.push(note);
     }
     report
-}
-
-/// What changed between what a verdict was judged against then and now, in words.
-fn judged_change(then: &JudgedAgainst, now: Option<&JudgedAgainst>) -> Option<String> {
-    let Some(now) = now else {
-        return Some("the golden (gone)".into());
-    };
-    let mut parts: Vec<String> = then.digest.changes(&now.digest).into_iter().collect();
-    let moved: Vec<&String> = then
-        .bands
-        .iter()
-        .filter(|(rule, band)| now.bands.get(*rule) != Some(*band))
-        .map(|(rule, _)| rule)
-        .chain(now.bands.keys().filter(|r| !then.bands.contains_key(*r)))
-        .collect();
-    if !moved.is_empty() {
-        parts.push(format!(
-            "the resolved bands of {}",
-            moved
-                .iter()
-                .map(|r| format!("`{r}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    (!parts.is_empty()).then(|| parts.join(" and "))
 }
 
 /// The knobs that differ from their defaults, the same in every seed (only the seed differs

@@ -33,3 +33,22 @@ pub(crate) fn load(dir: &Path) -> Result<(RunManifest, MetricTable), RunDirError
     let t = MetricTable::read_csv(&dir.join(METRICS_FILE))?;
     Ok((m, t))
 }
+
+/// The verdict a run directory's own `verdict.json` records: what `run` said when it judged
+/// the run (its exit code and summary line).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub(crate) struct RecordedVerdict {
+    pub(crate) exit_code: i32,
+    pub(crate) summary: String,
+}
+
+impl RecordedVerdict {
+    /// `dir/verdict.json`'s verdict; the error in words when it is missing or unreadable.
+    pub(crate) fn read(dir: &Path) -> Result<RecordedVerdict, String> {
+        let path = dir.join("verdict.json");
+        std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str::<RecordedVerdict>(&t).map_err(|e| e.to_string()))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+}

@@ -250,3 +250,123 @@ fn history_of_nothing_is_invalid_input() {
         &["no run directory (a folder with a run.json) under"],
     );
 }
+
+/// `history` tells each run's verdict at the time, and today's beside it where the golden
+/// changed since: two runs pass against the shipped golden; the scenario is changed (slower
+/// generation), its run fails and is blessed and accepted as the new golden; a last run passes
+/// against it. The history shows the first two as pass then and FAIL today, the third as FAIL
+/// then and pass today, each marked with what changed, and the last unmarked.
+#[test]
+fn history_shows_the_verdict_at_the_time_and_todays_after_a_rebless() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = crate::common::scenarios_root_in(tmp.path());
+    let scenario = root.join("mock.yaml");
+    let shipped =
+        std::fs::read_to_string(repo().join("scenarios/smoke/mock-gsm8k-grpo.yaml")).unwrap();
+    std::fs::write(&scenario, &shipped).unwrap();
+    let store = tmp.path().join("golden");
+    let cpu = store.join("mock-gsm8k-grpo/cpu");
+    std::fs::create_dir_all(&cpu).unwrap();
+    for f in ["golden.yaml", "metrics.csv"] {
+        std::fs::copy(
+            repo().join("golden/mock-gsm8k-grpo/cpu").join(f),
+            cpu.join(f),
+        )
+        .unwrap();
+    }
+    let runs = tmp.path().join("runs");
+    let rl_out = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rlharness"))
+            .args(args)
+            .current_dir(tmp.path())
+            .env_remove("CI")
+            .env("RUST_LOG", "error")
+            .output()
+            .unwrap()
+    };
+    let rl = |args: &[&str]| {
+        let o = rl_out(args);
+        (o.status.code(), crate::common::text(&o))
+    };
+    let run = |id: &str, want: i32| {
+        let dir = runs.join(id);
+        let (code, text) = rl(&[
+            "run",
+            scenario.to_str().unwrap(),
+            "--no-progress",
+            "--out",
+            runs.to_str().unwrap(),
+            "--label",
+            id,
+        ]);
+        assert_eq!(code, Some(want), "{id}: {text}");
+        let latest = runs.join("mock-gsm8k-grpo/latest");
+        std::fs::rename(std::fs::canonicalize(&latest).unwrap(), &dir).unwrap();
+        dir
+    };
+    run("r1", 0);
+    run("r2", 0);
+    let slower = shipped.replace(
+        "backend:\n  kind: mock\n",
+        "backend:\n  kind: mock\n  efficiency: {decode: 0.03}\n",
+    );
+    assert_ne!(slower, shipped);
+    std::fs::write(&scenario, slower).unwrap();
+    let r3 = run("r3", 1);
+    let (code, text) = rl(&["golden", "bless", r3.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = rl(&["golden", "accept", "mock-gsm8k-grpo"]);
+    assert_eq!(code, Some(0), "{text}");
+    run("r4", 0);
+
+    let out = tmp.path().join("history");
+    let (code, text) = rl(&["history", "runs", "--out", out.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{text}");
+    crate::common::says(
+        &text,
+        &[
+            "run 1 (runs/r1): pass at the time; FAIL today (the golden's series or header",
+            "run 3 (runs/r3): FAIL at the time; pass today (the golden's series or header",
+        ],
+    );
+    assert!(!text.contains("run 4 ("), "{text}");
+    let md = std::fs::read_to_string(out.join("history.md")).unwrap();
+    assert!(md.contains("⚠ FAIL today"), "{md}");
+
+    let o = rl_out(&[
+        "history",
+        "runs",
+        "--out",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let json = crate::common::text(&o);
+    assert_eq!(o.status.code(), Some(0), "{json}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let got: Vec<(String, String, bool)> = doc["scenarios"][0]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["verdict_at_the_time"].as_str().unwrap().to_string(),
+                r["verdict_today"].as_str().unwrap().to_string(),
+                !r["golden_changed_since"].is_null(),
+            )
+        })
+        .collect();
+    let want = [
+        ("pass", "FAIL", true),
+        ("pass", "FAIL", true),
+        ("FAIL", "pass", true),
+        ("pass", "pass", false),
+    ];
+    let want: Vec<(String, String, bool)> = want
+        .iter()
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), *c))
+        .collect();
+    assert_eq!(got, want, "{json}");
+    crate::cli_habits::json::snapshot("json.history", &doc);
+}

@@ -22,7 +22,7 @@ pub(crate) fn golden(
         )));
     }
     let (text, status) = match action {
-        GoldenAction::Status { scenarios } => golden_status(&root, &scenarios)?,
+        GoldenAction::Status { scenarios, format } => golden_status(&root, &scenarios, format)?,
         GoldenAction::Accept {
             scenarios,
             widen: true,
@@ -133,12 +133,25 @@ fn short(hash: &str) -> &str {
 }
 
 /// `rlharness golden status`: exit 0 when nothing is pending, 4 when something waits for review.
-fn golden_status(root: &Path, filter: &[String]) -> Result<(String, ExitStatus), CommandError> {
+fn golden_status(
+    root: &Path,
+    filter: &[String],
+    format: cli::OutputFormat,
+) -> Result<(String, ExitStatus), CommandError> {
     let store = GoldenStore::new(root);
     let pending = match store.select(filter) {
         Err(GoldenError::NoPending(_)) => Vec::new(),
         other => other?,
     };
+    let status = if pending.is_empty() {
+        ExitStatus::Passed
+    } else {
+        ExitStatus::NoGolden
+    };
+    if format == cli::OutputFormat::Json {
+        let doc = super::json_out::golden_status(root, &pending);
+        return Ok((format!("{doc:#}\n"), status));
+    }
     if pending.is_empty() {
         let of = if filter.is_empty() {
             String::new()
@@ -306,21 +319,27 @@ mod tests {
                 None,
             )
             .unwrap();
-        let (text, status) = golden_status(dir.path(), &[]).unwrap();
+        let (text, status) = golden_status(dir.path(), &[], cli::OutputFormat::Text).unwrap();
         assert_eq!(status, ExitStatus::NoGolden);
         assert!(text.contains("smoke/mock/cpu: new golden"), "{text}");
         // Named scenarios (as the README writes `golden status [SCENARIO...]`).
-        let (text, status) = golden_status(dir.path(), &["smoke/mock".to_string()]).unwrap();
+        let (text, status) = golden_status(
+            dir.path(),
+            &["smoke/mock".to_string()],
+            cli::OutputFormat::Text,
+        )
+        .unwrap();
         assert_eq!(status, ExitStatus::NoGolden);
         assert!(text.contains("smoke/mock/cpu: new golden"), "{text}");
-        let (text, status) = golden_status(dir.path(), &["other".to_string()]).unwrap();
+        let (text, status) =
+            golden_status(dir.path(), &["other".to_string()], cli::OutputFormat::Text).unwrap();
         assert_eq!(status, ExitStatus::Passed);
         assert!(
             text.starts_with("no pending goldens of other under"),
             "{text}"
         );
         golden_reject(dir.path(), &[]).unwrap();
-        let (text, status) = golden_status(dir.path(), &[]).unwrap();
+        let (text, status) = golden_status(dir.path(), &[], cli::OutputFormat::Text).unwrap();
         assert_eq!(status, ExitStatus::Passed);
         assert!(text.contains("no pending"));
     }

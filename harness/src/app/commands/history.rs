@@ -26,6 +26,7 @@ pub(crate) fn history(
             }
         }
         HistoryFormat::GhSummary => outln!("{}", rendered.gh_summary.trim_end()),
+        HistoryFormat::Json => outln!("{:#}", super::json_out::history(&collected, &written)),
     }
     Ok(ExitStatus::Passed)
 }

@@ -81,3 +81,101 @@ pub(crate) fn check(outcome: &CheckOutcome, manifests: &[(String, Vec<String>)])
         "knob_manifests": manifests,
     })
 }
+
+/// `golden status --format json`: the store and each pending golden waiting for review.
+pub(crate) fn golden_status(root: &std::path::Path, pending: &[crate::golden::Pending]) -> Value {
+    let pending: Vec<Value> = pending
+        .iter()
+        .map(|p| {
+            json!({
+                "scenario": p.scenario,
+                "hardware": p.hardware,
+                "dir": p.dir.display().to_string(),
+                "diff": p.diff_summary,
+            })
+        })
+        .collect();
+    json!({"schema": SCHEMA, "store": root.display().to_string(), "pending": pending})
+}
+
+/// `history --format json`: per scenario and hardware its runs (the verdict at the time and,
+/// where it differs or the golden changed, today's), and each window's values, band and change
+/// points; the runs left out and why; the files written.
+pub(crate) fn history(c: &crate::history::Collected, written: &[std::path::PathBuf]) -> Value {
+    let scenarios: Vec<Value> = c
+        .trends
+        .iter()
+        .map(|t| {
+            let runs: Vec<Value> = t
+                .runs
+                .iter()
+                .map(|r| {
+                    json!({
+                        "dir": r.dir,
+                        "started": r.started,
+                        "code": r.version(),
+                        "seeds": r.tables.len(),
+                        "verdict_at_the_time": r.at_the_time,
+                        "verdict_today": r.verdict,
+                        "golden_changed_since": r.golden_changed,
+                    })
+                })
+                .collect();
+            let windows: Vec<Value> = t
+                .windows
+                .iter()
+                .map(|w| {
+                    let changes: Vec<Value> = w
+                        .changes
+                        .iter()
+                        .map(|ch| {
+                            json!({
+                                "first_run_at_new_level": ch.run + 1,
+                                "last_run_before": ch.prev + 1,
+                                "before": ch.before,
+                                "after": ch.after,
+                                "sigma_multiple": ch.z,
+                                "from": ch.from,
+                                "to": ch.to,
+                                "kind": format!("{:?}", ch.kind).to_lowercase(),
+                            })
+                        })
+                        .collect();
+                    json!({
+                        "label": w.window.label(),
+                        "metric": w.window.metric,
+                        "first_step": w.window.first,
+                        "last_step": w.window.last,
+                        "statistic": if w.window.median { "median" } else { "mean" },
+                        "golden": w.window.golden,
+                        "band_half_width": w.window.band,
+                        "sigma": w.sigma,
+                        "sigma_from": w.sigma_from,
+                        "values": w.values,
+                        "changes": changes,
+                    })
+                })
+                .collect();
+            json!({
+                "scenario": t.scenario,
+                "hardware": t.hardware,
+                "blessed": t.blesses,
+                "runs": runs,
+                "windows": windows,
+            })
+        })
+        .collect();
+    let unreadable: Vec<Value> = c
+        .unreadable
+        .iter()
+        .map(|(d, why)| json!({"dir": d.display().to_string(), "why": why}))
+        .collect();
+    let files: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+    json!({
+        "schema": SCHEMA,
+        "scenarios": scenarios,
+        "calibration_runs_left_out": c.calibrations,
+        "unreadable": unreadable,
+        "files": files,
+    })
+}

@@ -16,8 +16,9 @@ pub(crate) struct TrendPlot<'a> {
     pub(crate) band: Option<(f64, f64)>,
     /// Runs whose verdict was not a pass.
     pub(crate) failing: &'a [u64],
-    /// The first run of each new level.
-    pub(crate) changes: &'a [u64],
+    /// Where each change is drawn: between the last run before it and the first at the new
+    /// level (a run's x is its number).
+    pub(crate) changes: &'a [f64],
 }
 
 pub(crate) const CHANGE_SERIES: &str = "change point";
@@ -25,7 +26,7 @@ pub(crate) const CHANGE_SERIES: &str = "change point";
 /// The chart's SVG.
 pub(crate) fn plot_trend(t: &TrendPlot) -> String {
     let runs = t.values.iter().map(|(r, _)| *r);
-    let (x0, x1) = x_range(runs.chain(t.changes.iter().copied()));
+    let (x0, x1) = x_range(runs);
     let (y0, y1) = y_range(
         t.values
             .iter()
@@ -59,14 +60,14 @@ pub(crate) fn plot_trend(t: &TrendPlot) -> String {
     })
 }
 
-/// A dashed-looking vertical line half a run before each change's first run.
-fn change_lines(l: &mut Layers, changes: &[u64], (y0, y1): (f64, f64)) -> Result<(), PlotError> {
+/// A dashed-looking vertical line at each change.
+fn change_lines(l: &mut Layers, changes: &[f64], (y0, y1): (f64, f64)) -> Result<(), PlotError> {
     if changes.is_empty() {
         return Ok(());
     }
     l.group("series", CHANGE_SERIES, Swatch::Line(OTHER, 2), |chart| {
         for c in changes {
-            let x = *c as f64 - 0.5;
+            let x = *c;
             let dashes: Vec<_> = (0..20)
                 .filter(|i| i % 2 == 0)
                 .map(|i| {

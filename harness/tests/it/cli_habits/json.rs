@@ -33,7 +33,8 @@ fn json_of(args: &[&str]) -> (Option<i32>, Value) {
     (o.status.code(), doc)
 }
 
-fn snapshot(name: &str, doc: &Value) {
+/// The shape of `doc` against the snapshot `name` (`harness/tests/snapshots/NAME.snap`).
+pub(crate) fn snapshot(name: &str, doc: &Value) {
     insta::with_settings!({
         snapshot_path => repo().join("harness/tests/snapshots"),
         prepend_module_to_snapshot => false,
@@ -100,4 +101,42 @@ fn list_check_and_run_print_one_versioned_document_each() {
     )
     .unwrap();
     assert_eq!(verdict["schema"], 1);
+}
+
+/// `golden status --format json`: the store and each pending golden, exit 4 while one waits
+/// (as without the flag), 0 with none.
+#[test]
+fn golden_status_prints_one_versioned_document() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let o = rlharness()
+        .args(["run", "mock-gsm8k-grpo", "--no-progress", "--golden"])
+        .arg(&store)
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .current_dir(repo())
+        .env_remove("CI")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    let status = |store: &std::path::Path| {
+        let o = rlharness()
+            .args(["golden", "status", "--format", "json", "--golden"])
+            .arg(store)
+            .output()
+            .unwrap();
+        let doc: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("not one JSON document ({e}): {}", text(&o)));
+        (o.status.code(), doc)
+    };
+    let (code, doc) = status(&store);
+    assert_eq!(code, Some(4), "{doc}");
+    assert_eq!(doc["schema"], 1);
+    assert_eq!(doc["pending"][0]["scenario"], "mock-gsm8k-grpo", "{doc}");
+    snapshot("json.golden-status", &doc);
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (code, doc) = status(&empty);
+    assert_eq!((code, doc["pending"].clone()), (Some(0), json!([])));
 }

@@ -13,7 +13,7 @@ use std::process::{Command, Output, Stdio};
 use crate::common::{self, csv_steps, dead, manifest, repo, says, text, wait_for};
 
 mod inputs;
-mod json;
+pub(crate) mod json;
 mod selection;
 
 fn rlharness() -> Command {
