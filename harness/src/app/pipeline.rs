@@ -19,6 +19,13 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
     use crate::report::Report;
     let scenario =
         spec::load_scenario(file, &opts.set).map_err(|e| CommandError::invalid(e.to_string()))?;
+    // What `check` refuses, `run` refuses, with the same messages, before anything starts.
+    let found = spec::preflight::problems(file, &scenario, &opts.golden);
+    if !found.errors.is_empty() {
+        return Err(CommandError::invalid(
+            spec::SpecErrors(found.errors).to_string(),
+        ));
+    }
     let plan = RunPlan::new(scenario, opts.seed, opts.steps)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     let unmet = plan.scenario.requires.unmet();

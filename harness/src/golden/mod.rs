@@ -182,6 +182,12 @@ pub enum GoldenError {
     CiRefused { scenario: String, hardware: String },
     #[error("invalid {what} `{name}`: use letters, digits, `-`, `_`, `.`, and `/` between parts")]
     BadName { what: &'static str, name: String },
+    #[error(
+        "{}: not accepted: its rule `golden:{metric}` reads a metric the run never had (it \
+         would only ever fail as missing); fix the scenario's rule and run it again",
+        dir.display()
+    )]
+    RuleWithoutSeries { dir: PathBuf, metric: String },
     #[error("no pending golden matches {0}")]
     NoPending(String),
     #[error("{path} has a pending series but no {missing}")]

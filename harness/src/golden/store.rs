@@ -198,8 +198,21 @@ impl GoldenStore {
                 });
             }
             if csv.exists() {
-                // Validate before replacing anything: a broken pending file must not win.
-                read_golden(&p.scenario, &p.hardware, &p.dir, &csv, &header)?;
+                // Validate before replacing anything: a broken pending file must not win, nor
+                // one whose rules read a metric its run never had (they would only ever say
+                // `missing`).
+                let g = read_golden(&p.scenario, &p.hardware, &p.dir, &csv, &header)?;
+                let columns = g.table.columns();
+                let rules = g
+                    .rules
+                    .as_ref()
+                    .map(|r| r.golden.iter().map(|(m, _)| m.to_string()));
+                if let Some(metric) = rules.into_iter().flatten().find(|m| !columns.contains(m)) {
+                    return Err(GoldenError::RuleWithoutSeries {
+                        dir: p.dir.clone(),
+                        metric,
+                    });
+                }
                 // The series first, the header last (see the module's note).
                 fsx::rename(&csv, &p.dir.join(METRICS_FILE))?;
             } else if !finishes_an_accept(&p.dir)? {

@@ -149,16 +149,7 @@ pub fn launch_for(
         project_name: "rlharness".into(),
         experiment_name: format!("{}-{run_id}", plan.scenario.name),
     };
-    let program_arg = spec.command.first().cloned().unwrap_or_default();
-    let program = if program_arg.contains('/') && Path::new(&program_arg).is_relative() {
-        plan.scenario
-            .path
-            .parent()
-            .unwrap_or(Path::new(""))
-            .join(&program_arg)
-    } else {
-        PathBuf::from(&program_arg)
-    };
+    let program = spec.program(&plan.scenario.path);
     let mut args: Vec<String> = spec.command.iter().skip(1).cloned().collect();
     args.extend(hydra_overrides(plan, &settings));
     let jsonl_path = run_dir.join(JSONL_FILE);

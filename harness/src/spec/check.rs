@@ -99,14 +99,10 @@ pub fn check(paths: &[PathBuf]) -> CheckOutcome {
             Ok(s) => {
                 let root = scenarios_root(&file);
                 let golden_root = root.parent().unwrap_or(Path::new("")).join("golden");
-                warnings =
-                    super::rules_lint::lint_calibration(&file, &s.name, &s.checks, &golden_root);
+                let found = super::preflight::problems(&file, &s, &golden_root);
+                warnings = found.warnings;
                 let mut errors: Vec<Diagnostic> =
-                    super::rules_lint::lint_rules(&file, &s.name, &s.checks, &golden_root)
-                        .into_iter()
-                        .chain(super::shape_lint::lint_shapes(&file, &s.checks, s.steps))
-                        .map(Diagnostic::Spec)
-                        .collect();
+                    found.errors.into_iter().map(Diagnostic::Spec).collect();
                 match names.get(&s.name) {
                     Some(first) => errors.push(Diagnostic::Spec(SpecError {
                         file: file.clone(),

@@ -17,6 +17,7 @@ pub(crate) mod error;
 mod gpus;
 pub mod lint;
 mod load;
+pub mod preflight;
 mod requires;
 pub(crate) mod rules_lint;
 mod shape_lint;

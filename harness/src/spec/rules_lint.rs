@@ -20,10 +20,12 @@ use super::error::SpecError;
 use crate::checks::domain::{domain, positive};
 use crate::checks::ChecksSpec;
 use crate::compare::{judge_run, RunRecord};
-use crate::golden::{Golden, GoldenStore};
+use crate::golden::{Golden, GoldenError, GoldenStore};
 
-/// The golden folders of a scenario: `<golden root>/<name>/<hardware>/` that hold a golden.
-fn goldens(root: &Path, name: &str) -> Vec<(String, Golden)> {
+/// The golden folders of a scenario: `<golden root>/<name>/<hardware>/` that hold a golden,
+/// each loaded as `run` loads it (a golden that does not read is its error, which `run` would
+/// give too).
+fn goldens(root: &Path, name: &str) -> Vec<(String, Result<Golden, GoldenError>)> {
     let store = GoldenStore::new(root);
     let Ok(entries) = std::fs::read_dir(root.join(name)) else {
         return Vec::new();
@@ -36,7 +38,35 @@ fn goldens(root: &Path, name: &str) -> Vec<(String, Golden)> {
     hardware.sort();
     hardware
         .into_iter()
-        .filter_map(|h| store.load(name, &h).ok().flatten().map(|g| (h, g)))
+        .filter_map(|h| match store.load(name, &h) {
+            Ok(Some(g)) => Some((h, Ok(g))),
+            Ok(None) => None,
+            Err(e) => Some((h, Err(e))),
+        })
+        .collect()
+}
+
+/// Each of a scenario's goldens that does not read (a series that does not match its header's
+/// sha, a bad cell, a header or calibration that does not parse): an error at the scenario's
+/// `name`, as `run` refuses it.
+pub(crate) fn lint_golden_files(file: &Path, name: &str, golden_root: &Path) -> Vec<SpecError> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("name:"))
+        .map_or(1, |i| i + 1);
+    goldens(golden_root, name)
+        .into_iter()
+        .filter_map(|(hw, g)| {
+            g.err().map(|e| {
+                error_at(
+                    file,
+                    line,
+                    "name".into(),
+                    format!("its golden {name}/{hw} does not read: {e}"),
+                )
+            })
+        })
         .collect()
 }
 
@@ -96,7 +126,7 @@ pub(super) fn line_of(text: &str, after: Option<&str>, needle: &str) -> usize {
 }
 
 /// A lint's finding at `file:line`, first column, under `key`.
-pub(super) fn error_at(file: &Path, line: usize, key: String, message: String) -> SpecError {
+pub(crate) fn error_at(file: &Path, line: usize, key: String, message: String) -> SpecError {
     SpecError {
         file: PathBuf::from(file),
         line,
@@ -116,6 +146,7 @@ pub(crate) fn lint_rules(
     let text = std::fs::read_to_string(file).unwrap_or_default();
     let mut errors = Vec::new();
     for (hardware, golden) in goldens(golden_root, name) {
+        let Ok(golden) = golden else { continue };
         let at = |line: usize, key: String, message: String| {
             error_at(
                 file,
@@ -136,6 +167,21 @@ pub(crate) fn lint_rules(
                     line_of(&text, Some("golden:"), metric),
                     format!("checks.golden.{metric}"),
                     format!("no metric `{metric}` in the golden{hint}"),
+                ));
+            }
+        }
+        // An expectation's metric the golden lacks but one of its columns nearly spells: a
+        // typo, which would only ever fail as `missing`. (One far from every column may be a
+        // metric a partial golden, e.g. published figures, does not hold.)
+        for metric in checks.metrics().iter().skip(checks.golden.iter().count()) {
+            if columns.iter().any(|c| c == metric) {
+                continue;
+            }
+            if let Some(c) = super::error::closest(metric, columns.iter().map(String::as_str)) {
+                errors.push(at(
+                    line_of(&text, Some("expect:"), metric),
+                    "checks.expect".into(),
+                    format!("no metric `{metric}` in the golden; did you mean `{c}`?"),
                 ));
             }
         }
@@ -165,6 +211,7 @@ pub(crate) fn lint_calibration(
     let text = std::fs::read_to_string(file).unwrap_or_default();
     let mut out = Vec::new();
     for (hardware, golden) in goldens(golden_root, name) {
+        let Ok(golden) = golden else { continue };
         let Some(cal) = &golden.calibration else {
             continue;
         };

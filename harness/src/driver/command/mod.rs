@@ -19,7 +19,7 @@ pub(crate) use hydra::{hydra_quote, hydra_value, HARNESS_KEYS};
 pub(crate) use trainer::{start, Trainer};
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -82,7 +82,7 @@ pub struct CommandDriverSpec {
 #[serde(deny_unknown_fields)]
 struct RawCommandDriverSpec {
     command: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "env_values")]
     env: BTreeMap<String, String>,
     metrics_from: MetricsSource,
     #[serde(default)]
@@ -91,6 +91,110 @@ struct RawCommandDriverSpec {
     sources: Vec<String>,
     #[serde(default)]
     watch_env: Vec<String>,
+}
+
+impl CommandDriverSpec {
+    /// The program to start: a relative path with a `/` is relative to the scenario file's
+    /// folder; a bare name is looked up on PATH when it starts.
+    pub(crate) fn program(&self, scenario_file: &Path) -> PathBuf {
+        let arg = self.command.first().cloned().unwrap_or_default();
+        if arg.contains('/') && Path::new(&arg).is_relative() {
+            scenario_file.parent().unwrap_or(Path::new("")).join(&arg)
+        } else {
+            PathBuf::from(&arg)
+        }
+    }
+
+    /// The program as it would start here: an executable file at its path, or on the PATH the
+    /// trainer gets (the scenario's `env.PATH`, else this process's); why not, in words.
+    pub(crate) fn resolve_program(&self, scenario_file: &Path) -> Result<PathBuf, String> {
+        use std::os::unix::fs::PermissionsExt;
+        let program = self.program(scenario_file);
+        let executable = |p: &Path| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
+        if program.components().count() > 1 || program.is_absolute() {
+            return match std::fs::metadata(&program) {
+                Err(e) => Err(format!(
+                    "the trainer program {} does not exist ({e}); a relative path is relative \
+                     to the scenario file's folder",
+                    program.display()
+                )),
+                Ok(_) if !executable(&program) => Err(format!(
+                    "the trainer program {} is not an executable file",
+                    program.display()
+                )),
+                Ok(_) => Ok(program),
+            };
+        }
+        let path = match self.env.get("PATH") {
+            Some(p) => std::ffi::OsString::from(p),
+            None => std::env::var_os("PATH").unwrap_or_default(),
+        };
+        std::env::split_paths(&path)
+            .map(|d| d.join(&program))
+            .find(|p| executable(p))
+            .ok_or_else(|| {
+                format!(
+                    "no program `{}` on PATH: install it, or give its path",
+                    program.display()
+                )
+            })
+    }
+}
+
+/// `env`: each value a string; a number or `true`/`false` is taken as its text (what
+/// `--set driver.env.X=1` gives); a sequence or a map is an error at that variable.
+fn env_values<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    use serde::de::{Error, MapAccess, Visitor};
+    struct Scalar(String);
+    impl<'de> Deserialize<'de> for Scalar {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl Visitor<'_> for V {
+                type Value = Scalar;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a string (a number or true/false is taken as its text)")
+                }
+                fn visit_str<E: Error>(self, v: &str) -> Result<Scalar, E> {
+                    Ok(Scalar(v.to_string()))
+                }
+                fn visit_bool<E: Error>(self, v: bool) -> Result<Scalar, E> {
+                    Ok(Scalar(v.to_string()))
+                }
+                fn visit_i64<E: Error>(self, v: i64) -> Result<Scalar, E> {
+                    Ok(Scalar(v.to_string()))
+                }
+                fn visit_u64<E: Error>(self, v: u64) -> Result<Scalar, E> {
+                    Ok(Scalar(v.to_string()))
+                }
+                fn visit_f64<E: Error>(self, v: f64) -> Result<Scalar, E> {
+                    Ok(Scalar(v.to_string()))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+    struct Env;
+    impl<'de> Visitor<'de> for Env {
+        type Value = BTreeMap<String, String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of environment variables to their values")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let Scalar(value) = map
+                    .next_value()
+                    .map_err(|e| A::Error::custom(crate::util::at_key(&format!("env.{key}"), e)))?;
+                out.insert(key, value);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Env)
 }
 
 impl TryFrom<RawCommandDriverSpec> for CommandDriverSpec {

@@ -69,6 +69,11 @@ pub(crate) fn from_node<'a, T: de::Deserialize<'a>>(
 fn located<T>(node: &SpannedNode, path: &str, r: Result<T, DeError>) -> Result<T, DeError> {
     r.map_err(|mut e| {
         if e.at.is_none() {
+            if let Some((hit, rest)) = at_path(node, path, &e.message) {
+                e.at = Some(hit);
+                e.message = rest;
+                return e;
+            }
             e.at = Some(
                 refine(node, path, &e.message)
                     .unwrap_or_else(|| (node.pos.clone(), path.to_string())),
@@ -76,6 +81,23 @@ fn located<T>(node: &SpannedNode, path: &str, r: Result<T, DeError>) -> Result<T
         }
         e
     })
+}
+
+/// The node a `util::at_key` message names under `root`, and the message without its prefix.
+fn at_path(root: &SpannedNode, path: &str, message: &str) -> Option<((Pos, String), String)> {
+    let rest = message.strip_prefix("at `")?;
+    let (rel, msg) = rest.split_once("`: ")?;
+    let mut node = root;
+    let mut node_path = path.to_string();
+    for key in rel.split('.') {
+        let SpannedValue::Map(entries) = &node.value else {
+            return None;
+        };
+        let (_, _, child) = entries.iter().find(|(k, _, _)| k == key)?;
+        node = child;
+        node_path = join_path(&node_path, key);
+    }
+    Some(((node.pos.clone(), node_path), msg.to_string()))
 }
 
 /// A deserializer over one node, knowing its key path.

@@ -11,6 +11,7 @@ use serde_json::json;
 
 mod builtin;
 mod check;
+mod check_vs_run;
 
 fn shipped(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

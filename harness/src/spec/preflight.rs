@@ -1,0 +1,49 @@
+//! What `check` and `run` both refuse in a scenario that loads, from one function so that they
+//! agree: goldens that do not read, rules and expectations on metrics the golden does not
+//! hold (with a did-you-mean), rules that cannot fail, and a trainer program that cannot be
+//! started here. `run` calls it before anything starts, so a bad input costs no run.
+
+use std::path::Path;
+
+use super::error::SpecError;
+use super::{rules_lint, shape_lint, Scenario};
+use crate::driver::DriverSpec;
+
+/// A scenario's problems: errors (exit 2 from both commands) and warnings.
+#[derive(Debug, Default)]
+pub struct Problems {
+    pub errors: Vec<SpecError>,
+    pub warnings: Vec<SpecError>,
+}
+
+/// The problems of scenario `s`, loaded from `file`, judged against the goldens under
+/// `golden_root`.
+pub fn problems(file: &Path, s: &Scenario, golden_root: &Path) -> Problems {
+    let mut errors = rules_lint::lint_golden_files(file, &s.name, golden_root);
+    errors.extend(rules_lint::lint_rules(
+        file,
+        &s.name,
+        &s.checks,
+        golden_root,
+    ));
+    errors.extend(shape_lint::lint_shapes(file, &s.checks, s.steps));
+    if let DriverSpec::Command(c) = &s.driver {
+        if let Err(why) = c.resolve_program(file) {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            let line = text
+                .lines()
+                .position(|l| l.trim_start().starts_with("command:"))
+                .map_or(1, |i| i + 1);
+            errors.push(rules_lint::error_at(
+                file,
+                line,
+                "driver.command".into(),
+                why,
+            ));
+        }
+    }
+    Problems {
+        errors,
+        warnings: rules_lint::lint_calibration(file, &s.name, &s.checks, golden_root),
+    }
+}
