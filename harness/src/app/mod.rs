@@ -65,7 +65,12 @@ pub fn main(cli: Cli) -> ExitStatus {
 async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
     match command {
         Command::Check { paths, format } => Ok(commands::check::check(&paths, format)),
-        Command::List { root, format } => commands::list::list(&root, format),
+        Command::List {
+            root,
+            tag,
+            filter,
+            format,
+        } => commands::list::list(&root, &tag, filter.as_deref(), format),
         Command::Serve(args) => commands::serve::serve(args).await,
         Command::Run(args) => commands::run::run(args).await,
         Command::JobEntry(args) => commands::job_entry::job_entry(args).await,

@@ -28,6 +28,17 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
     }
     let plan = RunPlan::new(scenario, opts.seed, opts.steps)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
+    tracing::info!(
+        "plan {}: {} (plan {}), seed {}, {} steps, driver {}, backend {}, golden store {}",
+        plan.scenario.name,
+        file.display(),
+        &plan.plan_hash[..plan.plan_hash.len().min(12)],
+        plan.scenario.seed,
+        plan.scenario.steps,
+        plan.scenario.driver.kind(),
+        plan.scenario.backend.kind(),
+        opts.golden.display()
+    );
     let unmet = plan.scenario.requires.unmet();
     if !unmet.is_empty() {
         return Ok(Report::skipped(&plan.scenario.name, &unmet.join("; ")));

@@ -37,6 +37,19 @@ pub enum BackendSpec {
     None,
 }
 
+impl BackendSpec {
+    /// The block's `kind:` as the scenario writes it.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            BackendSpec::Mock(_) => "mock",
+            BackendSpec::Torch(_) => "torch",
+            BackendSpec::Remote { .. } => "remote",
+            BackendSpec::Replay { .. } => "replay",
+            BackendSpec::None => "none",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod bisect;
+mod golden;
 pub(crate) use bisect::BisectArgs;
+pub(crate) use golden::GoldenAction;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -52,6 +54,12 @@ pub(crate) enum Command {
     List {
         #[arg(default_value = "scenarios")]
         root: PathBuf,
+        /// Only the scenarios with this tag (repeatable: any of them).
+        #[arg(long, value_name = "TAG")]
+        tag: Vec<String>,
+        /// Only the scenarios this filter expression selects (as `run -E`).
+        #[arg(short = 'E', long = "filter", value_name = "EXPR")]
+        filter: Option<String>,
         /// `json`: one document for scripts (`schema`, `scenarios`).
         #[arg(long, value_enum, default_value = "text")]
         format: OutputFormat,
@@ -258,16 +266,22 @@ pub(crate) fn golden_store(
 pub(crate) struct RunArgs {
     /// Scenario files, folders (searched for scenarios) or scenario names (looked up under the
     /// nearest `scenarios/` folder from here up).
-    #[arg(required_unless_present_any = ["tag", "rerun_failed"])]
+    #[arg(required_unless_present_any = ["tag", "filter", "rerun_failed"])]
     pub(crate) scenarios: Vec<PathBuf>,
     /// Run again the scenarios that did not pass in the last `run` into `--out` (read from
     /// `OUT/index.json`); skipped ones are left out.
-    #[arg(long, conflicts_with_all = ["scenarios", "tag"])]
+    #[arg(long, conflicts_with_all = ["scenarios", "tag", "filter"])]
     pub(crate) rerun_failed: bool,
     /// Only the scenarios with this tag (repeatable: any of them); with no scenario given,
     /// selects from the nearest `scenarios/` folder.
     #[arg(long, value_name = "TAG")]
     pub(crate) tag: Vec<String>,
+    /// Only the scenarios this filter expression selects (`tag(smoke) and not
+    /// requires(gpu)`: name(TEXT), tag(TAG), requires(TEXT), path(TEXT), all(), and, or,
+    /// not); with --tag, both must hold; with no scenario given, selects from the nearest
+    /// `scenarios/` folder.
+    #[arg(short = 'E', long = "filter", value_name = "EXPR")]
+    pub(crate) filter: Option<String>,
     /// `json`: the combined verdict as one document on stdout (`schema`, `exit_code`,
     /// `scenarios`); each scenario's lines go to stderr instead.
     #[arg(long, value_enum, default_value = "text")]
@@ -327,6 +341,7 @@ impl RunArgs {
         RunArgs {
             scenarios: vec![scenario.to_path_buf()],
             tag: Vec::new(),
+            filter: None,
             rerun_failed: false,
             format: OutputFormat::Text,
             common: RunCommonArgs {
@@ -460,39 +475,6 @@ pub(crate) struct ProxyArgs {
     /// Upstream time-out per request, in seconds.
     #[arg(long, default_value_t = 1800)]
     pub(crate) timeout_s: u64,
-}
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum GoldenAction {
-    /// List pending goldens with a diff summary (all, or those of the named scenarios).
-    Status {
-        scenarios: Vec<String>,
-        /// Lines for people, or one JSON document for scripts (`schema` 1).
-        #[arg(long, value_enum, default_value = "text")]
-        format: OutputFormat,
-    },
-    /// Accept pending goldens (all, or those of the named scenarios). With `--widen`: accept
-    /// instead the wider bands a new calibration gives the named accepted goldens (which fail
-    /// as `loosened:golden:<metric>:band` until then), saying by how much.
-    Accept {
-        scenarios: Vec<String>,
-        #[arg(long)]
-        widen: bool,
-    },
-    /// Reject pending goldens (all, or those of the named scenarios).
-    Reject { scenarios: Vec<String> },
-    /// Run a scenario N times (or once per seed) and store the measured noise beside its
-    /// golden (`calibration.json`), for rules with `calibrated: {k, floor}` bands.
-    Calibrate(Box<CalibrateArgs>),
-    /// The judge audits itself: the whole verdict's false-alarm rate (every rule, every seed)
-    /// and each gating rule's power, from thousands of synthetic runs drawn from the stored
-    /// calibration runs and judged by the real judge. Exit 1 when the rate's 95% interval lies
-    /// above the scenario's budget (`checks.alpha`) or a rule cannot fail.
-    Audit(AuditArgs),
-    /// Write a pending golden from a stored run directory: bless exactly the run that was
-    /// reviewed (on a nondeterministic backend a rerun is another draw). The run must be a
-    /// completed, unplanted run of the scenario file as it is now (same plan hash).
-    Bless { run: PathBuf },
 }
 
 #[derive(Debug, Args, Clone)]

@@ -20,6 +20,16 @@ pub enum DriverSpec {
     Command(command::CommandDriverSpec),
 }
 
+impl DriverSpec {
+    /// The block's `kind:` as the scenario writes it.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            DriverSpec::Builtin(_) => "builtin",
+            DriverSpec::Command(_) => "command",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BuiltinDriverSpec {

@@ -206,10 +206,24 @@ impl Exchange {
                 duration_s,
             });
         }
+        tracing::debug!(
+            "{} {} (job {}) -> {status} in {:.1} ms",
+            self.method,
+            self.route,
+            self.job_id,
+            duration_s * 1e3
+        );
         let mut a = self.shared.activity();
         if let Some((desc, _)) = a.in_flight.remove(&self.seq) {
             a.last_done = Some((desc, status, duration_s, Instant::now()));
         }
+        let tally = a
+            .per_route
+            .entry(format!("{} {}", self.method, self.route))
+            .or_default();
+        tally.count += 1;
+        tally.failed += u64::from(!(200..300).contains(&status));
+        tally.seconds += duration_s;
     }
 
     /// Answer the driver ourselves (limit, upstream failure) and record it.

@@ -121,6 +121,14 @@ impl ProxyHandle {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.server.await;
+        for (route, t) in &self.shared.activity().per_route {
+            tracing::info!(
+                "proxy: {route}: {} request(s), {} not 2xx, {:.3} s in all",
+                t.count,
+                t.failed,
+                t.seconds
+            );
+        }
         {
             let f = self
                 .shared

@@ -17,6 +17,16 @@ use crate::fsx::{self, FsError};
 pub(super) struct Activity {
     pub(super) in_flight: BTreeMap<u64, (String, Instant)>,
     pub(super) last_done: Option<(String, u16, f64, Instant)>,
+    /// Per `METHOD /route`: the requests, those not answered 2xx, and their total time (what
+    /// `-v` shows when the proxy stops).
+    pub(super) per_route: BTreeMap<String, RouteTally>,
+}
+
+#[derive(Default)]
+pub(super) struct RouteTally {
+    pub(super) count: u64,
+    pub(super) failed: u64,
+    pub(super) seconds: f64,
 }
 
 /// The files a proxy writes, shared by all exchanges.

@@ -244,7 +244,16 @@ async fn execute_with(
     let request_timeout = timeouts.request.unwrap_or(Duration::from_secs(1800));
 
     let mut p = stages::prepare(&plan, opts, started)?;
+    tracing::info!("stage prepare: run directory {}", p.run_dir.display());
     let backend = stages::start_backend_stage(&plan, opts, started, &mut p).await?;
+    tracing::info!(
+        "stage backend: {}",
+        backend
+            .as_ref()
+            .map_or("none (the trainer brings its own)".to_string(), |b| b
+                .url
+                .clone())
+    );
     let (tx, mut rx) = events::channel();
     let wire = stages::start_proxy(
         &plan,
@@ -256,8 +265,21 @@ async fn execute_with(
         &tx,
     )
     .await?;
+    tracing::info!(
+        "stage proxy: {}",
+        wire.proxy_url
+            .as_deref()
+            .unwrap_or("none (--direct, or no backend to record)")
+    );
     let (mut driver_task, trainer) =
         stages::start_driver(&plan, opts, &mut p, &wire, request_timeout, tx)?;
+    tracing::info!(
+        "stage driver: {}",
+        match &trainer {
+            Some(_) => "the trainer's command started",
+            None => "the builtin driver started",
+        }
+    );
 
     let stages::Prepared {
         run_dir,
@@ -284,6 +306,7 @@ async fn execute_with(
         wire.proxy_url.is_some()
             && std::fs::metadata(run_dir.join("wire.jsonl")).is_ok_and(|m| m.len() == 0)
     };
+    tracing::info!("stage drive: ended ({:?})", driven.end);
     let strays = stages::stop_driver(trainer.as_ref(), &mut driver_task, driven.driver_done).await;
     let trainer_tail = trainer
         .as_ref()
@@ -296,6 +319,7 @@ async fn execute_with(
     }
     observers.finished();
     let (end, replay) = stages::stop_servers(wire.proxy, backend, driven.end).await;
+    tracing::info!("stage stop: driver, proxy and backend stopped");
     let silent = silent_wire();
 
     if silent && matches!(plan.scenario.driver, DriverSpec::Command(_)) && manifest.notes.is_empty()

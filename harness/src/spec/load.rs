@@ -392,7 +392,10 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
         &mut errors,
     );
     let tags: Option<Vec<String>> = field(&root, "tags", &mut errors);
-    let requires: Option<Requires> = field(&root, "requires", &mut errors);
+    let mut requires: Option<Requires> = field(&root, "requires", &mut errors);
+    if let Some(r) = &mut requires {
+        r.resolve_paths(path.parent().unwrap_or(Path::new("")));
+    }
     let seed: Option<u64> = required(&root, "seed", "the run's random seed", &mut errors);
     let steps: Option<u64> = required(&root, "steps", "the number of training steps", &mut errors);
     let (driver, backend) = driver_and_backend(&root, &mut errors);

@@ -27,6 +27,15 @@ pub struct Requires {
     /// Python modules that `python3` must find.
     #[serde(default)]
     pub python_modules: Vec<String>,
+    /// Folders, relative to the scenario file, where the trainer finds its Python modules
+    /// besides python3's own (a project-local `.pydeps`); `python_modules` is asked with them
+    /// on `PYTHONPATH`.
+    #[serde(default)]
+    pub python_path: Vec<std::path::PathBuf>,
+    /// Environment variables that must be set, not empty (the checkouts a command trainer runs:
+    /// `VERL_SRC`).
+    #[serde(default)]
+    pub env: Vec<String>,
 }
 
 /// Cargo features this build was compiled with, by name.
@@ -48,11 +57,26 @@ pub fn command_available(name: &str) -> bool {
 /// Which Python modules `python3` finds, asked once per process (the scenarios of one `list`
 /// or `run` ask for the same ones) and in one interpreter start for all of `names` not asked
 /// yet: starting Python (through a version manager's shim) costs more than the rest of `list`.
-pub(super) fn python_modules_available(names: &[String]) -> Vec<Result<bool, String>> {
+pub(super) fn python_modules_available(
+    names: &[String],
+    python_path: &[std::path::PathBuf],
+) -> Vec<Result<bool, String>> {
     static KNOWN: std::sync::Mutex<BTreeMap<String, Result<bool, String>>> =
         std::sync::Mutex::new(BTreeMap::new());
     let mut known = crate::util::lock(&KNOWN);
-    let mut ask: Vec<&String> = names.iter().filter(|n| !known.contains_key(*n)).collect();
+    // Asked with `python_path` first on PYTHONPATH: the answers are kept by both.
+    let extra = std::env::join_paths(
+        python_path
+            .iter()
+            .cloned()
+            .chain(std::env::var_os("PYTHONPATH").map(std::path::PathBuf::from)),
+    )
+    .unwrap_or_default();
+    let key = |m: &String| format!("{}\0{m}", extra.to_string_lossy());
+    let mut ask: Vec<&String> = names
+        .iter()
+        .filter(|n| !known.contains_key(&key(n)))
+        .collect();
     ask.dedup();
     if !ask.is_empty() {
         // One line per module, `1` when found; a module whose parent package is missing
@@ -63,6 +87,7 @@ pub(super) fn python_modules_available(names: &[String]) -> Vec<Result<bool, Str
                       \x20 except Exception: ok = False\n\
                       \x20 print(int(ok))";
         let out = std::process::Command::new("python3")
+            .env("PYTHONPATH", &extra)
             .arg("-c")
             .arg(script)
             .args(&ask)
@@ -86,16 +111,25 @@ pub(super) fn python_modules_available(names: &[String]) -> Vec<Result<bool, Str
             }
         };
         for (name, answer) in ask.into_iter().zip(answers) {
-            known.insert(name.clone(), answer);
+            known.insert(key(name), answer);
         }
     }
     names
         .iter()
-        .map(|n| known.get(n).cloned().unwrap_or(Ok(false)))
+        .map(|n| known.get(&key(n)).cloned().unwrap_or(Ok(false)))
         .collect()
 }
 
 impl Requires {
+    /// `python_path` made relative to the folder of the scenario file (`base`).
+    pub(crate) fn resolve_paths(&mut self, base: &Path) {
+        for p in &mut self.python_path {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+    }
+
     /// Why this machine cannot run the scenario, in words; empty when it can.
     pub fn unmet(&self) -> Vec<String> {
         let mut reasons = Vec::new();
@@ -140,13 +174,18 @@ impl Requires {
                 reasons.push(format!("needs command `{c}` on PATH"));
             }
         }
+        for v in &self.env {
+            if std::env::var_os(v).is_none_or(|x| x.is_empty()) {
+                reasons.push(format!("needs environment variable `{v}` set"));
+            }
+        }
         // Python is asked last and only when nothing else is missing: its start costs more
         // than the rest of `list` (130 ms through a version manager's shim), and its answer
         // cannot make runnable a scenario that needs a GPU this machine lacks.
         if !reasons.is_empty() {
             return reasons;
         }
-        let found = python_modules_available(&self.python_modules);
+        let found = python_modules_available(&self.python_modules, &self.python_path);
         for (m, found) in self.python_modules.iter().zip(found) {
             match found {
                 Ok(true) => {}
@@ -171,6 +210,7 @@ impl Requires {
         parts.extend(self.features.iter().map(|f| format!("feature {f}")));
         parts.extend(self.commands.iter().map(|c| format!("command {c}")));
         parts.extend(self.python_modules.iter().map(|m| format!("python {m}")));
+        parts.extend(self.env.iter().map(|v| format!("env {v}")));
         if parts.is_empty() {
             "-".to_string()
         } else {

@@ -123,9 +123,42 @@ fn python_modules_are_asked_in_one_start_and_answered_in_order() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let found = python_modules_available(&names);
+    let found = python_modules_available(&names, &[]);
     if found[0].is_err() {
         return; // no python3 on this machine: nothing to check
     }
     assert_eq!(found, vec![Ok(true), Ok(false), Ok(false), Ok(true)]);
+}
+
+/// `requires.env`: a variable that is unset is a reason; `requires.python_path`: a module found
+/// only there is found.
+#[test]
+fn an_unset_variable_is_unmet_and_python_path_finds_a_module() {
+    let r = Requires {
+        env: vec!["RLHARNESS_SURELY_UNSET_VARIABLE".into()],
+        ..Default::default()
+    };
+    assert_eq!(
+        r.unmet(),
+        vec!["needs environment variable `RLHARNESS_SURELY_UNSET_VARIABLE` set".to_string()]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rlh_probe_module.py"), "x = 1\n").unwrap();
+    let without = Requires {
+        python_modules: vec!["rlh_probe_module".into()],
+        ..Default::default()
+    };
+    let unmet = without.unmet();
+    if unmet.iter().any(|u| u.contains("python3")) {
+        return; // no python3 on this machine: nothing to check
+    }
+    assert_eq!(
+        unmet,
+        vec!["needs python module `rlh_probe_module`".to_string()]
+    );
+    let with = Requires {
+        python_path: vec![dir.path().to_path_buf()],
+        ..without
+    };
+    assert_eq!(with.unmet(), Vec::<String>::new());
 }

@@ -2,11 +2,21 @@
 
 use std::path::Path;
 
+use super::filter::{Facts, Filter};
 use crate::cli::OutputFormat;
 use crate::error::{CommandError, ExitStatus};
 use crate::spec::check;
 
-pub(crate) fn list(root: &Path, format: OutputFormat) -> Result<ExitStatus, CommandError> {
+pub(crate) fn list(
+    root: &Path,
+    tags: &[String],
+    filter: Option<&str>,
+    format: OutputFormat,
+) -> Result<ExitStatus, CommandError> {
+    let filter = filter
+        .map(Filter::parse)
+        .transpose()
+        .map_err(CommandError::invalid)?;
     // Listing nothing is an input error, as checking nothing is: a mistyped path must not pass
     // a CI step.
     if !root.exists() {
@@ -15,13 +25,24 @@ pub(crate) fn list(root: &Path, format: OutputFormat) -> Result<ExitStatus, Comm
             root.display()
         )));
     }
-    let entries = check::list(root);
+    let mut entries = check::list(root);
     if entries.is_empty() {
         return Err(CommandError::invalid(format!(
             "{}: no scenario files there",
             root.display()
         )));
     }
+    entries.retain(|e| {
+        let path = e.path.display().to_string();
+        let facts = Facts {
+            name: &e.name,
+            tags: &e.tags,
+            requires: &e.requires,
+            path: &path,
+        };
+        (tags.is_empty() || e.tags.iter().any(|t| tags.contains(t)))
+            && filter.as_ref().is_none_or(|f| f.matches(&facts))
+    });
     match format {
         OutputFormat::Text => out!("{}", check::render_list(&entries)),
         OutputFormat::Json => outln!("{:#}", super::json_out::list(&entries)),

@@ -7,6 +7,7 @@ pub(crate) mod bisect;
 pub(crate) mod calibrate;
 pub(crate) mod check;
 pub(crate) mod compare;
+pub(crate) mod filter;
 pub(crate) mod golden;
 pub(crate) mod history;
 pub(crate) mod job_entry;

@@ -41,9 +41,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
             );
             return Ok(ExitStatus::Passed);
         }
-        super::select::select(&failed, &[])?
+        super::select::select(&failed, &[], None)?
     } else {
-        super::select::select(&args.scenarios, &args.tag)?
+        super::select::select(&args.scenarios, &args.tag, args.filter.as_deref())?
     };
     let opts = run_options(&args, files.first().map(PathBuf::as_path));
     if files.is_empty() {

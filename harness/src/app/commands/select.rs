@@ -1,8 +1,9 @@
 //! Which scenarios `run` means: files and folders as given, scenario names (`name:`) looked up
-//! under the project's scenarios folder, then narrowed by `--tag`.
+//! under the project's scenarios folder, then narrowed by `--tag` and `-E` (`filter.rs`).
 
 use std::path::{Path, PathBuf};
 
+use super::filter::{Facts, Filter};
 use crate::error::CommandError;
 use crate::spec;
 use crate::spec::check::{self, ListEntry};
@@ -22,7 +23,15 @@ pub(crate) fn scenarios_root() -> Option<PathBuf> {
 /// The scenario files `given` (paths or names) and `tags` select, in path order. A name that
 /// no scenario has, or that several have, is an error naming the folder searched (with the
 /// closest name); so is a selection that leaves nothing.
-pub(crate) fn select(given: &[PathBuf], tags: &[String]) -> Result<Vec<PathBuf>, CommandError> {
+pub(crate) fn select(
+    given: &[PathBuf],
+    tags: &[String],
+    filter_text: Option<&str>,
+) -> Result<Vec<PathBuf>, CommandError> {
+    let filter = filter_text
+        .map(Filter::parse)
+        .transpose()
+        .map_err(CommandError::invalid)?;
     let root = scenarios_root();
     let mut listed: Option<Vec<ListEntry>> = None;
     let mut paths = Vec::new();
@@ -43,11 +52,11 @@ pub(crate) fn select(given: &[PathBuf], tags: &[String]) -> Result<Vec<PathBuf>,
     }
     if given.is_empty() {
         match &root {
-            Some(r) if !tags.is_empty() => paths.push(r.clone()),
+            Some(r) if !tags.is_empty() || filter.is_some() => paths.push(r.clone()),
             Some(_) => {
                 return Err(CommandError::invalid(
                     "no scenario given: name scenario files, folders or scenario names, or \
-                     select with --tag",
+                     select with --tag or -E",
                 ))
             }
             None => {
@@ -58,18 +67,52 @@ pub(crate) fn select(given: &[PathBuf], tags: &[String]) -> Result<Vec<PathBuf>,
         }
     }
     let mut files = spec::discover(&paths).map_err(|e| CommandError::invalid(e.to_string()))?;
-    if !tags.is_empty() {
-        let tagged = tagged(&files, tags);
-        files.retain(|f| tagged.contains(f));
+    if !tags.is_empty() || filter.is_some() {
+        let loaded: Vec<(PathBuf, Option<spec::Scenario>)> = files
+            .iter()
+            .map(|f| (f.clone(), spec::load_scenario(f, &[]).ok()))
+            .collect();
+        files.retain(|f| {
+            let Some((_, Some(s))) = loaded.iter().find(|(p, _)| p == f) else {
+                return false; // a file that does not load has no name or tags
+            };
+            selected(f, s, tags, filter.as_ref())
+        });
         if files.is_empty() {
+            let mut what: Vec<String> = Vec::new();
+            if !tags.is_empty() {
+                what.push(format!("the tag(s) {}", tags.join(", ")));
+            }
+            if let Some(f) = filter_text {
+                what.push(format!("-E `{f}`"));
+            }
             return Err(CommandError::invalid(format!(
-                "no scenario under {} has the tag(s) {}",
+                "no scenario under {} matches {}",
                 shown(&paths),
-                tags.join(", ")
+                what.join(" and ")
             )));
         }
     }
     Ok(files)
+}
+
+/// Whether `--tag` (any of `tags`, when given) and `-E` (when given) both select the scenario.
+pub(crate) fn selected(
+    file: &Path,
+    s: &spec::Scenario,
+    tags: &[String],
+    filter: Option<&Filter>,
+) -> bool {
+    let tagged = tags.is_empty() || s.tags.iter().any(|t| tags.contains(t));
+    let requires = s.requires.summary();
+    let path = file.display().to_string();
+    let facts = Facts {
+        name: &s.name,
+        tags: &s.tags,
+        requires: &requires,
+        path: &path,
+    };
+    tagged && filter.is_none_or(|f| f.matches(&facts))
 }
 
 /// The one scenario file under `root` whose `name:` is `name`.
@@ -98,17 +141,6 @@ fn by_name(name: &str, root: &Path, entries: &[ListEntry]) -> Result<PathBuf, Co
                 .join(", ")
         ))),
     }
-}
-
-/// The files with any of `tags` (a file that does not load has none).
-fn tagged(files: &[PathBuf], tags: &[String]) -> Vec<PathBuf> {
-    files
-        .iter()
-        .filter(|f| {
-            spec::load_scenario(f, &[]).is_ok_and(|s| s.tags.iter().any(|t| tags.contains(t)))
-        })
-        .cloned()
-        .collect()
 }
 
 fn shown(paths: &[PathBuf]) -> String {

@@ -15,6 +15,7 @@ use crate::common::{self, csv_steps, dead, manifest, repo, says, text, wait_for}
 mod inputs;
 pub(crate) mod json;
 mod selection;
+mod tour;
 
 fn rlharness() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rlharness"));

@@ -245,6 +245,11 @@ fn bisect_propagate_over_ray_finds_the_commit_the_local_bisect_finds() {
     let standin =
         std::fs::read_to_string(repo().join("scenarios/propagate/verl-arctic-standin.yaml"))
             .unwrap();
+    // Its `python_path` is relative to the scenario file: here, the project's, absolute.
+    let standin = standin.replace(
+        "python_path: [../../.pydeps]",
+        &format!("python_path: [{}]", repo().join(".pydeps").display()),
+    );
     let at = standin.find("  command:\n").unwrap();
     let end = at + standin[at..].find("  metrics_from").unwrap();
     let scenario = root.join("bisect-propagate.yaml");

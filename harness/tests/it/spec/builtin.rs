@@ -148,6 +148,8 @@ fn check_refuses_a_misspelt_knob_in_a_fresh_repository() {
     let text = std::fs::read_to_string(shipped("verl/real-verl-arctic-grpo.yaml")).unwrap();
     let p = repo.join("real-verl-arctic-grpo.yaml");
     std::fs::write(&p, &text).unwrap();
+    // Its trainer program beside it, as shipped (`check` resolves it).
+    std::fs::copy(shipped("verl/verl-arctic.sh"), repo.join("verl-arctic.sh")).unwrap();
     let check = |p: &Path| {
         Command::new(env!("CARGO_BIN_EXE_rlharness"))
             .arg("check")
