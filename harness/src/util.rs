@@ -259,6 +259,14 @@ pub(crate) async fn stop_signal() -> &'static str {
     }
 }
 
+/// An error message that names the node it is about, relative to the node being deserialized
+/// (`` at `env.FOO`: message ``): the scenario loader (`spec::de`) points the error there.
+/// Inside a tagged enum, which serde buffers, errors have no position, and a message alone can
+/// name the wrong node.
+pub(crate) fn at_key(rel: &str, message: impl std::fmt::Display) -> String {
+    format!("at `{rel}`: {message}")
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -324,12 +332,4 @@ mod tests {
         *lock(&m) += 1;
         assert_eq!(*lock(&m), 2);
     }
-}
-
-/// An error message that names the node it is about, relative to the node being deserialized
-/// (`` at `env.FOO`: message ``): the scenario loader (`spec::de`) points the error there.
-/// Inside a tagged enum, which serde buffers, errors have no position, and a message alone can
-/// name the wrong node.
-pub(crate) fn at_key(rel: &str, message: impl std::fmt::Display) -> String {
-    format!("at `{rel}`: {message}")
 }
