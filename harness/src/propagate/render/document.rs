@@ -1,6 +1,7 @@
 //! The propagation report as one [`Document`], written as `propagation.md` and
-//! `propagation.html` alike: the verdict, then what to act on (flagged knobs, then what the
-//! manifest claims and does not hold), then the whole matrix, then the rest.
+//! `propagation.html` alike: the verdict, then what to act on (keys the manifest does not
+//! account for, flagged knobs, then what the manifest claims and does not hold), then the whole
+//! matrix, then the rest.
 
 use super::{flag_text, headline, PropagationReport, UNLISTED_UNSEEN};
 use crate::propagate::verdict::KnobResult;
@@ -8,9 +9,9 @@ use crate::report::doc::{marked, plain, Block, Document, Inline, Row, Table, Tex
 
 /// The sections' titles (level-2 headings), in the order a report shows those it has.
 pub(crate) mod titles {
+    // first the manifest's unaccounted keys (`accounted::TITLE`)
     pub(crate) const FLAGGED: &str = "Flagged knobs";
     pub(crate) const CLOSED: &str = "Known gaps that closed";
-    // then the manifest's unaccounted keys (`accounted::TITLE`)
     pub(crate) const UNLISTED: &str = "Knobs the manifest does not list";
     pub(crate) const CLAIMS: &str = "Claims of the manifest that no run observes";
     pub(crate) const MATRIX: &str = "Every knob";
@@ -60,17 +61,19 @@ pub(crate) fn document(r: &PropagationReport) -> Document {
         Block::Paragraph(plain(verdict_line(r))),
         Block::Paragraph(marked(&r.provenance())),
     ];
+    // A key the manifest does not account for fails before any flag: nothing could show
+    // whether it reaches the server.
+    if !r.unaccounted.is_empty() {
+        b.extend(crate::propagate::accounted::blocks(
+            &r.unaccounted,
+            &r.manifest,
+        ));
+    }
     flagged(r, &mut b);
     if !r.closed_gaps.is_empty() {
         b.push(section(titles::CLOSED));
         b.push(Block::List(
             r.closed_gaps.iter().map(|c| marked(c)).collect(),
-        ));
-    }
-    if !r.unaccounted.is_empty() {
-        b.extend(crate::propagate::accounted::blocks(
-            &r.unaccounted,
-            &r.manifest,
         ));
     }
     unlisted(r, &mut b);

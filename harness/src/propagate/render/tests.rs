@@ -142,9 +142,9 @@ fn markdown_and_html_have_the_same_sections_in_the_same_order() {
     let titles_seen = sections(&r);
     // The verdict first, then what to act on, then the whole matrix, then the rest.
     let expected = [
+        crate::propagate::accounted::TITLE,
         titles::FLAGGED,
         titles::CLOSED,
-        crate::propagate::accounted::TITLE,
         titles::UNLISTED,
         titles::CLAIMS,
         titles::MATRIX,
