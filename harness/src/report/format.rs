@@ -284,3 +284,8 @@ pub(crate) fn plot_file_name(metric: &str) -> String {
     s.push_str(".svg");
     s
 }
+
+/// The heading of the two-run overlay: both curves' names.
+pub(crate) fn overlay_title(o: &super::Overlay) -> String {
+    format!("Overlay: {} and {}", o.run, o.other)
+}

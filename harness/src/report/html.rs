@@ -152,6 +152,7 @@ pub(crate) fn render_html(r: &Report) -> String {
     let reference = r.reference_label();
     rules_section(&mut o, r, reference);
     metrics_section(&mut o, r, reference);
+    overlay_section(&mut o, r);
     run_and_config_sections(&mut o, r);
     if let Some(tail) = &r.trainer_tail {
         o.push_str(&format!(
@@ -305,6 +306,32 @@ fn metrics_section(o: &mut String, r: &Report, reference: &str) {
             o.push_str("\n</figure>\n");
             o.push_str(&points_table(r, m, reference));
         }
+    }
+}
+
+/// The two-run overlay (`compare RUN RUN2`), its charts inline as the metrics' plots are (the
+/// same charts are files under `plots/`).
+fn overlay_section(o: &mut String, r: &Report) {
+    let charts = r.overlay_charts();
+    let Some(overlay) = r.reference.as_ref().and_then(|x| x.overlay.as_ref()) else {
+        return;
+    };
+    if charts.is_empty() {
+        return;
+    }
+    o.push_str(&format!(
+        "<h2 id=\"overlay\">{}</h2>\n",
+        esc(&super::format::overlay_title(overlay))
+    ));
+    for (file, m, svg) in charts {
+        o.push_str(&format!(
+            "<figure data-overlay=\"{0}\" data-file=\"plots/{1}\"><figcaption><code>{0}</code> \
+             (<a href=\"plots/{1}\">plots/{1}</a>)</figcaption>\n",
+            esc(&m),
+            esc(&file)
+        ));
+        o.push_str(svg.trim());
+        o.push_str("\n</figure>\n");
     }
 }
 

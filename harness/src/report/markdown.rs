@@ -42,6 +42,7 @@ pub(crate) fn render_markdown(r: &Report) -> String {
             out.push_str(&metric_section(r, m, reference));
         }
     }
+    overlay_section(&mut out, r);
     run_section(&mut out, r);
     config_section(&mut out, r);
     trainer_tail_section(&mut out, r);
@@ -49,6 +50,28 @@ pub(crate) fn render_markdown(r: &Report) -> String {
 }
 
 /// The headline, the exit status and rule count, the declared verdict, notes, grid and lane.
+/// The two-run overlay (`compare RUN RUN2`): each chart, a file under `plots/`.
+fn overlay_section(out: &mut String, r: &Report) {
+    let Some(o) = r.reference.as_ref().and_then(|x| x.overlay.as_ref()) else {
+        return;
+    };
+    if o.metrics.is_empty() {
+        return;
+    }
+    out.push_str(&format!(
+        "### {}\n\n",
+        crate::report::format::overlay_title(o)
+    ));
+    for m in &o.metrics {
+        out.push_str(&format!(
+            "![{m}: {} and {}](plots/overlay_{})\n\n",
+            o.run.replace(['[', ']'], ""),
+            o.other.replace(['[', ']'], ""),
+            crate::report::plot_file_name(m)
+        ));
+    }
+}
+
 fn headline_section(out: &mut String, r: &Report) {
     let h = r.headline();
     out.push_str(&format!(

@@ -66,6 +66,7 @@ fn golden() -> Reference {
             source: None,
             ..Provenance::default()
         }),
+        overlay: None,
     }
 }
 
