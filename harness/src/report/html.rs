@@ -5,6 +5,7 @@
 //! number never wraps inside a table cell, and the verdict with the failing rules is on top,
 //! before the tables and plots. CI opens it in headless Chromium (harness/tests/browser/).
 
+use super::format::{shared_texts, HOW_ANCHOR, HOW_TITLE};
 use super::markdown::html_escape as esc;
 use super::{
     render_plots, rule_tally, run_rows, status_text, Headline, Piece, PointRow, Report, RuleRow,
@@ -282,12 +283,42 @@ fn rules_section(o: &mut String, r: &Report, reference: &str) {
                     x.golden,
                     x.band,
                     x.margin,
-                    esc_numbers(x.evidence)
+                    if x.shared {
+                        format!(
+                            "{} (<a href=\"#{HOW_ANCHOR}\">{}</a>)",
+                            esc_numbers(x.evidence),
+                            HOW_TITLE.to_lowercase()
+                        )
+                    } else {
+                        esc_numbers(x.evidence)
+                    }
                 ));
             }
             o.push_str("</table>\n");
+            how_section(o, r);
         }
     }
+}
+
+/// What rules of one kind share, said once (the rules' evidence links here).
+fn how_section(o: &mut String, r: &Report) {
+    let texts = shared_texts(r);
+    if texts.is_empty() {
+        return;
+    }
+    o.push_str(&format!("<h2 id=\"{HOW_ANCHOR}\">{HOW_TITLE}</h2>\n<ul>\n"));
+    for (text, rules) in texts {
+        let rules: Vec<String> = rules
+            .iter()
+            .map(|x| format!("<code>{}</code>", esc_rule(x)))
+            .collect();
+        o.push_str(&format!(
+            "<li>{}: {}</li>\n",
+            rules.join(", "),
+            esc_numbers(&text)
+        ));
+    }
+    o.push_str("</ul>\n");
 }
 
 /// A plot and the compared points of each checked metric.

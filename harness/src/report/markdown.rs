@@ -1,6 +1,7 @@
 //! `report.md`: sized for a CI step summary. The verdict first, then the rules, a table per
 //! checked metric (folded), the run, and the knobs that differ from the defaults.
 
+use super::format::{shared_texts, HOW_ANCHOR, HOW_TITLE};
 use super::{
     num, rule_tally, run_rows, status_cell, status_icon, status_text, Headline, Piece, PointRow,
     Report, RuleRow,
@@ -152,12 +153,35 @@ fn rules_section(out: &mut String, r: &Report, reference: &str) {
                     x.golden,
                     x.band,
                     x.margin,
-                    cell(x.evidence),
+                    if x.shared {
+                        format!(
+                            "{} ([{}](#{HOW_ANCHOR}))",
+                            cell(x.evidence),
+                            HOW_TITLE.to_lowercase()
+                        )
+                    } else {
+                        cell(x.evidence)
+                    },
                 ));
             }
             out.push('\n');
+            how_section(out, r);
         }
     }
+}
+
+/// What rules of one kind share, said once: each distinct text and the rules it is about.
+fn how_section(out: &mut String, r: &Report) {
+    let texts = shared_texts(r);
+    if texts.is_empty() {
+        return;
+    }
+    out.push_str(&format!("### {HOW_TITLE}\n\n"));
+    for (text, rules) in texts {
+        let rules: Vec<String> = rules.iter().map(|x| code(x)).collect();
+        out.push_str(&format!("- {}: {}\n", rules.join(", "), cell(&text)));
+    }
+    out.push('\n');
 }
 
 /// Where and how the run ran.

@@ -316,6 +316,14 @@ impl Report {
         })
     }
 
+    /// The default stability rule of one metric (`stability:<metric>`), when the verdict has
+    /// one.
+    pub(crate) fn stability_rule(&self, metric: &str) -> Option<&RuleVerdict> {
+        self.verdict
+            .as_ref()
+            .and_then(|v| v.rule(&crate::compare::stability::rule_id(metric)))
+    }
+
     /// Whether this is a multi-seed run's combined report (its series are the seeds').
     pub fn is_multi_seed(&self) -> bool {
         self.verdict
