@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{self, KnobManifest};
+use crate::report::doc::{marked, plain, Block, Inline};
 use crate::spec::Scenario;
 
 /// A config key the manifest does not account for, and where its value comes from.
@@ -40,21 +41,38 @@ pub(crate) fn advice(manifest: &str) -> String {
     )
 }
 
-/// The Markdown section of the propagation report (first after the table).
-pub(crate) fn markdown(u: &[Unaccounted], manifest: &str) -> String {
-    let mut s = String::from("\n## Knobs the manifest does not account for\n\n");
+/// The section's title.
+pub(crate) const TITLE: &str = "Knobs the manifest does not account for";
+
+/// The section of the propagation report, as blocks of its document.
+pub(crate) fn blocks(u: &[Unaccounted], manifest: &str) -> Vec<Block> {
+    let mut out = vec![Block::Heading {
+        level: 2,
+        class: Some("fail"),
+        text: plain(TITLE),
+    }];
     if u.is_empty() {
-        s.push_str(
+        out.push(Block::Paragraph(marked(
             "None: every key of the scenario's resolved config is a knob of the manifest or \
-             declared not sent to the backend.\n",
-        );
-        return s;
+             declared not sent to the backend.",
+        )));
+        return out;
     }
-    s.push_str(&format!("**FLAGGED**: {}.\n\n", advice(manifest)));
-    for k in u {
-        s.push_str(&format!("- `{}` ({})\n", k.path, k.origin));
-    }
-    s
+    out.push(Block::Paragraph(marked(&format!(
+        "**FLAGGED**: {}.",
+        advice(manifest)
+    ))));
+    out.push(Block::List(
+        u.iter()
+            .map(|k| {
+                vec![
+                    Inline::Code(k.path.clone()),
+                    Inline::Plain(format!(" ({})", k.origin)),
+                ]
+            })
+            .collect(),
+    ));
+    out
 }
 
 #[cfg(test)]

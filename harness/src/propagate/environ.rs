@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::driver::command::envwatch::{is_wrapper, TrainerEnv};
+use crate::report::doc::{marked, plain, Block, Inline, Row, Table};
 
 /// What a matrix saw of the environment on its way to the trainer's processes.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -233,62 +234,59 @@ fn merge(seen: &[TrainerEnv]) -> TrainerEnv {
     all
 }
 
-/// The Markdown section (empty when there is nothing to show).
-pub(crate) fn markdown(e: &Environment) -> String {
+/// The section of the propagation report, as blocks of its document (none when there is
+/// nothing to show).
+pub(crate) fn blocks(e: &Environment) -> Vec<Block> {
     if e.variables.is_empty() && e.note.is_none() {
-        return String::new();
+        return Vec::new();
     }
-    let mut s = String::from("\n## Environment variables on their way to the trainer\n\n");
-    if let Some(n) = &e.note {
-        s.push_str(&format!("{n}\n\n"));
-    }
+    let mut out = vec![Block::Heading {
+        level: 2,
+        class: None,
+        text: plain(TITLE),
+    }];
+    out.extend(e.note.iter().map(|n| Block::Paragraph(marked(n))));
     if e.variables.is_empty() {
-        return s;
+        return out;
     }
-    s.push_str(&format!("{}\n\n", read_line(e)));
-    s.push_str("| variable | set by | flagged | what each process got |\n|---|---|---|---|\n");
-    for p in &e.variables {
-        s.push_str(&format!(
-            "| `{}` | {} | {} | {} |\n",
-            p.name,
-            source_text(p.source),
-            if p.flagged { "**FLAGGED**" } else { "" },
-            p.describe().replace('|', "\\|")
-        ));
-    }
-    s
+    out.push(Block::Paragraph(marked(&read_line(e))));
+    let rows = e
+        .variables
+        .iter()
+        .map(|p| Row {
+            class: Some(if p.flagged { "flagged" } else { "ok" }),
+            cells: vec![
+                vec![Inline::Code(p.name.clone())],
+                marked(source_text(p.source)),
+                if p.flagged {
+                    vec![Inline::Strong("FLAGGED".into())]
+                } else {
+                    Vec::new()
+                },
+                plain(p.describe()),
+            ],
+        })
+        .collect();
+    out.push(Block::Table(Table {
+        head: ["variable", "set by", "flagged", "what each process got"]
+            .into_iter()
+            .map(plain)
+            .collect(),
+        rows,
+    }));
+    out
 }
 
-/// The HTML section (empty when there is nothing to show).
-pub(crate) fn html(e: &Environment) -> String {
-    use crate::util::html_escape as esc;
-    if e.variables.is_empty() && e.note.is_none() {
-        return String::new();
-    }
-    let mut s = String::from("<h2>Environment variables on their way to the trainer</h2>\n");
-    if let Some(n) = &e.note {
-        s.push_str(&format!("<p>{}</p>\n", esc(n)));
-    }
-    if e.variables.is_empty() {
-        return s;
-    }
-    s.push_str(&format!("<p>{}</p>\n", esc(&read_line(e).replace('`', ""))));
-    s.push_str(
-        "<table><tr><th>variable</th><th>set by</th><th>flagged</th>\
-         <th>what each process got</th></tr>\n",
-    );
-    for p in &e.variables {
-        s.push_str(&format!(
-            "<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-            if p.flagged { "flagged" } else { "ok" },
-            esc(&p.name),
-            source_text(p.source).replace('`', ""),
-            if p.flagged { "FLAGGED" } else { "" },
-            esc(&p.describe())
-        ));
-    }
-    s.push_str("</table>\n");
-    s
+/// The section's title.
+pub(crate) const TITLE: &str = "Environment variables on their way to the trainer";
+
+/// The section in Markdown (empty when there is nothing to show).
+#[cfg(test)]
+fn markdown(e: &Environment) -> String {
+    crate::report::doc::to_markdown(&crate::report::doc::Document {
+        blocks: blocks(e),
+        ..Default::default()
+    })
 }
 
 /// Which processes were read, the trainer's first.

@@ -86,7 +86,10 @@ pub(crate) struct RuleRow<'a> {
     pub(crate) golden: String,
     pub(crate) band: String,
     pub(crate) margin: String,
+    /// The evidence's own part: its numbers, without the text its rule kind shares.
     pub(crate) evidence: &'a str,
+    /// Whether the evidence had shared text, said once under [`HOW_TITLE`].
+    pub(crate) shared: bool,
 }
 
 impl<'a> RuleRow<'a> {
@@ -100,7 +103,8 @@ impl<'a> RuleRow<'a> {
             golden: opt_num(e.golden),
             band: e.band.as_ref().map(band_text).unwrap_or_else(|| "–".into()),
             margin: opt_num(e.margin),
-            evidence: &e.message,
+            evidence: split_shared(&x.rule, &e.message).0,
+            shared: split_shared(&x.rule, &e.message).1.is_some(),
         }
     }
 }
@@ -283,4 +287,50 @@ pub(crate) fn plot_file_name(metric: &str) -> String {
         .collect();
     s.push_str(".svg");
     s
+}
+
+/// The heading of the two-run overlay: both curves' names.
+pub(crate) fn overlay_title(o: &super::Overlay) -> String {
+    format!("Overlay: {} and {}", o.run, o.other)
+}
+
+/// The section that says once what every rule of a kind shares (how its band is built, how to
+/// change it), and its anchor (GitHub's for the Markdown heading, the HTML heading's id).
+pub(crate) const HOW_TITLE: &str = "How these rules judge";
+pub(crate) const HOW_ANCHOR: &str = "how-these-rules-judge";
+
+/// Rule kinds whose evidence ends in text every rule of the kind shares: the id's prefix, and
+/// how that text begins (after `; `), as the judge writes it.
+const SHARED: &[(&str, &str)] = &[
+    (
+        "stability:",
+        "a default stability rule of a learning scenario",
+    ),
+    ("weight_sync:", "a default rule of a learning scenario"),
+];
+
+/// A rule's evidence message split into its own part and the text its kind shares, if any.
+pub(crate) fn split_shared<'a>(rule: &str, message: &'a str) -> (&'a str, Option<&'a str>) {
+    SHARED
+        .iter()
+        .filter(|(kind, _)| rule.starts_with(kind))
+        .find_map(|(_, start)| {
+            let at = message.find(&format!("; {start}"))?;
+            Some((&message[..at], Some(&message[at + 2..])))
+        })
+        .unwrap_or((message, None))
+}
+
+/// Each distinct shared text of the report's rules, once, with the rules (ids) that share it.
+pub(crate) fn shared_texts(r: &Report) -> Vec<(String, Vec<&str>)> {
+    let mut out: Vec<(String, Vec<&str>)> = Vec::new();
+    for x in r.verdict.iter().flat_map(|v| v.rules.iter()) {
+        if let (_, Some(text)) = split_shared(&x.rule, &x.evidence.message) {
+            match out.iter_mut().find(|(t, _)| t == text) {
+                Some((_, rules)) => rules.push(&x.rule),
+                None => out.push((text.to_string(), vec![&x.rule])),
+            }
+        }
+    }
+    out
 }

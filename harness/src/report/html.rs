@@ -5,6 +5,7 @@
 //! number never wraps inside a table cell, and the verdict with the failing rules is on top,
 //! before the tables and plots. CI opens it in headless Chromium (harness/tests/browser/).
 
+use super::format::{shared_texts, HOW_ANCHOR, HOW_TITLE};
 use super::markdown::html_escape as esc;
 use super::{
     render_plots, rule_tally, run_rows, status_text, Headline, Piece, PointRow, Report, RuleRow,
@@ -152,6 +153,7 @@ pub(crate) fn render_html(r: &Report) -> String {
     let reference = r.reference_label();
     rules_section(&mut o, r, reference);
     metrics_section(&mut o, r, reference);
+    overlay_section(&mut o, r);
     run_and_config_sections(&mut o, r);
     if let Some(tail) = &r.trainer_tail {
         o.push_str(&format!(
@@ -281,12 +283,42 @@ fn rules_section(o: &mut String, r: &Report, reference: &str) {
                     x.golden,
                     x.band,
                     x.margin,
-                    esc_numbers(x.evidence)
+                    if x.shared {
+                        format!(
+                            "{} (<a href=\"#{HOW_ANCHOR}\">{}</a>)",
+                            esc_numbers(x.evidence),
+                            HOW_TITLE.to_lowercase()
+                        )
+                    } else {
+                        esc_numbers(x.evidence)
+                    }
                 ));
             }
             o.push_str("</table>\n");
+            how_section(o, r);
         }
     }
+}
+
+/// What rules of one kind share, said once (the rules' evidence links here).
+fn how_section(o: &mut String, r: &Report) {
+    let texts = shared_texts(r);
+    if texts.is_empty() {
+        return;
+    }
+    o.push_str(&format!("<h2 id=\"{HOW_ANCHOR}\">{HOW_TITLE}</h2>\n<ul>\n"));
+    for (text, rules) in texts {
+        let rules: Vec<String> = rules
+            .iter()
+            .map(|x| format!("<code>{}</code>", esc_rule(x)))
+            .collect();
+        o.push_str(&format!(
+            "<li>{}: {}</li>\n",
+            rules.join(", "),
+            esc_numbers(&text)
+        ));
+    }
+    o.push_str("</ul>\n");
 }
 
 /// A plot and the compared points of each checked metric.
@@ -305,6 +337,32 @@ fn metrics_section(o: &mut String, r: &Report, reference: &str) {
             o.push_str("\n</figure>\n");
             o.push_str(&points_table(r, m, reference));
         }
+    }
+}
+
+/// The two-run overlay (`compare RUN RUN2`), its charts inline as the metrics' plots are (the
+/// same charts are files under `plots/`).
+fn overlay_section(o: &mut String, r: &Report) {
+    let charts = r.overlay_charts();
+    let Some(overlay) = r.reference.as_ref().and_then(|x| x.overlay.as_ref()) else {
+        return;
+    };
+    if charts.is_empty() {
+        return;
+    }
+    o.push_str(&format!(
+        "<h2 id=\"overlay\">{}</h2>\n",
+        esc(&super::format::overlay_title(overlay))
+    ));
+    for (file, m, svg) in charts {
+        o.push_str(&format!(
+            "<figure data-overlay=\"{0}\" data-file=\"plots/{1}\"><figcaption><code>{0}</code> \
+             (<a href=\"plots/{1}\">plots/{1}</a>)</figcaption>\n",
+            esc(&m),
+            esc(&file)
+        ));
+        o.push_str(svg.trim());
+        o.push_str("\n</figure>\n");
     }
 }
 

@@ -1,6 +1,7 @@
 //! `report.md`: sized for a CI step summary. The verdict first, then the rules, a table per
 //! checked metric (folded), the run, and the knobs that differ from the defaults.
 
+use super::format::{shared_texts, HOW_ANCHOR, HOW_TITLE};
 use super::{
     num, rule_tally, run_rows, status_cell, status_icon, status_text, Headline, Piece, PointRow,
     Report, RuleRow,
@@ -42,6 +43,7 @@ pub(crate) fn render_markdown(r: &Report) -> String {
             out.push_str(&metric_section(r, m, reference));
         }
     }
+    overlay_section(&mut out, r);
     run_section(&mut out, r);
     config_section(&mut out, r);
     trainer_tail_section(&mut out, r);
@@ -49,6 +51,28 @@ pub(crate) fn render_markdown(r: &Report) -> String {
 }
 
 /// The headline, the exit status and rule count, the declared verdict, notes, grid and lane.
+/// The two-run overlay (`compare RUN RUN2`): each chart, a file under `plots/`.
+fn overlay_section(out: &mut String, r: &Report) {
+    let Some(o) = r.reference.as_ref().and_then(|x| x.overlay.as_ref()) else {
+        return;
+    };
+    if o.metrics.is_empty() {
+        return;
+    }
+    out.push_str(&format!(
+        "### {}\n\n",
+        crate::report::format::overlay_title(o)
+    ));
+    for m in &o.metrics {
+        out.push_str(&format!(
+            "![{m}: {} and {}](plots/overlay_{})\n\n",
+            o.run.replace(['[', ']'], ""),
+            o.other.replace(['[', ']'], ""),
+            crate::report::plot_file_name(m)
+        ));
+    }
+}
+
 fn headline_section(out: &mut String, r: &Report) {
     let h = r.headline();
     out.push_str(&format!(
@@ -129,12 +153,35 @@ fn rules_section(out: &mut String, r: &Report, reference: &str) {
                     x.golden,
                     x.band,
                     x.margin,
-                    cell(x.evidence),
+                    if x.shared {
+                        format!(
+                            "{} ([{}](#{HOW_ANCHOR}))",
+                            cell(x.evidence),
+                            HOW_TITLE.to_lowercase()
+                        )
+                    } else {
+                        cell(x.evidence)
+                    },
                 ));
             }
             out.push('\n');
+            how_section(out, r);
         }
     }
+}
+
+/// What rules of one kind share, said once: each distinct text and the rules it is about.
+fn how_section(out: &mut String, r: &Report) {
+    let texts = shared_texts(r);
+    if texts.is_empty() {
+        return;
+    }
+    out.push_str(&format!("### {HOW_TITLE}\n\n"));
+    for (text, rules) in texts {
+        let rules: Vec<String> = rules.iter().map(|x| code(x)).collect();
+        out.push_str(&format!("- {}: {}\n", rules.join(", "), cell(&text)));
+    }
+    out.push('\n');
 }
 
 /// Where and how the run ran.

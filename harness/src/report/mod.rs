@@ -122,6 +122,58 @@ pub struct Reference {
     pub label: String,
     pub(crate) table: MetricTable,
     pub(crate) provenance: Option<Provenance>,
+    /// Another run standing as the reference (`compare RUN RUN2`): both runs' curves of these
+    /// metrics drawn on one chart each.
+    pub(crate) overlay: Option<Overlay>,
+}
+
+/// The two-run overlay of `compare RUN RUN2`: what each curve is called (the run's `--label`,
+/// else its id) and the metrics drawn.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Overlay {
+    pub(crate) run: String,
+    pub(crate) other: String,
+    pub(crate) metrics: Vec<String>,
+}
+
+impl Overlay {
+    /// The overlay of runs named `run` and `other` (each its label, else its id: `*_id`); two
+    /// equal names get their ids beside them, so the curves stay apart.
+    pub(crate) fn new(
+        run: (Option<&str>, &str),
+        other: (Option<&str>, &str),
+        metrics: Vec<String>,
+    ) -> Overlay {
+        let name = |(label, id): (Option<&str>, &str)| label.unwrap_or(id).to_string();
+        let (mut a, mut b) = (name(run), name(other));
+        if a == b {
+            a = format!("{a} ({})", run.1);
+            b = format!("{b} ({})", other.1);
+        }
+        Overlay {
+            run: a,
+            other: b,
+            metrics,
+        }
+    }
+
+    /// Its charts: (file name under `plots/`, metric, SVG).
+    pub(crate) fn charts(
+        &self,
+        run: &MetricTable,
+        other: &MetricTable,
+    ) -> Vec<(String, String, String)> {
+        self.metrics
+            .iter()
+            .map(|m| {
+                (
+                    format!("overlay_{}", plot_file_name(m)),
+                    m.clone(),
+                    render_overlay(run, other, m, &self.run, &self.other),
+                )
+            })
+            .collect()
+    }
 }
 
 impl Reference {
@@ -138,6 +190,7 @@ impl Reference {
             label: "golden".into(),
             table: g.table.clone(),
             provenance: Some(g.provenance.clone()),
+            overlay: None,
         }
     }
 }
@@ -263,11 +316,32 @@ impl Report {
         })
     }
 
+    /// The default stability rule of one metric (`stability:<metric>`), when the verdict has
+    /// one.
+    pub(crate) fn stability_rule(&self, metric: &str) -> Option<&RuleVerdict> {
+        self.verdict
+            .as_ref()
+            .and_then(|v| v.rule(&crate::compare::stability::rule_id(metric)))
+    }
+
     /// Whether this is a multi-seed run's combined report (its series are the seeds').
     pub fn is_multi_seed(&self) -> bool {
         self.verdict
             .as_ref()
             .is_some_and(|v| v.rules.iter().any(|r| r.rule.starts_with("seed:")))
+    }
+
+    /// The two-run overlay's charts, when another run is the reference: (file name under
+    /// `plots/`, metric, SVG).
+    pub(crate) fn overlay_charts(&self) -> Vec<(String, String, String)> {
+        match &self.reference {
+            Some(Reference {
+                overlay: Some(o),
+                table,
+                ..
+            }) => o.charts(&self.metrics, table),
+            _ => Vec::new(),
+        }
     }
 
     /// The checked metrics, in rule order (plots and per-metric tables follow it).
@@ -306,6 +380,9 @@ pub(crate) fn write_reports(dir: &Path, r: &Report) -> Result<(), ReportError> {
         render_junit(std::slice::from_ref(r)).as_bytes(),
     )?;
     for (name, svg) in render_plots(r) {
+        fsx::write_atomic(&dir.join("plots").join(name), svg.as_bytes())?;
+    }
+    for (name, _, svg) in r.overlay_charts() {
         fsx::write_atomic(&dir.join("plots").join(name), svg.as_bytes())?;
     }
     Ok(())

@@ -165,6 +165,7 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
             label: "calibration".into(),
             table: MetricTable::new(),
             provenance: None,
+            overlay: None,
         }),
         knobs,
         skipped: None,

@@ -66,6 +66,7 @@ fn golden() -> Reference {
             source: None,
             ..Provenance::default()
         }),
+        overlay: None,
     }
 }
 
@@ -409,4 +410,71 @@ fn numbers_read_well() {
     assert_eq!(num(12.0), "12");
     assert_eq!(num(f64::NAN), "NaN");
     assert_eq!(num(-0.0), "0");
+}
+
+/// A report whose reward rule is a default stability rule, as the judge writes one: its
+/// evidence ends in the text every stability rule shares.
+fn with_stability_rule(dir: &Path) -> Report {
+    let mut r = regressed(dir);
+    let v = r.verdict.as_mut().unwrap();
+    let x = v
+        .rules
+        .iter_mut()
+        .find(|x| x.rule == "golden:critic/rewards/mean")
+        .unwrap();
+    x.rule = "stability:critic/rewards/mean".into();
+    x.evidence
+        .message
+        .push_str(&format!("; {}", crate::compare::stability::note(false)));
+    r
+}
+
+#[test]
+fn the_text_a_rule_kind_shares_is_said_once_and_each_rule_links_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = with_stability_rule(dir.path());
+    let note = crate::compare::stability::note(false);
+    let md = render_markdown(&r);
+    assert_eq!(md.matches("### How these rules judge\n").count(), 1, "{md}");
+    assert_eq!(md.matches("a default stability rule").count(), 1, "{md}");
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| `stability:critic/rewards/mean`"))
+        .unwrap();
+    assert!(
+        row.ends_with("([how these rules judge](#how-these-rules-judge)) |")
+            && !row.contains(&note),
+        "{row}"
+    );
+    let html = render_html(&r);
+    assert_eq!(
+        html.matches("a default stability rule").count(),
+        1,
+        "{html}"
+    );
+    assert!(html.contains("<h2 id=\"how-these-rules-judge\">How these rules judge</h2>"));
+    assert!(html.contains("(<a href=\"#how-these-rules-judge\">how these rules judge</a>)"));
+    // The other rules' evidence is as the judge wrote it, with no link.
+    assert_eq!(md.matches("(#how-these-rules-judge)").count(), 1, "{md}");
+}
+
+#[test]
+fn a_stability_rules_band_is_drawn_on_its_metrics_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = with_stability_rule(dir.path());
+    let plots = render_plots(&r);
+    let (_, svg) = plots
+        .iter()
+        .find(|(f, _)| f == "critic_rewards_mean.svg")
+        .unwrap();
+    assert!(svg.contains("data-series=\"stability band\""), "{svg}");
+    // The band's group, and the legend's entry.
+    assert_eq!(svg.matches("stability band").count(), 2, "{svg}");
+    // A golden rule's band keeps its name.
+    let golden = render_plots(&regressed(dir.path()));
+    let (_, svg) = golden
+        .iter()
+        .find(|(f, _)| f == "critic_rewards_mean.svg")
+        .unwrap();
+    assert!(svg.contains("data-series=\"band\"") && !svg.contains("stability band"));
 }

@@ -155,6 +155,63 @@ fn compare_two_runs_writes_overlays() {
     );
 }
 
+/// `compare RUN RUN2` of two mock runs made with different `--label`s: each overlay's curves
+/// are named by the runs' labels, and `report.html` draws the overlay inline and links its
+/// files (`report.md` shows them as pictures).
+#[test]
+fn compare_names_the_overlay_curves_by_label_and_report_html_embeds_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let run = |label: &str| {
+        let out = tmp.path().join(label);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+            .current_dir(&root)
+            .args([
+                "run",
+                "scenarios/smoke/mock-gsm8k-grpo.yaml",
+                "--no-progress",
+            ])
+            .args(["--steps", "4", "--label", label, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.code().is_some(), "{o:?}");
+        std::fs::canonicalize(out.join("mock-gsm8k-grpo/latest")).unwrap()
+    };
+    let (a, b) = (run("base-v1"), run("cand-v2"));
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rlharness"))
+        .current_dir(&root)
+        .arg("compare")
+        .args([&a, &b])
+        .output()
+        .unwrap();
+    assert!(o.status.code().is_some(), "{o:?}");
+    let out = a.join("compare").join(b.file_name().unwrap());
+    let svg = std::fs::read_to_string(out.join("plots/overlay_critic_rewards_mean.svg")).unwrap();
+    assert!(svg.contains("base-v1") && svg.contains("cand-v2"), "{svg}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains(">Overlay: base-v1 and cand-v2</h2>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<figure data-overlay=\"critic/rewards/mean\"")
+            && html.contains("href=\"plots/overlay_critic_rewards_mean.svg\""),
+        "{html}"
+    );
+    let figure = &html[html.find("data-overlay=").unwrap()..];
+    let figure = &figure[..figure.find("</figure>").unwrap()];
+    assert!(
+        figure.contains("<svg") && figure.contains("cand-v2"),
+        "{figure}"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("](plots/overlay_critic_rewards_mean.svg)"),
+        "{md}"
+    );
+}
+
 #[test]
 fn compare_reports_bad_input_as_invalid() {
     let tmp = tempfile::tempdir().unwrap();

@@ -5,12 +5,9 @@ use std::path::{Path, PathBuf};
 use crate::cli::{self, CompareFormat};
 use crate::compare::{judge_run, reference_golden, RunRecord};
 use crate::error::{CommandError, ExitStatus};
-use crate::fsx;
 use crate::golden::calibration::Calibration;
 use crate::metrics::MetricTable;
-use crate::report::{
-    self, plot_file_name, render_overlay, seeds, terminal, write_reports, Reference, Report,
-};
+use crate::report::{self, seeds, terminal, write_reports, Reference, Report, RunInfo};
 use crate::rundir::{self, RunManifest};
 
 /// `rlharness compare RUN [RUN2]`: the re-judged run's report printed in `format`; its exit
@@ -68,7 +65,7 @@ pub fn compare_command(
         return Ok((report, out));
     }
     let (manifest, table) = load_run(run)?;
-    let (reference, verdict, overlays) = match run2 {
+    let (reference, verdict) = match run2 {
         Some(b) => {
             let (m2, t2) = load_run(b)?;
             if m2.scenario != manifest.scenario {
@@ -102,30 +99,18 @@ pub fn compare_command(
                     .filter(|c| cols.contains(c))
                     .collect();
             }
-            let label_a = run
-                .canonicalize()
-                .ok()
-                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .unwrap_or_else(|| "run".into());
-            let label_b = compare_out_dir(run, Some(b))
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "run2".into());
-            let overlays: Vec<(String, String)> = metrics
-                .iter()
-                .map(|m| {
-                    (
-                        format!("overlay_{}", plot_file_name(m)),
-                        render_overlay(&table, &t2, m, &label_a, &label_b),
-                    )
-                })
-                .collect();
+            let overlay = crate::report::Overlay::new(
+                (manifest.label.as_deref(), &RunInfo::id_of(&canonical(run))),
+                (m2.label.as_deref(), &RunInfo::id_of(&canonical(b))),
+                metrics,
+            );
             let reference = Reference {
-                label: format!("{label_b} ({})", m2.scenario),
+                label: format!("{} ({})", RunInfo::id_of(&canonical(b)), m2.scenario),
                 table: t2,
                 provenance: None,
+                overlay: Some(overlay),
             };
-            (Some(reference), verdict, overlays)
+            (Some(reference), verdict)
         }
         None => {
             // The same judge as `run`, on what the run directory stores.
@@ -138,11 +123,12 @@ pub fn compare_command(
     // A re-judgement writes no golden.
     report.pending_golden = None;
     write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
-    for (name, svg) in overlays {
-        fsx::write_atomic(&out.join("plots").join(name), svg.as_bytes())
-            .map_err(|e| CommandError::run_failed(e.to_string()))?;
-    }
     Ok((report, out))
+}
+
+/// A run directory as its canonical path (its own name, where it is given as `.` or a link).
+fn canonical(dir: &Path) -> PathBuf {
+    dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf())
 }
 
 /// The scenario file a stored run (or multi-seed run) was made from, as `run.json` or

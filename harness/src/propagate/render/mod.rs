@@ -5,6 +5,8 @@ use serde::Serialize;
 use super::resolved::Unlisted;
 use super::verdict::{KnobResult, KnobVerdict};
 
+mod document;
+
 /// Everything the renderers show.
 #[derive(Debug, Clone, Serialize)]
 pub struct PropagationReport {
@@ -192,27 +194,6 @@ impl PropagationReport {
             self.closed_gaps.len()
         )
     }
-    /// The unlisted-knob section of the Markdown report.
-    fn unlisted_markdown(&self) -> String {
-        let mut s = String::from("\n## Knobs the manifest does not list\n\n");
-        match &self.unlisted.seen_in {
-            None => s.push_str(&format!("{UNLISTED_UNSEEN}.\n")),
-            Some(from) if self.unlisted.knobs.is_empty() => s.push_str(&format!(
-                "None: every key of the backend block in {from} is listed.\n"
-            )),
-            Some(from) => {
-                s.push_str(&format!("Keys of the backend block in {from}:\n\n"));
-                for k in &self.unlisted.knobs {
-                    let status = match &k.known_gap {
-                        Some(g) => format!("known gap: {g}"),
-                        None => "**FLAGGED**: add it to the manifest".to_string(),
-                    };
-                    s.push_str(&format!("- `{}` = {}: {status}\n", k.path, k.value));
-                }
-            }
-        }
-        s
-    }
     /// What is observed and what is claimed, in words, for the report's header.
     fn provenance(&self) -> String {
         format!(
@@ -243,10 +224,6 @@ fn flag_text(k: &KnobResult) -> &'static str {
         (true, Some(_)) => "known gap",
         (true, None) => "**FLAGGED**",
     }
-}
-
-fn md_cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
 }
 
 /// The longest first problem a table row shows; the knob's own section has the whole text
@@ -299,171 +276,14 @@ fn headline(k: &KnobResult) -> String {
     }
 }
 
+/// `propagation.md`: the report's [`document`] in Markdown.
 pub fn markdown(r: &PropagationReport) -> String {
-    let mut s = String::new();
-    s.push_str(&format!(
-        "# Knob propagation: {} ({} backend)\n\n{}\n\n{}\n\n",
-        r.scenario,
-        r.backend,
-        r.summary(),
-        r.provenance()
-    ));
-    if !r.unaccounted.is_empty() {
-        s.push_str(&super::accounted::markdown(&r.unaccounted, &r.manifest));
-        s.push('\n');
-    }
-    s.push_str("| knob | verdict | flagged | evidence |\n|---|---|---|---|\n");
-    for k in &r.knobs {
-        s.push_str(&format!(
-            "| `{}` | {} | {} | {} |\n",
-            k.path,
-            md_cell(&k.verdict_text()),
-            flag_text(k),
-            md_cell(&headline(k))
-        ));
-    }
-    s.push_str(&super::environ::markdown(&r.environment));
-    if !r.closed_gaps.is_empty() {
-        s.push_str("\n## Known gaps that closed\n\n");
-        for c in &r.closed_gaps {
-            s.push_str(&format!("- {c}\n"));
-        }
-    }
-    let flagged: Vec<&KnobResult> = r.knobs.iter().filter(|k| k.flagged).collect();
-    if !flagged.is_empty() {
-        s.push_str("\n## Flagged knobs\n");
-        for k in flagged {
-            s.push_str(&format!("\n### `{}`: {}\n\n", k.path, k.verdict_text()));
-            if let Some(g) = &k.known_gap {
-                s.push_str(&format!("- known gap: {g}\n"));
-            }
-            for p in &k.problems {
-                s.push_str(&format!("- {p}\n"));
-            }
-            for e in k.evidence() {
-                s.push_str(&format!("- observed: {e}\n"));
-            }
-            if let Some(n) = &k.note {
-                s.push_str(&format!("- note (manifest): {n}\n"));
-            }
-        }
-    }
-    s.push_str(&r.unlisted_markdown());
-    let unobserved = r.unobserved_paths();
-    if !unobserved.is_empty() {
-        s.push_str(&format!(
-            "\n## Knobs not observed{}\n\n",
-            if r.require_observed {
-                " (`--require-observed`: each fails the check)"
-            } else {
-                ""
-            }
-        ));
-        for p in unobserved {
-            s.push_str(&format!("- `{p}`\n"));
-        }
-    }
-    let claims: Vec<&KnobResult> = r.knobs.iter().filter(|k| !k.claims.is_empty()).collect();
-    if !claims.is_empty() {
-        s.push_str("\n## Claims of the manifest that no run observes\n\n");
-        for k in claims {
-            for c in &k.claims {
-                s.push_str(&format!("- `{}`: {c}\n", k.path));
-            }
-        }
-    }
-    s
+    crate::report::doc::to_markdown(&document::document(r))
 }
 
-use crate::util::html_escape as esc;
-
+/// `propagation.html`: the same document as a self-contained page.
 pub(crate) fn html(r: &PropagationReport) -> String {
-    let mut s = String::new();
-    s.push_str("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n");
-    s.push_str(&format!(
-        "<title>Knob propagation: {}</title>\n",
-        esc(&r.scenario)
-    ));
-    s.push_str(
-        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}\
-         td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}\
-         table{width:100%;table-layout:fixed}th:nth-child(1){width:26%}th:nth-child(2){width:15%}\
-         th:nth-child(3){width:9%}td,li{overflow-wrap:anywhere}\
-         tr.flagged td{background:#fde8e8}tr.known td{background:#fdf6e3}tr.ok td{background:#e9f7ec}code{font-size:90%}\
-         ul{margin:0;padding-left:1.2em}</style></head><body>\n",
-    );
-    s.push_str(&format!(
-        "<h1>Knob propagation: {} ({} backend)</h1>\n<p>{}</p>\n<p>{}</p>\n",
-        esc(&r.scenario),
-        esc(&r.backend),
-        esc(&r.summary()),
-        esc(&r.provenance().replace("**", ""))
-    ));
-    if !r.closed_gaps.is_empty() {
-        s.push_str("<h2>Known gaps that closed</h2>\n<ul>");
-        for c in &r.closed_gaps {
-            s.push_str(&format!("<li>{}</li>", esc(c)));
-        }
-        s.push_str("</ul>\n");
-    }
-    s.push_str(&super::environ::html(&r.environment));
-    s.push_str("<h2>Knobs the manifest does not list</h2>\n<ul>");
-    match &r.unlisted.seen_in {
-        None => s.push_str(&format!("<li>{}</li>", esc(UNLISTED_UNSEEN))),
-        Some(from) => {
-            s.push_str(&format!("<li>seen in {}</li>", esc(from)));
-            for k in &r.unlisted.knobs {
-                s.push_str(&format!(
-                    "<li><code>{}</code> = {}: {}</li>",
-                    esc(&k.path),
-                    esc(&k.value.to_string()),
-                    esc(k
-                        .known_gap
-                        .as_deref()
-                        .unwrap_or("FLAGGED: add it to the manifest"))
-                ));
-            }
-        }
-    }
-    s.push_str("</ul>\n");
-    s.push_str(
-        "<table>\n<tr><th>knob</th><th>verdict</th><th>flagged</th><th>evidence</th></tr>\n",
-    );
-    for k in &r.knobs {
-        let mut items: Vec<String> = k
-            .known_gap
-            .iter()
-            .map(|g| format!("<li>known gap: {}</li>", esc(g)))
-            .collect();
-        items.extend(k.problems.iter().map(|p| format!("<li>{}</li>", esc(p))));
-        items.extend(
-            k.evidence()
-                .iter()
-                .map(|e| format!("<li>observed: {}</li>", esc(e))),
-        );
-        items.extend(
-            k.claims
-                .iter()
-                .map(|c| format!("<li>claim: {}</li>", esc(c))),
-        );
-        if let Some(r) = &k.allowed_noop {
-            items.push(format!("<li>allowed no-op (manifest): {}</li>", esc(r)));
-        }
-        s.push_str(&format!(
-            "<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td><ul>{}</ul></td></tr>\n",
-            match (k.flagged, &k.known_gap) {
-                (false, _) => "ok",
-                (true, Some(_)) => "known",
-                (true, None) => "flagged",
-            },
-            esc(&k.path),
-            esc(&k.verdict_text()),
-            flag_text(k).replace("**", ""),
-            items.join("")
-        ));
-    }
-    s.push_str("</table>\n</body></html>\n");
-    s
+    crate::report::doc::to_html(&document::document(r))
 }
 
 /// One test case per knob; a flagged knob is a failure whose text holds the evidence, a knob

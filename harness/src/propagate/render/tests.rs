@@ -96,3 +96,81 @@ fn junit_has_one_case_per_knob_and_a_failure_per_flag() {
     assert!(x.contains("resolved config was not seen"), "{x}");
     assert!(x.contains("a.c") && x.contains("not sent"), "{x}");
 }
+
+/// The level-2 headings of the report's document, as text.
+fn sections(r: &PropagationReport) -> Vec<String> {
+    use crate::report::doc::{Block, Inline};
+    document::document(r)
+        .blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::Heading { level: 2, text, .. } => Some(
+                text.iter()
+                    .map(|i| match i {
+                        Inline::Plain(s) | Inline::Code(s) | Inline::Strong(s) => s.as_str(),
+                        Inline::Link { text, .. } => text.as_str(),
+                    })
+                    .collect::<String>(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Where each of `needles` is in `hay`, each after the one before (None when one is not).
+fn in_order(hay: &str, needles: &[String]) -> bool {
+    let mut from = 0;
+    needles.iter().all(|n| match hay[from..].find(n.as_str()) {
+        Some(at) => {
+            from += at + n.len();
+            true
+        }
+        None => false,
+    })
+}
+
+#[test]
+fn markdown_and_html_have_the_same_sections_in_the_same_order() {
+    use document::titles;
+    let mut r = report();
+    r.knobs[0].claims = vec!["manifest only, not observed: <default>".into()];
+    r.closed_gaps = vec!["a gap that closed".into()];
+    r.unaccounted = vec![crate::propagate::accounted::Unaccounted {
+        path: "x.y".into(),
+        origin: "s.yaml:1:1".into(),
+    }];
+    let titles_seen = sections(&r);
+    // The verdict first, then what to act on, then the whole matrix, then the rest.
+    let expected = [
+        crate::propagate::accounted::TITLE,
+        titles::FLAGGED,
+        titles::CLOSED,
+        titles::UNLISTED,
+        titles::CLAIMS,
+        titles::MATRIX,
+    ];
+    assert_eq!(titles_seen[..expected.len()], expected, "{titles_seen:?}");
+    let md = markdown(&r);
+    let h = html(&r);
+    let md_heads: Vec<String> = titles_seen.iter().map(|t| format!("\n## {t}\n")).collect();
+    assert!(in_order(&md, &md_heads), "{md}");
+    let html_heads: Vec<String> = titles_seen
+        .iter()
+        .map(|t| format!(">{}</h2>", crate::util::html_escape(t)))
+        .collect();
+    assert!(in_order(&h, &html_heads), "{h}");
+    // Every section heading of either file is one of the model's, and the verdict line leads.
+    assert_eq!(md.matches("\n## ").count(), titles_seen.len(), "{md}");
+    assert_eq!(h.matches("<h2").count(), titles_seen.len(), "{h}");
+    let verdict = document::verdict_line(&r);
+    assert!(verdict.starts_with("Failed: "), "{verdict}");
+    assert!(md.split("\n\n").nth(1) == Some(verdict.as_str()), "{md}");
+    let first_h2 = h.find("<h2").unwrap();
+    assert!(
+        h.find(&format!("<p>{verdict}</p>")).unwrap() < first_h2,
+        "{h}"
+    );
+    // A self-contained page: no script, no style sheet or picture from elsewhere.
+    assert!(!h.contains("<script") && !h.contains("<link") && !h.contains("src="));
+    assert!(h.contains("&lt;default&gt;") && md.contains("<default>"));
+}

@@ -31,6 +31,13 @@ fn block(b: &Block) -> String {
         ),
         Block::Paragraph(text) => format!("<p>{}</p>\n", inline(text)),
         Block::Table(t) => table(t),
+        Block::List(items) => {
+            let items: String = items
+                .iter()
+                .map(|i| format!("<li>{}</li>", inline(i)))
+                .collect();
+            format!("<ul>{items}</ul>\n")
+        }
         Block::Image { src, alt } => format!(
             "<p><img src=\"{}\" alt=\"{}\" style=\"max-width:100%\"></p>\n",
             esc(src),
@@ -62,6 +69,7 @@ fn inline(text: &Text) -> String {
         .map(|i| match i {
             Inline::Plain(s) => esc(s),
             Inline::Code(s) => format!("<code>{}</code>", esc(s)),
+            Inline::Strong(s) => format!("<strong>{}</strong>", esc(s)),
             Inline::Link { text, to } => {
                 format!("<a href=\"{}\">{}</a>", esc(&href(to)), esc(text))
             }

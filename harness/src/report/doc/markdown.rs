@@ -18,6 +18,10 @@ fn block(b: &Block) -> String {
         }
         Block::Paragraph(text) => format!("{}\n", inline(text, false)),
         Block::Table(t) => table(t),
+        Block::List(items) => items
+            .iter()
+            .map(|i| format!("- {}\n", inline(i, false)))
+            .collect(),
         Block::Image { src, alt } => format!("![{}]({src})\n", alt.replace(['[', ']'], "")),
     }
 }
@@ -56,6 +60,7 @@ fn inline(text: &Text, in_cell: bool) -> String {
         .map(|i| match i {
             Inline::Plain(s) => cell(s),
             Inline::Code(s) => format!("`{}`", cell(s)),
+            Inline::Strong(s) => format!("**{}**", cell(s)),
             Inline::Link { text, to } => format!("[{}]({})", cell(text), href(to)),
         })
         .collect()

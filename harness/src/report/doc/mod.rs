@@ -29,6 +29,8 @@ pub(crate) enum Block {
     },
     Paragraph(Text),
     Table(Table),
+    /// A bulleted list, one item a [`Text`].
+    List(Vec<Text>),
     /// A picture file beside the document (an SVG chart), with the text that stands for it.
     Image {
         src: String,
@@ -57,7 +59,12 @@ pub(crate) type Text = Vec<Inline>;
 pub(crate) enum Inline {
     Plain(String),
     Code(String),
-    Link { text: String, to: Target },
+    /// Text that stands out (a flag).
+    Strong(String),
+    Link {
+        text: String,
+        to: Target,
+    },
 }
 
 /// Where a link points.
@@ -73,6 +80,39 @@ pub(crate) enum Target {
 /// Plain text as a one-piece [`Text`].
 pub(crate) fn plain(s: impl Into<String>) -> Text {
     vec![Inline::Plain(s.into())]
+}
+
+/// Text in Markdown's inline marks, as pieces: `` `code` `` and `**strong**` (unpaired marks
+/// stay as they are), for text written once for every markup.
+pub(crate) fn marked(s: &str) -> Text {
+    /// `s` split at `mark`: the pieces between pairs are `inside`, the rest `outside`; text with
+    /// an unpaired mark is all `outside`.
+    fn split(
+        s: &str,
+        mark: &str,
+        inside: &dyn Fn(&str, &mut Text),
+        outside: &dyn Fn(&str, &mut Text),
+        out: &mut Text,
+    ) {
+        let parts: Vec<&str> = s.split(mark).collect();
+        if parts.len() % 2 == 0 {
+            return outside(s, out);
+        }
+        for (i, p) in parts.iter().enumerate() {
+            if i % 2 == 1 {
+                inside(p, out);
+            } else if !p.is_empty() {
+                outside(p, out);
+            }
+        }
+    }
+    let plain = |p: &str, out: &mut Text| out.push(Inline::Plain(p.to_string()));
+    let code = |p: &str, out: &mut Text| out.push(Inline::Code(p.to_string()));
+    let strong = |p: &str, out: &mut Text| out.push(Inline::Strong(p.to_string()));
+    let outside = |p: &str, out: &mut Text| split(p, "`", &code, &plain, out);
+    let mut out = Vec::new();
+    split(s, "**", &strong, &outside, &mut out);
+    out
 }
 
 #[cfg(test)]
@@ -109,6 +149,28 @@ mod tests {
                 }),
             ],
         }
+    }
+
+    #[test]
+    fn marks_become_pieces() {
+        assert_eq!(
+            marked("a `b` **C** d"),
+            vec![
+                Inline::Plain("a ".into()),
+                Inline::Code("b".into()),
+                Inline::Plain(" ".into()),
+                Inline::Strong("C".into()),
+                Inline::Plain(" d".into()),
+            ]
+        );
+        let list = Document {
+            blocks: vec![Block::List(vec![marked("x <y>"), marked("**z**")])],
+            ..Document::default()
+        };
+        assert_eq!(to_markdown(&list), "- x <y>\n- **z**\n");
+        assert!(
+            to_html(&list).contains("<ul><li>x &lt;y&gt;</li><li><strong>z</strong></li></ul>\n")
+        );
     }
 
     #[test]

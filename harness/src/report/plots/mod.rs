@@ -49,6 +49,9 @@ pub(crate) const RUN_SERIES: &str = "run";
 pub(crate) const WINDOW_SERIES: &str = "window value (judged)";
 pub(crate) const SEEDS_WINDOW_SERIES: &str = "seeds' window mean";
 pub(crate) const FAILING_SERIES: &str = "failing";
+/// The golden rule's band, and a default stability rule's (`stability:<metric>`).
+pub(crate) const BAND_SERIES: &str = "band";
+pub(crate) const STABILITY_BAND_SERIES: &str = "stability band";
 
 /// Why plotters could not draw a chart; the chart's place then shows the message.
 #[derive(Debug, thiserror::Error)]
@@ -321,11 +324,24 @@ fn draw_legend(
 /// One metric's chart: the band of each compared point, the reference and the run; for a
 /// windowed rule, its judged window values as a step line; failing points crossed in red.
 /// `failing` holds the failing steps of the other rules on this metric (`expect:`, `exact:`).
+#[cfg(test)]
 pub(crate) fn plot_metric(
     metric: &str,
     run: &[(u64, f64)],
     reference: Option<(&str, &[(u64, f64)])>,
     points: &[PointCheck],
+    failing: &[u64],
+) -> String {
+    plot_metric_with(metric, run, reference, (BAND_SERIES, points), failing)
+}
+
+/// [`plot_metric`] with the band's name in the legend: the golden rule's band, or a stability
+/// rule's.
+fn plot_metric_with(
+    metric: &str,
+    run: &[(u64, f64)],
+    reference: Option<(&str, &[(u64, f64)])>,
+    (band, points): (&str, &[PointCheck]),
     failing: &[u64],
 ) -> String {
     let ref_series: &[(u64, f64)] = reference.map(|(_, s)| s).unwrap_or(&[]);
@@ -347,7 +363,7 @@ pub(crate) fn plot_metric(
             .iter()
             .map(|p| (p.first, p.last, p.band.lo(), p.band.hi()))
             .collect();
-        l.bands("band", &rects, BAND.mix(0.18))?;
+        l.bands(band, &rects, BAND.mix(0.18))?;
         if let Some((label, series)) = reference {
             l.line(label, series, (REFERENCE, 2), false)?;
         }
@@ -394,7 +410,12 @@ pub(crate) fn render_plots(r: &Report) -> Vec<(String, String)> {
                 .reference
                 .as_ref()
                 .map(|g| (g.label.clone(), g.table.series(m)));
-            let golden_rule = r.golden_rule(m);
+            // The band of the metric's golden rule, else of its default stability rule (a
+            // metric has one or the other): the points the judge compared, as it gave them.
+            let (band, golden_rule) = match r.golden_rule(m) {
+                Some(g) => (BAND_SERIES, Some(g)),
+                None => (STABILITY_BAND_SERIES, r.stability_rule(m)),
+            };
             let points: Vec<PointCheck> = golden_rule.map(|x| x.points.clone()).unwrap_or_default();
             // The golden rule's failing points are drawn from its points; the other rules'
             // from their failing steps.
@@ -407,11 +428,11 @@ pub(crate) fn render_plots(r: &Report) -> Vec<(String, String)> {
                 .collect();
             failing.sort_unstable();
             failing.dedup();
-            let svg = plot_metric(
+            let svg = plot_metric_with(
                 m,
                 &run,
                 reference.as_ref().map(|(l, s)| (l.as_str(), s.as_slice())),
-                &points,
+                (band, &points),
                 &failing,
             );
             (plot_file_name(m), svg)
