@@ -10,6 +10,7 @@ use crate::fsx;
 
 pub(crate) mod json_f64;
 mod range;
+pub(crate) mod tensorboard;
 
 pub(crate) use range::StepRange;
 pub use rlharness_arctic::flops;
