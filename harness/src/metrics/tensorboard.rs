@@ -72,35 +72,6 @@ pub(crate) fn frame(data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The records of a TFRecord stream, each checked against its CRCs; `Err` names the offset of
-/// the first bad one.
-pub(crate) fn unframe(mut bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-    let mut out = Vec::new();
-    let mut at = 0usize;
-    let u32_at = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-    while !bytes.is_empty() {
-        if bytes.len() < 12 {
-            return Err(format!("a truncated header at byte {at}"));
-        }
-        let len_bytes = &bytes[..8];
-        if u32_at(bytes, 8) != masked_crc(len_bytes) {
-            return Err(format!("a bad length CRC at byte {at}"));
-        }
-        let len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default()) as usize;
-        if bytes.len() < 16 + len {
-            return Err(format!("a truncated record at byte {at}"));
-        }
-        let data = &bytes[12..12 + len];
-        if u32_at(bytes, 12 + len) != masked_crc(data) {
-            return Err(format!("a bad data CRC at byte {at}"));
-        }
-        out.push(data.to_vec());
-        at += 16 + len;
-        bytes = &bytes[16 + len..];
-    }
-    Ok(out)
-}
-
 /// An open event file in one folder.
 #[derive(Debug)]
 pub(crate) struct EventWriter {
@@ -195,6 +166,35 @@ fn wall_time() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The records of a TFRecord stream, each checked against its CRCs; `Err` names the offset of
+    /// the first bad one.
+    fn unframe(mut bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        let u32_at = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        while !bytes.is_empty() {
+            if bytes.len() < 12 {
+                return Err(format!("a truncated header at byte {at}"));
+            }
+            let len_bytes = &bytes[..8];
+            if u32_at(bytes, 8) != masked_crc(len_bytes) {
+                return Err(format!("a bad length CRC at byte {at}"));
+            }
+            let len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default()) as usize;
+            if bytes.len() < 16 + len {
+                return Err(format!("a truncated record at byte {at}"));
+            }
+            let data = &bytes[12..12 + len];
+            if u32_at(bytes, 12 + len) != masked_crc(data) {
+                return Err(format!("a bad data CRC at byte {at}"));
+            }
+            out.push(data.to_vec());
+            at += 16 + len;
+            bytes = &bytes[16 + len..];
+        }
+        Ok(out)
+    }
 
     #[test]
     fn masked_crc_matches_tensorflow() {
