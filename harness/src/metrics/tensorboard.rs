@@ -72,6 +72,36 @@ pub(crate) fn frame(data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The records of a TFRecord stream, each checked against its CRCs; `Err` names the offset of
+/// the first bad one.
+#[cfg(test)]
+pub(crate) fn unframe(mut bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    let u32_at = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    while !bytes.is_empty() {
+        if bytes.len() < 12 {
+            return Err(format!("a truncated header at byte {at}"));
+        }
+        let len_bytes = &bytes[..8];
+        if u32_at(bytes, 8) != masked_crc(len_bytes) {
+            return Err(format!("a bad length CRC at byte {at}"));
+        }
+        let len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default()) as usize;
+        if bytes.len() < 16 + len {
+            return Err(format!("a truncated record at byte {at}"));
+        }
+        let data = &bytes[12..12 + len];
+        if u32_at(bytes, 12 + len) != masked_crc(data) {
+            return Err(format!("a bad data CRC at byte {at}"));
+        }
+        out.push(data.to_vec());
+        at += 16 + len;
+        bytes = &bytes[16 + len..];
+    }
+    Ok(out)
+}
+
 /// An open event file in one folder.
 #[derive(Debug)]
 pub(crate) struct EventWriter {
@@ -82,7 +112,6 @@ pub(crate) struct EventWriter {
 impl EventWriter {
     /// Make `dir` and a new event file in it, starting with the file-version event.
     pub(crate) fn create(dir: &Path) -> Result<EventWriter, TensorBoardError> {
-        let now = wall_time();
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let host: String = host
             .trim()
@@ -97,22 +126,45 @@ impl EventWriter {
             .collect();
         let path = dir.join(format!(
             "events.out.tfevents.{}.{host}.rlharness",
-            now as u64
+            wall_time() as u64
         ));
-        let err = |source| TensorBoardError {
+        std::fs::create_dir_all(dir).map_err(|source| TensorBoardError {
             path: path.clone(),
             source,
-        };
-        std::fs::create_dir_all(dir).map_err(err)?;
-        let file = File::create(&path).map_err(err)?;
+        })?;
+        EventWriter::open(path)
+    }
+
+    fn open(path: PathBuf) -> Result<EventWriter, TensorBoardError> {
+        let file = File::create(&path).map_err(|source| TensorBoardError {
+            path: path.clone(),
+            source,
+        })?;
         let mut w = EventWriter { path, file };
         w.write_event(&Event {
-            wall_time: now,
+            wall_time: wall_time(),
             step: 0,
             file_version: Some(FILE_VERSION.into()),
             summary: None,
         })?;
         Ok(w)
+    }
+
+    /// Start over in a new file beside this one (its name sorts after this one's, as
+    /// TensorBoard reads a folder's files), and remove this one: for a series that must be
+    /// written again in step order.
+    pub(crate) fn restart(&mut self) -> Result<(), TensorBoardError> {
+        let name = self.path.file_name().unwrap_or_default().to_string_lossy();
+        let next = match name.rsplit_once(".rlharness.") {
+            Some((base, n)) => format!("{base}.rlharness.{}", n.parse::<u64>().unwrap_or(0) + 1),
+            None => format!("{name}.1"),
+        };
+        let fresh = EventWriter::open(self.path.with_file_name(next))?;
+        let old = std::mem::replace(self, fresh);
+        std::fs::remove_file(&old.path).map_err(|source| TensorBoardError {
+            path: old.path.clone(),
+            source,
+        })
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -167,35 +219,6 @@ fn wall_time() -> f64 {
 mod tests {
     use super::*;
 
-    /// The records of a TFRecord stream, each checked against its CRCs; `Err` names the offset of
-    /// the first bad one.
-    fn unframe(mut bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-        let mut out = Vec::new();
-        let mut at = 0usize;
-        let u32_at = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        while !bytes.is_empty() {
-            if bytes.len() < 12 {
-                return Err(format!("a truncated header at byte {at}"));
-            }
-            let len_bytes = &bytes[..8];
-            if u32_at(bytes, 8) != masked_crc(len_bytes) {
-                return Err(format!("a bad length CRC at byte {at}"));
-            }
-            let len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default()) as usize;
-            if bytes.len() < 16 + len {
-                return Err(format!("a truncated record at byte {at}"));
-            }
-            let data = &bytes[12..12 + len];
-            if u32_at(bytes, 12 + len) != masked_crc(data) {
-                return Err(format!("a bad data CRC at byte {at}"));
-            }
-            out.push(data.to_vec());
-            at += 16 + len;
-            bytes = &bytes[16 + len..];
-        }
-        Ok(out)
-    }
-
     #[test]
     fn masked_crc_matches_tensorflow() {
         // CRC-32C("123456789") is 0xe3069283 (RFC 3720's check value), masked as TensorFlow's
@@ -249,6 +272,34 @@ mod tests {
             events[2].summary.as_ref().unwrap().value[0].simple_value,
             Some(0.1f32)
         );
+    }
+
+    #[test]
+    fn a_restart_starts_a_later_file_and_removes_the_old_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = EventWriter::create(dir.path()).unwrap();
+        w.write(2, &[("a", 2.0)]).unwrap();
+        let first = w.path().to_path_buf();
+        w.restart().unwrap();
+        w.restart().unwrap();
+        w.write(1, &[("a", 1.0)]).unwrap();
+        assert!(!first.exists());
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(names[0].ends_with(".rlharness.2"), "{names:?}");
+        let first_name = first.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(names[0] > first_name);
+        let records = unframe(&std::fs::read(w.path()).unwrap()).unwrap();
+        let events: Vec<Event> = records
+            .iter()
+            .map(|r| Event::decode(r.as_slice()).unwrap())
+            .collect();
+        assert_eq!(events[0].file_version.as_deref(), Some(FILE_VERSION));
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[1].step, 1);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The observers of a run's event stream: each finished step goes through the sanity filter,
-//! the scenario's suppressions, the progress display, the watchdog, the TensorBoard event files
-//! and the CSV sink, in that order; each request through the proxy goes through the stop-on-purpose tracker and the
+//! the scenario's suppressions, the progress display, the watchdog, the CSV sink and the
+//! TensorBoard event files, in that order; each request through the proxy goes through the stop-on-purpose tracker and the
 //! request time-out check; each weight-sync check is kept for `run.json`. An observer may end the run by returning a `RunEnd`.
 
 use std::io::IsTerminal;
@@ -95,7 +95,6 @@ impl<'a> Observers<'a> {
         self.progress.step(&m, self.plan.scenario.steps);
         let step = m.step;
         let watched = self.watchdog.non_finite(&m);
-        self.tensorboard.step(&m);
         if let Err(e) = self.csv.push(m) {
             return Some(RunEnd::Failed {
                 reason: e.to_string(),
@@ -103,6 +102,7 @@ impl<'a> Observers<'a> {
                 route: None,
             });
         }
+        self.tensorboard.step(step, self.csv.table());
         watched.or_else(|| {
             self.watchdog
                 .settled_failure(self.csv.table(), step, self.plan.scenario.steps)
@@ -112,8 +112,9 @@ impl<'a> Observers<'a> {
     /// A step that arrived after the run's end was decided: kept, nothing else.
     pub(super) fn late_step(&mut self, m: StepMetrics) {
         self.progress.step(&m, self.plan.scenario.steps);
-        self.tensorboard.step(&m);
+        let step = m.step;
         let _ = self.csv.push(m);
+        self.tensorboard.step(step, self.csv.table());
     }
 
     /// An event that arrived after the run's end was decided: its step and its weight-sync

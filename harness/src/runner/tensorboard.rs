@@ -7,13 +7,15 @@ use std::path::{Path, PathBuf};
 
 use super::RunOptions;
 use crate::metrics::tensorboard::EventWriter;
-use crate::metrics::StepMetrics;
+use crate::metrics::{MetricTable, StepMetrics};
 use crate::plan::RunPlan;
 
 /// The event files of one run (none, one or two folders).
 #[derive(Debug, Default)]
 pub struct TensorBoard {
     writers: Vec<EventWriter>,
+    /// The last step written.
+    last: Option<u64>,
     /// What failed, for `run.json`'s notes (once per folder).
     pub(crate) notes: Vec<String>,
 }
@@ -41,10 +43,36 @@ impl TensorBoard {
         tb
     }
 
-    /// One finished step, every metric a scalar named as the metric.
-    pub(crate) fn step(&mut self, m: &StepMetrics) {
-        let scalars: Vec<(&str, f64)> = m.values.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        self.write(m.step, &scalars);
+    /// One finished step, every metric a scalar named as the metric, from the series so far
+    /// (`table`, which holds it already). The files hold what `metrics.csv` holds, in step
+    /// order, each step once: a step at or before the last one written (a trainer's stdout
+    /// and stderr lines cross; a step sent again) starts a new file with the whole series.
+    pub(crate) fn step(&mut self, step: u64, table: &MetricTable) {
+        if self.writers.is_empty() {
+            return;
+        }
+        let in_order = self.last.is_none_or(|last| step > last);
+        self.last = Some(self.last.map_or(step, |last| last.max(step)));
+        if in_order {
+            if let Some(row) = table.row(step) {
+                self.write(step, &scalars(row));
+            }
+            return;
+        }
+        let mut failed = Vec::new();
+        self.writers.retain_mut(|w| match w.restart() {
+            Ok(()) => true,
+            Err(e) => {
+                failed.push(e.to_string());
+                false
+            }
+        });
+        for e in failed {
+            self.failed(&e);
+        }
+        for row in table.rows() {
+            self.write(row.step, &scalars(row));
+        }
     }
 
     /// Scalars at one step, to every folder; a folder whose write fails is dropped.
@@ -69,6 +97,11 @@ impl TensorBoard {
     }
 }
 
+/// A step's metrics as scalars named as the metrics.
+fn scalars(m: &StepMetrics) -> Vec<(&str, f64)> {
+    m.values.iter().map(|(k, v)| (k.as_str(), *v)).collect()
+}
+
 /// Where a run's events go under `--tensorboard DIR`: its run directory's path below `OUT`
 /// (`<scenario>/<run-id>`, a seed's `<scenario>/<run-id>/seed-<S>`), else
 /// `<scenario>/<run directory's name>`.
@@ -82,6 +115,36 @@ fn sub_run(out: &Path, scenario: &str, run_dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::tensorboard::{unframe, Event};
+    use prost::Message;
+
+    #[test]
+    fn steps_out_of_order_are_written_again_in_step_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tb = TensorBoard {
+            writers: vec![EventWriter::create(dir.path()).unwrap()],
+            ..TensorBoard::default()
+        };
+        let mut table = MetricTable::new();
+        for step in [1, 3, 2, 4] {
+            let mut m = StepMetrics::new(step);
+            m.insert("x", step as f64);
+            table.push(m);
+            tb.step(step, &table);
+        }
+        let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(files.len(), 1);
+        let path = files[0].as_ref().unwrap().path();
+        let steps: Vec<i64> = unframe(&std::fs::read(path).unwrap())
+            .unwrap()
+            .iter()
+            .map(|r| Event::decode(r.as_slice()).unwrap())
+            .filter(|e| e.summary.is_some())
+            .map(|e| e.step)
+            .collect();
+        assert_eq!(steps, [1, 2, 3, 4]);
+        assert!(tb.notes.is_empty(), "{:?}", tb.notes);
+    }
 
     #[test]
     fn a_run_goes_under_its_scenario_and_id() {
