@@ -129,3 +129,17 @@ fn python_modules_are_asked_in_one_start_and_answered_in_order() {
     }
     assert_eq!(found, vec![Ok(true), Ok(false), Ok(false), Ok(true)]);
 }
+
+#[test]
+fn metrics_tensorboard_is_a_boolean_at_its_line() {
+    let node = yaml::parse("watch: [x]\ntensorboard: true\n", Path::new("t.yaml")).unwrap();
+    let m: crate::metrics::MetricsSpec = de::from_node(&node, "metrics").unwrap();
+    assert!(m.tensorboard);
+    let node = yaml::parse("watch: [x]\n", Path::new("t.yaml")).unwrap();
+    let m: crate::metrics::MetricsSpec = de::from_node(&node, "metrics").unwrap();
+    assert!(!m.tensorboard);
+    let node = yaml::parse("tensorboard: often\n", Path::new("t.yaml")).unwrap();
+    let e = de::from_node::<crate::metrics::MetricsSpec>(&node, "metrics").unwrap_err();
+    assert_eq!((e.line, e.key_path.as_str()), (1, "metrics.tensorboard"));
+    assert!(e.to_string().contains("expected a boolean"), "{e}");
+}
