@@ -83,6 +83,7 @@ async fn judge_plan(
         end,
         metrics,
         trainer_tail,
+        mut tensorboard,
         ..
     } = executed;
     let store = GoldenStore::with_ci(&opts.golden, opts.ci);
@@ -153,6 +154,19 @@ async fn judge_plan(
     let mut report = Report::from_run(&run_dir, &manifest, metrics, reference, verdict);
     report.trainer_tail = trainer_tail;
     report.budget = budget;
+    // The golden and the bands beside the run's series in its TensorBoard event files; a
+    // failed write is a note, never the run's failure.
+    for (step, tags) in report::judged_scalars(&report) {
+        let scalars: Vec<(&str, f64)> = tags.iter().map(|(t, v)| (t.as_str(), *v)).collect();
+        tensorboard.write(step, &scalars);
+    }
+    if !tensorboard.notes.is_empty() {
+        manifest.notes.append(&mut tensorboard.notes);
+        report.notes.clone_from(&manifest.notes);
+        manifest
+            .write(&run_dir)
+            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    }
     report::write_reports(&run_dir, &report)
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     Ok(report)

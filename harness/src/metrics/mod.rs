@@ -10,14 +10,15 @@ use crate::fsx;
 
 pub(crate) mod json_f64;
 mod range;
+pub(crate) mod tensorboard;
 
 pub(crate) use range::StepRange;
 pub use rlharness_arctic::flops;
 pub use rlharness_arctic::flops::ModelSpec;
 pub(crate) use rlharness_arctic::flops::{promised_peak_flops, ModelShape};
 
-/// The scenario's `metrics` block: what MFU is computed against, and which metrics the
-/// watchdog watches for non-finite values.
+/// The scenario's `metrics` block: what MFU is computed against, which metrics the watchdog
+/// watches for non-finite values, and whether the series also goes to TensorBoard.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct MetricsSpec {
@@ -34,6 +35,10 @@ pub(crate) struct MetricsSpec {
     /// at `steps`), as an integration that stops logging a metric would. Recorded in the plan.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) suppress: Vec<Suppress>,
+    /// Also write the series, step by step, as TensorBoard event files into
+    /// `<run dir>/tensorboard/` (`tensorboard.rs`), with the golden and the bands after judging.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) tensorboard: bool,
 }
 
 /// One `metrics.suppress` entry: `{metric: perf/throughput, steps: "3..5"}`.

@@ -22,8 +22,10 @@ pub(crate) mod markdown;
 mod plots;
 pub(crate) use plots::{plot_trend, TrendPlot};
 pub(crate) mod seeds;
+mod tensorboard;
 pub(crate) mod terminal;
 mod verdict_json;
+pub(crate) use tensorboard::judged_scalars;
 
 pub(crate) use crate::compare::Headline;
 pub(crate) use format::{

@@ -156,7 +156,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let opts = RunOptions::new(dir.path().into(), dir.path().into());
         let csv = MetricsCsvWriter::create(&dir.path().join("metrics.csv")).unwrap();
-        let mut observers = Observers::new(&plan, &opts, "test", csv, Duration::from_secs(600));
+        let mut observers = Observers::new(
+            &plan,
+            &opts,
+            "test",
+            csv,
+            Default::default(),
+            Duration::from_secs(600),
+        );
         let (tx, mut rx) = channel();
         let mut task = driver(tx);
         let started = Instant::now();

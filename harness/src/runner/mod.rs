@@ -1,7 +1,8 @@
 //! `rlharness run` for one scenario, as named stages (`stages`): prepare the run directory,
 //! start the backend, start the recording proxy, start the driver; then the event loop
 //! (`drive`) feeds the observers of the run's events (`observe`: sanity filter, progress,
-//! watchdog, CSV sink, stop-on-purpose, request time-out) until the run's end is decided;
+//! watchdog, TensorBoard event files (`tensorboard`), CSV sink, stop-on-purpose, request
+//! time-out) until the run's end is decided;
 //! then finish: stop the driver, the proxy and the backend, and write `run.json`. Whatever
 //! happens, the run directory is left valid: `run.json` says how the run ended and
 //! `metrics.csv` holds every finished step. Judging and reporting come after (`app`).
@@ -11,6 +12,7 @@ pub(crate) mod env;
 mod error;
 mod observe;
 mod stages;
+mod tensorboard;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,6 +26,7 @@ use crate::rundir::{RunManifest, RunStatus};
 pub(crate) use env::RunEnv;
 pub use error::RunError;
 pub(crate) use stages::create_run_dir;
+pub use tensorboard::TensorBoard;
 
 /// Options of `rlharness run` that apply to every scenario.
 #[derive(Debug, Clone)]
@@ -66,6 +69,9 @@ pub struct RunOptions {
     /// never moving `OUT/<scenario>/latest`, and marked in `run.json` so that no history
     /// counts it as a run of the scenario.
     pub calibration: bool,
+    /// `run --tensorboard DIR`: the series also as TensorBoard event files under
+    /// `DIR/<scenario>/<run-id>/` (a seed's under its multi-seed run's folder).
+    pub tensorboard: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -91,6 +97,7 @@ impl RunOptions {
             label: None,
             netns: None,
             calibration: false,
+            tensorboard: None,
         }
     }
 }
@@ -218,6 +225,9 @@ pub struct Executed {
     pub(crate) ended: chrono::DateTime<chrono::Utc>,
     /// An external trainer's last output lines, when the run did not complete.
     pub(crate) trainer_tail: Option<String>,
+    /// The run's TensorBoard event files, still open: the judge's golden and bands go there
+    /// too.
+    pub tensorboard: TensorBoard,
 }
 
 /// Run one planned scenario to its end (not judged yet).
@@ -288,7 +298,15 @@ async fn execute_with(
         csv,
         ..
     } = p;
-    let mut observers = observe::Observers::new(&plan, opts, &env.hardware, csv, request_timeout);
+    let tensorboard = TensorBoard::open(&plan, opts, &run_dir);
+    let mut observers = observe::Observers::new(
+        &plan,
+        opts,
+        &env.hardware,
+        csv,
+        tensorboard,
+        request_timeout,
+    );
     let limits = drive::Limits {
         step: timeouts.step,
         run: timeouts.run,
@@ -337,11 +355,13 @@ async fn execute_with(
     }
     let observe::Observers {
         csv,
+        mut tensorboard,
         sanity,
         stop_at,
         weight_sync,
         ..
     } = observers;
+    manifest.notes.append(&mut tensorboard.notes);
     if let Some(why) = stop_at.why {
         manifest.notes.push(why);
     }
@@ -368,6 +388,7 @@ async fn execute_with(
         replay,
         ended,
         trainer_tail,
+        tensorboard,
     })
 }
 

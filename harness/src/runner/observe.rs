@@ -1,11 +1,12 @@
 //! The observers of a run's event stream: each finished step goes through the sanity filter,
-//! the scenario's suppressions, the progress display, the watchdog and the CSV sink, in that
-//! order; each request through the proxy goes through the stop-on-purpose tracker and the
+//! the scenario's suppressions, the progress display, the watchdog, the CSV sink and the
+//! TensorBoard event files, in that order; each request through the proxy goes through the stop-on-purpose tracker and the
 //! request time-out check; each weight-sync check is kept for `run.json`. An observer may end the run by returning a `RunEnd`.
 
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use super::tensorboard::TensorBoard;
 use super::{RunEnd, RunOptions, StopAt};
 use crate::events::RunEvent;
 use crate::metrics::{MetricTable, MetricsCsvWriter, StepMetrics};
@@ -18,6 +19,8 @@ pub(super) struct Observers<'a> {
     pub(crate) progress: Progress,
     pub(crate) watchdog: Watchdog<'a>,
     pub(crate) csv: MetricsCsvWriter,
+    /// The series as TensorBoard event files, when asked for.
+    pub(crate) tensorboard: TensorBoard,
     pub(crate) stop_at: StopTracker,
     pub(crate) request_timeout: Duration,
     plan: &'a RunPlan,
@@ -34,6 +37,7 @@ impl<'a> Observers<'a> {
         opts: &RunOptions,
         hardware: &str,
         csv: MetricsCsvWriter,
+        tensorboard: TensorBoard,
         request_timeout: Duration,
     ) -> Self {
         Self {
@@ -47,6 +51,7 @@ impl<'a> Observers<'a> {
             ),
             watchdog: Watchdog::new(plan, opts, hardware),
             csv,
+            tensorboard,
             stop_at: StopTracker::new(opts.stop_at),
             request_timeout,
             plan,
@@ -97,6 +102,7 @@ impl<'a> Observers<'a> {
                 route: None,
             });
         }
+        self.tensorboard.step(step, self.csv.table());
         watched.or_else(|| {
             self.watchdog
                 .settled_failure(self.csv.table(), step, self.plan.scenario.steps)
@@ -106,7 +112,9 @@ impl<'a> Observers<'a> {
     /// A step that arrived after the run's end was decided: kept, nothing else.
     pub(super) fn late_step(&mut self, m: StepMetrics) {
         self.progress.step(&m, self.plan.scenario.steps);
+        let step = m.step;
         let _ = self.csv.push(m);
+        self.tensorboard.step(step, self.csv.table());
     }
 
     /// An event that arrived after the run's end was decided: its step and its weight-sync

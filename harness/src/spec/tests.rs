@@ -162,3 +162,17 @@ fn an_unset_variable_is_unmet_and_python_path_finds_a_module() {
     };
     assert_eq!(with.unmet(), Vec::<String>::new());
 }
+
+#[test]
+fn metrics_tensorboard_is_a_boolean_at_its_line() {
+    let node = yaml::parse("watch: [x]\ntensorboard: true\n", Path::new("t.yaml")).unwrap();
+    let m: crate::metrics::MetricsSpec = de::from_node(&node, "metrics").unwrap();
+    assert!(m.tensorboard);
+    let node = yaml::parse("watch: [x]\n", Path::new("t.yaml")).unwrap();
+    let m: crate::metrics::MetricsSpec = de::from_node(&node, "metrics").unwrap();
+    assert!(!m.tensorboard);
+    let node = yaml::parse("tensorboard: often\n", Path::new("t.yaml")).unwrap();
+    let e = de::from_node::<crate::metrics::MetricsSpec>(&node, "metrics").unwrap_err();
+    assert_eq!((e.line, e.key_path.as_str()), (1, "metrics.tensorboard"));
+    assert!(e.to_string().contains("expected a boolean"), "{e}");
+}

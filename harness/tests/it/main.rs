@@ -35,6 +35,7 @@ mod run;
 mod scale_out;
 mod selftests;
 mod spec;
+mod tensorboard;
 mod torch_child;
 mod verdict;
 mod weight_sync;

@@ -21,6 +21,7 @@ fn run_options(args: &RunArgs, first: Option<&Path>) -> RunOptions {
         label: args.label.clone(),
         stop_at: args.stop_at,
         experiment_name: args.experiment_name.clone(),
+        tensorboard: args.tensorboard.clone(),
         ..args.common.options(first.unwrap_or(Path::new("")))
     }
 }
@@ -61,6 +62,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
         }
         None => None,
     };
+    if args.tensorboard.is_some() && args.ray.executor == Executor::Ray {
+        return Err(CommandError::invalid(
+            "--tensorboard writes on this host: with --executor ray set `metrics.tensorboard: \
+             true` in the scenario instead (RUN/tensorboard/ comes back with the run directory)",
+        ));
+    }
     if args.jobs == 0 {
         return Err(CommandError::invalid("--jobs 0: at least one job"));
     }

@@ -157,15 +157,21 @@ async fn console_metrics_land_at_their_steps_with_hydra_overrides_and_logs_kept(
 
 /// The scenario's own loggers reach the launcher with the harness's `file` added, and the run
 /// says so; `run.json` and the report hold the trainer's exact command line and the variables
-/// the harness set (the run's token only as a digest).
+/// the harness set (the run's token only as a digest); `--tensorboard` holds every metric the
+/// harness captured (issue #45's "done when").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scenarios_loggers_are_kept_and_the_trainers_command_is_recorded() {
-    let (_tmp, dir, _, _) = ran(
-        "verl-console.yaml",
-        &["config.trainer.logger=[console, tensorboard]"],
-        ExitStatus::Passed,
-    )
-    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let tb_root = tmp.path().join("tb");
+    let o = RunOptions {
+        tensorboard: Some(tb_root.clone()),
+        ..opts(
+            tmp.path(),
+            &["config.trainer.logger=[console, tensorboard]"],
+        )
+    };
+    run_expecting(&fixture("verl-console.yaml"), &o, ExitStatus::Passed).await;
+    let dir = tmp.path().join("run");
     let argv: Vec<String> = read(&dir, "trainer_argv.txt")
         .lines()
         .map(String::from)
@@ -202,6 +208,10 @@ async fn the_scenarios_loggers_are_kept_and_the_trainers_command_is_recorded() {
             && md.contains("'file' added"),
         "{md}"
     );
+    // A run directory outside `OUT/<scenario>/` goes under `DIR/<scenario>/<its name>/`.
+    let tb = crate::tensorboard::read_scalars(&tb_root.join("fixture-verl-console/run"));
+    crate::tensorboard::assert_every_metric(&tb, &dir);
+    assert!(tb.contains_key("critic/score/mean"), "{:?}", tb.keys());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
