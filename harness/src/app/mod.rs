@@ -95,8 +95,16 @@ async fn dispatch(command: Command) -> Result<ExitStatus, CommandError> {
             golden,
             out,
             min_change,
+            overlay,
             format,
-        } => commands::history::history(&dirs, golden.as_deref(), &out, min_change / 100.0, format),
+        } => commands::history::history(
+            &dirs,
+            golden.as_deref(),
+            &out,
+            min_change / 100.0,
+            overlay,
+            format,
+        ),
         Command::Bisect(args) => commands::bisect::bisect(args).await,
         Command::Proxy(args) => commands::proxy::proxy(args).await,
         Command::NetnsExec { .. } => Err(CommandError::invalid(

@@ -133,6 +133,10 @@ pub(crate) enum Command {
         /// is significant against a tiny noise but smaller than this does not matter.
         #[arg(long, value_name = "PERCENT", default_value_t = 1.0)]
         min_change: f64,
+        /// Also draw the last N runs of each scenario on one chart per metric, step by step
+        /// (`<scenario>--<hw>--overlay--<metric>.svg`, on the page).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        overlay: usize,
         /// What to print: the terminal summary, the Markdown of a GitHub Actions step summary
         /// (`>> "$GITHUB_STEP_SUMMARY"`), or one JSON document for scripts.
         #[arg(long, value_enum, default_value = "summary")]

@@ -157,6 +157,19 @@ pub struct Verdict {
     /// Whether the exact lane judged the run bit for bit, and why (not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exact_lane: Option<ExactLane>,
+    /// A run that did not finish (interrupted, crashed, timed out): the rules left unjudged,
+    /// which read steps past its last one, and that last step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_judged: Option<NotJudged>,
+}
+
+/// The rules of a run that stopped early that the judge did not decide: they read steps it
+/// never reached (a convergence window, the golden's later steps), so any verdict would be
+/// about the stop, which the run's own status already says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotJudged {
+    pub last_step: Option<u64>,
+    pub rules: Vec<String>,
 }
 
 impl Verdict {

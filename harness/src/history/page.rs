@@ -23,10 +23,14 @@ tr.warn td{background:#ffd}code{font-size:90%}";
 /// A file name for a window's chart: the scenario, hardware, metric and steps, with anything
 /// but letters, digits, `-` and `.` made `_`.
 fn chart_name(t: &Trend, w: &WindowTrend) -> String {
-    let raw = format!(
+    chart_name_of(&format!(
         "{}--{}--{}--{}-{}.svg",
         t.scenario, t.hardware, w.window.metric, w.window.first, w.window.last
-    );
+    ))
+}
+
+/// `raw` with anything but letters, digits, `-` and `.` made `_`.
+fn chart_name_of(raw: &str) -> String {
     raw.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
@@ -218,7 +222,7 @@ fn runs_table(t: &Trend) -> Table {
     }
 }
 
-fn scenario_blocks(t: &Trend, images: bool) -> Vec<Block> {
+fn scenario_blocks(t: &Trend, images: bool, overlay: usize) -> Vec<Block> {
     let suspect = t
         .windows
         .iter()
@@ -261,12 +265,24 @@ fn scenario_blocks(t: &Trend, images: bool) -> Vec<Block> {
                 alt: w.window.label(),
             });
         }
+        if overlay > 0 {
+            blocks.push(Block::Paragraph(plain(format!(
+                "The last {} run(s), step by step:",
+                overlay.min(t.runs.len())
+            ))));
+            for m in overlay_metrics(t) {
+                blocks.push(Block::Image {
+                    src: overlay_name(t, m),
+                    alt: format!("{m}: the last {overlay} runs"),
+                });
+            }
+        }
         blocks.push(Block::Table(runs_table(t)));
     }
     blocks
 }
 
-fn document(c: &Collected, images: bool) -> Document {
+fn document(c: &Collected, images: bool, overlay: usize) -> Document {
     let runs: usize = c.trends.iter().map(|t| t.runs.len()).sum();
     let mut blocks = vec![
         Block::Heading {
@@ -296,7 +312,7 @@ fn document(c: &Collected, images: bool) -> Document {
         ))));
     }
     for t in &c.trends {
-        blocks.extend(scenario_blocks(t, images));
+        blocks.extend(scenario_blocks(t, images, overlay));
     }
     Document {
         title: "rlharness history".into(),
@@ -383,9 +399,49 @@ fn calibrations_line(n: usize) -> String {
     )
 }
 
-/// Render a history.
-pub fn render(c: &Collected) -> Rendered {
-    let page = document(c, true);
+/// The metrics a scenario's overlay draws: those of its windows, in order, once each.
+fn overlay_metrics(t: &Trend) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for w in &t.windows {
+        if !out.contains(&w.window.metric.as_str()) {
+            out.push(&w.window.metric);
+        }
+    }
+    out
+}
+
+/// A scenario's overlay chart of `metric`: the file name.
+fn overlay_name(t: &Trend, metric: &str) -> String {
+    chart_name_of(&format!(
+        "{}--{}--overlay--{metric}.svg",
+        t.scenario, t.hardware
+    ))
+}
+
+/// The last `n` runs' curves of `metric` (each run's first series: a multi-seed run's first
+/// seed), oldest first, each named by its run number and code.
+fn overlay_chart(t: &Trend, metric: &str, n: usize) -> String {
+    let first = t.runs.len().saturating_sub(n);
+    let runs: Vec<(String, Vec<(u64, f64)>)> = t.runs[first..]
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            (
+                format!("run {}: {}", first + i + 1, r.version()),
+                r.tables
+                    .first()
+                    .map(|tb| tb.series(metric))
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    crate::report::render_runs(metric, &runs)
+}
+
+/// Render a history; `overlay`: the last that many runs of each scenario drawn on one chart per
+/// metric (0: none).
+pub fn render(c: &Collected, overlay: usize) -> Rendered {
+    let page = document(c, true, overlay);
     let mut files = vec![
         ("history.html".to_string(), to_html(&page)),
         ("history.md".to_string(), to_markdown(&page)),
@@ -394,10 +450,15 @@ pub fn render(c: &Collected) -> Rendered {
         for w in &t.windows {
             files.push((chart_name(t, w), chart(t, w)));
         }
+        if overlay > 0 {
+            for m in overlay_metrics(t) {
+                files.push((overlay_name(t, m), overlay_chart(t, m, overlay)));
+            }
+        }
     }
     Rendered {
         files,
-        gh_summary: to_markdown(&document(c, false)),
+        gh_summary: to_markdown(&document(c, false, 0)),
         terminal: terminal(c),
     }
 }

@@ -36,7 +36,7 @@ pub(crate) use format::{
 pub(crate) use html::render_html;
 pub(crate) use junit::render_junit;
 pub(crate) use markdown::render_markdown;
-pub(crate) use plots::{render_overlay, render_plots};
+pub(crate) use plots::{render_overlay, render_plots, render_runs};
 pub(crate) use terminal::render_terminal;
 pub(crate) use verdict_json::render_verdict_json;
 
@@ -253,6 +253,19 @@ impl Report {
         reference: Option<Reference>,
         verdict: Option<Verdict>,
     ) -> Report {
+        let mut notes = manifest.notes.clone();
+        if let Some(nj) = verdict.as_ref().and_then(|v| v.not_judged.as_ref()) {
+            notes.push(format!(
+                "not judged: the run stopped {}, so {} rule(s) reading later steps were left \
+                 undecided ({})",
+                nj.last_step
+                    .map_or("before its first step".to_string(), |s| format!(
+                        "after step {s}"
+                    )),
+                nj.rules.len(),
+                nj.rules.join(", ")
+            ));
+        }
         Report {
             scenario: manifest.scenario.clone(),
             run: RunInfo::from_manifest(manifest, dir),
@@ -264,7 +277,7 @@ impl Report {
             skipped: None,
             trainer_tail: None,
             pending_golden: manifest.pending_golden.clone(),
-            notes: manifest.notes.clone(),
+            notes,
             seed_series: None,
             budget: None,
         }

@@ -101,8 +101,10 @@ pub fn check(paths: &[PathBuf]) -> CheckOutcome {
                 let golden_root = root.parent().unwrap_or(Path::new("")).join("golden");
                 let found = super::preflight::problems(&file, &s, &golden_root);
                 warnings = found.warnings;
-                let mut errors: Vec<Diagnostic> =
-                    found.errors.into_iter().map(Diagnostic::Spec).collect();
+                let mut errors: Vec<Diagnostic> = (found.errors.into_iter())
+                    .chain(found.lints)
+                    .map(Diagnostic::Spec)
+                    .collect();
                 match names.get(&s.name) {
                     Some(first) => errors.push(Diagnostic::Spec(SpecError {
                         file: file.clone(),

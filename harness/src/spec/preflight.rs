@@ -1,7 +1,8 @@
 //! What `check` and `run` both refuse in a scenario that loads, from one function so that they
 //! agree: goldens that do not read, rules and expectations on metrics the golden does not
-//! hold (with a did-you-mean), rules that cannot fail, and a trainer program that cannot be
-//! started here. `run` calls it before anything starts, so a bad input costs no run.
+//! hold (with a did-you-mean), and a trainer program that cannot be started here. `run` calls
+//! it before anything starts, so a bad input costs no run. `check` also refuses rules that
+//! cannot fail (`lints`): a run with one is judged, and `golden audit` names the rule.
 
 use std::path::Path;
 
@@ -9,10 +10,12 @@ use super::error::SpecError;
 use super::{rules_lint, shape_lint, Scenario};
 use crate::driver::DriverSpec;
 
-/// A scenario's problems: errors (exit 2 from both commands) and warnings.
+/// A scenario's problems: errors (exit 2 from both commands), lints (exit 2 from `check`) and
+/// warnings.
 #[derive(Debug, Default)]
 pub struct Problems {
     pub errors: Vec<SpecError>,
+    pub lints: Vec<SpecError>,
     pub warnings: Vec<SpecError>,
 }
 
@@ -20,13 +23,12 @@ pub struct Problems {
 /// `golden_root`.
 pub fn problems(file: &Path, s: &Scenario, golden_root: &Path) -> Problems {
     let mut errors = rules_lint::lint_golden_files(file, &s.name, golden_root);
-    errors.extend(rules_lint::lint_rules(
+    errors.extend(rules_lint::lint_metric_names(
         file,
         &s.name,
         &s.checks,
         golden_root,
     ));
-    errors.extend(shape_lint::lint_shapes(file, &s.checks, s.steps));
     if let DriverSpec::Command(c) = &s.driver {
         if let Err(why) = c.resolve_program(file) {
             let text = std::fs::read_to_string(file).unwrap_or_default();
@@ -42,8 +44,11 @@ pub fn problems(file: &Path, s: &Scenario, golden_root: &Path) -> Problems {
             ));
         }
     }
+    let mut lints = rules_lint::lint_rules(file, &s.name, &s.checks, golden_root);
+    lints.extend(shape_lint::lint_shapes(file, &s.checks, s.steps));
     Problems {
         errors,
+        lints,
         warnings: rules_lint::lint_calibration(file, &s.name, &s.checks, golden_root),
     }
 }

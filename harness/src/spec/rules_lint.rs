@@ -136,8 +136,10 @@ pub(crate) fn error_at(file: &Path, line: usize, key: String, message: String) -
     }
 }
 
-/// The lint of every golden rule and expectation of one scenario against each of its goldens.
-pub(crate) fn lint_rules(
+/// Every golden rule's metric the golden does not hold, and every expectation's metric one of
+/// its columns nearly spells: typos until proven otherwise (they would only ever say
+/// `missing`), with a did-you-mean. `run` refuses them too.
+pub(crate) fn lint_metric_names(
     file: &Path,
     name: &str,
     checks: &ChecksSpec,
@@ -185,6 +187,29 @@ pub(crate) fn lint_rules(
                 ));
             }
         }
+    }
+    errors
+}
+
+/// The lint of every golden rule and expectation of one scenario against each of its goldens.
+pub(crate) fn lint_rules(
+    file: &Path,
+    name: &str,
+    checks: &ChecksSpec,
+    golden_root: &Path,
+) -> Vec<SpecError> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut errors = Vec::new();
+    for (hardware, golden) in goldens(golden_root, name) {
+        let Ok(golden) = golden else { continue };
+        let at = |line: usize, key: String, message: String| {
+            error_at(
+                file,
+                line,
+                key,
+                format!("{message} (golden {name}/{hardware})"),
+            )
+        };
         for (metric, key, message) in lint_against(checks, &golden) {
             let line = match key.as_str() {
                 k if k.starts_with("checks.golden.") => line_of(&text, Some("golden:"), &metric),

@@ -152,6 +152,7 @@ async fn history_finds_the_planted_slowdown_and_names_the_builds_between() {
     };
     let o = Command::new(env!("CARGO_BIN_EXE_rlharness"))
         .args(args("summary"))
+        .args(["--overlay", "3"])
         .output()
         .unwrap();
     let text = crate::common::text(&o);
@@ -176,6 +177,15 @@ async fn history_finds_the_planted_slowdown_and_names_the_builds_between() {
         "the chart marks the change"
     );
     assert!(out.join("history.md").is_file());
+    // `--overlay 3`: the last three runs' curves of each window's metric on one chart.
+    let overlay =
+        std::fs::read_to_string(out.join("mock-gsm8k-grpo--cpu--overlay--timing_s_step.svg"))
+            .unwrap();
+    for name in ["run 14: build-14", "run 15: build-15", "run 16: build-16"] {
+        assert!(overlay.contains(name), "{name} not in the overlay");
+    }
+    assert!(!overlay.contains("run 13:"), "only the last three");
+    assert!(page.contains("mock-gsm8k-grpo--cpu--overlay--timing_s_step.svg"));
     let o = Command::new(env!("CARGO_BIN_EXE_rlharness"))
         .args(args("gh-summary"))
         .output()

@@ -152,7 +152,10 @@ mod serve {
     /// (the CPU flagship's), or one trained here with `--train-warm-start`.
     fn default_spec(train: bool) -> Result<TorchSpec, CommandError> {
         use rlharness_torch::warm_start;
-        let mut spec = TorchSpec::default();
+        let mut spec = TorchSpec {
+            cache_dir: rlharness_arctic::torch_spec::user_cache_dir(),
+            ..TorchSpec::default()
+        };
         if train {
             eprintln!(
                 "rlharness-torch: training a warm start of the default tiny model ({} steps; \

@@ -123,7 +123,27 @@ fn default_threads() -> usize {
     2
 }
 fn default_cache_dir() -> String {
-    "target/rlharness-cache".into()
+    DEFAULT_CACHE_DIR.into()
+}
+
+/// A scenario's `cache_dir` when it sets none (under the project's build folder, where a run
+/// from the project's root puts it).
+pub const DEFAULT_CACHE_DIR: &str = "target/rlharness-cache";
+
+/// The user's cache folder for a server started on its own (`serve torch`), never the working
+/// directory: `$XDG_CACHE_HOME/rlharness` (an absolute path), else `$HOME/.cache/rlharness`,
+/// else the system's temporary folder.
+pub fn user_cache_dir() -> String {
+    let abs = |v: &str| {
+        std::env::var_os(v)
+            .map(std::path::PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let dir = abs("XDG_CACHE_HOME")
+        .or_else(|| abs("HOME").map(|h| h.join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("rlharness");
+    dir.display().to_string()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]

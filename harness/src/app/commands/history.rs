@@ -12,11 +12,12 @@ pub(crate) fn history(
     golden: Option<&Path>,
     out: &Path,
     min_change: f64,
+    overlay: usize,
     format: HistoryFormat,
 ) -> Result<ExitStatus, CommandError> {
     let golden = golden_store(dirs, golden)?;
     let collected = collect(dirs, &golden, min_change)?;
-    let rendered = render(&collected);
+    let rendered = render(&collected, overlay);
     let written = write(out, &rendered)?;
     match format {
         HistoryFormat::Summary => {

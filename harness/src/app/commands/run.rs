@@ -102,8 +102,19 @@ pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
         }
     }
     fsx::create_dir_all(&args.common.out).map_err(|e| CommandError::run_failed(e.to_string()))?;
-    index::write_index(&args.common.out, &entries)
+    // The combined index and JUnit of `--out` keep what earlier runs into it ran; the exit
+    // status and the printed verdict are this run's.
+    let merged = index::merged_with_earlier(&args.common.out, &entries);
+    index::write_index(&args.common.out, &merged)
         .map_err(|e| CommandError::run_failed(format!("the combined verdict: {e}")))?;
+    if merged.len() > entries.len() {
+        util::note!(
+            "{}: the combined index and junit.xml also list {} scenario(s) of earlier runs into \
+             it (this run's exit status is its own)",
+            args.common.out.display(),
+            merged.len() - entries.len()
+        );
+    }
     match args.format {
         crate::cli::OutputFormat::Text => outln!("{}", index::tally(&args.common.out, &entries)),
         crate::cli::OutputFormat::Json => {

@@ -54,7 +54,15 @@ fn serve_torch(args: ServeArgs, scenario: Option<Scenario>) -> Result<ExitStatus
     let torch = match scenario {
         None => None,
         Some(s) => match s.backend {
-            BackendSpec::Torch(spec) => Some((spec.beside(&s.path), s.seed)),
+            BackendSpec::Torch(spec) => {
+                let mut spec = spec.beside(&s.path);
+                // A server on its own caches under the user's cache folder, not the working
+                // directory, unless the scenario names a folder.
+                if spec.cache_dir == crate::backend::torch_spec::DEFAULT_CACHE_DIR {
+                    spec.cache_dir = crate::backend::torch_spec::user_cache_dir();
+                }
+                Some((spec, s.seed))
+            }
             other => {
                 return Err(CommandError::invalid(format!(
                     "{}: `serve torch` needs a scenario with a torch backend, not {other:?}",

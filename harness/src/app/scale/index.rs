@@ -408,6 +408,71 @@ pub(crate) fn failed_files(out: &Path) -> Result<Vec<PathBuf>, String> {
         .collect())
 }
 
+/// This run's entries, then those of earlier runs into `out` (`OUT/index.json`) of scenario
+/// files this run did not run, whose run directory is still there: a second `run` into one
+/// `--out` adds to the combined index and JUnit instead of replacing them. A scenario run
+/// again replaces its old entry. An unreadable `index.json` merges nothing.
+pub(crate) fn merged_with_earlier(out: &Path, entries: &[Entry]) -> Vec<Entry> {
+    let mut merged = entries.to_vec();
+    let Ok(text) = std::fs::read_to_string(out.join("index.json")) else {
+        return merged;
+    };
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return merged;
+    };
+    let earlier = doc["scenarios"].as_array().cloned().unwrap_or_default();
+    for s in earlier {
+        let (Some(file), Some(scenario)) = (s["file"].as_str(), s["scenario"].as_str()) else {
+            continue;
+        };
+        let Some(status) = s["exit_code"]
+            .as_i64()
+            .and_then(|c| ExitStatus::from_code(c as i32))
+        else {
+            continue;
+        };
+        let run_dir = s["run_dir"].as_str().map(PathBuf::from);
+        let gone = run_dir.as_ref().is_some_and(|d| !d.exists());
+        if gone || merged.iter().any(|e| e.file == file) {
+            continue;
+        }
+        let seeds = s["seeds"].as_array().cloned().unwrap_or_default();
+        merged.push(Entry {
+            file: file.to_string(),
+            scenario: scenario.to_string(),
+            status,
+            summary: s["summary"].as_str().unwrap_or_default().to_string(),
+            run_dir,
+            placement: match s["placement"].as_str() {
+                Some(p) if p.starts_with("earlier run") => p.to_string(),
+                Some(p) => format!("earlier run ({p})"),
+                None => "earlier run".into(),
+            },
+            seconds: s["seconds"].as_f64().unwrap_or(0.0),
+            seeds: seeds
+                .iter()
+                .filter_map(|x| {
+                    Some(SeedEntry {
+                        seed: x["seed"].as_u64()?,
+                        status: ExitStatus::from_code(x["exit_code"].as_i64()? as i32)?,
+                        summary: x["summary"].as_str().unwrap_or_default().to_string(),
+                    })
+                })
+                .collect(),
+            skipped: s["skipped"] == true,
+            failing: s["failing"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.as_str())
+                .map(|r| (r.to_string(), r.to_string()))
+                .collect(),
+            expected_failure: s["expected_failure"] == true,
+        });
+    }
+    merged
+}
+
 pub(crate) fn write_index(out: &Path, entries: &[Entry]) -> Result<(), fsx::FsError> {
     let doc = index_document(out, entries);
     let json = format!("{:#}\n", json_document(out, entries));

@@ -154,6 +154,7 @@ fn verdict_of(runs: &[MetricTable], checks: &ChecksSpec, golden: &Golden, seed: 
             outcome: Outcome::Passed,
             rules: Vec::new(),
             grid_mismatch: None,
+            not_judged: None,
             exact_lane: None,
         })
     };

@@ -28,6 +28,7 @@ fn verdict_with(outcome: Outcome, failing: &[(&str, u64)]) -> Verdict {
         outcome,
         rules,
         grid_mismatch: None,
+        not_judged: None,
         exact_lane: None,
     }
 }
@@ -215,6 +216,7 @@ fn verdict_of(rules: Vec<RuleVerdict>) -> Verdict {
         outcome,
         rules,
         grid_mismatch: None,
+        not_judged: None,
         exact_lane: None,
     }
 }

@@ -59,6 +59,7 @@ pub(crate) fn judge_tables(
         rules,
         grid_mismatch,
         exact_lane: None,
+        not_judged: None,
     }
 }
 

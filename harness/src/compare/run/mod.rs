@@ -28,7 +28,7 @@ use super::budget::Budget;
 use super::calibrated::{resolve_calibrated, source_of};
 use super::exact::judge_lane;
 use super::judge::{grid_mismatch_of, judge_expectation, judge_golden};
-use super::verdict::{Evidence, Outcome, RuleStatus, RuleVerdict, Verdict};
+use super::verdict::{Evidence, NotJudged, Outcome, RuleStatus, RuleVerdict, Verdict};
 use super::{loosened, presence, stability, weight_sync};
 use crate::checks::{ChecksSpec, GoldenRules};
 use crate::golden::Golden;
@@ -120,15 +120,44 @@ pub fn judge_run(run: &RunRecord<'_>, golden: Option<&Golden>) -> Option<Verdict
         rules.extend(rule);
         lane
     });
+    let judged = run.status == RunStatus::Completed;
+    // A run that stopped early (not on purpose: an abort is the judge's own decision) is not
+    // judged on rules past its last step: what failed before it stopped, the watchdog's and
+    // the sanity rules stay.
+    let stopped = matches!(
+        run.status,
+        RunStatus::Interrupted | RunStatus::Failed | RunStatus::TimedOut
+    );
+    let mut not_judged = None;
+    if stopped {
+        let last = run.metrics.steps().last().copied();
+        let (keep, left): (Vec<RuleVerdict>, Vec<RuleVerdict>) = rules.into_iter().partition(|r| {
+            r.status == RuleStatus::Pass
+                || r.rule.starts_with("watchdog:")
+                || r.rule.starts_with("sanity:")
+                || r.failing_steps
+                    .iter()
+                    .any(|s| last.is_some_and(|l| *s <= l))
+        });
+        rules = keep;
+        if !left.is_empty() {
+            not_judged = Some(NotJudged {
+                last_step: last,
+                rules: left.into_iter().map(|r| r.rule).collect(),
+            });
+        }
+    }
     let mut verdict = Verdict {
         outcome: Outcome::Passed,
         rules,
-        grid_mismatch: grid_mismatch_of(run.metrics, golden.map(|g| &g.table), run.checks),
+        grid_mismatch: (!stopped)
+            .then(|| grid_mismatch_of(run.metrics, golden.map(|g| &g.table), run.checks))
+            .flatten(),
         exact_lane,
+        not_judged,
     };
     let no_golden = golden.is_none() && !run.checks.golden.is_empty();
     verdict.outcome = outcome_of(&verdict, no_golden);
-    let judged = run.status == RunStatus::Completed;
     (judged || !verdict.rules.is_empty()).then_some(verdict)
 }
 

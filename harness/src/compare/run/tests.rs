@@ -403,3 +403,41 @@ fn a_log_scale_band_is_a_factor_either_way() {
     let v = judge_run(&record(&table(&[("g", &[10.5; 4])]), &c, &[]), Some(&g)).unwrap();
     assert_eq!(v.rule("golden:g").unwrap().status, RuleStatus::Regressed);
 }
+
+/// A run interrupted after step 2 of 4 is not judged on what it never reached: a rule that
+/// failed at a step it ran stays failed, the rules about later steps (here the expectation over
+/// the last steps, and the golden rule whose only miss would be its missing steps) are listed
+/// as not judged, and the verdict says no grid mismatch (the stop already says so).
+#[test]
+fn an_interrupted_run_is_not_judged_past_its_last_step() {
+    let c = checks(
+        r#"{"golden": {"a": {"abs": 0.1}, "r": {"abs": 0.1}},
+            "expect": ["mean(r, last 2) >= 0.9"]}"#,
+    );
+    let gold = table(&[("a", &[1.0, 1.0, 1.0, 1.0]), ("r", &[0.5, 0.6, 0.9, 1.0])]);
+    let ran = table(&[("a", &[1.0, 2.0]), ("r", &[0.5, 0.6])]);
+    let dropped: Vec<DroppedValue> = Vec::new();
+    let run = RunRecord {
+        status: RunStatus::Interrupted,
+        ..record(&ran, &c, &dropped)
+    };
+    let v = judge_run(&run, Some(&golden(gold.clone(), None))).unwrap();
+    let a = v.rule("golden:a").expect("a failure at step 2 stays");
+    assert_eq!(
+        (a.status, a.failing_steps.clone()),
+        (RuleStatus::Regressed, vec![2])
+    );
+    let nj = v.not_judged.as_ref().expect("rules left unjudged");
+    assert_eq!(nj.last_step, Some(2));
+    assert!(
+        nj.rules.iter().any(|r| r.starts_with("expect:")),
+        "{nj:?} {:?}",
+        v.rules
+    );
+    assert!(v.rules.iter().all(|r| !r.rule.starts_with("expect:")));
+    assert_eq!(v.grid_mismatch, None);
+    // The same series, completed: every rule judged.
+    let done = judge_run(&record(&ran, &c, &dropped), Some(&golden(gold, None))).unwrap();
+    assert!(done.not_judged.is_none());
+    assert!(done.rules.iter().any(|r| r.rule.starts_with("expect:")));
+}

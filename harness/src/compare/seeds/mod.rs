@@ -236,6 +236,7 @@ pub(crate) fn judge_seeds(
         outcome: Outcome::Passed,
         rules,
         grid_mismatch: None,
+        not_judged: None,
         exact_lane: None,
     };
     // The one precedence of outcomes (`compare::run`).

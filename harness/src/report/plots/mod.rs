@@ -457,6 +457,31 @@ pub(crate) fn render_overlay(
     })
 }
 
+/// Many runs' curves of one metric on one chart, each named (a history's last runs, oldest
+/// first: the newest drawn last and thickest).
+pub(crate) fn render_runs(metric: &str, runs: &[(String, Vec<(u64, f64)>)]) -> String {
+    const PALETTE: [RGBColor; 6] = [
+        RGBColor(140, 140, 184),
+        RGBColor(0, 150, 100),
+        RGBColor(230, 120, 20),
+        RGBColor(148, 103, 189),
+        RGBColor(214, 39, 40),
+        RGBColor(25, 25, 112),
+    ];
+    let all = || runs.iter().flat_map(|(_, s)| s.iter());
+    let (x0, x1) = x_range(all().map(|(s, _)| *s));
+    let (y0, y1) = y_range(all().map(|(_, v)| *v));
+    plot(metric, x0..x1, y0..y1, |l| {
+        let n = runs.len();
+        for (i, (name, series)) in runs.iter().enumerate() {
+            let color = PALETTE[(PALETTE.len() + i).saturating_sub(n) % PALETTE.len()];
+            let width = if i + 1 == n { 3 } else { 1 };
+            l.line(name, series, (color, width), false)?;
+        }
+        Ok(())
+    })
+}
+
 /// A multi-seed run's plot of one metric: the calibration's spread per step (mean ± 2σ,
 /// shaded grey), the band the test put on each window's seeds' mean (shaded blue), the
 /// golden's series, every seed's, and the seeds' window means as a step line, a failing

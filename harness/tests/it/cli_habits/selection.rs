@@ -111,9 +111,35 @@ fn rerun_failed_runs_what_failed_last_time() {
     assert_eq!(index().len(), 2);
     let o = run(&["--rerun-failed"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert_eq!(index(), [bad.to_str().unwrap()]);
-
+    // This run's entry first, the earlier run's other scenario kept (merged, not replaced).
+    assert_eq!(
+        index(),
+        [
+            bad.to_str().unwrap(),
+            "scenarios/smoke/mock-gsm8k-grpo.yaml"
+        ]
+    );
     let o = run(&["scenarios/smoke/mock-gsm8k-grpo.yaml"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        index().len(),
+        2,
+        "the mock's entry replaced, the bad one kept"
+    );
+    let junit = std::fs::read_to_string(out.join("junit.xml")).unwrap();
+    assert!(
+        junit.contains("mock-gsm8k-grpo") && junit.contains("bad"),
+        "{junit}"
+    );
+    // The bad file fixed (the smoke without its golden rules): rerun, it passes; then nothing
+    // failed is left.
+    let smoke =
+        std::fs::read_to_string(repo().join("scenarios/smoke/mock-gsm8k-grpo.yaml")).unwrap();
+    let (head, tail) = smoke.split_once("  golden:\n").unwrap();
+    let expect = &tail[tail.find("  expect:\n").unwrap()..];
+    let fixed = format!("{head}{expect}").replace("name: mock-gsm8k-grpo", "name: bad");
+    std::fs::write(&bad, fixed).unwrap();
+    let o = run(&["--rerun-failed"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let o = run(&["--rerun-failed"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));

@@ -481,19 +481,33 @@ async fn a_fail_fast_golden_rule_stops_the_run_at_the_first_point_outside_its_ba
     );
 }
 
+/// A trainer program that is there but cannot start (its interpreter is missing: `exec`
+/// fails) is a failed run with a report; one that is not there at all is refused before the
+/// run as invalid input (`spec::check_vs_run`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainer_that_cannot_start_is_a_failed_run_with_a_report() {
-    let (_tmp, dir, m, _) = ran(
+    let tmp = tempfile::tempdir().unwrap();
+    let trainer = tmp.path().join("no-interpreter.sh");
+    std::fs::write(&trainer, "#!/no/such/interpreter\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&trainer, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let set = format!("driver.command.0={}", trainer.display());
+    run_fixture(
+        tmp.path(),
         "verl-console.yaml",
-        &["driver.command.0=./no-such-trainer.sh"],
+        &[&set],
         ExitStatus::RunFailed,
     )
     .await;
+    let dir = tmp.path().join("run");
+    let m = manifest(&dir);
     assert_eq!(m.status, RunStatus::Failed);
     let reason = m.reason.unwrap();
     assert!(
         reason.starts_with("step 1: cannot start the trainer `")
-            && reason.contains("no-such-trainer.sh"),
+            && reason.contains("no-interpreter.sh"),
         "{reason}"
     );
     assert!(dir.join("report.md").is_file());
