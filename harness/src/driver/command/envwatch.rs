@@ -170,16 +170,25 @@ impl EnvWatch {
             if !environ.iter().any(|kv| kv == &needle) {
                 continue;
             }
-            if self
-                .procs
-                .get(&pid)
-                .is_some_and(|r| r.environ.len() > environ.len())
-            {
-                continue;
+            // A command line read empty (a process between fork and exec, or retitling
+            // itself) names nothing: the label read before stands.
+            let mut label = label(&strays::argv(pid));
+            if let Some(r) = self.procs.get_mut(&pid) {
+                if label == UNREADABLE {
+                    label = r.label.clone();
+                }
+                if r.environ.len() > environ.len() {
+                    // The environment read before was whole; the name may be new.
+                    if r.label != label {
+                        r.label = label;
+                        self.dirty = true;
+                    }
+                    continue;
+                }
             }
             let reading = Reading {
                 ppid: strays::ppid(pid),
-                label: label(&strays::argv(pid)),
+                label,
                 environ: environ
                     .iter()
                     .filter_map(|kv| kv.split_once('='))
@@ -210,7 +219,7 @@ impl EnvWatch {
         };
         self.procs
             .iter()
-            .filter(|(_, r)| !is_wrapper(&r.label))
+            .filter(|(_, r)| !is_wrapper(&r.label) && r.label != UNREADABLE)
             .map(|(&pid, _)| (depth(pid), pid))
             .min()
             .map(|(_, pid)| pid)
@@ -275,12 +284,15 @@ impl EnvWatch {
     }
 }
 
+/// The label of a process whose command line reads empty.
+const UNREADABLE: &str = "?";
+
 /// A short, stable name for a kind of process: Ray's actor title (`ray::TaskRunner`), the
 /// module of `python -m a.b.c` (`c`), a script's file name, else the program's file name.
 pub(crate) fn label(argv: &[String]) -> String {
     let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
     let Some(first) = argv.first() else {
-        return "?".into();
+        return UNREADABLE.into();
     };
     if let Some(title) = first.strip_prefix("ray::") {
         // `ray::Class`, `ray::Class.method` while it runs one, `ray::name_1a2b:Class.__init__`
@@ -464,5 +476,26 @@ mod tests {
         );
         let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
         assert!(!text.contains("s3cret"), "{text}");
+    }
+
+    /// A process whose command line read empty is never the trainer, even nearest the command.
+    #[test]
+    fn an_unreadable_process_is_never_the_trainer() {
+        let mut w = EnvWatch::new(
+            &[],
+            &BTreeMap::new(),
+            BTreeMap::new(),
+            "t",
+            Path::new("/nonexistent"),
+        )
+        .unwrap();
+        let reading = |ppid, label: &str| Reading {
+            ppid: Some(ppid),
+            label: label.into(),
+            environ: BTreeMap::new(),
+        };
+        w.procs.insert(10, reading(1, UNREADABLE));
+        w.procs.insert(11, reading(10, "main_ppo"));
+        assert_eq!(w.trainer_env().trainer.as_deref(), Some("main_ppo"));
     }
 }
