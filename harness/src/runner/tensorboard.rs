@@ -59,17 +59,7 @@ impl TensorBoard {
             }
             return;
         }
-        let mut failed = Vec::new();
-        self.writers.retain_mut(|w| match w.restart() {
-            Ok(()) => true,
-            Err(e) => {
-                failed.push(e.to_string());
-                false
-            }
-        });
-        for e in failed {
-            self.failed(&e);
-        }
+        self.each(|w| w.restart().map_err(|e| e.to_string()));
         for row in table.rows() {
             self.write(row.step, &scalars(row));
         }
@@ -77,11 +67,16 @@ impl TensorBoard {
 
     /// Scalars at one step, to every folder; a folder whose write fails is dropped.
     pub(crate) fn write(&mut self, step: u64, scalars: &[(&str, f64)]) {
+        self.each(|w| w.write(step, scalars).map_err(|e| e.to_string()));
+    }
+
+    /// `op` on every folder's writer; a writer it fails on is dropped, and the failure noted.
+    fn each(&mut self, mut op: impl FnMut(&mut EventWriter) -> Result<(), String>) {
         let mut failed = Vec::new();
-        self.writers.retain_mut(|w| match w.write(step, scalars) {
+        self.writers.retain_mut(|w| match op(w) {
             Ok(()) => true,
             Err(e) => {
-                failed.push(e.to_string());
+                failed.push(e);
                 false
             }
         });

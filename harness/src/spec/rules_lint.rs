@@ -136,6 +136,22 @@ pub(crate) fn error_at(file: &Path, line: usize, key: String, message: String) -
     }
 }
 
+/// A finding of `file` against the golden `name/hardware`, at a line and key.
+fn against<'a>(
+    file: &'a Path,
+    name: &'a str,
+    hardware: &'a str,
+) -> impl Fn(usize, String, String) -> SpecError + 'a {
+    move |line, key, message| {
+        error_at(
+            file,
+            line,
+            key,
+            format!("{message} (golden {name}/{hardware})"),
+        )
+    }
+}
+
 /// Every golden rule's metric the golden does not hold, and every expectation's metric one of
 /// its columns nearly spells: typos until proven otherwise (they would only ever say
 /// `missing`), with a did-you-mean. `run` refuses them too.
@@ -149,14 +165,7 @@ pub(crate) fn lint_metric_names(
     let mut errors = Vec::new();
     for (hardware, golden) in goldens(golden_root, name) {
         let Ok(golden) = golden else { continue };
-        let at = |line: usize, key: String, message: String| {
-            error_at(
-                file,
-                line,
-                key,
-                format!("{message} (golden {name}/{hardware})"),
-            )
-        };
+        let at = against(file, name, &hardware);
         // A rule on a metric the golden does not hold is a typo until proven otherwise: it
         // would only ever say `missing`.
         let columns = golden.table.columns();
@@ -202,14 +211,7 @@ pub(crate) fn lint_rules(
     let mut errors = Vec::new();
     for (hardware, golden) in goldens(golden_root, name) {
         let Ok(golden) = golden else { continue };
-        let at = |line: usize, key: String, message: String| {
-            error_at(
-                file,
-                line,
-                key,
-                format!("{message} (golden {name}/{hardware})"),
-            )
-        };
+        let at = against(file, name, &hardware);
         for (metric, key, message) in lint_against(checks, &golden) {
             let line = match key.as_str() {
                 k if k.starts_with("checks.golden.") => line_of(&text, Some("golden:"), &metric),
