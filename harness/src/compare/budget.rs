@@ -30,6 +30,10 @@ use crate::golden::Golden;
 /// bands). `golden audit` measures the whole verdict against all of α_run.
 pub(crate) const SIZED: f64 = 0.5;
 
+/// The power the judge states for what it catches: 80% (a calibrated band's smallest caught
+/// move, a multi-seed t-test's detectable shift, the audit's caught moves).
+pub(crate) const POWER: f64 = 0.8;
+
 /// The run's budget and the calibrated tests that share it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Budget {

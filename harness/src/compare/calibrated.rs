@@ -2,8 +2,7 @@
 //! (k σ per window around the calibration's mean), or why it has none; and what a run, a bless
 //! and the live watch read of it.
 
-use super::budget::Budget;
-use super::seeds::POWER;
+use super::budget::{Budget, POWER};
 use crate::checks::expr::fmt_num;
 use crate::checks::{ChecksSpec, WindowBand};
 use crate::golden::calibration::PointStats;

@@ -34,9 +34,6 @@ pub(crate) use calibrated::{band_widths, judged_against, live_checks};
 pub use combined::CombinedError;
 pub(crate) use combined::{judge_combined, Combined};
 pub(crate) use headline::{Headline, Judged};
-pub use judge::judge;
-#[cfg(test)]
-pub(crate) use judge::judge_tables;
 pub(crate) use judge::{first_settled_failure, ExpectedMismatch};
 pub(crate) use run::{is_insane, FRACTION_METRICS};
 pub use run::{judge_run, RunRecord, REPLAY_RULE};
@@ -45,3 +42,16 @@ pub(crate) use stored::{provenance_of_run, reference_golden, StoredRun};
 pub use verdict::{
     Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, RunOutcome, Verdict,
 };
+
+/// The one judge (`judge_run`) of a completed run of the series `run` against a reference
+/// series, for the unit tests that judge tables.
+#[cfg(test)]
+pub(crate) fn judge_tables(
+    run: &crate::metrics::MetricTable,
+    reference: Option<&crate::metrics::MetricTable>,
+    checks: &ChecksSpec,
+) -> Verdict {
+    let golden = reference.map(|t| crate::golden::Golden::of_table(t.clone()));
+    judge_run(&RunRecord::completed(run, checks, 1), golden.as_ref())
+        .expect("a completed run is judged")
+}

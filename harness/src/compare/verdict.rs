@@ -32,6 +32,30 @@ pub enum Outcome {
     NoGolden,
 }
 
+/// A verdict's outcome from its rules, in this precedence: a regression first, then a
+/// missing golden (golden rules with no golden, unless an expectation is missing too),
+/// missing metrics, a grid mismatch, an improvement.
+pub(crate) fn outcome_of(v: &Verdict, no_golden: bool) -> Outcome {
+    let has = |s: RuleStatus| v.rules.iter().any(|r| r.status == s);
+    let expect_missing = v
+        .rules
+        .iter()
+        .any(|r| r.status == RuleStatus::Missing && r.rule.starts_with("expect:"));
+    if has(RuleStatus::Regressed) {
+        Outcome::Regressed
+    } else if no_golden && !expect_missing {
+        Outcome::NoGolden
+    } else if has(RuleStatus::Missing) {
+        Outcome::Missing
+    } else if v.grid_mismatch.is_some() {
+        Outcome::GridMismatch
+    } else if has(RuleStatus::Improved) {
+        Outcome::Improved
+    } else {
+        Outcome::Passed
+    }
+}
+
 impl Outcome {
     #[cfg(test)]
     pub(crate) fn exit_status(self) -> ExitStatus {

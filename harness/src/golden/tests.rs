@@ -4,6 +4,25 @@ use super::hardware::{cuda_ordinal, nvidia_smi_index};
 use super::header::render_header;
 use super::*;
 
+impl Golden {
+    /// A golden of the series `table` only (no rules, bands, calibration or audit), as the
+    /// unit tests judge against.
+    pub(crate) fn of_table(table: MetricTable) -> Golden {
+        Golden {
+            scenario: "s".into(),
+            hardware: "cpu".into(),
+            table,
+            provenance: Provenance::default(),
+            rules: None,
+            bands: None,
+            dir: "golden/s/cpu".into(),
+            calibration: None,
+            digest: Default::default(),
+            audit: None,
+        }
+    }
+}
+
 fn table(values: &[f64]) -> MetricTable {
     let mfu = vec![0.25; values.len()];
     MetricTable::from_columns(&[("critic/rewards/mean", values), ("perf/mfu/actor", &mfu)])

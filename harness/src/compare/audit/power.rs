@@ -7,7 +7,7 @@ use super::model::Model;
 use super::verdict_of;
 use crate::checks::domain::positive;
 use crate::checks::{ChecksSpec, Direction};
-use crate::compare::seeds::POWER;
+use crate::compare::budget::POWER;
 use crate::compare::verdict::RuleStatus;
 use crate::golden::Golden;
 use crate::metrics::MetricTable;

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::checks::ExpectedVerdict;
-use crate::compare::verdict::{Band, Outcome, PointCheck, RunOutcome};
+use crate::compare::verdict::{Band, Outcome, PointCheck, RunOutcome, Verdict};
 use crate::rundir::RunStatus;
 
 fn verdict_with(outcome: Outcome, failing: &[(&str, u64)]) -> Verdict {

@@ -13,55 +13,9 @@ pub(crate) use expected::{match_expected, ExpectedMismatch};
 use golden_rule::judge_golden_rule;
 pub(crate) use golden_rule::DEFAULT_IMPROVEMENT_FACTOR;
 
-use super::verdict::{Evidence, Outcome, RuleStatus, RuleVerdict, Verdict};
+use super::verdict::{Evidence, RuleStatus, RuleVerdict};
 use crate::checks::{ChecksSpec, GoldenRule};
-use crate::golden::Golden;
 use crate::metrics::MetricTable;
-
-/// Judge a run against its golden (if any) and the scenario's checks.
-pub fn judge(run: &MetricTable, golden: Option<&Golden>, checks: &ChecksSpec) -> Verdict {
-    judge_tables(run, golden.map(|g| &g.table), checks)
-}
-
-/// `judge` against any reference series: a golden's, or another run's (`rlharness compare`).
-pub(crate) fn judge_tables(
-    run: &MetricTable,
-    golden: Option<&MetricTable>,
-    checks: &ChecksSpec,
-) -> Verdict {
-    let mut rules: Vec<RuleVerdict> = checks
-        .golden
-        .iter()
-        .map(|(metric, rule)| judge_golden(metric, rule, run, golden))
-        .collect();
-    rules.extend(checks.expect.iter().map(|e| judge_expectation(e, run)));
-    let grid_mismatch = grid_mismatch_of(run, golden, checks);
-    let has = |s: RuleStatus| rules.iter().any(|r| r.status == s);
-    let no_golden = golden.is_none() && !checks.golden.is_empty();
-    let expect_missing = rules
-        .iter()
-        .any(|r| r.status == RuleStatus::Missing && r.rule.starts_with("expect:"));
-    let outcome = if has(RuleStatus::Regressed) {
-        Outcome::Regressed
-    } else if no_golden && !expect_missing {
-        Outcome::NoGolden
-    } else if has(RuleStatus::Missing) {
-        Outcome::Missing
-    } else if grid_mismatch.is_some() {
-        Outcome::GridMismatch
-    } else if has(RuleStatus::Improved) {
-        Outcome::Improved
-    } else {
-        Outcome::Passed
-    };
-    Verdict {
-        outcome,
-        rules,
-        grid_mismatch,
-        exact_lane: None,
-        not_judged: None,
-    }
-}
 
 /// One golden rule judged against the reference series, or `missing` without one.
 pub(crate) fn judge_golden(

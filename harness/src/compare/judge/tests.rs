@@ -1,5 +1,6 @@
 use super::expectation::can_still_pass;
 use super::*;
+use crate::compare::{judge_tables, Outcome};
 use crate::error::ExitStatus;
 use crate::metrics::StepRange;
 

@@ -28,7 +28,7 @@ use super::budget::Budget;
 use super::calibrated::{resolve_calibrated, source_of};
 use super::exact::judge_lane;
 use super::judge::{grid_mismatch_of, judge_expectation, judge_golden};
-use super::verdict::{Evidence, NotJudged, Outcome, RuleStatus, RuleVerdict, Verdict};
+use super::verdict::{outcome_of, Evidence, NotJudged, Outcome, RuleStatus, RuleVerdict, Verdict};
 use super::{loosened, presence, stability, weight_sync};
 use crate::checks::{ChecksSpec, GoldenRules};
 use crate::golden::Golden;
@@ -292,27 +292,4 @@ fn stability_rules(run: &RunRecord<'_>, golden: Option<&Golden>) -> Vec<RuleVerd
         r
     })
     .collect()
-}
-
-/// The verdict's outcome from its rules: the same precedence as `judge_tables` (a regression
-/// first, then a missing golden, missing metrics, a grid mismatch, an improvement).
-pub(crate) fn outcome_of(v: &Verdict, no_golden: bool) -> Outcome {
-    let has = |s: RuleStatus| v.rules.iter().any(|r| r.status == s);
-    let expect_missing = v
-        .rules
-        .iter()
-        .any(|r| r.status == RuleStatus::Missing && r.rule.starts_with("expect:"));
-    if has(RuleStatus::Regressed) {
-        Outcome::Regressed
-    } else if no_golden && !expect_missing {
-        Outcome::NoGolden
-    } else if has(RuleStatus::Missing) {
-        Outcome::Missing
-    } else if v.grid_mismatch.is_some() {
-        Outcome::GridMismatch
-    } else if has(RuleStatus::Improved) {
-        Outcome::Improved
-    } else {
-        Outcome::Passed
-    }
 }

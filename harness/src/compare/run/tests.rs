@@ -5,7 +5,6 @@ use crate::checks::expr::fmt_num;
 use crate::compare::calibrated::{band_widths, live_checks};
 use crate::compare::first_settled_failure;
 use crate::golden::calibration::Calibration;
-use crate::golden::Provenance;
 use crate::metrics::StepMetrics;
 
 fn table(cols: &[(&str, &[f64])]) -> MetricTable {
@@ -42,16 +41,8 @@ fn record<'a>(
 
 fn golden(t: MetricTable, rules: Option<ChecksSpec>) -> Golden {
     Golden {
-        scenario: "s".into(),
-        hardware: "cpu".into(),
-        table: t,
-        provenance: Provenance::default(),
         rules,
-        bands: None,
-        dir: "golden/s/cpu".into(),
-        calibration: None,
-        digest: Default::default(),
-        audit: None,
+        ..Golden::of_table(t)
     }
 }
 

@@ -37,6 +37,7 @@ mod power;
 
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
+use super::budget::POWER;
 use super::verdict::{Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, Verdict};
 use crate::checks::expr::fmt_num;
 use crate::checks::{ChecksSpec, Direction};
@@ -45,7 +46,7 @@ use crate::golden::Golden;
 use crate::metrics::MetricTable;
 
 pub(crate) use crate::checks::parse_seed_range;
-pub(crate) use power::{detectable_shift, seeds_needed, POWER};
+pub(crate) use power::{detectable_shift, seeds_needed};
 
 /// What the `seeds:` family spends: the part of the run's budget tests are sized for
 /// ([`super::budget::SIZED`]; the rest is held back for tails heavier than the t-test's).
@@ -241,7 +242,7 @@ pub(crate) fn judge_seeds(
     };
     // The one precedence of outcomes (`compare::run`).
     verdict.outcome =
-        super::run::outcome_of(&verdict, golden.is_none() && !checks.golden.is_empty());
+        super::verdict::outcome_of(&verdict, golden.is_none() && !checks.golden.is_empty());
     verdict
 }
 

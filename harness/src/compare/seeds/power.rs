@@ -5,10 +5,8 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use super::{family_alpha, tails};
 use crate::checks::{ChecksSpec, Direction};
+use crate::compare::budget::POWER;
 use crate::golden::calibration::PointStats;
-
-/// The power the judge states: 80%.
-pub(crate) const POWER: f64 = 0.8;
 
 /// The smallest shift of the true window mean that the t-test of `n` seeds against
 /// `reference`, each tail at `alpha`, catches with probability `POWER`, assuming the seeds

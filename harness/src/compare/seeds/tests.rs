@@ -1,4 +1,5 @@
 use super::*;
+use crate::compare::budget::POWER;
 use crate::metrics::StepMetrics;
 
 fn stats(first: u64, last: u64, n: usize, mean: f64, std: f64) -> PointStats {

@@ -5,15 +5,17 @@
 //! glues its children, and they may use what it defines, so edges into and out of a hub are
 //! not counted. Between siblings every edge counts, at every depth: `a.rs` using
 //! `super::b::X` is the edge `a -> b` in the folder, and `crate::x::y::f` from `crate::z::w`
-//! is the edge `z -> x` at the crate's top. Test code (a file's inline test module, from a
-//! top-level `#[cfg(test)] mod`, and a `tests.rs` file) is kept apart: its uses count for the
-//! layers but not for rings, since tests reach across their module on purpose; and an inline
-//! module's `super::` is the file itself, so only its `crate::` paths are read.
+//! is the edge `z -> x` at the crate's top. Test code (a
+//! `#[cfg(test)]` module, inline or a file of its own, and every item under a test attribute:
+//! `source.rs` says which) is kept apart: its uses count for the layers but not for rings,
+//! since tests reach across their module on purpose. A path written inside an inline module
+//! is resolved from that module (`super::` in `mod tests { .. }` is the file's own module).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use super::paths::{paths, Written};
+use super::paths::Written;
+use super::source::{self, Source};
 
 /// A module's path from the crate root (`[]` is the root).
 pub type ModPath = Vec<String>;
@@ -35,6 +37,8 @@ pub struct Graph {
     pub test_edges: BTreeMap<Edge, String>,
     /// Paths into other crates (`rlharness::a::...` from the torch crate): (file, path).
     pub external: Vec<(String, Written)>,
+    /// Files no `mod` declaration reaches.
+    pub undeclared: Vec<String>,
 }
 
 fn rs_files(dir: &Path, files: &mut Vec<PathBuf>) {
@@ -67,42 +71,51 @@ pub fn read(src: &Path, externs: &[&str]) -> Graph {
     let mut files = Vec::new();
     rs_files(src, &mut files);
     files.sort();
-    let texts: Vec<(String, ModPath, String)> = files
+    let mut roots = vec!["crate", "super", "self"];
+    roots.extend(externs);
+    let read: Vec<(String, ModPath, Source)> = files
         .iter()
         .map(|f| {
-            let rel = f.strip_prefix(src).unwrap();
+            let rel = f.strip_prefix(src).unwrap().display().to_string();
             let text = std::fs::read_to_string(f).unwrap();
-            (rel.display().to_string(), module_of(rel), text)
+            let source = source::read(&rel, &text, &roots);
+            (rel, module_of(f.strip_prefix(src).unwrap()), source)
         })
         .collect();
-    let modules: BTreeSet<ModPath> = texts.iter().map(|t| t.1.clone()).collect();
+    let modules: BTreeSet<ModPath> = read.iter().map(|t| t.1.clone()).collect();
+    // Every module declared with a file of its own, and whether under a test attribute.
+    let mut declared: BTreeMap<ModPath, bool> = BTreeMap::new();
+    for (_, module, source) in &read {
+        for d in &source.declared {
+            let mut m = module.clone();
+            m.extend(d.module.iter().cloned());
+            declared.insert(m, d.test);
+        }
+    }
+    let test_module =
+        |m: &ModPath| (1..=m.len()).any(|n| declared.get(&m[..n]).copied().unwrap_or(false));
     let mut graph = Graph {
         modules,
         edges: BTreeMap::new(),
         test_edges: BTreeMap::new(),
         external: Vec::new(),
+        undeclared: Vec::new(),
     };
-    for (rel, module, text) in &texts {
-        let test_file = rel.ends_with("tests.rs");
-        let (body, tests) = match text.split_once("\n#[cfg(test)]\nmod ") {
-            _ if test_file => ("", text.as_str()),
-            Some((body, tests)) => (body, tests),
-            None => (text.as_str(), ""),
-        };
-        let mut found = paths(body, &["crate", "super", "self"]);
-        let mut test_found = paths(tests, &["crate"]);
-        if test_file {
-            test_found.extend(paths(tests, &["super", "self"]));
+    for (rel, module, source) in &read {
+        if !module.is_empty() && !declared.contains_key(module) {
+            graph.undeclared.push(rel.clone());
         }
-        for (paths, test) in [(&mut found, false), (&mut test_found, true)] {
-            for p in paths.iter() {
-                if let Some(target) = resolve(module, p) {
-                    graph.add(module, &target, rel, test);
-                }
+        let test_file = test_module(module);
+        for u in &source.uses {
+            if externs.contains(&u.path[0].as_str()) {
+                graph.external.push((rel.clone(), u.path.clone()));
+                continue;
             }
-        }
-        for p in paths(text, externs) {
-            graph.external.push((rel.clone(), p));
+            let mut from = module.clone();
+            from.extend(u.inline.iter().cloned());
+            if let Some(target) = resolve(&from, &u.path) {
+                graph.add(&from, &target, rel, test_file || u.test);
+            }
         }
     }
     graph

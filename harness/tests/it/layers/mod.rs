@@ -12,6 +12,7 @@
 
 mod graph;
 mod paths;
+mod source;
 
 use std::collections::BTreeSet;
 
@@ -167,6 +168,11 @@ fn the_arctic_crate_uses_no_module_above_it_and_its_table_is_whole() {
 fn no_siblings_use_each_other_in_a_ring() {
     for src in ["harness/src", "harness/arctic/src", "harness/torch/src"] {
         let graph = graph::read(&repo().join(src), &[]);
+        assert!(
+            graph.undeclared.is_empty(),
+            "{src}: files no `mod` reaches: {:?}",
+            graph.undeclared
+        );
         let rings = graph.cycles();
         assert!(rings.is_empty(), "{src}:\n{}", rings.join("\n"));
     }
@@ -223,8 +229,9 @@ fn the_torch_crate_uses_the_arctic_crate_only() {
 }
 
 /// The checks see what they are for, on a crate written for it: an upward use, a module with
-/// no layer, a ring of three siblings two folders down (through a nested `use` group), and
-/// no ring where a child uses its hub.
+/// no layer, a ring of three siblings two folders down (through a nested `use` group), a ring
+/// closed by code below a test module declared at the top of a file (`#[cfg(test)] mod
+/// tests;`), and no ring where a child uses its hub or where only test code closes one.
 #[test]
 fn the_checks_see_an_upward_use_a_ring_of_three_and_an_unknown_module() {
     let dir = tempfile::tempdir().unwrap();
@@ -232,7 +239,19 @@ fn the_checks_see_an_upward_use_a_ring_of_three_and_an_unknown_module() {
         ("lib.rs", "pub mod low;\npub mod high;\npub mod odd;\n"),
         (
             "low/mod.rs",
-            "mod ring;\npub struct Hub;\nuse crate::high::H;\n",
+            "mod ring;\nmod ringt;\npub struct Hub;\nuse crate::high::H;\n",
+        ),
+        // A ring closed below a test module declared at the top: the code after it ships.
+        ("low/ringt/mod.rs", "mod a;\nmod b;\n"),
+        (
+            "low/ringt/a.rs",
+            "#[cfg(test)]\nmod tests;\npub struct A;\npub fn f() { super::b::g(); }\n",
+        ),
+        // Test code, which may reach its siblings: the `tests` file and a `#[test]` function.
+        ("low/ringt/a/tests.rs", "use super::super::b::B;\n"),
+        (
+            "low/ringt/b.rs",
+            "use super::a::A;\n#[test]\nfn t() { super::a::f(); }\n",
         ),
         ("low/ring/mod.rs", "mod a;\nmod b;\nmod c;\n"),
         ("low/ring/a.rs", "use super::{b::{B, self}};\n"),
@@ -251,7 +270,8 @@ fn the_checks_see_an_upward_use_a_ring_of_three_and_an_unknown_module() {
     }
     let graph = graph::read(dir.path(), &[]);
     let rings = graph.cycles();
-    assert_eq!(rings.len(), 2, "{rings:?}");
+    assert!(graph.undeclared.is_empty(), "{:?}", graph.undeclared);
+    assert_eq!(rings.len(), 3, "{rings:?}");
     assert!(
         rings[0].contains("the crate root, a ring of 2: high -> low"),
         "{rings:?}"
@@ -260,6 +280,15 @@ fn the_checks_see_an_upward_use_a_ring_of_three_and_an_unknown_module() {
         rings[1].contains("`low::ring`, a ring of 3: a -> b (low/ring/a.rs), b -> c"),
         "{rings:?}"
     );
+    assert_eq!(
+        rings[2],
+        "in `low::ringt`, a ring of 2: a -> b (low/ringt/a.rs), b -> a (low/ringt/b.rs)"
+    );
+    let test_only = graph
+        .test_edges
+        .keys()
+        .filter(|e| e.folder == ["low", "ringt"]);
+    assert_eq!(test_only.count(), 2, "{:?}", graph.test_edges);
     let layers = vec![vec!["low".to_string()], vec!["high".to_string()]];
     let bad = violations(&layers, &graph);
     assert_eq!(bad.len(), 2, "{bad:?}");
