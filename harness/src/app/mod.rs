@@ -5,6 +5,7 @@
 mod commands;
 mod errors;
 mod pipeline;
+mod preflight;
 pub mod scale;
 
 use crate::cli::{AssetsTarget, Cli, Command, GoldenAction};
@@ -14,6 +15,12 @@ use crate::util;
 
 pub use commands::compare::compare_command;
 pub use pipeline::run_one;
+
+/// `rlharness check`'s outcome for `paths` (default `scenarios/`): every scenario loaded and
+/// refused as `run` would refuse it (the preflight), and its rules linted by the judge.
+pub fn check(paths: &[std::path::PathBuf]) -> crate::spec::check::CheckOutcome {
+    crate::spec::check::check(paths, &preflight::problems)
+}
 
 pub fn init_tracing(verbose: u8) {
     // `--color`: by default colours only on a terminal, and never with `NO_COLOR` set

@@ -20,7 +20,7 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
     let scenario =
         spec::load_scenario(file, &opts.set).map_err(|e| CommandError::invalid(e.to_string()))?;
     // What `check` refuses, `run` refuses, with the same messages, before anything starts.
-    let found = spec::preflight::problems(file, &scenario, &opts.golden);
+    let found = super::preflight::problems(file, &scenario, &opts.golden);
     if !found.errors.is_empty() {
         return Err(CommandError::invalid(
             spec::SpecErrors(found.errors).to_string(),

@@ -1,6 +1,15 @@
 //! What values a metric can take, by its name (verl's and the harness's metric names): the
 //! lint of rules that cannot fail (`rlharness check`) and the default stability rules read it.
 
+/// Metrics that are a fraction of a peak, so a value outside (0, 1] cannot be true.
+pub(crate) const FRACTION_METRICS: &[&str] = &["perf/mfu/actor"];
+
+/// Whether the runner must keep `value` of `metric` out of the series (and the judge fail
+/// `sanity:0 < {metric} <= 1` on it): a fraction of a peak outside (0, 1], NaN included.
+pub(crate) fn is_insane(metric: &str, value: f64) -> bool {
+    FRACTION_METRICS.contains(&metric) && !(value > 0.0 && value <= 1.0)
+}
+
 /// The values a metric can take: `(lowest, highest)`. Unknown metrics (a reward, a loss, an
 /// advantage) may take any value.
 pub(crate) fn domain(metric: &str) -> (f64, f64) {

@@ -5,6 +5,7 @@
 //! measures calibration windows with them, and `compare` judges with them; none of them reads
 //! or writes files.
 
+pub(crate) mod direction;
 pub(crate) mod domain;
 mod expected;
 pub mod expr;

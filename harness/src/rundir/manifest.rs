@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::JudgedAgainst;
 use super::{DroppedValue, ReplayRecord, RunStatus, Stray, WeightSyncRecord, MANIFEST_FILE};
 use crate::checks::{ChecksSpec, ExpectedVerdict};
 use crate::fsx;
-use crate::golden::JudgedAgainst;
 use crate::wire::runtime::Numerics;
 
 /// A scenario value that differs from its default, and where the value came from.

@@ -7,10 +7,12 @@ use std::path::Path;
 
 use crate::metrics::{MetricTable, MetricsError};
 
+mod judged_against;
 mod manifest;
 mod records;
 mod seeds;
 
+pub use judged_against::{GoldenDigest, JudgedAgainst};
 pub use manifest::{KnobDiff, ManifestError, RunManifest, TrainerCommand};
 pub use records::{DroppedValue, ReplayRecord, RunStatus, Stray, SyncMismatch, WeightSyncRecord};
 pub use seeds::SeedsFileError;

@@ -54,7 +54,7 @@ pub(crate) struct SeedsManifest {
     /// calibration's digests, each calibrated band as resolved): `compare DIR` says when that
     /// changed since, with both verdicts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) judged_against: Option<crate::golden::JudgedAgainst>,
+    pub(crate) judged_against: Option<super::JudgedAgainst>,
 }
 
 impl SeedsManifest {

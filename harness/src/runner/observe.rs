@@ -152,7 +152,7 @@ impl<'a> Observers<'a> {
 
 /// The built-in sanity filter: a value no backend can produce (an MFU outside (0, 1]) is a
 /// failed check, never a plotted number. It is dropped from the series and kept here; the judge
-/// decides what is insane (`compare::is_insane`) and reads it back from `run.json`.
+/// decides what is insane (`checks::domain::is_insane`) and reads it back from `run.json`.
 #[derive(Debug, Default)]
 pub(super) struct Sanity {
     /// (step, metric, value) of every dropped value.
@@ -161,9 +161,9 @@ pub(super) struct Sanity {
 
 impl Sanity {
     fn filter(&mut self, m: &mut StepMetrics) {
-        for metric in crate::compare::FRACTION_METRICS {
+        for metric in crate::checks::domain::FRACTION_METRICS {
             let value = m.get(metric);
-            if let Some(v) = value.filter(|v| crate::compare::is_insane(metric, *v)) {
+            if let Some(v) = value.filter(|v| crate::checks::domain::is_insane(metric, *v)) {
                 m.values.remove(*metric);
                 self.dropped.push((m.step, metric.to_string(), v));
             }

@@ -9,6 +9,19 @@ use super::config::scenarios_root;
 use super::lint::{layer_files, lint_file, LintIssue};
 use super::{discover, load_scenario, SpecError};
 
+/// A scenario's problems: errors (exit 2 from `check` and `run`), lints (exit 2 from `check`)
+/// and warnings.
+#[derive(Debug, Default)]
+pub struct Problems {
+    pub errors: Vec<SpecError>,
+    pub lints: Vec<SpecError>,
+    pub warnings: Vec<SpecError>,
+}
+
+/// What `check` asks of a scenario that loads, against the goldens under the third path (the
+/// command layer's preflight: the judge's lint of the rules, the trainer program, the shapes).
+pub type Preflight<'a> = &'a dyn Fn(&Path, &super::Scenario, &Path) -> Problems;
+
 /// What kind of file a report is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FileKind {
@@ -53,7 +66,7 @@ impl CheckOutcome {
 
 /// Validate every scenario under `paths` (default `scenarios/` when empty) and lint the layer
 /// files (`backends/`, `defaults/`) of every scenarios root involved.
-pub fn check(paths: &[PathBuf]) -> CheckOutcome {
+pub fn check(paths: &[PathBuf], problems: Preflight) -> CheckOutcome {
     let default_paths = [PathBuf::from("scenarios")];
     let paths: &[PathBuf] = if paths.is_empty() {
         &default_paths
@@ -99,7 +112,7 @@ pub fn check(paths: &[PathBuf]) -> CheckOutcome {
             Ok(s) => {
                 let root = scenarios_root(&file);
                 let golden_root = root.parent().unwrap_or(Path::new("")).join("golden");
-                let found = super::preflight::problems(&file, &s, &golden_root);
+                let found = problems(&file, &s, &golden_root);
                 warnings = found.warnings;
                 let mut errors: Vec<Diagnostic> = (found.errors.into_iter())
                     .chain(found.lints)

@@ -17,10 +17,9 @@ pub(crate) mod error;
 mod gpus;
 pub mod lint;
 mod load;
-pub mod preflight;
+pub(crate) mod located;
 mod requires;
-pub(crate) mod rules_lint;
-mod shape_lint;
+pub(crate) mod shape_lint;
 mod timeouts;
 pub(crate) mod yaml;
 
@@ -29,6 +28,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use check::Problems;
 pub(crate) use config::{builtin_text, ConfigTree};
 pub use discover::discover;
 pub use error::{SpecError, SpecErrors};

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::error::SpecError;
-use super::rules_lint::{error_at, fmt, line_of};
+use super::located::{error_at, fmt, line_of};
 use crate::checks::domain::{domain, positive};
 use crate::checks::expr::{AggFn, ArithOp, CmpOp, Expr, Num, Pred};
 use crate::checks::ChecksSpec;
@@ -57,7 +57,7 @@ pub(crate) fn lint_shapes(file: &Path, checks: &ChecksSpec, steps: u64) -> Vec<S
                 ),
             ));
         }
-        let own = crate::compare::default_direction(metric);
+        let own = crate::checks::direction::default_direction(metric);
         if rule
             .direction
             .is_some_and(|d| d != own && own != Direction::TwoSided)
@@ -106,7 +106,7 @@ pub(crate) fn lint_shapes(file: &Path, checks: &ChecksSpec, steps: u64) -> Vec<S
 /// values the runner drops and puts back for expectations (an MFU outside (0, 1]), which can
 /// be anything there.
 pub(crate) fn expect_domain(metric: &str) -> (f64, f64) {
-    if crate::compare::FRACTION_METRICS.contains(&metric) {
+    if crate::checks::domain::FRACTION_METRICS.contains(&metric) {
         (f64::NEG_INFINITY, f64::INFINITY)
     } else {
         domain(metric)

@@ -18,7 +18,7 @@ use serde_json::Value;
 #[test]
 fn the_two_gpu_split_scenario_validates_and_is_skipped_without_two_gpus() {
     let path = repo().join("scenarios/gpu/qwen3-0.6b-shape-grpo-2xh200.yaml");
-    let outcome = rlharness::spec::check::check(std::slice::from_ref(&path));
+    let outcome = rlharness::app::check(std::slice::from_ref(&path));
     assert!(
         outcome.is_ok(),
         "{}",

@@ -30,7 +30,7 @@ pub(crate) fn check(paths: &[PathBuf], format: crate::cli::OutputFormat) -> Exit
         }
         return ExitStatus::InvalidInput;
     }
-    let mut outcome = check::check(paths);
+    let mut outcome = crate::app::check(paths);
     account_for_every_key(&mut outcome);
     let rendered = check::render_check(&outcome);
     if !json {

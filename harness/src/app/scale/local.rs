@@ -200,7 +200,7 @@ fn annotate_entry(e: &Entry) {
     }
     for (rule, line) in &e.failing {
         let title = format!("rlharness: {}: {rule}", e.scenario);
-        let at = crate::spec::rules_lint::rule_line(file, rule);
+        let at = crate::spec::located::rule_line(file, rule);
         crate::util::annotate_error(Some(file), at, &title, line);
     }
 }

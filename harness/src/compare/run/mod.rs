@@ -35,8 +35,8 @@ use crate::golden::Golden;
 use crate::metrics::MetricTable;
 use crate::rundir::{DroppedValue, ReplayRecord, RunManifest, RunStatus, WeightSyncRecord};
 use crate::wire::runtime::Numerics;
+pub(crate) use rules::replay_rule;
 pub use rules::REPLAY_RULE;
-pub(crate) use rules::{is_insane, replay_rule, FRACTION_METRICS};
 use rules::{sanity_rules, watchdog_rule, with_dropped};
 
 /// Everything about a run the judge reads (what `run.json` and `metrics.csv` store).

@@ -7,17 +7,8 @@ use crate::golden::Golden;
 use crate::metrics::{MetricTable, StepMetrics};
 use crate::rundir::{DroppedValue, ReplayRecord, RunStatus};
 
-/// Metrics that are a fraction of a peak, so a value outside (0, 1] cannot be true.
-pub(crate) const FRACTION_METRICS: &[&str] = &["perf/mfu/actor"];
-
 /// The rule id of a replay.
 pub const REPLAY_RULE: &str = "replay:requests match the cassette";
-
-/// Whether the runner must keep `value` of `metric` out of the series (and the judge fail
-/// `sanity:0 < {metric} <= 1` on it): a fraction of a peak outside (0, 1], NaN included.
-pub(crate) fn is_insane(metric: &str, value: f64) -> bool {
-    FRACTION_METRICS.contains(&metric) && !(value > 0.0 && value <= 1.0)
-}
 
 /// The series with the dropped values put back: what expectations read.
 pub(super) fn with_dropped(metrics: &MetricTable, dropped: &[DroppedValue]) -> MetricTable {
@@ -118,7 +109,7 @@ pub(super) fn watchdog_rule(run: &RunRecord<'_>) -> Option<RuleVerdict> {
 
 #[cfg(test)]
 mod tests {
-    use super::is_insane;
+    use crate::checks::domain::is_insane;
 
     #[test]
     fn an_mfu_outside_zero_one_is_insane() {

@@ -71,7 +71,7 @@ fn the_qwen3_gpu_scenarios_validate_and_are_listed_as_skipped_here() {
         "qwen3-1.7b-gsm8k-grpo-zorro.yaml",
     ];
     let paths: Vec<PathBuf> = names.iter().map(|n| gpu.join(n)).collect();
-    let outcome = rlharness::spec::check::check(&paths);
+    let outcome = rlharness::app::check(&paths);
     assert!(
         outcome.is_ok(),
         "{}",

@@ -1,6 +1,6 @@
 //! `check` as strict as `run`, both ways: each bad input goes through both commands, which
 //! must give the same exit code and the same message (from one function,
-//! `spec::preflight`); `run` refuses before anything starts.
+//! `app::preflight`); `run` refuses before anything starts.
 
 use std::path::Path;
 use std::process::Command;

@@ -7,7 +7,7 @@
 //! scenario always wins. Metrics whose good side is unknown or depends on the run (losses,
 //! entropy, KL, grad norm, learning rate, lengths) stay two-sided.
 
-use crate::checks::{Direction, GoldenRule};
+use super::{Direction, GoldenRule};
 
 /// How a table entry matches a metric name (case-insensitive).
 #[derive(Debug, Clone, Copy)]

@@ -6,22 +6,15 @@
 
 use std::path::Path;
 
-use super::error::SpecError;
-use super::{rules_lint, shape_lint, Scenario};
+use crate::compare::lint as rules_lint;
 use crate::driver::DriverSpec;
-
-/// A scenario's problems: errors (exit 2 from both commands), lints (exit 2 from `check`) and
-/// warnings.
-#[derive(Debug, Default)]
-pub struct Problems {
-    pub errors: Vec<SpecError>,
-    pub lints: Vec<SpecError>,
-    pub warnings: Vec<SpecError>,
-}
+use crate::spec::located::error_at;
+use crate::spec::shape_lint;
+use crate::spec::{Problems, Scenario};
 
 /// The problems of scenario `s`, loaded from `file`, judged against the goldens under
 /// `golden_root`.
-pub fn problems(file: &Path, s: &Scenario, golden_root: &Path) -> Problems {
+pub(crate) fn problems(file: &Path, s: &Scenario, golden_root: &Path) -> Problems {
     let mut errors = rules_lint::lint_golden_files(file, &s.name, golden_root);
     errors.extend(rules_lint::lint_metric_names(
         file,
@@ -36,12 +29,7 @@ pub fn problems(file: &Path, s: &Scenario, golden_root: &Path) -> Problems {
                 .lines()
                 .position(|l| l.trim_start().starts_with("command:"))
                 .map_or(1, |i| i + 1);
-            errors.push(rules_lint::error_at(
-                file,
-                line,
-                "driver.command".into(),
-                why,
-            ));
+            errors.push(error_at(file, line, "driver.command".into(), why));
         }
     }
     let mut lints = rules_lint::lint_rules(file, &s.name, &s.checks, golden_root);
