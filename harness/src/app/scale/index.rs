@@ -215,17 +215,18 @@ pub(crate) fn index_document(out: &Path, entries: &[Entry]) -> Document {
     for e in entries {
         let report = match report_target(out, e) {
             Some((d, ReportKind::JobLog)) => vec![Inline::Link {
-                text: "job log".into(),
+                text: plain("job log"),
                 to: Target::File(format!("{d}/job.log")),
             }],
             Some((d, ReportKind::Report)) => vec![Inline::Link {
-                text: "report".into(),
+                text: plain("report"),
                 to: Target::Report(d),
             }],
             None => plain("-"),
         };
         rows.push(Row {
             class: Some(entry_class(e)),
+            anchor: None,
             cells: vec![
                 vec![
                     Inline::Plain(format!("{} (", e.scenario)),
@@ -242,6 +243,7 @@ pub(crate) fn index_document(out: &Path, entries: &[Entry]) -> Document {
         for s in &e.seeds {
             rows.push(Row {
                 class: Some(class(s.status)),
+                anchor: None,
                 cells: vec![
                     plain(format!("{} seed {}", e.scenario, s.seed)),
                     plain(s.status.code().to_string()),
@@ -256,6 +258,7 @@ pub(crate) fn index_document(out: &Path, entries: &[Entry]) -> Document {
     Document {
         title: format!("rlharness run: exit {}", w.code()),
         style: STYLE,
+        markdown_depth: 0,
         blocks: vec![
             Block::Heading {
                 level: 1,
@@ -266,6 +269,7 @@ pub(crate) fn index_document(out: &Path, entries: &[Entry]) -> Document {
             Block::Table(Table {
                 head: head.iter().map(|h| plain(*h)).collect(),
                 rows,
+                ..Table::default()
             }),
         ],
     }

@@ -99,19 +99,12 @@ fn junit_has_one_case_per_knob_and_a_failure_per_flag() {
 
 /// The level-2 headings of the report's document, as text.
 fn sections(r: &PropagationReport) -> Vec<String> {
-    use crate::report::doc::{Block, Inline};
+    use crate::report::doc::{text_of, Block};
     document::document(r)
         .blocks
         .iter()
         .filter_map(|b| match b {
-            Block::Heading { level: 2, text, .. } => Some(
-                text.iter()
-                    .map(|i| match i {
-                        Inline::Plain(s) | Inline::Code(s) | Inline::Strong(s) => s.as_str(),
-                        Inline::Link { text, .. } => text.as_str(),
-                    })
-                    .collect::<String>(),
-            ),
+            Block::Heading { level: 2, text, .. } => Some(text_of(text)),
             _ => None,
         })
         .collect()
