@@ -17,11 +17,12 @@ use crate::wire::runtime::Numerics;
 pub(crate) mod doc;
 mod format;
 mod html;
-mod junit;
+pub(crate) mod junit;
 pub(crate) mod markdown;
 mod plots;
 pub(crate) use plots::{plot_trend, TrendPlot};
 pub(crate) mod seeds;
+mod run_junit;
 mod tensorboard;
 pub(crate) mod terminal;
 mod verdict_json;
@@ -34,7 +35,7 @@ pub(crate) use format::{
 };
 /// `run.json`'s model lives in `rundir`; the runner's stages still name it here.
 pub(crate) use html::render_html;
-pub(crate) use junit::render_junit;
+pub(crate) use run_junit::render_junit;
 pub(crate) use markdown::render_markdown;
 pub(crate) use plots::{render_overlay, render_plots, render_runs};
 pub(crate) use terminal::render_terminal;
