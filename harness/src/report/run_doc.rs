@@ -125,12 +125,11 @@ fn rule_anchor(index: usize) -> String {
     format!("rule-{}", index + 1)
 }
 
-/// A note that begins with a bold `title`.
+/// A note that begins with a bold `title`; its text's `code` is set as code.
 fn note(title: &str, text: &str) -> Block {
-    Block::Note(vec![
-        Inline::Strong(title.into()),
-        Inline::Plain(format!(" {text}")),
-    ])
+    let mut t = vec![Inline::Strong(title.into()), Inline::Plain(" ".into())];
+    t.extend(doc::marked(text));
+    Block::Note(t)
 }
 
 /// The headline, the exit status with the failing rules, the declared verdict, notes, budget,

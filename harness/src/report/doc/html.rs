@@ -153,6 +153,9 @@ fn inline(text: &Text, breakable: bool) -> String {
     text.iter()
         .map(|i| match i {
             Inline::Plain(s) => text_html(s),
+            Inline::Code(s) if breakable => {
+                format!("<code>{}</code>", break_after_kind(&text_html(s)))
+            }
             Inline::Code(s) => format!("<code>{}</code>", text_html(s)),
             Inline::Strong(s) => format!("<strong>{}</strong>", text_html(s)),
             Inline::Alert(s) => format!("<b class=\"fail\">{}</b>", text_html(s)),
@@ -200,6 +203,24 @@ fn mark(s: Status, label: &str) -> String {
          stroke=\"#fff\" stroke-width=\"2\" stroke-linecap=\"round\">{glyph}</g></svg>",
         esc(label)
     )
+}
+
+/// Escaped code with a line break allowed after each `:` that a word follows (a rule's kind,
+/// `golden:`; a device, `cuda:`), as after each `/`.
+fn break_after_kind(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut chars = code.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == ':'
+            && chars
+                .peek()
+                .is_some_and(|n| !n.is_whitespace() && *n != '/')
+        {
+            out.push_str("<wbr>");
+        }
+    }
+    out
 }
 
 /// `text` escaped, with a line break allowed after each `/` (metric names and paths are long
@@ -258,5 +279,13 @@ mod tests {
         );
         assert_eq!(esc_numbers("σ 0.0105 → ∞"), "σ 0.0105 → ∞");
         assert_eq!(esc_numbers("ends 3e-"), "ends 3e-");
+    }
+
+    #[test]
+    fn code_breaks_after_its_kind_and_each_slash() {
+        assert_eq!(
+            break_after_kind(&esc_numbers("golden:a/b c: d http://x")),
+            "golden:<wbr>a/<wbr>b c: d http:/<wbr>/<wbr>x"
+        );
     }
 }
