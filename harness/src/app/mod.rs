@@ -4,6 +4,7 @@
 
 mod commands;
 mod errors;
+mod judged;
 mod pipeline;
 mod preflight;
 pub mod scale;

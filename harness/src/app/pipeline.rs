@@ -8,7 +8,7 @@ use crate::compare::{self, RunRecord};
 use crate::error::{CommandError, ExitStatus};
 use crate::golden::{Golden, GoldenStore};
 use crate::plan::RunPlan;
-use crate::report::{self, seeds, Report};
+use crate::report::{self, Report};
 use crate::rundir::SeedsManifest;
 use crate::runner::{self, Executed, RunEnd, RunOptions};
 use crate::slot::{self, SLOT};
@@ -298,7 +298,7 @@ pub(crate) async fn run_seeds(
     }
     manifest.ended = Some(chrono::Utc::now().to_rfc3339());
     write_seeds(&manifest, &dir)?;
-    let report = seeds::final_combined_report(&dir, &opts.golden)?;
+    let report = super::judged::final_combined_report(&dir, &opts.golden)?;
     report::write_reports(&dir, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
     Ok(report)
 }

@@ -85,6 +85,7 @@ fn document(r: &BisectReport) -> Document {
                 Verdict::Bad => "fail",
                 Verdict::Skip => "warn",
             }),
+            anchor: None,
             cells: vec![
                 vec![code(t.commit.short())],
                 plain(&t.commit.subject),
@@ -113,6 +114,7 @@ fn document(r: &BisectReport) -> Document {
         .map(plain)
         .collect(),
         rows,
+        ..Table::default()
     }));
     if let Some(p) = &r.problem {
         blocks.push(Block::Paragraph(plain(format!("No answer: {p}."))));
@@ -125,6 +127,7 @@ fn document(r: &BisectReport) -> Document {
     Document {
         title: format!("bisect {}", r.scenario),
         style: "",
+        markdown_depth: 0,
         blocks,
     }
 }

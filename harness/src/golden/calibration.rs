@@ -234,6 +234,21 @@ impl Calibration {
             .map(|p| p.iter().map(|x| x.std).fold(0.0, f64::max))
     }
 
+    /// Per metric, per step: the runs' mean ± `sigmas` σ, as `(step, low, high)` (what a
+    /// multi-seed report's plots shade).
+    pub(crate) fn spread(&self, sigmas: f64) -> BTreeMap<String, Vec<(u64, f64, f64)>> {
+        self.steps
+            .iter()
+            .map(|(m, ps)| {
+                let band = ps
+                    .iter()
+                    .map(|p| (p.first, p.mean - sigmas * p.std, p.mean + sigmas * p.std))
+                    .collect();
+                (m.clone(), band)
+            })
+            .collect()
+    }
+
     /// Where a calibrated band came from, for the rule's evidence.
     pub(crate) fn source(&self) -> String {
         format!(

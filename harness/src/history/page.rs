@@ -127,6 +127,7 @@ fn windows_table(t: &Trend) -> Table {
             let suspect = w.changes.iter().any(|c| c.kind == ChangeKind::Suspect);
             Row {
                 class: suspect.then_some("fail"),
+                anchor: None,
                 cells: vec![
                     vec![Inline::Code(w.window.label())],
                     plain(format!("{} ({})", num(w.sigma), w.sigma_from)),
@@ -140,6 +141,7 @@ fn windows_table(t: &Trend) -> Table {
     Table {
         head: head.to_vec(),
         rows,
+        ..Table::default()
     }
 }
 
@@ -154,6 +156,7 @@ fn changes_table(t: &Trend) -> Option<Table> {
                 ChangeKind::Improvement => Some("warn"),
                 ChangeKind::Intentional => None,
             },
+            anchor: None,
             cells: vec![
                 vec![Inline::Code(w.window.label())],
                 plain(format!("{}", c.run + 1)),
@@ -179,6 +182,7 @@ fn changes_table(t: &Trend) -> Option<Table> {
         .map(plain)
         .to_vec(),
         rows,
+        ..Table::default()
     })
 }
 
@@ -193,6 +197,7 @@ fn runs_table(t: &Trend) -> Table {
             } else {
                 r.today().map(|_| "warn")
             },
+            anchor: None,
             cells: vec![
                 plain(format!("{}", i + 1)),
                 plain(short_time(&r.started)),
@@ -219,6 +224,7 @@ fn runs_table(t: &Trend) -> Table {
         .map(plain)
         .to_vec(),
         rows,
+        ..Table::default()
     }
 }
 
@@ -317,6 +323,7 @@ fn document(c: &Collected, images: bool, overlay: usize) -> Document {
     Document {
         title: "rlharness history".into(),
         style: STYLE,
+        markdown_depth: 0,
         blocks,
     }
 }

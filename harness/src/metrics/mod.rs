@@ -96,6 +96,41 @@ pub enum MetricsError {
     },
 }
 
+/// A series at a glance: its first and last values, its least, greatest and mean (each NaN
+/// when any value is).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SeriesSummary {
+    pub(crate) first: f64,
+    pub(crate) last: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+    pub(crate) mean: f64,
+}
+
+impl SeriesSummary {
+    fn of(series: &[(u64, f64)]) -> Option<SeriesSummary> {
+        let (first, last) = (series.first()?.1, series.last()?.1);
+        let values = || series.iter().map(|(_, v)| *v);
+        if values().any(f64::is_nan) {
+            let nan = f64::NAN;
+            return Some(SeriesSummary {
+                first,
+                last,
+                min: nan,
+                max: nan,
+                mean: nan,
+            });
+        }
+        Some(SeriesSummary {
+            first,
+            last,
+            min: values().fold(f64::INFINITY, f64::min),
+            max: values().fold(f64::NEG_INFINITY, f64::max),
+            mean: values().sum::<f64>() / series.len() as f64,
+        })
+    }
+}
+
 /// All steps of a run (or of a golden), ordered by step.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct MetricTable {
@@ -167,6 +202,11 @@ impl MetricTable {
             .iter()
             .filter_map(|r| r.get(name).map(|v| (r.step, v)))
             .collect()
+    }
+
+    /// One metric's series at a glance (`None` when no step has it).
+    pub(crate) fn summary(&self, name: &str) -> Option<SeriesSummary> {
+        SeriesSummary::of(&self.series(name))
     }
 
     pub fn row(&self, step: u64) -> Option<&StepMetrics> {
@@ -340,5 +380,18 @@ mod tests {
             e.contains("g/metrics.csv") && e.contains("line 3") && e.contains("`x`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_series_at_a_glance() {
+        let t = MetricTable::from_columns(&[("x", &[2.0, 1.0, 6.0]), ("nan", &[1.0, f64::NAN])]);
+        let s = t.summary("x").unwrap();
+        assert_eq!(
+            (s.first, s.last, s.min, s.max, s.mean),
+            (2.0, 6.0, 1.0, 6.0, 3.0)
+        );
+        let s = t.summary("nan").unwrap();
+        assert!(s.first == 1.0 && s.min.is_nan() && s.max.is_nan() && s.mean.is_nan());
+        assert_eq!(t.summary("absent"), None);
     }
 }

@@ -255,6 +255,7 @@ pub(crate) fn blocks(e: &Environment) -> Vec<Block> {
         .iter()
         .map(|p| Row {
             class: Some(if p.flagged { "flagged" } else { "ok" }),
+            anchor: None,
             cells: vec![
                 vec![Inline::Code(p.name.clone())],
                 marked(source_text(p.source)),
@@ -273,6 +274,7 @@ pub(crate) fn blocks(e: &Environment) -> Vec<Block> {
             .map(plain)
             .collect(),
         rows,
+        ..Table::default()
     }));
     out
 }

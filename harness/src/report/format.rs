@@ -44,22 +44,8 @@ pub(crate) fn status_text(s: RuleStatus) -> &'static str {
     }
 }
 
-pub(crate) fn status_icon(s: RuleStatus) -> &'static str {
-    match s {
-        RuleStatus::Pass => "✅",
-        RuleStatus::Regressed => "❌",
-        RuleStatus::Improved => "⚠️",
-        RuleStatus::Missing => "❓",
-    }
-}
-
-/// "✅ pass", "❌ regressed", ...
-pub(crate) fn status_cell(s: RuleStatus) -> String {
-    format!("{} {}", status_icon(s), status_text(s))
-}
-
 /// The rules under the headline: how many, and those that did not pass with their index, in
-/// rule order (the Markdown's and the HTML's "N rules, M pass; failing: ..." line).
+/// rule order (the report's "N rules, M pass; failing: ..." line).
 pub(crate) fn rule_tally(r: &Report) -> Option<(usize, Vec<(usize, &RuleVerdict)>)> {
     r.verdict.as_ref().map(|v| {
         let failing = v
@@ -73,8 +59,8 @@ pub(crate) fn rule_tally(r: &Report) -> Option<(usize, Vec<(usize, &RuleVerdict)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Table contents shared by report.md and report.html: plain, unescaped text; each renderer
-// escapes it and lays it out in its own format.
+// Table contents of the report (`run_doc`) and the terminal: plain, unescaped text; each
+// writer escapes it and lays it out in its own format.
 
 /// One row of the rules table.
 pub(crate) struct RuleRow<'a> {
@@ -140,7 +126,7 @@ pub(crate) enum Piece {
     Code(String),
 }
 
-/// The "Run" table: `(key, value)` rows in order, the same in both reports.
+/// The "Run" table: `(key, value)` rows in order.
 pub(crate) fn run_rows(r: &Report) -> Vec<(&'static str, Vec<Piece>)> {
     use Piece::{Code, Text};
     let run = &r.run;
@@ -295,9 +281,8 @@ pub(crate) fn overlay_title(o: &super::Overlay) -> String {
 }
 
 /// The section that says once what every rule of a kind shares (how its band is built, how to
-/// change it), and its anchor (GitHub's for the Markdown heading, the HTML heading's id).
+/// change it); the rules' evidence links to its heading.
 pub(crate) const HOW_TITLE: &str = "How these rules judge";
-pub(crate) const HOW_ANCHOR: &str = "how-these-rules-judge";
 
 /// Rule kinds whose evidence ends in text every rule of the kind shares: the id's prefix, and
 /// how that text begins (after `; `), as the judge writes it.

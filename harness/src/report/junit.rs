@@ -1,126 +1,213 @@
-//! `junit.xml` through quick-junit: one test suite per scenario, one test case per rule.
-//! Failures carry the evidence; skipped scenarios are skipped test cases.
+//! The one JUnit writer: a neutral model of test suites and cases, serialized through
+//! quick-junit. A run's `junit.xml` (`run_junit.rs`), the combined index's and `propagate`'s
+//! build a [`Junit`] and call [`to_xml`]; no other file knows quick-junit.
 
-use quick_junit::{NonSuccessKind, Report as JunitReport, TestCase, TestCaseStatus, TestSuite};
+use std::time::Duration;
 
-use super::{band_text, opt_num, status_text, Headline, Report};
-use crate::compare::{RuleStatus, RuleVerdict};
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
-fn evidence_text(x: &RuleVerdict) -> String {
-    let e = &x.evidence;
-    let mut parts = vec![format!("{}: {}", status_text(x.status), e.message)];
-    if let Some(at) = &e.step_or_window {
-        parts.push(format!("at {at}"));
-    }
-    if e.value.is_some() {
-        parts.push(format!("value {}", opt_num(e.value)));
-    }
-    if e.golden.is_some() {
-        parts.push(format!("golden {}", opt_num(e.golden)));
-    }
-    if let Some(b) = &e.band {
-        parts.push(format!("band {}", band_text(b)));
-    }
-    if e.margin.is_some() {
-        parts.push(format!("margin {}", opt_num(e.margin)));
-    }
-    parts.join("; ")
+use crate::util::html_escape as esc;
+
+/// A JUnit document: its name, how long it took, its suites.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct Junit {
+    pub(crate) name: String,
+    pub(crate) time: Option<Duration>,
+    pub(crate) suites: Vec<Suite>,
 }
 
-fn failure(kind: NonSuccessKind, message: &str, description: &str) -> TestCaseStatus {
-    let mut s = TestCaseStatus::non_success(kind);
-    s.set_message(message);
-    s.set_description(description);
-    s
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct Suite {
+    pub(crate) name: String,
+    pub(crate) cases: Vec<Case>,
 }
 
-fn suite(r: &Report) -> TestSuite {
-    let mut suite = TestSuite::new(r.scenario.as_str());
-    let case = |name: &str, status: TestCaseStatus| {
-        let mut c = TestCase::new(name, status);
-        c.set_classname(r.scenario.as_str());
-        c
-    };
-    if let Some(reason) = &r.skipped {
-        let mut s = TestCaseStatus::skipped();
-        s.set_message(reason.as_str());
-        suite.add_test_case(case("scenario", s));
-        return suite;
-    }
-    let expected = r.expected_match();
-    let expected_ok = matches!(expected, Some(Ok(())));
-    let headline = r.headline();
+/// One test case: its name, class name and time, how it ended, and what it printed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Case {
+    pub(crate) name: String,
+    pub(crate) classname: Option<String>,
+    pub(crate) time: Option<Duration>,
+    pub(crate) status: CaseStatus,
+    /// What it printed (its `system-out`).
+    pub(crate) out: Option<String>,
+}
 
-    // The run itself.
-    let run_status = match headline {
-        Headline::RunFailed => failure(NonSuccessKind::Error, &r.summary(), &r.summary()),
-        _ => TestCaseStatus::success(),
-    };
-    let mut run_case = case("run", run_status);
-    let mut out = String::new();
-    for n in &r.notes {
-        out.push_str(&format!("note: {n}\n"));
-    }
-    if let Some(tail) = &r.trainer_tail {
-        out.push_str(tail);
-    }
-    if !out.is_empty() {
-        run_case.set_system_out(out);
-    }
-    suite.add_test_case(run_case);
-
-    if let Some(v) = &r.verdict {
-        for x in &v.rules {
-            // A declared, matched failure is the scenario working as intended.
-            let status = if x.status == RuleStatus::Pass || expected_ok {
-                TestCaseStatus::success()
-            } else {
-                let text = evidence_text(x);
-                failure(NonSuccessKind::Failure, &text, &text)
-            };
-            let mut c = case(&x.rule, status);
-            if expected_ok && x.status != RuleStatus::Pass {
-                c.set_system_out(format!("expected failure: {}", evidence_text(x)));
-            }
-            suite.add_test_case(c);
-        }
-        if let Some(g) = &v.grid_mismatch {
-            let status = if expected_ok {
-                TestCaseStatus::success()
-            } else {
-                failure(NonSuccessKind::Failure, g, g)
-            };
-            suite.add_test_case(case("step grid", status));
+impl Case {
+    /// A case named `name` of class `classname` that ended as `status`.
+    pub(crate) fn new(
+        name: impl Into<String>,
+        classname: impl Into<String>,
+        status: CaseStatus,
+    ) -> Case {
+        Case {
+            name: name.into(),
+            classname: Some(classname.into()),
+            time: None,
+            status,
+            out: None,
         }
     }
-    if headline == Headline::NoGolden {
-        let msg = r.summary();
-        suite.add_test_case(case("golden", failure(NonSuccessKind::Failure, &msg, &msg)));
-    }
-    if let Some(m) = expected {
-        let status = match m {
-            Ok(()) => TestCaseStatus::success(),
-            Err(why) => failure(NonSuccessKind::Failure, &why.0, &why.0),
-        };
-        suite.add_test_case(case("expected verdict", status));
-    }
-    suite
 }
 
-/// All scenarios of one invocation in one JUnit document.
-pub(crate) fn render_junit(reports: &[Report]) -> String {
-    let mut report = JunitReport::new("rlharness");
-    for r in reports {
-        report.add_test_suite(suite(r));
+/// How a case ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CaseStatus {
+    Pass,
+    /// A check that failed.
+    Fail(Problem),
+    /// Something that could not be checked (a run that broke).
+    Error(Problem),
+    Skip {
+        message: Option<String>,
+    },
+}
+
+/// Why a case failed: a one-line message, its kind, and the whole text.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct Problem {
+    pub(crate) message: String,
+    pub(crate) kind: Option<String>,
+    pub(crate) text: Option<String>,
+}
+
+impl Problem {
+    /// A problem whose message is its whole text.
+    pub(crate) fn said(message: impl Into<String>) -> Problem {
+        let message = message.into();
+        Problem {
+            text: Some(message.clone()),
+            message,
+            kind: None,
+        }
+    }
+}
+
+/// The document as JUnit XML.
+pub(crate) fn to_xml(j: &Junit) -> String {
+    let mut report = Report::new(j.name.as_str());
+    if let Some(t) = j.time {
+        report.set_time(t);
+    }
+    for s in &j.suites {
+        let mut suite = TestSuite::new(s.name.as_str());
+        for c in &s.cases {
+            suite.add_test_case(case(c));
+        }
+        report.add_test_suite(suite);
     }
     report.to_string().unwrap_or_else(|e| {
         // Serializing to memory only fails on invalid characters; say so in a valid document.
         format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"rlharness\" \
-             tests=\"1\" failures=\"0\" errors=\"1\"><testsuite name=\"rlharness\" tests=\"1\" \
-             failures=\"0\" errors=\"1\"><testcase name=\"junit\"><error message=\"{}\"/>\
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"{0}\" \
+             tests=\"1\" failures=\"0\" errors=\"1\"><testsuite name=\"{0}\" tests=\"1\" \
+             failures=\"0\" errors=\"1\"><testcase name=\"junit\"><error message=\"{1}\"/>\
              </testcase></testsuite></testsuites>\n",
-            super::markdown::html_escape(&e.to_string())
+            esc(&j.name),
+            esc(&e.to_string())
         )
     })
+}
+
+fn case(c: &Case) -> TestCase {
+    let status = match &c.status {
+        CaseStatus::Pass => TestCaseStatus::success(),
+        CaseStatus::Fail(p) => problem(NonSuccessKind::Failure, p),
+        CaseStatus::Error(p) => problem(NonSuccessKind::Error, p),
+        CaseStatus::Skip { message } => {
+            let mut s = TestCaseStatus::skipped();
+            if let Some(m) = message {
+                s.set_message(m.as_str());
+            }
+            s
+        }
+    };
+    let mut t = TestCase::new(c.name.as_str(), status);
+    if let Some(n) = &c.classname {
+        t.set_classname(n.as_str());
+    }
+    if let Some(d) = c.time {
+        t.set_time(d);
+    }
+    if let Some(o) = &c.out {
+        t.set_system_out(o.as_str());
+    }
+    t
+}
+
+fn problem(kind: NonSuccessKind, p: &Problem) -> TestCaseStatus {
+    let mut s = TestCaseStatus::non_success(kind);
+    s.set_message(p.message.as_str());
+    if let Some(k) = &p.kind {
+        s.set_type(k.as_str());
+    }
+    if let Some(t) = &p.text {
+        s.set_description(t.as_str());
+    }
+    s
+}
+
+/// A JUnit document read back into the model, for tests: what CI would see.
+#[cfg(test)]
+pub(crate) fn parse(xml: &str) -> Junit {
+    let text = |s: &Option<quick_junit::XmlString>| s.as_ref().map(|x| x.as_str().to_string());
+    let r = Report::deserialize_from_str(xml).unwrap();
+    Junit {
+        name: text(&r.name).unwrap_or_default(),
+        time: r.time,
+        suites: r
+            .test_suites
+            .iter()
+            .map(|s| Suite {
+                name: s.name.as_str().to_string(),
+                cases: s
+                    .test_cases
+                    .iter()
+                    .map(|c| Case {
+                        name: c.name.as_str().to_string(),
+                        classname: text(&c.classname),
+                        time: c.time,
+                        out: text(&c.system_out),
+                        status: match &c.status {
+                            TestCaseStatus::Success { .. } => CaseStatus::Pass,
+                            TestCaseStatus::NonSuccess {
+                                kind,
+                                message,
+                                ty,
+                                description,
+                                ..
+                            } => {
+                                let p = Problem {
+                                    message: text(message).unwrap_or_default(),
+                                    kind: text(ty),
+                                    text: text(description),
+                                };
+                                match kind {
+                                    NonSuccessKind::Failure => CaseStatus::Fail(p),
+                                    NonSuccessKind::Error => CaseStatus::Error(p),
+                                }
+                            }
+                            TestCaseStatus::Skipped { message, .. } => CaseStatus::Skip {
+                                message: text(message),
+                            },
+                        },
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+impl Suite {
+    /// How many of its cases ended as `f` says.
+    pub(crate) fn count(&self, f: impl Fn(&CaseStatus) -> bool) -> usize {
+        self.cases.iter().filter(|c| f(&c.status)).count()
+    }
+    pub(crate) fn failures(&self) -> usize {
+        self.count(|s| matches!(s, CaseStatus::Fail(_)))
+    }
+    pub(crate) fn skipped(&self) -> usize {
+        self.count(|s| matches!(s, CaseStatus::Skip { .. }))
+    }
 }

@@ -1,8 +1,12 @@
-//! Reports: one `Report` model, pure renderers (Markdown, HTML with inline plots, SVG plots,
-//! JUnit, verdict.json), and one place that writes files (`write_reports`).
+//! Reports: one `Report` model, pure renderers, and one place that writes files
+//! (`write_reports`). A run's `report.md` and `report.html` are one document (`run_doc`)
+//! written by the Markdown and HTML writers of the one document model (`doc`); its
+//! `junit.xml` is a model of test cases (`run_junit`) written by the one JUnit writer
+//! (`junit`); the SVG plots are `plots`, the machine-readable verdict `verdict_json`.
 //!
-//! `format` holds the numbers, statuses and rows every renderer shows; `verdict_json` the
-//! machine-readable verdict.
+//! `format` holds the numbers, statuses and rows every renderer shows. Nothing here judges:
+//! what a verdict needs computed (a stored run re-judged, a multi-seed run's combined verdict,
+//! its budget) comes in as data (`seeds`).
 
 use std::path::Path;
 
@@ -16,10 +20,10 @@ use crate::wire::runtime::Numerics;
 
 pub(crate) mod doc;
 mod format;
-mod html;
-mod junit;
-pub(crate) mod markdown;
+pub(crate) mod junit;
 mod plots;
+mod run_doc;
+mod run_junit;
 pub(crate) use plots::{plot_trend, TrendPlot};
 pub(crate) mod seeds;
 mod tensorboard;
@@ -28,15 +32,13 @@ mod verdict_json;
 pub(crate) use tensorboard::judged_scalars;
 
 pub(crate) use crate::compare::Headline;
-pub(crate) use format::{
-    band_text, num, opt_num, plot_file_name, rule_tally, run_rows, status_cell, status_icon,
-    status_text, Piece, PointRow, RuleRow,
-};
-/// `run.json`'s model lives in `rundir`; the runner's stages still name it here.
-pub(crate) use html::render_html;
-pub(crate) use junit::render_junit;
-pub(crate) use markdown::render_markdown;
+pub(crate) use format::{band_text, num, opt_num, plot_file_name, status_text, RuleRow};
 pub(crate) use plots::{render_overlay, render_plots, render_runs};
+#[cfg(test)]
+pub(crate) use run_doc::render_html;
+pub(crate) use run_doc::render_markdown;
+use run_doc::Charts;
+pub(crate) use run_junit::render_junit;
 pub(crate) use terminal::render_terminal;
 pub(crate) use verdict_json::render_verdict_json;
 
@@ -384,20 +386,20 @@ pub enum ReportError {
     Fs(#[from] fsx::FsError),
 }
 
-/// Write every report of one scenario into `dir`: verdict.json, report.md, report.html,
-/// junit.xml and plots/*.svg (atomically, file by file).
+/// Write every report of one scenario into `dir`: verdict.json, report.md and report.html
+/// (one document), junit.xml and plots/*.svg (atomically, file by file).
 pub(crate) fn write_reports(dir: &Path, r: &Report) -> Result<(), ReportError> {
+    let charts = Charts::of(r);
+    let page = run_doc::document(r, &charts);
     fsx::write_atomic(&dir.join("verdict.json"), render_verdict_json(r).as_bytes())?;
-    fsx::write_atomic(&dir.join("report.md"), render_markdown(r).as_bytes())?;
-    fsx::write_atomic(&dir.join("report.html"), render_html(r).as_bytes())?;
+    fsx::write_atomic(&dir.join("report.md"), doc::to_markdown(&page).as_bytes())?;
+    fsx::write_atomic(&dir.join("report.html"), doc::to_html(&page).as_bytes())?;
     fsx::write_atomic(
         &dir.join("junit.xml"),
         render_junit(std::slice::from_ref(r)).as_bytes(),
     )?;
-    for (name, svg) in render_plots(r) {
-        fsx::write_atomic(&dir.join("plots").join(name), svg.as_bytes())?;
-    }
-    for (name, _, svg) in r.overlay_charts() {
+    let overlay = charts.overlay.into_iter().map(|(name, _, svg)| (name, svg));
+    for (name, svg) in charts.metrics.into_iter().chain(overlay) {
         fsx::write_atomic(&dir.join("plots").join(name), svg.as_bytes())?;
     }
     Ok(())

@@ -8,35 +8,34 @@
 //!   verdict.json report.md report.html junit.xml plots/*.svg   the combined verdict
 //! ```
 //!
-//! The judge reads those directories (`compare::StoredRun`, `compare::judge_combined`); this
-//! file only turns what it decided into a `Report`.
+//! The judge reads those directories and decides (`compare::StoredRun`,
+//! `compare::judge_combined`, called by `app::judged` with the false-alarm budget and what
+//! changed since run time); this file only turns what they decided into a `Report`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::PathBuf;
 
 use super::{Reference, Report, RunInfo};
 use crate::compare::budget::BudgetStatement;
 use crate::compare::seeds::seeds_rule_id;
-use crate::compare::{judge_combined, Combined, CombinedError, StoredError, StoredRun};
+use crate::compare::{StoredRun, Verdict};
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
-use crate::rundir::KnobDiff;
+use crate::rundir::{KnobDiff, RunStatus, SeedsManifest};
 
 /// The id of a metric's distribution test (see `compare::seeds`).
 pub(crate) fn seeds_rule_id_of(metric: &str) -> String {
     seeds_rule_id(metric)
 }
 
-/// A stored single run re-judged as `compare RUN` judges it: its report, in memory.
-pub(crate) fn judge_stored(dir: &Path, golden_root: &Path) -> Result<Report, StoredError> {
-    let stored = StoredRun::judge(dir, golden_root)?;
-    Ok(stored_report(stored))
-}
-
-/// The report of a stored run the judge re-judged, with a note when its golden changed since.
-fn stored_report(stored: StoredRun) -> Report {
-    let pending = stored.pending_golden().map(str::to_string);
-    let changed = stored.changed_since();
+/// The report of a stored run the judge re-judged: `pending_golden` the pending golden it
+/// wrote (unless it was judged against a golden since), `budget` the false-alarm budget it was
+/// judged at.
+pub(crate) fn stored_report(
+    stored: StoredRun,
+    pending_golden: Option<String>,
+    budget: Option<BudgetStatement>,
+) -> Report {
     let StoredRun {
         dir,
         manifest,
@@ -48,79 +47,62 @@ fn stored_report(stored: StoredRun) -> Report {
         Some(_) => golden.as_ref().map(Reference::from_reference_run),
         None => golden.as_ref().map(Reference::from_golden),
     };
-    let budget = match (&verdict, &golden) {
-        (Some(_), Some(g)) => Some(BudgetStatement::of(&manifest.checks, g, 1)),
-        _ => None,
-    };
     let mut report = Report::from_run(&dir, &manifest, metrics, reference, verdict);
-    report.pending_golden = pending;
+    report.pending_golden = pending_golden;
     report.budget = budget;
-    if let Some(what) = changed {
-        report.notes.push(format!(
-            "{GOLDEN_CHANGED}: {what} changed since. At run time: {}; now: {}",
-            verdict_at_run_time(&dir),
-            report.summary()
-        ));
-    }
     report
 }
 
 /// How the note of a re-judgement against a changed golden begins.
 pub(crate) const GOLDEN_CHANGED: &str = "judged against another golden than at run time";
 
-/// The verdict a run directory's own `verdict.json` records (what `run` said), in words.
-fn verdict_at_run_time(dir: &Path) -> String {
-    match crate::rundir::RecordedVerdict::read(dir) {
-        Ok(h) => format!("{} (exit {})", h.summary, h.exit_code),
-        Err(e) => format!("unknown ({e})"),
-    }
+/// The note of a re-judgement against another golden or calibration than at run time: what
+/// changed since `when` (empty: since the run; ` the seeds ran`), the verdict then and now.
+pub(crate) fn golden_changed_note(what: &str, when: &str, then: &str, now: &str) -> String {
+    format!("{GOLDEN_CHANGED}: {what} changed since{when}. At run time: {then}; now: {now}")
 }
 
-/// The combined report of the multi-seed run in `dir`, from what it stores: each seed re-judged
-/// against the golden, then the seeds' distribution against the golden's calibration.
-pub(crate) fn combined_report(dir: &Path, golden_root: &Path) -> Result<Report, CombinedError> {
-    let c = judge_combined(dir, golden_root)?;
-    Ok(report_of_combined(dir, c))
+/// What the judge made of a multi-seed run's directory, for its combined report.
+pub(crate) struct CombinedRun {
+    pub(crate) dir: PathBuf,
+    pub(crate) manifest: SeedsManifest,
+    /// Each seed's own report, in seed order.
+    pub(crate) seeds: Vec<(u64, Report)>,
+    /// The golden the seeds' distribution was judged against (with its calibration).
+    pub(crate) golden: Option<Golden>,
+    pub(crate) verdict: Verdict,
+    /// How the combined run ended, and why when it did not complete.
+    pub(crate) status: RunStatus,
+    pub(crate) reason: Option<String>,
+    pub(crate) budget: Option<BudgetStatement>,
+    /// Per metric, per step: the calibration's mean ± 2σ (empty without a calibration).
+    pub(crate) spread: BTreeMap<String, Vec<(u64, f64, f64)>>,
 }
 
-/// The combined report at the end of a multi-seed run: as `combined_report`, and `seeds.json`
-/// records what the verdict was judged against (`judged_against`), so that a later `compare`
-/// says when the golden or its calibration changed since.
-pub(crate) fn final_combined_report(
-    dir: &Path,
-    golden_root: &Path,
-) -> Result<Report, CombinedError> {
-    let mut c = judge_combined(dir, golden_root)?;
-    c.manifest.judged_against = c.judged_against.clone();
-    c.manifest.write(dir)?;
-    Ok(report_of_combined(dir, c))
-}
-
-fn report_of_combined(dir: &Path, c: Combined) -> Report {
-    let budget = match (c.seeds.first(), &c.golden) {
-        (Some((_, first)), Some(g)) => Some(BudgetStatement::of(
-            &first.manifest.checks,
-            g,
-            c.manifest.seeds.len(),
-        )),
-        _ => None,
-    };
-    let (manifest, golden) = (c.manifest, c.golden);
-    let seeds: Vec<(u64, Report)> = c
-        .seeds
-        .into_iter()
-        .map(|(s, r)| (s, stored_report(r)))
-        .collect();
+/// The combined report of a multi-seed run: its verdict, the seeds' series for its plots, and
+/// what ran.
+pub(crate) fn combined_report(c: CombinedRun) -> Report {
+    let CombinedRun {
+        dir,
+        manifest,
+        seeds,
+        golden,
+        verdict,
+        status,
+        reason,
+        budget,
+        spread,
+    } = c;
     let first = seeds.first().map(|(_, r)| r);
     // The build and host facts (steps, versions, host, device, threads, numerics) are the
     // first seed's; the rest is the combined run's own.
     let run = RunInfo {
-        run_id: RunInfo::id_of(dir),
+        run_id: RunInfo::id_of(&dir),
         dir: dir.display().to_string(),
         scenario_path: manifest.scenario_path.clone(),
         hardware: first.map(|r| r.run.hardware.clone()).unwrap_or_default(),
-        status: Some(c.status),
-        reason: c.reason,
+        status: Some(status),
+        reason,
         failed_step: None,
         seed: None,
         started: Some(manifest.started.clone()),
@@ -140,23 +122,15 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
     }
     let (knobs, knob_note) = seeds_knobs(&seeds);
     notes.extend(knob_note);
-    let seed_series = SeedSeries::new(&seeds, golden.as_ref());
-    // Judged against another golden or calibration than at run time: the combined verdict may
-    // have changed, so it says so with both verdicts. `seeds.json` records what the combined
-    // verdict was judged against; a run made before it did falls back on its seeds' run.json.
-    let changed = match (&manifest.judged_against, &c.judged_against) {
-        (Some(then), now) => then.changes_to(now.as_ref()),
-        (None, _) => seeds
-            .iter()
-            .flat_map(|(_, r)| r.notes.iter())
-            .find_map(|n| n.strip_prefix(&format!("{GOLDEN_CHANGED}: ")))
-            .and_then(|n| n.split(" changed since.").next())
-            .map(str::to_string),
+    let seed_series = SeedSeries {
+        seeds: seeds.iter().map(|(s, r)| (*s, r.metrics.clone())).collect(),
+        golden: golden.map(|g| g.table),
+        spread,
     };
-    let mut report = Report {
+    Report {
         scenario: manifest.scenario.clone(),
         run,
-        verdict: Some(c.verdict),
+        verdict: Some(verdict),
         expected: manifest.expected_verdict.clone(),
         metrics: MetricTable::new(),
         // The windows are compared with the calibration's means; the seeds' series and the
@@ -174,16 +148,7 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
         notes,
         seed_series: Some(seed_series),
         budget,
-    };
-    if let Some(what) = changed {
-        let note = format!(
-            "{GOLDEN_CHANGED}: {what} changed since the seeds ran. At run time: {}; now: {}",
-            verdict_at_run_time(dir),
-            report.summary()
-        );
-        report.notes.push(note);
     }
-    report
 }
 
 /// The knobs that differ from their defaults, the same in every seed (only the seed differs
@@ -219,28 +184,6 @@ pub(crate) struct SeedSeries {
 }
 
 impl SeedSeries {
-    fn new(seeds: &[(u64, Report)], golden: Option<&Golden>) -> SeedSeries {
-        SeedSeries {
-            seeds: seeds.iter().map(|(s, r)| (*s, r.metrics.clone())).collect(),
-            golden: golden.map(|g| g.table.clone()),
-            spread: golden
-                .and_then(|g| g.calibration.as_ref())
-                .map(|c| {
-                    c.steps
-                        .iter()
-                        .map(|(m, ps)| {
-                            let band = ps
-                                .iter()
-                                .map(|p| (p.first, p.mean - 2.0 * p.std, p.mean + 2.0 * p.std))
-                                .collect();
-                            (m.clone(), band)
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-        }
-    }
-
     /// The plot of one metric of report `r`: every seed, the golden, the calibration's spread
     /// and the distribution test's windows.
     pub(crate) fn plot(&self, r: &Report, metric: &str) -> String {

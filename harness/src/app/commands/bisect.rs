@@ -435,7 +435,7 @@ impl Bench<'_> {
             .map(|(seed, e)| {
                 let report = match e.run_dir.filter(|d| d.join("run.json").is_file()) {
                     Some(dir) => {
-                        crate::report::seeds::judge_stored(&dir, &self.golden).map_err(|err| {
+                        crate::app::judged::judge_stored(&dir, &self.golden).map_err(|err| {
                             CommandError::run_failed(format!("{}: {err}", dir.display()))
                         })
                     }

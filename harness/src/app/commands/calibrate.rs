@@ -512,7 +512,7 @@ async fn ray_runs(
                     ),
                 )
             })?;
-        let report = crate::report::seeds::judge_stored(&dir, golden_root)
+        let report = crate::app::judged::judge_stored(&dir, golden_root)
             .map_err(|err| CommandError::run_failed(format!("{}: {err}", dir.display())))?;
         reports.push((*seed, report));
     }
@@ -556,7 +556,7 @@ fn stored_runs(
     let mut runs = Vec::new();
     let mut commits = std::collections::BTreeSet::new();
     for d in dirs {
-        let report = crate::report::seeds::judge_stored(&d, golden_root)
+        let report = crate::app::judged::judge_stored(&d, golden_root)
             .map_err(|e| CommandError::invalid(format!("{}: {e}", d.display())))?;
         if report.scenario != scenario {
             return Err(CommandError::invalid(format!(

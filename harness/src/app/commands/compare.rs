@@ -2,12 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::app::judged;
 use crate::cli::{self, CompareFormat};
 use crate::compare::{judge_run, reference_golden, RunRecord};
 use crate::error::{CommandError, ExitStatus};
 use crate::golden::calibration::Calibration;
 use crate::metrics::MetricTable;
-use crate::report::{self, seeds, terminal, write_reports, Reference, Report, RunInfo};
+use crate::report::{self, terminal, write_reports, Reference, Report, RunInfo};
 use crate::rundir::{self, RunManifest};
 
 /// `rlharness compare RUN [RUN2]`: the re-judged run's report printed in `format`; its exit
@@ -60,7 +61,7 @@ pub fn compare_command(
                 run.display()
             )));
         }
-        let report = seeds::combined_report(run, golden_root)?;
+        let report = judged::combined_report(run, golden_root)?;
         write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
         return Ok((report, out));
     }
@@ -114,7 +115,7 @@ pub fn compare_command(
         }
         None => {
             // The same judge as `run`, on what the run directory stores.
-            let report = seeds::judge_stored(run, golden_root)?;
+            let report = judged::judge_stored(run, golden_root)?;
             write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
             return Ok((report, out));
         }

@@ -5,14 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use quick_junit::{NonSuccessKind, Report as JunitReport, TestCase, TestCaseStatus, TestSuite};
-
 use crate::error::ExitStatus;
 use crate::fsx;
 use crate::report::doc::{
     plain, to_html, to_markdown, Block, Document, Inline, Row, Table, Target,
 };
-use crate::util::html_escape as esc;
+use crate::report::junit::{self, Case, CaseStatus, Junit, Problem, Suite};
 
 /// One scenario of the invocation.
 #[derive(Debug, Clone, PartialEq)]
@@ -215,17 +213,18 @@ pub(crate) fn index_document(out: &Path, entries: &[Entry]) -> Document {
     for e in entries {
         let report = match report_target(out, e) {
             Some((d, ReportKind::JobLog)) => vec![Inline::Link {
-                text: "job log".into(),
+                text: plain("job log"),
                 to: Target::File(format!("{d}/job.log")),
             }],
             Some((d, ReportKind::Report)) => vec![Inline::Link {
-                text: "report".into(),
+                text: plain("report"),
                 to: Target::Report(d),
             }],
             None => plain("-"),
         };
         rows.push(Row {
             class: Some(entry_class(e)),
+            anchor: None,
             cells: vec![
                 vec![
                     Inline::Plain(format!("{} (", e.scenario)),
@@ -242,6 +241,7 @@ pub(crate) fn index_document(out: &Path, entries: &[Entry]) -> Document {
         for s in &e.seeds {
             rows.push(Row {
                 class: Some(class(s.status)),
+                anchor: None,
                 cells: vec![
                     plain(format!("{} seed {}", e.scenario, s.seed)),
                     plain(s.status.code().to_string()),
@@ -256,6 +256,7 @@ pub(crate) fn index_document(out: &Path, entries: &[Entry]) -> Document {
     Document {
         title: format!("rlharness run: exit {}", w.code()),
         style: STYLE,
+        markdown_depth: 0,
         blocks: vec![
             Block::Heading {
                 level: 1,
@@ -266,6 +267,7 @@ pub(crate) fn index_document(out: &Path, entries: &[Entry]) -> Document {
             Block::Table(Table {
                 head: head.iter().map(|h| plain(*h)).collect(),
                 rows,
+                ..Table::default()
             }),
         ],
     }
@@ -290,59 +292,54 @@ fn report_target(out: &Path, e: &Entry) -> Option<(String, ReportKind)> {
     })
 }
 
-fn case_status(status: ExitStatus, summary: &str, skipped: bool) -> TestCaseStatus {
-    let kind = match status {
-        ExitStatus::Passed if skipped => {
-            let mut s = TestCaseStatus::skipped();
-            s.set_message(summary);
-            return s;
-        }
-        ExitStatus::Passed => return TestCaseStatus::success(),
-        ExitStatus::CheckFailed | ExitStatus::NoGolden => NonSuccessKind::Failure,
-        ExitStatus::InvalidInput | ExitStatus::RunFailed => NonSuccessKind::Error,
+fn case_status(status: ExitStatus, summary: &str, skipped: bool) -> CaseStatus {
+    let problem = || Problem {
+        message: format!("exit {}: {summary}", status.code()),
+        kind: None,
+        text: Some(summary.to_string()),
     };
-    let mut s = TestCaseStatus::non_success(kind);
-    s.set_message(format!("exit {}: {summary}", status.code()));
-    s.set_description(summary);
-    s
+    match status {
+        ExitStatus::Passed if skipped => CaseStatus::Skip {
+            message: Some(summary.to_string()),
+        },
+        ExitStatus::Passed => CaseStatus::Pass,
+        ExitStatus::CheckFailed | ExitStatus::NoGolden => CaseStatus::Fail(problem()),
+        ExitStatus::InvalidInput | ExitStatus::RunFailed => CaseStatus::Error(problem()),
+    }
 }
 
 /// One JUnit document: a test case per scenario (classname: its file), and one per seed of a
 /// multi-seed run (`<scenario> seed <S>`).
 pub(crate) fn render_junit(entries: &[Entry]) -> String {
-    let mut suite = TestSuite::new("rlharness run");
+    let mut cases = Vec::new();
     for e in entries {
-        let mut c = TestCase::new(
+        let mut c = Case::new(
             e.scenario.as_str(),
+            e.file.as_str(),
             case_status(e.status, &e.summary, e.skipped),
         );
-        c.set_classname(e.file.as_str());
-        c.set_time(std::time::Duration::from_secs_f64(e.seconds.max(0.0)));
+        c.time = Some(std::time::Duration::from_secs_f64(e.seconds.max(0.0)));
         let mut out = format!("where: {}\n", e.placement);
         if let Some(d) = &e.run_dir {
             out.push_str(&format!("run directory: {}\n", d.display()));
         }
-        c.set_system_out(out);
-        suite.add_test_case(c);
+        c.out = Some(out);
+        cases.push(c);
         for s in &e.seeds {
-            let mut c = TestCase::new(
+            cases.push(Case::new(
                 format!("{} seed {}", e.scenario, s.seed),
+                e.file.as_str(),
                 case_status(s.status, &s.summary, false),
-            );
-            c.set_classname(e.file.as_str());
-            suite.add_test_case(c);
+            ));
         }
     }
-    let mut report = JunitReport::new("rlharness");
-    report.add_test_suite(suite);
-    report.to_string().unwrap_or_else(|e| {
-        format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"rlharness\" \
-             tests=\"1\" failures=\"0\" errors=\"1\"><testsuite name=\"rlharness run\" tests=\"1\" \
-             failures=\"0\" errors=\"1\"><testcase name=\"junit\"><error message=\"{}\"/>\
-             </testcase></testsuite></testsuites>\n",
-            esc(&e.to_string())
-        )
+    junit::to_xml(&Junit {
+        name: "rlharness".into(),
+        time: None,
+        suites: vec![Suite {
+            name: "rlharness run".into(),
+            cases,
+        }],
     })
 }
 

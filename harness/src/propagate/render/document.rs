@@ -116,6 +116,7 @@ pub(crate) fn document(r: &PropagationReport) -> Document {
     Document {
         title: format!("Knob propagation: {}", r.scenario),
         style: STYLE,
+        markdown_depth: 0,
         blocks: b,
     }
 }
@@ -207,6 +208,7 @@ fn matrix(r: &PropagationReport) -> Table {
                     (true, Some(_)) => "known",
                     (true, None) => "flagged",
                 }),
+                anchor: None,
                 cells: vec![
                     vec![Inline::Code(k.path.clone())],
                     plain(k.verdict_text()),
@@ -215,5 +217,6 @@ fn matrix(r: &PropagationReport) -> Table {
                 ],
             })
             .collect(),
+        ..Table::default()
     }
 }

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use super::resolved::Unlisted;
 use super::verdict::{KnobResult, KnobVerdict};
+use crate::report::junit::{self, Case, CaseStatus, Junit, Problem, Suite};
 
 mod document;
 
@@ -289,52 +290,52 @@ pub(crate) fn html(r: &PropagationReport) -> String {
 /// One test case per knob; a flagged knob is a failure whose text holds the evidence, a knob
 /// not observed is skipped (a failure with `--require-observed`); one case per unlisted key (a
 /// failure unless a known gap), or one skipped case saying the resolved config was not seen.
-pub(crate) fn junit(r: &PropagationReport) -> Result<String, quick_junit::SerializeError> {
-    use quick_junit::{Report, TestCase, TestCaseStatus, TestSuite};
-    let mut suite = TestSuite::new(format!("propagate.{}", r.scenario));
+pub(crate) fn junit(r: &PropagationReport) -> String {
+    let class = format!("propagate.{}", r.backend);
+    let mut cases = Vec::new();
     for k in &r.knobs {
-        let mut case = TestCase::new(k.path.clone(), knob_status(r, k));
-        case.set_classname(format!("propagate.{}", r.backend));
+        let mut case = Case::new(k.path.clone(), class.clone(), knob_status(r, k));
         if let Some(g) = k.known_gap.as_ref().filter(|_| k.flagged) {
-            case.set_system_out(format!("known gap ({}): {g}", k.verdict.name()));
+            case.out = Some(format!("known gap ({}): {g}", k.verdict.name()));
         }
-        suite.add_test_case(case);
+        cases.push(case);
     }
     let failure = |message: String, kind: &str| {
-        let mut st = TestCaseStatus::non_success(quick_junit::NonSuccessKind::Failure);
-        st.set_message(message);
-        st.set_type(kind.to_string());
-        st
+        CaseStatus::Fail(Problem {
+            message,
+            kind: Some(kind.to_string()),
+            text: None,
+        })
     };
     for c in &r.closed_gaps {
-        let mut case = TestCase::new(
+        cases.push(Case::new(
             format!("known_gaps: {c}"),
+            class.clone(),
             failure(c.clone(), "known gap closed"),
-        );
-        case.set_classname(format!("propagate.{}", r.backend));
-        suite.add_test_case(case);
+        ));
     }
     for p in &r.environment.variables {
         let status = if p.flagged {
             failure(p.describe(), "environment variable dropped")
         } else {
-            TestCaseStatus::success()
+            CaseStatus::Pass
         };
-        let mut case = TestCase::new(format!("env.{}", p.name), status);
-        case.set_classname(format!("propagate.{}.environment", r.backend));
-        suite.add_test_case(case);
+        cases.push(Case::new(
+            format!("env.{}", p.name),
+            format!("{class}.environment"),
+            status,
+        ));
     }
-    let unlisted_class = format!("propagate.{}.unlisted", r.backend);
+    let unlisted_class = format!("{class}.unlisted");
     if r.unlisted.seen_in.is_none() {
-        let mut st = TestCaseStatus::skipped();
-        st.set_message(UNLISTED_UNSEEN);
-        let mut case = TestCase::new("unlisted knobs", st);
-        case.set_classname(unlisted_class.clone());
-        suite.add_test_case(case);
+        let skip = CaseStatus::Skip {
+            message: Some(UNLISTED_UNSEEN.to_string()),
+        };
+        cases.push(Case::new("unlisted knobs", unlisted_class.clone(), skip));
     }
     for k in &r.unlisted.knobs {
         let status = match &k.known_gap {
-            Some(_) => TestCaseStatus::success(),
+            Some(_) => CaseStatus::Pass,
             None => failure(
                 format!(
                     "the trainer's config carries {} = {}, which the manifest does not list",
@@ -343,41 +344,44 @@ pub(crate) fn junit(r: &PropagationReport) -> Result<String, quick_junit::Serial
                 "unlisted",
             ),
         };
-        let mut case = TestCase::new(k.path.clone(), status);
-        case.set_classname(unlisted_class.clone());
+        let mut case = Case::new(k.path.clone(), unlisted_class.clone(), status);
         if let Some(g) = &k.known_gap {
-            case.set_system_out(format!("known gap (unlisted): {g}"));
+            case.out = Some(format!("known gap (unlisted): {g}"));
         }
-        suite.add_test_case(case);
+        cases.push(case);
     }
-    let mut report = Report::new("rlharness-propagate");
-    report.set_time(std::time::Duration::from_secs_f64(r.seconds.max(0.0)));
-    report.add_test_suite(suite);
-    report.to_string()
+    junit::to_xml(&Junit {
+        name: "rlharness-propagate".into(),
+        time: Some(std::time::Duration::from_secs_f64(r.seconds.max(0.0))),
+        suites: vec![Suite {
+            name: format!("propagate.{}", r.scenario),
+            cases,
+        }],
+    })
 }
 
 /// A knob's JUnit status: a failure when flagged (and not a known gap) or unobserved under
 /// `--require-observed`, skipped when unobserved, else a success.
-fn knob_status(r: &PropagationReport, k: &KnobResult) -> quick_junit::TestCaseStatus {
-    use quick_junit::{NonSuccessKind, TestCaseStatus};
+fn knob_status(r: &PropagationReport, k: &KnobResult) -> CaseStatus {
     let unobserved = matches!(
         k.verdict,
         KnobVerdict::NotObservable | KnobVerdict::NotExercised
     );
+    let message = || format!("{}: {}", k.verdict_text(), headline(k));
     if (k.flagged && k.known_gap.is_none()) || (unobserved && r.require_observed) {
-        let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
-        st.set_message(format!("{}: {}", k.verdict_text(), headline(k)));
-        st.set_type(k.verdict.label());
         let mut text: Vec<String> = k.problems.clone();
         text.extend(k.evidence().into_iter().map(|e| format!("evidence: {e}")));
-        st.set_description(text.join("\n"));
-        st
+        CaseStatus::Fail(Problem {
+            message: message(),
+            kind: Some(k.verdict.label().to_string()),
+            text: Some(text.join("\n")),
+        })
     } else if unobserved {
-        let mut st = TestCaseStatus::skipped();
-        st.set_message(format!("{}: {}", k.verdict_text(), headline(k)));
-        st
+        CaseStatus::Skip {
+            message: Some(message()),
+        }
     } else {
-        TestCaseStatus::success()
+        CaseStatus::Pass
     }
 }
 
