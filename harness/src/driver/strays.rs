@@ -127,16 +127,19 @@ pub(crate) fn environs() -> Vec<(i32, Vec<String>)> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| pid != me && alive(pid))
-        .filter_map(|pid| {
-            let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-            let env = raw
-                .split(|&b| b == 0)
-                .filter(|kv| !kv.is_empty())
-                .map(|kv| String::from_utf8_lossy(kv).into_owned())
-                .collect();
-            Some((pid, env))
-        })
+        .filter_map(|pid| Some((pid, environ(pid)?)))
         .collect()
+}
+
+/// A process's environment, as `KEY=VALUE` strings (`None` when it is gone or unreadable).
+pub(crate) fn environ(pid: i32) -> Option<Vec<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    Some(
+        raw.split(|&b| b == 0)
+            .filter(|kv| !kv.is_empty())
+            .map(|kv| String::from_utf8_lossy(kv).into_owned())
+            .collect(),
+    )
 }
 
 /// A process's parent (`None` when it is gone).

@@ -173,6 +173,12 @@ impl EnvWatch {
             // A command line read empty (a process between fork and exec, or retitling
             // itself) names nothing: the label read before stands.
             let mut label = label(&strays::argv(pid));
+            // The environment is read again after the command line: a process that exec'd
+            // between the two reads would pair its old environment with its new name (a
+            // launcher's settings read as none), so it waits for the next sample.
+            if strays::environ(pid).as_ref() != Some(&environ) {
+                continue;
+            }
             if let Some(r) = self.procs.get_mut(&pid) {
                 if label == UNREADABLE {
                     label = r.label.clone();
