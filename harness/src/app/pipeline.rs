@@ -53,7 +53,10 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
             return run_seeds(file, &seeds, 1, opts).await;
         }
         Some(st) => {
-            let reference = reference_run(plan, opts).await?;
+            let reference = match &opts.reference_run {
+                Some(dir) => made_reference(dir, &plan)?,
+                None => reference_run(plan, opts).await?,
+            };
             let mut set = opts.set.clone();
             set.extend(st.plant);
             let planted = spec::load_scenario(file, &set)
@@ -332,4 +335,27 @@ async fn reference_run(
     }
     let golden = compare::reference_golden(&executed.run_dir, &executed.manifest, executed.metrics);
     Ok((executed.run_dir, golden))
+}
+
+/// A self-test's reference made already (`RunOptions::reference_run`): a completed run of the
+/// scenario's seed and steps.
+fn made_reference(dir: &Path, plan: &RunPlan) -> Result<(PathBuf, Golden), CommandError> {
+    let (manifest, table) =
+        crate::rundir::load(dir).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let s = &plan.scenario;
+    if manifest.status != crate::rundir::RunStatus::Completed
+        || (manifest.seed, manifest.steps) != (s.seed, s.steps)
+    {
+        return Err(CommandError::invalid(format!(
+            "{}: the self-test's reference {} is not a completed run of seed {} and {} steps",
+            s.name,
+            dir.display(),
+            s.seed,
+            s.steps
+        )));
+    }
+    Ok((
+        dir.to_path_buf(),
+        compare::reference_golden(dir, &manifest, table),
+    ))
 }

@@ -72,6 +72,11 @@ pub struct RunOptions {
     /// `run --tensorboard DIR`: the series also as TensorBoard event files under
     /// `DIR/<scenario>/<run-id>/` (a seed's under its multi-seed run's folder).
     pub tensorboard: Option<PathBuf>,
+    /// A single-run self-test's reference, made already on this host by the caller (the
+    /// scenario as written, its seed and steps): the planted run is judged against it instead of
+    /// a reference made again. The test suite shares one among the self-tests of one scenario;
+    /// the command line never sets it.
+    pub reference_run: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -98,6 +103,7 @@ impl RunOptions {
             netns: None,
             calibration: false,
             tensorboard: None,
+            reference_run: None,
         }
     }
 }

@@ -129,15 +129,26 @@ fn a_sigkilled_harness_leaves_no_trainer_behind() {
     assert!(!dead(trainer) && !dead(worker));
     child.kill().unwrap();
     child.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // The watcher sends TERM at once, KILL 3 s later; the bound only keeps a broken watcher
+    // from hanging the test (10 s was a quiet machine's margin).
+    let killed = Instant::now();
     while !(dead(trainer) && dead(worker)) {
         assert!(
-            Instant::now() < deadline,
-            "trainer {trainer} or its worker {worker} outlived the harness by 10 s"
+            killed.elapsed() < GONE_WITHIN,
+            "trainer {trainer} or its worker {worker} outlived the harness by {GONE_WITHIN:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    eprintln!(
+        "trainer and worker gone {:?} after the harness",
+        killed.elapsed()
+    );
 }
+
+/// How long what a SIGKILLed harness started may take to go: the watcher's TERM, its KILL
+/// 3 s later, an engine's exit once its standard input closes, on a machine as busy as CI's.
+/// Only a process that stays is a failure; this bound just ends the wait for one.
+const GONE_WITHIN: Duration = Duration::from_secs(120);
 
 /// A tiny seeded generator (xorshift64*) for the kill points: the same points on every host.
 struct Points(u64);
@@ -222,15 +233,15 @@ fn kill_and_judge(
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let killed = Instant::now();
     loop {
         let left = processes_with(&marker);
         if left.is_empty() {
             break;
         }
         assert!(
-            Instant::now() < deadline,
-            "killed {after:?} in, the harness left {left:?} running after 10 s"
+            killed.elapsed() < GONE_WITHIN,
+            "killed {after:?} in, the harness left {left:?} running after {GONE_WITHIN:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -5,10 +5,10 @@
 
 use crate::common;
 
+use common::shared::shared_run;
 use common::{opts, repo, wire};
 use std::path::{Path, PathBuf};
 
-use rlharness::app::run_one;
 use rlharness::error::ExitStatus;
 use rlharness::metrics::MetricTable;
 use rlharness::spec::load_scenario;
@@ -27,17 +27,19 @@ fn calls(dir: &Path) -> Vec<(String, u64)> {
         .collect()
 }
 
-async fn run_fault(name: &str) -> (PathBuf, tempfile::TempDir) {
+/// The run of the fault scenario `name` (shared with `run::reproduce`, which re-judges every
+/// CPU scenario), checked against what it declares: its run directory.
+async fn run_fault(name: &str) -> PathBuf {
     let path = repo().join(format!("scenarios/faults/{name}.yaml"));
-    let tmp = tempfile::tempdir().unwrap();
-    let report = run_one(&path, &opts(tmp.path(), &[])).await.unwrap();
+    let run = shared_run(&path, &opts(Path::new(""), &[])).await;
+    let report = run.report();
     assert_eq!(
         report.exit_status(),
         ExitStatus::Passed,
         "{name}: the harness did not react as declared: {}",
         report.summary()
     );
-    let dir = tmp.path().join("run");
+    let dir = run.dir.clone();
     let scenario = load_scenario(&path, &[]).unwrap();
     let expected = scenario.expected_verdict.unwrap();
     let manifest: Value =
@@ -63,12 +65,12 @@ async fn run_fault(name: &str) -> (PathBuf, tempfile::TempDir) {
             assert_eq!(manifest["status"], "completed", "{name}");
         }
     }
-    (dir, tmp)
+    dir
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transient_5xx_is_retried_on_generate_but_never_on_step() {
-    let (dir, _tmp) = run_fault("http-5xx").await;
+    let dir = run_fault("http-5xx").await;
     let calls = calls(&dir);
     let gen_503 = calls
         .iter()
@@ -90,7 +92,7 @@ async fn a_transient_5xx_is_retried_on_generate_but_never_on_step() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_4xx_stops_the_run_without_a_retry() {
-    let (dir, _tmp) = run_fault("http-4xx").await;
+    let dir = run_fault("http-4xx").await;
     let fb: Vec<u64> = calls(&dir)
         .into_iter()
         .filter(|(r, _)| r == "/forward-backward")
@@ -101,7 +103,7 @@ async fn a_4xx_stops_the_run_without_a_retry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_is_retried_where_idempotent_only() {
-    let (dir, _tmp) = run_fault("drop").await;
+    let dir = run_fault("drop").await;
     let calls = calls(&dir);
     let forwards = calls.iter().filter(|(r, _)| r == "/forward").count();
     // One /forward a step for steps 1-3, and the one sent again at step 2.
@@ -124,7 +126,7 @@ async fn latency_within_the_time_out_is_waited_out() {
 /// The real client never retries: without `driver.retry` the first 503 ends the run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_an_opt_in_policy_a_503_is_never_sent_again() {
-    let (dir, _tmp) = run_fault("http-5xx-no-retry").await;
+    let dir = run_fault("http-5xx-no-retry").await;
     let gen_503 = calls(&dir)
         .iter()
         .filter(|(r, s)| r == "/generate" && *s == 503)
@@ -148,7 +150,7 @@ async fn non_finite_and_misshapen_replies_stop_the_driver() {
 /// driver, like the real client, neither recognises it nor retries: the run fails there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sleeping_sampler_fails_the_run_with_a_500_on_generate() {
-    let (dir, _tmp) = run_fault("sampler-sleep").await;
+    let dir = run_fault("sampler-sleep").await;
     let calls = calls(&dir);
     let refused = calls
         .iter()

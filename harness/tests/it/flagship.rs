@@ -177,12 +177,26 @@ fn every_torch_selftest_has_its_test() {
     assert_eq!(found, named);
 }
 
+/// Run the self-test `name` and check its verdict. A single-run self-test is judged against
+/// the reference it shares with the self-tests of the same scenario (`common::shared`): each
+/// trains its planted run only (a control's planted run is a second run of the scenario, so the
+/// exact lane still holds two runs to each other).
 async fn selftest_is_caught(name: &str) {
     let scenario = repo()
         .join("scenarios/selftest")
         .join(format!("{name}.yaml"));
     let tmp = tempfile::tempdir().unwrap();
-    let report = run_expecting(&scenario, &opts(tmp.path(), &[]), ExitStatus::Passed).await;
+    let mut o = opts(tmp.path(), &[]);
+    // A multi-seed self-test makes no reference: its seeds are judged against the calibration.
+    let multi_seed = std::fs::read_to_string(&scenario)
+        .unwrap()
+        .contains("\n  seeds: ");
+    if !multi_seed {
+        let reference = common::shared::shared_reference(&scenario, &o).await;
+        o.reference_run = Some(reference.dir.clone());
+    }
+    let report = run_expecting(&scenario, &o, ExitStatus::Passed).await;
+    assert_eq!(report.is_multi_seed(), multi_seed, "{name}");
     let v = report.verdict.as_ref().unwrap();
     if report.is_multi_seed() {
         let rule = v.rule("seeds:critic/rewards/mean").unwrap();

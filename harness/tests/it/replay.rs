@@ -4,7 +4,8 @@
 
 use crate::common;
 
-use common::{repo, run_expecting, run_options};
+use common::shared::shared_run;
+use common::{repo, run_options};
 use std::path::{Path, PathBuf};
 
 use rlharness::app::run_one;
@@ -270,15 +271,18 @@ fn replay_scenario(name: &str) -> PathBuf {
     repo().join("scenarios/replay").join(name)
 }
 
-/// Run `scenarios/replay/NAME` (into a directory of its own); it must exit 0.
-async fn run_replay_passing(name: &str) -> Report {
-    let tmp = tempfile::tempdir().unwrap();
-    run_expecting(
-        &replay_scenario(name),
-        &opts(tmp.path(), &[]),
+/// The run of `scenarios/replay/NAME` (shared with `run::reproduce`, which re-judges every CPU
+/// scenario); it must exit 0. Its report and run directory.
+async fn run_replay_passing(name: &str) -> (Report, PathBuf) {
+    let run = shared_run(&replay_scenario(name), &opts(Path::new(""), &[])).await;
+    let report = run.report();
+    assert_eq!(
+        report.exit_status(),
         ExitStatus::Passed,
-    )
-    .await
+        "{}",
+        report.summary()
+    );
+    (report, run.dir.clone())
 }
 
 /// Metrics that come from the server's answers (not from the wall clock).
@@ -296,13 +300,7 @@ const FROM_SERVER: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_flagship_replays_with_the_recorded_metrics() {
-    let tmp = tempfile::tempdir().unwrap();
-    let report = run_expecting(
-        &replay_scenario("tiny-gsm8k-grpo-replay.yaml"),
-        &opts(tmp.path(), &[]),
-        ExitStatus::Passed,
-    )
-    .await;
+    let (report, dir) = run_replay_passing("tiny-gsm8k-grpo-replay.yaml").await;
     let verdict = report.verdict.as_ref().unwrap();
     let rule = verdict
         .rules
@@ -320,8 +318,7 @@ async fn the_flagship_replays_with_the_recorded_metrics() {
     assert!(report.metrics.series("weight_sync/match").is_empty());
     assert!(verdict.rule("weight_sync:match").is_none());
     let run: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("run.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
     let why = run["weight_sync"]["unavailable"]
         .as_str()
         .unwrap_or_default();
@@ -357,7 +354,7 @@ async fn the_flagship_replays_with_the_recorded_metrics() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_planted_dropped_meta_key_is_caught_and_named() {
     // The scenario expects exactly this failure: `run` exits 0 when it is caught.
-    let report = run_replay_passing("tiny-gsm8k-grpo-replay-dropped-meta.yaml").await;
+    let (report, _) = run_replay_passing("tiny-gsm8k-grpo-replay-dropped-meta.yaml").await;
     let rule = report
         .verdict
         .as_ref()

@@ -219,11 +219,25 @@ fn serve_torch_starts_from_the_shipped_warm_start_and_answers_health() {
             }
         }
     });
+    // Waits as long as the server is starting (a busy machine loads libtorch slowly): until its
+    // line, its exit, or a bound that only ends the wait for one that hangs.
     let mut lines = Vec::new();
     let addr = loop {
-        let line = rx
-            .recv_timeout(std::time::Duration::from_secs(120))
-            .unwrap_or_else(|_| panic!("no `listening on` line within 120 s: {lines:?}"));
+        let line = match rx.recv_timeout(std::time::Duration::from_secs(1)) {
+            Ok(line) => line,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!("serve torch ended ({status}) before listening: {lines:?}");
+                }
+                let waited = started.elapsed();
+                assert!(
+                    waited < std::time::Duration::from_secs(600),
+                    "no `listening on` line in {waited:?}: {lines:?}"
+                );
+                continue;
+            }
+            Err(e) => panic!("serve torch closed its output ({e}) before listening: {lines:?}"),
+        };
         lines.push(line.clone());
         if let Some(rest) = line.split("listening on http://").nth(1) {
             break rest.split_whitespace().next().unwrap().to_string();

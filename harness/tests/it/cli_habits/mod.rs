@@ -78,11 +78,12 @@ fn every_stop_signal_leaves_full_reports_exit_3_and_no_process() {
             "{name}: {m}"
         );
         assert_eq!(csv_steps(&run_dir.join("metrics.csv")), 2, "{name}");
-        // The harness has exited: whatever it started is gone (given 5 s to be reaped).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // The harness has exited: whatever it started is gone, or going (its TERM may still be
+        // at work; the bound, no quiet machine's 5 s, only ends the wait for one that stays).
+        let exited = std::time::Instant::now();
         while !(dead(trainer) && dead(worker)) {
             assert!(
-                std::time::Instant::now() < deadline,
+                exited.elapsed() < std::time::Duration::from_secs(120),
                 "{name}: trainer {trainer} or its worker {worker} outlived the harness"
             );
             std::thread::sleep(std::time::Duration::from_millis(20));

@@ -7,6 +7,8 @@ use crate::common;
 
 use common::{dead, run_expecting, run_options};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rlharness::error::ExitStatus;
@@ -310,15 +312,39 @@ async fn a_trainer_that_exits_0_before_the_last_step_fails_the_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainer_that_stops_printing_is_a_hang_with_its_process_group_killed() {
-    let started = Instant::now();
-    let (_tmp, dir, m, _) = ran(
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    // When the trainer went quiet: the fake writes child.pid after step 2, then hangs.
+    let (quiet, over) = (dir.join("child.pid"), Arc::new(AtomicBool::new(false)));
+    let watcher = {
+        let over = over.clone();
+        std::thread::spawn(move || {
+            while !over.load(Ordering::SeqCst) {
+                if quiet.exists() {
+                    return Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            None
+        })
+    };
+    run_fixture(
+        tmp.path(),
         "verl-console.yaml",
         &["driver.command.1=hang", "timeouts.step=1"],
         ExitStatus::RunFailed,
     )
     .await;
-    let took = started.elapsed();
-    // Caught within timeouts.step + 5 s (the whole run, start-up included).
+    let ended = Instant::now();
+    over.store(true, Ordering::SeqCst);
+    let quiet = watcher
+        .join()
+        .unwrap()
+        .expect("the trainer hung after step 2");
+    let m = manifest(&dir);
+    // Caught within timeouts.step + 5 s of the trainer's last line (it used to be timed from
+    // the start, start-up included, which a busy machine can spend 5 s on alone).
+    let took = ended - quiet;
     assert!(took < Duration::from_secs(6), "took {took:?}");
     assert_eq!(m.status, RunStatus::TimedOut);
     assert_eq!(m.failed_step, Some(3));

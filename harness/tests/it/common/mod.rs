@@ -1,8 +1,8 @@
 //! Helpers the end-to-end tests share: where the repository is, the run options of a test
 //! run (the project's goldens, never written; the run directory at `OUT/run`), running a
 //! scenario to the exit status it must reach, reading a run's `wire.jsonl`, `rlharness` as a
-//! command, a slow scenario to interrupt, and waiting on a child process's output. Each test
-//! module uses a part of it.
+//! command, a slow scenario to interrupt, and waiting on a child process's output; runs that
+//! several tests read, made once per test binary (`shared`). Each test module uses a part of it.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -10,6 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod recorder;
+pub mod shared;
 
 use rlharness::app::run_one;
 use rlharness::error::ExitStatus;

@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::{opts, repo, run_expecting, wire};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rlharness::app::run_one;
@@ -27,9 +27,16 @@ fn mean(xs: &[(u64, f64)]) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smoke_scenario_passes_against_its_golden_with_a_complete_run_directory() {
-    let tmp = tempfile::tempdir().unwrap();
-    run_expecting(&smoke(), &opts(tmp.path(), &[]), ExitStatus::Passed).await;
-    let dir = tmp.path().join("run");
+    // The smoke's run as `reproduce` re-judges it (`common::shared`).
+    let run = crate::common::shared::shared_run(&smoke(), &opts(Path::new(""), &[])).await;
+    let report = run.report();
+    assert_eq!(
+        report.exit_status(),
+        ExitStatus::Passed,
+        "{}",
+        report.summary()
+    );
+    let dir = run.dir.clone();
     for f in [
         "run.json",
         "metrics.csv",
@@ -438,12 +445,15 @@ async fn an_upstream_that_dies_mid_run_is_exit_3_with_the_metrics_so_far() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
     let csv = dir.join("metrics.csv");
+    let run_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watcher = {
         let csv = csv.clone();
         let kill = server.kill.clone();
+        let run_over = run_over.clone();
         std::thread::spawn(move || {
-            // Kill the server once three steps are on disk.
-            for _ in 0..6000 {
+            // Kill the server once three steps are on disk, however long the run takes to get
+            // there (it used to give up after 12 s, and a slow run then passed unkilled).
+            while !run_over.load(std::sync::atomic::Ordering::SeqCst) {
                 let rows = std::fs::read_to_string(&csv)
                     .map(|t| t.lines().count())
                     .unwrap_or(0);
@@ -465,6 +475,7 @@ async fn an_upstream_that_dies_mid_run_is_exit_3_with_the_metrics_so_far() {
     )
     .await
     .unwrap();
+    run_over.store(true, std::sync::atomic::Ordering::SeqCst);
     watcher.join().unwrap();
     let _ = server.kill.send(());
     server.thread.join().unwrap();

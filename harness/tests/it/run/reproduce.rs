@@ -2,13 +2,13 @@
 //! watchdog stop and an MFU the series left out; self-tests judged against a reference made
 //! here.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use rlharness::app::run_one;
 use rlharness::error::ExitStatus;
 use serde_json::Value;
 
 use super::smoke;
+use crate::common::shared::shared_run;
 use crate::common::{opts, repo, run_expecting};
 
 /// The shipped scenarios that run without libtorch: the mock smoke, every fault self-test and
@@ -49,9 +49,15 @@ pub fn selftests(prefix: &str) -> Vec<PathBuf> {
 /// host, and names it: `reference_run` in run.json, the reference's directory beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_selftest_judges_its_planted_run_against_a_reference_made_here() {
-    let tmp = tempfile::tempdir().unwrap();
     let scenario = repo().join("scenarios/selftest/mock-mfu-drop.yaml");
-    let report = run_expecting(&scenario, &opts(tmp.path(), &[]), ExitStatus::Passed).await;
+    let run = shared_run(&scenario, &opts(Path::new(""), &[])).await;
+    let report = run.report();
+    assert_eq!(
+        report.exit_status(),
+        ExitStatus::Passed,
+        "{}",
+        report.summary()
+    );
     let v = report.verdict.as_ref().unwrap();
     assert_eq!(v.outcome, rlharness::compare::Outcome::Regressed);
     let mfu = v.rule("golden:perf/mfu/actor").unwrap();
@@ -61,7 +67,7 @@ async fn a_selftest_judges_its_planted_run_against_a_reference_made_here() {
         mfu.evidence.message
     );
     assert_eq!(report.reference.as_ref().unwrap().label, "reference run");
-    let manifest = rlharness::rundir::RunManifest::read(&tmp.path().join("run")).unwrap();
+    let manifest = rlharness::rundir::RunManifest::read(&run.dir).unwrap();
     let reference = manifest
         .reference_run
         .expect("the planted run names its reference");
@@ -120,19 +126,22 @@ async fn compare_reproduces_a_watchdog_stop() {
 
 /// One judge: `rlharness compare RUN` re-judges a stored run from its directory alone and
 /// writes exactly the verdict.json that `rlharness run` wrote, whatever decided it (golden
-/// bands, expectations, the replay rule, watchdog stops, run failures).
+/// bands, expectations, the replay rule, watchdog stops, run failures). The runs are those the
+/// fault, replay and smoke tests read (`common::shared`); this is the one test that re-judges
+/// them, and `compare` writes nothing but `RUN/compare/` (in place: verdict.json names the run's
+/// folder).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compare_reproduces_the_run_verdict_of_every_cpu_scenario() {
     let scenarios = cpu_scenarios();
-    let runs = futures_util::future::join_all(scenarios.iter().map(|s| async move {
-        let tmp = tempfile::tempdir().unwrap();
-        let o = opts(tmp.path(), &[]);
-        let report = run_one(s, &o).await.unwrap();
-        (s, tmp, report)
-    }))
+    let runs = futures_util::future::join_all(
+        scenarios
+            .iter()
+            .map(|s| async move { (s, shared_run(s, &opts(Path::new(""), &[])).await) }),
+    )
     .await;
-    for (scenario, tmp, report) in runs {
-        assert_compare_reproduces(&tmp.path().join("run"), &report, &scenario.display());
+    for (scenario, run) in runs {
+        let report = run.report();
+        assert_compare_reproduces(&run.dir, &report, &scenario.display());
         // Every shipped CPU scenario gets what it expects here.
         assert_eq!(
             report.exit_status(),
