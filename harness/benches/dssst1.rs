@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use bytes::Bytes;
-use rlharness::wire::{self, DType, Node, Tensor};
+use rlharness_arctic::wire::{self, DType, Node, Tensor};
 use serde_json::json;
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -11,7 +11,7 @@ use axum::Router;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use rlharness::proxy::{self, ProxyConfig};
-use rlharness::wire::{self, DType, Node, Tensor};
+use rlharness_arctic::wire::{self, DType, Node, Tensor};
 use serde_json::json;
 use tokio::net::TcpListener;
 

@@ -2,7 +2,7 @@
 //! reporters). No observer reaches into the runner.
 
 use crate::metrics::StepMetrics;
-use crate::wire::digest::SyncComparison;
+use rlharness_arctic::wire::digest::SyncComparison;
 
 #[derive(Debug, Clone)]
 pub enum RunEvent {

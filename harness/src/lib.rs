@@ -17,15 +17,14 @@
 //! - [`runner`], [`events`]: executing a plan (`execute`, `RunOptions`, `Executed`, `RunEnd`)
 //!   and its progress events.
 //! - [`backend`]: the scenario's `BackendSpec`, the replay backend, starting the torch child
-//!   (`backend::child`); re-exported from the Arctic crate: the `Engine` trait, the mock, the
-//!   torch spec, the Arctic HTTP server (`backend::server`) and the child's hand-shake.
-//! - [`wire`], [`task`], [`fsx`]: the Arctic crate's (`rlharness_arctic`, `harness/arctic`),
-//!   re-exported under their old names: the DSSST1 frame codec, the Arctic API types,
-//!   Python-style JSON floats; the arithmetic task and its scorers; file helpers.
+//!   (`backend::child`). What the harness shares with the torch engine and Arctic clients (the
+//!   DSSST1 codec and API types, `wire`; the task, `task`; file helpers, `fsx`; the `Engine`
+//!   trait, the mock, the HTTP server, the torch spec) is the Arctic crate's, and the harness
+//!   uses it by that crate's name (`rlharness_arctic::wire`), never through an alias.
 //! - [`driver`], [`proxy`], [`capture`]: the built-in and command drivers, the recording
 //!   proxy, trainer-log parsing.
 //! - [`metrics`], [`compare`], [`golden`], [`report`], [`propagate`]: metric tables, judging
-//!   (`judge`, `judge_run`, `compare::expr`), golden stores, reports, knob propagation.
+//!   (`judge_run`, `compare::expr`), golden stores, reports, knob propagation.
 //! - [`rundir`]: a run directory's files as data (`RunManifest`, `run.json`; `RunStatus`).
 //! - [`error`]: `CommandError`, and `ExitStatus` (the Arctic crate's, re-exported).
 //!
@@ -85,7 +84,3 @@ pub mod runner;
 mod slot;
 pub mod spec;
 mod util;
-
-// Shared with the torch engine, so they live in the Arctic crate (`harness/arctic`); re-exported
-// under their old names.
-pub use rlharness_arctic::{fsx, task, wire};

@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use rlharness::wire::dssst1::{header_extent, header_summary};
-use rlharness::wire::{decode, encode};
+use rlharness_arctic::wire::dssst1::{header_extent, header_summary};
+use rlharness_arctic::wire::{decode, encode};
 
 fuzz_target!(|data: &[u8]| {
     let _ = header_extent(data);

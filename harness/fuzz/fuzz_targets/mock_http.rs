@@ -10,8 +10,8 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::Request;
 use libfuzzer_sys::fuzz_target;
-use rlharness::backend::mock::{MockEngine, MockScript};
-use rlharness::backend::server::{self, ServerOptions};
+use rlharness_arctic::mock::{MockEngine, MockScript};
+use rlharness_arctic::server::{self, ServerOptions};
 use serde_json::json;
 use tower::ServiceExt;
 

@@ -1,14 +1,14 @@
 //! A stored run, or a multi-seed run's directory, judged again from what it stores, and its
 //! report: the judge's calls (`compare::StoredRun::judge`, `compare::judge_combined`, the
 //! false-alarm budget, what changed in the golden since run time) are made here, for `run`,
-//! `compare`, `calibrate` and `bisect` alike, and `report::seeds` turns what they decided into
+//! `compare`, `calibrate` and `bisect` alike, and `report::multi_seed` turns what they decided into
 //! a `Report`.
 
 use std::path::Path;
 
 use crate::compare::budget::BudgetStatement;
 use crate::compare::{judge_combined, Combined, CombinedError, StoredError, StoredRun};
-use crate::report::seeds::{self, golden_changed_note, CombinedRun, GOLDEN_CHANGED};
+use crate::report::multi_seed::{self, golden_changed_note, CombinedRun, GOLDEN_CHANGED};
 use crate::report::Report;
 
 /// A stored single run re-judged as `compare RUN` judges it: its report, in memory.
@@ -26,7 +26,7 @@ fn report_of_stored(stored: StoredRun) -> Report {
         _ => None,
     };
     let dir = stored.dir.clone();
-    let mut report = seeds::stored_report(stored, pending, budget);
+    let mut report = multi_seed::stored_report(stored, pending, budget);
     if let Some(what) = changed {
         let then = verdict_at_run_time(&dir);
         let note = golden_changed_note(&what, "", &then, &report.summary());
@@ -93,7 +93,7 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
         .and_then(|g| g.calibration.as_ref())
         .map(|cal| cal.spread(2.0))
         .unwrap_or_default();
-    let mut report = seeds::combined_report(CombinedRun {
+    let mut report = multi_seed::combined_report(CombinedRun {
         dir: dir.to_path_buf(),
         manifest: c.manifest,
         seeds,

@@ -12,7 +12,8 @@ use crate::report::{self, Report};
 use crate::rundir::SeedsManifest;
 use crate::runner::{self, Executed, RunEnd, RunOptions};
 use crate::slot::{self, SLOT};
-use crate::{fsx, spec, util};
+use crate::{spec, util};
+use rlharness_arctic::fsx;
 
 /// Plan, execute, judge and report one scenario.
 pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandError> {

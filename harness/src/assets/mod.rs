@@ -16,9 +16,9 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
-use crate::backend::torch_spec::decoder::DecoderConfig;
-use crate::fsx::FsError;
-use crate::task::{ArithTask, CharTokenizer, Problem, ALPHABET, EOS_ID, PAD_ID};
+use rlharness_arctic::fsx::FsError;
+use rlharness_arctic::task::{ArithTask, CharTokenizer, Problem, ALPHABET, EOS_ID, PAD_ID};
+use rlharness_arctic::torch_spec::decoder::DecoderConfig;
 
 /// The text forms of the two special ids (the harness's tokenizer has none: it never prints
 /// them).
@@ -101,7 +101,7 @@ pub fn write_files(out: &Path, files: &[AssetFile], force: bool) -> Result<(), A
         }
     }
     for (rel, bytes) in files {
-        crate::fsx::write_atomic(&out.join(rel), bytes)?;
+        rlharness_arctic::fsx::write_atomic(&out.join(rel), bytes)?;
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 use super::*;
-use crate::backend::torch_spec::ModelSpec;
-use crate::task::ArithConfig;
+use rlharness_arctic::task::ArithConfig;
+use rlharness_arctic::torch_spec::ModelSpec;
 
 fn task(max_operand: i64) -> ArithTask {
     ArithTask::new(ArithConfig {

@@ -17,11 +17,11 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
-use crate::backend::server::ServerOptions;
-use crate::backend::torch_spec::{TorchDevice, TorchSpec};
-use crate::backend::Runtime;
 pub use rlharness_arctic::child::{Ready, BUILD_HINT};
 pub(crate) use rlharness_arctic::child::{EXE_ENV, EXE_NAME};
+use rlharness_arctic::engine::Runtime;
+use rlharness_arctic::server::ServerOptions;
+use rlharness_arctic::torch_spec::{TorchDevice, TorchSpec};
 
 /// Why the torch backend's process could not serve a run.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,5 @@
 //! Servers behind the Arctic API, as the harness runs them. What an Arctic-compatible server
-//! shares with its clients lives in the crate `rlharness-arctic` and is re-exported here: the
+//! shares with its clients lives in the crate `rlharness-arctic`, used by its own name: the
 //! `Engine` trait and its types, the HTTP surface (`server`), the scripted mock (`mock`), the
 //! torch backend's spec (`torch_spec`). This module adds what only the harness does with
 //! them: the scenario's `backend` block ([`BackendSpec`]), starting the `rlharness-torch`
@@ -10,15 +10,8 @@
 pub mod child;
 pub mod replay;
 
-pub use rlharness_arctic::engine::{
-    f32_tensor, fingerprint_hex, Completion, CpuKernels, Engine, EngineError,
-    ForwardBackwardOutput, ForwardOutput, GenerateAnswer, GenerateRequest, ModelBatch, Numerics,
-    QueuedGenerate, Runtime, StepOutput, Timed,
-};
-pub use rlharness_arctic::{mock, server, torch_spec};
-
-pub(crate) use mock::MockScript;
-pub use torch_spec::TorchSpec;
+use rlharness_arctic::mock::MockScript;
+use rlharness_arctic::torch_spec::TorchSpec;
 
 /// The scenario's `backend` block: which server sits behind the proxy.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]

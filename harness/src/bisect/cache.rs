@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{BisectError, Trial};
-use crate::fsx;
+use rlharness_arctic::fsx;
 
 const FORMAT: &str = "rlharness-bisect-cache/1";
 

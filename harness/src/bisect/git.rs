@@ -100,7 +100,7 @@ pub(crate) struct Worktrees {
 impl Worktrees {
     /// Worktrees go under `root` (created). Stale ones a killed bisect left are pruned first.
     pub(crate) fn new(repo: &Path, root: &Path) -> Result<Worktrees, BisectError> {
-        crate::fsx::create_dir_all(root)?;
+        rlharness_arctic::fsx::create_dir_all(root)?;
         let _ = git(repo, &["worktree", "prune"]);
         Ok(Worktrees {
             repo: repo.to_path_buf(),

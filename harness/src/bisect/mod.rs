@@ -5,7 +5,7 @@
 //! - `sprt.rs`: Wald's sequential probability ratio test of one commit's seeds against the
 //!   calibration (good: the calibrated mean; bad: shifted by the effect), with stated error
 //!   rates;
-//! - `judge.rs`: how a commit is judged (the sequential test's settings from the golden
+//! - `commit_verdict.rs`: how a commit is judged (the sequential test's settings from the golden
 //!   store, or the propagation matrix) and the verdict of its trials;
 //! - `search.rs`: which commit to test next (binary search, skipping commits that cannot run,
 //!   as `git bisect skip` does);
@@ -18,8 +18,8 @@
 //! commit's worktree.
 
 pub(crate) mod cache;
+pub(crate) mod commit_verdict;
 pub(crate) mod git;
-pub(crate) mod judge;
 pub(crate) mod page;
 pub(crate) mod search;
 pub(crate) mod sprt;
@@ -36,7 +36,7 @@ pub enum BisectError {
     #[error("{0}")]
     Git(String),
     #[error(transparent)]
-    Fs(#[from] crate::fsx::FsError),
+    Fs(#[from] rlharness_arctic::fsx::FsError),
 }
 
 /// One commit of the range.

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use super::{BisectError, BisectReport, Verdict};
 use crate::compare::expr::fmt_num;
-use crate::fsx;
 use crate::report::doc::{self, plain, Block, Document, Inline, Row, Table};
+use rlharness_arctic::fsx;
 
 /// Write `bisect.json` and `bisect.md` into `dir`; their paths.
 pub(crate) fn write(dir: &Path, r: &BisectReport) -> Result<Vec<PathBuf>, BisectError> {

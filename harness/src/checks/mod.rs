@@ -9,11 +9,11 @@ pub(crate) mod direction;
 pub(crate) mod domain;
 mod expected;
 pub mod expr;
-mod seeds;
+mod seed_range;
 mod spec;
 
 pub(crate) use expected::{ExpectedOutcome, ExpectedVerdict};
-pub(crate) use seeds::parse_seed_range;
+pub(crate) use seed_range::parse_seed_range;
 pub(crate) use spec::window_value;
 pub(crate) use spec::{
     stability_enabled_for, Calibrated, ChecksSpec, Direction, Expectation, GoldenRule, GoldenRules,

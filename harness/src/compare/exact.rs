@@ -16,7 +16,7 @@ use super::verdict::{Evidence, RuleStatus, RuleVerdict};
 use crate::checks::expr::fmt_num;
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
-use crate::wire::runtime::Numerics;
+use rlharness_arctic::wire::runtime::Numerics;
 
 /// The exact lane's rule id.
 pub const EXACT_RULE: &str = "exact:every series bit for bit";

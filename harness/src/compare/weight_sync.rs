@@ -109,7 +109,7 @@ mod tests {
     use super::*;
     use crate::events::WeightSyncCheck;
     use crate::metrics::StepMetrics;
-    use crate::wire::digest::{SyncComparison, TensorDifference, TensorDigest};
+    use rlharness_arctic::wire::digest::{SyncComparison, TensorDifference, TensorDigest};
 
     fn series(values: &[f64]) -> MetricTable {
         let mut t = MetricTable::new();

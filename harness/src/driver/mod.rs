@@ -7,8 +7,8 @@ pub(crate) mod mismatch;
 pub mod strays;
 pub(crate) mod translate;
 
-use crate::task::scorer::ScorerConfig;
-use crate::task::ArithConfig;
+use rlharness_arctic::task::scorer::ScorerConfig;
+use rlharness_arctic::task::ArithConfig;
 
 /// The scenario's `driver` block.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]

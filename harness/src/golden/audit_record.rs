@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::ChecksSpec;
-use crate::fsx::{self, FsError};
+use rlharness_arctic::fsx::{self, FsError};
 
 pub const AUDIT_FILE: &str = "audit.json";
 

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::checks::{ChecksSpec, GoldenRule};
-use crate::fsx;
 use crate::metrics::MetricTable;
+use rlharness_arctic::fsx;
 
 pub(crate) const CALIBRATION_FILE: &str = "calibration.json";
 

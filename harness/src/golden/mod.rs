@@ -31,8 +31,8 @@ pub use store::GoldenStore;
 use std::path::PathBuf;
 
 use crate::checks::ChecksSpec;
-use crate::fsx;
 use crate::metrics::{MetricTable, MetricsError};
+use rlharness_arctic::fsx;
 
 pub(crate) const METRICS_FILE: &str = "metrics.csv";
 pub(crate) const HEADER_FILE: &str = "golden.yaml";

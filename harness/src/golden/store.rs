@@ -9,8 +9,8 @@ use super::{
     METRICS_FILE, PENDING_SUFFIX,
 };
 use crate::checks::ChecksSpec;
-use crate::fsx;
 use crate::metrics::MetricTable;
+use rlharness_arctic::fsx;
 
 fn check_name(what: &'static str, name: &str, allow_slash: bool) -> Result<(), GoldenError> {
     let ok = !name.is_empty()

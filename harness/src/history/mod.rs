@@ -17,7 +17,7 @@ pub mod trend;
 
 use std::path::{Path, PathBuf};
 
-use crate::fsx::{self, FsError};
+use rlharness_arctic::fsx::{self, FsError};
 
 pub use collect::{collect, run_dirs, Collected, HistoryError};
 pub use page::{render, Rendered};

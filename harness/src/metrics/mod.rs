@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use crate::fsx;
+use rlharness_arctic::fsx;
 
 pub(crate) mod json_f64;
 mod range;

@@ -4,9 +4,9 @@
 
 use serde_json::{json, Value};
 
-use crate::backend::server::ServerOptions;
 use crate::driver::translate::TranslateError;
 use crate::knobs::KnobTable;
+use rlharness_arctic::server::ServerOptions;
 
 /// How the harness starts a server of its own.
 #[derive(Debug, Clone)]

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::manifest::{self, KnobManifest};
+use super::knob_manifest::{self, KnobManifest};
 use crate::report::doc::{marked, plain, Block, Inline};
 use crate::spec::Scenario;
 
@@ -22,7 +22,7 @@ pub struct Unaccounted {
 /// neither as a knob nor as `not_sent`, in path order.
 pub(crate) fn unaccounted(m: &KnobManifest, s: &Scenario) -> Vec<Unaccounted> {
     let leaves = s.config.leaves();
-    let missing = manifest::unaccounted(m, leaves.iter().map(|(p, _)| p.as_str()));
+    let missing = knob_manifest::unaccounted(m, leaves.iter().map(|(p, _)| p.as_str()));
     leaves
         .iter()
         .filter(|(p, _)| missing.contains(&p.as_str()))
@@ -80,7 +80,7 @@ mod tests {
     use super::*;
 
     fn manifest(text: &str) -> KnobManifest {
-        manifest::parse(text, std::path::Path::new("m.yaml")).unwrap()
+        knob_manifest::parse(text, std::path::Path::new("m.yaml")).unwrap()
     }
 
     #[test]
@@ -93,9 +93,9 @@ mod tests {
              - {path: data.train_files, reason: read by verl}\n",
         );
         assert!(
-            manifest::validate(&m).is_empty(),
+            knob_manifest::validate(&m).is_empty(),
             "{:?}",
-            manifest::validate(&m)
+            knob_manifest::validate(&m)
         );
         let leaves = [
             "rb.a",
@@ -107,7 +107,7 @@ mod tests {
             "data.val_files",
         ];
         assert_eq!(
-            manifest::unaccounted(&m, leaves),
+            knob_manifest::unaccounted(&m, leaves),
             vec!["data.train_filesx", "rb.ab", "data.val_files"]
         );
     }
@@ -120,7 +120,7 @@ mod tests {
              not_sent:\n  - {path: rb.a, reason: x}\n  - {path: t, reason: ' '}\n  \
              - {path: t, reason: again}\n",
         );
-        let p = manifest::validate(&m);
+        let p = knob_manifest::validate(&m);
         assert_eq!(p.len(), 3, "{p:?}");
         assert!(p[0].contains("`rb.a`: also a knob"), "{p:?}");
         assert!(p[1].contains("`t`: give the reason"), "{p:?}");

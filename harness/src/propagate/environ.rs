@@ -110,7 +110,7 @@ impl EnvPassage {
 /// nothing was followed.
 pub(crate) fn for_matrix(
     base: &crate::spec::Scenario,
-    manifest: &crate::propagate::manifest::KnobManifest,
+    manifest: &crate::propagate::knob_manifest::KnobManifest,
     seen: &[TrainerEnv],
 ) -> Environment {
     let crate::driver::DriverSpec::Command(c) = &base.driver else {
@@ -125,7 +125,10 @@ pub(crate) fn for_matrix(
     let knobs = manifest
         .knobs
         .iter()
-        .filter_map(|k| k.path.strip_prefix(crate::propagate::manifest::ENV_PREFIX))
+        .filter_map(|k| {
+            k.path
+                .strip_prefix(crate::propagate::knob_manifest::ENV_PREFIX)
+        })
         .map(str::to_string)
         .collect();
     environment(&c.env, &knobs, seen)

@@ -1,7 +1,7 @@
 //! Why the propagation matrix could not be judged. A trial that failed is no error: it is a
 //! cell of the matrix. `app` maps each case to its exit status.
 
-use crate::fsx::FsError;
+use rlharness_arctic::fsx::FsError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PropagateError {

@@ -31,9 +31,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::manifest::{is_wire_location, Knob, KnobManifest};
+use super::knob_manifest::{is_wire_location, Knob, KnobManifest};
+use super::observed::{diff, pattern_matches, WireSnapshot};
 use super::verdict::{condition_overrides, Condition, MatrixPlan, Trial};
-use super::wire::{diff, pattern_matches, WireSnapshot};
 
 /// The most trials one grouped run carries (a bigger group costs more runs to split).
 pub(crate) const MAX_GROUP: usize = 16;
@@ -275,7 +275,7 @@ pub(crate) fn split(unit: &[usize]) -> (Unit, Unit) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::manifest;
+    use super::super::knob_manifest;
     use super::super::verdict::plan_matrix;
     use super::*;
     use serde_json::json;
@@ -297,11 +297,11 @@ knobs:
 "#;
 
     fn m() -> KnobManifest {
-        let m = manifest::parse(M, Path::new("k.yaml")).unwrap();
+        let m = knob_manifest::parse(M, Path::new("k.yaml")).unwrap();
         assert!(
-            manifest::validate(&m).is_empty(),
+            knob_manifest::validate(&m).is_empty(),
             "{:?}",
-            manifest::validate(&m)
+            knob_manifest::validate(&m)
         );
         m
     }

@@ -13,11 +13,11 @@ pub mod command;
 pub mod environ;
 mod error;
 pub(crate) mod group;
-pub(crate) mod manifest;
+pub(crate) mod knob_manifest;
+pub(crate) mod observed;
 pub mod render;
 pub mod resolved;
 pub mod verdict;
-pub(crate) mod wire;
 
 pub use error::PropagateError;
-pub use manifest::ProblemKind;
+pub use knob_manifest::ProblemKind;

@@ -10,7 +10,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::manifest::{KnobManifest, ProblemKind};
+use super::knob_manifest::{KnobManifest, ProblemKind};
 
 /// Deepest nesting [`parse_python`] accepts.
 const MAX_DEPTH: usize = 256;
@@ -220,16 +220,16 @@ impl Py<'_> {
             "True" => Value::Bool(true),
             "False" => Value::Bool(false),
             "None" => Value::Null,
-            "inf" => crate::wire::pyjson::float(f64::INFINITY),
-            "-inf" => crate::wire::pyjson::float(f64::NEG_INFINITY),
-            "nan" => crate::wire::pyjson::float(f64::NAN),
+            "inf" => rlharness_arctic::wire::pyjson::float(f64::INFINITY),
+            "-inf" => rlharness_arctic::wire::pyjson::float(f64::NEG_INFINITY),
+            "nan" => rlharness_arctic::wire::pyjson::float(f64::NAN),
             _ => {
                 if let Ok(n) = num.parse::<i64>() {
                     Value::from(n)
                 } else if let Ok(n) = num.parse::<u64>() {
                     Value::from(n)
                 } else if let Ok(x) = num.parse::<f64>() {
-                    crate::wire::pyjson::float(x)
+                    rlharness_arctic::wire::pyjson::float(x)
                 } else {
                     self.i = start;
                     return Err(self.err(&format!(
@@ -305,7 +305,7 @@ pub(crate) fn unlisted(m: &KnobManifest, resolved: Option<(Value, String)>) -> U
     };
     let mut leaves = Vec::new();
     if let Some(block) = crate::driver::translate::lookup(&config, &m.backend_prefix) {
-        super::manifest::flatten_leaves(block, &m.backend_prefix, &mut leaves);
+        super::knob_manifest::flatten_leaves(block, &m.backend_prefix, &mut leaves);
     }
     let covered = |leaf: &str| {
         m.knobs.iter().any(|k| {
@@ -412,7 +412,7 @@ mod tests {
 
     #[test]
     fn unlisted_keys_and_their_known_gaps() {
-        let mut m = super::super::manifest::parse(
+        let mut m = super::super::knob_manifest::parse(
             "backend: arctic\nbackend_yaml: b.yaml\nbackend_prefix: rb\nknobs:\n  - {path: rb.a, default: 1, try: [2], consumers: [{at: meta.a}]}\n  - {path: rb.sub, default: 1, try: [2], consumers: [{at: meta.s}]}\n",
             std::path::Path::new("k.yaml"),
         )
@@ -423,7 +423,7 @@ mod tests {
         paths.sort();
         assert_eq!(paths, vec!["rb.e", "rb.new.k"]);
         assert_eq!(u.new_flags(), 2);
-        m.known_gaps.push(super::super::manifest::KnownGap {
+        m.known_gaps.push(super::super::knob_manifest::KnownGap {
             knob: "rb.new.k".into(),
             verdict: "unlisted".into(),
             problem: ProblemKind::Unlisted,
@@ -432,9 +432,9 @@ mod tests {
             link: None,
         });
         assert!(
-            super::super::manifest::validate(&m).is_empty(),
+            super::super::knob_manifest::validate(&m).is_empty(),
             "{:?}",
-            super::super::manifest::validate(&m)
+            super::super::knob_manifest::validate(&m)
         );
         assert!(apply_unlisted_gaps(&m, &mut u).is_empty());
         assert_eq!(u.new_flags(), 1);

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use serde_json::{json, Value};
 
-use crate::wire::dssst1;
+use rlharness_arctic::wire::dssst1;
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -164,20 +164,22 @@ impl Capture {
                 o.insert("truncated".into(), true.into());
             }
             // Python peers may write NaN/Infinity: kept as `{"$float": ...}`, never `null`.
-            BodyKind::Other => match crate::wire::api::parse_json_lenient(&self.prefix) {
-                Ok(v) if self.complete => {
-                    o.insert("json".into(), v);
-                }
-                _ => {
-                    if let Some(ct) = &self.content_type {
-                        o.insert("content_type".into(), ct.clone().into());
+            BodyKind::Other => {
+                match rlharness_arctic::wire::api::parse_json_lenient(&self.prefix) {
+                    Ok(v) if self.complete => {
+                        o.insert("json".into(), v);
                     }
-                    if let Ok(text) = std::str::from_utf8(&self.prefix) {
-                        let cut: String = text.chars().take(512).collect();
-                        o.insert("text".into(), cut.into());
+                    _ => {
+                        if let Some(ct) = &self.content_type {
+                            o.insert("content_type".into(), ct.clone().into());
+                        }
+                        if let Ok(text) = std::str::from_utf8(&self.prefix) {
+                            let cut: String = text.chars().take(512).collect();
+                            o.insert("text".into(), cut.into());
+                        }
                     }
                 }
-            },
+            }
         }
         out
     }
@@ -187,7 +189,7 @@ impl Capture {
         if self.kind != BodyKind::Other || !self.complete || self.total > JSON_RECORD_CAP as u64 {
             return None;
         }
-        crate::wire::api::parse_json_lenient(&self.prefix).ok()
+        rlharness_arctic::wire::api::parse_json_lenient(&self.prefix).ok()
     }
 }
 
@@ -334,8 +336,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{encode, Node, Tensor};
     use http_body_util::BodyExt;
+    use rlharness_arctic::wire::{encode, Node, Tensor};
 
     async fn pump(chunks: Vec<Bytes>, ct: Option<&str>, limit: u64) -> (SharedCapture, bool) {
         let cap = Capture::new(ct, limit);
@@ -440,7 +442,7 @@ mod tests {
     /// a tuple keeps its tag, a NaN stays apart from null.
     #[test]
     fn truncated_frames_tuples_and_nan_are_recorded_faithfully() {
-        use crate::wire::{encode, pyjson, Node, Tensor};
+        use rlharness_arctic::wire::{encode, pyjson, Node, Tensor};
         let root = Node::dict([
             ("x", Node::from(Tensor::from_f32([4], &[1.0; 4]).unwrap())),
             ("pair", Node::Tuple(vec![Node::json(1), Node::json("a")])),

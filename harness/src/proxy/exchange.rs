@@ -15,7 +15,7 @@ use super::capture::{lock, Capture, SharedCapture, TeeBody};
 use super::{BoxError, ProxyBody, Shared, JSON_RECORD_CAP};
 use crate::backend::replay::RecordedExchange;
 use crate::events::RunEvent;
-use crate::wire::api::{ERROR_REASON_HEADER, SIM_DURATION_HEADER};
+use rlharness_arctic::wire::api::{ERROR_REASON_HEADER, SIM_DURATION_HEADER};
 
 pub(super) fn job_id(uri: &Uri) -> Value {
     let from_query = uri.query().and_then(|q| {

@@ -50,7 +50,7 @@ use tokio::task::JoinSet;
 
 use crate::backend::replay::CassetteWriter;
 use crate::events::EventSender;
-use crate::fsx::FsError;
+use rlharness_arctic::fsx::FsError;
 
 pub(crate) use capture::{BoxError, JSON_RECORD_CAP};
 use exchange::exchange;
@@ -297,7 +297,7 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Rece
 
 /// A standalone proxy (`rlharness proxy`): listen on `listen` until Ctrl-C.
 pub(crate) async fn run_standalone(listen: &str, cfg: ProxyConfig) -> Result<(), ProxyError> {
-    let listener = crate::backend::server::bind(listen)
+    let listener = rlharness_arctic::server::bind(listen)
         .await
         .map_err(|source| ProxyError::Bind {
             addr: listen.to_string(),

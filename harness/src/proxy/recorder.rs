@@ -10,7 +10,7 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 
 use crate::events::{EventSender, RunEvent};
-use crate::fsx::{self, FsError};
+use rlharness_arctic::fsx::{self, FsError};
 
 /// What the hang report shows: the requests still open and the last one that finished.
 #[derive(Default)]

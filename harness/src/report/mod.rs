@@ -12,11 +12,11 @@ use std::path::Path;
 
 use crate::compare::{ExpectedMismatch, ExpectedVerdict, Judged, RuleVerdict, Verdict};
 use crate::error::ExitStatus;
-use crate::fsx;
 use crate::golden::{Golden, Provenance};
 use crate::metrics::MetricTable;
 use crate::rundir::{KnobDiff, RunManifest, RunStatus};
-use crate::wire::runtime::Numerics;
+use rlharness_arctic::fsx;
+use rlharness_arctic::wire::runtime::Numerics;
 
 pub(crate) mod doc;
 mod format;
@@ -25,7 +25,7 @@ mod plots;
 mod run_doc;
 mod run_junit;
 pub(crate) use plots::{plot_trend, TrendPlot};
-pub(crate) mod seeds;
+pub(crate) mod multi_seed;
 mod tensorboard;
 pub(crate) mod terminal;
 mod verdict_json;
@@ -217,7 +217,7 @@ pub struct Report {
     /// Facts about how the run was observed ("no wire observed: ...").
     pub(crate) notes: Vec<String>,
     /// A multi-seed run's series (its own `metrics` are empty): what its plots draw.
-    pub(crate) seed_series: Option<seeds::SeedSeries>,
+    pub(crate) seed_series: Option<multi_seed::SeedSeries>,
     /// The false-alarm budget the verdict was judged at, with its stored audit (a judged run
     /// with a golden).
     pub(crate) budget: Option<crate::compare::budget::BudgetStatement>,
@@ -329,7 +329,7 @@ impl Report {
     pub(crate) fn golden_rule(&self, metric: &str) -> Option<&RuleVerdict> {
         self.verdict.as_ref().and_then(|v| {
             v.rule(&format!("golden:{metric}"))
-                .or_else(|| v.rule(&seeds::seeds_rule_id_of(metric)))
+                .or_else(|| v.rule(&multi_seed::seeds_rule_id_of(metric)))
         })
     }
 

@@ -36,7 +36,7 @@ pub(crate) fn render_terminal(r: &Report, reports: Option<&str>, color: bool) ->
     for n in r
         .notes
         .iter()
-        .filter(|n| n.starts_with(super::seeds::GOLDEN_CHANGED))
+        .filter(|n| n.starts_with(super::multi_seed::GOLDEN_CHANGED))
     {
         out.push_str(&format!(
             "  {}\n",

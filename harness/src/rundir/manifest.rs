@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::JudgedAgainst;
 use super::{DroppedValue, ReplayRecord, RunStatus, Stray, WeightSyncRecord, MANIFEST_FILE};
 use crate::checks::{ChecksSpec, ExpectedVerdict};
-use crate::fsx;
-use crate::wire::runtime::Numerics;
+use rlharness_arctic::fsx;
+use rlharness_arctic::wire::runtime::Numerics;
 
 /// A scenario value that differs from its default, and where the value came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

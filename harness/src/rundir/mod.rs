@@ -10,13 +10,13 @@ use crate::metrics::{MetricTable, MetricsError};
 mod judged_against;
 mod manifest;
 mod records;
-mod seeds;
+mod seeds_json;
 
 pub use judged_against::{GoldenDigest, JudgedAgainst};
 pub use manifest::{KnobDiff, ManifestError, RunManifest, TrainerCommand};
 pub use records::{DroppedValue, ReplayRecord, RunStatus, Stray, SyncMismatch, WeightSyncRecord};
-pub use seeds::SeedsFileError;
-pub(crate) use seeds::{is_combined, SeedsManifest};
+pub use seeds_json::SeedsFileError;
+pub(crate) use seeds_json::{is_combined, SeedsManifest};
 
 pub(crate) const MANIFEST_FILE: &str = "run.json";
 pub(crate) const METRICS_FILE: &str = "metrics.csv";

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::events::WeightSyncCheck;
 use crate::metrics::json_f64;
-use crate::wire::digest::TensorDifference;
+use rlharness_arctic::wire::digest::TensorDifference;
 
 /// A value the runner kept out of the series because it cannot be true (an MFU outside
 /// (0, 1]); stored in `run.json` so the sanity rule can be judged again.

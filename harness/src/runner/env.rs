@@ -11,7 +11,7 @@ use crate::rundir::{DroppedValue, KnobDiff, ManifestError, RunManifest, RunStatu
 
 /// The device an external trainer computes on: the first GPU `nvidia-smi` lists when the
 /// scenario requires one (its golden then lives under that GPU's key), else none.
-pub(super) fn trainer_device(plan: &RunPlan) -> Option<crate::backend::Runtime> {
+pub(super) fn trainer_device(plan: &RunPlan) -> Option<rlharness_arctic::engine::Runtime> {
     let DriverSpec::Command(_) = plan.scenario.driver else {
         return None;
     };
@@ -23,7 +23,7 @@ pub(super) fn trainer_device(plan: &RunPlan) -> Option<crate::backend::Runtime> 
     names
         .into_iter()
         .next()
-        .map(|device| crate::backend::Runtime {
+        .map(|device| rlharness_arctic::engine::Runtime {
             device,
             threads: None,
             torch_version: None,
@@ -65,22 +65,22 @@ pub(crate) struct RunEnv {
     pub(crate) threads: Option<u64>,
     pub(crate) torch_version: Option<String>,
     /// A deterministic backend's numeric identity (the exact lane's key).
-    pub(crate) numerics: Option<crate::wire::runtime::Numerics>,
+    pub(crate) numerics: Option<rlharness_arctic::wire::runtime::Numerics>,
 }
 
 impl RunEnv {
     /// The device a run computes on: what an in-process backend reports (torch), else this
     /// machine's CPU (the mock's simulated device only shapes the numbers it reports).
     pub(crate) fn new(
-        runtime: Option<crate::backend::Runtime>,
+        runtime: Option<rlharness_arctic::engine::Runtime>,
         hardware_override: Option<&str>,
     ) -> RunEnv {
-        let crate::backend::Runtime {
+        let rlharness_arctic::engine::Runtime {
             device,
             threads,
             torch_version,
             numerics,
-        } = runtime.unwrap_or_else(|| crate::backend::Runtime {
+        } = runtime.unwrap_or_else(|| rlharness_arctic::engine::Runtime {
             device: "cpu".into(),
             threads: None,
             torch_version: None,

@@ -2,9 +2,9 @@
 //! with a `RunEnd` in `run.json`. `app` maps each case to its exit status.
 
 use crate::backend::child::ChildError;
-use crate::fsx::FsError;
 use crate::metrics::MetricsError;
 use crate::rundir::ManifestError;
+use rlharness_arctic::fsx::FsError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {

@@ -17,11 +17,11 @@ use crate::driver::client::ArcticClient;
 use crate::driver::command::{self, Trainer};
 use crate::driver::DriverSpec;
 use crate::events::EventSender;
-use crate::fsx;
 use crate::metrics::{promised_peak_flops, MetricsCsvWriter};
 use crate::plan::{RunPlan, ServerPlan};
 use crate::proxy::ProxyHandle;
 use crate::rundir::RunManifest;
+use rlharness_arctic::fsx;
 
 /// The driver's task: the builtin driver, or the watcher of an external trainer.
 pub(super) type DriverTask = tokio::task::JoinHandle<Result<(), DriverError>>;
@@ -365,7 +365,7 @@ pub(super) async fn stop_servers(
 pub(super) struct RunningBackend {
     pub(crate) url: String,
     /// Where an in-process backend computes, and its numeric identity when deterministic.
-    pub(crate) runtime: Option<crate::backend::Runtime>,
+    pub(crate) runtime: Option<rlharness_arctic::engine::Runtime>,
     /// The start-up flags of an in-process server (what `--training-gpus` etc. would be), so
     /// the propagation check sees them (`srv.*`).
     pub(crate) flags: Option<Value>,
@@ -398,17 +398,17 @@ fn server_plan(plan: &RunPlan) -> Result<&ServerPlan, RunError> {
 }
 
 async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend, RunError> {
-    let runtime: Option<crate::backend::Runtime>;
-    let engine: Arc<dyn crate::backend::Engine> = match &plan.scenario.backend {
+    let runtime: Option<rlharness_arctic::engine::Runtime>;
+    let engine: Arc<dyn rlharness_arctic::engine::Engine> = match &plan.scenario.backend {
         BackendSpec::Mock(script) => {
-            runtime = Some(crate::backend::Runtime {
+            runtime = Some(rlharness_arctic::engine::Runtime {
                 device: "cpu".into(),
                 threads: None,
                 torch_version: None,
-                numerics: Some(crate::backend::mock::MockEngine::numerics()),
+                numerics: Some(rlharness_arctic::mock::MockEngine::numerics()),
             });
             Arc::new(
-                crate::backend::mock::MockEngine::new(script.clone(), plan.scenario.seed)
+                rlharness_arctic::mock::MockEngine::new(script.clone(), plan.scenario.seed)
                     .map_err(|e| RunError::BackendInput(e.to_string()))?,
             )
         }
@@ -433,9 +433,9 @@ async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend,
         }
     };
     let server = server_plan(plan)?;
-    let (router, handle) = crate::backend::server::router(engine, server.options.clone());
+    let (router, handle) = rlharness_arctic::server::router(engine, server.options.clone());
     let router = match &plan.scenario.backend {
-        BackendSpec::Mock(script) => crate::backend::mock::faults::inject(
+        BackendSpec::Mock(script) => rlharness_arctic::mock::faults::inject(
             router,
             handle,
             &script.faults,
@@ -451,7 +451,7 @@ async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend,
         .map_err(|e| RunError::Start(e.to_string()))?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        let _ = crate::backend::server::serve(listener, router, async move {
+        let _ = rlharness_arctic::server::serve(listener, router, async move {
             let _ = rx.await;
         })
         .await;
@@ -471,7 +471,7 @@ async fn start_backend(plan: &RunPlan, run_dir: &Path) -> Result<RunningBackend,
 /// libtorch.
 async fn start_torch_child(
     plan: &RunPlan,
-    spec: &crate::backend::TorchSpec,
+    spec: &rlharness_arctic::torch_spec::TorchSpec,
     run_dir: &Path,
 ) -> Result<RunningBackend, RunError> {
     let server = server_plan(plan)?;

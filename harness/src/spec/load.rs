@@ -337,8 +337,8 @@ fn expect_mapping(root: &SpannedNode) -> Result<(), SpecErrors> {
 
 /// The scenario file's YAML tree, which must be a mapping.
 fn read_tree(path: &Path) -> Result<SpannedNode, SpecErrors> {
-    let text =
-        crate::fsx::read_to_string(path).map_err(|e| SpecError::file(path, e.to_string()))?;
+    let text = rlharness_arctic::fsx::read_to_string(path)
+        .map_err(|e| SpecError::file(path, e.to_string()))?;
     let root = yaml::parse(&text, path)?;
     expect_mapping(&root)?;
     Ok(root)

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use rlharness::wire::dssst1::{self, header_extent, header_summary, DType, Node, Tensor};
+use rlharness_arctic::wire::dssst1::{self, header_extent, header_summary, DType, Node, Tensor};
 use serde_json::{json, Value};
 
 fn vector(name: &str) -> Bytes {

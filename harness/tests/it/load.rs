@@ -18,7 +18,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use rlharness::wire::{encode, Node};
+use rlharness_arctic::wire::{encode, Node};
 
 const CONCURRENT: usize = 1000;
 const MALFORMED: usize = 100;

@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
 use rlharness::proxy::{self, ProxyConfig, ProxyHandle};
-use rlharness::wire::{self, api::SIM_DURATION_HEADER, Node, Tensor};
+use rlharness_arctic::wire::{self, api::SIM_DURATION_HEADER, Node, Tensor};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;

@@ -9,14 +9,14 @@ use common::{repo, run_options};
 use std::path::{Path, PathBuf};
 
 use rlharness::app::run_one;
-use rlharness::backend::replay::cassette::{Cassette, METRICS_FILE};
 use rlharness::backend::replay::{self, MismatchKind, ReplayOutcome};
 use rlharness::error::ExitStatus;
 use rlharness::metrics::MetricTable;
 use rlharness::plan::RunPlan;
 use rlharness::report::Report;
 use rlharness::runner::{execute, execute_recording, RunEnd, RunOptions};
-use rlharness::wire::{decode, encode, Node, Tensor};
+use rlharness_arctic::cassette::{Cassette, METRICS_FILE};
+use rlharness_arctic::wire::{decode, encode, Node, Tensor};
 
 fn flagship_cassette() -> PathBuf {
     repo().join("golden/tiny-gsm8k-grpo/cpu/cassette")
@@ -386,7 +386,7 @@ async fn a_corrupt_cassette_is_invalid_input_naming_the_file() {
         let entry = entry.unwrap();
         std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
     }
-    let victim = copy.join(rlharness::backend::replay::cassette::PACK_FILE);
+    let victim = copy.join(rlharness_arctic::cassette::PACK_FILE);
     let z = std::fs::read(&victim).unwrap();
     std::fs::write(&victim, &z[..z.len() - 9]).unwrap();
     let set = vec![format!("backend.cassette='{}'", copy.display())];

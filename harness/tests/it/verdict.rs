@@ -43,8 +43,11 @@ fn write_run(dir: &Path, rewards: &[f64]) {
     .unwrap();
     assert_eq!(manifest.status, RunStatus::Completed);
     manifest.write(dir).unwrap();
-    rlharness::fsx::write_atomic(&dir.join("metrics.csv"), table(rewards).to_csv().as_bytes())
-        .unwrap();
+    rlharness_arctic::fsx::write_atomic(
+        &dir.join("metrics.csv"),
+        table(rewards).to_csv().as_bytes(),
+    )
+    .unwrap();
 }
 
 fn bless(root: &Path, rewards: &[f64]) {

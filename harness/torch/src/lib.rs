@@ -35,9 +35,9 @@ pub mod sample;
 pub mod settings;
 pub mod warm_start;
 
-mod engine;
+mod torch_engine;
 
-pub use engine::{RuntimeInfo, TorchEngine};
+pub use torch_engine::{RuntimeInfo, TorchEngine};
 
 /// The PyTorch version this build links (read from the libtorch install by `build.rs`).
 pub const TORCH_VERSION: &str = env!("RLHARNESS_TORCH_VERSION");

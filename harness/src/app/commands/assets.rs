@@ -1,13 +1,14 @@
 //! `rlharness assets verl`: the scenario's torch model and task as files for real verl.
 
 use crate::assets::{verl_files, write_files, AssetsError, DataPlan};
-use crate::backend::torch_spec::decoder::DecoderConfig;
-use crate::backend::{BackendSpec, TorchSpec};
+use crate::backend::BackendSpec;
 use crate::cli::VerlAssetsArgs;
 use crate::driver::{DriverSpec, TaskSpec};
 use crate::error::{CommandError, ExitStatus};
 use crate::spec;
-use crate::task::{ArithConfig, ArithTask};
+use rlharness_arctic::task::{ArithConfig, ArithTask};
+use rlharness_arctic::torch_spec::decoder::DecoderConfig;
+use rlharness_arctic::torch_spec::TorchSpec;
 
 pub(crate) fn verl(args: &VerlAssetsArgs) -> Result<ExitStatus, CommandError> {
     let scenario = spec::load_scenario(&args.scenario, &args.set)

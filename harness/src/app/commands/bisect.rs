@@ -13,8 +13,8 @@ use std::sync::Arc;
 use crate::app::pipeline::run_one;
 use crate::app::scale::ray::{run_jobs, JobRun, OnDone, RayJobs};
 use crate::bisect::cache::Cache;
+use crate::bisect::commit_verdict::{self, Ask, Judge};
 use crate::bisect::git::{self, Worktrees};
-use crate::bisect::judge::{self, Ask, Judge};
 use crate::bisect::search::{Next, Search};
 use crate::bisect::sprt::{Decision, Sprt};
 use crate::bisect::{page, BisectReport, Commit, Tested, Trial, Verdict};
@@ -63,7 +63,7 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
     };
     let scenario = spec::load_scenario(&args.scenario, &args.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
-    let var = judge::source_var(&scenario, args.source.as_deref())?;
+    let var = commit_verdict::source_var(&scenario, args.source.as_deref())?;
     let good = git::resolve(&args.repo, &args.good)?;
     let bad = git::resolve(&args.repo, &args.bad)?;
     let mut line = vec![good.clone()];
@@ -98,7 +98,7 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
             beta: args.beta,
             max_seeds: args.max_seeds,
         };
-        let (test, sprt, hw) = judge::sequential_test(&ask, &scenario, &golden)?;
+        let (test, sprt, hw) = commit_verdict::sequential_test(&ask, &scenario, &golden)?;
         (Judge::Scenario { test, sprt }, Some(hw))
     };
     let mut parts: Vec<Vec<u8>> = scenario

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::error::ExitStatus;
-use crate::propagate::manifest;
+use crate::propagate::knob_manifest;
 use crate::spec::check::Diagnostic;
 use crate::spec::{self, check, config, Origin, SpecError};
 use crate::util;
@@ -43,7 +43,7 @@ pub(crate) fn check(paths: &[PathBuf], format: crate::cli::OutputFormat) -> Exit
     let mut manifest_errors = 0;
     let mut manifests = Vec::new();
     for manifest in knob_manifests(paths) {
-        let problems = manifest::check_file(&manifest);
+        let problems = knob_manifest::check_file(&manifest);
         if !json {
             for p in &problems {
                 outln!("error: {p}");

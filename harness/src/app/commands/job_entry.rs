@@ -5,7 +5,7 @@ use std::io::Write;
 use crate::app::scale::bundle;
 use crate::cli::{Executor, RunArgs};
 use crate::error::{CommandError, ExitStatus};
-use crate::fsx;
+use rlharness_arctic::fsx;
 
 /// `rlharness job-entry`: the entrypoint of a Ray job. `run` for its scenario, then OUT (its run
 /// directory) printed on stdout as one frame. Ray stops a job with SIGTERM; that becomes the

@@ -6,14 +6,15 @@ use crate::cli::RecordArgs;
 use crate::error::{CommandError, ExitStatus};
 use crate::plan::RunPlan;
 use crate::runner::{self, RunEnd};
-use crate::{fsx, spec};
+use crate::spec;
+use rlharness_arctic::fsx;
 
 /// `rlharness record`: run a scenario through the proxy, keep its whole wire traffic as a
 /// cassette and install it as `GOLDEN/<scenario>/<hardware>/cassette/` (replacing the old one)
 /// once the run completed. The run is not judged: a recording of a few steps is not a
 /// convergence run.
 pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError> {
-    use crate::backend::replay::cassette::{Cassette, META_FILE, METRICS_FILE};
+    use rlharness_arctic::cassette::{Cassette, META_FILE, METRICS_FILE};
     let opts = args.common.options(&args.scenario);
     if ci_env() {
         return Err(CommandError::invalid(

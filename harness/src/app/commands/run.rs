@@ -9,7 +9,8 @@ use crate::cli::{Executor, RunArgs};
 use crate::compare::seeds::parse_seed_range;
 use crate::error::{CommandError, ExitStatus};
 use crate::runner::RunOptions;
-use crate::{fsx, util};
+use crate::util;
+use rlharness_arctic::fsx;
 
 /// The options of `rlharness run` that apply to every scenario.
 /// The golden store is found from `first`, the first scenario selected.

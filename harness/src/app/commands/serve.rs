@@ -2,10 +2,11 @@
 
 use std::path::Path;
 
-use crate::backend::{child, mock, BackendSpec, MockScript};
+use crate::backend::{child, BackendSpec};
 use crate::cli::{ServeArgs, ServeKind};
 use crate::error::{CommandError, ExitStatus};
 use crate::spec::{self, Scenario};
+use rlharness_arctic::mock::{self, MockScript};
 
 /// The scenario a `serve` or `proxy` command takes its settings from, if one is named.
 fn load_optional_scenario(
@@ -58,8 +59,8 @@ fn serve_torch(args: ServeArgs, scenario: Option<Scenario>) -> Result<ExitStatus
                 let mut spec = spec.beside(&s.path);
                 // A server on its own caches under the user's cache folder, not the working
                 // directory, unless the scenario names a folder.
-                if spec.cache_dir == crate::backend::torch_spec::DEFAULT_CACHE_DIR {
-                    spec.cache_dir = crate::backend::torch_spec::user_cache_dir();
+                if spec.cache_dir == rlharness_arctic::torch_spec::DEFAULT_CACHE_DIR {
+                    spec.cache_dir = rlharness_arctic::torch_spec::user_cache_dir();
                 }
                 Some((spec, s.seed))
             }

@@ -6,11 +6,11 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::ExitStatus;
-use crate::fsx;
 use crate::report::doc::{
     plain, to_html, to_markdown, Block, Document, Inline, Row, Table, Target,
 };
 use crate::report::junit::{self, Case, CaseStatus, Junit, Problem, Suite};
+use rlharness_arctic::fsx;
 
 /// One scenario of the invocation.
 #[derive(Debug, Clone, PartialEq)]

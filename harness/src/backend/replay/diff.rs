@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::wire::dssst1;
+use rlharness_arctic::wire::dssst1;
 
 /// What a redacted path becomes.
 pub(crate) const REDACTED: &str = "<path>";
@@ -69,7 +69,7 @@ pub(crate) fn request_view(
     let mut v = if content_type.is_some_and(|c| c.contains("application/octet-stream")) {
         dssst1::header_summary(bytes).map_err(|e| UnreadableFrame(e.to_string()))?
     } else {
-        match crate::wire::api::parse_json_lenient(bytes) {
+        match rlharness_arctic::wire::api::parse_json_lenient(bytes) {
             Ok(v) => v,
             Err(_) => Value::String(String::from_utf8_lossy(bytes).into_owned()),
         }
@@ -196,7 +196,7 @@ fn walk_objects(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{encode, Node, Tensor};
+    use rlharness_arctic::wire::{encode, Node, Tensor};
     use serde_json::json;
 
     #[test]

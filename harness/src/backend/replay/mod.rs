@@ -22,7 +22,7 @@
 //! runner keeps it in `run.json` as a `rundir::ReplayRecord`, which the judge turns into the
 //! rule `replay:requests match the cassette` (`compare::replay_rule`).
 
-pub use rlharness_arctic::cassette;
+use rlharness_arctic::cassette;
 pub(crate) mod diff;
 mod install;
 
@@ -38,10 +38,10 @@ use axum::Router;
 use serde_json::{json, Value};
 
 use crate::rundir::ReplayRecord;
-use crate::wire::digest::WEIGHT_DIGEST_ROUTE;
 pub(crate) use cassette::{Cassette, CassetteError, CassetteWriter, RecordedExchange};
 use diff::{differences, request_view, Difference};
 pub(crate) use install::install_cassette;
+use rlharness_arctic::wire::digest::WEIGHT_DIGEST_ROUTE;
 
 /// How many differences of one request are counted (the first is the one shown).
 const DIFF_LIMIT: usize = 64;

@@ -34,7 +34,7 @@ use crate::checks::{ChecksSpec, GoldenRules};
 use crate::golden::Golden;
 use crate::metrics::MetricTable;
 use crate::rundir::{DroppedValue, ReplayRecord, RunManifest, RunStatus, WeightSyncRecord};
-use crate::wire::runtime::Numerics;
+use rlharness_arctic::wire::runtime::Numerics;
 pub(crate) use rules::replay_rule;
 pub use rules::REPLAY_RULE;
 use rules::{sanity_rules, watchdog_rule, with_dropped};

@@ -4,8 +4,8 @@ use serde_json::{json, Map, Value};
 
 use super::{bad_reply, protocol, wire_err, Sample, StepError};
 use crate::driver::translate::{BatchShape, Translation};
-use crate::task::PAD_ID;
-use crate::wire::{Node, Tensor};
+use rlharness_arctic::task::PAD_ID;
+use rlharness_arctic::wire::{Node, Tensor};
 
 /// Whether a planted bug drops `key` from every call's `meta` (see `Plant::DropMetaKey`).
 fn planted_drop(t: &Translation, key: &str) -> bool {

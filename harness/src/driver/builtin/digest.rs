@@ -13,7 +13,7 @@ use super::{bad_reply, Jobs, StepError};
 use crate::driver::client::{ArcticClient, ClientError};
 use crate::events::{EventSender, RunEvent, WeightSyncCheck};
 use crate::metrics::StepMetrics;
-use crate::wire::digest::{WeightDigest, WEIGHT_DIGEST_ROUTE};
+use rlharness_arctic::wire::digest::{WeightDigest, WEIGHT_DIGEST_ROUTE};
 
 /// The metric: 1 when the sync left the sampler with the trainer's weights bit for bit.
 pub(crate) const MATCH_METRIC: &str = "weight_sync/match";

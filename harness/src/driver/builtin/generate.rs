@@ -8,8 +8,8 @@ use serde_json::{json, Map, Value};
 
 use super::{protocol, StepError};
 use crate::driver::client::{ArcticClient, Reply};
-use crate::task::{CharTokenizer, Problem};
-use crate::wire::{pyjson, Node};
+use rlharness_arctic::task::{CharTokenizer, Problem};
+use rlharness_arctic::wire::{pyjson, Node};
 
 /// Generate `n` samples of every prompt as the adapter does: verl repeats each prompt
 /// `rollout.n` times before generating and the adapter sends one prompt a request, so every

@@ -24,9 +24,9 @@ use super::translate::Translation;
 use super::BuiltinDriverSpec;
 use crate::events::{EventSender, RunEvent};
 use crate::metrics::ModelShape;
-use crate::task::ArithTask;
-use crate::wire::api::JobType;
-use crate::wire::WireError;
+use rlharness_arctic::task::ArithTask;
+use rlharness_arctic::wire::api::JobType;
+use rlharness_arctic::wire::WireError;
 use step::{one_step, weight_sync_calls};
 
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +51,7 @@ pub(crate) enum DriverError {
     #[error("{0}")]
     Config(String),
     #[error(transparent)]
-    Task(#[from] crate::task::TaskError),
+    Task(#[from] rlharness_arctic::task::TaskError),
     /// An external trainer (the command driver) failed; `step` is the step it was on.
     #[error("step {step}: {message}")]
     Trainer { step: u64, message: String },

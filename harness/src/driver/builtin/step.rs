@@ -10,9 +10,9 @@ use super::{bad_reply, protocol, DriverRun, Jobs, Phase, Sample, StepError};
 use crate::driver::client::{ArcticClient, Reply};
 use crate::driver::mismatch;
 use crate::metrics::StepMetrics;
-use crate::task::{ArithTask, CharTokenizer};
-use crate::wire::{pyjson, Node};
 use rlharness_arctic::grpo::group_advantages;
+use rlharness_arctic::task::{ArithTask, CharTokenizer};
+use rlharness_arctic::wire::{pyjson, Node};
 
 /// One training step, in verl's order: (1-3) rollout, (4-5) old and reference log-probs, (6)
 /// GRPO advantages, (7) the update, (8) the weight sync; then the step's metrics in verl's

@@ -5,8 +5,8 @@ use serde_json::{json, Map, Value};
 use super::generate::{canonical_groups, generate_request, parse_generate, GenResult};
 use super::step::{accumulate_metrics, mean_of};
 use crate::driver::client::Reply;
-use crate::task::{CharTokenizer, Problem};
-use crate::wire::{pyjson, Node};
+use rlharness_arctic::task::{CharTokenizer, Problem};
+use rlharness_arctic::wire::{pyjson, Node};
 
 fn reply(text: &str) -> Reply<GenResult> {
     Reply {
@@ -130,8 +130,8 @@ fn a_generate_request_is_the_adapters() {
 /// metrics, never silently dropped or turned into 0.
 #[test]
 fn a_nan_loss_in_a_reply_stays_nan_in_the_metrics() {
-    let reply = crate::wire::decode(bytes::Bytes::from(
-        crate::wire::encode(&Node::json(json!({
+    let reply = rlharness_arctic::wire::decode(bytes::Bytes::from(
+        rlharness_arctic::wire::encode(&Node::json(json!({
             "job_id": 2,
             "metrics": {"loss": pyjson::float(f64::NAN), "actor/pg_loss": 0.5},
             "avg_loss": pyjson::float(f64::NAN),

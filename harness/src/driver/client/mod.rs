@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use crate::wire::api::{JobConfig, SIM_DURATION_HEADER};
-use crate::wire::digest::WEIGHT_DIGEST_ROUTE;
-use crate::wire::{self, Node};
+use rlharness_arctic::wire::api::{JobConfig, SIM_DURATION_HEADER};
+use rlharness_arctic::wire::digest::WEIGHT_DIGEST_ROUTE;
+use rlharness_arctic::wire::{self, Node};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ClientError {
@@ -557,7 +557,7 @@ fn payload(route: &str, bytes: Bytes, is_frame: bool) -> Result<Payload, (Client
             .map(Payload::Frame)
             .map_err(|e| bad(e.to_string()))
     } else {
-        crate::wire::api::parse_json_lenient(&bytes)
+        rlharness_arctic::wire::api::parse_json_lenient(&bytes)
             .map(Payload::Json)
             .map_err(|e| bad(e.to_string()))
     }

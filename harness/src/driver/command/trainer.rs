@@ -76,9 +76,10 @@ impl Shared {
             if !c.validation {
                 c.validation = true;
                 let text = capture::validation_json(&values).to_string();
-                if let Err(e) =
-                    crate::fsx::write_atomic(&self.run_dir.join(VALIDATION_FILE), text.as_bytes())
-                {
+                if let Err(e) = rlharness_arctic::fsx::write_atomic(
+                    &self.run_dir.join(VALIDATION_FILE),
+                    text.as_bytes(),
+                ) {
                     let _ = self.tx.send(RunEvent::Warning(e.to_string()));
                 }
             }

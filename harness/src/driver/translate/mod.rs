@@ -9,10 +9,10 @@ mod cfg;
 
 use serde_json::{json, Map, Value};
 
-use crate::task::PAD_ID;
-use crate::wire::api::{JobConfig, JobType};
-use crate::wire::pyjson::json_safe;
 pub(crate) use cfg::{Cfg, TranslateError};
+use rlharness_arctic::task::PAD_ID;
+use rlharness_arctic::wire::api::{JobConfig, JobType};
+use rlharness_arctic::wire::pyjson::json_safe;
 
 pub(crate) use crate::knobs::lookup;
 

@@ -4,7 +4,7 @@
 //! `runs` plans and executes the distinct runs (`progress` shows them), `judge` turns their
 //! wires into cells and verdicts; the rounds that split unattributable groups are here.
 
-mod judge;
+mod cells;
 mod progress;
 mod runs;
 mod trial;
@@ -15,14 +15,14 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::group;
-use super::manifest::{self, KnobManifest};
+use super::knob_manifest::{self, KnobManifest};
+use super::observed::{WireCut, WireSnapshot};
 use super::render::{self, PropagationReport};
 use super::verdict;
-use super::wire::{WireCut, WireSnapshot};
 use super::PropagateError;
-use crate::fsx;
-use judge::{judge_all, judge_unit};
+use cells::{judge_all, judge_unit};
 use progress::MatrixProgress;
+use rlharness_arctic::fsx;
 use runs::{describe_driver, Executor, RunSet};
 pub(crate) use trial::{RemoteEnd, RemoteTrial, TrialDone, TrialExecutor};
 
@@ -144,7 +144,7 @@ pub(crate) fn manifest_for(
             ))
         })?;
     let root = crate::spec::config::scenarios_root(scenario);
-    manifest::for_backend(&root, backend).map_err(|e| PropagateError::Input(e.to_string()))
+    knob_manifest::for_backend(&root, backend).map_err(|e| PropagateError::Input(e.to_string()))
 }
 
 /// Whether knob `path` is named by `pattern`: the same segments, or a prefix of them (the

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::trial::{remote_ended, trial_result, Ended, RemoteTrial, TrialDone, TrialExecutor};
 use super::{MatrixOptions, MatrixProgress, RunResult};
-use crate::propagate::wire::{WireCut, WireSnapshot};
+use crate::propagate::observed::{WireCut, WireSnapshot};
 use crate::propagate::PropagateError;
 use crate::runner::{self, RunEnd, RunOptions};
 use std::sync::{Arc, Mutex};

@@ -9,7 +9,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use super::RunResult;
-use crate::propagate::wire::{WireCut, WireSnapshot};
+use crate::propagate::observed::{WireCut, WireSnapshot};
 use crate::propagate::PropagateError;
 use crate::runner::StopAt;
 

@@ -1,12 +1,12 @@
 //! The propagation report's rendering.
 
 use super::*;
-use crate::propagate::manifest;
+use crate::propagate::knob_manifest;
 use crate::propagate::verdict::{judge_knob, Cell, CellVerdict};
 use serde_json::json;
 
 fn report() -> PropagationReport {
-    let m = manifest::parse(
+    let m = knob_manifest::parse(
         "backend: arctic\nbackend_yaml: backends/arctic.yaml\nbackend_prefix: remote_backend\nknobs:\n  - {path: a.b, default: 1, try: [2], consumers: [{at: meta.b}]}\n  - {path: a.c, default: x, try: [y], note: 'nothing reads <it>'}\n",
         std::path::Path::new("k.yaml"),
     )

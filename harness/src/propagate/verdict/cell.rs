@@ -5,11 +5,11 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::lookup;
-use super::plan::{condition_label, Condition, Trial, ENV_PREFIX};
-use crate::propagate::manifest::{
+use super::perturbations::{condition_label, Condition, Trial, ENV_PREFIX};
+use crate::propagate::knob_manifest::{
     is_wire_location, json_equal, type_name, Consumer, Knob, KnobManifest, ProblemKind,
 };
-use crate::propagate::wire::{diff, pattern_matches, show, Change, WireSnapshot};
+use crate::propagate::observed::{diff, pattern_matches, show, Change, WireSnapshot};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

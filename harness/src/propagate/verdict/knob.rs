@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::cell::{Cell, CellVerdict, Problem};
-use super::plan::{condition_label, Condition};
-use crate::propagate::manifest::{json_equal, Knob, KnobManifest, KnownGap, ProblemKind};
-use crate::propagate::wire::{pattern_matches, Change};
+use super::perturbations::{condition_label, Condition};
+use crate::propagate::knob_manifest::{json_equal, Knob, KnobManifest, KnownGap, ProblemKind};
+use crate::propagate::observed::{pattern_matches, Change};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

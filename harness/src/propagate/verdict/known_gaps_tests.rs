@@ -4,8 +4,8 @@ use serde_json::{json, Value};
 
 use super::tests::{judge_ran, manifest, snap, trial};
 use super::{apply_known_gaps, judge_knob};
-use crate::propagate::manifest::{self, KnobManifest, ProblemKind};
-use crate::propagate::wire::WireSnapshot;
+use crate::propagate::knob_manifest::{self, KnobManifest, ProblemKind};
+use crate::propagate::observed::WireSnapshot;
 
 #[test]
 fn known_gaps_pass_their_flags_and_fail_when_they_close_or_change() {
@@ -16,7 +16,7 @@ fn known_gaps_pass_their_flags_and_fail_when_they_close_or_change() {
         judge_knob(&m.knobs[knob], vec![c], None)
     };
     let path = m.knobs[2].path.clone();
-    m.known_gaps = vec![manifest::KnownGap {
+    m.known_gaps = vec![knob_manifest::KnownGap {
         knob: path.clone(),
         verdict: "not_sent".into(),
         problem: ProblemKind::NotConsumed,
@@ -50,7 +50,7 @@ fn known_gaps_pass_their_flags_and_fail_when_they_close_or_change() {
     // A gap naming no knob, or an unknown verdict, is a manifest error.
     m.known_gaps[0].knob = "no.such.knob".into();
     m.known_gaps[0].verdict = "broken".into();
-    let problems = manifest::validate(&m);
+    let problems = knob_manifest::validate(&m);
     assert!(
         problems
             .iter()
@@ -74,7 +74,7 @@ fn a_known_gap_excuses_only_its_kind_of_problem() {
         let c = judge_ran(m, &trial(7, json!(0.7), &[]), &base, &pert, true);
         vec![judge_knob(&m.knobs[7], vec![c], None)]
     };
-    let gap = |problem: ProblemKind, at: Option<&str>| manifest::KnownGap {
+    let gap = |problem: ProblemKind, at: Option<&str>| knob_manifest::KnownGap {
         knob: "actor_rollout_ref.rollout.temperature".into(),
         verdict: "consumed".into(),
         problem,
@@ -108,7 +108,7 @@ fn a_known_gap_excuses_only_its_kind_of_problem() {
     );
     // `at` must be a wire location.
     m.known_gaps[1].at = Some("nowhere.x".into());
-    assert!(manifest::validate(&m)
+    assert!(knob_manifest::validate(&m)
         .iter()
         .any(|p| p.contains("`at: nowhere.x`")));
 }
@@ -120,7 +120,7 @@ fn a_gap_under_a_condition_no_trial_ran_is_neither_confirmed_nor_closed() {
     let mut m = manifest();
     let dwc = "job.training.ds_worker_config.logits_compute_in_fp32";
     let meta = "meta.logits_compute_in_fp32";
-    m.known_gaps = vec![manifest::KnownGap {
+    m.known_gaps = vec![knob_manifest::KnownGap {
         knob: m.knobs[0].path.clone(),
         verdict: "consumed_under_condition".into(),
         problem: ProblemKind::UnchangedConsumer,
@@ -167,7 +167,7 @@ fn a_gap_under_a_condition_no_trial_ran_is_neither_confirmed_nor_closed() {
 /// the value tried is consumed, unflagged.
 #[test]
 fn an_environment_knob_must_reach_every_process() {
-    let m = manifest::parse(
+    let m = knob_manifest::parse(
         r#"
 backend: arctic
 backend_yaml: backends/arctic.yaml
@@ -183,9 +183,9 @@ knobs:
     )
     .unwrap();
     assert!(
-        manifest::validate(&m).is_empty(),
+        knob_manifest::validate(&m).is_empty(),
         "{:?}",
-        manifest::validate(&m)
+        knob_manifest::validate(&m)
     );
     let loc = "env.CUDA_VISIBLE_DEVICES";
     let by = "env.CUDA_VISIBLE_DEVICES.processes";

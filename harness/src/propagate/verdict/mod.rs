@@ -24,7 +24,7 @@
 
 mod cell;
 mod knob;
-mod plan;
+mod perturbations;
 
 use serde_json::Value;
 
@@ -34,7 +34,7 @@ pub(crate) use cell::{
 pub use cell::{Cell, CellVerdict, Problem};
 pub(crate) use knob::{apply_known_gaps, judge_knob};
 pub use knob::{KnobResult, KnobVerdict};
-pub(crate) use plan::{
+pub(crate) use perturbations::{
     condition_label, condition_overrides, keep_conditions, knob_override, parse_condition,
     plan_matrix, set_value, Condition, MatrixPlan, Trial, ENV_PREFIX,
 };

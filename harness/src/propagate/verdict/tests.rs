@@ -5,16 +5,16 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::propagate::manifest::tests::MANIFEST;
-use crate::propagate::manifest::{self, KnobManifest, ProblemKind};
-use crate::propagate::wire::WireSnapshot;
+use crate::propagate::knob_manifest::tests::MANIFEST;
+use crate::propagate::knob_manifest::{self, KnobManifest, ProblemKind};
+use crate::propagate::observed::WireSnapshot;
 
 pub(super) fn manifest() -> KnobManifest {
-    let m = manifest::parse(MANIFEST, Path::new("t.yaml")).unwrap();
+    let m = knob_manifest::parse(MANIFEST, Path::new("t.yaml")).unwrap();
     assert!(
-        manifest::validate(&m).is_empty(),
+        knob_manifest::validate(&m).is_empty(),
         "{:?}",
-        manifest::validate(&m)
+        knob_manifest::validate(&m)
     );
     m
 }
@@ -467,7 +467,7 @@ fn default_mismatch_allowed_noop_failures_and_not_exercised() {
 
 #[test]
 fn a_reader_seen_only_as_a_start_up_flag_is_not_observable_without_the_flags() {
-    let m = manifest::parse(
+    let m = knob_manifest::parse(
         "backend: arctic\nbackend_yaml: b.yaml\nbackend_prefix: remote_backend\nknobs:\n  - {path: remote_backend.sampling_gpus, default: 1, try: [2], consumers: [{at: srv.sampling_gpus}]}\n",
         Path::new("k.yaml"),
     )

@@ -40,11 +40,11 @@ use serde_json::Value;
 use super::de::from_node;
 use super::yaml::{self, join_path, Origin, SpannedNode, SpannedValue};
 use super::SpecError;
-use crate::fsx;
 use interpolate::resolve_interpolations;
 use layering::{includes_only, Layering};
 use overrides::apply_config_override;
 pub(crate) use overrides::Override;
+use rlharness_arctic::fsx;
 
 /// The defaults file, relative to the scenarios root.
 pub(crate) const DEFAULTS_FILE: &str = "defaults/verl.yaml";

@@ -10,7 +10,7 @@ use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::Router;
-use rlharness::backend::server::ParsedRequest;
+use rlharness_arctic::server::ParsedRequest;
 use serde_json::Value;
 
 /// One request as the server answered it.

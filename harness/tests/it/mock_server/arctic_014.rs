@@ -4,7 +4,7 @@
 //! single-chunk envelope, and the renamed GRPO losses.
 
 use super::*;
-use rlharness::wire::chunk::request_envelope;
+use rlharness_arctic::wire::chunk::request_envelope;
 
 fn training_with(dir: &str, extra: Value) -> Value {
     let mut cfg = training_config(dir);

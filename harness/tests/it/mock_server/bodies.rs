@@ -16,7 +16,7 @@ async fn tensors_in_meta_are_accepted_and_a_0d_tensor_reads_as_a_number() {
         ("batch_num_tokens", Node::scalar(i64_tensor(vec![], &[37]))),
         (
             "rollout_is_weights",
-            tensor(rlharness::wire::Tensor::from_f32([4], &[1.0; 4]).unwrap()),
+            tensor(rlharness_arctic::wire::Tensor::from_f32([4], &[1.0; 4]).unwrap()),
         ),
     ]);
     for route in ["/forward", "/forward-backward"] {
@@ -56,7 +56,9 @@ async fn a_nan_loss_comes_back_as_nan_not_null() {
         if k == "advantages" {
             let shape = v.as_tensor().unwrap().shape.clone();
             let n = shape.iter().product::<usize>();
-            *v = tensor(rlharness::wire::Tensor::from_f32(shape, &vec![f32::NAN; n]).unwrap());
+            *v = tensor(
+                rlharness_arctic::wire::Tensor::from_f32(shape, &vec![f32::NAN; n]).unwrap(),
+            );
         }
     }
     let r = post_frame(
@@ -68,14 +70,16 @@ async fn a_nan_loss_comes_back_as_nan_not_null() {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     let text = String::from_utf8_lossy(&r.body).into_owned();
     assert!(text.contains(r#"\"avg_loss\": NaN"#), "{text}");
-    let root = rlharness::wire::decode(r.body.clone()).unwrap();
+    let root = rlharness_arctic::wire::decode(r.body.clone()).unwrap();
     let v = root.to_json().unwrap();
-    assert!(rlharness::wire::pyjson::as_f64(&v["avg_loss"])
+    assert!(rlharness_arctic::wire::pyjson::as_f64(&v["avg_loss"])
         .unwrap()
         .is_nan());
-    assert!(rlharness::wire::pyjson::as_f64(&v["metrics"]["loss"])
-        .unwrap()
-        .is_nan());
+    assert!(
+        rlharness_arctic::wire::pyjson::as_f64(&v["metrics"]["loss"])
+            .unwrap()
+            .is_nan()
+    );
 }
 
 #[tokio::test]

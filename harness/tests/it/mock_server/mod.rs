@@ -12,13 +12,13 @@ use tower::ServiceExt;
 
 use crate::common::recorder::{self, Recorded, Recorder};
 
-use rlharness::backend::f32_tensor;
-use rlharness::backend::mock::{MockEngine, MockScript};
-use rlharness::backend::server::frame::{i64_tensor, node_to_json, tensor_f64};
-use rlharness::backend::server::{self, ServerHandle, ServerOptions};
-use rlharness::task::CharTokenizer;
-use rlharness::wire::api::{JobType, SIM_DURATION_HEADER};
-use rlharness::wire::{decode, encode, Node, Tensor};
+use rlharness_arctic::engine::f32_tensor;
+use rlharness_arctic::mock::{MockEngine, MockScript};
+use rlharness_arctic::server::frame::{i64_tensor, node_to_json, tensor_f64};
+use rlharness_arctic::server::{self, ServerHandle, ServerOptions};
+use rlharness_arctic::task::CharTokenizer;
+use rlharness_arctic::wire::api::{JobType, SIM_DURATION_HEADER};
+use rlharness_arctic::wire::{decode, encode, Node, Tensor};
 
 /// A server's handle and the recorder wrapped around its router.
 struct Handle {

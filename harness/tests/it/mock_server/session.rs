@@ -244,7 +244,7 @@ async fn standalone_server_refuses_an_invalid_script() {
         device: "abacus".into(),
         ..MockScript::default()
     };
-    let err = rlharness::backend::mock::serve_mock_standalone("127.0.0.1", 0, script, 1)
+    let err = rlharness_arctic::mock::serve_mock_standalone("127.0.0.1", 0, script, 1)
         .await
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);

@@ -415,14 +415,14 @@ fn doomed_server() -> DoomedServer {
             .build()
             .unwrap();
         rt.block_on(async {
-            let engine = rlharness::backend::mock::MockEngine::new(Default::default(), 1).unwrap();
-            let (router, _) = rlharness::backend::server::router(
+            let engine = rlharness_arctic::mock::MockEngine::new(Default::default(), 1).unwrap();
+            let (router, _) = rlharness_arctic::server::router(
                 Arc::new(engine),
-                rlharness::backend::server::ServerOptions::default(),
+                rlharness_arctic::server::ServerOptions::default(),
             );
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             addr_tx.send(l.local_addr().unwrap()).unwrap();
-            tokio::spawn(rlharness::backend::server::serve(
+            tokio::spawn(rlharness_arctic::server::serve(
                 l,
                 router,
                 std::future::pending(),

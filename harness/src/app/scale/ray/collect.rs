@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::plan::Planned;
+use super::job_plan::Planned;
 use super::watch::{last_error, last_step, tail, Watched};
 use crate::app::scale::bundle;
 use crate::app::scale::index::{read_seeds, read_verdict, Entry};
@@ -26,7 +26,7 @@ fn collect(frame: &bundle::Frame, out: &Path) -> Result<Vec<PathBuf>, String> {
             continue; // the job's own index files
         }
         let base = out.join(s.file_name());
-        crate::fsx::create_dir_all(&base).map_err(|e| e.to_string())?;
+        rlharness_arctic::fsx::create_dir_all(&base).map_err(|e| e.to_string())?;
         let mut runs: Vec<_> = std::fs::read_dir(s.path())
             .map_err(|e| e.to_string())?
             .filter_map(Result::ok)
@@ -69,8 +69,9 @@ fn log_without_frame(log: &str) -> String {
 fn keep_log(out: &Path, p: &Planned, w: &Watched) -> Option<PathBuf> {
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
     let dir = out.join(&p.name).join(format!("{stamp}-ray-{}", w.id));
-    crate::fsx::create_dir_all(&dir).ok()?;
-    crate::fsx::write_atomic(&dir.join("job.log"), log_without_frame(&w.log).as_bytes()).ok()?;
+    rlharness_arctic::fsx::create_dir_all(&dir).ok()?;
+    rlharness_arctic::fsx::write_atomic(&dir.join("job.log"), log_without_frame(&w.log).as_bytes())
+        .ok()?;
     Some(dir)
 }
 
@@ -148,7 +149,10 @@ pub(super) fn entry_of(p: &Planned, w: &Watched, out: &Path) -> Entry {
             ..fail(summary, keep_log(out, p, w))
         };
     };
-    let _ = crate::fsx::write_atomic(&dir.join("job.log"), log_without_frame(&w.log).as_bytes());
+    let _ = rlharness_arctic::fsx::write_atomic(
+        &dir.join("job.log"),
+        log_without_frame(&w.log).as_bytes(),
+    );
     match read_verdict(&dir) {
         Ok((scenario, status, summary)) => {
             let mut status = status;

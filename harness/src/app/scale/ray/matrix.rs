@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::client::RayClient;
 use super::collect::entry_of;
-use super::plan::{plan, JobBatch, JobRun};
+use super::job_plan::{plan, JobBatch, JobRun};
 use super::submit::{job_body, job_env_vars, upload_package};
 use super::watch::{watch, Shown};
 use crate::app::scale::index::Entry;
@@ -54,7 +54,7 @@ pub(crate) async fn run_jobs(
     let client = client_of(args)?;
     let env_vars = job_env_vars(args)?;
     let (planned, invalid, package) = plan(runs, args, batch)?;
-    crate::fsx::create_dir_all(&args.common.out)
+    rlharness_arctic::fsx::create_dir_all(&args.common.out)
         .map_err(|e| CommandError::run_failed(e.to_string()))?;
     let on_done = batch.on_done.clone();
     let mut entries: Vec<Option<Entry>> = vec![None; files.len()];
@@ -152,7 +152,7 @@ pub(crate) async fn run_jobs(
 
 /// A run's end told: to the batch's `on_done`, else as its printed entry.
 fn done(
-    on_done: Option<&super::plan::OnDone>,
+    on_done: Option<&super::job_plan::OnDone>,
     index: usize,
     e: &Entry,
     group: Option<&indicatif::MultiProgress>,
@@ -165,7 +165,7 @@ fn done(
 
 /// A job's name in the lines it prints: its label, else its scenario, and its seed when it
 /// has one of its own.
-fn shown_name(p: &super::plan::Planned) -> String {
+fn shown_name(p: &super::job_plan::Planned) -> String {
     if let Some(l) = &p.run.label {
         return l.clone();
     }
@@ -180,7 +180,7 @@ async fn gather(
     files: &[PathBuf],
     mut entries: Vec<Option<Entry>>,
     tasks: Vec<(usize, tokio::task::JoinHandle<Result<Entry, CommandError>>)>,
-    on_done: Option<&super::plan::OnDone>,
+    on_done: Option<&super::job_plan::OnDone>,
 ) -> Vec<Entry> {
     for (index, t) in tasks {
         let crashed = |e: &Entry| {

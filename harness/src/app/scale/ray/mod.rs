@@ -22,7 +22,7 @@
 //!   one per trial (its overrides, steps, hidden `--stop-at` and `--experiment-name`), `bisect`
 //!   one per seed or trial of a commit, whose worktree travels in the package (`sources/VAR/`).
 //!
-//! By part: `client.rs` the Jobs API, `plan.rs` the planned jobs and their package, `submit.rs`
+//! By part: `client.rs` the Jobs API, `job_plan.rs` the planned jobs and their package, `submit.rs`
 //! what a submission carries, `watch.rs` a job followed to its end, `collect.rs` what it
 //! brought back, `matrix.rs` the whole run, `trials.rs` another command's runs over several
 //! calls (a matrix's trials, a bisect's seeds), and the job's own entrypoint is
@@ -30,8 +30,8 @@
 
 mod client;
 mod collect;
+mod job_plan;
 mod matrix;
-mod plan;
 mod submit;
 #[cfg(test)]
 mod tests;
@@ -39,8 +39,8 @@ mod trials;
 mod watch;
 
 pub use client::{RayClient, RayError};
+pub(crate) use job_plan::{JobBatch, JobRun, OnDone};
 pub(crate) use matrix::{run_jobs, run_matrix};
-pub(crate) use plan::{JobBatch, JobRun, OnDone};
 pub(crate) use trials::RayJobs;
 
 /// Where the package puts things (relative to the job's working directory).

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::client::RayClient;
-use super::plan::{Package, Planned};
+use super::job_plan::{Package, Planned};
 use super::{GOLDEN_DIR, OUT_DIR};
 use crate::app::scale::bundle::{self, Files};
 use crate::cli::RunArgs;

@@ -7,7 +7,7 @@ use clap::Parser;
 use serde_json::json;
 
 use super::client::RayClient;
-use super::plan::{package_root, JobRun, Package, Planned};
+use super::job_plan::{package_root, JobRun, Package, Planned};
 use super::submit::{entrypoint, job_env_vars, resources};
 use super::watch::{last_step, StepLine};
 use crate::app::scale::ray_auth::RayToken;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-use super::plan::{JobBatch, JobRun, OnDone};
+use super::job_plan::{JobBatch, JobRun, OnDone};
 use crate::app::scale::index::Entry;
 use crate::cli::{RayArgs, RunArgs};
 use crate::error::CommandError;

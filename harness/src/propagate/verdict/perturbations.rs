@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::lookup;
-use crate::propagate::manifest::KnobManifest;
+use crate::propagate::knob_manifest::KnobManifest;
 
 /// An assignment of condition knobs (config path -> value).
 pub(crate) type Condition = BTreeMap<String, Value>;
@@ -42,7 +42,7 @@ pub(crate) fn knob_override(path: &str, v: &Value) -> String {
     }
 }
 
-pub(crate) use crate::propagate::manifest::ENV_PREFIX;
+pub(crate) use crate::propagate::knob_manifest::ENV_PREFIX;
 
 /// One perturbed run of the matrix.
 #[derive(Debug, Clone, PartialEq)]

@@ -368,7 +368,7 @@ fn job_configs(server_config: &Value) -> Option<Vec<Value>> {
 }
 
 fn read(path: &Path) -> Result<String, WireLoadError> {
-    crate::fsx::read_to_string(path).map_err(|e| WireLoadError::Read {
+    rlharness_arctic::fsx::read_to_string(path).map_err(|e| WireLoadError::Read {
         path: path.to_path_buf(),
         message: e.source.to_string(),
     })

@@ -8,9 +8,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Map, Value};
 
-use super::engine::{io_error, not_found, saved_checkpoints, MockJob, CHECKPOINT_FILE};
 use super::loss::{prompt_token_len, response_view, unprocessable};
 use super::schedule::{self, LrSchedule};
+use super::state::{io_error, not_found, saved_checkpoints, MockJob, CHECKPOINT_FILE};
 use super::{policy, MockEngine};
 use crate::engine::{
     f32_tensor, Completion, Engine, EngineError, ForwardBackwardOutput, ForwardOutput,

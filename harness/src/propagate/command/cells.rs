@@ -7,9 +7,9 @@ use std::path::Path;
 use super::runs::{baseline_wire, RunSet};
 use super::RunResult;
 use crate::propagate::group::{self, Unattributable};
-use crate::propagate::manifest::KnobManifest;
+use crate::propagate::knob_manifest::KnobManifest;
+use crate::propagate::observed::WireSnapshot;
 use crate::propagate::verdict::{self, judge_cell, judge_knob, Observed};
-use crate::propagate::wire::WireSnapshot;
 use crate::propagate::PropagateError;
 
 /// The knobs' verdicts from the runs' wires.

@@ -2,12 +2,12 @@
 //! mutex), the locks and gates they are taken under, its construction and its layout.
 //!
 //! By part: `generate.rs` sampling and the generate queues, `train.rs` the forward and
-//! forward-backward passes with their loss, `checkpoint.rs` save and load, `routes.rs` the
+//! forward-backward passes with their loss, `checkpoint.rs` save and load, `calls.rs` the
 //! Arctic routes (the `Engine` implementation).
 
+mod calls;
 mod checkpoint;
 mod generate;
-mod routes;
 mod train;
 
 use std::collections::HashMap;

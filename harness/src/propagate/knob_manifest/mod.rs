@@ -155,7 +155,7 @@ pub(crate) enum ManifestError {
 
 /// Read, parse and validate a manifest file.
 pub(crate) fn load(path: &Path) -> Result<KnobManifest, ManifestError> {
-    let text = crate::fsx::read_to_string(path).map_err(|e| ManifestError::Read {
+    let text = rlharness_arctic::fsx::read_to_string(path).map_err(|e| ManifestError::Read {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
@@ -539,7 +539,7 @@ pub(crate) fn check_file(path: &Path) -> Vec<String> {
         .and_then(Path::parent)
         .unwrap_or_else(|| Path::new("."));
     let yaml_path = root.join(&m.backend_yaml);
-    let text = match crate::fsx::read_to_string(&yaml_path) {
+    let text = match rlharness_arctic::fsx::read_to_string(&yaml_path) {
         Ok(t) => t,
         Err(e) => return vec![format!("knob manifest {}: {e}", path.display())],
     };

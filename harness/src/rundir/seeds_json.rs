@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::checks::ExpectedVerdict;
-use crate::fsx::{self, FsError};
+use rlharness_arctic::fsx::{self, FsError};
 
 pub(crate) const SEEDS_FILE: &str = "seeds.json";
 

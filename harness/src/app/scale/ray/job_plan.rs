@@ -176,7 +176,7 @@ pub(super) fn plan(
         files_out.push(("rlharness".into(), exe));
         if torch {
             files_out.push((
-                crate::backend::child::EXE_NAME.into(),
+                rlharness_arctic::child::EXE_NAME.into(),
                 crate::backend::child::locate()?,
             ));
         }
