@@ -73,6 +73,7 @@ pub mod error;
 pub mod events;
 pub mod golden;
 pub mod history;
+mod host;
 mod knobs;
 pub mod metrics;
 mod netns;
