@@ -14,8 +14,8 @@
 //!   `init_tracing`) and `app::scale::ray` (the Ray client).
 //! - [`spec`], [`plan`]: loading and checking scenario files (`load_scenario`, `spec::check`,
 //!   `spec::lint`), planning a run (`RunPlan`, `plan::launch`).
-//! - [`runner`], [`events`]: executing a plan (`execute`, `RunOptions`, `Executed`, `RunEnd`)
-//!   and its progress events.
+//! - [`runner`], [`events`]: executing a plan (`execute`, `RunOptions`, `Executed`, `RunEnd`,
+//!   the `LiveJudge` a caller hands in) and its progress events.
 //! - [`backend`]: the scenario's `BackendSpec`, the replay backend, starting the torch child
 //!   (`backend::child`); re-exported from the Arctic crate: the `Engine` trait, the mock, the
 //!   torch spec, the Arctic HTTP server (`backend::server`) and the child's hand-shake.
@@ -25,7 +25,8 @@
 //! - [`driver`], [`proxy`], [`capture`]: the built-in and command drivers, the recording
 //!   proxy, trainer-log parsing.
 //! - [`metrics`], [`compare`], [`golden`], [`report`], [`propagate`]: metric tables, judging
-//!   (`judge`, `judge_run`, `compare::expr`), golden stores, reports, knob propagation.
+//!   (`judge`, `judge_run`, `compare::expr`, `compare::FailFast`), golden stores, reports, knob
+//!   propagation.
 //! - [`rundir`]: a run directory's files as data (`RunManifest`, `run.json`; `RunStatus`).
 //! - [`error`]: `CommandError`, and `ExitStatus` (the Arctic crate's, re-exported).
 //!

@@ -69,6 +69,14 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
     judge_plan(plan, reference, opts).await
 }
 
+/// `opts` with the judge's fail-fast rules handed to the runner (`RunOptions::live_judge`),
+/// unless the caller handed in a judge of its own.
+fn judged_live(opts: &RunOptions) -> RunOptions {
+    let mut o = opts.clone();
+    o.live_judge.get_or_insert_with(compare::FailFast::handed);
+    o
+}
+
 /// Execute one planned run and judge it (against `reference`, a self-test's reference run, or
 /// the store's golden), writing its reports.
 async fn judge_plan(
@@ -77,7 +85,7 @@ async fn judge_plan(
     opts: &RunOptions,
 ) -> Result<Report, CommandError> {
     use crate::report::{Reference, Report};
-    let executed = runner::execute(plan, opts).await?;
+    let executed = runner::execute(plan, &judged_live(opts)).await?;
     let Executed {
         mut manifest,
         env,
@@ -319,7 +327,7 @@ async fn reference_run(
     opts: &RunOptions,
 ) -> Result<(PathBuf, Golden), CommandError> {
     let name = plan.scenario.name.clone();
-    let mut ref_opts = opts.clone();
+    let mut ref_opts = judged_live(opts);
     ref_opts.run_dir = opts.run_dir.as_ref().map(|d| d.join("reference"));
     let executed = runner::execute(plan, &ref_opts).await?;
     if executed.end != RunEnd::Completed {

@@ -14,7 +14,10 @@ use crate::{fsx, spec};
 /// convergence run.
 pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError> {
     use crate::backend::replay::cassette::{Cassette, META_FILE, METRICS_FILE};
-    let opts = args.common.options(&args.scenario);
+    let opts = runner::RunOptions {
+        live_judge: Some(crate::compare::FailFast::handed()),
+        ..args.common.options(&args.scenario)
+    };
     if ci_env() {
         return Err(CommandError::invalid(
             "refusing to record under CI=true: CI never writes the golden store; record \

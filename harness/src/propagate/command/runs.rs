@@ -89,6 +89,7 @@ impl Executor<'_> {
             stop_at: self.stop_at(reach),
             experiment_name: Some(self.experiment.clone()),
             netns: self.netns.clone(),
+            live_judge: Some(crate::compare::FailFast::handed()),
             ..RunOptions::new(self.out.to_path_buf(), PathBuf::from("golden"))
         }
     }
