@@ -19,6 +19,9 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
     use crate::report::Report;
     let scenario =
         spec::load_scenario(file, &opts.set).map_err(|e| CommandError::invalid(e.to_string()))?;
+    // The plan's errors (a config value the translation cannot use) are the scenario's, first.
+    let plan = RunPlan::new(scenario.clone(), opts.seed, opts.steps)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
     // What `check` refuses, `run` refuses, with the same messages, before anything starts.
     let found = super::preflight::problems(file, &scenario, &opts.golden);
     if !found.errors.is_empty() {
@@ -26,8 +29,6 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
             spec::SpecErrors(found.errors).to_string(),
         ));
     }
-    let plan = RunPlan::new(scenario, opts.seed, opts.steps)
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
     tracing::info!(
         "plan {}: {} (plan {}), seed {}, {} steps, driver {}, backend {}, golden store {}",
         plan.scenario.name,
@@ -205,10 +206,6 @@ pub(crate) async fn run_seeds(
     }
     let mut scenario =
         spec::load_scenario(file, &set).map_err(|e| CommandError::invalid(e.to_string()))?;
-    let unmet = scenario.requires.unmet();
-    if !unmet.is_empty() {
-        return Ok(Report::skipped(&scenario.name, &unmet.join("; ")));
-    }
     // A multi-seed self-test declares the combined verdict; its seeds are plain runs of the
     // scenario whose golden it names.
     let name = scenario.name.clone();
@@ -222,8 +219,14 @@ pub(crate) async fn run_seeds(
         }
         None => (None, None),
     };
+    // The plan's errors (a config value the translation cannot use) are the scenario's, before
+    // its requirements are asked.
     let plan = RunPlan::new(scenario.clone(), None, opts.steps)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let unmet = scenario.requires.unmet();
+    if !unmet.is_empty() {
+        return Ok(Report::skipped(&name, &unmet.join("; ")));
+    }
     let mut manifest = SeedsManifest {
         format: "rlharness-seeds/1".into(),
         scenario: name,

@@ -5,7 +5,6 @@ pub(crate) mod client;
 pub mod command;
 pub(crate) mod mismatch;
 pub mod strays;
-pub(crate) mod translate;
 
 use crate::task::scorer::ScorerConfig;
 use crate::task::ArithConfig;

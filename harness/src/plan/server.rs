@@ -4,8 +4,8 @@
 
 use serde_json::{json, Value};
 
+use super::translate::TranslateError;
 use crate::backend::server::ServerOptions;
-use crate::driver::translate::TranslateError;
 use crate::knobs::KnobTable;
 
 /// How the harness starts a server of its own.

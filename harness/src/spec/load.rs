@@ -450,15 +450,6 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
         .into());
     };
 
-    // The builtin driver's translation reads the config with types (`lr` a number, ...): its
-    // errors are the scenario's, at the key's line, for `check` as for `run`.
-    if let crate::driver::DriverSpec::Builtin(_) = &driver {
-        if let Err(e) = crate::driver::translate::translate(&layered.tree.to_json(), steps) {
-            let node = layered.tree.node(&e.key);
-            let pos = node.map_or(&root.pos, |n| &n.pos);
-            return Err(SpecError::at(pos, format!("config.{}", e.key), e.message).into());
-        }
-    }
     let origins = top_level_origins(&root);
     let mut sources = vec![path.to_path_buf()];
     sources.extend(layered.sources);
@@ -470,6 +461,7 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
     ));
     Ok(Scenario {
         path: path.to_path_buf(),
+        pos: root.pos.clone(),
         name,
         description,
         tags,

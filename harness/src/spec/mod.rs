@@ -42,6 +42,9 @@ pub use yaml::{Origin, Pos, SpannedNode, SpannedValue};
 #[derive(Debug, Clone)]
 pub struct Scenario {
     pub path: PathBuf,
+    /// Where the scenario's mapping starts (its first key): an error about a config key the
+    /// file does not write (the plan's, `plan::PlanError`) points here.
+    pub(crate) pos: Pos,
     pub name: String,
     pub(crate) description: String,
     pub(crate) tags: Vec<String>,

@@ -6,11 +6,10 @@ use crate::backend::{BackendSpec, TorchSpec};
 use crate::cli::VerlAssetsArgs;
 use crate::driver::{DriverSpec, TaskSpec};
 use crate::error::{CommandError, ExitStatus};
-use crate::spec;
 use crate::task::{ArithConfig, ArithTask};
 
 pub(crate) fn verl(args: &VerlAssetsArgs) -> Result<ExitStatus, CommandError> {
-    let scenario = spec::load_scenario(&args.scenario, &args.set)
+    let scenario = crate::plan::load_checked(&args.scenario, &args.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     let file = args.scenario.display();
     let spec = match &scenario.backend {

@@ -4,9 +4,9 @@ use crate::app::ci_env;
 use crate::backend::{replay, BackendSpec};
 use crate::cli::RecordArgs;
 use crate::error::{CommandError, ExitStatus};
+use crate::fsx;
 use crate::plan::RunPlan;
 use crate::runner::{self, RunEnd};
-use crate::{fsx, spec};
 
 /// `rlharness record`: run a scenario through the proxy, keep its whole wire traffic as a
 /// cassette and install it as `GOLDEN/<scenario>/<hardware>/cassette/` (replacing the old one)
@@ -24,7 +24,7 @@ pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError>
              locally and commit the cassette",
         ));
     }
-    let scenario = spec::load_scenario(&args.scenario, &opts.set)
+    let scenario = crate::plan::load_checked(&args.scenario, &opts.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     if matches!(
         scenario.backend,
