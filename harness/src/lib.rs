@@ -13,12 +13,14 @@
 //! - [`cli`], [`app`]: the command line (`Cli`, `app::main`, `run_one`, `compare_command`,
 //!   `init_tracing`) and `app::scale::ray` (the Ray client).
 //! - [`spec`], [`plan`]: loading and checking scenario files (`load_scenario`, `spec::check`,
-//!   `spec::lint`), planning a run (`RunPlan`, `plan::launch`).
+//!   `spec::lint`, the stages' blocks `spec::blocks`), planning a run (`RunPlan`,
+//!   `plan::load_checked`, `plan::launch`).
 //! - [`runner`], [`events`]: executing a plan (`execute`, `RunOptions`, `Executed`, `RunEnd`,
 //!   the `LiveJudge` a caller hands in) and its progress events.
-//! - [`backend`]: the scenario's `BackendSpec`, the replay backend, starting the torch child
-//!   (`backend::child`); re-exported from the Arctic crate: the `Engine` trait, the mock, the
-//!   torch spec, the Arctic HTTP server (`backend::server`) and the child's hand-shake.
+//! - [`backend`]: the scenario's `BackendSpec` (the scenario's, re-exported from
+//!   `spec::blocks`), the replay backend, starting the torch child (`backend::child`);
+//!   re-exported from the Arctic crate: the `Engine` trait, the mock, the torch spec, the
+//!   Arctic HTTP server (`backend::server`) and the child's hand-shake.
 //! - [`wire`], [`task`], [`fsx`]: the Arctic crate's (`rlharness_arctic`, `harness/arctic`),
 //!   re-exported under their old names: the DSSST1 frame codec, the Arctic API types,
 //!   Python-style JSON floats; the arithmetic task and its scorers; file helpers.

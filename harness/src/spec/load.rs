@@ -252,21 +252,18 @@ fn check_selftest(
 fn driver_and_backend(
     root: &SpannedNode,
     errors: &mut Vec<SpecError>,
-) -> (
-    Option<crate::driver::DriverSpec>,
-    Option<crate::backend::BackendSpec>,
-) {
-    let driver: Option<crate::driver::DriverSpec> =
+) -> (Option<super::DriverSpec>, Option<super::BackendSpec>) {
+    let driver: Option<super::DriverSpec> =
         required(root, "driver", "e.g. `{kind: builtin}`", errors);
     // A trainer that brings its own backend (the command driver) needs no `backend` block.
-    let backend: Option<crate::backend::BackendSpec> = if root.get("backend").is_none()
-        && !matches!(driver, Some(crate::driver::DriverSpec::Builtin(_)))
+    let backend: Option<super::BackendSpec> = if root.get("backend").is_none()
+        && !matches!(driver, Some(super::DriverSpec::Builtin(_)))
     {
-        Some(crate::backend::BackendSpec::None)
+        Some(super::BackendSpec::None)
     } else {
         required(root, "backend", "e.g. `{kind: mock}`", errors)
     };
-    if let (Some(crate::driver::DriverSpec::Builtin(_)), Some(crate::backend::BackendSpec::None)) =
+    if let (Some(super::DriverSpec::Builtin(_)), Some(super::BackendSpec::None)) =
         (&driver, &backend)
     {
         let pos = root.get("backend").map_or(&root.pos, |n| &n.pos);
