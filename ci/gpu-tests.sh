@@ -11,4 +11,4 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
     exit 2
 fi
 cargo test --release -p rlharness-torch --features torch --test torch_backend -- --ignored cuda_graph split_layout_on_cuda zorro_alignment_on_cuda
-cargo test --release -p rlharness --features torch --lib -- --ignored golden::tests::a_real_cuda_device
+cargo test --release -p rlharness --features torch --lib -- --ignored host::tests::a_real_cuda_device

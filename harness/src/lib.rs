@@ -13,18 +13,21 @@
 //! - [`cli`], [`app`]: the command line (`Cli`, `app::main`, `run_one`, `compare_command`,
 //!   `init_tracing`) and `app::scale::ray` (the Ray client).
 //! - [`spec`], [`plan`]: loading and checking scenario files (`load_scenario`, `spec::check`,
-//!   `spec::lint`), planning a run (`RunPlan`, `plan::launch`).
-//! - [`runner`], [`events`]: executing a plan (`execute`, `RunOptions`, `Executed`, `RunEnd`)
-//!   and its progress events.
-//! - [`backend`]: the scenario's `BackendSpec`, the replay backend, starting the torch child
-//!   (`backend::child`). What the harness shares with the torch engine and Arctic clients (the
-//!   DSSST1 codec and API types, `wire`; the task, `task`; file helpers, `fsx`; the `Engine`
-//!   trait, the mock, the HTTP server, the torch spec) is the Arctic crate's, and the harness
-//!   uses it by that crate's name (`rlharness_arctic::wire`), never through an alias.
+//!   `spec::lint`, the stages' blocks `spec::blocks`), planning a run (`RunPlan`,
+//!   `plan::load_checked`, `plan::launch`).
+//! - [`runner`], [`events`]: executing a plan (`execute`, `RunOptions`, `Executed`, `RunEnd`,
+//!   the `LiveJudge` a caller hands in) and its progress events.
+//! - [`backend`]: the scenario's `BackendSpec` (the scenario's, re-exported from
+//!   `spec::blocks`), the replay backend, starting the torch child (`backend::child`). What the
+//!   harness shares with the torch engine and Arctic clients (the DSSST1 codec and API types,
+//!   `wire`; the task, `task`; file helpers, `fsx`; the `Engine` trait, the mock, the HTTP
+//!   server, the torch spec) is the Arctic crate's, and the harness uses it by that crate's
+//!   name (`rlharness_arctic::wire`), never through an alias.
 //! - [`driver`], [`proxy`], [`capture`]: the built-in and command drivers, the recording
 //!   proxy, trainer-log parsing.
 //! - [`metrics`], [`compare`], [`golden`], [`report`], [`propagate`]: metric tables, judging
-//!   (`judge_run`, `compare::expr`), golden stores, reports, knob propagation.
+//!   (`judge_run`, `compare::expr`, `compare::FailFast`), golden stores, reports, knob
+//!   propagation.
 //! - [`rundir`]: a run directory's files as data (`RunManifest`, `run.json`; `RunStatus`).
 //! - [`error`]: `CommandError`, and `ExitStatus` (the Arctic crate's, re-exported).
 //!
@@ -72,6 +75,7 @@ pub mod error;
 pub mod events;
 pub mod golden;
 pub mod history;
+mod host;
 mod knobs;
 pub mod metrics;
 mod netns;

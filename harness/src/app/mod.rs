@@ -17,10 +17,17 @@ use crate::util;
 pub use commands::compare::compare_command;
 pub use pipeline::run_one;
 
-/// `rlharness check`'s outcome for `paths` (default `scenarios/`): every scenario loaded and
-/// refused as `run` would refuse it (the preflight), and its rules linted by the judge.
+/// `rlharness check`'s outcome for `paths` (default `scenarios/`): every scenario loaded,
+/// planned and refused as `run` would refuse it (the preflight), and its rules linted by the
+/// judge.
 pub fn check(paths: &[std::path::PathBuf]) -> crate::spec::check::CheckOutcome {
-    crate::spec::check::check(paths, &preflight::problems)
+    crate::spec::check::check(paths, &crate::plan::check, &preflight::problems)
+}
+
+/// `rlharness list`'s scenarios under `root`, and whether each can run here (one that does not
+/// load or plan cannot).
+pub fn list(root: &std::path::Path) -> Vec<crate::spec::check::ListEntry> {
+    crate::spec::check::list(root, &crate::plan::check)
 }
 
 pub fn init_tracing(verbose: u8) {

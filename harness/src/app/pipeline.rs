@@ -20,6 +20,9 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
     use crate::report::Report;
     let scenario =
         spec::load_scenario(file, &opts.set).map_err(|e| CommandError::invalid(e.to_string()))?;
+    // The plan's errors (a config value the translation cannot use) are the scenario's, first.
+    let plan = RunPlan::new(scenario.clone(), opts.seed, opts.steps)
+        .map_err(|e| CommandError::invalid(e.to_string()))?;
     // What `check` refuses, `run` refuses, with the same messages, before anything starts.
     let found = super::preflight::problems(file, &scenario, &opts.golden);
     if !found.errors.is_empty() {
@@ -27,8 +30,6 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
             spec::SpecErrors(found.errors).to_string(),
         ));
     }
-    let plan = RunPlan::new(scenario, opts.seed, opts.steps)
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
     tracing::info!(
         "plan {}: {} (plan {}), seed {}, {} steps, driver {}, backend {}, golden store {}",
         plan.scenario.name,
@@ -70,6 +71,14 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
     judge_plan(plan, reference, opts).await
 }
 
+/// `opts` with the judge's fail-fast rules handed to the runner (`RunOptions::live_judge`),
+/// unless the caller handed in a judge of its own.
+fn judged_live(opts: &RunOptions) -> RunOptions {
+    let mut o = opts.clone();
+    o.live_judge.get_or_insert_with(compare::FailFast::handed);
+    o
+}
+
 /// Execute one planned run and judge it (against `reference`, a self-test's reference run, or
 /// the store's golden), writing its reports.
 async fn judge_plan(
@@ -78,7 +87,7 @@ async fn judge_plan(
     opts: &RunOptions,
 ) -> Result<Report, CommandError> {
     use crate::report::{Reference, Report};
-    let executed = runner::execute(plan, opts).await?;
+    let executed = runner::execute(plan, &judged_live(opts)).await?;
     let Executed {
         mut manifest,
         env,
@@ -198,10 +207,6 @@ pub(crate) async fn run_seeds(
     }
     let mut scenario =
         spec::load_scenario(file, &set).map_err(|e| CommandError::invalid(e.to_string()))?;
-    let unmet = scenario.requires.unmet();
-    if !unmet.is_empty() {
-        return Ok(Report::skipped(&scenario.name, &unmet.join("; ")));
-    }
     // A multi-seed self-test declares the combined verdict; its seeds are plain runs of the
     // scenario whose golden it names.
     let name = scenario.name.clone();
@@ -215,8 +220,14 @@ pub(crate) async fn run_seeds(
         }
         None => (None, None),
     };
+    // The plan's errors (a config value the translation cannot use) are the scenario's, before
+    // its requirements are asked.
     let plan = RunPlan::new(scenario.clone(), None, opts.steps)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let unmet = scenario.requires.unmet();
+    if !unmet.is_empty() {
+        return Ok(Report::skipped(&name, &unmet.join("; ")));
+    }
     let mut manifest = SeedsManifest {
         format: "rlharness-seeds/1".into(),
         scenario: name,
@@ -320,7 +331,7 @@ async fn reference_run(
     opts: &RunOptions,
 ) -> Result<(PathBuf, Golden), CommandError> {
     let name = plan.scenario.name.clone();
-    let mut ref_opts = opts.clone();
+    let mut ref_opts = judged_live(opts);
     ref_opts.run_dir = opts.run_dir.as_ref().map(|d| d.join("reference"));
     let executed = runner::execute(plan, &ref_opts).await?;
     if executed.end != RunEnd::Completed {

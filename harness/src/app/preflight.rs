@@ -7,10 +7,9 @@
 use std::path::Path;
 
 use crate::compare::lint as rules_lint;
-use crate::driver::DriverSpec;
 use crate::spec::located::error_at;
 use crate::spec::shape_lint;
-use crate::spec::{Problems, Scenario};
+use crate::spec::{DriverSpec, Problems, Scenario};
 
 /// The problems of scenario `s`, loaded from `file`, judged against the goldens under
 /// `golden_root`.

@@ -2,68 +2,13 @@
 //! shares with its clients lives in the crate `rlharness-arctic`, used by its own name: the
 //! `Engine` trait and its types, the HTTP surface (`server`), the scripted mock (`mock`), the
 //! torch backend's spec (`torch_spec`). This module adds what only the harness does with
-//! them: the scenario's `backend` block ([`BackendSpec`]), starting the `rlharness-torch`
-//! executable as a child process (`child`), and serving a recorded cassette back (`replay`).
+//! them: starting the `rlharness-torch` executable as a child process (`child`), and serving a
+//! recorded cassette back (`replay`). The scenario's `backend` block ([`BackendSpec`]) is the
+//! scenario's (`spec::blocks`), re-exported here.
 //! The torch engine (a real model) lives in the crate `rlharness-torch` and runs in a process
 //! of its own, so this crate never links libtorch.
 
 pub mod child;
 pub mod replay;
 
-use rlharness_arctic::mock::MockScript;
-use rlharness_arctic::torch_spec::TorchSpec;
-
-/// The scenario's `backend` block: which server sits behind the proxy.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum BackendSpec {
-    /// The scripted mock, in-process on an ephemeral port.
-    Mock(MockScript),
-    /// The libtorch backend (feature `torch`): the `rlharness-torch` executable, started as
-    /// a child process on an ephemeral port.
-    Torch(TorchSpec),
-    /// A running Arctic server.
-    Remote { url: String },
-    /// A recorded cassette, served back in order.
-    Replay { cassette: String },
-    /// The trainer brings its own backend.
-    None,
-}
-
-impl BackendSpec {
-    /// The block's `kind:` as the scenario writes it.
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            BackendSpec::Mock(_) => "mock",
-            BackendSpec::Torch(_) => "torch",
-            BackendSpec::Remote { .. } => "remote",
-            BackendSpec::Replay { .. } => "replay",
-            BackendSpec::None => "none",
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::{BackendSpec, MockScript};
-
-    #[test]
-    fn the_scenario_backend_block_selects_the_mock() {
-        let plain: BackendSpec = serde_json::from_value(json!({"kind": "mock"})).unwrap();
-        assert_eq!(plain, BackendSpec::Mock(MockScript::default()));
-        let tuned: BackendSpec = serde_json::from_value(
-            json!({"kind": "mock", "reward": {"offset": -0.1}, "efficiency": {"scale": 0.9}}),
-        )
-        .unwrap();
-        let BackendSpec::Mock(script) = tuned else {
-            panic!("not the mock: {tuned:?}")
-        };
-        assert_eq!(script.reward.offset, -0.1);
-        assert_eq!(script.efficiency.scale, 0.9);
-        assert!(
-            serde_json::from_value::<BackendSpec>(json!({"kind": "mock", "rewrd": {}})).is_err()
-        );
-    }
-}
+pub use crate::spec::blocks::BackendSpec;

@@ -6,7 +6,9 @@
 //! evidence that decided it (the step or window, the value, the golden, the band, the margin).
 //! `judge_run` judges a whole run from what its directory stores (`run::RunRecord`);
 //! `stored` reads a run directory and its golden back for it, and `combined` judges a
-//! multi-seed run's directory. Only those two read files; nothing here writes or renders.
+//! multi-seed run's directory. Only those two read files, and `live`, the rules a run watches
+//! while it runs (`FailFast`, the runner's `LiveJudge`), reads the golden it watches against;
+//! nothing here writes or renders.
 
 pub(crate) mod audit;
 pub(crate) mod budget;
@@ -17,6 +19,7 @@ pub mod exact;
 mod headline;
 mod judge;
 pub(crate) mod lint;
+mod live;
 mod loosened;
 mod presence;
 mod run;
@@ -35,6 +38,7 @@ pub use combined::CombinedError;
 pub(crate) use combined::{judge_combined, Combined};
 pub(crate) use headline::{Headline, Judged};
 pub(crate) use judge::{first_settled_failure, ExpectedMismatch};
+pub use live::FailFast;
 pub use run::{judge_run, RunRecord, REPLAY_RULE};
 pub use stored::StoredError;
 pub(crate) use stored::{provenance_of_run, reference_golden, StoredRun};

@@ -13,18 +13,16 @@
 //! before it existed) are read as before.
 //!
 //! `store` is the store's folders and its accept and reject, `header` the `golden.yaml` emitter
-//! and reader, `hardware` the golden key of a device.
+//! and reader. The hardware key a golden is kept under comes from `host`.
 
 pub(crate) mod audit_record;
 pub(crate) mod calibration;
-mod hardware;
 mod header;
 mod store;
 
 /// What a verdict was judged against: `run.json`'s model, which this store computes.
 pub use crate::rundir::{GoldenDigest, JudgedAgainst};
 pub use calibration::CalibrationError;
-pub(crate) use hardware::{hardware_key, name_cuda_device};
 pub(crate) use header::{metrics_digest, parse_header};
 pub use store::GoldenStore;
 

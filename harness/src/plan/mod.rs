@@ -1,24 +1,29 @@
 //! The RunPlan: an immutable, fully resolved scenario with the provenance of every value, two
 //! hashes, and everything the run's stages need computed once from the config: what the
-//! builtin driver sends (its translation) and the options of a server the harness starts. `scenario_hash` changes when any source file changes (so a golden can tell it
-//! was recorded against other inputs); `plan_hash` changes only when a resolved value does
-//! (moving a knob between files, or setting it to its default, keeps it).
+//! builtin driver sends (its translation, `translate`, which reads the knob table) and the
+//! options of a server the harness starts (`server`). A config value neither can use is the
+//! scenario's error at its key's line (`PlanError`): `check`, `list` and `run` all get it from
+//! here, the one translation. `scenario_hash` changes when any source file changes (so a
+//! golden can tell it was recorded against other inputs); `plan_hash` changes only when a
+//! resolved value does (moving a knob between files, or setting it to its default, keeps it).
 
 pub mod launch;
 mod server;
+pub(crate) mod translate;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::Path;
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::backend::BackendSpec;
-use crate::driver::translate::{translate, TranslateError, Translation};
+use crate::driver::builtin::Translation;
 use crate::driver::DriverSpec;
 use crate::knobs::arctic;
-use crate::spec::{Origin, Scenario, Timeouts};
+use crate::spec::{Origin, Scenario, SpecError, SpecErrors, Timeouts};
 use crate::util::hex;
+use translate::{translate, TranslateError};
 
 pub(crate) use server::ServerPlan;
 
@@ -40,13 +45,42 @@ pub struct RunPlan {
     pub(crate) server: Option<ServerPlan>,
 }
 
-/// A config value the run cannot use (a wrong type, a model missing), named by its key.
-#[derive(Debug, thiserror::Error)]
-#[error("{}: {source}", path.display())]
-pub struct PlanError {
-    path: PathBuf,
-    #[source]
-    source: TranslateError,
+/// A config value the run cannot use (a wrong type, a model missing): the scenario's error at
+/// the key's line (`file:line:col: config.KEY: why`), as `check` shows it and `run` refuses it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct PlanError(pub SpecError);
+
+impl PlanError {
+    /// `e` at the line of the config key it names (the scenario's first key when the resolved
+    /// config does not hold it).
+    fn at_key(s: &Scenario, e: TranslateError) -> Self {
+        let pos = s.config.node(&e.key).map_or(&s.pos, |n| &n.pos);
+        PlanError(SpecError::at(pos, format!("config.{}", e.key), e.message))
+    }
+}
+
+impl From<PlanError> for SpecErrors {
+    fn from(e: PlanError) -> Self {
+        e.0.into()
+    }
+}
+
+/// Whether `s` can be planned (its translation, the options of a server the harness starts):
+/// the errors `run` gives when it plans, for a command that reads a scenario without running it
+/// (`check`, `list`, ...).
+pub fn check(s: &Scenario) -> Result<(), SpecErrors> {
+    RunPlan::new(s.clone(), None, None)?;
+    Ok(())
+}
+
+/// The scenario file `path` loaded (`--set` `overrides` applied) and checked as the plan will
+/// take it (`check`): the loader's errors, else the plan's. A run loads and plans instead, so
+/// it translates the config once.
+pub fn load_checked(path: &Path, overrides: &[String]) -> Result<Scenario, SpecErrors> {
+    let s = crate::spec::load_scenario(path, overrides)?;
+    check(&s)?;
+    Ok(s)
 }
 
 /// JSON with every object's keys sorted, so the hash does not depend on file order.
@@ -127,10 +161,8 @@ impl RunPlan {
             hasher.update(&bytes);
         }
         let scenario_hash = hex(&hasher.finalize());
-        let (translation, server) = stages(&scenario).map_err(|source| PlanError {
-            path: scenario.path.clone(),
-            source,
-        })?;
+        let (translation, server) =
+            stages(&scenario).map_err(|e| PlanError::at_key(&scenario, e))?;
         let mut plan = RunPlan {
             scenario,
             scenario_hash,

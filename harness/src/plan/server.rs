@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::driver::translate::TranslateError;
+use super::translate::TranslateError;
 use crate::knobs::KnobTable;
 use rlharness_arctic::server::ServerOptions;
 

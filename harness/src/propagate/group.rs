@@ -117,7 +117,7 @@ pub(crate) fn alone_counts(m: &KnobManifest, plan: &MatrixPlan) -> BTreeMap<&'st
 /// only there are the same run.
 pub(crate) fn effective(cond: &Condition, config: &Value) -> Condition {
     cond.iter()
-        .filter(|(k, v)| crate::driver::translate::lookup(config, k) != Some(*v))
+        .filter(|(k, v)| crate::knobs::lookup(config, k) != Some(*v))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }

@@ -304,7 +304,7 @@ pub(crate) fn unlisted(m: &KnobManifest, resolved: Option<(Value, String)>) -> U
         return Unlisted::default();
     };
     let mut leaves = Vec::new();
-    if let Some(block) = crate::driver::translate::lookup(&config, &m.backend_prefix) {
+    if let Some(block) = crate::knobs::lookup(&config, &m.backend_prefix) {
         super::knob_manifest::flatten_leaves(block, &m.backend_prefix, &mut leaves);
     }
     let covered = |leaf: &str| {

@@ -87,9 +87,9 @@ impl RunEnv {
             numerics: None,
         });
         // The torch backend knows its GPU only as `cuda:N`; the golden key comes from its name.
-        let device = crate::golden::name_cuda_device(&device);
+        let device = crate::host::name_cuda_device(&device);
         RunEnv {
-            hardware: crate::golden::hardware_key(&device, hardware_override),
+            hardware: crate::host::hardware_key(&device, hardware_override),
             device,
             threads,
             torch_version,

@@ -2,7 +2,8 @@
 //! start the backend, start the recording proxy, start the driver; then the event loop
 //! (`drive`) feeds the observers of the run's events (`observe`: sanity filter, progress,
 //! watchdog, TensorBoard event files (`tensorboard`), CSV sink, stop-on-purpose, request
-//! time-out) until the run's end is decided;
+//! time-out) until the run's end is decided; the watchdog's fail-fast rules are judged by the
+//! judge the caller hands in (`live`: `RunOptions::live_judge`);
 //! then finish: stop the driver, the proxy and the backend, and write `run.json`. Whatever
 //! happens, the run directory is left valid: `run.json` says how the run ended and
 //! `metrics.csv` holds every finished step. Judging and reporting come after (`app`).
@@ -10,6 +11,7 @@
 mod drive;
 pub(crate) mod env;
 mod error;
+mod live;
 mod observe;
 mod stages;
 mod tensorboard;
@@ -25,6 +27,7 @@ use crate::rundir::{RunManifest, RunStatus};
 
 pub(crate) use env::RunEnv;
 pub use error::RunError;
+pub use live::{LiveJudge, LiveRules};
 pub(crate) use stages::create_run_dir;
 pub use tensorboard::TensorBoard;
 
@@ -77,11 +80,16 @@ pub struct RunOptions {
     /// a reference made again. The test suite shares one among the self-tests of one scenario;
     /// the command line never sets it.
     pub reference_run: Option<PathBuf>,
+    /// The judge the watchdog asks after every step whether a `fail_fast` rule can no longer
+    /// pass (the runner judges no rule itself): `compare::FailFast`, which `app` hands in for
+    /// every run it executes. `None`: no rule fails fast.
+    pub live_judge: Option<std::sync::Arc<dyn LiveJudge>>,
 }
 
 impl RunOptions {
     /// Runs into `out`, goldens read from `golden`; everything else off (the scenario's own
-    /// seed and steps, no overrides, no progress bar or step lines, never writing a golden, no stop on purpose).
+    /// seed and steps, no overrides, no progress bar or step lines, never writing a golden, no
+    /// stop on purpose, no live judge).
     pub fn new(out: PathBuf, golden: PathBuf) -> Self {
         Self {
             out,
@@ -104,6 +112,7 @@ impl RunOptions {
             calibration: false,
             tensorboard: None,
             reference_run: None,
+            live_judge: None,
         }
     }
 }

@@ -1,11 +1,13 @@
 //! The observers of a run's event stream: each finished step goes through the sanity filter,
-//! the scenario's suppressions, the progress display, the watchdog, the CSV sink and the
-//! TensorBoard event files, in that order; each request through the proxy goes through the stop-on-purpose tracker and the
+//! the scenario's suppressions, the progress display, the watchdog (its fail-fast rules judged
+//! by the judge the caller hands in, `live`), the CSV sink and the TensorBoard event files, in
+//! that order; each request through the proxy goes through the stop-on-purpose tracker and the
 //! request time-out check; each weight-sync check is kept for `run.json`. An observer may end the run by returning a `RunEnd`.
 
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use super::live::LiveRules;
 use super::tensorboard::TensorBoard;
 use super::{RunEnd, RunOptions, StopAt};
 use crate::events::RunEvent;
@@ -285,35 +287,21 @@ impl Progress {
 }
 
 /// The watchdog's per-step checks, for every driver: a non-finite value in a watched metric,
-/// and fail-fast rules that can no longer pass.
+/// and fail-fast rules that can no longer pass, as the judge the caller handed in says
+/// (`RunOptions::live_judge`; none, no fail-fast).
 pub(super) struct Watchdog<'a> {
     plan: &'a RunPlan,
-    /// The golden series, loaded only when a golden rule is marked `fail_fast`.
-    golden: Option<MetricTable>,
-    /// The rules watched live, calibrated bands resolved (`compare::live_checks`).
-    checks: crate::checks::ChecksSpec,
+    /// The rules the judge watches live in this run.
+    live: Option<Box<dyn LiveRules>>,
 }
 
 impl<'a> Watchdog<'a> {
     pub(super) fn new(plan: &'a RunPlan, opts: &RunOptions, hardware: &str) -> Self {
-        let checks = &plan.scenario.checks;
-        let golden = checks
-            .golden
-            .iter()
-            .any(|(_, r)| r.fail_fast)
-            .then(|| {
-                crate::golden::GoldenStore::with_ci(&opts.golden, opts.ci)
-                    .load(&plan.scenario.name, hardware)
-                    .ok()
-                    .flatten()
-            })
-            .flatten();
-        let checks = crate::compare::live_checks(checks, golden.as_ref());
-        Self {
-            plan,
-            golden: golden.map(|g| g.table),
-            checks,
-        }
+        let live = opts
+            .live_judge
+            .as_ref()
+            .map(|judge| judge.watch(plan, opts, hardware));
+        Self { plan, live }
     }
 
     /// NaN or infinity in a metric of `metrics.watch`: stop at this step.
@@ -333,12 +321,7 @@ impl<'a> Watchdog<'a> {
 
     /// Fail fast: the first `fail_fast` rule that the steps so far already fail.
     fn settled_failure(&self, table: &MetricTable, step: u64, total: u64) -> Option<RunEnd> {
-        let rule = crate::compare::first_settled_failure(
-            &self.checks,
-            self.golden.as_ref(),
-            table,
-            total,
-        )?;
+        let rule = self.live.as_ref()?.first_settled_failure(table, total)?;
         Some(RunEnd::Aborted {
             reason: format!(
                 "fail fast: rule `{rule}` can no longer pass after step {step} of {total}"

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::config::scenarios_root;
 use super::lint::{layer_files, lint_file, LintIssue};
-use super::{discover, load_scenario, SpecError};
+use super::{discover, load_scenario, SpecError, SpecErrors};
 
 /// A scenario's problems: errors (exit 2 from `check` and `run`), lints (exit 2 from `check`)
 /// and warnings.
@@ -21,6 +21,18 @@ pub struct Problems {
 /// What `check` asks of a scenario that loads, against the goldens under the third path (the
 /// command layer's preflight: the judge's lint of the rules, the trainer program, the shapes).
 pub type Preflight<'a> = &'a dyn Fn(&Path, &super::Scenario, &Path) -> Problems;
+
+/// Whether a scenario that loads can be planned: the errors of its plan (the builtin driver's
+/// translation of its config, the options of a server the harness starts), which `check` and
+/// `list` count as the file's, as `run` refuses them. The layer that plans hands it in.
+pub type Planned<'a> = &'a dyn Fn(&super::Scenario) -> Result<(), SpecErrors>;
+
+/// `path` loaded and planned: the scenario, or the errors of its file or its plan.
+fn load_planned(path: &Path, planned: Planned) -> Result<super::Scenario, SpecErrors> {
+    let s = load_scenario(path, &[])?;
+    planned(&s)?;
+    Ok(s)
+}
 
 /// What kind of file a report is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,9 +76,10 @@ impl CheckOutcome {
     }
 }
 
-/// Validate every scenario under `paths` (default `scenarios/` when empty) and lint the layer
-/// files (`backends/`, `defaults/`) of every scenarios root involved.
-pub fn check(paths: &[PathBuf], problems: Preflight) -> CheckOutcome {
+/// Validate every scenario under `paths` (default `scenarios/` when empty), each loaded and
+/// planned (`planned`), and lint the layer files (`backends/`, `defaults/`) of every scenarios
+/// root involved.
+pub fn check(paths: &[PathBuf], planned: Planned, problems: Preflight) -> CheckOutcome {
     let default_paths = [PathBuf::from("scenarios")];
     let paths: &[PathBuf] = if paths.is_empty() {
         &default_paths
@@ -106,7 +119,7 @@ pub fn check(paths: &[PathBuf], problems: Preflight) -> CheckOutcome {
     for file in scenario_files {
         roots.insert(scenarios_root(&file));
         let mut warnings = Vec::new();
-        let errors = match load_scenario(&file, &[]) {
+        let errors = match load_planned(&file, planned) {
             // Rules that cannot fail, against the scenario's goldens (`golden/` beside
             // `scenarios/`).
             Ok(s) => {
@@ -236,8 +249,9 @@ pub struct ListEntry {
     pub runnable: Result<(), Vec<String>>,
 }
 
-/// The scenarios under `root` and whether each can run on this machine.
-pub fn list(root: &Path) -> Vec<ListEntry> {
+/// The scenarios under `root` and whether each can run on this machine (a file that does not
+/// load or plan, `planned`, cannot).
+pub fn list(root: &Path, planned: Planned) -> Vec<ListEntry> {
     let files = match discover(&[root.to_path_buf()]) {
         Ok(f) => f,
         Err(e) => {
@@ -252,7 +266,7 @@ pub fn list(root: &Path) -> Vec<ListEntry> {
     };
     files
         .into_iter()
-        .map(|path| match load_scenario(&path, &[]) {
+        .map(|path| match load_planned(&path, planned) {
             Ok(s) => {
                 let unmet = s.requires.unmet();
                 ListEntry {

@@ -252,21 +252,18 @@ fn check_selftest(
 fn driver_and_backend(
     root: &SpannedNode,
     errors: &mut Vec<SpecError>,
-) -> (
-    Option<crate::driver::DriverSpec>,
-    Option<crate::backend::BackendSpec>,
-) {
-    let driver: Option<crate::driver::DriverSpec> =
+) -> (Option<super::DriverSpec>, Option<super::BackendSpec>) {
+    let driver: Option<super::DriverSpec> =
         required(root, "driver", "e.g. `{kind: builtin}`", errors);
     // A trainer that brings its own backend (the command driver) needs no `backend` block.
-    let backend: Option<crate::backend::BackendSpec> = if root.get("backend").is_none()
-        && !matches!(driver, Some(crate::driver::DriverSpec::Builtin(_)))
+    let backend: Option<super::BackendSpec> = if root.get("backend").is_none()
+        && !matches!(driver, Some(super::DriverSpec::Builtin(_)))
     {
-        Some(crate::backend::BackendSpec::None)
+        Some(super::BackendSpec::None)
     } else {
         required(root, "backend", "e.g. `{kind: mock}`", errors)
     };
-    if let (Some(crate::driver::DriverSpec::Builtin(_)), Some(crate::backend::BackendSpec::None)) =
+    if let (Some(super::DriverSpec::Builtin(_)), Some(super::BackendSpec::None)) =
         (&driver, &backend)
     {
         let pos = root.get("backend").map_or(&root.pos, |n| &n.pos);
@@ -450,15 +447,6 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
         .into());
     };
 
-    // The builtin driver's translation reads the config with types (`lr` a number, ...): its
-    // errors are the scenario's, at the key's line, for `check` as for `run`.
-    if let crate::driver::DriverSpec::Builtin(_) = &driver {
-        if let Err(e) = crate::driver::translate::translate(&layered.tree.to_json(), steps) {
-            let node = layered.tree.node(&e.key);
-            let pos = node.map_or(&root.pos, |n| &n.pos);
-            return Err(SpecError::at(pos, format!("config.{}", e.key), e.message).into());
-        }
-    }
     let origins = top_level_origins(&root);
     let mut sources = vec![path.to_path_buf()];
     sources.extend(layered.sources);
@@ -470,6 +458,7 @@ pub fn load_scenario(path: &Path, overrides: &[String]) -> Result<Scenario, Spec
     ));
     Ok(Scenario {
         path: path.to_path_buf(),
+        pos: root.pos.clone(),
         name,
         description,
         tags,

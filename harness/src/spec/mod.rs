@@ -7,8 +7,10 @@
 //! are collected across blocks, so one `check` shows every problem of a file.
 //!
 //! `load` reads one scenario file into a [`Scenario`], `discover` finds scenario files,
-//! `requires` and `timeouts` are two of its blocks.
+//! `requires` and `timeouts` are two of its blocks, and `blocks` holds the stages' blocks
+//! (`driver`, `backend`), which the stages read from here.
 
+pub mod blocks;
 pub mod check;
 pub(crate) mod config;
 pub(crate) mod de;
@@ -28,6 +30,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use blocks::{BackendSpec, DriverSpec};
 pub use check::Problems;
 pub(crate) use config::{builtin_text, ConfigTree};
 pub use discover::discover;
@@ -42,14 +45,17 @@ pub use yaml::{Origin, Pos, SpannedNode, SpannedValue};
 #[derive(Debug, Clone)]
 pub struct Scenario {
     pub path: PathBuf,
+    /// Where the scenario's mapping starts (its first key): an error about a config key the
+    /// file does not write (the plan's, `plan::PlanError`) points here.
+    pub(crate) pos: Pos,
     pub name: String,
     pub(crate) description: String,
     pub(crate) tags: Vec<String>,
     pub requires: Requires,
     pub seed: u64,
     pub steps: u64,
-    pub driver: crate::driver::DriverSpec,
-    pub backend: crate::backend::BackendSpec,
+    pub driver: DriverSpec,
+    pub backend: BackendSpec,
     pub(crate) metrics: crate::metrics::MetricsSpec,
     pub checks: crate::checks::ChecksSpec,
     pub(crate) timeouts: Timeouts,

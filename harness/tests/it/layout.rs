@@ -37,7 +37,7 @@ fn the_two_gpu_split_scenario_validates_and_is_skipped_without_two_gpus() {
         text.contains("NO GOLDEN YET"),
         "the header says the golden is to come"
     );
-    let listed = rlharness::spec::check::list(&repo().join("scenarios"));
+    let listed = rlharness::app::list(&repo().join("scenarios"));
     let e = listed
         .iter()
         .find(|e| e.path.ends_with("qwen3-0.6b-shape-grpo-2xh200.yaml"))

@@ -22,14 +22,19 @@ fn flagship_cassette() -> PathBuf {
     repo().join("golden/tiny-gsm8k-grpo/cpu/cassette")
 }
 
-/// Options of a test run straight into `run_dir`, with `--set` overrides.
+/// Options of a test run straight into `run_dir`, with `--set` overrides (executed here
+/// without `run_one`, so the live judge is handed in as `run_one` would).
 fn opts(run_dir: &Path, set: &[String]) -> RunOptions {
-    run_options(
-        run_dir,
-        repo().join("golden"),
-        run_dir.to_path_buf(),
-        set.to_vec(),
-    )
+    RunOptions {
+        // The judge's fail-fast rules, as `run_one` hands them to the runner.
+        live_judge: Some(rlharness::compare::FailFast::handed()),
+        ..run_options(
+            run_dir,
+            repo().join("golden"),
+            run_dir.to_path_buf(),
+            set.to_vec(),
+        )
+    }
 }
 
 fn plan(file: &Path, set: &[String], steps: Option<u64>) -> RunPlan {

@@ -5,13 +5,12 @@ use crate::backend::BackendSpec;
 use crate::cli::VerlAssetsArgs;
 use crate::driver::{DriverSpec, TaskSpec};
 use crate::error::{CommandError, ExitStatus};
-use crate::spec;
 use rlharness_arctic::task::{ArithConfig, ArithTask};
 use rlharness_arctic::torch_spec::decoder::DecoderConfig;
 use rlharness_arctic::torch_spec::TorchSpec;
 
 pub(crate) fn verl(args: &VerlAssetsArgs) -> Result<ExitStatus, CommandError> {
-    let scenario = spec::load_scenario(&args.scenario, &args.set)
+    let scenario = crate::plan::load_checked(&args.scenario, &args.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     let file = args.scenario.display();
     let spec = match &scenario.backend {

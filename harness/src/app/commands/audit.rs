@@ -8,13 +8,13 @@ use crate::compare::audit::{audit as run_audit, Audit, AuditOptions};
 use crate::error::{CommandError, ExitStatus};
 use crate::golden::audit_record::{AuditFigures, AuditRecord, AUDIT_FILE};
 use crate::golden::{Golden, GoldenStore};
-use crate::{spec, util};
+use crate::util;
 
 /// `rlharness golden audit SCENARIO`: the audit printed (a summary, or JSON); exit 1 when it
 /// found a problem (a false-alarm rate above the budget, a rule that cannot fail).
 pub(crate) fn audit(args: &AuditArgs, golden: Option<&Path>) -> Result<ExitStatus, CommandError> {
     let golden_root = cli::golden_store(golden, Some(&args.scenario));
-    let scenario = spec::load_scenario(&args.scenario, &[])
+    let scenario = crate::plan::load_checked(&args.scenario, &[])
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     if args.draws == 0 {
         return Err(CommandError::invalid("--draws must be at least 1"));

@@ -26,7 +26,7 @@ use crate::propagate::command::{run_matrix_on, MatrixOptions, TrialExecutor};
 use crate::report::Report;
 use crate::rundir::RunStatus;
 use crate::runner::RunOptions;
-use crate::spec::{self, Scenario};
+use crate::spec::Scenario;
 use crate::util;
 
 /// Everything a commit's test needs.
@@ -61,7 +61,7 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
         Executor::Local => None,
         Executor::Ray => Some(RayJobs::new(args.ray.clone())?),
     };
-    let scenario = spec::load_scenario(&args.scenario, &args.set)
+    let scenario = crate::plan::load_checked(&args.scenario, &args.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     let var = commit_verdict::source_var(&scenario, args.source.as_deref())?;
     let good = git::resolve(&args.repo, &args.good)?;

@@ -42,8 +42,8 @@ pub(crate) async fn calibrate(
     let set = set.as_slice();
     let detect = detect.map(|d| parse_fraction(&d)).transpose()?;
     if let Some(fraction) = detect {
-        let scenario =
-            spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
+        let scenario = crate::plan::load_checked(file, set)
+            .map_err(|e| CommandError::invalid(e.to_string()))?;
         let dir = calibration_dir(golden_root, &scenario.name, hardware.as_deref(), "--detect")?;
         if let Some(cal) = Calibration::read(&dir)? {
             print_seeds_needed(&scenario.checks, &cal, fraction);
@@ -65,8 +65,8 @@ pub(crate) async fn calibrate(
         ));
     }
     if let Some(dir) = &from_runs {
-        let scenario =
-            spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
+        let scenario = crate::plan::load_checked(file, set)
+            .map_err(|e| CommandError::invalid(e.to_string()))?;
         let runs = stored_runs(dir, &scenario.name, golden_root, allow_dirty)?;
         let total = runs.len();
         let mut done = Vec::new();
@@ -86,7 +86,7 @@ pub(crate) async fn calibrate(
         }
     }
     let scenario =
-        spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
+        crate::plan::load_checked(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
     let seeds = match (seeds, runs) {
         (Some(seeds), _) => seeds,
         (None, Some(n)) => vec![scenario.seed; n.max(1)],

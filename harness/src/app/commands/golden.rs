@@ -75,7 +75,7 @@ fn golden_bless(run: &Path, root: &Path) -> Result<(String, ExitStatus), Command
         return refuse("it is a self-test's run (planted on purpose)".into());
     }
     let file = Path::new(&manifest.scenario_path);
-    let scenario = spec::load_scenario(file, &[]).map_err(|e| {
+    let scenario = crate::plan::load_checked(file, &[]).map_err(|e| {
         CommandError::invalid(format!(
             "{}: cannot bless: its scenario {}: {e}",
             run.display(),
@@ -287,7 +287,7 @@ fn scenario_checks(root: &Path, name: &str) -> Option<crate::checks::ChecksSpec>
     let files = spec::discover(std::slice::from_ref(&scenarios)).ok()?;
     files
         .iter()
-        .filter_map(|f| spec::load_scenario(f, &[]).ok())
+        .filter_map(|f| crate::plan::load_checked(f, &[]).ok())
         .find(|s| s.name == name)
         .map(|s| s.checks)
 }

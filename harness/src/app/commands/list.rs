@@ -25,7 +25,7 @@ pub(crate) fn list(
             root.display()
         )));
     }
-    let mut entries = check::list(root);
+    let mut entries = crate::app::list(root);
     if entries.is_empty() {
         return Err(CommandError::invalid(format!(
             "{}: no scenario files there",

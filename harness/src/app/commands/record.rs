@@ -6,7 +6,6 @@ use crate::cli::RecordArgs;
 use crate::error::{CommandError, ExitStatus};
 use crate::plan::RunPlan;
 use crate::runner::{self, RunEnd};
-use crate::spec;
 use rlharness_arctic::fsx;
 
 /// `rlharness record`: run a scenario through the proxy, keep its whole wire traffic as a
@@ -15,14 +14,17 @@ use rlharness_arctic::fsx;
 /// convergence run.
 pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError> {
     use rlharness_arctic::cassette::{Cassette, META_FILE, METRICS_FILE};
-    let opts = args.common.options(&args.scenario);
+    let opts = runner::RunOptions {
+        live_judge: Some(crate::compare::FailFast::handed()),
+        ..args.common.options(&args.scenario)
+    };
     if ci_env() {
         return Err(CommandError::invalid(
             "refusing to record under CI=true: CI never writes the golden store; record \
              locally and commit the cassette",
         ));
     }
-    let scenario = spec::load_scenario(&args.scenario, &opts.set)
+    let scenario = crate::plan::load_checked(&args.scenario, &opts.set)
         .map_err(|e| CommandError::invalid(e.to_string()))?;
     if matches!(
         scenario.backend,

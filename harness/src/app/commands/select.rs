@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::filter::{Facts, Filter};
 use crate::error::CommandError;
 use crate::spec;
-use crate::spec::check::{self, ListEntry};
+use crate::spec::check::ListEntry;
 
 /// The nearest `scenarios/` folder from the working directory up: where names are looked up,
 /// and what `--tag` selects from when no path is given.
@@ -47,7 +47,7 @@ pub(crate) fn select(
                  above to look it up in as a scenario name)"
             )));
         };
-        let entries = listed.get_or_insert_with(|| check::list(root));
+        let entries = listed.get_or_insert_with(|| crate::app::list(root));
         paths.push(by_name(&name, root, entries)?);
     }
     if given.is_empty() {
@@ -70,7 +70,7 @@ pub(crate) fn select(
     if !tags.is_empty() || filter.is_some() {
         let loaded: Vec<(PathBuf, Option<spec::Scenario>)> = files
             .iter()
-            .map(|f| (f.clone(), spec::load_scenario(f, &[]).ok()))
+            .map(|f| (f.clone(), crate::plan::load_checked(f, &[]).ok()))
             .collect();
         files.retain(|f| {
             let Some((_, Some(s))) = loaded.iter().find(|(p, _)| p == f) else {

@@ -5,7 +5,7 @@ use std::path::Path;
 use crate::backend::{child, BackendSpec};
 use crate::cli::{ServeArgs, ServeKind};
 use crate::error::{CommandError, ExitStatus};
-use crate::spec::{self, Scenario};
+use crate::spec::Scenario;
 use rlharness_arctic::mock::{self, MockScript};
 
 /// The scenario a `serve` or `proxy` command takes its settings from, if one is named.
@@ -15,7 +15,7 @@ fn load_optional_scenario(
 ) -> Result<Option<Scenario>, CommandError> {
     match path {
         None => Ok(None),
-        Some(p) => spec::load_scenario(p, set)
+        Some(p) => crate::plan::load_checked(p, set)
             .map(Some)
             .map_err(|e| CommandError::invalid(e.to_string())),
     }

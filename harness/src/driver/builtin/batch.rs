@@ -3,7 +3,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{bad_reply, protocol, wire_err, Sample, StepError};
-use crate::driver::translate::{BatchShape, Translation};
+use super::{BatchShape, Translation};
 use rlharness_arctic::task::PAD_ID;
 use rlharness_arctic::wire::{Node, Tensor};
 

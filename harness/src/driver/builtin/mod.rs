@@ -8,19 +8,22 @@
 //! After each step's sync, the exact check of it (`/weight-digest`, where the backend has it).
 //!
 //! `step` is one training step and its metrics, `generate` the rollout's `/generate` requests,
-//! `batch` the padded batch and its `/forward` frames, `digest` the check of each sync.
+//! `batch` the padded batch and its `/forward` frames, `digest` the check of each sync;
+//! `translation` what the driver sends, which the plan translates from the config once.
 
 mod batch;
 pub(crate) mod digest;
 mod generate;
 mod step;
+mod translation;
+
+pub(crate) use translation::{BatchShape, Translation};
 
 use std::time::Instant;
 
 use serde_json::Value;
 
 use super::client::{ArcticClient, ClientError, Reply};
-use super::translate::Translation;
 use super::BuiltinDriverSpec;
 use crate::events::{EventSender, RunEvent};
 use crate::metrics::ModelShape;

@@ -135,7 +135,7 @@ pub(crate) fn manifest_for(
     scenario: &Path,
     config: &Value,
 ) -> Result<(KnobManifest, PathBuf), PropagateError> {
-    let backend = crate::driver::translate::lookup(config, "trainer.remote_backend")
+    let backend = crate::knobs::lookup(config, "trainer.remote_backend")
         .and_then(Value::as_str)
         .ok_or_else(|| {
             PropagateError::Input(format!(
@@ -279,7 +279,7 @@ pub(crate) async fn run_matrix_on(
 ) -> Result<(PropagationReport, PathBuf, bool), PropagateError> {
     let started = Instant::now();
     let invalid = |e: crate::spec::SpecErrors| PropagateError::Input(e.to_string());
-    let base = crate::spec::load_scenario(scenario, set).map_err(invalid)?;
+    let base = crate::plan::load_checked(scenario, set).map_err(invalid)?;
     let base_config = base.config.to_json();
     let (mut m, mpath) = manifest_for(scenario, &base_config)?;
     // Unlisted and unaccounted knobs are judged against the whole manifest, whatever `--knobs`

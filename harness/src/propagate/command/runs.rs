@@ -89,6 +89,7 @@ impl Executor<'_> {
             stop_at: self.stop_at(reach),
             experiment_name: Some(self.experiment.clone()),
             netns: self.netns.clone(),
+            live_judge: Some(crate::compare::FailFast::handed()),
             ..RunOptions::new(self.out.to_path_buf(), PathBuf::from("golden"))
         }
     }
@@ -298,7 +299,7 @@ impl RunSet {
             let overrides = &self.runs[i];
             let mut args = exec.set.to_vec();
             args.extend(overrides.iter().cloned());
-            let s = match crate::spec::load_scenario(exec.scenario, &args) {
+            let s = match crate::plan::load_checked(exec.scenario, &args) {
                 Ok(s) => s,
                 Err(e) => {
                     let msg = format!(
@@ -362,12 +363,10 @@ fn run_plan_for(
 ) -> Result<crate::plan::RunPlan, crate::plan::PlanError> {
     let steps = match &s.driver {
         crate::driver::DriverSpec::Command(_) => {
-            if let Some(n) = crate::driver::translate::lookup(
-                &s.config.to_json(),
-                "trainer.total_training_steps",
-            )
-            .and_then(Value::as_u64)
-            .filter(|n| *n >= 1)
+            if let Some(n) =
+                crate::knobs::lookup(&s.config.to_json(), "trainer.total_training_steps")
+                    .and_then(Value::as_u64)
+                    .filter(|n| *n >= 1)
             {
                 s.steps = n;
             }

@@ -54,7 +54,7 @@ pub(crate) trait TrialExecutor: Send + Sync {
 
 /// Why a trainer's run shows nothing on the wire, when it cannot: it talks over Ray.
 pub(super) fn over_ray(config: &Value) -> Option<String> {
-    let protocol = crate::driver::translate::lookup(config, crate::propagate::group::TRANSPORT)?;
+    let protocol = crate::knobs::lookup(config, crate::propagate::group::TRANSPORT)?;
     (protocol.as_str() == Some("ray")).then(|| {
         "not observable over Ray: the trainer's Arctic client talks to the server over Ray, \
          which the recording proxy cannot see; run with remote_backend.comms.protocol=http"

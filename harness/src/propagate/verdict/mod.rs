@@ -40,7 +40,7 @@ pub(crate) use perturbations::{
 };
 
 fn lookup<'a>(tree: &'a Value, path: &str) -> Option<&'a Value> {
-    crate::driver::translate::lookup(tree, path)
+    crate::knobs::lookup(tree, path)
 }
 
 #[cfg(test)]

@@ -96,7 +96,7 @@ fn the_qwen3_gpu_scenarios_validate_and_are_listed_as_skipped_here() {
         golden.table.series("val-core/openai/gsm8k/acc/mean@1"),
         vec![(4, 0.00152)]
     );
-    let listed = rlharness::spec::check::list(&repo().join("scenarios"));
+    let listed = rlharness::app::list(&repo().join("scenarios"));
     let have_verl = rlharness::spec::Requires {
         python_modules: vec!["verl".into(), "arctic_platform".into()],
         gpus: 1,

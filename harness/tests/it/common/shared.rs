@@ -92,6 +92,8 @@ pub async fn shared_reference(scenario: &Path, opts: &RunOptions) -> Arc<SharedR
         let mut o = opts.clone();
         o.run_dir = Some(dir.join("reference"));
         o.out = dir;
+        // The judge's fail-fast rules, as `run_one` hands them to the runner.
+        o.live_judge = Some(rlharness::compare::FailFast::handed());
         let executed = rlharness::runner::execute(plan, &o)
             .await
             .map_err(|e| e.to_string())?;

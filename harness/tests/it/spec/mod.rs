@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use rlharness::app::check;
+use rlharness::app::list;
 use rlharness::plan::RunPlan;
-use rlharness::spec::check::{list, render_check, render_list, Diagnostic};
+use rlharness::spec::check::{render_check, render_list, Diagnostic};
 use rlharness::spec::lint::lint_file;
 use rlharness::spec::{discover, load_scenario, Origin, Scenario, SpecError, SpecErrors};
 use serde_json::json;

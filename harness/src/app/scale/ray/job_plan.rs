@@ -135,7 +135,7 @@ pub(super) fn plan(
         let file = &run.file;
         let mut set = args.common.set.clone();
         set.extend(run.set.iter().cloned());
-        let scenario = match crate::spec::load_scenario(file, &set) {
+        let scenario = match crate::plan::load_checked(file, &set) {
             Ok(s) => s,
             Err(e) => {
                 let err = CommandError::invalid(e.to_string());

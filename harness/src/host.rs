@@ -1,4 +1,6 @@
-//! The golden key of a device, and the names and ordinals of CUDA devices it is read from.
+//! Hardware naming: the golden key of a device, and the names and ordinals of CUDA devices it
+//! is read from. The runner names the device a run computes on (`run.json`'s `device` and
+//! `hardware`); the golden store keeps its goldens under that key.
 
 /// The golden key of a device: an override wins; a known accelerator name maps to its model
 /// (`NVIDIA H200` -> `h200`, `NVIDIA A100-SXM4-80GB` -> `a100`, `NVIDIA GeForce RTX 4090` ->
@@ -134,5 +136,87 @@ fn slug(s: &str) -> String {
         "unknown".into()
     } else {
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hardware_keys() {
+        assert_eq!(hardware_key("cpu", None), "cpu");
+        assert_eq!(hardware_key("CPU (x86_64, 16 threads)", None), "cpu");
+        assert_eq!(hardware_key("NVIDIA H200", None), "h200");
+        assert_eq!(hardware_key("NVIDIA H100 80GB HBM3", None), "h100");
+        assert_eq!(hardware_key("NVIDIA A100-SXM4-80GB", None), "a100");
+        assert_eq!(hardware_key("NVIDIA GeForce RTX 4090", None), "rtx4090");
+        assert_eq!(hardware_key("NVIDIA H200", Some("h200-nvl")), "h200-nvl");
+        assert_eq!(hardware_key("cpu", Some("  My Box ")), "my-box");
+        assert_eq!(hardware_key("", None), "cpu");
+    }
+
+    #[test]
+    fn cuda_names_key_by_model_whatever_the_ordinal() {
+        for (name, key) in [
+            ("NVIDIA H200", "h200"),
+            ("NVIDIA H200 (cuda:0)", "h200"),
+            ("NVIDIA H200 (cuda:7)", "h200"),
+            ("NVIDIA H100 80GB HBM3", "h100"),
+            ("NVIDIA H100 PCIe", "h100"),
+            ("NVIDIA H100 NVL (cuda:1)", "h100"),
+            ("NVIDIA A100-SXM4-80GB", "a100"),
+            ("NVIDIA A100-PCIE-40GB (cuda:3)", "a100"),
+            ("NVIDIA GeForce RTX 4090", "rtx4090"),
+            ("NVIDIA GeForce RTX 4090 (cuda:1)", "rtx4090"),
+            ("NVIDIA GeForce GTX 1080 Ti", "gtx1080ti"),
+            ("NVIDIA RTX A6000", "a6000"),
+            ("NVIDIA L40S", "l40s"),
+            ("NVIDIA L4", "l4"),
+            ("Tesla V100-SXM2-16GB", "v100"),
+            ("Tesla T4", "t4"),
+            ("NVIDIA GH200 480GB", "gh200"),
+            ("NVIDIA B200", "b200"),
+            ("AMD Instinct MI300X", "mi300x"),
+            ("NVIDIA Graphics Device", "graphics-device"),
+            // Known only by its ordinal: never `cuda-0`, whatever the ordinal.
+            ("cuda:0", "cuda"),
+            ("cuda:5", "cuda"),
+            ("cuda", "cuda"),
+        ] {
+            assert_eq!(hardware_key(name, None), key, "{name}");
+        }
+    }
+
+    /// On a host with an NVIDIA GPU (`cargo test -- --ignored`): ordinal 0 is named through
+    /// nvidia-smi and keyed by its model, never by its ordinal.
+    #[test]
+    #[ignore = "needs an NVIDIA GPU and nvidia-smi: the GPU lane, bash ci/gpu-tests.sh"]
+    fn a_real_cuda_device_is_named_and_keyed_by_its_model() {
+        let named = name_cuda_device("cuda:0");
+        assert!(named.ends_with(" (cuda:0)"), "{named}");
+        let key = hardware_key(&named, None);
+        assert!(!key.contains("cuda"), "{named} -> {key}");
+        println!("{named} -> {key}");
+    }
+
+    #[test]
+    fn cuda_ordinals_and_visible_devices() {
+        assert_eq!(cuda_ordinal("cuda:0"), Some(0));
+        assert_eq!(cuda_ordinal("cuda:3"), Some(3));
+        assert_eq!(cuda_ordinal("cuda"), Some(0));
+        assert_eq!(cuda_ordinal("cpu"), None);
+        assert_eq!(cuda_ordinal("cudax"), None);
+        assert_eq!(nvidia_smi_index(0, None).as_deref(), Some("0"));
+        assert_eq!(nvidia_smi_index(2, Some("")).as_deref(), Some("2"));
+        assert_eq!(nvidia_smi_index(0, Some("3,5")).as_deref(), Some("3"));
+        assert_eq!(nvidia_smi_index(1, Some("3, 5")).as_deref(), Some("5"));
+        assert_eq!(
+            nvidia_smi_index(0, Some("GPU-8f3e,GPU-1a2b")).as_deref(),
+            Some("GPU-8f3e")
+        );
+        assert_eq!(nvidia_smi_index(2, Some("3,5")), None);
+        // Not a CUDA device: no query, unchanged.
+        assert_eq!(name_cuda_device("cpu"), "cpu");
     }
 }
