@@ -13,7 +13,7 @@ mod seeds;
 mod spec;
 
 pub(crate) use expected::{ExpectedOutcome, ExpectedVerdict};
-pub(crate) use seeds::parse_seed_range;
+pub(crate) use seeds::{parse_seed_range, SeedRangeError};
 pub(crate) use spec::window_value;
 pub(crate) use spec::{
     stability_enabled_for, Calibrated, ChecksSpec, Direction, Expectation, GoldenRule, GoldenRules,

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
+use crate::app::errors::Failure;
 use crate::app::pipeline::run_one;
 use crate::app::scale::ray::{run_jobs, JobRun, OnDone, RayJobs};
 use crate::bisect::cache::Cache;
@@ -61,8 +62,7 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
         Executor::Local => None,
         Executor::Ray => Some(RayJobs::new(args.ray.clone())?),
     };
-    let scenario = spec::load_scenario(&args.scenario, &args.set)
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let scenario = spec::load_scenario(&args.scenario, &args.set)?;
     let var = judge::source_var(&scenario, args.source.as_deref())?;
     let good = git::resolve(&args.repo, &args.good)?;
     let bad = git::resolve(&args.repo, &args.bad)?;
@@ -435,8 +435,11 @@ impl Bench<'_> {
             .map(|(seed, e)| {
                 let report = match e.run_dir.filter(|d| d.join("run.json").is_file()) {
                     Some(dir) => {
-                        crate::app::judged::judge_stored(&dir, &self.golden).map_err(|err| {
-                            CommandError::run_failed(format!("{}: {err}", dir.display()))
+                        crate::app::judged::judge_stored(&dir, &self.golden).map_err(|source| {
+                            CommandError::from(Failure::BroughtBack {
+                                dir: dir.clone(),
+                                source,
+                            })
                         })
                     }
                     None => Err(CommandError::new(

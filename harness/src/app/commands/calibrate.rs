@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::app::ci_env;
+use crate::app::errors::Failure;
 use crate::app::pipeline::run_one;
 use crate::app::scale::ray::{run_jobs, JobBatch, JobRun};
 use crate::checks::ChecksSpec;
@@ -42,8 +43,7 @@ pub(crate) async fn calibrate(
     let set = set.as_slice();
     let detect = detect.map(|d| parse_fraction(&d)).transpose()?;
     if let Some(fraction) = detect {
-        let scenario =
-            spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
+        let scenario = spec::load_scenario(file, set)?;
         let dir = calibration_dir(golden_root, &scenario.name, hardware.as_deref(), "--detect")?;
         if let Some(cal) = Calibration::read(&dir)? {
             print_seeds_needed(&scenario.checks, &cal, fraction);
@@ -55,7 +55,7 @@ pub(crate) async fn calibrate(
         );
     }
     let seeds = match seeds {
-        Some(r) => Some(parse_seed_range(&r).map_err(|e| CommandError::invalid(e.to_string()))?),
+        Some(r) => Some(parse_seed_range(&r)?),
         None => None,
     };
     if ci_env() {
@@ -65,8 +65,7 @@ pub(crate) async fn calibrate(
         ));
     }
     if let Some(dir) = &from_runs {
-        let scenario =
-            spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
+        let scenario = spec::load_scenario(file, set)?;
         let runs = stored_runs(dir, &scenario.name, golden_root, allow_dirty)?;
         let total = runs.len();
         let mut done = Vec::new();
@@ -85,8 +84,7 @@ pub(crate) async fn calibrate(
             )));
         }
     }
-    let scenario =
-        spec::load_scenario(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let scenario = spec::load_scenario(file, set)?;
     let seeds = match (seeds, runs) {
         (Some(seeds), _) => seeds,
         (None, Some(n)) => vec![scenario.seed; n.max(1)],
@@ -153,9 +151,7 @@ fn write_calibration(
     detect: Option<f64>,
 ) -> Result<ExitStatus, CommandError> {
     if done.is_empty() {
-        return Err(CommandError::invalid(
-            "no completed run to calibrate from".to_string(),
-        ));
+        return Err(CommandError::invalid("no completed run to calibrate from"));
     }
     done.sort_by_key(|(s, _)| *s);
     let first = &done[0].1;
@@ -512,8 +508,12 @@ async fn ray_runs(
                     ),
                 )
             })?;
-        let report = crate::app::judged::judge_stored(&dir, golden_root)
-            .map_err(|err| CommandError::run_failed(format!("{}: {err}", dir.display())))?;
+        let report = crate::app::judged::judge_stored(&dir, golden_root).map_err(|source| {
+            Failure::BroughtBack {
+                dir: dir.clone(),
+                source,
+            }
+        })?;
         reports.push((*seed, report));
     }
     Ok(reports)
@@ -556,8 +556,12 @@ fn stored_runs(
     let mut runs = Vec::new();
     let mut commits = std::collections::BTreeSet::new();
     for d in dirs {
-        let report = crate::app::judged::judge_stored(&d, golden_root)
-            .map_err(|e| CommandError::invalid(format!("{}: {e}", d.display())))?;
+        let report = crate::app::judged::judge_stored(&d, golden_root).map_err(|source| {
+            Failure::FromRuns {
+                dir: d.clone(),
+                source,
+            }
+        })?;
         if report.scenario != scenario {
             return Err(CommandError::invalid(format!(
                 "{}: a run of `{}`, not of `{scenario}`",

@@ -383,21 +383,38 @@ pub(crate) fn json_document(out: &Path, entries: &[Entry]) -> serde_json::Value 
 /// The version of `index.json` (bumped when a key changes meaning or goes away).
 pub(crate) const JSON_SCHEMA: u32 = 1;
 
+/// Why `run --rerun-failed` cannot tell which scenarios failed last time.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IndexError {
+    #[error("cannot read {} (the last run's combined verdict): {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a combined verdict: {source}", path.display())]
+    NotAnIndex {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: no `scenarios` list", path.display())]
+    NoScenarios { path: PathBuf },
+}
+
 /// The scenario files of `OUT/index.json` (the last `run` into OUT) that did not pass:
 /// `run --rerun-failed`.
-pub(crate) fn failed_files(out: &Path) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn failed_files(out: &Path) -> Result<Vec<PathBuf>, IndexError> {
     let path = out.join("index.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        format!(
-            "cannot read {} (the last run's combined verdict): {e}",
-            path.display()
-        )
-    })?;
-    let doc: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: not a combined verdict: {e}", path.display()))?;
-    let scenarios = doc["scenarios"]
-        .as_array()
-        .ok_or_else(|| format!("{}: no `scenarios` list", path.display()))?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(source) => return Err(IndexError::Read { path, source }),
+    };
+    let doc: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(d) => d,
+        Err(source) => return Err(IndexError::NotAnIndex { path, source }),
+    };
+    let Some(scenarios) = doc["scenarios"].as_array() else {
+        return Err(IndexError::NoScenarios { path });
+    };
     Ok(scenarios
         .iter()
         .filter(|s| s["exit_code"].as_i64() != Some(0) && s["skipped"] != true)

@@ -41,7 +41,7 @@ use crate::rundir::ReplayRecord;
 use crate::wire::digest::WEIGHT_DIGEST_ROUTE;
 pub(crate) use cassette::{Cassette, CassetteError, CassetteWriter, RecordedExchange};
 use diff::{differences, request_view, Difference};
-pub(crate) use install::install_cassette;
+pub(crate) use install::{install_cassette, InstallError};
 
 /// How many differences of one request are counted (the first is the one shown).
 const DIFF_LIMIT: usize = 64;

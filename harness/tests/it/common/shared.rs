@@ -70,6 +70,7 @@ pub async fn shared_run(scenario: &Path, opts: &RunOptions) -> Arc<SharedRun> {
 
 /// What a self-test's reference is made with besides the caller's overrides: the values that
 /// only name and describe a run, or say what verdict a self-test expects, alike for all.
+#[cfg_attr(not(feature = "torch"), allow(dead_code))]
 const NEUTRAL: [&str; 4] = [
     "name=selftest-reference",
     "description=The reference run of the self-tests of one scenario, made once per test binary",
@@ -79,7 +80,8 @@ const NEUTRAL: [&str; 4] = [
 
 /// The reference of the single-run self-test `scenario` (its scenario as written, on this
 /// host; unjudged), once per test binary for every self-test whose runs use the same values:
-/// what `RunOptions::reference_run` takes.
+/// what `RunOptions::reference_run` takes. (Only the torch self-tests use it.)
+#[cfg_attr(not(feature = "torch"), allow(dead_code))]
 pub async fn shared_reference(scenario: &Path, opts: &RunOptions) -> Arc<SharedRun> {
     let mut set = opts.set.clone();
     set.extend(NEUTRAL.iter().map(|s| s.to_string()));

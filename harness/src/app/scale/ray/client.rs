@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::app::errors::Failure;
 use crate::app::scale::ray_auth::RayToken;
-use crate::error::{CommandError, ExitStatus};
+use crate::error::CommandError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RayError {
@@ -35,14 +36,6 @@ pub enum RayError {
 }
 
 impl RayError {
-    /// A token missing or refused is the invocation's input (exit 2); the rest, the run's (3).
-    pub(crate) fn exit_status(&self) -> ExitStatus {
-        match self {
-            RayError::Auth { .. } => ExitStatus::InvalidInput,
-            _ => ExitStatus::RunFailed,
-        }
-    }
-
     fn auth(url: &str, status: u16, token: Option<&RayToken>) -> RayError {
         let why = match (status, token) {
             (401, None) => "answered 401 Unauthorized: the cluster has token authentication on \
@@ -105,7 +98,7 @@ impl RayClient {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(300))
             .build()
-            .map_err(|e| CommandError::run_failed(format!("HTTP client: {e}")))?;
+            .map_err(Failure::HttpClient)?;
         Ok(RayClient {
             base,
             http,
