@@ -24,6 +24,7 @@ use crate::backend::torch_spec::decoder::ModelError;
 use crate::bisect::BisectError;
 use crate::checks::SeedRangeError;
 use crate::compare::audit::AuditError;
+use crate::compare::calibrating::CalibrateError;
 use crate::compare::{CombinedError, StoredError};
 use crate::error::{CommandError, ExitStatus};
 use crate::fsx::FsError;
@@ -131,6 +132,12 @@ table! {
         AuditRecordError::Json { .. } => INVALID,
     };
     AuditError => |e| INVALID;
+    // A calibration's runs: none to calibrate from is the input's; a run that did not
+    // complete, failed a rule of its own or gave a value that is not finite, the run's.
+    CalibrateError => |e| match e {
+        CalibrateError::NoRuns => INVALID,
+        _ => FAILED,
+    };
     StoredError => |e| match e {
         StoredError::RunDir(r) => r.status(),
         StoredError::Golden(g) => g.status(),
