@@ -87,10 +87,9 @@ table! {
     PlanError => |e| INVALID;
     FilterError => |e| INVALID;
     SeedRangeError => |e| INVALID;
-    AssetsError => |e| match e {
-        AssetsError::Fs(f) => fs(f),
-        _ => INVALID,
-    };
+    // The assets' folder is the command's argument: one that cannot be made or written
+    // (under a file, say) is the input's, as before.
+    AssetsError => |e| INVALID;
     // A run that could not be carried out: its input's fault or the host's.
     RunError => |e| match e {
         RunError::Unrunnable(_) | RunError::BackendInput(_) => INVALID,
