@@ -11,11 +11,6 @@
 use std::fmt::Display;
 use std::path::PathBuf;
 
-use crate::app::commands::filter::FilterError;
-use crate::app::scale::bundle::BundleError;
-use crate::app::scale::index::IndexError;
-use crate::app::scale::ray::RayError;
-use crate::app::scale::ray_auth::RayAuthError;
 use crate::assets::AssetsError;
 use crate::backend::child::ChildError;
 use crate::backend::replay::cassette::CassetteError;
@@ -274,4 +269,103 @@ impl Failure {
             Package(_) | NoExecutable(_) | HttpClient(_) => FAILED,
         }
     }
+}
+
+// The errors of the command layer's own modules, here so that they use this table and the
+// table uses none of them.
+
+/// Why `-E`'s text is not a filter.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FilterError {
+    #[error(
+        "-E `{text}`: not a filter expression at column {col} (name(TEXT), tag(TAG), \
+         requires(TEXT), path(TEXT), all(), with and, or, not and parentheses)"
+    )]
+    Syntax { text: String, col: usize },
+    #[error("-E `{0}`: empty")]
+    Empty(String),
+}
+
+/// Why `run --rerun-failed` cannot tell which scenarios failed last time.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IndexError {
+    #[error("cannot read {} (the last run's combined verdict): {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a combined verdict: {source}", path.display())]
+    NotAnIndex {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: no `scenarios` list", path.display())]
+    NoScenarios { path: PathBuf },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BundleError {
+    #[error("the job's log holds no run-directory frame (the job ended before it printed one)")]
+    NoFrame,
+    #[error("the run-directory frame is cut short (no end line after its header)")]
+    Truncated,
+    #[error("the run-directory frame's header is malformed: `{0}`")]
+    Header(String),
+    #[error("the run-directory frame is not valid base64: {0}")]
+    Base64(String),
+    #[error("the run-directory frame holds {got} bytes, its header says {want}")]
+    Length { want: usize, got: usize },
+    #[error(
+        "the run-directory frame's checksum does not match (sha256 {got}, header says {want})"
+    )]
+    Checksum { want: String, got: String },
+    #[error("zip: {0}")]
+    Zip(#[from] zip::result::ZipError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RayError {
+    #[error("the Ray jobs API at {url}: {source}")]
+    Http {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("the Ray jobs API at {url} answered {status}: {body}")]
+    Status {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("the Ray jobs API at {url} answered something unexpected: {what}")]
+    Unexpected { url: String, what: String },
+    /// 401 or 403: the cluster has token authentication on. Names where the token came from,
+    /// never the token (nor the answer's body).
+    #[error("the Ray jobs API at {url} {why}")]
+    Auth {
+        url: String,
+        status: u16,
+        why: String,
+    },
+}
+
+/// A token that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RayAuthError {
+    #[error("the Ray token file {path} ({from}): {source}")]
+    Unreadable {
+        path: PathBuf,
+        from: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the Ray token file {path} ({from}) is empty")]
+    Empty { path: PathBuf, from: &'static str },
+    #[error("the Ray token ({from}) is not a valid HTTP header value")]
+    NotAHeader { from: &'static str },
 }

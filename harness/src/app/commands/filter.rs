@@ -9,6 +9,7 @@
 //! - `all()`: every scenario;
 //! - `and` / `&`, `or` / `|`, `not` / `!`, parentheses.
 
+pub(crate) use crate::app::errors::FilterError;
 use pest::iterators::Pair;
 use pest::Parser;
 
@@ -27,18 +28,6 @@ pub(crate) enum Filter {
     Not(Box<Filter>),
     And(Vec<Filter>),
     Or(Vec<Filter>),
-}
-
-/// Why `-E`'s text is not a filter.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum FilterError {
-    #[error(
-        "-E `{text}`: not a filter expression at column {col} (name(TEXT), tag(TAG), \
-         requires(TEXT), path(TEXT), all(), with and, or, not and parentheses)"
-    )]
-    Syntax { text: String, col: usize },
-    #[error("-E `{0}`: empty")]
-    Empty(String),
 }
 
 /// What a filter reads of one scenario.

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub(crate) use crate::app::errors::IndexError;
 use crate::error::ExitStatus;
 use crate::fsx;
 use crate::report::doc::{
@@ -382,23 +383,6 @@ pub(crate) fn json_document(out: &Path, entries: &[Entry]) -> serde_json::Value 
 
 /// The version of `index.json` (bumped when a key changes meaning or goes away).
 pub(crate) const JSON_SCHEMA: u32 = 1;
-
-/// Why `run --rerun-failed` cannot tell which scenarios failed last time.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum IndexError {
-    #[error("cannot read {} (the last run's combined verdict): {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: not a combined verdict: {source}", path.display())]
-    NotAnIndex {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
-    #[error("{}: no `scenarios` list", path.display())]
-    NoScenarios { path: PathBuf },
-}
 
 /// The scenario files of `OUT/index.json` (the last `run` into OUT) that did not pass:
 /// `run --rerun-failed`.

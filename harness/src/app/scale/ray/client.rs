@@ -6,34 +6,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::app::errors::Failure;
+pub use crate::app::errors::RayError;
 use crate::app::scale::ray_auth::RayToken;
 use crate::error::CommandError;
-
-#[derive(Debug, thiserror::Error)]
-pub enum RayError {
-    #[error("the Ray jobs API at {url}: {source}")]
-    Http {
-        url: String,
-        #[source]
-        source: reqwest::Error,
-    },
-    #[error("the Ray jobs API at {url} answered {status}: {body}")]
-    Status {
-        url: String,
-        status: u16,
-        body: String,
-    },
-    #[error("the Ray jobs API at {url} answered something unexpected: {what}")]
-    Unexpected { url: String, what: String },
-    /// 401 or 403: the cluster has token authentication on. Names where the token came from,
-    /// never the token (nor the answer's body).
-    #[error("the Ray jobs API at {url} {why}")]
-    Auth {
-        url: String,
-        status: u16,
-        why: String,
-    },
-}
 
 impl RayError {
     fn auth(url: &str, status: u16, token: Option<&RayToken>) -> RayError {
