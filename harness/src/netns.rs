@@ -222,15 +222,18 @@ impl Drop for Bridge {
 /// (listen, bridge), listen on that address and carry each connection to the Unix socket
 /// `bridge`; start `command` and wait for it; then end as it ended (its exit code, or its signal
 /// raised again).
-pub fn exec_inside(carry: Option<(&str, &Path)>, command: &[String]) -> Result<i32, String> {
+pub fn exec_inside(
+    carry: Option<(&str, &Path)>,
+    command: &[String],
+) -> Result<i32, NetnsExecError> {
+    let io = |what: String| move |source| NetnsExecError::Io { what, source };
     let Some((program, args)) = command.split_first() else {
-        return Err("netns-exec: no command to run".into());
+        return Err(NetnsExecError::NoCommand);
     };
     loopback_up()?;
     let listener = match carry {
         Some((listen, bridge)) => Some((
-            TcpListener::bind(listen)
-                .map_err(|e| format!("netns-exec: cannot bind {listen}: {e}"))?,
+            TcpListener::bind(listen).map_err(io(format!("cannot bind {listen}")))?,
             bridge.to_path_buf(),
         )),
         None => None,
@@ -238,7 +241,7 @@ pub fn exec_inside(carry: Option<(&str, &Path)>, command: &[String]) -> Result<i
     let mut child = std::process::Command::new(program)
         .args(args)
         .spawn()
-        .map_err(|e| format!("netns-exec: cannot start `{program}`: {e}"))?;
+        .map_err(io(format!("cannot start `{program}`")))?;
     if let Some((listener, bridge)) = listener {
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
@@ -249,7 +252,7 @@ pub fn exec_inside(carry: Option<(&str, &Path)>, command: &[String]) -> Result<i
     }
     let status = child
         .wait()
-        .map_err(|e| format!("netns-exec: waiting for `{program}`: {e}"))?;
+        .map_err(io(format!("waiting for `{program}`")))?;
     use std::os::unix::process::ExitStatusExt;
     if let Some(sig) = status.signal() {
         // End as the trainer ended, so the harness reads the same signal.
@@ -281,17 +284,30 @@ fn pump<R: Read, W: Write>(mut from: R, mut to: W, close: impl FnOnce(&W) -> std
     let _ = close(&to);
 }
 
+/// Why `netns-exec` could not run its command.
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsExecError {
+    #[error("netns-exec: no command to run")]
+    NoCommand,
+    #[error("netns-exec: {what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
 /// Bring the namespace's loopback up (a new network namespace starts with `lo` down).
-fn loopback_up() -> Result<(), String> {
+fn loopback_up() -> Result<(), NetnsExecError> {
+    let failed = |what: &str| NetnsExecError::Io {
+        what: what.into(),
+        source: std::io::Error::last_os_error(),
+    };
     // SAFETY: a plain socket for the interface ioctls, closed below; `ifreq` is zeroed and
     // holds the NUL-terminated name "lo".
     unsafe {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
         if fd < 0 {
-            return Err(format!(
-                "netns-exec: socket: {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(failed("socket"));
         }
         let mut req: libc::ifreq = std::mem::zeroed();
         for (i, b) in b"lo".iter().enumerate() {
@@ -299,17 +315,11 @@ fn loopback_up() -> Result<(), String> {
         }
         let mut result = Ok(());
         if libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) < 0 {
-            result = Err(format!(
-                "netns-exec: reading lo's flags: {}",
-                std::io::Error::last_os_error()
-            ));
+            result = Err(failed("reading lo's flags"));
         } else {
             req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
             if libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req) < 0 {
-                result = Err(format!(
-                    "netns-exec: bringing lo up: {}",
-                    std::io::Error::last_os_error()
-                ));
+                result = Err(failed("bringing lo up"));
             }
         }
         libc::close(fd);

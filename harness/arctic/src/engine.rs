@@ -11,7 +11,8 @@ use crate::wire::{dssst1, DType, Node, Tensor};
 
 pub use crate::wire::runtime::{fingerprint_hex, CpuKernels, Numerics, Runtime};
 
-/// An engine failure with the HTTP status the server answers (400, 404, 409, 422 or 500).
+/// An engine failure with the HTTP status the server answers (400, 404, 409, 422 or 500); its
+/// detail is the text of whatever error caused it.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{detail}")]
 pub struct EngineError {
@@ -20,22 +21,22 @@ pub struct EngineError {
 }
 
 impl EngineError {
-    pub fn bad_request(detail: impl Into<String>) -> Self {
+    pub fn bad_request(detail: impl std::fmt::Display) -> Self {
         Self {
             status: 400,
-            detail: detail.into(),
+            detail: detail.to_string(),
         }
     }
-    pub fn unprocessable(detail: impl Into<String>) -> Self {
+    pub fn unprocessable(detail: impl std::fmt::Display) -> Self {
         Self {
             status: 422,
-            detail: detail.into(),
+            detail: detail.to_string(),
         }
     }
-    pub fn internal(detail: impl Into<String>) -> Self {
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
         Self {
             status: 500,
-            detail: detail.into(),
+            detail: detail.to_string(),
         }
     }
 }

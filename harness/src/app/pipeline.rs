@@ -18,17 +18,13 @@ use rlharness_arctic::fsx;
 /// Plan, execute, judge and report one scenario.
 pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandError> {
     use crate::report::Report;
-    let scenario =
-        spec::load_scenario(file, &opts.set).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let scenario = spec::load_scenario(file, &opts.set)?;
     // The plan's errors (a config value the translation cannot use) are the scenario's, first.
-    let plan = RunPlan::new(scenario.clone(), opts.seed, opts.steps)
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let plan = RunPlan::new(scenario.clone(), opts.seed, opts.steps)?;
     // What `check` refuses, `run` refuses, with the same messages, before anything starts.
     let found = super::preflight::problems(file, &scenario, &opts.golden);
     if !found.errors.is_empty() {
-        return Err(CommandError::invalid(
-            spec::SpecErrors(found.errors).to_string(),
-        ));
+        return Err(spec::SpecErrors(found.errors).into());
     }
     tracing::info!(
         "plan {}: {} (plan {}), seed {}, {} steps, driver {}, backend {}, golden store {}",
@@ -61,10 +57,8 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
             };
             let mut set = opts.set.clone();
             set.extend(st.plant);
-            let planted = spec::load_scenario(file, &set)
-                .map_err(|e| CommandError::invalid(e.to_string()))?;
-            let plan = RunPlan::new(planted, opts.seed, opts.steps)
-                .map_err(|e| CommandError::invalid(e.to_string()))?;
+            let planted = spec::load_scenario(file, &set)?;
+            let plan = RunPlan::new(planted, opts.seed, opts.steps)?;
             (plan, Some(reference))
         }
     };
@@ -103,14 +97,10 @@ async fn judge_plan(
     let golden = match &reference {
         Some((dir, golden)) => {
             manifest.reference_run = Some(dir.display().to_string());
-            manifest
-                .write(&run_dir)
-                .map_err(|e| CommandError::run_failed(e.to_string()))?;
+            manifest.write(&run_dir)?;
             Some(golden.clone())
         }
-        None => store
-            .load(&plan.scenario.name, &env.hardware)
-            .map_err(|e| CommandError::invalid(e.to_string()))?,
+        None => store.load(&plan.scenario.name, &env.hardware)?,
     };
     // The one judge, on what the run directory stores (run.json, metrics.csv): `rlharness
     // compare RUN` calls it on the same facts and writes the same verdict.
@@ -118,9 +108,7 @@ async fn judge_plan(
     // What it was judged against, so that `compare RUN` can tell a re-blessed golden.
     if let Some(g) = &golden {
         manifest.judged_against = Some(compare::judged_against(&manifest.checks, g));
-        manifest
-            .write(&run_dir)
-            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+        manifest.write(&run_dir)?;
     }
     // The bless flow: a completed run without a golden (or under --update-golden) writes a
     // pending one for review; CI never writes.
@@ -146,11 +134,9 @@ async fn judge_plan(
         ) {
             Ok(path) => manifest.pending_golden = Some(path.display().to_string()),
             Err(e) if opts.ci => util::note!("note: {e}"),
-            Err(e) => return Err(CommandError::invalid(e.to_string())),
+            Err(e) => return Err(e.into()),
         }
-        manifest
-            .write(&run_dir)
-            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+        manifest.write(&run_dir)?;
     }
     // The budget the verdict was judged at, against the golden it was judged against.
     let budget = match (&verdict, &reference) {
@@ -176,12 +162,9 @@ async fn judge_plan(
     if !tensorboard.notes.is_empty() {
         manifest.notes.append(&mut tensorboard.notes);
         report.notes.clone_from(&manifest.notes);
-        manifest
-            .write(&run_dir)
-            .map_err(|e| CommandError::run_failed(e.to_string()))?;
+        manifest.write(&run_dir)?;
     }
-    report::write_reports(&run_dir, &report)
-        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    report::write_reports(&run_dir, &report)?;
     Ok(report)
 }
 
@@ -199,14 +182,11 @@ pub(crate) async fn run_seeds(
     use crate::rundir::SeedsManifest;
     use futures_util::StreamExt;
     let mut set = opts.set.clone();
-    let selftest = spec::load_scenario(file, &set)
-        .map_err(|e| CommandError::invalid(e.to_string()))?
-        .selftest;
+    let selftest = spec::load_scenario(file, &set)?.selftest;
     if let Some(st) = &selftest {
         set.extend(st.plant.iter().cloned());
     }
-    let mut scenario =
-        spec::load_scenario(file, &set).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let mut scenario = spec::load_scenario(file, &set)?;
     // A multi-seed self-test declares the combined verdict; its seeds are plain runs of the
     // scenario whose golden it names.
     let name = scenario.name.clone();
@@ -222,8 +202,7 @@ pub(crate) async fn run_seeds(
     };
     // The plan's errors (a config value the translation cannot use) are the scenario's, before
     // its requirements are asked.
-    let plan = RunPlan::new(scenario.clone(), None, opts.steps)
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let plan = RunPlan::new(scenario.clone(), None, opts.steps)?;
     let unmet = scenario.requires.unmet();
     if !unmet.is_empty() {
         return Ok(Report::skipped(&name, &unmet.join("; ")));
@@ -243,7 +222,7 @@ pub(crate) async fn run_seeds(
     };
     let dir = match &opts.run_dir {
         Some(d) => {
-            fsx::create_dir_all(d).map_err(|e| CommandError::run_failed(e.to_string()))?;
+            fsx::create_dir_all(d)?;
             write_seeds(&manifest, d)?;
             d.clone()
         }
@@ -274,8 +253,8 @@ pub(crate) async fn run_seeds(
         o.ci = true;
         o.update_golden = false;
         o.progress_label = Some(format!("{} seed {seed}", manifest.scenario));
-        let plan = RunPlan::new(scenario.clone(), Some(seed), opts.steps)
-            .map_err(|e| CommandError::invalid(e.to_string()));
+        let plan =
+            RunPlan::new(scenario.clone(), Some(seed), opts.steps).map_err(CommandError::from);
         SLOT.scope(slot.clone(), async move {
             let report = match plan {
                 Ok(plan) => judge_plan(plan, None, &o).await,
@@ -314,14 +293,13 @@ pub(crate) async fn run_seeds(
     manifest.ended = Some(chrono::Utc::now().to_rfc3339());
     write_seeds(&manifest, &dir)?;
     let report = super::judged::final_combined_report(&dir, &opts.golden)?;
-    report::write_reports(&dir, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    report::write_reports(&dir, &report)?;
     Ok(report)
 }
 
 /// Write `seeds.json`; a failure to is the run's.
 fn write_seeds(m: &SeedsManifest, dir: &Path) -> Result<(), CommandError> {
-    m.write(dir)
-        .map_err(|e| CommandError::run_failed(e.to_string()))
+    m.write(dir).map_err(CommandError::from)
 }
 
 /// A self-test's reference: the scenario as written, run on this host into a run directory of
@@ -352,8 +330,7 @@ async fn reference_run(
 /// A self-test's reference made already (`RunOptions::reference_run`): a completed run of the
 /// scenario's seed and steps.
 fn made_reference(dir: &Path, plan: &RunPlan) -> Result<(PathBuf, Golden), CommandError> {
-    let (manifest, table) =
-        crate::rundir::load(dir).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let (manifest, table) = crate::rundir::load(dir)?;
     let s = &plan.scenario;
     if manifest.status != crate::rundir::RunStatus::Completed
         || (manifest.seed, manifest.steps) != (s.seed, s.steps)

@@ -28,7 +28,12 @@ pub(crate) fn problems(file: &Path, s: &Scenario, golden_root: &Path) -> Problem
                 .lines()
                 .position(|l| l.trim_start().starts_with("command:"))
                 .map_or(1, |i| i + 1);
-            errors.push(error_at(file, line, "driver.command".into(), why));
+            errors.push(error_at(
+                file,
+                line,
+                "driver.command".into(),
+                why.to_string(),
+            ));
         }
     }
     let mut lints = rules_lint::lint_rules(file, &s.name, &s.checks, golden_root);

@@ -45,6 +45,26 @@ impl Cache {
         }
     }
 
+    /// The cache of a bisect: keyed by the scenario's files (`sources`, unreadable ones as
+    /// empty), its `--set` overrides, the source setting and what the judge judges.
+    pub(crate) fn of_bisect(
+        dir: &Path,
+        sources: &[PathBuf],
+        set: &[String],
+        var: &str,
+        judge_key: &str,
+    ) -> Cache {
+        let mut parts: Vec<Vec<u8>> = sources
+            .iter()
+            .map(|p| std::fs::read(p).unwrap_or_default())
+            .collect();
+        parts.push(set.join("\n").into_bytes());
+        parts.push(var.as_bytes().to_vec());
+        parts.push(judge_key.as_bytes().to_vec());
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        Cache::new(dir, &refs)
+    }
+
     fn path(&self, sha: &str) -> PathBuf {
         self.dir.join(format!("{sha}-{}.json", self.key))
     }

@@ -70,6 +70,32 @@ impl Judge {
         }
     }
 
+    /// Scenario mode's test in words, as the bisect states it before it starts.
+    pub(crate) fn test_line(&self) -> Option<String> {
+        let Judge::Scenario { test, sprt } = self else {
+            return None;
+        };
+        let (g, b) = sprt.expected_seeds(test.alpha, test.beta);
+        Some(format!(
+            "test: Wald's SPRT on {} (mean of steps {}-{}): good = {} (calibrated, σ {}), bad = {} \
+             (effect {}, {}); α = {}, β = {}; at most {} seeds a commit (about {:.1} for a good \
+             one, {:.1} for a bad one)",
+            test.metric,
+            test.window.0,
+            test.window.1,
+            fmt_num(test.good_mean),
+            fmt_num(test.sigma),
+            fmt_num(test.bad_mean),
+            fmt_num(test.effect),
+            test.effect_from,
+            fmt_num(test.alpha),
+            fmt_num(test.beta),
+            test.max_seeds,
+            g,
+            b
+        ))
+    }
+
     /// The verdict of a commit's trials, its evidence in words, and Wald's statistic.
     pub(crate) fn verdict(&self, trials: &[Trial]) -> (Verdict, String, Option<f64>) {
         if let Some(f) = trials.iter().find(|t| t.failed) {

@@ -9,13 +9,14 @@
 //!   store, or the propagation matrix) and the verdict of its trials;
 //! - `search.rs`: which commit to test next (binary search, skipping commits that cannot run,
 //!   as `git bisect skip` does);
+//! - `walk.rs`: the ends first, then the search, and the answer and exit status they give;
 //! - `cache.rs`: each commit's trials, kept per commit, scenario and mode, so a rerun reuses
 //!   them;
 //! - `page.rs`: `bisect.json` and `bisect.md`.
 //!
 //! Running a commit is the command layer's (`app/commands/bisect.rs`): it plans, runs and
 //! judges the scenario, or its propagation matrix, with the trainer's sources pointed at the
-//! commit's worktree.
+//! commit's worktree, for each commit the walk hands it.
 
 pub(crate) mod cache;
 pub(crate) mod commit_verdict;
@@ -23,8 +24,14 @@ pub(crate) mod git;
 pub(crate) mod page;
 pub(crate) mod search;
 pub(crate) mod sprt;
+pub(crate) mod walk;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use commit_verdict::Judge;
 
 /// Why a bisect could not start or go on.
 #[derive(Debug, thiserror::Error)]
@@ -160,6 +167,90 @@ pub(crate) struct BisectReport {
 }
 
 impl BisectReport {
+    /// The report of a bisect about to start: what it was asked, nothing tested yet.
+    pub(crate) fn new(
+        scenario: &str,
+        repo: &Path,
+        source_var: &str,
+        (good, bad): (&Commit, &Commit),
+        judge: &Judge,
+        range: usize,
+        cache: &Path,
+    ) -> BisectReport {
+        BisectReport {
+            format: "rlharness-bisect/1".into(),
+            scenario: scenario.to_string(),
+            repo: repo.display().to_string(),
+            source_var: source_var.to_string(),
+            good: good.clone(),
+            bad: bad.clone(),
+            mode: judge.mode(),
+            test: match judge {
+                Judge::Scenario { test, .. } => Some(test.clone()),
+                Judge::Propagate(_) => None,
+            },
+            range,
+            tested: Vec::new(),
+            first_bad: None,
+            could_be: Vec::new(),
+            problem: None,
+            runs: 0,
+            cached_runs: 0,
+            seconds: 0.0,
+            cache: cache.display().to_string(),
+        }
+    }
+
+    /// The tally of a bisect that ended after `took`: runs made now and taken from the cache.
+    pub(crate) fn finish(&mut self, took: Duration) {
+        self.cached_runs = self.tested.iter().map(|t| t.cached_runs).sum();
+        self.runs = self.tested.iter().map(Tested::runs).sum::<usize>() - self.cached_runs;
+        self.seconds = took.as_secs_f64();
+    }
+
+    /// What the bisect prints at its end: the answer, the first bad commit's evidence, each
+    /// tested commit, the tally and the report's files (`written`).
+    pub(crate) fn summary(&self, written: &[PathBuf]) -> Vec<String> {
+        let mut out = vec![self.headline()];
+        if let Some(first) = &self.first_bad {
+            let evidence = self
+                .tested
+                .iter()
+                .rev()
+                .find(|t| t.commit.sha == first.sha)
+                .map(|t| t.evidence.clone())
+                .unwrap_or_else(|| "its parent is good and it is bad".into());
+            out.push(format!(
+                "  {} {}\n  evidence: {evidence}",
+                first.sha, first.subject
+            ));
+        }
+        for t in &self.tested {
+            out.push(format!(
+                "  {} {:<4} {} runs{}: {}",
+                t.commit.short(),
+                t.verdict.word(),
+                t.runs(),
+                if t.cached_runs > 0 {
+                    format!(" ({} cached)", t.cached_runs)
+                } else {
+                    String::new()
+                },
+                t.evidence
+            ));
+        }
+        out.push(self.tally());
+        out.push(format!(
+            "report: {}",
+            written
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        out
+    }
+
     /// The one-line answer.
     pub(crate) fn headline(&self) -> String {
         match (&self.first_bad, &self.problem) {

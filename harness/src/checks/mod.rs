@@ -13,7 +13,7 @@ mod seed_range;
 mod spec;
 
 pub(crate) use expected::{ExpectedOutcome, ExpectedVerdict};
-pub(crate) use seed_range::parse_seed_range;
+pub(crate) use seed_range::{parse_seed_range, SeedRangeError};
 pub(crate) use spec::window_value;
 pub(crate) use spec::{
     stability_enabled_for, Calibrated, ChecksSpec, Direction, Expectation, GoldenRule, GoldenRules,

@@ -9,13 +9,37 @@ use crate::golden::calibration::PointStats;
 use crate::golden::{BlessedBands, Golden, JudgedAgainst};
 
 /// Where a calibrated metric's band came from (its text), or why it has none.
-pub(crate) type BandSource = (String, Result<String, String>);
+pub(crate) type BandSource = (String, Result<String, NoBand>);
+
+/// Why a calibrated rule has no band: a missing rule's evidence, naming the command to run.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum NoBand {
+    #[error(
+        "`{0}` asks for a calibrated band, and the scenario has no golden here yet: bless one (a \
+         completed run writes it pending; review it and run `rlharness golden accept`)"
+    )]
+    NoGolden(String),
+    #[error(
+        "`{0}` asks for a calibrated band, but the golden has no calibration of it: run \
+         `rlharness golden calibrate` on the scenario"
+    )]
+    NoCalibration(String),
+    #[error(
+        "`{metric}`: the calibration measured window {measured}, the rule now compares window \
+         {compared}: run `rlharness golden calibrate` again"
+    )]
+    Statistic {
+        metric: String,
+        measured: &'static str,
+        compared: &'static str,
+    },
+}
 
 /// The source of `metric`'s band among `sources`, if its rule is calibrated.
 pub(crate) fn source_of<'a>(
     sources: &'a [BandSource],
     metric: &str,
-) -> Option<&'a Result<String, String>> {
+) -> Option<&'a Result<String, NoBand>> {
     sources.iter().find(|(m, _)| m == metric).map(|(_, s)| s)
 }
 
@@ -27,7 +51,10 @@ pub(crate) fn judged_against(checks: &ChecksSpec, golden: &Golden) -> JudgedAgai
         digest: golden.digest.clone(),
         bands: sources
             .into_iter()
-            .map(|(m, b)| (format!("golden:{m}"), b.unwrap_or_else(|why| why)))
+            .map(|(m, b)| {
+                let text = b.unwrap_or_else(|why| why.to_string());
+                (format!("golden:{m}"), text)
+            })
             .collect(),
     }
 }
@@ -108,16 +135,9 @@ pub(crate) fn resolve_calibrated(
         let Some((cal, windows)) = windows else {
             let why = if golden.is_none() {
                 // The calibration may well exist: what is missing is the golden.
-                format!(
-                    "`{metric}` asks for a calibrated band, and the scenario has no golden here \
-                     yet: bless one (a completed run writes it pending; review it and run \
-                     `rlharness golden accept`)"
-                )
+                NoBand::NoGolden(metric.clone())
             } else {
-                format!(
-                    "`{metric}` asks for a calibrated band, but the golden has no calibration of \
-                     it: run `rlharness golden calibrate` on the scenario"
-                )
+                NoBand::NoCalibration(metric.clone())
             };
             sources.push((metric.clone(), Err(why)));
             continue;
@@ -130,12 +150,11 @@ pub(crate) fn resolve_calibrated(
         {
             sources.push((
                 metric.clone(),
-                Err(format!(
-                    "`{metric}`: the calibration measured window {}, the rule now compares window \
-                     {}: run `rlharness golden calibrate` again",
-                    stat(m),
-                    stat(rule.median)
-                )),
+                Err(NoBand::Statistic {
+                    metric: metric.clone(),
+                    measured: stat(m),
+                    compared: stat(rule.median),
+                }),
             ));
             continue;
         }

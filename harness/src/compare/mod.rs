@@ -13,6 +13,7 @@
 pub(crate) mod audit;
 pub(crate) mod budget;
 mod calibrated;
+pub(crate) mod calibrating;
 mod combined;
 pub(crate) use crate::checks::direction::default_direction;
 pub mod exact;

@@ -74,28 +74,42 @@ pub(crate) fn frame(data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Why a TFRecord stream does not read, at the offset of its first bad record.
+#[cfg(test)]
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub(crate) enum UnframeError {
+    #[error("a truncated header at byte {0}")]
+    Header(usize),
+    #[error("a bad length CRC at byte {0}")]
+    LengthCrc(usize),
+    #[error("a truncated record at byte {0}")]
+    Record(usize),
+    #[error("a bad data CRC at byte {0}")]
+    DataCrc(usize),
+}
+
 /// The records of a TFRecord stream, each checked against its CRCs; `Err` names the offset of
 /// the first bad one.
 #[cfg(test)]
-pub(crate) fn unframe(mut bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+pub(crate) fn unframe(mut bytes: &[u8]) -> Result<Vec<Vec<u8>>, UnframeError> {
     let mut out = Vec::new();
     let mut at = 0usize;
     let u32_at = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
     while !bytes.is_empty() {
         if bytes.len() < 12 {
-            return Err(format!("a truncated header at byte {at}"));
+            return Err(UnframeError::Header(at));
         }
         let len_bytes = &bytes[..8];
         if u32_at(bytes, 8) != masked_crc(len_bytes) {
-            return Err(format!("a bad length CRC at byte {at}"));
+            return Err(UnframeError::LengthCrc(at));
         }
         let len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default()) as usize;
         if bytes.len() < 16 + len {
-            return Err(format!("a truncated record at byte {at}"));
+            return Err(UnframeError::Record(at));
         }
         let data = &bytes[12..12 + len];
         if u32_at(bytes, 12 + len) != masked_crc(data) {
-            return Err(format!("a bad data CRC at byte {at}"));
+            return Err(UnframeError::DataCrc(at));
         }
         out.push(data.to_vec());
         at += 16 + len;
@@ -238,9 +252,13 @@ mod tests {
         assert_eq!(unframe(&bytes).unwrap(), records);
         let mut bad = bytes.clone();
         bad[16 + 12 + 1] ^= 1;
-        assert!(unframe(&bad).unwrap_err().contains("data CRC"), "{bad:?}");
+        assert!(
+            unframe(&bad).unwrap_err().to_string().contains("data CRC"),
+            "{bad:?}"
+        );
         assert!(unframe(&bytes[..bytes.len() - 1])
             .unwrap_err()
+            .to_string()
             .contains("truncated"));
     }
 

@@ -9,6 +9,9 @@ pub enum PropagateError {
     /// `propagate.skip`, or a baseline that does not load, plan, or show anything to judge.
     #[error("{0}")]
     Input(String),
+    /// A `--condition` that does not read or selects nothing known.
+    #[error(transparent)]
+    Condition(#[from] crate::propagate::verdict::ConditionError),
     /// A baseline run failed: every trial would be compared with nothing.
     #[error("{0}")]
     Baseline(String),
@@ -29,6 +32,7 @@ impl PropagateError {
     pub(crate) fn with_note(self, note: &str) -> Self {
         match self {
             Self::Input(m) => Self::Input(format!("{m}; {note}")),
+            Self::Condition(e) => Self::Input(format!("{e}; {note}")),
             Self::Baseline(m) => Self::Baseline(format!("{m}; {note}")),
             Self::Report(m) => Self::Report(format!("{m}; {note}")),
             Self::Fs(e) => Self::Baseline(format!("{e}; {note}")),

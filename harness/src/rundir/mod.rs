@@ -3,7 +3,7 @@
 //! `seeds.json`. The runner writes them; the judge (`compare`), the reports and the commands
 //! read them back. Nothing here judges or renders.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::metrics::{MetricTable, MetricsError};
 
@@ -45,12 +45,28 @@ pub(crate) struct RecordedVerdict {
 }
 
 impl RecordedVerdict {
-    /// `dir/verdict.json`'s verdict; the error in words when it is missing or unreadable.
-    pub(crate) fn read(dir: &Path) -> Result<RecordedVerdict, String> {
+    /// `dir/verdict.json`'s verdict, or why it is missing or unreadable.
+    pub(crate) fn read(dir: &Path) -> Result<RecordedVerdict, RecordedVerdictError> {
         let path = dir.join("verdict.json");
-        std::fs::read_to_string(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|t| serde_json::from_str::<RecordedVerdict>(&t).map_err(|e| e.to_string()))
-            .map_err(|e| format!("{}: {e}", path.display()))
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(source) => return Err(RecordedVerdictError::Read { path, source }),
+        };
+        serde_json::from_str(&text).map_err(|source| RecordedVerdictError::Json { path, source })
     }
+}
+
+/// Why a run directory's `verdict.json` says nothing.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RecordedVerdictError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
 }

@@ -15,6 +15,7 @@ fn durations_parse_with_units() {
     assert_eq!(parse_duration("2.5").unwrap(), Duration::from_millis(2500));
     assert!(parse_duration("10 parsecs")
         .unwrap_err()
+        .to_string()
         .contains("unknown unit"));
     assert!(parse_duration("soon").is_err());
 }

@@ -53,7 +53,7 @@ fn ser_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::O
 }
 
 /// Parse `90`, `1.5s`, `500ms`, `10m`, `1h` into a duration.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -61,25 +61,35 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let (num, unit) = t.split_at(split);
     let value: f64 = num
         .parse()
-        .map_err(|_| format!("invalid duration {text:?}: expected a number with a unit such as 90s, 10m, 1h or 500ms"))?;
+        .map_err(|_| DurationError::NoNumber(text.to_string()))?;
     let scale = match unit.trim() {
         "" | "s" => 1.0,
         "ms" => 0.001,
         "m" | "min" => 60.0,
         "h" => 3600.0,
         other => {
-            return Err(format!(
-                "invalid duration {text:?}: unknown unit `{other}` (expected ms, s, m or h)"
-            ))
+            return Err(DurationError::Unit {
+                text: text.to_string(),
+                unit: other.to_string(),
+            })
         }
     };
     seconds(value * scale)
 }
 
-fn seconds(x: f64) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(x).map_err(|_| {
-        format!("invalid duration {x}: expected a finite, non-negative number of seconds")
-    })
+fn seconds(x: f64) -> Result<Duration, DurationError> {
+    Duration::try_from_secs_f64(x).map_err(|_| DurationError::Seconds(x))
+}
+
+/// Why a text or number is not a duration.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DurationError {
+    #[error("invalid duration {0:?}: expected a number with a unit such as 90s, 10m, 1h or 500ms")]
+    NoNumber(String),
+    #[error("invalid duration {text:?}: unknown unit `{unit}` (expected ms, s, m or h)")]
+    Unit { text: String, unit: String },
+    #[error("invalid duration {0}: expected a finite, non-negative number of seconds")]
+    Seconds(f64),
 }
 
 fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {

@@ -36,13 +36,21 @@ struct Shim {
 
 static SHIM: OnceLock<Result<Shim, String>> = OnceLock::new();
 
+/// Why graphs are unavailable, or a graph call failed (libtorch's message, with what was being
+/// done).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct GraphError(String);
+
 /// The shim, loaded on first use; an error says why graphs are unavailable.
-fn shim() -> Result<&'static Shim, String> {
-    SHIM.get_or_init(load).as_ref().map_err(Clone::clone)
+fn shim() -> Result<&'static Shim, GraphError> {
+    SHIM.get_or_init(load)
+        .as_ref()
+        .map_err(|e| GraphError(e.clone()))
 }
 
 /// Whether this build can capture graphs and the shim loads (call only after CUDA is up).
-pub fn available() -> Result<(), String> {
+pub fn available() -> Result<(), GraphError> {
     shim().map(|_| ())
 }
 
@@ -104,14 +112,14 @@ fn dl_error() -> String {
 }
 
 /// Calls a shim function with an error buffer; `Err` carries libtorch's message.
-fn checked(what: &str, f: impl FnOnce(*mut c_char, usize) -> bool) -> Result<(), String> {
+fn checked(what: &str, f: impl FnOnce(*mut c_char, usize) -> bool) -> Result<(), GraphError> {
     let mut buf = [0 as c_char; 1024];
     if f(buf.as_mut_ptr(), buf.len()) {
         return Ok(());
     }
     // SAFETY: the shim NUL-terminates whatever it wrote; the buffer starts zeroed.
     let msg = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
-    Err(format!("{what}: {msg}"))
+    Err(GraphError(format!("{what}: {msg}")))
 }
 
 /// While alive, this thread's current CUDA stream is a side stream from libtorch's pool
@@ -123,7 +131,7 @@ pub struct SideStream {
 }
 
 impl SideStream {
-    pub fn enter() -> Result<SideStream, String> {
+    pub fn enter() -> Result<SideStream, GraphError> {
         let shim = shim()?;
         let mut handle = std::ptr::null_mut();
         checked("entering a side stream", |buf, len| {
@@ -158,7 +166,7 @@ impl Graph {
     /// Captures what `body` queues on the current (side) stream, without running it, and
     /// returns the graph with `body`'s result (tensors in the graph's pool, which every
     /// replay rewrites).
-    pub fn capture<T>(body: impl FnOnce() -> T) -> Result<(Graph, T), String> {
+    pub fn capture<T>(body: impl FnOnce() -> T) -> Result<(Graph, T), GraphError> {
         let shim = shim()?;
         let mut handle = std::ptr::null_mut();
         checked("creating a CUDA graph", |buf, len| {
@@ -182,7 +190,7 @@ impl Graph {
     }
 
     /// Queues the captured kernels on the current stream.
-    pub fn replay(&self) -> Result<(), String> {
+    pub fn replay(&self) -> Result<(), GraphError> {
         let shim = shim()?;
         checked("replaying the CUDA graph", |buf, len| {
             // SAFETY: a live graph handle and a valid buffer.

@@ -122,7 +122,7 @@ pub fn forward_backward(
     entropy: Entropy,
     rows_per_chunk: i64,
     mut loss_of: impl FnMut(i64, i64, &Tensor, Option<&Tensor>) -> Tensor,
-) -> Result<(), String> {
+) -> Result<(), NoHeadGradient> {
     let key_mask = x.has_padding().then_some(&x.mask);
     let hidden = model.hidden_states(&x.ids, &x.positions, key_mask);
     let h = hidden.narrow(1, x.p - 1, x.r);
@@ -197,12 +197,17 @@ pub fn forward_backward(
     if let Some(gw) = grad_w {
         let mut wg = model.head_weight().grad();
         if !wg.defined() {
-            return Err("the head's weight has no gradient after backward".into());
+            return Err(NoHeadGradient);
         }
         let _ = wg.g_add_(&gw.to_kind(wg.kind()));
     }
     Ok(())
 }
+
+/// The head's weight came out of backward without a gradient (a broken autograd graph).
+#[derive(Debug, thiserror::Error)]
+#[error("the head's weight has no gradient after backward")]
+pub struct NoHeadGradient;
 
 #[cfg(test)]
 mod tests {

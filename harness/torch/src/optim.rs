@@ -57,11 +57,20 @@ fn warmup_type(params: &Value) -> Result<bool, String> {
     }
 }
 
+/// A `ds_config` the torch engine cannot train with, naming the key.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct DsConfigError(String);
+
 impl OptimConfig {
     /// Read `ds_config`; absent keys take the values the Arctic server fills (AdamW lr 1e-5,
     /// betas 0.9/0.999, eps 1e-8, micro-batch 1) or DeepSpeed's defaults (no weight decay,
     /// no clipping).
-    pub fn from_ds_config(ds: Option<&Value>) -> Result<Self, String> {
+    pub fn from_ds_config(ds: Option<&Value>) -> Result<Self, DsConfigError> {
+        Self::read(ds).map_err(DsConfigError)
+    }
+
+    fn read(ds: Option<&Value>) -> Result<Self, String> {
         let empty = Value::Object(Default::default());
         let ds = ds.unwrap_or(&empty);
         let opt = ds.get("optimizer").unwrap_or(&empty);
@@ -450,10 +459,12 @@ mod tests {
         );
         let err =
             OptimConfig::from_ds_config(Some(&json!({"optimizer": {"params": {"lr": "fast"}}})))
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
         assert!(err.contains("lr"), "{err}");
         let err = OptimConfig::from_ds_config(Some(&json!({"scheduler": {"type": "OneCycle"}})))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("OneCycle"), "{err}");
     }
 

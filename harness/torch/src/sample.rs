@@ -329,7 +329,7 @@ impl GraphDecode {
         logits
     }
 
-    fn fail(&mut self, why: &str) {
+    fn fail(&mut self, why: &cuda_graph::GraphError) {
         warn_once(why);
         self.failed = true;
         self.captured = None;
@@ -337,7 +337,7 @@ impl GraphDecode {
 }
 
 /// Graphs unavailable or failed: said once per process, then the eager path serves.
-fn warn_once(why: &str) {
+fn warn_once(why: &cuda_graph::GraphError) {
     static SAID: std::sync::Once = std::sync::Once::new();
     SAID.call_once(|| tracing::warn!("decoding without CUDA graphs: {why}"));
 }

@@ -11,8 +11,9 @@ use sha2::{Digest, Sha256};
 use tch::{Device, Kind, Tensor};
 
 use super::loss::{aggregate, AggMode, AggTotals};
-use super::model::{Decoder, DecoderConfig};
+use super::model::{CopyError, Decoder, DecoderConfig};
 use super::optim::{AdamW, OptimConfig, Scheduler};
+use rlharness_arctic::fsx::FsError;
 use rlharness_arctic::task::{CharTokenizer, EOS_ID, PAD_ID};
 use rlharness_arctic::torch_spec::WarmStartSpec;
 
@@ -28,14 +29,37 @@ pub const SHIPPED_MAX_OPERAND: i64 = 4;
 
 /// The shipped warm start as a file under `cache_dir` (written once, atomically), for a
 /// spec's `warm_start.checkpoint`.
-pub fn shipped_file(cache_dir: &Path) -> Result<PathBuf, String> {
+pub fn shipped_file(cache_dir: &Path) -> Result<PathBuf, FsError> {
     let path = cache_dir.join(SHIPPED_NAME);
     if std::fs::read(&path).is_ok_and(|b| b == SHIPPED) {
         return Ok(path);
     }
-    rlharness_arctic::fsx::create_dir_all(cache_dir).map_err(|e| e.to_string())?;
-    rlharness_arctic::fsx::write_atomic(&path, SHIPPED).map_err(|e| e.to_string())?;
+    rlharness_arctic::fsx::create_dir_all(cache_dir)?;
+    rlharness_arctic::fsx::write_atomic(&path, SHIPPED)?;
     Ok(path)
+}
+
+/// Why the warm start could be neither loaded nor trained and cached.
+#[derive(Debug, thiserror::Error)]
+pub enum WarmStartError {
+    #[error("backend.warm_start.checkpoint {} is not a file", .0.display())]
+    NotAFile(PathBuf),
+    #[error("cannot read warm start {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: tch::TchError,
+    },
+    #[error("warm start {} lacks {name}", path.display())]
+    Lacks { path: PathBuf, name: String },
+    #[error("warm start {}: {source}", path.display())]
+    Copy { path: PathBuf, source: CopyError },
+    #[error("cannot write warm-start cache {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: tch::TchError,
+    },
+    #[error(transparent)]
+    Fs(#[from] FsError),
 }
 
 /// Bumped whenever the warm-start procedure changes, so stale caches are not reused.
@@ -74,7 +98,7 @@ pub fn pretrained(
     cache_dir: &Path,
     device: Device,
     kind: Kind,
-) -> Result<(Decoder, bool), String> {
+) -> Result<(Decoder, bool), WarmStartError> {
     // On CUDA the warm start trains on the device (seconds, where the host's CPU would take
     // minutes for a bigger model), and its cache is the device's own.
     let on_cuda = device != Device::Cpu;
@@ -89,35 +113,37 @@ pub fn pretrained(
     tch::manual_seed(WARM_SEED as i64);
     let mut model = Decoder::new_random(config.clone(), Device::Cpu, Kind::Float);
     if !cached && !path.is_file() {
-        return Err(format!(
-            "backend.warm_start.checkpoint {} is not a file",
-            path.display()
-        ));
+        return Err(WarmStartError::NotAFile(path));
     }
     if path.is_file() {
-        let tensors = Tensor::read_safetensors(&path)
-            .map_err(|e| format!("cannot read warm start {}: {e}", path.display()))?;
+        let tensors = match Tensor::read_safetensors(&path) {
+            Ok(t) => t,
+            Err(source) => return Err(WarmStartError::Read { path, source }),
+        };
         let by_name: std::collections::HashMap<String, Tensor> = tensors.into_iter().collect();
-        let ordered: Result<Vec<Tensor>, String> = model
+        let ordered: Result<Vec<Tensor>, WarmStartError> = model
             .names
             .iter()
             .map(|n| {
                 by_name
                     .get(n)
                     .map(|t| t.shallow_clone())
-                    .ok_or_else(|| format!("warm start {} lacks {n}", path.display()))
+                    .ok_or_else(|| WarmStartError::Lacks {
+                        path: path.clone(),
+                        name: n.clone(),
+                    })
             })
             .collect();
-        model
-            .copy_from(&ordered?)
-            .map_err(|e| format!("warm start {}: {e}", path.display()))?;
+        if let Err(source) = model.copy_from(&ordered?) {
+            return Err(WarmStartError::Copy { path, source });
+        }
         return Ok((to_target(model, device, kind), true));
     }
     if on_cuda {
         model = to_target(model, device, Kind::Float);
     }
     train(&mut model, ws, WARM_SEED, true);
-    rlharness_arctic::fsx::create_dir_all(cache_dir).map_err(|e| e.to_string())?;
+    rlharness_arctic::fsx::create_dir_all(cache_dir)?;
     let named: Vec<(String, Tensor)> = model
         .names
         .iter()
@@ -131,9 +157,10 @@ pub fn pretrained(
         .collect();
     // Write then rename, so a concurrent reader never sees half a file.
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    Tensor::write_safetensors(&named, &tmp)
-        .map_err(|e| format!("cannot write warm-start cache {}: {e}", tmp.display()))?;
-    rlharness_arctic::fsx::rename(&tmp, &path).map_err(|e| e.to_string())?;
+    if let Err(source) = Tensor::write_safetensors(&named, &tmp) {
+        return Err(WarmStartError::Write { path: tmp, source });
+    }
+    rlharness_arctic::fsx::rename(&tmp, &path)?;
     Ok((to_target(model, device, kind), false))
 }
 

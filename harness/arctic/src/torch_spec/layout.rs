@@ -59,6 +59,32 @@ impl Default for LayoutKnobs {
     }
 }
 
+/// Why the layout knobs do not fit this host.
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    #[error(
+        "colocated layout (remote_backend.colocate: true) with {knob} needs {need} CUDA \
+         device(s), this host shows {visible}"
+    )]
+    Colocated {
+        knob: String,
+        need: usize,
+        visible: usize,
+    },
+    #[error(
+        "split layout (remote_backend.colocate: false) needs remote_backend.{0} of at least 1, \
+         got 0"
+    )]
+    NoGpus(&'static str),
+    #[error(
+        "split layout (remote_backend.colocate: false) with remote_backend.training_gpus: {t} \
+         and remote_backend.sampling_gpus: {s} needs {} CUDA devices ({t} + {s}), this host \
+         shows {visible}",
+        t + s
+    )]
+    Split { t: usize, s: usize, visible: usize },
+}
+
 /// Each role's device for a backend on `device`, under the layout knobs, on a host with
 /// `visible` devices of that kind.
 ///
@@ -72,7 +98,7 @@ pub fn device_map(
     device: TorchDevice,
     knobs: LayoutKnobs,
     visible: usize,
-) -> Result<DeviceMap, String> {
+) -> Result<DeviceMap, LayoutError> {
     let LayoutKnobs {
         colocate,
         training_gpus,
@@ -93,10 +119,11 @@ pub fn device_map(
             } else {
                 format!("remote_backend.sampling_gpus: {s}")
             };
-            return Err(format!(
-                "colocated layout (remote_backend.colocate: true) with {knob} needs {need} CUDA \
-                 device(s), this host shows {visible}"
-            ));
+            return Err(LayoutError::Colocated {
+                knob,
+                need,
+                visible,
+            });
         }
         return Ok(DeviceMap {
             training: RoleDevice::Cuda(0),
@@ -105,19 +132,11 @@ pub fn device_map(
     }
     for (knob, n) in [("training_gpus", t), ("sampling_gpus", s)] {
         if n == 0 {
-            return Err(format!(
-                "split layout (remote_backend.colocate: false) needs remote_backend.{knob} of at \
-                 least 1, got 0"
-            ));
+            return Err(LayoutError::NoGpus(knob));
         }
     }
     if visible < t + s {
-        return Err(format!(
-            "split layout (remote_backend.colocate: false) with remote_backend.training_gpus: {t} \
-             and remote_backend.sampling_gpus: {s} needs {} CUDA devices ({t} + {s}), this host \
-             shows {visible}",
-            t + s
-        ));
+        return Err(LayoutError::Split { t, s, visible });
     }
     Ok(DeviceMap {
         training: RoleDevice::Cuda(0),
@@ -247,7 +266,9 @@ mod tests {
 
     #[test]
     fn too_few_devices_name_the_knobs_and_the_counts() {
-        let e = device_map(TorchDevice::Cuda, knobs(false, 1, 1), 1).unwrap_err();
+        let e = device_map(TorchDevice::Cuda, knobs(false, 1, 1), 1)
+            .unwrap_err()
+            .to_string();
         for part in [
             "remote_backend.colocate: false",
             "remote_backend.training_gpus: 1",
@@ -257,20 +278,28 @@ mod tests {
         ] {
             assert!(e.contains(part), "{e}");
         }
-        let e = device_map(TorchDevice::Cuda, knobs(true, 1, 2), 1).unwrap_err();
+        let e = device_map(TorchDevice::Cuda, knobs(true, 1, 2), 1)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("remote_backend.sampling_gpus: 2"), "{e}");
         assert!(e.contains("needs 2") && e.contains("shows 1"), "{e}");
-        let e = device_map(TorchDevice::Cuda, knobs(true, 1, 1), 0).unwrap_err();
+        let e = device_map(TorchDevice::Cuda, knobs(true, 1, 1), 0)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("remote_backend.training_gpus: 1") && e.contains("shows 0"),
             "{e}"
         );
-        let e = device_map(TorchDevice::Cuda, knobs(false, 0, 1), 8).unwrap_err();
+        let e = device_map(TorchDevice::Cuda, knobs(false, 0, 1), 8)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("remote_backend.training_gpus") && e.contains("got 0"),
             "{e}"
         );
-        let e = device_map(TorchDevice::Cuda, knobs(false, 1, 0), 8).unwrap_err();
+        let e = device_map(TorchDevice::Cuda, knobs(false, 1, 0), 8)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("remote_backend.sampling_gpus") && e.contains("got 0"),
             "{e}"

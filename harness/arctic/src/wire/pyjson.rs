@@ -202,19 +202,24 @@ pub(crate) fn float_repr(x: f64) -> String {
 /// `json.loads(text)`: strict JSON plus the `NaN`, `Infinity` and `-Infinity` literals, which
 /// become `{"$float": ...}` objects. Integers stay integers and floats stay floats (`1.0` is a
 /// float), so [`to_python`] writes back the same text for Python-written input.
-pub(crate) fn parse(text: &str) -> Result<Value, String> {
+pub(crate) fn parse(text: &str) -> Result<Value, PyJsonError> {
     let mut p = Parser {
         s: text.as_bytes(),
         i: 0,
     };
     p.ws();
-    let v = p.value(0)?;
+    let v = p.value(0).map_err(PyJsonError)?;
     p.ws();
     if p.i != p.s.len() {
-        return Err(p.err("trailing characters"));
+        return Err(PyJsonError(p.err("trailing characters")));
     }
     Ok(v)
 }
+
+/// Why a text is not Python's JSON: what was expected, and at which byte.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct PyJsonError(String);
 
 struct Parser<'a> {
     s: &'a [u8],
@@ -424,6 +429,9 @@ mod tests {
             assert!(parse(bad).is_err(), "{bad}");
         }
         let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 2), "]".repeat(MAX_DEPTH + 2));
-        assert!(parse(&deep).unwrap_err().contains("nests deeper"));
+        assert!(parse(&deep)
+            .unwrap_err()
+            .to_string()
+            .contains("nests deeper"));
     }
 }

@@ -1,6 +1,7 @@
 //! `rlharness assets verl`: the scenario's torch model and task as files for real verl.
 
-use crate::assets::{verl_files, write_files, AssetsError, DataPlan};
+use crate::app::errors::Failure;
+use crate::assets::{verl_files, write_files, DataPlan};
 use crate::backend::BackendSpec;
 use crate::cli::VerlAssetsArgs;
 use crate::driver::{DriverSpec, TaskSpec};
@@ -10,8 +11,7 @@ use rlharness_arctic::torch_spec::decoder::DecoderConfig;
 use rlharness_arctic::torch_spec::TorchSpec;
 
 pub(crate) fn verl(args: &VerlAssetsArgs) -> Result<ExitStatus, CommandError> {
-    let scenario = crate::plan::load_checked(&args.scenario, &args.set)
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let scenario = crate::plan::load_checked(&args.scenario, &args.set)?;
     let file = args.scenario.display();
     let spec = match &scenario.backend {
         BackendSpec::Torch(spec) => spec,
@@ -22,18 +22,23 @@ pub(crate) fn verl(args: &VerlAssetsArgs) -> Result<ExitStatus, CommandError> {
             )))
         }
     };
-    let model = DecoderConfig::from_spec(&spec.model)
-        .map_err(|e| CommandError::invalid(format!("{file}: backend: {e}")))?;
-    let task = ArithTask::new(task_config(&scenario.driver, spec))
-        .map_err(|e| CommandError::invalid(format!("{file}: driver.task: {e}")))?;
+    let model = DecoderConfig::from_spec(&spec.model).map_err(|source| Failure::AssetsModel {
+        file: args.scenario.clone(),
+        source,
+    })?;
+    let task = ArithTask::new(task_config(&scenario.driver, spec)).map_err(|source| {
+        Failure::AssetsTask {
+            file: args.scenario.clone(),
+            source,
+        }
+    })?;
     let plan = DataPlan {
         rows: args.rows,
         val_rows: args.val_rows,
         seed: args.seed.unwrap_or(scenario.seed),
     };
-    let invalid = |e: AssetsError| CommandError::invalid(e.to_string());
-    let files = verl_files(&model, &task, plan).map_err(invalid)?;
-    write_files(&args.out, &files, args.force).map_err(invalid)?;
+    let files = verl_files(&model, &task, plan)?;
+    write_files(&args.out, &files, args.force)?;
     let out = args.out.display();
     outln!(
         "wrote {out}/model (qwen3 config: vocab {}, hidden {}, {} layers; tokenizer) and \

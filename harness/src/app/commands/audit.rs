@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use crate::app::errors::Failure;
 use crate::checks::ChecksSpec;
 use crate::cli::{self, AuditArgs, AuditFormat};
 use crate::compare::audit::{audit as run_audit, Audit, AuditOptions};
@@ -14,8 +15,7 @@ use crate::util;
 /// found a problem (a false-alarm rate above the budget, a rule that cannot fail).
 pub(crate) fn audit(args: &AuditArgs, golden: Option<&Path>) -> Result<ExitStatus, CommandError> {
     let golden_root = cli::golden_store(golden, Some(&args.scenario));
-    let scenario = crate::plan::load_checked(&args.scenario, &[])
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let scenario = crate::plan::load_checked(&args.scenario, &[])?;
     if args.draws == 0 {
         return Err(CommandError::invalid("--draws must be at least 1"));
     }
@@ -30,16 +30,13 @@ pub(crate) fn audit(args: &AuditArgs, golden: Option<&Path>) -> Result<ExitStatu
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let store = GoldenStore::new(&golden_root);
-    let g = store
-        .load(&scenario.name, &hardware)
-        .map_err(|e| CommandError::invalid(e.to_string()))?
-        .ok_or_else(|| {
-            CommandError::invalid(format!(
-                "no golden for `{}` in {}: nothing to audit",
-                scenario.name,
-                dir.display()
-            ))
-        })?;
+    let g = store.load(&scenario.name, &hardware)?.ok_or_else(|| {
+        CommandError::invalid(format!(
+            "no golden for `{}` in {}: nothing to audit",
+            scenario.name,
+            dir.display()
+        ))
+    })?;
     let opts = AuditOptions {
         draws: args.draws,
         power_draws: args.power_draws,
@@ -53,8 +50,7 @@ pub(crate) fn audit(args: &AuditArgs, golden: Option<&Path>) -> Result<ExitStatu
         scenario.name,
         dir.display()
     );
-    let mut a =
-        run_audit(&scenario.name, &scenario.checks, &g, opts).map_err(CommandError::invalid)?;
+    let mut a = run_audit(&scenario.name, &scenario.checks, &g, opts)?;
     a.stored = Some(
         match &g.audit {
             _ if args.save => "saved",
@@ -69,8 +65,7 @@ pub(crate) fn audit(args: &AuditArgs, golden: Option<&Path>) -> Result<ExitStatu
     }
     match args.format {
         AuditFormat::Json => {
-            let text = serde_json::to_string_pretty(&a)
-                .map_err(|e| CommandError::invalid(e.to_string()))?;
+            let text = serde_json::to_string_pretty(&a).map_err(Failure::AuditJson)?;
             outln!("{text}");
         }
         AuditFormat::Summary => outln!("{}", summary(&a)),
@@ -103,10 +98,8 @@ fn save(a: &Audit, checks: &ChecksSpec, g: &Golden) -> Result<(), CommandError> 
             .find(|r| r.rule == reward)
             .and_then(|r| r.smallest_shift.clone()),
     };
-    let old = AuditRecord::read(&g.dir).map_err(|e| CommandError::invalid(e.to_string()))?;
-    AuditRecord::updated(old, g, checks, figures)
-        .write(&g.dir)
-        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    let old = AuditRecord::read(&g.dir)?;
+    AuditRecord::updated(old, g, checks, figures).write(&g.dir)?;
     util::note!("audit: saved to {}", g.dir.join(AUDIT_FILE).display());
     Ok(())
 }

@@ -10,14 +10,15 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
+use crate::app::errors::Failure;
 use crate::app::pipeline::run_one;
 use crate::app::scale::ray::{run_jobs, JobRun, OnDone, RayJobs};
 use crate::bisect::cache::Cache;
 use crate::bisect::commit_verdict::{self, Ask, Judge};
 use crate::bisect::git::{self, Worktrees};
-use crate::bisect::search::{Next, Search};
 use crate::bisect::sprt::{Decision, Sprt};
-use crate::bisect::{page, BisectReport, Commit, Tested, Trial, Verdict};
+use crate::bisect::walk::Walk;
+use crate::bisect::{page, BisectReport, Commit, Tested, Trial};
 use crate::cli::{self, BisectArgs, Executor};
 use crate::compare::expr::fmt_num;
 use crate::error::{CommandError, ExitStatus};
@@ -61,8 +62,7 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
         Executor::Local => None,
         Executor::Ray => Some(RayJobs::new(args.ray.clone())?),
     };
-    let scenario = crate::plan::load_checked(&args.scenario, &args.set)
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let scenario = crate::plan::load_checked(&args.scenario, &args.set)?;
     let var = commit_verdict::source_var(&scenario, args.source.as_deref())?;
     let good = git::resolve(&args.repo, &args.good)?;
     let bad = git::resolve(&args.repo, &args.bad)?;
@@ -78,39 +78,8 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
         .clone()
         .unwrap_or_else(|| out.parent().unwrap_or(Path::new(".")).join("cache"));
     let golden = cli::golden_store(args.golden.as_deref(), Some(&args.scenario));
-    let (judge, hardware) = if args.propagate {
-        let options = MatrixOptions {
-            until: args.until,
-            jobs: args.jobs,
-            knobs: args.knobs.clone(),
-            conditions: args.conditions.clone(),
-            progress: false,
-            ..MatrixOptions::default()
-        };
-        (Judge::Propagate(options), args.hardware.clone())
-    } else {
-        let ask = Ask {
-            scenario: args.scenario.clone(),
-            hardware: args.hardware.clone(),
-            metric: args.metric.clone(),
-            effect: args.effect,
-            alpha: args.alpha,
-            beta: args.beta,
-            max_seeds: args.max_seeds,
-        };
-        let (test, sprt, hw) = commit_verdict::sequential_test(&ask, &scenario, &golden)?;
-        (Judge::Scenario { test, sprt }, Some(hw))
-    };
-    let mut parts: Vec<Vec<u8>> = scenario
-        .sources
-        .iter()
-        .map(|p| std::fs::read(p).unwrap_or_default())
-        .collect();
-    parts.push(args.set.join("\n").into_bytes());
-    parts.push(var.clone().into_bytes());
-    parts.push(judge.key().into_bytes());
-    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-    let cache = Cache::new(&cache_dir, &refs);
+    let (judge, hardware) = judge_of(&args, &scenario, &golden)?;
+    let cache = Cache::of_bisect(&cache_dir, &scenario.sources, &args.set, &var, &judge.key());
     outln!(
         "bisect {}: {} commits after {} (good) up to {} (bad) in {}; {} points at each commit's worktree",
         scenario.name,
@@ -121,30 +90,21 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
         var
     );
     outln!("mode: {}", judge.mode());
-    if let Judge::Scenario { test, sprt } = &judge {
-        let (g, b) = sprt.expected_seeds(test.alpha, test.beta);
-        outln!(
-            "test: Wald's SPRT on {} (mean of steps {}-{}): good = {} (calibrated, σ {}), bad = {} \
-             (effect {}, {}); α = {}, β = {}; at most {} seeds a commit (about {:.1} for a good \
-             one, {:.1} for a bad one)",
-            test.metric,
-            test.window.0,
-            test.window.1,
-            fmt_num(test.good_mean),
-            fmt_num(test.sigma),
-            fmt_num(test.bad_mean),
-            fmt_num(test.effect),
-            test.effect_from,
-            fmt_num(test.alpha),
-            fmt_num(test.beta),
-            test.max_seeds,
-            g,
-            b
-        );
+    if let Some(test) = judge.test_line() {
+        outln!("{test}");
     }
     outln!(
         "cache: {} (each commit's results, reused by a rerun)",
         cache_dir.display()
+    );
+    let mut report = BisectReport::new(
+        &scenario.name,
+        &args.repo,
+        &var,
+        (&good, &bad),
+        &judge,
+        n,
+        &cache_dir,
     );
     // With `--propagate` the matrix places its own trials; Ray places its jobs.
     let (jobs, netns) = if args.propagate || ray.is_some() {
@@ -166,115 +126,49 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
         cache,
         ray,
     };
-    let mut report = BisectReport {
-        format: "rlharness-bisect/1".into(),
-        scenario: scenario.name.clone(),
-        repo: args.repo.display().to_string(),
-        source_var: bench.var.clone(),
-        good: good.clone(),
-        bad: bad.clone(),
-        mode: bench.judge.mode(),
-        test: match &bench.judge {
-            Judge::Scenario { test, .. } => Some(test.clone()),
-            Judge::Propagate(_) => None,
-        },
-        range: n,
-        tested: Vec::new(),
-        first_bad: None,
-        could_be: Vec::new(),
-        problem: None,
-        runs: 0,
-        cached_runs: 0,
-        seconds: 0.0,
-        cache: cache_dir.display().to_string(),
-    };
-    // The ends first: the bad commit must be bad and the good one good, or there is nothing to
-    // search for.
-    let mut status = ExitStatus::Passed;
-    for (index, said, label) in [(n, Verdict::Bad, "bad"), (0, Verdict::Good, "good")] {
-        outln!("testing the {label} end {}", line[index].short());
-        let t = bench.test(&line[index]).await?;
-        let verdict = t.verdict;
-        report.tested.push(t);
-        if verdict != said {
-            let (what, code) = match verdict {
-                Verdict::Skip => ("could not be told", ExitStatus::RunFailed),
-                _ => ("is not", ExitStatus::CheckFailed),
-            };
-            report.problem = Some(format!(
-                "the {label} commit {} {what} {label}",
-                line[index].short()
-            ));
-            status = code;
-            break;
-        }
+    let mut walk = Walk::new(n);
+    while let Some((i, announce)) = walk.next(&line, &mut report) {
+        outln!("{announce}");
+        let t = bench.test(&line[i]).await?;
+        walk.record(&line, &mut report, t);
     }
-    let mut search = Search::new(n);
-    while report.problem.is_none() {
-        match search.next() {
-            Next::Test(i) => {
-                outln!(
-                    "testing {} (commit {} of {}; steps left: about {}): {}",
-                    line[i].short(),
-                    i,
-                    n,
-                    search.steps_left(),
-                    line[i].subject
-                );
-                let t = bench.test(&line[i]).await?;
-                search.record(i, t.verdict);
-                report.tested.push(t);
-            }
-            Next::Found(i) => {
-                report.first_bad = Some(line[i].clone());
-                break;
-            }
-            Next::Among(v) => {
-                report.could_be = v.into_iter().map(|i| line[i].clone()).collect();
-                status = ExitStatus::RunFailed;
-                break;
-            }
-        }
-    }
-    report.cached_runs = report.tested.iter().map(|t| t.cached_runs).sum();
-    report.runs = report.tested.iter().map(Tested::runs).sum::<usize>() - report.cached_runs;
-    report.seconds = started.elapsed().as_secs_f64();
+    report.finish(started.elapsed());
     let written = page::write(&out, &report)?;
-    outln!("{}", report.headline());
-    if let Some(first) = &report.first_bad {
-        let evidence = report
-            .tested
-            .iter()
-            .rev()
-            .find(|t| t.commit.sha == first.sha)
-            .map(|t| t.evidence.clone())
-            .unwrap_or_else(|| "its parent is good and it is bad".into());
-        outln!("  {} {}\n  evidence: {evidence}", first.sha, first.subject);
+    for text in report.summary(&written) {
+        outln!("{text}");
     }
-    for t in &report.tested {
-        outln!(
-            "  {} {:<4} {} runs{}: {}",
-            t.commit.short(),
-            t.verdict.word(),
-            t.runs(),
-            if t.cached_runs > 0 {
-                format!(" ({} cached)", t.cached_runs)
-            } else {
-                String::new()
-            },
-            t.evidence
-        );
+    Ok(walk.status())
+}
+
+/// How each commit is judged (`--propagate`: the matrix; else the sequential test of the
+/// scenario's seeds), and the hardware key its runs use.
+fn judge_of(
+    args: &BisectArgs,
+    scenario: &Scenario,
+    golden: &Path,
+) -> Result<(Judge, Option<String>), CommandError> {
+    if args.propagate {
+        let options = MatrixOptions {
+            until: args.until,
+            jobs: args.jobs,
+            knobs: args.knobs.clone(),
+            conditions: args.conditions.clone(),
+            progress: false,
+            ..MatrixOptions::default()
+        };
+        return Ok((Judge::Propagate(options), args.hardware.clone()));
     }
-    outln!("{}", report.tally());
-    outln!(
-        "report: {}",
-        written
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    Ok(status)
+    let ask = Ask {
+        scenario: args.scenario.clone(),
+        hardware: args.hardware.clone(),
+        metric: args.metric.clone(),
+        effect: args.effect,
+        alpha: args.alpha,
+        beta: args.beta,
+        max_seeds: args.max_seeds,
+    };
+    let (test, sprt, hw) = commit_verdict::sequential_test(&ask, scenario, golden)?;
+    Ok((Judge::Scenario { test, sprt }, Some(hw)))
 }
 
 impl Bench<'_> {
@@ -435,8 +329,11 @@ impl Bench<'_> {
             .map(|(seed, e)| {
                 let report = match e.run_dir.filter(|d| d.join("run.json").is_file()) {
                     Some(dir) => {
-                        crate::app::judged::judge_stored(&dir, &self.golden).map_err(|err| {
-                            CommandError::run_failed(format!("{}: {err}", dir.display()))
+                        crate::app::judged::judge_stored(&dir, &self.golden).map_err(|source| {
+                            CommandError::from(Failure::BroughtBack {
+                                dir: dir.clone(),
+                                source,
+                            })
                         })
                     }
                     None => Err(CommandError::new(

@@ -3,15 +3,16 @@
 use std::path::{Path, PathBuf};
 
 use crate::app::ci_env;
+use crate::app::errors::Failure;
 use crate::app::pipeline::run_one;
 use crate::app::scale::ray::{run_jobs, JobBatch, JobRun};
 use crate::checks::ChecksSpec;
 use crate::cli::{self, CalibrateArgs, Executor, RayArgs, RunArgs};
+use crate::compare::budget;
+use crate::compare::calibrating::{self, CalibrationRun};
 use crate::compare::seeds::{self, parse_seed_range};
-use crate::compare::{budget, stability};
 use crate::error::{CommandError, ExitStatus};
 use crate::golden::calibration::Calibration;
-use crate::metrics::MetricTable;
 use crate::report::Report;
 use crate::rundir::RunStatus;
 use crate::runner::{env, RunOptions};
@@ -23,7 +24,6 @@ pub(crate) async fn calibrate(
     args: CalibrateArgs,
     golden: Option<&Path>,
 ) -> Result<ExitStatus, CommandError> {
-    use futures_util::StreamExt;
     let golden_root = &cli::golden_store(golden, Some(&args.scenario));
     let CalibrateArgs {
         scenario: file,
@@ -38,26 +38,14 @@ pub(crate) async fn calibrate(
         ray,
         from_runs,
     } = args;
-    let file = file.as_path();
-    let set = set.as_slice();
+    let (file, set) = (file.as_path(), set.as_slice());
     let detect = detect.map(|d| parse_fraction(&d)).transpose()?;
     if let Some(fraction) = detect {
-        let scenario = crate::plan::load_checked(file, set)
-            .map_err(|e| CommandError::invalid(e.to_string()))?;
-        let dir = calibration_dir(golden_root, &scenario.name, hardware.as_deref(), "--detect")?;
-        if let Some(cal) = Calibration::read(&dir)? {
-            print_seeds_needed(&scenario.checks, &cal, fraction);
+        if detect_only(file, set, golden_root, hardware.as_deref(), fraction)? {
             return Ok(ExitStatus::Passed);
         }
-        util::note!(
-            "calibrate: no calibration in {} yet: calibrating first",
-            dir.display()
-        );
     }
-    let seeds = match seeds {
-        Some(r) => Some(parse_seed_range(&r).map_err(|e| CommandError::invalid(e.to_string()))?),
-        None => None,
-    };
+    let seeds = seeds.map(|r| parse_seed_range(&r)).transpose()?;
     if ci_env() {
         return Err(CommandError::invalid(
             "refusing to calibrate under CI=true: CI never writes goldens; calibrate locally and \
@@ -65,8 +53,7 @@ pub(crate) async fn calibrate(
         ));
     }
     if let Some(dir) = &from_runs {
-        let scenario = crate::plan::load_checked(file, set)
-            .map_err(|e| CommandError::invalid(e.to_string()))?;
+        let scenario = crate::plan::load_checked(file, set)?;
         let runs = stored_runs(dir, &scenario.name, golden_root, allow_dirty)?;
         let total = runs.len();
         let mut done = Vec::new();
@@ -75,23 +62,81 @@ pub(crate) async fn calibrate(
         }
         return write_calibration(&scenario, done, golden_root, detect);
     }
-    let commit = env::git_commit();
-    if let Some(c) = commit.as_deref().filter(|c| c.ends_with("-dirty")) {
-        if !allow_dirty {
-            return Err(CommandError::invalid(format!(
-                "refusing to calibrate from a tree with uncommitted changes ({c}): a calibration \
-                 names the commit it measured; commit first, or pass --allow-dirty to try bands \
-                 out (never to commit that calibration)"
-            )));
+    refuse_dirty(allow_dirty)?;
+    let scenario = spec::load_scenario(file, set)?;
+    let seeds = seeds_to_run(&scenario, seeds, runs);
+    let total = seeds.len();
+    let mut done = Vec::new();
+    match ray.executor {
+        Executor::Local => {
+            let here = LocalRuns {
+                file,
+                set,
+                jobs,
+                out,
+                golden_root,
+                hardware,
+            };
+            here.run(&scenario, &seeds, &mut done).await?;
+        }
+        Executor::Ray => {
+            let runs = ray_runs(file, &seeds, ray, out, golden_root, hardware, set).await?;
+            for (seed, report) in runs {
+                accept_run(seed, report, &scenario.checks, total, &mut done)?;
+            }
         }
     }
-    let scenario =
-        crate::plan::load_checked(file, set).map_err(|e| CommandError::invalid(e.to_string()))?;
-    let seeds = match (seeds, runs) {
+    write_calibration(&scenario, done, golden_root, detect)
+}
+
+/// `--detect` with a calibration already there: its table printed (`true`); else a note that
+/// it calibrates first (`false`).
+fn detect_only(
+    file: &Path,
+    set: &[String],
+    golden_root: &Path,
+    hardware: Option<&str>,
+    fraction: f64,
+) -> Result<bool, CommandError> {
+    let scenario = crate::plan::load_checked(file, set)?;
+    let dir = calibration_dir(golden_root, &scenario.name, hardware, "--detect")?;
+    if let Some(cal) = Calibration::read(&dir)? {
+        print_seeds_needed(&scenario.checks, &cal, fraction);
+        return Ok(true);
+    }
+    util::note!(
+        "calibrate: no calibration in {} yet: calibrating first",
+        dir.display()
+    );
+    Ok(false)
+}
+
+/// A calibration names the commit it measured: none from a tree with uncommitted changes,
+/// unless `allow_dirty` (to try bands out).
+fn refuse_dirty(allow_dirty: bool) -> Result<(), CommandError> {
+    let commit = env::git_commit();
+    match commit.as_deref().filter(|c| c.ends_with("-dirty")) {
+        Some(c) if !allow_dirty => Err(CommandError::invalid(format!(
+            "refusing to calibrate from a tree with uncommitted changes ({c}): a calibration \
+             names the commit it measured; commit first, or pass --allow-dirty to try bands \
+             out (never to commit that calibration)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The seeds to run: `--seeds`, else `--runs` runs of the scenario's seed, else as many seeds
+/// from the scenario's as the run's false-alarm budget asks for (said in a note).
+fn seeds_to_run(
+    scenario: &spec::Scenario,
+    seeds: Option<Vec<u64>>,
+    runs: Option<usize>,
+) -> Vec<u64> {
+    match (seeds, runs) {
         (Some(seeds), _) => seeds,
         (None, Some(n)) => vec![scenario.seed; n.max(1)],
         (None, None) => {
-            let m = planned_tests(&scenario).max(1);
+            let m = calibrating::planned_tests(scenario).max(1);
             let n = budget::runs_for(
                 scenario.checks.alpha() / m as f64,
                 budget::MIN_RUNS,
@@ -107,91 +152,62 @@ pub(crate) async fn calibrate(
             );
             (scenario.seed..scenario.seed + n as u64).collect()
         }
-    };
-    let total = seeds.len();
-    let mut done = Vec::new();
-    match ray.executor {
-        Executor::Local => {
-            // The calibration runs never write a golden of their own (`ci` stays on). Each
-            // shows its steps as plain lines (runs side by side interleave them, each line
-            // naming its seed).
-            let (jobs, netns) = crate::netns::for_scenario(&scenario, jobs, "calibrate");
-            let opts = RunOptions {
-                set: set.to_vec(),
-                hardware,
-                step_lines: true,
-                netns,
-                calibration: true,
-                ..RunOptions::new(out, golden_root.to_path_buf())
-            };
-            let mut results = futures_util::stream::iter(seeds.iter().map(|seed| {
-                let mut o = opts.clone();
-                o.seed = Some(*seed);
-                o.progress_label = Some(format!("calibrate {} seed {seed}", scenario.name));
-                async move { (*seed, run_one(file, &o).await) }
-            }))
-            .buffer_unordered(jobs.max(1));
-            while let Some((seed, report)) = results.next().await {
-                accept_run(seed, report?, &scenario.checks, total, &mut done)?;
-            }
-        }
-        Executor::Ray => {
-            let runs = ray_runs(file, &seeds, ray, out, golden_root, hardware, set).await?;
-            for (seed, report) in runs {
-                accept_run(seed, report, &scenario.checks, total, &mut done)?;
-            }
-        }
     }
-    write_calibration(&scenario, done, golden_root, detect)
+}
+
+/// The calibration runs of this host: what they run with and where they go.
+struct LocalRuns<'a> {
+    file: &'a Path,
+    set: &'a [String],
+    jobs: usize,
+    out: PathBuf,
+    golden_root: &'a Path,
+    hardware: Option<String>,
+}
+
+impl LocalRuns<'_> {
+    /// One run per seed, side by side up to `jobs`, each accepted as it ends. They never write
+    /// a golden of their own (`ci` stays on); each shows its steps as plain lines (runs side
+    /// by side interleave them, each line naming its seed).
+    async fn run(
+        self,
+        scenario: &spec::Scenario,
+        seeds: &[u64],
+        done: &mut Vec<CalibrationRun>,
+    ) -> Result<(), CommandError> {
+        use futures_util::StreamExt;
+        let (jobs, netns) = crate::netns::for_scenario(scenario, self.jobs, "calibrate");
+        let opts = RunOptions {
+            set: self.set.to_vec(),
+            hardware: self.hardware,
+            step_lines: true,
+            netns,
+            calibration: true,
+            ..RunOptions::new(self.out, self.golden_root.to_path_buf())
+        };
+        let file = self.file;
+        let mut results = futures_util::stream::iter(seeds.iter().map(|seed| {
+            let mut o = opts.clone();
+            o.seed = Some(*seed);
+            o.progress_label = Some(format!("calibrate {} seed {seed}", scenario.name));
+            async move { (*seed, run_one(file, &o).await) }
+        }))
+        .buffer_unordered(jobs.max(1));
+        while let Some((seed, report)) = results.next().await {
+            accept_run(seed, report?, &scenario.checks, seeds.len(), done)?;
+        }
+        Ok(())
+    }
 }
 
 /// The calibration of the accepted runs, written beside the golden and printed.
 fn write_calibration(
     scenario: &spec::Scenario,
-    mut done: Vec<(u64, Report)>,
+    done: Vec<CalibrationRun>,
     golden_root: &Path,
     detect: Option<f64>,
 ) -> Result<ExitStatus, CommandError> {
-    if done.is_empty() {
-        return Err(CommandError::invalid(
-            "no completed run to calibrate from".to_string(),
-        ));
-    }
-    done.sort_by_key(|(s, _)| *s);
-    let first = &done[0].1;
-    let tables: Vec<MetricTable> = done.iter().map(|(_, r)| r.metrics.clone()).collect();
-    // The default stability rules' windows are measured too, so their bands are calibrated.
-    let mut checks = scenario.checks.clone();
-    let columns = tables.first().map(|t| t.columns()).unwrap_or_default();
-    checks
-        .golden
-        .0
-        .extend(stability::rules(&scenario.checks, &columns, |_| true).0);
-    // A golden rule's series must be finite in every run: a calibration never drops a value.
-    for ((seed, r), t) in done.iter().zip(&tables) {
-        for (metric, _) in checks.golden.iter() {
-            if let Some((step, v)) = t.series(metric).into_iter().find(|(_, v)| !v.is_finite()) {
-                return Err(CommandError::run_failed(format!(
-                    "calibration run with seed {seed} ({}) has `{metric}` = {v} at step {step}: \
-                     a calibration measures finite series only",
-                    r.run.dir
-                )));
-            }
-        }
-    }
-    let (steps, windows) = Calibration::measure(&tables, &checks);
-    let cal = Calibration {
-        scenario: scenario.name.clone(),
-        hardware: first.run.hardware.clone(),
-        date: chrono::Utc::now().to_rfc3339(),
-        host: first.run.host.clone(),
-        git_commit: first.run.git_commit.clone(),
-        numeric_fingerprint: first.run.numerics.as_ref().map(|n| n.fingerprint.clone()),
-        runs: done.len(),
-        seeds: done.iter().map(|(s, _)| *s).collect(),
-        steps,
-        windows,
-    };
+    let (cal, checks) = calibrating::measure(&scenario.name, &scenario.checks, done)?;
     let dir = golden_root.join(&cal.scenario).join(&cal.hardware);
     let path = cal.write(&dir)?;
     outln!("{}: calibrated from {}", cal.scenario, cal.source());
@@ -234,7 +250,7 @@ fn write_calibration(
         "written to {} (every run's value and every window's mean, σ, min and max)",
         path.display()
     );
-    for warning in calibration_warnings(&scenario.checks, &cal) {
+    for warning in calibrating::calibration_warnings(&scenario.checks, &cal) {
         util::note!("calibrate: warning: {warning}");
     }
     if let Some(fraction) = detect {
@@ -277,92 +293,6 @@ pub(crate) fn calibration_dir(
         )));
     }
     Ok(found.pop().unwrap_or_else(|| base.join("cpu")))
-}
-
-/// About how many calibrated windows of `scenario` will share its budget, before any run: the
-/// windows of its calibrated golden rules without a hand-set `k`, and, where the default
-/// stability rules are on, those of the entropy and the gradient norm (the stability metrics
-/// that move in a healthy run; an on-policy KL measures no spread and costs no share).
-fn planned_tests(scenario: &spec::Scenario) -> usize {
-    let steps: Vec<u64> = (1..=scenario.steps).collect();
-    let windows = |range: Option<crate::metrics::StepRange>, w: u64| {
-        let range = range.unwrap_or_default();
-        let n = steps.iter().filter(|s| range.contains(**s)).count() as u64;
-        n.div_ceil(w.max(1)) as usize
-    };
-    let golden: usize = scenario
-        .checks
-        .golden
-        .iter()
-        .filter(|(_, r)| budget::in_budget(r))
-        .map(|(_, r)| windows(r.steps, r.window.unwrap_or(1)))
-        .sum();
-    let stable = if scenario.checks.stability == Some(true) {
-        ["actor/entropy", "actor/grad_norm"]
-            .iter()
-            .filter(|m| scenario.checks.golden.get(m).is_none())
-            .count()
-            * windows(None, stability::WINDOW)
-    } else {
-        0
-    };
-    golden + stable
-}
-
-/// What a new calibration should say about itself: a calibration too small for its windows at
-/// the run's budget, and windows of a calibrated rule that measured no spread (runs that
-/// repeated themselves: one seed of a deterministic backend).
-pub(crate) fn calibration_warnings(checks: &ChecksSpec, cal: &Calibration) -> Vec<String> {
-    let mut out = Vec::new();
-    out.extend(budget::too_small(
-        budget::Budget::of_calibration(checks, cal),
-        cal.runs,
-    ));
-    for (metric, rule) in checks.golden.iter() {
-        if rule.calibrated.is_none() {
-            continue;
-        }
-        let flat: Vec<String> = cal
-            .windows
-            .get(metric)
-            .into_iter()
-            .flatten()
-            .filter(|w| w.std == 0.0 && w.n > 1)
-            .map(|w| format!("{}..{}", w.first, w.last))
-            .collect();
-        if !flat.is_empty() {
-            out.push(format!(
-                "`{metric}` measured σ = 0 over {} runs at steps {}: its runs repeated \
-                 themselves ({}); its band there is the floor alone. Calibrate over seeds \
-                 (no count, or --seeds A..B) for the noise a run of another seed has",
-                cal.runs,
-                flat.join(", "),
-                if cal.seeds.iter().all(|s| Some(s) == cal.seeds.first()) {
-                    "one seed of a deterministic backend"
-                } else {
-                    "a metric that does not move"
-                }
-            ));
-        }
-    }
-    // Runs of one seed that all gave the same values measured no noise at all, whatever the
-    // rules (a deterministic backend repeats itself).
-    let one_seed = cal.seeds.iter().all(|s| Some(s) == cal.seeds.first());
-    // (A mean of equal values may differ from them in its last bit.)
-    let all_flat = cal
-        .windows
-        .values()
-        .flatten()
-        .all(|w| w.std <= 1e-12 * w.mean.abs().max(1.0));
-    if cal.runs > 1 && one_seed && all_flat && !out.iter().any(|w| w.contains("σ = 0")) {
-        out.push(format!(
-            "every window measured σ = 0 over {} runs of one seed: the backend repeats itself, \
-             so this calibration measures no noise. Calibrate over seeds (no count, or --seeds \
-             A..B) for the noise a run of another seed has",
-            cal.runs
-        ));
-    }
-    out
 }
 
 /// `5%` or `0.05`, in (0, 1).
@@ -426,34 +356,6 @@ fn print_seeds_needed(checks: &ChecksSpec, cal: &Calibration, fraction: f64) {
     }
 }
 
-/// The rules a calibration run failed that do not depend on a calibration or a golden's draw:
-/// expectations, sanity and presence rules, and golden rules with fixed (`abs`/`rel`) bands.
-/// Calibrated golden rules, stability rules (their bands come from the calibration) and the
-/// exact lane (another seed is another run) are not asked to pass.
-fn failed_uncalibrated_rules(report: &Report, checks: &ChecksSpec) -> Vec<String> {
-    let Some(v) = &report.verdict else {
-        return Vec::new();
-    };
-    v.rules
-        .iter()
-        .filter(|r| {
-            use crate::compare::RuleStatus::{Missing, Regressed};
-            // A golden rule with a fixed band, when there is a golden to fail against.
-            let fixed_golden = r
-                .rule
-                .strip_prefix("golden:")
-                .and_then(|m| checks.golden.get(m))
-                .is_some_and(|g| g.calibrated.is_none());
-            let own = ["expect:", "sanity:", "presence:"]
-                .iter()
-                .any(|p| r.rule.starts_with(p));
-            (fixed_golden && r.status == Regressed)
-                || (own && matches!(r.status, Regressed | Missing))
-        })
-        .map(|r| format!("{} ({})", r.rule, r.evidence.message))
-        .collect()
-}
-
 /// One calibration run that came back: it must have completed and passed every rule that does
 /// not depend on the calibration (a calibration measures healthy runs only).
 fn accept_run(
@@ -461,25 +363,22 @@ fn accept_run(
     report: Report,
     checks: &ChecksSpec,
     total: usize,
-    done: &mut Vec<(u64, Report)>,
+    done: &mut Vec<CalibrationRun>,
 ) -> Result<(), CommandError> {
-    if report.run.status != Some(RunStatus::Completed) {
-        return Err(CommandError::run_failed(format!(
-            "calibration run with seed {seed} did not complete ({}): {}",
-            report.run.dir,
-            report.run.reason.as_deref().unwrap_or("no reason recorded")
-        )));
-    }
-    let failed = failed_uncalibrated_rules(&report, checks);
-    if !failed.is_empty() {
-        return Err(CommandError::run_failed(format!(
-            "calibration run with seed {seed} failed rules that do not depend on the \
-             calibration ({}): {}; a calibration measures healthy runs only",
-            report.run.dir,
-            failed.join("; ")
-        )));
-    }
-    done.push((seed, report));
+    let run = CalibrationRun {
+        seed,
+        dir: report.run.dir,
+        status: report.run.status,
+        reason: report.run.reason,
+        verdict: report.verdict,
+        metrics: report.metrics,
+        hardware: report.run.hardware,
+        host: report.run.host,
+        git_commit: report.run.git_commit,
+        fingerprint: report.run.numerics.map(|n| n.fingerprint),
+    };
+    calibrating::accept(&run, checks)?;
+    done.push(run);
     util::note!("calibrate: {}/{total} runs done (seed {seed})", done.len());
     Ok(())
 }
@@ -512,8 +411,12 @@ async fn ray_runs(
                     ),
                 )
             })?;
-        let report = crate::app::judged::judge_stored(&dir, golden_root)
-            .map_err(|err| CommandError::run_failed(format!("{}: {err}", dir.display())))?;
+        let report = crate::app::judged::judge_stored(&dir, golden_root).map_err(|source| {
+            Failure::BroughtBack {
+                dir: dir.clone(),
+                source,
+            }
+        })?;
         reports.push((*seed, report));
     }
     Ok(reports)
@@ -556,8 +459,12 @@ fn stored_runs(
     let mut runs = Vec::new();
     let mut commits = std::collections::BTreeSet::new();
     for d in dirs {
-        let report = crate::app::judged::judge_stored(&d, golden_root)
-            .map_err(|e| CommandError::invalid(format!("{}: {e}", d.display())))?;
+        let report = crate::app::judged::judge_stored(&d, golden_root).map_err(|source| {
+            Failure::FromRuns {
+                dir: d.clone(),
+                source,
+            }
+        })?;
         if report.scenario != scenario {
             return Err(CommandError::invalid(format!(
                 "{}: a run of `{}`, not of `{scenario}`",

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::app::errors::Failure;
 use crate::app::judged;
 use crate::cli::{self, CompareFormat};
 use crate::compare::{judge_run, reference_golden, RunRecord};
@@ -27,7 +28,7 @@ pub(crate) fn compare(
 
 /// A stored run's manifest and series, for a command (an unreadable one is invalid input).
 pub(crate) fn load_run(dir: &Path) -> Result<(RunManifest, MetricTable), CommandError> {
-    rundir::load(dir).map_err(|e| CommandError::invalid(e.to_string()))
+    rundir::load(dir).map_err(CommandError::from)
 }
 
 /// Where `compare` writes: beside the run, never over the run's own reports.
@@ -62,7 +63,7 @@ pub fn compare_command(
             )));
         }
         let report = judged::combined_report(run, golden_root)?;
-        write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
+        write_reports(&out, &report)?;
         return Ok((report, out));
     }
     let (manifest, table) = load_run(run)?;
@@ -88,8 +89,7 @@ pub fn compare_command(
                 &golden_root
                     .join(&manifest.scenario)
                     .join(&manifest.hardware),
-            )
-            .map_err(|e| CommandError::invalid(e.to_string()))?;
+            )?;
             let verdict = judge_run(&RunRecord::of(&manifest, &table), Some(&as_golden));
             let mut metrics = manifest.checks.metrics();
             if metrics.is_empty() {
@@ -116,14 +116,14 @@ pub fn compare_command(
         None => {
             // The same judge as `run`, on what the run directory stores.
             let report = judged::judge_stored(run, golden_root)?;
-            write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
+            write_reports(&out, &report)?;
             return Ok((report, out));
         }
     };
     let mut report = Report::from_run(run, &manifest, table, reference, verdict);
     // A re-judgement writes no golden.
     report.pending_golden = None;
-    write_reports(&out, &report).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    write_reports(&out, &report)?;
     Ok((report, out))
 }
 
@@ -169,9 +169,10 @@ fn print_compared(report: &Report, out: &Path, format: CompareFormat) -> Result<
         CompareFormat::Md => out!("{}", report::render_markdown(report)),
         CompareFormat::Json => {
             let path = out.join("verdict.json");
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                CommandError::run_failed(format!("cannot read {}: {e}", path.display()))
-            })?;
+            let text = match std::fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(source) => return Err(Failure::ReadVerdict { path, source }.into()),
+            };
             outln!("{}", text.trim_end());
         }
     }

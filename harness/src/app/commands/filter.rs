@@ -9,6 +9,7 @@
 //! - `all()`: every scenario;
 //! - `and` / `&`, `or` / `|`, `not` / `!`, parentheses.
 
+pub(crate) use crate::app::errors::FilterError;
 use pest::iterators::Pair;
 use pest::Parser;
 
@@ -39,19 +40,20 @@ pub(crate) struct Facts<'a> {
 
 impl Filter {
     /// Parse `-E`'s text; the error names the column and what was expected.
-    pub(crate) fn parse(text: &str) -> Result<Filter, String> {
+    pub(crate) fn parse(text: &str) -> Result<Filter, FilterError> {
         let mut pairs = FilterParser::parse(Rule::filter, text).map_err(|e| {
             let col = match e.line_col {
                 pest::error::LineColLocation::Pos((_, c)) => c,
                 pest::error::LineColLocation::Span((_, c), _) => c,
             };
-            format!(
-                "-E `{text}`: not a filter expression at column {col} (name(TEXT), tag(TAG), \
-                 requires(TEXT), path(TEXT), all(), with and, or, not and parentheses)"
-            )
+            FilterError::Syntax {
+                text: text.to_string(),
+                col,
+            }
         })?;
         let top = pairs.next().and_then(|p| p.into_inner().next());
-        top.map(build).ok_or_else(|| format!("-E `{text}`: empty"))
+        top.map(build)
+            .ok_or_else(|| FilterError::Empty(text.to_string()))
     }
 
     /// Whether the scenario of `facts` is selected.
@@ -154,9 +156,9 @@ mod tests {
 
     #[test]
     fn a_bad_expression_names_its_column() {
-        let e = Filter::parse("tag(smoke) and").unwrap_err();
+        let e = Filter::parse("tag(smoke) and").unwrap_err().to_string();
         assert!(e.contains("column 15"), "{e}");
-        let e = Filter::parse("colour(red)").unwrap_err();
+        let e = Filter::parse("colour(red)").unwrap_err().to_string();
         assert!(e.contains("column 1"), "{e}");
     }
 }

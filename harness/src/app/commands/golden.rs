@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use crate::app::errors::Failure;
 use crate::cli::{self, GoldenAction};
 use crate::error::{CommandError, ExitStatus};
 use crate::golden::{GoldenError, GoldenStore, Pending};
@@ -53,7 +54,7 @@ fn golden_bless(run: &Path, root: &Path) -> Result<(String, ExitStatus), Command
             run.display()
         )));
     }
-    let (manifest, table) = rundir::load(run).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let (manifest, table) = rundir::load(run)?;
     let refuse = |why: String| {
         Err(CommandError::invalid(format!(
             "{}: cannot bless: {why}",
@@ -75,15 +76,13 @@ fn golden_bless(run: &Path, root: &Path) -> Result<(String, ExitStatus), Command
         return refuse("it is a self-test's run (planted on purpose)".into());
     }
     let file = Path::new(&manifest.scenario_path);
-    let scenario = crate::plan::load_checked(file, &[]).map_err(|e| {
-        CommandError::invalid(format!(
-            "{}: cannot bless: its scenario {}: {e}",
-            run.display(),
-            file.display()
-        ))
-    })?;
-    let plan =
-        RunPlan::new(scenario, None, None).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let scenario =
+        crate::plan::load_checked(file, &[]).map_err(|source| Failure::BlessScenario {
+            run: run.to_path_buf(),
+            file: file.to_path_buf(),
+            source,
+        })?;
+    let plan = RunPlan::new(scenario, None, None)?;
     if plan.plan_hash != manifest.plan_hash {
         return refuse(format!(
             "it was made from another plan than {} resolves to today (plan {} against {}: a \
@@ -98,23 +97,21 @@ fn golden_bless(run: &Path, root: &Path) -> Result<(String, ExitStatus), Command
     }
     let store = GoldenStore::new(root);
     let provenance = compare::provenance_of_run(&manifest, manifest.started.clone());
-    let path = store
-        .write_pending(
-            &plan.scenario.name,
-            &manifest.hardware,
-            &table,
-            &provenance,
-            Some(&plan.scenario.checks),
-            Some(&compare::band_widths(
-                &plan.scenario.checks,
-                store
-                    .load(&plan.scenario.name, &manifest.hardware)
-                    .ok()
-                    .flatten()
-                    .as_ref(),
-            )),
-        )
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let path = store.write_pending(
+        &plan.scenario.name,
+        &manifest.hardware,
+        &table,
+        &provenance,
+        Some(&plan.scenario.checks),
+        Some(&compare::band_widths(
+            &plan.scenario.checks,
+            store
+                .load(&plan.scenario.name, &manifest.hardware)
+                .ok()
+                .flatten()
+                .as_ref(),
+        )),
+    )?;
     Ok((
         format!(
             "pending golden written to {} from {} ({} steps); review with `rlharness golden \
@@ -208,8 +205,11 @@ fn golden_widen(root: &Path, scenarios: &[String]) -> Result<(String, ExitStatus
     let mut out = Vec::new();
     for name in scenarios {
         let dir = root.join(name);
-        let mut hardware: Vec<String> = std::fs::read_dir(&dir)
-            .map_err(|e| CommandError::invalid(format!("{}: {e}", dir.display())))?
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(source) => return Err(Failure::GoldenFolder { dir, source }.into()),
+        };
+        let mut hardware: Vec<String> = entries
             .flatten()
             .filter(|e| e.path().join("golden.yaml").is_file())
             .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -222,10 +222,7 @@ fn golden_widen(root: &Path, scenarios: &[String]) -> Result<(String, ExitStatus
             )));
         }
         for hw in hardware {
-            let Some(g) = store
-                .load(name, &hw)
-                .map_err(|e| CommandError::invalid(e.to_string()))?
-            else {
+            let Some(g) = store.load(name, &hw)? else {
                 continue;
             };
             // The rules in force: the scenario's as its file says now (what a run is judged
@@ -267,9 +264,7 @@ fn golden_widen(root: &Path, scenarios: &[String]) -> Result<(String, ExitStatus
                 ));
                 continue;
             }
-            let path = store
-                .rewrite_bands(&g, &now)
-                .map_err(|e| CommandError::invalid(e.to_string()))?;
+            let path = store.rewrite_bands(&g, &now)?;
             out.push(format!(
                 "{name}/{hw}: accepted the bands of the calibration now ({}):\n{}",
                 path.display(),

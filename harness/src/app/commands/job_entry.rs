@@ -2,6 +2,7 @@
 
 use std::io::Write;
 
+use crate::app::errors::Failure;
 use crate::app::scale::bundle;
 use crate::cli::{Executor, RunArgs};
 use crate::error::{CommandError, ExitStatus};
@@ -35,7 +36,7 @@ pub(crate) async fn job_entry(args: RunArgs) -> Result<ExitStatus, CommandError>
     let scratch = tempfile::Builder::new()
         .prefix("rlharness-job-")
         .tempdir()
-        .map_err(|e| CommandError::run_failed(format!("cannot make the run's folder: {e}")))?;
+        .map_err(Failure::JobFolder)?;
     let out = scratch.path().join(&args.common.out);
     let mut local = args;
     local.common.out = out.clone();
@@ -47,16 +48,14 @@ pub(crate) async fn job_entry(args: RunArgs) -> Result<ExitStatus, CommandError>
             e.status
         }
     };
-    fsx::create_dir_all(&out).map_err(|e| CommandError::run_failed(e.to_string()))?;
-    let files = bundle::files_under(&out, "")
-        .map_err(|e| CommandError::run_failed(format!("packing the run directory: {e}")))?;
-    let zip = bundle::zip_files(&files)
-        .map_err(|e| CommandError::run_failed(format!("packing the run directory: {e}")))?;
+    fsx::create_dir_all(&out)?;
+    let files = bundle::files_under(&out, "").map_err(Failure::JobPack)?;
+    let zip = bundle::zip_files(&files).map_err(Failure::JobPack)?;
     let frame = bundle::encode_frame(&zip, status.code());
     let mut stdout = std::io::stdout().lock();
     stdout
         .write_all(frame.as_bytes())
         .and_then(|()| stdout.flush())
-        .map_err(|e| CommandError::run_failed(format!("printing the run directory: {e}")))?;
+        .map_err(Failure::JobPrint)?;
     Ok(status)
 }

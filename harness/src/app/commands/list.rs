@@ -13,10 +13,7 @@ pub(crate) fn list(
     filter: Option<&str>,
     format: OutputFormat,
 ) -> Result<ExitStatus, CommandError> {
-    let filter = filter
-        .map(Filter::parse)
-        .transpose()
-        .map_err(CommandError::invalid)?;
+    let filter = filter.map(Filter::parse).transpose()?;
     // Listing nothing is an input error, as checking nothing is: a mistyped path must not pass
     // a CI step.
     if !root.exists() {

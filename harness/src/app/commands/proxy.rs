@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::app::errors::Failure;
 use crate::cli::ProxyArgs;
 use crate::error::{CommandError, ExitStatus};
 use crate::proxy::{self, ProxyConfig};
@@ -15,6 +16,6 @@ pub(crate) async fn proxy(args: ProxyArgs) -> Result<ExitStatus, CommandError> {
     };
     proxy::run_standalone(&args.listen, cfg)
         .await
-        .map_err(|e| CommandError::run_failed(format!("proxy: {e}")))?;
+        .map_err(Failure::Proxy)?;
     Ok(ExitStatus::Passed)
 }

@@ -1,6 +1,7 @@
 //! `rlharness record`: a scenario's wire traffic kept as its cassette.
 
 use crate::app::ci_env;
+use crate::app::errors::Failure;
 use crate::backend::{replay, BackendSpec};
 use crate::cli::RecordArgs;
 use crate::error::{CommandError, ExitStatus};
@@ -24,8 +25,7 @@ pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError>
              locally and commit the cassette",
         ));
     }
-    let scenario = crate::plan::load_checked(&args.scenario, &opts.set)
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let scenario = crate::plan::load_checked(&args.scenario, &opts.set)?;
     if matches!(
         scenario.backend,
         BackendSpec::Replay { .. } | BackendSpec::None
@@ -35,8 +35,7 @@ pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError>
             args.scenario.display()
         )));
     }
-    let plan = RunPlan::new(scenario, opts.seed, opts.steps)
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let plan = RunPlan::new(scenario, opts.seed, opts.steps)?;
     let unmet = plan.scenario.requires.unmet();
     if !unmet.is_empty() {
         return Err(CommandError::invalid(format!(
@@ -58,7 +57,6 @@ pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError>
             recorded.display()
         )));
     }
-    let fail = |e: String| CommandError::run_failed(format!("record: {e}"));
     let meta = serde_json::json!({
         "format": "rlharness-cassette/1",
         "scenario": executed.plan.scenario.name,
@@ -72,16 +70,15 @@ pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError>
         "torch_version": executed.env.torch_version,
         "recorded": executed.ended.to_rfc3339(),
     });
-    let text = serde_json::to_string_pretty(&meta).map_err(|e| fail(e.to_string()))?;
-    fsx::write_atomic(&recorded.join(META_FILE), text.as_bytes())
-        .map_err(|e| fail(e.to_string()))?;
+    let text = serde_json::to_string_pretty(&meta).map_err(Failure::RecordMeta)?;
+    fsx::write_atomic(&recorded.join(META_FILE), text.as_bytes()).map_err(Failure::RecordWrite)?;
     std::fs::copy(
         executed.run_dir.join("metrics.csv"),
         recorded.join(METRICS_FILE),
     )
-    .map_err(|e| fail(format!("cannot copy the run's metrics.csv: {e}")))?;
+    .map_err(Failure::RecordCopy)?;
     // What is installed must read back: every body decompressed and checked.
-    let cassette = Cassette::load(&recorded).map_err(|e| fail(e.to_string()))?;
+    let cassette = Cassette::load(&recorded).map_err(Failure::RecordCassette)?;
     let target = opts
         .golden
         .join(&executed.plan.scenario.name)
@@ -96,7 +93,7 @@ pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError>
             recorded.display()
         )));
     }
-    replay::install_cassette(&recorded, &target).map_err(|e| fail(e.to_string()))?;
+    replay::install_cassette(&recorded, &target).map_err(Failure::RecordInstall)?;
     outln!(
         "{}: recorded {} exchanges ({} steps, {:.1} MiB of bodies) into {}{}",
         executed.plan.scenario.name,

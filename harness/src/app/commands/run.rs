@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::app::ci_env;
+use crate::app::errors::Failure;
 use crate::app::scale::local::{self, LocalMatrix};
 use crate::app::scale::{index, ray};
 use crate::cli::{Executor, RunArgs};
@@ -35,7 +36,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
         util::put_results_on_stderr();
     }
     let files = if args.rerun_failed {
-        let failed = index::failed_files(&args.common.out).map_err(CommandError::invalid)?;
+        let failed = index::failed_files(&args.common.out)?;
         if failed.is_empty() {
             util::note!(
                 "run --rerun-failed: every scenario of the last run into {} passed: nothing to run",
@@ -53,7 +54,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
     }
     let seeds = match &args.seeds {
         Some(r) => {
-            let list = parse_seed_range(r).map_err(|e| CommandError::invalid(e.to_string()))?;
+            let list = parse_seed_range(r)?;
             if list.len() < 2 {
                 return Err(CommandError::invalid(format!(
                     "--seeds {r}: a multi-seed verdict needs at least 2 seeds (use --seed for one)"
@@ -102,12 +103,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
             e.summary = format!("skipped, a failure under --fail-on-skip: {}", e.summary);
         }
     }
-    fsx::create_dir_all(&args.common.out).map_err(|e| CommandError::run_failed(e.to_string()))?;
+    fsx::create_dir_all(&args.common.out)?;
     // The combined index and JUnit of `--out` keep what earlier runs into it ran; the exit
     // status and the printed verdict are this run's.
     let merged = index::merged_with_earlier(&args.common.out, &entries);
-    index::write_index(&args.common.out, &merged)
-        .map_err(|e| CommandError::run_failed(format!("the combined verdict: {e}")))?;
+    index::write_index(&args.common.out, &merged).map_err(Failure::CombinedVerdict)?;
     if merged.len() > entries.len() {
         util::note!(
             "{}: the combined index and junit.xml also list {} scenario(s) of earlier runs into \

@@ -28,10 +28,7 @@ pub(crate) fn select(
     tags: &[String],
     filter_text: Option<&str>,
 ) -> Result<Vec<PathBuf>, CommandError> {
-    let filter = filter_text
-        .map(Filter::parse)
-        .transpose()
-        .map_err(CommandError::invalid)?;
+    let filter = filter_text.map(Filter::parse).transpose()?;
     let root = scenarios_root();
     let mut listed: Option<Vec<ListEntry>> = None;
     let mut paths = Vec::new();
@@ -66,7 +63,7 @@ pub(crate) fn select(
             }
         }
     }
-    let mut files = spec::discover(&paths).map_err(|e| CommandError::invalid(e.to_string()))?;
+    let mut files = spec::discover(&paths)?;
     if !tags.is_empty() || filter.is_some() {
         let loaded: Vec<(PathBuf, Option<spec::Scenario>)> = files
             .iter()

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use crate::app::errors::Failure;
 use crate::backend::{child, BackendSpec};
 use crate::cli::{ServeArgs, ServeKind};
 use crate::error::{CommandError, ExitStatus};
@@ -17,7 +18,7 @@ fn load_optional_scenario(
         None => Ok(None),
         Some(p) => crate::plan::load_checked(p, set)
             .map(Some)
-            .map_err(|e| CommandError::invalid(e.to_string())),
+            .map_err(CommandError::from),
     }
 }
 
@@ -40,7 +41,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<ExitStatus, CommandError> {
             };
             mock::serve_mock_standalone(&args.host, args.port, script, seed)
                 .await
-                .map_err(|e| CommandError::run_failed(format!("mock server: {e}")))?;
+                .map_err(Failure::MockServer)?;
             Ok(ExitStatus::Passed)
         }
         ServeKind::Torch => serve_torch(args, scenario),
@@ -76,8 +77,7 @@ fn serve_torch(args: ServeArgs, scenario: Option<Scenario>) -> Result<ExitStatus
     let mut cmd = std::process::Command::new(&exe);
     cmd.args(["--host", &args.host, "--port", &args.port.to_string()]);
     if let Some((spec, seed)) = torch {
-        let json = serde_json::to_string(&spec)
-            .map_err(|e| CommandError::invalid(format!("the torch backend block: {e}")))?;
+        let json = serde_json::to_string(&spec).map_err(Failure::TorchBlock)?;
         cmd.args(["--backend-json", &json, "--seed", &seed.to_string()]);
     }
     if args.train_warm_start {
@@ -86,17 +86,14 @@ fn serve_torch(args: ServeArgs, scenario: Option<Scenario>) -> Result<ExitStatus
     #[cfg(unix)]
     {
         use std::os::unix::process::CommandExt;
-        let e = cmd.exec();
-        Err(CommandError::run_failed(format!(
-            "cannot start {}: {e}",
-            exe.display()
-        )))
+        let source = cmd.exec();
+        Err(Failure::Start { exe, source }.into())
     }
     #[cfg(not(unix))]
     {
-        let status = cmd.status().map_err(|e| {
-            CommandError::run_failed(format!("cannot start {}: {e}", exe.display()))
-        })?;
+        let status = cmd
+            .status()
+            .map_err(|source| Failure::Start { exe, source })?;
         Ok(if status.success() {
             ExitStatus::Passed
         } else {

@@ -16,31 +16,6 @@ const END: &str = "@@rlharness-rundir end";
 /// Base64 characters per frame line.
 const WIDTH: usize = 96;
 
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum BundleError {
-    #[error("the job's log holds no run-directory frame (the job ended before it printed one)")]
-    NoFrame,
-    #[error("the run-directory frame is cut short (no end line after its header)")]
-    Truncated,
-    #[error("the run-directory frame's header is malformed: `{0}`")]
-    Header(String),
-    #[error("the run-directory frame is not valid base64: {0}")]
-    Base64(String),
-    #[error("the run-directory frame holds {got} bytes, its header says {want}")]
-    Length { want: usize, got: usize },
-    #[error(
-        "the run-directory frame's checksum does not match (sha256 {got}, header says {want})"
-    )]
-    Checksum { want: String, got: String },
-    #[error("zip: {0}")]
-    Zip(#[from] zip::result::ZipError),
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
     move |source| BundleError::Io {
         path: path.to_path_buf(),
@@ -48,6 +23,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
     }
 }
 
+pub(crate) use crate::app::errors::BundleError;
 use crate::util::hex;
 
 /// The SHA-256 of `bytes`, in hex.

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub(crate) use crate::app::errors::IndexError;
 use crate::error::ExitStatus;
 use crate::report::doc::{
     plain, to_html, to_markdown, Block, Document, Inline, Row, Table, Target,
@@ -385,19 +386,19 @@ pub(crate) const JSON_SCHEMA: u32 = 1;
 
 /// The scenario files of `OUT/index.json` (the last `run` into OUT) that did not pass:
 /// `run --rerun-failed`.
-pub(crate) fn failed_files(out: &Path) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn failed_files(out: &Path) -> Result<Vec<PathBuf>, IndexError> {
     let path = out.join("index.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        format!(
-            "cannot read {} (the last run's combined verdict): {e}",
-            path.display()
-        )
-    })?;
-    let doc: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: not a combined verdict: {e}", path.display()))?;
-    let scenarios = doc["scenarios"]
-        .as_array()
-        .ok_or_else(|| format!("{}: no `scenarios` list", path.display()))?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(source) => return Err(IndexError::Read { path, source }),
+    };
+    let doc: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(d) => d,
+        Err(source) => return Err(IndexError::NotAnIndex { path, source }),
+    };
+    let Some(scenarios) = doc["scenarios"].as_array() else {
+        return Err(IndexError::NoScenarios { path });
+    };
     Ok(scenarios
         .iter()
         .filter(|s| s["exit_code"].as_i64() != Some(0) && s["skipped"] != true)

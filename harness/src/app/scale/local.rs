@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use super::index::{read_seeds, Entry};
 use super::{Slot, SLOT};
+use crate::app::errors::Failure;
 use crate::error::{CommandError, ExitStatus};
 use crate::runner::RunOptions;
 
@@ -267,12 +268,7 @@ pub(crate) async fn run_matrix(
     for (file, t) in files.iter().zip(tasks) {
         entries.push(match t.await {
             Ok(e) => e,
-            Err(e) => error_entry(
-                file,
-                &CommandError::run_failed(format!("the scenario's task crashed: {e}")),
-                "local",
-                0.0,
-            ),
+            Err(e) => error_entry(file, &Failure::TaskCrashed(e).into(), "local", 0.0),
         });
     }
     watcher.abort();

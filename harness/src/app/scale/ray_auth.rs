@@ -17,23 +17,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use crate::app::errors::RayAuthError;
 use reqwest::header::HeaderValue;
-
-/// A token that could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum RayAuthError {
-    #[error("the Ray token file {path} ({from}): {source}")]
-    Unreadable {
-        path: PathBuf,
-        from: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the Ray token file {path} ({from}) is empty")]
-    Empty { path: PathBuf, from: &'static str },
-    #[error("the Ray token ({from}) is not a valid HTTP header value")]
-    NotAHeader { from: &'static str },
-}
 
 /// A Ray cluster's authentication token, with where it came from. Shown as `<redacted>`.
 #[derive(Clone)]

@@ -40,7 +40,7 @@ use serde_json::{json, Value};
 use crate::rundir::ReplayRecord;
 pub(crate) use cassette::{Cassette, CassetteError, CassetteWriter, RecordedExchange};
 use diff::{differences, request_view, Difference};
-pub(crate) use install::install_cassette;
+pub(crate) use install::{install_cassette, InstallError};
 use rlharness_arctic::wire::digest::WEIGHT_DIGEST_ROUTE;
 
 /// How many differences of one request are counted (the first is the one shown).

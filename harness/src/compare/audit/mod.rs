@@ -207,19 +207,27 @@ pub(crate) fn clopper_pearson(k: usize, n: usize) -> [f64; 2] {
     [lo, hi]
 }
 
+/// Why a verdict design cannot be audited.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error(
+        "the golden of `{0}` has no calibration: nothing to audit (run `rlharness golden \
+         calibrate` on the scenario first)"
+    )]
+    NoCalibration(String),
+}
+
 /// Audit `checks` against `golden` (which must hold a calibration).
 pub(crate) fn audit(
     scenario: &str,
     checks: &ChecksSpec,
     golden: &Golden,
     opts: AuditOptions,
-) -> Result<Audit, String> {
-    let stored = golden.calibration.clone().ok_or_else(|| {
-        format!(
-            "the golden of `{scenario}` has no calibration: nothing to audit (run `rlharness \
-             golden calibrate` on the scenario first)"
-        )
-    })?;
+) -> Result<Audit, AuditError> {
+    let stored = golden
+        .calibration
+        .clone()
+        .ok_or_else(|| AuditError::NoCalibration(scenario.to_string()))?;
     let model = Model::of(&stored);
     let measured = measured_checks(checks, golden);
     let seed = golden.provenance.seed.unwrap_or(0).wrapping_add(1);

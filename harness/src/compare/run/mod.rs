@@ -166,7 +166,7 @@ struct Calibrated {
     metric: String,
     verdict: RuleVerdict,
     /// Where the band came from (or why it has none), when the rule is calibrated.
-    source: Option<Result<String, String>>,
+    source: Option<Result<String, super::calibrated::NoBand>>,
 }
 
 /// Each golden rule of `rules` judged with its calibrated band resolved.
@@ -212,7 +212,7 @@ fn golden_rules(run: &RunRecord<'_>, golden: Option<&Golden>) -> Vec<RuleVerdict
                 Some(Err(why)) => {
                     r.status = RuleStatus::Missing;
                     r.evidence = Evidence {
-                        message: why,
+                        message: why.to_string(),
                         ..Evidence::default()
                     };
                     r.points.clear();

@@ -54,8 +54,8 @@ impl CommandDriverSpec {
     }
 
     /// The program as it would start here: an executable file at its path, or on the PATH the
-    /// trainer gets (the scenario's `env.PATH`, else this process's); why not, in words.
-    pub(crate) fn resolve_program(&self, scenario_file: &Path) -> Result<PathBuf, String> {
+    /// trainer gets (the scenario's `env.PATH`, else this process's); or why not.
+    pub(crate) fn resolve_program(&self, scenario_file: &Path) -> Result<PathBuf, ProgramError> {
         use std::os::unix::fs::PermissionsExt;
         let program = self.program(scenario_file);
         let executable = |p: &Path| {
@@ -63,15 +63,8 @@ impl CommandDriverSpec {
         };
         if program.components().count() > 1 || program.is_absolute() {
             return match std::fs::metadata(&program) {
-                Err(e) => Err(format!(
-                    "the trainer program {} does not exist ({e}); a relative path is relative \
-                     to the scenario file's folder",
-                    program.display()
-                )),
-                Ok(_) if !executable(&program) => Err(format!(
-                    "the trainer program {} is not an executable file",
-                    program.display()
-                )),
+                Err(source) => Err(ProgramError::Missing { program, source }),
+                Ok(_) if !executable(&program) => Err(ProgramError::NotExecutable(program)),
                 Ok(_) => Ok(program),
             };
         }
@@ -82,13 +75,26 @@ impl CommandDriverSpec {
         std::env::split_paths(&path)
             .map(|d| d.join(&program))
             .find(|p| executable(p))
-            .ok_or_else(|| {
-                format!(
-                    "no program `{}` on PATH: install it, or give its path",
-                    program.display()
-                )
-            })
+            .ok_or(ProgramError::NotOnPath(program))
     }
+}
+
+/// Why the trainer program would not start here.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProgramError {
+    #[error(
+        "the trainer program {} does not exist ({source}); a relative path is relative to the \
+         scenario file's folder",
+        program.display()
+    )]
+    Missing {
+        program: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the trainer program {} is not an executable file", .0.display())]
+    NotExecutable(PathBuf),
+    #[error("no program `{}` on PATH: install it, or give its path", .0.display())]
+    NotOnPath(PathBuf),
 }
 
 // ---------------------------------------------------------------------------------------------

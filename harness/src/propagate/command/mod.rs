@@ -24,7 +24,7 @@ use cells::{judge_all, judge_unit};
 use progress::MatrixProgress;
 use rlharness_arctic::fsx;
 use runs::{describe_driver, Executor, RunSet};
-pub(crate) use trial::{RemoteEnd, RemoteTrial, TrialDone, TrialExecutor};
+pub(crate) use trial::{RemoteEnd, RemoteError, RemoteTrial, TrialDone, TrialExecutor};
 
 /// Runs in flight at once by default: each is a backend, a proxy and a driver (or a trainer
 /// process).
@@ -293,8 +293,7 @@ pub(crate) async fn run_matrix_on(
         .iter()
         .map(|c| verdict::parse_condition(c))
         .collect::<Result<Vec<_>, _>>()
-        .and_then(|only| verdict::keep_conditions(&mut plan, &m, &only))
-        .map_err(PropagateError::Input)?;
+        .and_then(|only| verdict::keep_conditions(&mut plan, &m, &only))?;
     skip_knobs(&mut plan, &m, &full, &base)?;
     let units = group::plan_units(&m, &plan, &base_config, options.group);
     let counts = plan_counts(&m, &plan, &units, &base_config);

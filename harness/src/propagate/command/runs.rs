@@ -199,7 +199,7 @@ impl Executor<'_> {
                     Ok(ended) => {
                         trial_result(ended, s.config.clone(), &s.label, s.stop_at, s.reach)
                     }
-                    Err(why) => RunResult::Failed(why),
+                    Err(why) => RunResult::Failed(why.to_string()),
                 };
                 progress.finished(&s.shown, &r, seconds);
                 crate::util::lock(&results)[k] = Some(r);

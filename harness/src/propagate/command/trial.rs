@@ -30,7 +30,17 @@ pub(crate) struct RemoteTrial {
 }
 
 /// What came back of a trial run elsewhere: its run directory here, or why there is none.
-pub(crate) type RemoteEnd = Result<PathBuf, String>;
+pub(crate) type RemoteEnd = Result<PathBuf, RemoteError>;
+
+/// Why a trial run elsewhere gave no run to judge.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RemoteError {
+    /// No run directory came back: what the executor says of the job, and where it ran.
+    #[error("{summary} ({placement})")]
+    NoRunDir { summary: String, placement: String },
+    #[error("the run came back without its run.json: {0}")]
+    NoManifest(crate::rundir::ManifestError),
+}
 
 /// Told of each trial as it ends: its index among the trials given, what came back, and its
 /// seconds from submission to its end.
@@ -128,7 +138,7 @@ pub(super) fn trial_result(
 
 /// How a trial run elsewhere ended, from the run directory it brought back (moved to `dir`,
 /// the folder a local trial would have used), or why none came.
-pub(super) fn remote_ended(end: RemoteEnd, dir: &Path) -> Result<Ended, String> {
+pub(super) fn remote_ended(end: RemoteEnd, dir: &Path) -> Result<Ended, RemoteError> {
     let came = end?;
     let run_dir = if came == dir {
         came
@@ -139,8 +149,7 @@ pub(super) fn remote_ended(end: RemoteEnd, dir: &Path) -> Result<Ended, String> 
             Err(_) => came,
         }
     };
-    let manifest = crate::rundir::RunManifest::read(&run_dir)
-        .map_err(|e| format!("the run came back without its run.json: {e}"))?;
+    let manifest = crate::rundir::RunManifest::read(&run_dir).map_err(RemoteError::NoManifest)?;
     let completed = manifest.status == crate::rundir::RunStatus::Completed;
     let tail = ["stderr.log", "stdout.log"]
         .iter()

@@ -36,7 +36,7 @@ pub(crate) use knob::{apply_known_gaps, judge_knob};
 pub use knob::{KnobResult, KnobVerdict};
 pub(crate) use perturbations::{
     condition_label, condition_overrides, keep_conditions, knob_override, parse_condition,
-    plan_matrix, set_value, Condition, MatrixPlan, Trial, ENV_PREFIX,
+    plan_matrix, set_value, Condition, ConditionError, MatrixPlan, Trial, ENV_PREFIX,
 };
 
 fn lookup<'a>(tree: &'a Value, path: &str) -> Option<&'a Value> {

@@ -140,7 +140,7 @@ pub(crate) fn keep_conditions(
     plan: &mut MatrixPlan,
     m: &KnobManifest,
     only: &[(String, Value)],
-) -> Result<(), String> {
+) -> Result<(), ConditionError> {
     if only.is_empty() {
         return Ok(());
     }
@@ -150,14 +150,14 @@ pub(crate) fn keep_conditions(
         .flat_map(|k| k.conditions.keys().map(String::as_str))
         .collect();
     if let Some((k, _)) = only.iter().find(|(k, _)| !known.contains(k.as_str())) {
-        return Err(format!(
-            "--condition {k}: no knob tried here has that condition; their conditions: {}",
-            if known.is_empty() {
+        return Err(ConditionError::Unknown {
+            key: k.clone(),
+            known: if known.is_empty() {
                 "none".to_string()
             } else {
                 known.into_iter().collect::<Vec<_>>().join(", ")
-            }
-        ));
+            },
+        });
     }
     let before: std::collections::BTreeSet<usize> = plan.trials.iter().map(|t| t.knob).collect();
     plan.trials.retain(|t| {
@@ -179,8 +179,22 @@ pub(crate) fn keep_conditions(
 }
 
 /// `KEY=VALUE` of `--condition`, the value read as `--set` reads it (a YAML flow value).
-pub(crate) fn parse_condition(s: &str) -> Result<(String, Value), String> {
-    let o =
-        crate::spec::config::Override::parse(s).map_err(|e| format!("--condition {s:?}: {e}"))?;
+pub(crate) fn parse_condition(s: &str) -> Result<(String, Value), ConditionError> {
+    let o = crate::spec::config::Override::parse(s).map_err(|source| ConditionError::Syntax {
+        arg: s.to_string(),
+        source,
+    })?;
     Ok((o.segments.join("."), o.value.to_json()))
+}
+
+/// Why a `--condition` does not select trials.
+#[derive(Debug, thiserror::Error)]
+pub enum ConditionError {
+    #[error("--condition {arg:?}: {source}")]
+    Syntax {
+        arg: String,
+        source: crate::spec::SpecError,
+    },
+    #[error("--condition {key}: no knob tried here has that condition; their conditions: {known}")]
+    Unknown { key: String, known: String },
 }

@@ -9,6 +9,7 @@
 
 use tch::{Device, Kind, Tensor};
 
+pub use copy_error::CopyError;
 pub use kernels::rms_norm;
 use kernels::{
     apply_rope, apply_rope_rolled, full_attention_mask, leading_padding, masked_attention,
@@ -221,22 +222,21 @@ impl Decoder {
     }
 
     /// Overwrite this model's weights with `src`'s (weight sync, checkpoint load).
-    pub fn copy_from(&mut self, src: &[Tensor]) -> Result<(), String> {
+    pub fn copy_from(&mut self, src: &[Tensor]) -> Result<(), CopyError> {
         if src.len() != self.params.len() {
-            return Err(format!(
-                "weight copy: {} tensors for a model of {}",
-                src.len(),
-                self.params.len()
-            ));
+            return Err(CopyError::Count {
+                got: src.len(),
+                want: self.params.len(),
+            });
         }
         let _guard = tch::no_grad_guard();
         for ((dst, s), name) in self.params.iter_mut().zip(src).zip(&self.names) {
             if dst.size() != s.size() {
-                return Err(format!(
-                    "weight copy: {name} has shape {:?}, source {:?}",
-                    dst.size(),
-                    s.size()
-                ));
+                return Err(CopyError::Shape {
+                    name: name.clone(),
+                    want: dst.size(),
+                    got: s.size(),
+                });
             }
             dst.copy_(&s.to_device(self.device).to_kind(self.kind));
         }
@@ -592,6 +592,7 @@ enum Slot<'a> {
     Indexed { at: &'a Tensor, kv_len: i64 },
 }
 
+mod copy_error;
 mod kernels;
 
 #[cfg(test)]

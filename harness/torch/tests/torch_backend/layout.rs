@@ -218,7 +218,8 @@ fn split_layout_on_cuda_places_the_roles_and_syncs_across() {
     } else {
         let err =
             rlharness_arctic::torch_spec::layout::device_map(TorchDevice::Cuda, knobs, visible)
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
         assert!(err.contains("needs 2 CUDA devices"), "{err}");
         tch::Device::Cuda(0)
     };

@@ -5,44 +5,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::app::errors::Failure;
+pub use crate::app::errors::RayError;
 use crate::app::scale::ray_auth::RayToken;
-use crate::error::{CommandError, ExitStatus};
-
-#[derive(Debug, thiserror::Error)]
-pub enum RayError {
-    #[error("the Ray jobs API at {url}: {source}")]
-    Http {
-        url: String,
-        #[source]
-        source: reqwest::Error,
-    },
-    #[error("the Ray jobs API at {url} answered {status}: {body}")]
-    Status {
-        url: String,
-        status: u16,
-        body: String,
-    },
-    #[error("the Ray jobs API at {url} answered something unexpected: {what}")]
-    Unexpected { url: String, what: String },
-    /// 401 or 403: the cluster has token authentication on. Names where the token came from,
-    /// never the token (nor the answer's body).
-    #[error("the Ray jobs API at {url} {why}")]
-    Auth {
-        url: String,
-        status: u16,
-        why: String,
-    },
-}
+use crate::error::CommandError;
 
 impl RayError {
-    /// A token missing or refused is the invocation's input (exit 2); the rest, the run's (3).
-    pub(crate) fn exit_status(&self) -> ExitStatus {
-        match self {
-            RayError::Auth { .. } => ExitStatus::InvalidInput,
-            _ => ExitStatus::RunFailed,
-        }
-    }
-
     fn auth(url: &str, status: u16, token: Option<&RayToken>) -> RayError {
         let why = match (status, token) {
             (401, None) => "answered 401 Unauthorized: the cluster has token authentication on \
@@ -105,7 +73,7 @@ impl RayClient {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(300))
             .build()
-            .map_err(|e| CommandError::run_failed(format!("HTTP client: {e}")))?;
+            .map_err(Failure::HttpClient)?;
         Ok(RayClient {
             base,
             http,

@@ -9,14 +9,38 @@ use crate::app::scale::bundle;
 use crate::app::scale::index::{read_seeds, read_verdict, Entry};
 use crate::error::ExitStatus;
 
+/// Why a job's run directories could not be put under OUT/.
+#[derive(Debug, thiserror::Error)]
+enum CollectError {
+    #[error("cannot make a folder in {}: {source}", dir.display())]
+    Folder {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Unpack(#[from] bundle::BundleError),
+    #[error(transparent)]
+    Fs(#[from] rlharness_arctic::fsx::FsError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("cannot move the run into {}: {source}", dest.display())]
+    Move {
+        dest: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// Put the run directories a frame carried under OUT/<scenario>/ (a name already there gets a
 /// suffix) and point OUT/<scenario>/latest at the newest; returns them.
-fn collect(frame: &bundle::Frame, out: &Path) -> Result<Vec<PathBuf>, String> {
+fn collect(frame: &bundle::Frame, out: &Path) -> Result<Vec<PathBuf>, CollectError> {
     let tmp = tempfile::Builder::new()
         .prefix(".ray-collect-")
         .tempdir_in(out)
-        .map_err(|e| format!("cannot make a folder in {}: {e}", out.display()))?;
-    bundle::unzip(&frame.archive, tmp.path()).map_err(|e| e.to_string())?;
+        .map_err(|source| CollectError::Folder {
+            dir: out.to_path_buf(),
+            source,
+        })?;
+    bundle::unzip(&frame.archive, tmp.path())?;
     let mut moved = Vec::new();
     let Ok(scenarios) = std::fs::read_dir(tmp.path()) else {
         return Ok(moved);
@@ -26,9 +50,8 @@ fn collect(frame: &bundle::Frame, out: &Path) -> Result<Vec<PathBuf>, String> {
             continue; // the job's own index files
         }
         let base = out.join(s.file_name());
-        rlharness_arctic::fsx::create_dir_all(&base).map_err(|e| e.to_string())?;
-        let mut runs: Vec<_> = std::fs::read_dir(s.path())
-            .map_err(|e| e.to_string())?
+        rlharness_arctic::fsx::create_dir_all(&base)?;
+        let mut runs: Vec<_> = std::fs::read_dir(s.path())?
             .filter_map(Result::ok)
             // A hidden `.tmp-*` folder is a run folder a killed harness never finished making.
             .filter(|r| r.path().is_dir() && !r.file_name().to_string_lossy().starts_with('.'))
@@ -42,8 +65,9 @@ fn collect(frame: &bundle::Frame, out: &Path) -> Result<Vec<PathBuf>, String> {
                 k += 1;
                 dest = base.join(format!("{name}-{k}"));
             }
-            std::fs::rename(r.path(), &dest)
-                .map_err(|e| format!("cannot move the run into {}: {e}", dest.display()))?;
+            if let Err(source) = std::fs::rename(r.path(), &dest) {
+                return Err(CollectError::Move { dest, source });
+            }
             let latest = base.join("latest");
             let _ = std::fs::remove_file(&latest);
             #[cfg(unix)]

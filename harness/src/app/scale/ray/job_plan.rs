@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{GOLDEN_DIR, SOURCES_DIR};
+use crate::app::errors::Failure;
 use crate::app::scale::bundle::{self, Files};
 use crate::app::scale::index::Entry;
 use crate::app::scale::local;
@@ -138,7 +139,7 @@ pub(super) fn plan(
         let scenario = match crate::plan::load_checked(file, &set) {
             Ok(s) => s,
             Err(e) => {
-                let err = CommandError::invalid(e.to_string());
+                let err = CommandError::from(e);
                 invalid.push((i, local::error_entry(file, &err, "not submitted", 0.0)));
                 continue;
             }
@@ -168,11 +169,9 @@ pub(super) fn plan(
                 .unwrap_or(crate::spec::DEFAULT_QUEUE_TIMEOUT),
         });
     }
-    let pack = |e: bundle::BundleError| CommandError::run_failed(format!("the job package: {e}"));
+    let pack = Failure::Package;
     if args.ray.remote_bin.is_none() {
-        let exe = std::env::current_exe().map_err(|e| {
-            CommandError::run_failed(format!("cannot find this executable to ship it: {e}"))
-        })?;
+        let exe = std::env::current_exe().map_err(Failure::NoExecutable)?;
         files_out.push(("rlharness".into(), exe));
         if torch {
             files_out.push((

@@ -11,6 +11,7 @@ use super::collect::entry_of;
 use super::job_plan::{plan, JobBatch, JobRun};
 use super::submit::{job_body, job_env_vars, upload_package};
 use super::watch::{watch, Shown};
+use crate::app::errors::Failure;
 use crate::app::scale::index::Entry;
 use crate::app::scale::local;
 use crate::app::scale::ray_auth::RayToken;
@@ -33,8 +34,7 @@ fn client_of(args: &RunArgs) -> Result<RayClient, CommandError> {
         args.ray.address.as_deref().ok_or_else(|| {
             CommandError::invalid("--executor ray needs --address http://HEAD:8265")
         })?;
-    let token = RayToken::from_environment(args.ray.ray_token_file.as_deref())
-        .map_err(|e| CommandError::invalid(e.to_string()))?;
+    let token = RayToken::from_environment(args.ray.ray_token_file.as_deref())?;
     if let Some(t) = &token {
         tracing::info!("ray: sending the token from {} to {address}", t.origin());
     }
@@ -54,8 +54,7 @@ pub(crate) async fn run_jobs(
     let client = client_of(args)?;
     let env_vars = job_env_vars(args)?;
     let (planned, invalid, package) = plan(runs, args, batch)?;
-    rlharness_arctic::fsx::create_dir_all(&args.common.out)
-        .map_err(|e| CommandError::run_failed(e.to_string()))?;
+    rlharness_arctic::fsx::create_dir_all(&args.common.out)?;
     let on_done = batch.on_done.clone();
     let mut entries: Vec<Option<Entry>> = vec![None; files.len()];
     for (i, e) in invalid {
@@ -103,7 +102,7 @@ pub(crate) async fn run_jobs(
             Err(e) => {
                 let e = local::error_entry(
                     p.file(),
-                    &CommandError::new(e.exit_status(), format!("the job was not submitted: {e}")),
+                    &Failure::NotSubmitted(e).into(),
                     "not submitted",
                     0.0,
                 );
@@ -139,7 +138,7 @@ pub(crate) async fn run_jobs(
                     e
                 })
                 .await
-                .map_err(|e| CommandError::run_failed(format!("collecting crashed: {e}")));
+                .map_err(|e| CommandError::from(Failure::CollectCrashed(e)));
                 drop(slot);
                 e
             }),
@@ -196,12 +195,8 @@ async fn gather(
                 e
             }
             Err(e) => {
-                let e = local::error_entry(
-                    &files[index],
-                    &CommandError::run_failed(format!("watching the job crashed: {e}")),
-                    "ray",
-                    0.0,
-                );
+                let e =
+                    local::error_entry(&files[index], &Failure::WatchCrashed(e).into(), "ray", 0.0);
                 crashed(&e);
                 e
             }

@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use super::client::RayClient;
 use super::job_plan::{Package, Planned};
 use super::{GOLDEN_DIR, OUT_DIR};
+use crate::app::errors::Failure;
 use crate::app::scale::bundle::{self, Files};
 use crate::cli::RunArgs;
 use crate::error::CommandError;
@@ -175,8 +176,8 @@ pub(super) async fn upload_package(
         None => {
             let zip = tokio::task::spawn_blocking(move || bundle::zip_files(&package_files))
                 .await
-                .map_err(|e| CommandError::run_failed(format!("packing crashed: {e}")))?
-                .map_err(|e| CommandError::run_failed(format!("the job package: {e}")))?;
+                .map_err(Failure::PackCrashed)?
+                .map_err(Failure::Package)?;
             let name = format!("_ray_pkg_{}.zip", &bundle::sha256_hex(&zip)[..32]);
             let packed = (name, std::sync::Arc::new(zip));
             crate::util::lock(&PACKED)
@@ -186,10 +187,7 @@ pub(super) async fn upload_package(
         }
     };
     let mib = zip.len() as f64 / (1024.0 * 1024.0);
-    let uri = client
-        .ensure_package(&name, zip.as_ref().clone())
-        .await
-        .map_err(|e| CommandError::new(e.exit_status(), e.to_string()))?;
+    let uri = client.ensure_package(&name, zip.as_ref().clone()).await?;
     if fresh {
         errln!("ray: the jobs' package {uri} ({mib:.1} MiB) is on the cluster");
     }

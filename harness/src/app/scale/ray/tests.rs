@@ -10,6 +10,7 @@ use super::client::RayClient;
 use super::job_plan::{package_root, JobRun, Package, Planned};
 use super::submit::{entrypoint, job_env_vars, resources};
 use super::watch::{last_step, StepLine};
+use crate::app::errors::Status;
 use crate::app::scale::ray_auth::RayToken;
 use crate::cli::RunArgs;
 use crate::error::ExitStatus;
@@ -207,7 +208,7 @@ async fn the_token_goes_in_the_authorization_header_and_nowhere_else() {
             .contains(&format!("authorization: bearer {SECRET}")),
         "{got}"
     );
-    assert_eq!(e.exit_status(), ExitStatus::InvalidInput);
+    assert_eq!(e.status(), ExitStatus::InvalidInput);
     let shown = format!("{e} {e:?} {client:?} {req:?}");
     assert!(!shown.contains(SECRET), "{shown}");
     assert!(
@@ -230,7 +231,7 @@ async fn a_cluster_that_wants_a_token_says_how_to_give_it() {
         !got.to_ascii_lowercase().contains("authorization:"),
         "{got}"
     );
-    assert_eq!(e.exit_status(), ExitStatus::InvalidInput);
+    assert_eq!(e.status(), ExitStatus::InvalidInput);
     let shown = e.to_string();
     assert!(
         shown.contains("401 Unauthorized") && shown.contains("--ray-token-file"),

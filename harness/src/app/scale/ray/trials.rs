@@ -12,7 +12,7 @@ use super::job_plan::{JobBatch, JobRun, OnDone};
 use crate::app::scale::index::Entry;
 use crate::cli::{RayArgs, RunArgs};
 use crate::error::CommandError;
-use crate::propagate::command::{RemoteEnd, RemoteTrial, TrialDone, TrialExecutor};
+use crate::propagate::command::{RemoteEnd, RemoteError, RemoteTrial, TrialDone, TrialExecutor};
 use crate::propagate::PropagateError;
 
 /// A command's Ray jobs: the cluster's options, and whether Ctrl-C came (then no later call
@@ -154,6 +154,9 @@ impl TrialExecutor for RayTrials<'_> {
 fn remote_end(e: &Entry) -> RemoteEnd {
     match &e.run_dir {
         Some(d) if d.join("run.json").is_file() => Ok(d.clone()),
-        _ => Err(format!("{} ({})", e.summary, e.placement)),
+        _ => Err(RemoteError::NoRunDir {
+            summary: e.summary.clone(),
+            placement: e.placement.clone(),
+        }),
     }
 }
