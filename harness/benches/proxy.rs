@@ -10,7 +10,7 @@ use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use rlharness::proxy::{self, ProxyConfig};
+use rlharness::run::proxy::{self, ProxyConfig};
 use rlharness_arctic::wire::{self, DType, Node, Tensor};
 use serde_json::json;
 use tokio::net::TcpListener;

@@ -1,38 +1,42 @@
 //! rlharness: reproducible smoke and convergence scenarios for LLM RL training integrations.
 //!
-//! Data flows one way: `spec` (scenario files) -> `plan` (RunPlan with provenance) -> `run`
-//! (driver -> proxy -> backend) -> `metrics` -> `compare` (golden rules, expressions) -> `report`.
-//! See `docs/architecture.md`.
+//! Data flows one way, and the crate is one folder per floor in that order: [`model`] (the
+//! data every floor reads and writes: errors, metric series, rules, goldens, run directories)
+//! -> [`scenario`] (scenario files) -> [`run`] (the stages, the plan, the runner: driver ->
+//! proxy -> backend) -> [`judge`] (golden rules, expressions, verdicts) -> [`report`] ->
+//! [`tools`] (propagation, assets, history, bisect) -> [`app`] (the commands). See
+//! `docs/architecture.md`.
 //!
 //! # Public surface
 //!
 //! Everything is `pub(crate)` unless a user outside the crate needs it: the `rlharness`
-//! binary (`src/main.rs`), the torch backend (`harness/torch`), the integration tests, the
-//! benches and the fuzz targets. What they use:
+//! binary (`src/main.rs`), the integration tests, the benches and the fuzz targets (the torch
+//! backend, `harness/torch`, builds on the Arctic crate alone). What they use:
 //!
-//! - [`cli`], [`app`]: the command line (`Cli`, `app::main`, `run_one`, `compare_command`,
+//! - [`app`]: the command line (`app::cli::Cli`, `app::main`, `run_one`, `compare_command`,
 //!   `init_tracing`) and `app::scale::ray` (the Ray client).
-//! - [`spec`], [`plan`]: loading and checking scenario files (`load_scenario`, `spec::check`,
-//!   `spec::lint`, the stages' blocks `spec::blocks`), planning a run (`RunPlan`,
-//!   `plan::load_checked`, `plan::launch`).
-//! - [`runner`], [`events`]: executing a plan (`execute`, `RunOptions`, `Executed`, `RunEnd`,
-//!   the `LiveJudge` a caller hands in) and its progress events.
-//! - [`backend`]: the scenario's `BackendSpec` (the scenario's, re-exported from
-//!   `spec::blocks`), the replay backend, starting the torch child (`backend::child`). What the
-//!   harness shares with the torch engine and Arctic clients (the DSSST1 codec and API types,
-//!   `wire`; the task, `task`; file helpers, `fsx`; the `Engine` trait, the mock, the HTTP
-//!   server, the torch spec) is the Arctic crate's, and the harness uses it by that crate's
-//!   name (`rlharness_arctic::wire`), never through an alias.
-//! - [`driver`], [`proxy`], [`capture`]: the built-in and command drivers, the recording
-//!   proxy, trainer-log parsing.
-//! - [`metrics`], [`compare`], [`golden`], [`report`], [`propagate`]: metric tables, judging
-//!   (`judge_run`, `compare::expr`, `compare::FailFast`), golden stores, reports, knob
-//!   propagation.
-//! - [`rundir`]: a run directory's files as data (`RunManifest`, `run.json`; `RunStatus`).
-//! - [`error`]: `CommandError`, and `ExitStatus` (the Arctic crate's, re-exported).
+//! - [`scenario`], `run::plan`: loading and checking scenario files (`load_scenario`,
+//!   `scenario::check`, `scenario::lint`, the stages' blocks `scenario::blocks`), planning a
+//!   run (`RunPlan`, `plan::load_checked`, `plan::launch`).
+//! - `run::runner`, `model::events`: executing a plan (`execute`, `RunOptions`, `Executed`,
+//!   `RunEnd`, the `LiveJudge` a caller hands in) and its progress events.
+//! - `run::backend`: the scenario's `BackendSpec` (the scenario's, re-exported from
+//!   `scenario::blocks`), the replay backend, starting the torch child (`backend::child`). What
+//!   the harness shares with the torch engine and Arctic clients (the DSSST1 codec and API
+//!   types, `wire`; the task, `task`; file helpers, `fsx`; the `Engine` trait, the mock, the
+//!   HTTP server, the torch spec) is the Arctic crate's, and the harness uses it by that
+//!   crate's name (`rlharness_arctic::wire`), never through an alias.
+//! - `run::driver`, `run::proxy`, `run::capture`: the built-in and command drivers, the
+//!   recording proxy, trainer-log parsing.
+//! - `model::metrics`, [`judge`], `model::golden`, [`report`], `tools::propagate`: metric
+//!   tables, judging (`judge_run`, `judge::expr`, `judge::FailFast`), golden stores, reports,
+//!   knob propagation.
+//! - `model::rundir`: a run directory's files as data (`RunManifest`, `run.json`;
+//!   `RunStatus`).
+//! - `model::error`: `CommandError`, and `ExitStatus` (the Arctic crate's, re-exported).
 //!
-//! `checks` (rule and expression types, re-exported through `compare`), `slot` and `util` are
-//! private.
+//! `model::checks` (rule and expression types, re-exported through `judge`), `model::slot`,
+//! `model::util` and `model::host` are private to the crate.
 
 /// `print!` that never panics: standard output may be a closed pipe (`rlharness run ... | head
 /// -1`); what does not reach it is dropped, and the command goes on to write its reports and
@@ -63,28 +67,9 @@ macro_rules! errln {
 }
 
 pub mod app;
-pub mod assets;
-pub mod backend;
-mod bisect;
-pub mod capture;
-mod checks;
-pub mod cli;
-pub mod compare;
-pub mod driver;
-pub mod error;
-pub mod events;
-pub mod golden;
-pub mod history;
-mod host;
-mod knobs;
-pub mod metrics;
-mod netns;
-pub mod plan;
-pub mod propagate;
-pub mod proxy;
+pub mod judge;
+pub mod model;
 pub mod report;
-pub mod rundir;
-pub mod runner;
-mod slot;
-pub mod spec;
-mod util;
+pub mod run;
+pub mod scenario;
+pub mod tools;

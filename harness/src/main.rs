@@ -1,7 +1,7 @@
 use clap::Parser;
 
 fn main() {
-    let cli = rlharness::cli::Cli::parse();
+    let cli = rlharness::app::cli::Cli::parse();
     let status = rlharness::app::main(cli);
     std::process::exit(status.code());
 }

@@ -149,15 +149,24 @@ pub fn check_loss_config(name: &str, config: &Map<String, Value>) -> Result<(), 
 /// false. The real server reads it with Python's `bool()`, so a number counts by being
 /// non-zero; a string, list or object is refused here (the real server would take `"false"`
 /// for true).
-pub fn return_fwd_batch(meta: &Map<String, Value>) -> Result<bool, String> {
+pub fn return_fwd_batch(meta: &Map<String, Value>) -> Result<bool, NotAFlag> {
     match meta.get("return_fwd_batch") {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
         Some(Value::Number(n)) => Ok(n.as_f64().is_some_and(|x| x != 0.0)),
-        Some(other) => Err(format!(
-            "meta.return_fwd_batch must be a boolean, got {other}"
-        )),
+        Some(other) => Err(NotAFlag {
+            key: "meta.return_fwd_batch",
+            value: other.clone(),
+        }),
     }
+}
+
+/// A flag of a frame's `meta` that holds no flag (a string, list or object).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key} must be a boolean, got {value}")]
+pub struct NotAFlag {
+    pub key: &'static str,
+    pub value: Value,
 }
 
 #[cfg(test)]
@@ -222,7 +231,9 @@ mod tests {
         assert_eq!(return_fwd_batch(&m(json!(false))), Ok(false));
         assert_eq!(return_fwd_batch(&m(json!(1))), Ok(true));
         assert_eq!(return_fwd_batch(&m(json!(0))), Ok(false));
-        let e = return_fwd_batch(&m(json!("false"))).unwrap_err();
+        let e = return_fwd_batch(&m(json!("false")))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("return_fwd_batch") && e.contains("\"false\""),
             "{e}"

@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rlharness::capture::{parse_console_line, parse_python_number, strip_ansi};
-use rlharness::metrics::StepMetrics;
+use rlharness::run::capture::{parse_console_line, parse_python_number, strip_ansi};
+use rlharness::model::metrics::StepMetrics;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rlharness::capture::parse_jsonl_line;
+use rlharness::run::capture::parse_jsonl_line;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use rlharness::compare::expr::parse_expr;
-use rlharness::spec::load_scenario;
+use rlharness::judge::expr::parse_expr;
+use rlharness::scenario::load_scenario;
 
 /// A scenarios root with the project's defaults and backend layers, made once a process.
 fn root() -> &'static (tempfile::TempDir, PathBuf) {

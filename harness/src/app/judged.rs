@@ -1,13 +1,13 @@
 //! A stored run, or a multi-seed run's directory, judged again from what it stores, and its
-//! report: the judge's calls (`compare::StoredRun::judge`, `compare::judge_combined`, the
+//! report: the judge's calls (`judge::StoredRun::judge`, `judge::judge_combined`, the
 //! false-alarm budget, what changed in the golden since run time) are made here, for `run`,
 //! `compare`, `calibrate` and `bisect` alike, and `report::multi_seed` turns what they decided into
 //! a `Report`.
 
 use std::path::Path;
 
-use crate::compare::budget::BudgetStatement;
-use crate::compare::{judge_combined, Combined, CombinedError, StoredError, StoredRun};
+use crate::judge::budget::BudgetStatement;
+use crate::judge::{judge_combined, Combined, CombinedError, StoredError, StoredRun};
 use crate::report::multi_seed::{self, golden_changed_note, CombinedRun, GOLDEN_CHANGED};
 use crate::report::Report;
 
@@ -37,7 +37,7 @@ fn report_of_stored(stored: StoredRun) -> Report {
 
 /// The verdict a run directory's own `verdict.json` records (what `run` said), in words.
 fn verdict_at_run_time(dir: &Path) -> String {
-    match crate::rundir::RecordedVerdict::read(dir) {
+    match crate::model::rundir::RecordedVerdict::read(dir) {
         Ok(h) => format!("{} (exit {})", h.summary, h.exit_code),
         Err(e) => format!("unknown ({e})"),
     }

@@ -2,6 +2,8 @@
 //! (each a short chain of calls into the layers below). Errors become exit codes here, and only
 //! here: the lower layers' own error types map to an exit status in `errors.rs`.
 
+pub mod cli;
+
 mod commands;
 mod errors;
 mod judged;
@@ -9,10 +11,10 @@ mod pipeline;
 mod preflight;
 pub mod scale;
 
-use crate::cli::{AssetsTarget, Cli, Command, GoldenAction};
-use crate::error::{CommandError, ExitStatus};
-use crate::propagate::command::MatrixOptions;
-use crate::util;
+use crate::app::cli::{AssetsTarget, Cli, Command, GoldenAction};
+use crate::model::error::{CommandError, ExitStatus};
+use crate::model::util;
+use crate::tools::propagate::command::MatrixOptions;
 
 pub use commands::compare::compare_command;
 pub use pipeline::run_one;
@@ -20,14 +22,14 @@ pub use pipeline::run_one;
 /// `rlharness check`'s outcome for `paths` (default `scenarios/`): every scenario loaded,
 /// planned and refused as `run` would refuse it (the preflight), and its rules linted by the
 /// judge.
-pub fn check(paths: &[std::path::PathBuf]) -> crate::spec::check::CheckOutcome {
-    crate::spec::check::check(paths, &crate::plan::check, &preflight::problems)
+pub fn check(paths: &[std::path::PathBuf]) -> crate::scenario::check::CheckOutcome {
+    crate::scenario::check::check(paths, &crate::run::plan::check, &preflight::problems)
 }
 
 /// `rlharness list`'s scenarios under `root`, and whether each can run here (one that does not
 /// load or plan cannot).
-pub fn list(root: &std::path::Path) -> Vec<crate::spec::check::ListEntry> {
-    crate::spec::check::list(root, &crate::plan::check)
+pub fn list(root: &std::path::Path) -> Vec<crate::scenario::check::ListEntry> {
+    crate::scenario::check::list(root, &crate::run::plan::check)
 }
 
 pub fn init_tracing(verbose: u8) {
@@ -47,7 +49,7 @@ pub fn main(cli: Cli) -> ExitStatus {
     } = &cli.command
     {
         let carry = listen.as_deref().zip(bridge.as_deref());
-        match crate::netns::exec_inside(carry, command) {
+        match crate::run::netns::exec_inside(carry, command) {
             Ok(code) => std::process::exit(code),
             Err(e) => {
                 errln!("error: {e}");

@@ -3,28 +3,28 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::compare::budget::BudgetStatement;
-use crate::compare::{self, RunRecord};
-use crate::error::{CommandError, ExitStatus};
-use crate::golden::{Golden, GoldenStore};
-use crate::plan::RunPlan;
+use crate::judge::budget::BudgetStatement;
+use crate::judge::{self, RunRecord};
+use crate::model::error::{CommandError, ExitStatus};
+use crate::model::golden::{Golden, GoldenStore};
+use crate::model::rundir::SeedsManifest;
+use crate::model::slot::{self, SLOT};
 use crate::report::{self, Report};
-use crate::rundir::SeedsManifest;
-use crate::runner::{self, Executed, RunEnd, RunOptions};
-use crate::slot::{self, SLOT};
-use crate::{spec, util};
+use crate::run::plan::RunPlan;
+use crate::run::runner::{self, Executed, RunEnd, RunOptions};
+use crate::{model::util, scenario};
 use rlharness_arctic::fsx;
 
 /// Plan, execute, judge and report one scenario.
 pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandError> {
     use crate::report::Report;
-    let scenario = spec::load_scenario(file, &opts.set)?;
+    let scenario = scenario::load_scenario(file, &opts.set)?;
     // The plan's errors (a config value the translation cannot use) are the scenario's, first.
     let plan = RunPlan::new(scenario.clone(), opts.seed, opts.steps)?;
     // What `check` refuses, `run` refuses, with the same messages, before anything starts.
     let found = super::preflight::problems(file, &scenario, &opts.golden);
     if !found.errors.is_empty() {
-        return Err(spec::SpecErrors(found.errors).into());
+        return Err(scenario::SpecErrors(found.errors).into());
     }
     tracing::info!(
         "plan {}: {} (plan {}), seed {}, {} steps, driver {}, backend {}, golden store {}",
@@ -57,7 +57,7 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
             };
             let mut set = opts.set.clone();
             set.extend(st.plant);
-            let planted = spec::load_scenario(file, &set)?;
+            let planted = scenario::load_scenario(file, &set)?;
             let plan = RunPlan::new(planted, opts.seed, opts.steps)?;
             (plan, Some(reference))
         }
@@ -69,7 +69,7 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
 /// unless the caller handed in a judge of its own.
 fn judged_live(opts: &RunOptions) -> RunOptions {
     let mut o = opts.clone();
-    o.live_judge.get_or_insert_with(compare::FailFast::handed);
+    o.live_judge.get_or_insert_with(judge::FailFast::handed);
     o
 }
 
@@ -104,10 +104,10 @@ async fn judge_plan(
     };
     // The one judge, on what the run directory stores (run.json, metrics.csv): `rlharness
     // compare RUN` calls it on the same facts and writes the same verdict.
-    let verdict = compare::judge_run(&RunRecord::of(&manifest, &metrics), golden.as_ref());
+    let verdict = judge::judge_run(&RunRecord::of(&manifest, &metrics), golden.as_ref());
     // What it was judged against, so that `compare RUN` can tell a re-blessed golden.
     if let Some(g) = &golden {
-        manifest.judged_against = Some(compare::judged_against(&manifest.checks, g));
+        manifest.judged_against = Some(judge::judged_against(&manifest.checks, g));
         manifest.write(&run_dir)?;
     }
     // The bless flow: a completed run without a golden (or under --update-golden) writes a
@@ -120,17 +120,14 @@ async fn judge_plan(
         && (golden.is_none() || opts.update_golden)
         && !plan.scenario.checks.golden.is_empty()
     {
-        let provenance = compare::provenance_of_run(&manifest, chrono::Utc::now().to_rfc3339());
+        let provenance = judge::provenance_of_run(&manifest, chrono::Utc::now().to_rfc3339());
         match store.write_pending(
             &plan.scenario.name,
             &env.hardware,
             &metrics,
             &provenance,
             Some(&plan.scenario.checks),
-            Some(&compare::band_widths(
-                &plan.scenario.checks,
-                golden.as_ref(),
-            )),
+            Some(&judge::band_widths(&plan.scenario.checks, golden.as_ref())),
         ) {
             Ok(path) => manifest.pending_golden = Some(path.display().to_string()),
             Err(e) if opts.ci => util::note!("note: {e}"),
@@ -172,21 +169,21 @@ async fn judge_plan(
 /// self-test's plant, run under the name of the scenario whose golden it is judged against)
 /// once per seed into `DIR/seed-<S>/`, `jobs` side by side, each judged against the golden alone
 /// and never writing one; then the combined verdict, made from what the directories store
-/// (`compare::judge_combined`, as `compare DIR` makes it).
+/// (`judge::judge_combined`, as `compare DIR` makes it).
 pub(crate) async fn run_seeds(
     file: &Path,
     seeds: &[u64],
     jobs: usize,
     opts: &RunOptions,
 ) -> Result<Report, CommandError> {
-    use crate::rundir::SeedsManifest;
+    use crate::model::rundir::SeedsManifest;
     use futures_util::StreamExt;
     let mut set = opts.set.clone();
-    let selftest = spec::load_scenario(file, &set)?.selftest;
+    let selftest = scenario::load_scenario(file, &set)?.selftest;
     if let Some(st) = &selftest {
         set.extend(st.plant.iter().cloned());
     }
-    let mut scenario = spec::load_scenario(file, &set)?;
+    let mut scenario = scenario::load_scenario(file, &set)?;
     // A multi-seed self-test declares the combined verdict; its seeds are plain runs of the
     // scenario whose golden it names.
     let name = scenario.name.clone();
@@ -231,7 +228,7 @@ pub(crate) async fn run_seeds(
         })?,
     };
     let (jobs, netns) =
-        crate::netns::for_scenario(&scenario, jobs, &format!("{} seeds", manifest.scenario));
+        crate::run::netns::for_scenario(&scenario, jobs, &format!("{} seeds", manifest.scenario));
     let total = seeds.len();
     // Seeds side by side: one bar each, drawn together (in the scenario's slot, whose child
     // environment they keep); one after the other: the scenario's own bar or lines. Step lines
@@ -323,16 +320,16 @@ async fn reference_run(
                 .unwrap_or("no reason recorded")
         )));
     }
-    let golden = compare::reference_golden(&executed.run_dir, &executed.manifest, executed.metrics);
+    let golden = judge::reference_golden(&executed.run_dir, &executed.manifest, executed.metrics);
     Ok((executed.run_dir, golden))
 }
 
 /// A self-test's reference made already (`RunOptions::reference_run`): a completed run of the
 /// scenario's seed and steps.
 fn made_reference(dir: &Path, plan: &RunPlan) -> Result<(PathBuf, Golden), CommandError> {
-    let (manifest, table) = crate::rundir::load(dir)?;
+    let (manifest, table) = crate::model::rundir::load(dir)?;
     let s = &plan.scenario;
-    if manifest.status != crate::rundir::RunStatus::Completed
+    if manifest.status != crate::model::rundir::RunStatus::Completed
         || (manifest.seed, manifest.steps) != (s.seed, s.steps)
     {
         return Err(CommandError::invalid(format!(
@@ -345,6 +342,6 @@ fn made_reference(dir: &Path, plan: &RunPlan) -> Result<(PathBuf, Golden), Comma
     }
     Ok((
         dir.to_path_buf(),
-        compare::reference_golden(dir, &manifest, table),
+        judge::reference_golden(dir, &manifest, table),
     ))
 }

@@ -6,10 +6,10 @@
 
 use std::path::Path;
 
-use crate::compare::lint as rules_lint;
-use crate::spec::located::error_at;
-use crate::spec::shape_lint;
-use crate::spec::{DriverSpec, Problems, Scenario};
+use crate::judge::lint as rules_lint;
+use crate::scenario::located::error_at;
+use crate::scenario::shape_lint;
+use crate::scenario::{DriverSpec, Problems, Scenario};
 
 /// The problems of scenario `s`, loaded from `file`, judged against the goldens under
 /// `golden_root`.

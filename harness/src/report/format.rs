@@ -1,8 +1,8 @@
 //! Numbers, statuses and rows as every renderer shows them.
 
 use super::{Report, RunInfo};
-use crate::compare::{Band, PointCheck, RuleStatus, RuleVerdict};
-use crate::golden::Provenance;
+use crate::judge::{Band, PointCheck, RuleStatus, RuleVerdict};
+use crate::model::golden::Provenance;
 
 /// Short, stable text for a value in a table: 4 decimals, or scientific when tiny or huge.
 pub(crate) fn num(v: f64) -> String {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
-use crate::util::html_escape as esc;
+use crate::model::util::html_escape as esc;
 
 /// A JUnit document: its name, how long it took, its suites.
 #[derive(Debug, Clone, PartialEq, Default)]

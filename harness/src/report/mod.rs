@@ -10,11 +10,11 @@
 
 use std::path::Path;
 
-use crate::compare::{ExpectedMismatch, ExpectedVerdict, Judged, RuleVerdict, Verdict};
-use crate::error::ExitStatus;
-use crate::golden::{Golden, Provenance};
-use crate::metrics::MetricTable;
-use crate::rundir::{KnobDiff, RunManifest, RunStatus};
+use crate::judge::{ExpectedMismatch, ExpectedVerdict, Judged, RuleVerdict, Verdict};
+use crate::model::error::ExitStatus;
+use crate::model::golden::{Golden, Provenance};
+use crate::model::metrics::MetricTable;
+use crate::model::rundir::{KnobDiff, RunManifest, RunStatus};
 use rlharness_arctic::fsx;
 use rlharness_arctic::wire::runtime::Numerics;
 
@@ -31,7 +31,7 @@ pub(crate) mod terminal;
 mod verdict_json;
 pub(crate) use tensorboard::judged_scalars;
 
-pub(crate) use crate::compare::Headline;
+pub(crate) use crate::judge::Headline;
 pub(crate) use format::{band_text, num, opt_num, plot_file_name, status_text, RuleRow};
 pub(crate) use plots::{render_overlay, render_plots, render_runs};
 #[cfg(test)]
@@ -220,7 +220,7 @@ pub struct Report {
     pub(crate) seed_series: Option<multi_seed::SeedSeries>,
     /// The false-alarm budget the verdict was judged at, with its stored audit (a judged run
     /// with a golden).
-    pub(crate) budget: Option<crate::compare::budget::BudgetStatement>,
+    pub(crate) budget: Option<crate::judge::budget::BudgetStatement>,
 }
 
 impl Report {
@@ -285,7 +285,7 @@ impl Report {
         }
     }
 
-    /// What decides the report's headline (see `compare::Judged`).
+    /// What decides the report's headline (see `judge::Judged`).
     pub(crate) fn judged(&self) -> Judged<'_> {
         Judged {
             verdict: self.verdict.as_ref(),
@@ -307,7 +307,7 @@ impl Report {
         self.judged().headline()
     }
 
-    /// The scenario's exit status (see `compare::Judged::exit_status`).
+    /// The scenario's exit status (see `judge::Judged::exit_status`).
     pub fn exit_status(&self) -> ExitStatus {
         self.judged().exit_status()
     }
@@ -338,7 +338,7 @@ impl Report {
     pub(crate) fn stability_rule(&self, metric: &str) -> Option<&RuleVerdict> {
         self.verdict
             .as_ref()
-            .and_then(|v| v.rule(&crate::compare::stability::rule_id(metric)))
+            .and_then(|v| v.rule(&crate::judge::stability::rule_id(metric)))
     }
 
     /// Whether this is a multi-seed run's combined report (its series are the seeds').

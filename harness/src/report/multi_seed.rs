@@ -8,22 +8,22 @@
 //!   verdict.json report.md report.html junit.xml plots/*.svg   the combined verdict
 //! ```
 //!
-//! The judge reads those directories and decides (`compare::StoredRun`,
-//! `compare::judge_combined`, called by `app::judged` with the false-alarm budget and what
+//! The judge reads those directories and decides (`judge::StoredRun`,
+//! `judge::judge_combined`, called by `app::judged` with the false-alarm budget and what
 //! changed since run time); this file only turns what they decided into a `Report`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::{Reference, Report, RunInfo};
-use crate::compare::budget::BudgetStatement;
-use crate::compare::seeds::seeds_rule_id;
-use crate::compare::{StoredRun, Verdict};
-use crate::golden::Golden;
-use crate::metrics::MetricTable;
-use crate::rundir::{KnobDiff, RunStatus, SeedsManifest};
+use crate::judge::budget::BudgetStatement;
+use crate::judge::seeds::seeds_rule_id;
+use crate::judge::{StoredRun, Verdict};
+use crate::model::golden::Golden;
+use crate::model::metrics::MetricTable;
+use crate::model::rundir::{KnobDiff, RunStatus, SeedsManifest};
 
-/// The id of a metric's distribution test (see `compare::seeds`).
+/// The id of a metric's distribution test (see `judge::seeds`).
 pub(crate) fn seeds_rule_id_of(metric: &str) -> String {
     seeds_rule_id(metric)
 }

@@ -16,7 +16,7 @@ use super::format::{
     PointRow, RuleRow, HOW_TITLE,
 };
 use super::{num, render_plots, Headline, Report};
-use crate::compare::RuleStatus;
+use crate::judge::RuleStatus;
 
 const STYLE: &str = "body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;\
 color:#222;max-width:1100px}h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:2rem}\
@@ -374,7 +374,7 @@ fn metric_details(r: &Report, metric: &str) -> Block {
 }
 
 /// The compared points of a metric's golden rule (a multi-seed run's distribution test).
-fn points_table(r: &Report, points: &[crate::compare::PointCheck]) -> Block {
+fn points_table(r: &Report, points: &[crate::judge::PointCheck]) -> Block {
     use Column::{NoWrap, Number};
     let head = [
         "at",

@@ -4,7 +4,7 @@
 
 use super::junit::{to_xml, Case, CaseStatus, Junit, Problem, Suite};
 use super::{band_text, opt_num, status_text, Headline, Report};
-use crate::compare::{RuleStatus, RuleVerdict};
+use crate::judge::{RuleStatus, RuleVerdict};
 
 fn evidence_text(x: &RuleVerdict) -> String {
     let e = &x.evidence;

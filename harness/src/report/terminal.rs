@@ -4,9 +4,9 @@
 //! Markdown, HTML and JUnit go to files; `compare --format md|json` prints those for scripts.
 
 use super::{Headline, Report, RuleRow};
-use crate::compare::RuleStatus;
+use crate::judge::RuleStatus;
 
-pub(crate) use crate::util::stdout_color;
+pub(crate) use crate::model::util::stdout_color;
 
 fn paint(text: &str, code: &str, color: bool) -> String {
     if color {

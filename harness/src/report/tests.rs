@@ -1,7 +1,7 @@
 use super::*;
-use crate::compare::judge_tables;
-use crate::compare::{ChecksSpec, Outcome};
-use crate::util::html_escape;
+use crate::judge::judge_tables;
+use crate::judge::{ChecksSpec, Outcome};
+use crate::model::util::html_escape;
 
 fn series(values: &[(&str, &[f64])]) -> MetricTable {
     MetricTable::from_columns(values)
@@ -421,7 +421,7 @@ fn with_stability_rule(dir: &Path) -> Report {
     x.rule = "stability:critic/rewards/mean".into();
     x.evidence
         .message
-        .push_str(&format!("; {}", crate::compare::stability::note(false)));
+        .push_str(&format!("; {}", crate::judge::stability::note(false)));
     r
 }
 
@@ -429,7 +429,7 @@ fn with_stability_rule(dir: &Path) -> Report {
 fn the_text_a_rule_kind_shares_is_said_once_and_each_rule_links_to_it() {
     let dir = tempfile::tempdir().unwrap();
     let r = with_stability_rule(dir.path());
-    let note = crate::compare::stability::note(false);
+    let note = crate::judge::stability::note(false);
     let md = render_markdown(&r);
     assert_eq!(md.matches("### How these rules judge\n").count(), 1, "{md}");
     assert_eq!(md.matches("a default stability rule").count(), 1, "{md}");

@@ -1,9 +1,9 @@
 //! `verdict.json`: the verdict, the run and the rules, for machines.
 
 use super::Report;
-use crate::compare::budget::BudgetStatement;
-use crate::compare::{exact::ExactLane, ExpectedVerdict, Outcome, RuleVerdict};
-use crate::rundir::RunStatus;
+use crate::judge::budget::BudgetStatement;
+use crate::judge::{exact::ExactLane, ExpectedVerdict, Outcome, RuleVerdict};
+use crate::model::rundir::RunStatus;
 
 #[derive(serde::Serialize)]
 struct VerdictDoc<'a> {

@@ -9,7 +9,7 @@ use common::{csv_steps, dead, slow_scenario};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rlharness::metrics::MetricTable;
+use rlharness::model::metrics::MetricTable;
 use serde_json::Value;
 
 #[test]

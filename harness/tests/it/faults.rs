@@ -9,9 +9,9 @@ use common::shared::shared_run;
 use common::{opts, repo, wire};
 use std::path::{Path, PathBuf};
 
-use rlharness::error::ExitStatus;
-use rlharness::metrics::MetricTable;
-use rlharness::spec::load_scenario;
+use rlharness::model::error::ExitStatus;
+use rlharness::model::metrics::MetricTable;
+use rlharness::scenario::load_scenario;
 use serde_json::Value;
 
 /// (route prefix, status) of every request on the wire, in order.

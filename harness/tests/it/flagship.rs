@@ -7,8 +7,8 @@ use crate::common;
 
 use common::{opts, repo, run_expecting};
 
-use rlharness::compare::RuleStatus;
-use rlharness::error::ExitStatus;
+use rlharness::judge::RuleStatus;
+use rlharness::model::error::ExitStatus;
 use rlharness::report::Report;
 
 /// Run `scenarios/NAME` (into a directory of its own); it must exit 0. Then the one-judge
@@ -79,7 +79,7 @@ async fn bless_here(tmp: &std::path::Path, steps: u64) -> std::path::PathBuf {
     o.ci = false;
     let scenario = repo().join("scenarios/tiny-gsm8k-grpo.yaml");
     run_expecting(&scenario, &o, ExitStatus::NoGolden).await;
-    rlharness::golden::GoldenStore::with_ci(&golden, false)
+    rlharness::model::golden::GoldenStore::with_ci(&golden, false)
         .accept(&[])
         .unwrap();
     golden
@@ -101,7 +101,7 @@ async fn the_exact_lane_holds_a_rerun_and_catches_a_weight_decay_of_a_thousandth
     let same = run_expecting(&scenario, &rerun("same", &[]), ExitStatus::Passed).await;
     let v = same.verdict.unwrap();
     assert!(v.exact_lane.as_ref().unwrap().applied, "{:?}", v.exact_lane);
-    let exact = v.rule(rlharness::compare::exact::EXACT_RULE).unwrap();
+    let exact = v.rule(rlharness::judge::exact::EXACT_RULE).unwrap();
     assert!(
         exact.evidence.message.contains("identical"),
         "{}",
@@ -121,10 +121,10 @@ async fn the_exact_lane_holds_a_rerun_and_catches_a_weight_decay_of_a_thousandth
     let failing: Vec<&str> = v.failing().map(|r| r.rule.as_str()).collect();
     assert_eq!(
         failing,
-        [rlharness::compare::exact::EXACT_RULE],
+        [rlharness::judge::exact::EXACT_RULE],
         "only the exact lane sees it"
     );
-    let exact = v.rule(rlharness::compare::exact::EXACT_RULE).unwrap();
+    let exact = v.rule(rlharness::judge::exact::EXACT_RULE).unwrap();
     assert!(
         exact
             .evidence
@@ -245,7 +245,7 @@ const WEIGHT_SYNC_PLANTS: [(&str, u64); 6] = [
 /// series is 0 from that step on (a rounded sampler or a skipped sync never catches up).
 fn weight_sync_caught_at(
     name: &str,
-    v: &rlharness::compare::Verdict,
+    v: &rlharness::judge::Verdict,
     dir: &std::path::Path,
     step: u64,
 ) {

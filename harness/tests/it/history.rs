@@ -4,7 +4,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rlharness::history::changepoint::{detect, ALPHA, MIN_SEGMENT};
+use rlharness::tools::history::changepoint::{detect, ALPHA, MIN_SEGMENT};
 use std::process::Command;
 
 use serde_json::Value;

@@ -22,9 +22,9 @@ fn the_two_gpu_split_scenario_validates_and_is_skipped_without_two_gpus() {
     assert!(
         outcome.is_ok(),
         "{}",
-        rlharness::spec::check::render_check(&outcome)
+        rlharness::scenario::check::render_check(&outcome)
     );
-    let scenario = rlharness::spec::load_scenario(&path, &[]).unwrap();
+    let scenario = rlharness::scenario::load_scenario(&path, &[]).unwrap();
     assert_eq!(scenario.requires.gpus, 2);
     let cfg = scenario.config.to_json();
     let rb = &cfg["remote_backend"];
@@ -43,7 +43,7 @@ fn the_two_gpu_split_scenario_validates_and_is_skipped_without_two_gpus() {
         .find(|e| e.path.ends_with("qwen3-0.6b-shape-grpo-2xh200.yaml"))
         .expect("listed");
     assert!(e.requires.contains("2 GPUs"), "{}", e.requires);
-    let two_gpus = rlharness::spec::Requires {
+    let two_gpus = rlharness::scenario::Requires {
         gpus: 2,
         ..Default::default()
     }

@@ -7,7 +7,7 @@ use crate::common;
 
 use common::{opts, repo, run_expecting};
 
-use rlharness::error::ExitStatus;
+use rlharness::model::error::ExitStatus;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_kernel_level_is_another_host_judged_by_the_bands() {

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use rlharness::propagate::command::{run_matrix, MatrixOptions};
-use rlharness::propagate::render::PropagationReport;
-use rlharness::propagate::verdict::{CellVerdict, KnobResult, KnobVerdict};
+use rlharness::tools::propagate::command::{run_matrix, MatrixOptions};
+use rlharness::tools::propagate::render::PropagationReport;
+use rlharness::tools::propagate::verdict::{CellVerdict, KnobResult, KnobVerdict};
 use serde_json::json;
 
 fn smoke() -> PathBuf {
@@ -51,7 +51,7 @@ async fn smoke_matrix_agrees_with_the_knob_reference() {
     let (r, dir, failed) = matrix(&smoke(), out.path(), &[]).await;
     println!(
         "{}\nwhole matrix: {} runs in {:.1} s",
-        rlharness::propagate::render::markdown(&r),
+        rlharness::tools::propagate::render::markdown(&r),
         r.runs,
         t.elapsed().as_secs_f64()
     );
@@ -141,7 +141,7 @@ async fn smoke_matrix_agrees_with_the_knob_reference() {
     assert!(
         r.passed(),
         "new flags or closed gaps:\n{}",
-        rlharness::propagate::render::markdown(&r)
+        rlharness::tools::propagate::render::markdown(&r)
     );
     assert!(r.flagged() > 0 && r.new_flags() == 0);
     // Start-up flags are observed here: the harness started the server with them.
@@ -149,7 +149,7 @@ async fn smoke_matrix_agrees_with_the_knob_reference() {
     assert_eq!(k.verdict, KnobVerdict::Consumed, "{:?}", k.evidence());
 
     // The reports are on disk, one JUnit case per knob.
-    rlharness::propagate::command::write_reports(&r, &dir).unwrap();
+    rlharness::tools::propagate::command::write_reports(&r, &dir).unwrap();
     let junit = std::fs::read_to_string(dir.join("propagation.junit.xml")).unwrap();
     let parsed = quick_junit::Report::deserialize_from_str(&junit).unwrap();
     assert_eq!(parsed.test_suites[0].test_cases.len(), r.knobs.len());
@@ -208,7 +208,11 @@ async fn the_command_trainer_matrix_flags_exactly_the_planted_adapter_bugs() {
         t.elapsed().as_secs_f64()
     );
     assert!(!failed);
-    assert!(r.passed(), "{}", rlharness::propagate::render::markdown(&r));
+    assert!(
+        r.passed(),
+        "{}",
+        rlharness::tools::propagate::render::markdown(&r)
+    );
     assert!(r.driver.contains("fake_arctic_verl.py"), "{}", r.driver);
     // Grouped by default, with fewer runs than one knob per trial would need.
     assert!(r.grouping && r.planned_grouped < r.planned_solo, "{r:?}");
@@ -221,7 +225,7 @@ async fn the_command_trainer_matrix_flags_exactly_the_planted_adapter_bugs() {
     assert!(r.unlisted.knobs.is_empty(), "{:?}", r.unlisted);
     // Knobs no trial observed are counted, and skipped in JUnit, not successes.
     assert!(r.unobserved() > 0);
-    rlharness::propagate::command::write_reports(&r, &dir).unwrap();
+    rlharness::tools::propagate::command::write_reports(&r, &dir).unwrap();
     let junit = std::fs::read_to_string(dir.join("propagation.junit.xml")).unwrap();
     let parsed = quick_junit::Report::deserialize_from_str(&junit).unwrap();
     let skipped = parsed.test_suites[0]
@@ -285,7 +289,7 @@ async fn the_command_trainer_matrix_flags_exactly_the_planted_adapter_bugs() {
         flagged,
         want,
         "{}",
-        rlharness::propagate::render::markdown(&r)
+        rlharness::tools::propagate::render::markdown(&r)
     );
     assert!(!r.passed());
     // The seed's bug: the knob, the location the server reads under ZoRRo, and that it stayed.
@@ -328,7 +332,7 @@ async fn a_trainer_that_never_reaches_the_wire_is_named_with_its_last_lines() {
     let out = tempfile::tempdir().unwrap();
     let set = vec!["driver.env.ARCTIC_STANDIN_BUGS=no-such-bug".to_string()];
     let options = MatrixOptions {
-        until: rlharness::propagate::command::Until::Initialize,
+        until: rlharness::tools::propagate::command::Until::Initialize,
         jobs: 4,
         ..MatrixOptions::default()
     };
@@ -426,7 +430,7 @@ async fn grouped_and_ungrouped_matrices_agree_and_an_unexpected_effect_splits_it
     // unexpected effect after initialization, which the ZoRRo-on trial no longer sees (the
     // knob stays flagged by its ZoRRo-off trial).
     let auto = MatrixOptions {
-        until: rlharness::propagate::command::Until::Auto,
+        until: rlharness::tools::propagate::command::Until::Auto,
         ..MatrixOptions::default()
     };
     let t = Instant::now();
@@ -463,7 +467,7 @@ async fn grouped_and_ungrouped_matrices_agree_and_an_unexpected_effect_splits_it
             "remote_backend.train.logits.compute_from_fp32_inputs"
         ],
         "{}",
-        rlharness::propagate::render::markdown(&grouped)
+        rlharness::tools::propagate::render::markdown(&grouped)
     );
     // The dropped copy is flagged though the sampling params still change.
     let k = knob(&grouped, "actor_rollout_ref.rollout.temperature");
@@ -484,7 +488,7 @@ async fn grouped_and_ungrouped_matrices_agree_and_an_unexpected_effect_splits_it
         assert_eq!(paths, ["remote_backend.train.new_forward_compat_knob"]);
         assert!(!r.passed());
     }
-    let md = rlharness::propagate::render::markdown(&grouped);
+    let md = rlharness::tools::propagate::render::markdown(&grouped);
     assert!(
         md.contains("`remote_backend.train.new_forward_compat_knob` = true: **FLAGGED**"),
         "{md}"
@@ -498,7 +502,7 @@ async fn grouped_and_ungrouped_matrices_agree_and_an_unexpected_effect_splits_it
 /// int field is the one flag left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn until_initialize_judges_what_initialization_shows_and_no_more() {
-    use rlharness::propagate::command::Until;
+    use rlharness::tools::propagate::command::Until;
     let out = tempfile::tempdir().unwrap();
     let opts = MatrixOptions {
         until: Until::Initialize,

@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use rlharness::propagate::command::{run_matrix, write_reports, MatrixOptions, Until};
-use rlharness::propagate::environ::{EnvPassage, EnvSource};
-use rlharness::propagate::render::PropagationReport;
+use rlharness::tools::propagate::command::{run_matrix, write_reports, MatrixOptions, Until};
+use rlharness::tools::propagate::environ::{EnvPassage, EnvSource};
+use rlharness::tools::propagate::render::PropagationReport;
 
 fn standin() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/propagate/verl-arctic-standin.yaml")

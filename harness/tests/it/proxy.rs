@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
-use rlharness::proxy::{self, ProxyConfig, ProxyHandle};
+use rlharness::run::proxy::{self, ProxyConfig, ProxyHandle};
 use rlharness_arctic::wire::{self, api::SIM_DURATION_HEADER, Node, Tensor};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -149,7 +149,7 @@ fn records(dir: &tempfile::TempDir) -> Vec<Value> {
 #[tokio::test]
 async fn json_and_frames_are_recorded_and_configs_kept_by_job_type() {
     let up = upstream().await;
-    let (events_tx, mut events_rx) = rlharness::events::channel();
+    let (events_tx, mut events_rx) = rlharness::model::events::channel();
     let dir = tempfile::tempdir().unwrap();
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let cfg = ProxyConfig {
@@ -270,7 +270,7 @@ async fn json_and_frames_are_recorded_and_configs_kept_by_job_type() {
 
     let mut routes = Vec::new();
     while let Ok(ev) = events_rx.try_recv() {
-        if let rlharness::events::RunEvent::Request { route, status, .. } = ev {
+        if let rlharness::model::events::RunEvent::Request { route, status, .. } = ev {
             routes.push((route, status));
         }
     }

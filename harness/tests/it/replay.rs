@@ -9,12 +9,12 @@ use common::{repo, run_options};
 use std::path::{Path, PathBuf};
 
 use rlharness::app::run_one;
-use rlharness::backend::replay::{self, MismatchKind, ReplayOutcome};
-use rlharness::error::ExitStatus;
-use rlharness::metrics::MetricTable;
-use rlharness::plan::RunPlan;
+use rlharness::model::error::ExitStatus;
+use rlharness::model::metrics::MetricTable;
 use rlharness::report::Report;
-use rlharness::runner::{execute, execute_recording, RunEnd, RunOptions};
+use rlharness::run::backend::replay::{self, MismatchKind, ReplayOutcome};
+use rlharness::run::plan::RunPlan;
+use rlharness::run::runner::{execute, execute_recording, RunEnd, RunOptions};
 use rlharness_arctic::cassette::{Cassette, METRICS_FILE};
 use rlharness_arctic::wire::{decode, encode, Node, Tensor};
 
@@ -27,7 +27,7 @@ fn flagship_cassette() -> PathBuf {
 fn opts(run_dir: &Path, set: &[String]) -> RunOptions {
     RunOptions {
         // The judge's fail-fast rules, as `run_one` hands them to the runner.
-        live_judge: Some(rlharness::compare::FailFast::handed()),
+        live_judge: Some(rlharness::judge::FailFast::handed()),
         ..run_options(
             run_dir,
             repo().join("golden"),
@@ -38,7 +38,7 @@ fn opts(run_dir: &Path, set: &[String]) -> RunOptions {
 }
 
 fn plan(file: &Path, set: &[String], steps: Option<u64>) -> RunPlan {
-    let scenario = rlharness::spec::load_scenario(file, set).unwrap();
+    let scenario = rlharness::scenario::load_scenario(file, set).unwrap();
     RunPlan::new(scenario, None, steps).unwrap()
 }
 
@@ -310,7 +310,7 @@ async fn the_flagship_replays_with_the_recorded_metrics() {
     let rule = verdict
         .rules
         .iter()
-        .find(|r| r.rule == rlharness::compare::REPLAY_RULE)
+        .find(|r| r.rule == rlharness::judge::REPLAY_RULE)
         .unwrap();
     assert!(
         rule.evidence.message.starts_with("all "),
@@ -366,7 +366,7 @@ async fn the_planted_dropped_meta_key_is_caught_and_named() {
         .unwrap()
         .rules
         .iter()
-        .find(|r| r.rule == rlharness::compare::REPLAY_RULE)
+        .find(|r| r.rule == rlharness::judge::REPLAY_RULE)
         .unwrap();
     assert!(
         rule.evidence.message.contains(

@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use rlharness::plan::RunPlan;
-use rlharness::spec::load_scenario;
+use rlharness::run::plan::RunPlan;
+use rlharness::scenario::load_scenario;
 use serde_json::Value;
 
 use crate::common::repo;

@@ -4,11 +4,11 @@
 use std::path::Path;
 
 use rlharness::app::compare_command;
-use rlharness::error::ExitStatus;
-use rlharness::golden::{GoldenStore, Provenance};
-use rlharness::metrics::MetricTable;
-use rlharness::rundir::RunManifest;
-use rlharness::rundir::RunStatus;
+use rlharness::model::error::ExitStatus;
+use rlharness::model::golden::{GoldenStore, Provenance};
+use rlharness::model::metrics::MetricTable;
+use rlharness::model::rundir::RunManifest;
+use rlharness::model::rundir::RunStatus;
 
 fn table(rewards: &[f64]) -> MetricTable {
     let mfu = vec![0.3; rewards.len()];
@@ -286,7 +286,7 @@ fn an_all_skipped_ci_run_is_red_under_fail_on_skip() {
 #[test]
 fn the_1_7b_validation_rule_can_fail_and_is_not_loosened() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let scenario = rlharness::spec::load_scenario(
+    let scenario = rlharness::scenario::load_scenario(
         &root.join("scenarios/gpu/qwen3-1.7b-gsm8k-grpo-zorro.yaml"),
         &[],
     )
@@ -307,8 +307,8 @@ fn the_1_7b_validation_rule_can_fail_and_is_not_loosened() {
             t.push(m);
         }
         let c = &scenario.checks;
-        let record = rlharness::compare::RunRecord::completed(&t, c, 1);
-        rlharness::compare::judge_run(&record, Some(&golden)).unwrap()
+        let record = rlharness::judge::RunRecord::completed(&t, c, 1);
+        rlharness::judge::judge_run(&record, Some(&golden)).unwrap()
     };
     // Two-sided, as its comment says: a score far above the published one fails like one far
     // below (which a score near 0 cannot show), with the band the docs state.
@@ -316,15 +316,15 @@ fn the_1_7b_validation_rule_can_fail_and_is_not_loosened() {
     let rule = v.rule(&format!("golden:{val}")).unwrap();
     assert_eq!(
         rule.status,
-        rlharness::compare::RuleStatus::Regressed,
+        rlharness::judge::RuleStatus::Regressed,
         "{rule:?}"
     );
     let json = serde_json::to_value(rule).unwrap();
     let hi = json["evidence"]["band"]["hi"].as_f64().unwrap();
     assert!((hi - 0.0515).abs() < 1e-3, "{json}");
-    assert_eq!(v.outcome, rlharness::compare::Outcome::Regressed, "{v:?}");
+    assert_eq!(v.outcome, rlharness::judge::Outcome::Regressed, "{v:?}");
     let v = judge(0.02);
-    assert_eq!(v.outcome, rlharness::compare::Outcome::Passed, "{v:?}");
+    assert_eq!(v.outcome, rlharness::judge::Outcome::Passed, "{v:?}");
     assert!(!v.rules.iter().any(|r| r.rule.starts_with("loosened:")));
 }
 
@@ -457,14 +457,14 @@ fn a_five_fold_grad_norm_window_fails_every_calibrated_scenario() {
     ];
     let rule = "stability:actor/grad_norm";
     for (file, hardware, explosion) in cases {
-        let scenario = rlharness::spec::load_scenario(&root.join(file), &[]).unwrap();
+        let scenario = rlharness::scenario::load_scenario(&root.join(file), &[]).unwrap();
         let golden = GoldenStore::new(root.join("golden"))
             .load(&scenario.name, hardware)
             .unwrap()
             .unwrap();
         let judge = |t: &MetricTable| {
-            let record = rlharness::compare::RunRecord::completed(t, &scenario.checks, 1);
-            rlharness::compare::judge_run(&record, Some(&golden)).unwrap()
+            let record = rlharness::judge::RunRecord::completed(t, &scenario.checks, 1);
+            rlharness::judge::judge_run(&record, Some(&golden)).unwrap()
         };
         // `factor(step)` times the golden's gradient norm.
         let scaled = |factor: &dyn Fn(u64) -> f64| {
@@ -481,7 +481,7 @@ fn a_five_fold_grad_norm_window_fails_every_calibrated_scenario() {
         let own = v.rule(rule).unwrap_or_else(|| panic!("{file}: no {rule}"));
         assert_eq!(
             own.status,
-            rlharness::compare::RuleStatus::Pass,
+            rlharness::judge::RuleStatus::Pass,
             "{file}: {own:?}"
         );
         let fails = |t: &MetricTable, what: &str| {
@@ -489,10 +489,10 @@ fn a_five_fold_grad_norm_window_fails_every_calibrated_scenario() {
             let r = v.rule(rule).unwrap();
             assert_ne!(
                 r.status,
-                rlharness::compare::RuleStatus::Pass,
+                rlharness::judge::RuleStatus::Pass,
                 "{file}: {what} passed: {r:?}"
             );
-            assert_ne!(v.outcome, rlharness::compare::Outcome::Passed, "{file}");
+            assert_ne!(v.outcome, rlharness::judge::Outcome::Passed, "{file}");
         };
         let points = serde_json::to_value(own).unwrap()["points"].clone();
         let points = points.as_array().unwrap();

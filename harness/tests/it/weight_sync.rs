@@ -10,7 +10,7 @@ use common::{repo, wire};
 use serde_json::Value;
 
 use rlharness::app::run_one;
-use rlharness::compare::RuleStatus;
+use rlharness::judge::RuleStatus;
 
 /// Four steps of the mock smoke scenario with the learning scenarios' default rules on and
 /// `plant` planted; its report and `run.json`.

@@ -1,17 +1,17 @@
 //! `rlharness assets verl`: the scenario's torch model and task as files for real verl.
 
+use crate::app::cli::VerlAssetsArgs;
 use crate::app::errors::Failure;
-use crate::assets::{verl_files, write_files, DataPlan};
-use crate::backend::BackendSpec;
-use crate::cli::VerlAssetsArgs;
-use crate::driver::{DriverSpec, TaskSpec};
-use crate::error::{CommandError, ExitStatus};
+use crate::model::error::{CommandError, ExitStatus};
+use crate::run::backend::BackendSpec;
+use crate::run::driver::{DriverSpec, TaskSpec};
+use crate::tools::assets::{verl_files, write_files, DataPlan};
 use rlharness_arctic::task::{ArithConfig, ArithTask};
 use rlharness_arctic::torch_spec::decoder::DecoderConfig;
 use rlharness_arctic::torch_spec::TorchSpec;
 
 pub(crate) fn verl(args: &VerlAssetsArgs) -> Result<ExitStatus, CommandError> {
-    let scenario = crate::plan::load_checked(&args.scenario, &args.set)?;
+    let scenario = crate::run::plan::load_checked(&args.scenario, &args.set)?;
     let file = args.scenario.display();
     let spec = match &scenario.backend {
         BackendSpec::Torch(spec) => spec,

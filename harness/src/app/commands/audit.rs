@@ -1,21 +1,21 @@
-//! `rlharness golden audit`: the judge audits a scenario's verdict (`compare::audit`).
+//! `rlharness golden audit`: the judge audits a scenario's verdict (`judge::audit`).
 
 use std::path::Path;
 
+use crate::app::cli::{self, AuditArgs, AuditFormat};
 use crate::app::errors::Failure;
-use crate::checks::ChecksSpec;
-use crate::cli::{self, AuditArgs, AuditFormat};
-use crate::compare::audit::{audit as run_audit, Audit, AuditOptions};
-use crate::error::{CommandError, ExitStatus};
-use crate::golden::audit_record::{AuditFigures, AuditRecord, AUDIT_FILE};
-use crate::golden::{Golden, GoldenStore};
-use crate::util;
+use crate::judge::audit::{audit as run_audit, Audit, AuditOptions};
+use crate::model::checks::ChecksSpec;
+use crate::model::error::{CommandError, ExitStatus};
+use crate::model::golden::audit_record::{AuditFigures, AuditRecord, AUDIT_FILE};
+use crate::model::golden::{Golden, GoldenStore};
+use crate::model::util;
 
 /// `rlharness golden audit SCENARIO`: the audit printed (a summary, or JSON); exit 1 when it
 /// found a problem (a false-alarm rate above the budget, a rule that cannot fail).
 pub(crate) fn audit(args: &AuditArgs, golden: Option<&Path>) -> Result<ExitStatus, CommandError> {
     let golden_root = cli::golden_store(golden, Some(&args.scenario));
-    let scenario = crate::plan::load_checked(&args.scenario, &[])?;
+    let scenario = crate::run::plan::load_checked(&args.scenario, &[])?;
     if args.draws == 0 {
         return Err(CommandError::invalid("--draws must be at least 1"));
     }

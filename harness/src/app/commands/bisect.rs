@@ -3,32 +3,32 @@
 //! bisect's own, the scenario's source setting (`--source`) is pointed at it (as the driver's
 //! `env`), and the commit is judged: by Wald's sequential test on the scenario's seeds against
 //! the calibration, or (`--propagate`) by the propagation matrix. The search, the test, the
-//! cache and the report are `crate::bisect`'s; this file runs the commits.
+//! cache and the report are `crate::tools::bisect`'s; this file runs the commits.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use std::sync::Arc;
 
+use crate::app::cli::{self, BisectArgs, Executor};
 use crate::app::errors::Failure;
 use crate::app::pipeline::run_one;
 use crate::app::scale::ray::{run_jobs, JobRun, OnDone, RayJobs};
-use crate::bisect::cache::Cache;
-use crate::bisect::commit_verdict::{self, Ask, Judge};
-use crate::bisect::git::{self, Worktrees};
-use crate::bisect::sprt::{Decision, Sprt};
-use crate::bisect::walk::Walk;
-use crate::bisect::{page, BisectReport, Commit, Tested, Trial};
-use crate::cli::{self, BisectArgs, Executor};
-use crate::compare::expr::fmt_num;
-use crate::error::{CommandError, ExitStatus};
-use crate::history::trend::Window;
-use crate::propagate::command::{run_matrix_on, MatrixOptions, TrialExecutor};
+use crate::judge::expr::fmt_num;
+use crate::model::error::{CommandError, ExitStatus};
+use crate::model::rundir::RunStatus;
+use crate::model::util;
 use crate::report::Report;
-use crate::rundir::RunStatus;
-use crate::runner::RunOptions;
-use crate::spec::Scenario;
-use crate::util;
+use crate::run::runner::RunOptions;
+use crate::scenario::Scenario;
+use crate::tools::bisect::cache::Cache;
+use crate::tools::bisect::commit_verdict::{self, Ask, Judge};
+use crate::tools::bisect::git::{self, Worktrees};
+use crate::tools::bisect::sprt::{Decision, Sprt};
+use crate::tools::bisect::walk::Walk;
+use crate::tools::bisect::{page, BisectReport, Commit, Tested, Trial};
+use crate::tools::history::trend::Window;
+use crate::tools::propagate::command::{run_matrix_on, MatrixOptions, TrialExecutor};
 
 /// Everything a commit's test needs.
 struct Bench<'a> {
@@ -45,7 +45,7 @@ struct Bench<'a> {
     ray: Option<RayJobs>,
     /// Seeds side by side here in scenario mode, and the namespace each then needs (netns.rs).
     jobs: usize,
-    netns: Option<crate::netns::Netns>,
+    netns: Option<crate::run::netns::Netns>,
 }
 
 pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError> {
@@ -62,7 +62,7 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
         Executor::Local => None,
         Executor::Ray => Some(RayJobs::new(args.ray.clone())?),
     };
-    let scenario = crate::plan::load_checked(&args.scenario, &args.set)?;
+    let scenario = crate::run::plan::load_checked(&args.scenario, &args.set)?;
     let var = commit_verdict::source_var(&scenario, args.source.as_deref())?;
     let good = git::resolve(&args.repo, &args.good)?;
     let bad = git::resolve(&args.repo, &args.bad)?;
@@ -110,7 +110,7 @@ pub(crate) async fn bisect(args: BisectArgs) -> Result<ExitStatus, CommandError>
     let (jobs, netns) = if args.propagate || ray.is_some() {
         (args.jobs, None)
     } else {
-        crate::netns::for_scenario(&scenario, args.jobs, "bisect")
+        crate::run::netns::for_scenario(&scenario, args.jobs, "bisect")
     };
     let mut bench = Bench {
         jobs,
@@ -314,7 +314,7 @@ impl Bench<'_> {
         // The bisect's own lines say what each seed gave.
         let quiet: OnDone = Arc::new(|_, _| {});
         // A Ray worker may hold several jobs: a trainer on a fixed address goes one at a time.
-        let in_flight = match crate::netns::fixed_address(self.scenario) {
+        let in_flight = match crate::run::netns::fixed_address(self.scenario) {
             Some(_) => 1,
             None => self.args.jobs,
         };

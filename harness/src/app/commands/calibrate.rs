@@ -3,20 +3,20 @@
 use std::path::{Path, PathBuf};
 
 use crate::app::ci_env;
+use crate::app::cli::{self, CalibrateArgs, Executor, RayArgs, RunArgs};
 use crate::app::errors::Failure;
 use crate::app::pipeline::run_one;
 use crate::app::scale::ray::{run_jobs, JobBatch, JobRun};
-use crate::checks::ChecksSpec;
-use crate::cli::{self, CalibrateArgs, Executor, RayArgs, RunArgs};
-use crate::compare::budget;
-use crate::compare::calibrating::{self, CalibrationRun};
-use crate::compare::seeds::{self, parse_seed_range};
-use crate::error::{CommandError, ExitStatus};
-use crate::golden::calibration::Calibration;
+use crate::judge::budget;
+use crate::judge::calibrating::{self, CalibrationRun};
+use crate::judge::seeds::{self, parse_seed_range};
+use crate::model::checks::ChecksSpec;
+use crate::model::error::{CommandError, ExitStatus};
+use crate::model::golden::calibration::Calibration;
+use crate::model::rundir::RunStatus;
 use crate::report::Report;
-use crate::rundir::RunStatus;
-use crate::runner::{env, RunOptions};
-use crate::{spec, util};
+use crate::run::runner::{env, RunOptions};
+use crate::{model::util, scenario};
 
 /// `rlharness golden calibrate`: run the scenario `runs` times with its own seed (or once per
 /// seed), side by side up to `jobs`, and write the measured statistics beside its golden.
@@ -53,7 +53,7 @@ pub(crate) async fn calibrate(
         ));
     }
     if let Some(dir) = &from_runs {
-        let scenario = crate::plan::load_checked(file, set)?;
+        let scenario = crate::run::plan::load_checked(file, set)?;
         let runs = stored_runs(dir, &scenario.name, golden_root, allow_dirty)?;
         let total = runs.len();
         let mut done = Vec::new();
@@ -63,7 +63,7 @@ pub(crate) async fn calibrate(
         return write_calibration(&scenario, done, golden_root, detect);
     }
     refuse_dirty(allow_dirty)?;
-    let scenario = spec::load_scenario(file, set)?;
+    let scenario = scenario::load_scenario(file, set)?;
     let seeds = seeds_to_run(&scenario, seeds, runs);
     let total = seeds.len();
     let mut done = Vec::new();
@@ -98,7 +98,7 @@ fn detect_only(
     hardware: Option<&str>,
     fraction: f64,
 ) -> Result<bool, CommandError> {
-    let scenario = crate::plan::load_checked(file, set)?;
+    let scenario = crate::run::plan::load_checked(file, set)?;
     let dir = calibration_dir(golden_root, &scenario.name, hardware, "--detect")?;
     if let Some(cal) = Calibration::read(&dir)? {
         print_seeds_needed(&scenario.checks, &cal, fraction);
@@ -128,7 +128,7 @@ fn refuse_dirty(allow_dirty: bool) -> Result<(), CommandError> {
 /// The seeds to run: `--seeds`, else `--runs` runs of the scenario's seed, else as many seeds
 /// from the scenario's as the run's false-alarm budget asks for (said in a note).
 fn seeds_to_run(
-    scenario: &spec::Scenario,
+    scenario: &scenario::Scenario,
     seeds: Option<Vec<u64>>,
     runs: Option<usize>,
 ) -> Vec<u64> {
@@ -171,12 +171,12 @@ impl LocalRuns<'_> {
     /// by side interleave them, each line naming its seed).
     async fn run(
         self,
-        scenario: &spec::Scenario,
+        scenario: &scenario::Scenario,
         seeds: &[u64],
         done: &mut Vec<CalibrationRun>,
     ) -> Result<(), CommandError> {
         use futures_util::StreamExt;
-        let (jobs, netns) = crate::netns::for_scenario(scenario, self.jobs, "calibrate");
+        let (jobs, netns) = crate::run::netns::for_scenario(scenario, self.jobs, "calibrate");
         let opts = RunOptions {
             set: self.set.to_vec(),
             hardware: self.hardware,
@@ -202,7 +202,7 @@ impl LocalRuns<'_> {
 
 /// The calibration of the accepted runs, written beside the golden and printed.
 fn write_calibration(
-    scenario: &spec::Scenario,
+    scenario: &scenario::Scenario,
     done: Vec<CalibrationRun>,
     golden_root: &Path,
     detect: Option<f64>,
@@ -218,7 +218,7 @@ fn write_calibration(
         .iter()
         .filter(|(_, points)| !points.is_empty())
         .map(|(metric, points)| {
-            use crate::compare::expr::fmt_num;
+            use crate::judge::expr::fmt_num;
             let (first, last) = (&points[0], &points[points.len() - 1]);
             let sd = |f: fn(f64, f64) -> f64| points.iter().map(|p| p.std).fold(points[0].std, f);
             vec![
@@ -312,7 +312,7 @@ fn parse_fraction(text: &str) -> Result<f64, CommandError> {
 
 /// The table of `golden calibrate --detect`.
 fn print_seeds_needed(checks: &ChecksSpec, cal: &Calibration, fraction: f64) {
-    use crate::compare::expr::fmt_num;
+    use crate::judge::expr::fmt_num;
     let rows = seeds::seeds_needed(checks, cal, fraction);
     outln!(
         "seeds a multi-seed verdict needs to catch a shift of {}% of a window's mean 80% of the \

@@ -2,15 +2,15 @@
 
 use std::path::PathBuf;
 
-use crate::error::ExitStatus;
-use crate::propagate::knob_manifest;
-use crate::spec::check::Diagnostic;
-use crate::spec::{self, check, config, Origin, SpecError};
-use crate::util;
+use crate::model::error::ExitStatus;
+use crate::model::util;
+use crate::scenario::check::Diagnostic;
+use crate::scenario::{self, check, config, Origin, SpecError};
+use crate::tools::propagate::knob_manifest;
 
 /// `rlharness check`: every scenario validated, every backend file linted; exit 2 on any error.
-pub(crate) fn check(paths: &[PathBuf], format: crate::cli::OutputFormat) -> ExitStatus {
-    let json = format == crate::cli::OutputFormat::Json;
+pub(crate) fn check(paths: &[PathBuf], format: crate::app::cli::OutputFormat) -> ExitStatus {
+    let json = format == crate::app::cli::OutputFormat::Json;
     // A folder without one scenario file validates nothing: an input error (a mistyped path,
     // or an unquoted glob that matched nothing), not a pass. A missing path is reported below.
     let default_paths = [PathBuf::from("scenarios")];
@@ -22,7 +22,7 @@ pub(crate) fn check(paths: &[PathBuf], format: crate::cli::OutputFormat) -> Exit
     let empty: Vec<&PathBuf> = given
         .iter()
         .filter(|p| p.is_dir())
-        .filter(|p| spec::discover(std::slice::from_ref(*p)).is_ok_and(|f| f.is_empty()))
+        .filter(|p| scenario::discover(std::slice::from_ref(*p)).is_ok_and(|f| f.is_empty()))
         .collect();
     if !empty.is_empty() {
         for p in empty {
@@ -111,15 +111,16 @@ fn account_for_every_key(outcome: &mut check::CheckOutcome) {
         .iter_mut()
         .filter(|f| f.kind == check::FileKind::Scenario && f.errors.is_empty())
     {
-        let Ok(s) = spec::load_scenario(&f.path, &[]) else {
+        let Ok(s) = scenario::load_scenario(&f.path, &[]) else {
             continue;
         };
-        let Ok((m, name)) = crate::propagate::command::manifest_for(&f.path, &s.config.to_json())
+        let Ok((m, name)) =
+            crate::tools::propagate::command::manifest_for(&f.path, &s.config.to_json())
         else {
             continue;
         };
-        let advice = crate::propagate::accounted::advice(&name.display().to_string());
-        for u in crate::propagate::accounted::unaccounted(&m, &s) {
+        let advice = crate::tools::propagate::accounted::advice(&name.display().to_string());
+        for u in crate::tools::propagate::accounted::unaccounted(&m, &s) {
             let shared = matches!(
                 s.config.get(&u.path).map(|r| &r.origin),
                 Some(Origin::Default { .. })

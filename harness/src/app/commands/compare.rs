@@ -2,15 +2,15 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::app::cli::{self, CompareFormat};
 use crate::app::errors::Failure;
 use crate::app::judged;
-use crate::cli::{self, CompareFormat};
-use crate::compare::{judge_run, reference_golden, RunRecord};
-use crate::error::{CommandError, ExitStatus};
-use crate::golden::calibration::Calibration;
-use crate::metrics::MetricTable;
+use crate::judge::{judge_run, reference_golden, RunRecord};
+use crate::model::error::{CommandError, ExitStatus};
+use crate::model::golden::calibration::Calibration;
+use crate::model::metrics::MetricTable;
+use crate::model::rundir::{self, RunManifest};
 use crate::report::{self, terminal, write_reports, Reference, Report, RunInfo};
-use crate::rundir::{self, RunManifest};
 
 /// `rlharness compare RUN [RUN2]`: the re-judged run's report printed in `format`; its exit
 /// status is the command's.
@@ -154,7 +154,7 @@ fn scenario_of_run(run: &Path) -> Option<PathBuf> {
 
 /// What `compare` prints: a terminal summary, the Markdown report, or `verdict.json`.
 fn print_compared(report: &Report, out: &Path, format: CompareFormat) -> Result<(), CommandError> {
-    use crate::cli::CompareFormat;
+    use crate::app::cli::CompareFormat;
     match format {
         CompareFormat::Summary => {
             out!(

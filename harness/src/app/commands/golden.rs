@@ -2,13 +2,13 @@
 
 use std::path::Path;
 
+use crate::app::cli::{self, GoldenAction};
 use crate::app::errors::Failure;
-use crate::cli::{self, GoldenAction};
-use crate::error::{CommandError, ExitStatus};
-use crate::golden::{GoldenError, GoldenStore, Pending};
-use crate::plan::RunPlan;
-use crate::rundir::{self, RunStatus};
-use crate::{compare, spec};
+use crate::model::error::{CommandError, ExitStatus};
+use crate::model::golden::{GoldenError, GoldenStore, Pending};
+use crate::model::rundir::{self, RunStatus};
+use crate::run::plan::RunPlan;
+use crate::{judge, scenario};
 
 /// `rlharness golden status|accept|reject|bless`: what the action did, printed; its status.
 pub(crate) fn golden(
@@ -77,7 +77,7 @@ fn golden_bless(run: &Path, root: &Path) -> Result<(String, ExitStatus), Command
     }
     let file = Path::new(&manifest.scenario_path);
     let scenario =
-        crate::plan::load_checked(file, &[]).map_err(|source| Failure::BlessScenario {
+        crate::run::plan::load_checked(file, &[]).map_err(|source| Failure::BlessScenario {
             run: run.to_path_buf(),
             file: file.to_path_buf(),
             source,
@@ -96,14 +96,14 @@ fn golden_bless(run: &Path, root: &Path) -> Result<(String, ExitStatus), Command
         return refuse(format!("{} has no golden rules", file.display()));
     }
     let store = GoldenStore::new(root);
-    let provenance = compare::provenance_of_run(&manifest, manifest.started.clone());
+    let provenance = judge::provenance_of_run(&manifest, manifest.started.clone());
     let path = store.write_pending(
         &plan.scenario.name,
         &manifest.hardware,
         &table,
         &provenance,
         Some(&plan.scenario.checks),
-        Some(&compare::band_widths(
+        Some(&judge::band_widths(
             &plan.scenario.checks,
             store
                 .load(&plan.scenario.name, &manifest.hardware)
@@ -234,7 +234,7 @@ fn golden_widen(root: &Path, scenarios: &[String]) -> Result<(String, ExitStatus
                 ));
                 continue;
             };
-            let now = compare::band_widths(&rules, Some(&g));
+            let now = judge::band_widths(&rules, Some(&g));
             let before = g.bands.clone().unwrap_or_default();
             let mut changes = Vec::new();
             for (metric, windows) in &now {
@@ -247,13 +247,13 @@ fn golden_widen(root: &Path, scenarios: &[String]) -> Result<(String, ExitStatus
                         Some(o) if (*half - o).abs() <= 1e-12 * o.abs().max(1.0) => {}
                         Some(o) => changes.push(format!(
                             "  {metric} steps {first}..{last}: ±{} -> ±{} ({:+.1}%)",
-                            compare::expr::fmt_num(o),
-                            compare::expr::fmt_num(*half),
+                            judge::expr::fmt_num(o),
+                            judge::expr::fmt_num(*half),
                             100.0 * (half - o) / o
                         )),
                         None => changes.push(format!(
                             "  {metric} steps {first}..{last}: ±{} (not recorded before)",
-                            compare::expr::fmt_num(*half)
+                            judge::expr::fmt_num(*half)
                         )),
                     }
                 }
@@ -277,12 +277,12 @@ fn golden_widen(root: &Path, scenarios: &[String]) -> Result<(String, ExitStatus
 
 /// The checks of the scenario named `name` in the `scenarios/` folder beside the golden store
 /// `root`, as its file says now.
-fn scenario_checks(root: &Path, name: &str) -> Option<crate::checks::ChecksSpec> {
+fn scenario_checks(root: &Path, name: &str) -> Option<crate::model::checks::ChecksSpec> {
     let scenarios = root.parent()?.join("scenarios");
-    let files = spec::discover(std::slice::from_ref(&scenarios)).ok()?;
+    let files = scenario::discover(std::slice::from_ref(&scenarios)).ok()?;
     files
         .iter()
-        .filter_map(|f| crate::plan::load_checked(f, &[]).ok())
+        .filter_map(|f| crate::run::plan::load_checked(f, &[]).ok())
         .find(|s| s.name == name)
         .map(|s| s.checks)
 }
@@ -296,8 +296,8 @@ fn golden_reject(root: &Path, scenarios: &[String]) -> Result<(String, ExitStatu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::golden::Provenance;
-    use crate::metrics::MetricTable;
+    use crate::model::golden::Provenance;
+    use crate::model::metrics::MetricTable;
 
     #[test]
     fn status_names_what_waits_and_exits_4_until_it_is_reviewed() {

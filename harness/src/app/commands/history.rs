@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cli::HistoryFormat;
-use crate::error::{CommandError, ExitStatus};
-use crate::history::{collect, render, write};
+use crate::app::cli::HistoryFormat;
+use crate::model::error::{CommandError, ExitStatus};
+use crate::tools::history::{collect, render, write};
 
 pub(crate) fn history(
     dirs: &[PathBuf],
@@ -38,11 +38,11 @@ pub(crate) fn history(
 fn golden_store(dirs: &[PathBuf], given: Option<&Path>) -> Result<PathBuf, CommandError> {
     let first = dirs
         .iter()
-        .filter_map(|d| crate::history::run_dirs(d).ok())
+        .filter_map(|d| crate::tools::history::run_dirs(d).ok())
         .flatten()
-        .find_map(|d| crate::rundir::RunManifest::read(&d).ok());
+        .find_map(|d| crate::model::rundir::RunManifest::read(&d).ok());
     let scenario = first.as_ref().map(|m| PathBuf::from(&m.scenario_path));
-    let store = crate::cli::golden_store(given, scenario.as_deref());
+    let store = crate::app::cli::golden_store(given, scenario.as_deref());
     // No run at all: the history says so itself.
     if store.is_dir() || first.is_none() {
         return Ok(store);

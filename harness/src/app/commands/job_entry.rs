@@ -2,10 +2,10 @@
 
 use std::io::Write;
 
+use crate::app::cli::{Executor, RunArgs};
 use crate::app::errors::Failure;
 use crate::app::scale::bundle;
-use crate::cli::{Executor, RunArgs};
-use crate::error::{CommandError, ExitStatus};
+use crate::model::error::{CommandError, ExitStatus};
 use rlharness_arctic::fsx;
 
 /// `rlharness job-entry`: the entrypoint of a Ray job. `run` for its scenario, then OUT (its run

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::spec::check::{CheckOutcome, Diagnostic, FileKind, ListEntry};
+use crate::scenario::check::{CheckOutcome, Diagnostic, FileKind, ListEntry};
 
 /// The version of the documents here.
 pub(crate) const SCHEMA: u32 = 1;
@@ -83,7 +83,10 @@ pub(crate) fn check(outcome: &CheckOutcome, manifests: &[(String, Vec<String>)])
 }
 
 /// `golden status --format json`: the store and each pending golden waiting for review.
-pub(crate) fn golden_status(root: &std::path::Path, pending: &[crate::golden::Pending]) -> Value {
+pub(crate) fn golden_status(
+    root: &std::path::Path,
+    pending: &[crate::model::golden::Pending],
+) -> Value {
     let pending: Vec<Value> = pending
         .iter()
         .map(|p| {
@@ -101,7 +104,10 @@ pub(crate) fn golden_status(root: &std::path::Path, pending: &[crate::golden::Pe
 /// `history --format json`: per scenario and hardware its runs (the verdict at the time and,
 /// where it differs or the golden changed, today's), and each window's values, band and change
 /// points; the runs left out and why; the files written.
-pub(crate) fn history(c: &crate::history::Collected, written: &[std::path::PathBuf]) -> Value {
+pub(crate) fn history(
+    c: &crate::tools::history::Collected,
+    written: &[std::path::PathBuf],
+) -> Value {
     let scenarios: Vec<Value> = c
         .trends
         .iter()

@@ -3,9 +3,9 @@
 use std::path::Path;
 
 use super::filter::{Facts, Filter};
-use crate::cli::OutputFormat;
-use crate::error::{CommandError, ExitStatus};
-use crate::spec::check;
+use crate::app::cli::OutputFormat;
+use crate::model::error::{CommandError, ExitStatus};
+use crate::scenario::check;
 
 pub(crate) fn list(
     root: &Path,

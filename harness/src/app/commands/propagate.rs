@@ -2,10 +2,12 @@
 
 use std::path::Path;
 
+use crate::app::cli::{Executor, RayArgs};
 use crate::app::scale::ray::RayJobs;
-use crate::cli::{Executor, RayArgs};
-use crate::error::{CommandError, ExitStatus};
-use crate::propagate::command::{run_matrix_on, write_reports, MatrixOptions, TrialExecutor};
+use crate::model::error::{CommandError, ExitStatus};
+use crate::tools::propagate::command::{
+    run_matrix_on, write_reports, MatrixOptions, TrialExecutor,
+};
 
 /// Run the matrix of `scenario` (each trial here, or one Ray job each with `--executor ray`)
 /// and write `propagation.{md,html,junit.xml}` under `out/<scenario>/propagate-<stamp>/`.

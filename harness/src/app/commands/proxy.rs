@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
+use crate::app::cli::ProxyArgs;
 use crate::app::errors::Failure;
-use crate::cli::ProxyArgs;
-use crate::error::{CommandError, ExitStatus};
-use crate::proxy::{self, ProxyConfig};
+use crate::model::error::{CommandError, ExitStatus};
+use crate::run::proxy::{self, ProxyConfig};
 
 pub(crate) async fn proxy(args: ProxyArgs) -> Result<ExitStatus, CommandError> {
     let cfg = ProxyConfig {

@@ -1,12 +1,12 @@
 //! `rlharness record`: a scenario's wire traffic kept as its cassette.
 
 use crate::app::ci_env;
+use crate::app::cli::RecordArgs;
 use crate::app::errors::Failure;
-use crate::backend::{replay, BackendSpec};
-use crate::cli::RecordArgs;
-use crate::error::{CommandError, ExitStatus};
-use crate::plan::RunPlan;
-use crate::runner::{self, RunEnd};
+use crate::model::error::{CommandError, ExitStatus};
+use crate::run::backend::{replay, BackendSpec};
+use crate::run::plan::RunPlan;
+use crate::run::runner::{self, RunEnd};
 use rlharness_arctic::fsx;
 
 /// `rlharness record`: run a scenario through the proxy, keep its whole wire traffic as a
@@ -16,7 +16,7 @@ use rlharness_arctic::fsx;
 pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError> {
     use rlharness_arctic::cassette::{Cassette, META_FILE, METRICS_FILE};
     let opts = runner::RunOptions {
-        live_judge: Some(crate::compare::FailFast::handed()),
+        live_judge: Some(crate::judge::FailFast::handed()),
         ..args.common.options(&args.scenario)
     };
     if ci_env() {
@@ -25,7 +25,7 @@ pub(crate) async fn record(args: RecordArgs) -> Result<ExitStatus, CommandError>
              locally and commit the cassette",
         ));
     }
-    let scenario = crate::plan::load_checked(&args.scenario, &opts.set)?;
+    let scenario = crate::run::plan::load_checked(&args.scenario, &opts.set)?;
     if matches!(
         scenario.backend,
         BackendSpec::Replay { .. } | BackendSpec::None

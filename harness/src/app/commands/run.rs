@@ -3,14 +3,14 @@
 use std::path::{Path, PathBuf};
 
 use crate::app::ci_env;
+use crate::app::cli::{Executor, RunArgs};
 use crate::app::errors::Failure;
 use crate::app::scale::local::{self, LocalMatrix};
 use crate::app::scale::{index, ray};
-use crate::cli::{Executor, RunArgs};
-use crate::compare::seeds::parse_seed_range;
-use crate::error::{CommandError, ExitStatus};
-use crate::runner::RunOptions;
-use crate::util;
+use crate::judge::seeds::parse_seed_range;
+use crate::model::error::{CommandError, ExitStatus};
+use crate::model::util;
+use crate::run::runner::RunOptions;
 use rlharness_arctic::fsx;
 
 /// The options of `rlharness run` that apply to every scenario.
@@ -32,7 +32,7 @@ fn run_options(args: &RunArgs, first: Option<&Path>) -> RunOptions {
 /// (`--executor ray`); one combined verdict in OUT/index.md, index.html and junit.xml; the
 /// worst exit status wins.
 pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
-    if args.format == crate::cli::OutputFormat::Json {
+    if args.format == crate::app::cli::OutputFormat::Json {
         util::put_results_on_stderr();
     }
     let files = if args.rerun_failed {
@@ -117,8 +117,10 @@ pub(crate) async fn run(args: RunArgs) -> Result<ExitStatus, CommandError> {
         );
     }
     match args.format {
-        crate::cli::OutputFormat::Text => outln!("{}", index::tally(&args.common.out, &entries)),
-        crate::cli::OutputFormat::Json => {
+        crate::app::cli::OutputFormat::Text => {
+            outln!("{}", index::tally(&args.common.out, &entries))
+        }
+        crate::app::cli::OutputFormat::Json => {
             errln!("{}", index::tally(&args.common.out, &entries));
             outln!("{:#}", index::json_document(&args.common.out, &entries));
         }

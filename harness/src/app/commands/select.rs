@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use super::filter::{Facts, Filter};
-use crate::error::CommandError;
-use crate::spec;
-use crate::spec::check::ListEntry;
+use crate::model::error::CommandError;
+use crate::scenario;
+use crate::scenario::check::ListEntry;
 
 /// The nearest `scenarios/` folder from the working directory up: where names are looked up,
 /// and what `--tag` selects from when no path is given.
@@ -63,11 +63,11 @@ pub(crate) fn select(
             }
         }
     }
-    let mut files = spec::discover(&paths)?;
+    let mut files = scenario::discover(&paths)?;
     if !tags.is_empty() || filter.is_some() {
-        let loaded: Vec<(PathBuf, Option<spec::Scenario>)> = files
+        let loaded: Vec<(PathBuf, Option<scenario::Scenario>)> = files
             .iter()
-            .map(|f| (f.clone(), crate::plan::load_checked(f, &[]).ok()))
+            .map(|f| (f.clone(), crate::run::plan::load_checked(f, &[]).ok()))
             .collect();
         files.retain(|f| {
             let Some((_, Some(s))) = loaded.iter().find(|(p, _)| p == f) else {
@@ -96,7 +96,7 @@ pub(crate) fn select(
 /// Whether `--tag` (any of `tags`, when given) and `-E` (when given) both select the scenario.
 pub(crate) fn selected(
     file: &Path,
-    s: &spec::Scenario,
+    s: &scenario::Scenario,
     tags: &[String],
     filter: Option<&Filter>,
 ) -> bool {
@@ -118,9 +118,10 @@ fn by_name(name: &str, root: &Path, entries: &[ListEntry]) -> Result<PathBuf, Co
     match hits.as_slice() {
         [one] => Ok(one.path.clone()),
         [] => {
-            let near = crate::spec::error::closest(name, entries.iter().map(|e| e.name.as_str()))
-                .map(|c| format!("; did you mean `{c}`?"))
-                .unwrap_or_default();
+            let near =
+                crate::scenario::error::closest(name, entries.iter().map(|e| e.name.as_str()))
+                    .map(|c| format!("; did you mean `{c}`?"))
+                    .unwrap_or_default();
             Err(CommandError::invalid(format!(
                 "{name}: no such scenario file or folder, and no scenario under {} has that \
                  name{near} (`rlharness list {}` lists them)",

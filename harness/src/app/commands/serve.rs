@@ -2,11 +2,11 @@
 
 use std::path::Path;
 
+use crate::app::cli::{ServeArgs, ServeKind};
 use crate::app::errors::Failure;
-use crate::backend::{child, BackendSpec};
-use crate::cli::{ServeArgs, ServeKind};
-use crate::error::{CommandError, ExitStatus};
-use crate::spec::Scenario;
+use crate::model::error::{CommandError, ExitStatus};
+use crate::run::backend::{child, BackendSpec};
+use crate::scenario::Scenario;
 use rlharness_arctic::mock::{self, MockScript};
 
 /// The scenario a `serve` or `proxy` command takes its settings from, if one is named.
@@ -16,7 +16,7 @@ fn load_optional_scenario(
 ) -> Result<Option<Scenario>, CommandError> {
     match path {
         None => Ok(None),
-        Some(p) => crate::plan::load_checked(p, set)
+        Some(p) => crate::run::plan::load_checked(p, set)
             .map(Some)
             .map_err(CommandError::from),
     }

@@ -24,7 +24,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
 }
 
 pub(crate) use crate::app::errors::BundleError;
-use crate::util::hex;
+use crate::model::util::hex;
 
 /// The SHA-256 of `bytes`, in hex.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 pub(crate) use crate::app::errors::IndexError;
-use crate::error::ExitStatus;
+use crate::model::error::ExitStatus;
 use crate::report::doc::{
     plain, to_html, to_markdown, Block, Document, Inline, Row, Table, Target,
 };

@@ -17,8 +17,8 @@ use std::time::Instant;
 use super::index::{read_seeds, Entry};
 use super::{Slot, SLOT};
 use crate::app::errors::Failure;
-use crate::error::{CommandError, ExitStatus};
-use crate::runner::RunOptions;
+use crate::model::error::{CommandError, ExitStatus};
+use crate::run::runner::RunOptions;
 
 /// How a local matrix runs.
 #[derive(Debug, Clone)]
@@ -42,10 +42,10 @@ pub(crate) struct Needs {
 /// Read a scenario's needs; a scenario that does not load needs nothing (running it reports
 /// the error).
 pub(crate) fn needs(file: &Path, set: &[String]) -> Needs {
-    let Ok(s) = crate::spec::load_scenario(file, set) else {
+    let Ok(s) = crate::scenario::load_scenario(file, set) else {
         return Needs::default();
     };
-    let fixed_addr = crate::netns::fixed_address(&s);
+    let fixed_addr = crate::run::netns::fixed_address(&s);
     Needs {
         gpus: s.requires.gpus,
         fixed_addr,
@@ -64,7 +64,7 @@ pub(crate) fn visible_gpus() -> Vec<String> {
             .map(str::to_string)
             .collect();
     }
-    crate::spec::detect_gpus()
+    crate::scenario::detect_gpus()
         .map(|names| (0..names.len()).map(|i| i.to_string()).collect())
         .unwrap_or_default()
 }
@@ -88,13 +88,13 @@ impl GpuPool {
     async fn take(&self, n: u32) -> Option<Vec<String>> {
         let permit = self.permits.acquire_many(n).await.ok()?;
         permit.forget();
-        let mut free = crate::util::lock(&self.free);
+        let mut free = crate::model::util::lock(&self.free);
         let at = free.len().saturating_sub(n as usize);
         Some(free.split_off(at))
     }
     fn give_back(&self, ids: Vec<String>) {
         let n = ids.len();
-        crate::util::lock(&self.free).extend(ids);
+        crate::model::util::lock(&self.free).extend(ids);
         self.permits.add_permits(n);
     }
 }
@@ -138,7 +138,7 @@ pub(crate) fn report_entry(
         seconds,
         skipped: r.skipped.is_some(),
         failing: crate::report::terminal::failing_rules_named(r),
-        expected_failure: r.headline() == crate::compare::Headline::ExpectedFailure,
+        expected_failure: r.headline() == crate::judge::Headline::ExpectedFailure,
     }
 }
 
@@ -155,10 +155,10 @@ pub(crate) fn print_entry(e: &Entry, progress: Option<&indicatif::MultiProgress>
             }
         } else {
             // `-q`: a passing scenario's lines are left out; what failed is always printed.
-            if crate::util::quiet() && e.status == ExitStatus::Passed {
+            if crate::model::util::quiet() && e.status == ExitStatus::Passed {
                 return;
             }
-            let line = crate::util::result_line;
+            let line = crate::model::util::result_line;
             line(&format!("{}: {}", e.scenario, e.summary));
             let failing = crate::report::terminal::print_failing(
                 &e.failing.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>(),
@@ -191,18 +191,18 @@ fn annotate_entry(e: &Entry) {
         return;
     }
     if e.run_dir.is_none() && !e.skipped {
-        crate::util::annotate_message(&format!("rlharness: {}", e.scenario), &e.summary);
+        crate::model::util::annotate_message(&format!("rlharness: {}", e.scenario), &e.summary);
         return;
     }
     let file = Path::new(&e.file);
     if e.failing.is_empty() {
         let title = format!("rlharness: {}", e.scenario);
-        crate::util::annotate_error(Some(file), None, &title, &e.summary);
+        crate::model::util::annotate_error(Some(file), None, &title, &e.summary);
     }
     for (rule, line) in &e.failing {
         let title = format!("rlharness: {}: {rule}", e.scenario);
-        let at = crate::spec::located::rule_line(file, rule);
-        crate::util::annotate_error(Some(file), at, &title, line);
+        let at = crate::scenario::located::rule_line(file, rule);
+        crate::model::util::annotate_error(Some(file), at, &title, line);
     }
 }
 
@@ -228,7 +228,7 @@ pub(crate) async fn run_matrix(
         .filter_map(|n| n.fixed_addr.as_deref())
         .collect();
     if jobs > 1 && fixed.len() > 1 {
-        opts.netns = crate::netns::side_by_side(Some(fixed[0]), jobs, "run").1;
+        opts.netns = crate::run::netns::side_by_side(Some(fixed[0]), jobs, "run").1;
     }
     let addr_locks: HashMap<String, Arc<tokio::sync::Mutex<()>>> = needs
         .iter()
@@ -240,7 +240,7 @@ pub(crate) async fn run_matrix(
     let watcher = {
         let interrupted = interrupted.clone();
         tokio::spawn(async move {
-            crate::util::stop_signal().await;
+            crate::model::util::stop_signal().await;
             interrupted.store(true, Ordering::SeqCst);
         })
     };

@@ -8,4 +8,4 @@ pub(crate) mod local;
 pub mod ray;
 pub mod ray_auth;
 
-pub(crate) use crate::slot::{Slot, SLOT};
+pub(crate) use crate::model::slot::{Slot, SLOT};

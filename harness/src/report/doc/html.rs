@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use super::{slug, Block, Column, Document, Figure, Inline, Row, Status, Table, Target, Text};
-use crate::util::html_escape as esc;
+use crate::model::util::html_escape as esc;
 
 /// The document as an HTML page.
 pub(crate) fn to_html(d: &Document) -> String {

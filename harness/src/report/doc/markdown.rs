@@ -1,7 +1,7 @@
 //! The Markdown writer of a [`Document`], as GitHub renders it.
 
 use super::{slug, Block, Column, Document, Figure, Inline, Row, Status, Table, Target, Text};
-use crate::util::html_escape as esc;
+use crate::model::util::html_escape as esc;
 
 /// The document as Markdown: blocks apart by a blank line.
 pub(crate) fn to_markdown(d: &Document) -> String {

@@ -1,7 +1,7 @@
 //! The plots' axes and lines: value ranges, tick labels that tell neighbours apart, finite
 //! runs of a series, and a windowed rule's judged value as steps.
 
-use crate::compare::PointCheck;
+use crate::judge::PointCheck;
 use crate::report::num;
 
 /// The y range that shows every finite value (band edges included), padded a little.

@@ -13,7 +13,7 @@ use plotters_backend::{
     BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind,
 };
 
-use crate::util::html_escape;
+use crate::model::util::html_escape;
 
 type Drawn = Result<(), DrawingErrorKind<std::io::Error>>;
 

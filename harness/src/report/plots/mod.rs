@@ -28,8 +28,8 @@ use grouped::{GroupedSvg, SvgDoc};
 pub(crate) use trend::{plot_trend, TrendPlot};
 
 use super::{plot_file_name, Report};
-use crate::compare::{PointCheck, RuleStatus};
-use crate::metrics::MetricTable;
+use crate::judge::{PointCheck, RuleStatus};
+use crate::model::metrics::MetricTable;
 
 /// The whole plot; the legend takes `LEGEND_WIDTH` of it on the right.
 const SIZE: (u32, u32) = (880, 360);
@@ -66,7 +66,7 @@ fn e<E: std::fmt::Display>(err: E) -> PlotError {
 }
 
 fn error_svg(metric: &str, msg: &str) -> String {
-    let esc = crate::util::html_escape;
+    let esc = crate::model::util::html_escape;
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"40\">\
          <text x=\"4\" y=\"24\">{}: {}</text></svg>\n",

@@ -25,7 +25,7 @@ fn window(first: u64, last: u64, value: Option<f64>) -> PointCheck {
         last,
         value,
         golden: Some(0.5),
-        band: crate::compare::Band {
+        band: crate::judge::Band {
             lo: Some(0.4),
             hi: Some(0.6),
         },

@@ -11,12 +11,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rlharness::error::ExitStatus;
-use rlharness::metrics::MetricTable;
+use rlharness::model::error::ExitStatus;
+use rlharness::model::metrics::MetricTable;
+use rlharness::model::rundir::RunManifest;
+use rlharness::model::rundir::RunStatus;
 use rlharness::report::Report;
-use rlharness::rundir::RunManifest;
-use rlharness::rundir::RunStatus;
-use rlharness::runner::RunOptions;
+use rlharness::run::runner::RunOptions;
 
 mod scenarios;
 
@@ -358,7 +358,7 @@ async fn a_trainer_that_stops_printing_is_a_hang_with_its_process_group_killed()
     let child: i32 = read(&dir, "child.pid").trim().parse().unwrap();
     assert!(dead(trainer), "trainer {trainer} still alive");
     assert!(dead(child), "child {child} still alive");
-    assert!(!rlharness::driver::command::group_alive(trainer));
+    assert!(!rlharness::run::driver::command::group_alive(trainer));
     // The partial run is kept: steps 1-2, logs, the report with the trainer's last lines.
     assert_eq!(table(&dir).steps(), vec![1, 2]);
     assert!(read(&dir, "stderr.log").contains("waiting for rollout workers"));
@@ -413,7 +413,7 @@ async fn a_fail_fast_rule_stops_the_run_as_soon_as_it_cannot_pass() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_arctic_backend_is_reached_through_the_recording_proxy() {
-    if !rlharness::spec::command_available("curl") {
+    if !rlharness::scenario::command_available("curl") {
         eprintln!("skipped: the proxied fixture needs curl");
         return;
     }
@@ -435,7 +435,7 @@ async fn an_arctic_backend_is_reached_through_the_recording_proxy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_stalled_past_its_limit_is_a_hang_naming_the_route() {
-    if !rlharness::spec::command_available("curl") {
+    if !rlharness::scenario::command_available("curl") {
         eprintln!("skipped: the proxied fixture needs curl");
         return;
     }
@@ -480,12 +480,12 @@ async fn a_fail_fast_golden_rule_stops_the_run_at_the_first_point_outside_its_ba
     // A golden whose score is far above what the trainer reaches.
     let mut golden = MetricTable::new();
     for s in 1..=4 {
-        let mut m = rlharness::metrics::StepMetrics::new(s);
+        let mut m = rlharness::model::metrics::StepMetrics::new(s);
         m.insert("critic/score/mean", 0.9);
         golden.push(m);
     }
-    let store = rlharness::golden::GoldenStore::with_ci(tmp.path().join("golden"), false);
-    let prov = rlharness::golden::Provenance {
+    let store = rlharness::model::golden::GoldenStore::with_ci(tmp.path().join("golden"), false);
+    let prov = rlharness::model::golden::Provenance {
         device: "cpu".into(),
         ..Default::default()
     };
@@ -509,7 +509,7 @@ async fn a_fail_fast_golden_rule_stops_the_run_at_the_first_point_outside_its_ba
 
 /// A trainer program that is there but cannot start (its interpreter is missing: `exec`
 /// fails) is a failed run with a report; one that is not there at all is refused before the
-/// run as invalid input (`spec::check_vs_run`).
+/// run as invalid input (`scenario::check_vs_run`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainer_that_cannot_start_is_a_failed_run_with_a_report() {
     let tmp = tempfile::tempdir().unwrap();

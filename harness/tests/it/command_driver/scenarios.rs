@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use rlharness::error::ExitStatus;
-use rlharness::rundir::RunStatus;
+use rlharness::model::error::ExitStatus;
+use rlharness::model::rundir::RunStatus;
 
 use super::{dead, fixture, manifest, read};
 use crate::common::repo;
@@ -24,7 +24,7 @@ fn write_scenario(dir: &Path, body: &str) -> PathBuf {
 
 /// Why the scenario `body` (written as by `write_scenario`) does not load.
 fn load_error(dir: &Path, body: &str) -> String {
-    rlharness::spec::load_scenario(&write_scenario(dir, body), &[])
+    rlharness::scenario::load_scenario(&write_scenario(dir, body), &[])
         .unwrap_err()
         .to_string()
 }
@@ -37,8 +37,8 @@ fn a_minimal_command_scenario_is_valid_and_a_builtin_one_needs_a_backend() {
         "name: m\ndescription: d\nseed: 1\nsteps: 2\n\
          driver: {kind: command, command: [python3, -m, verl.trainer.main_ppo], metrics_from: verl-console}\n",
     );
-    let s = rlharness::spec::load_scenario(&p, &[]).unwrap();
-    assert_eq!(s.backend, rlharness::backend::BackendSpec::None);
+    let s = rlharness::scenario::load_scenario(&p, &[]).unwrap();
+    assert_eq!(s.backend, rlharness::run::backend::BackendSpec::None);
     let e = load_error(
         tmp.path(),
         "name: m\ndescription: d\nseed: 1\nsteps: 2\ndriver: {kind: builtin}\n",
@@ -75,10 +75,10 @@ fn the_qwen3_gpu_scenarios_validate_and_are_listed_as_skipped_here() {
     assert!(
         outcome.is_ok(),
         "{}",
-        rlharness::spec::check::render_check(&outcome)
+        rlharness::scenario::check::render_check(&outcome)
     );
     // The 1.7B golden holds the published numbers, marked as such.
-    let golden = rlharness::golden::GoldenStore::with_ci(repo().join("golden"), true)
+    let golden = rlharness::model::golden::GoldenStore::with_ci(repo().join("golden"), true)
         .load("qwen3-1.7b-gsm8k-grpo-zorro", "h200")
         .unwrap()
         .unwrap();
@@ -97,7 +97,7 @@ fn the_qwen3_gpu_scenarios_validate_and_are_listed_as_skipped_here() {
         vec![(4, 0.00152)]
     );
     let listed = rlharness::app::list(&repo().join("scenarios"));
-    let have_verl = rlharness::spec::Requires {
+    let have_verl = rlharness::scenario::Requires {
         python_modules: vec!["verl".into(), "arctic_platform".into()],
         gpus: 1,
         ..Default::default()
@@ -124,13 +124,13 @@ fn the_qwen3_gpu_scenarios_validate_and_are_listed_as_skipped_here() {
 #[test]
 fn the_qwen3_recipe_reaches_verl_as_the_example_recipes_overrides() {
     let path = repo().join("scenarios/gpu/qwen3-0.6b-gsm8k-grpo-zorro.yaml");
-    let scenario = rlharness::spec::load_scenario(&path, &[]).unwrap();
-    let rlharness::driver::DriverSpec::Command(spec) = scenario.driver.clone() else {
+    let scenario = rlharness::scenario::load_scenario(&path, &[]).unwrap();
+    let rlharness::run::driver::DriverSpec::Command(spec) = scenario.driver.clone() else {
         panic!("not a command driver");
     };
-    let plan = rlharness::plan::RunPlan::new(scenario, None, None).unwrap();
+    let plan = rlharness::run::plan::RunPlan::new(scenario, None, None).unwrap();
     let run_dir = Path::new("/abs/reports/qwen3-0.6b-gsm8k-grpo-zorro/20261202T000000-abcd");
-    let launch = rlharness::plan::launch::launch_for(&spec, &plan, run_dir, None);
+    let launch = rlharness::run::plan::launch::launch_for(&spec, &plan, run_dir, None);
     assert_eq!(launch.program, PathBuf::from("python3"));
     let want: Vec<String> = [
         "-m",
@@ -168,13 +168,13 @@ fn the_qwen3_recipe_reaches_verl_as_the_example_recipes_overrides() {
             .to_string()
     )));
     // `--set` reaches the trainer too, with its own quoting.
-    let scenario = rlharness::spec::load_scenario(
+    let scenario = rlharness::scenario::load_scenario(
         &path,
         &["config.actor_rollout_ref.actor.optim.betas=[0.9, 0.95]".to_string()],
     )
     .unwrap();
-    let plan = rlharness::plan::RunPlan::new(scenario, None, Some(2)).unwrap();
-    let launch = rlharness::plan::launch::launch_for(&spec, &plan, run_dir, None);
+    let plan = rlharness::run::plan::RunPlan::new(scenario, None, Some(2)).unwrap();
+    let launch = rlharness::run::plan::launch::launch_for(&spec, &plan, run_dir, None);
     assert!(launch
         .args
         .contains(&"actor_rollout_ref.actor.optim.betas=[0.9,0.95]".to_string()));
@@ -202,7 +202,7 @@ fn rlharness_run_exits_3_on_a_hang_and_0_on_a_clean_fixture() {
             argv.push(a.to_string());
         }
         argv.push(fixture("verl-console.yaml").display().to_string());
-        rlharness::app::main(rlharness::cli::Cli::parse_from(argv))
+        rlharness::app::main(rlharness::app::cli::Cli::parse_from(argv))
     };
     assert_eq!(run(&[]), ExitStatus::Passed);
     assert_eq!(

@@ -13,9 +13,9 @@ pub mod recorder;
 pub mod shared;
 
 use rlharness::app::run_one;
-use rlharness::error::ExitStatus;
+use rlharness::model::error::ExitStatus;
 use rlharness::report::Report;
-use rlharness::runner::RunOptions;
+use rlharness::run::runner::RunOptions;
 use serde_json::Value;
 
 pub fn repo() -> PathBuf {

@@ -4,7 +4,7 @@
 //! re-judges it (`compare RUN` writes `RUN/compare/` only, which no other test reads).
 //!
 //! A run is known by its key: what the run is, the library's `plan_hash` of its resolved
-//! scenario (`rlharness::plan::RunPlan`, the hash `run.json` records); how it is run, the
+//! scenario (`rlharness::run::plan::RunPlan`, the hash `run.json` records); how it is run, the
 //! run options but where it goes; and what runs it, the path, size and modification time of
 //! the test binary (the library runs in it), of `rlharness` and of the `rlharness-torch` the
 //! runs start. A changed scenario, option or rebuilt binary is another key, so another run:
@@ -28,10 +28,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use rlharness::app::run_one;
-use rlharness::plan::RunPlan;
 use rlharness::report::Report;
-use rlharness::runner::{RunEnd, RunOptions};
-use rlharness::spec::load_scenario;
+use rlharness::run::plan::RunPlan;
+use rlharness::run::runner::{RunEnd, RunOptions};
+use rlharness::scenario::load_scenario;
 use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 
@@ -93,8 +93,8 @@ pub async fn shared_reference(scenario: &Path, opts: &RunOptions) -> Arc<SharedR
         o.run_dir = Some(dir.join("reference"));
         o.out = dir;
         // The judge's fail-fast rules, as `run_one` hands them to the runner.
-        o.live_judge = Some(rlharness::compare::FailFast::handed());
-        let executed = rlharness::runner::execute(plan, &o)
+        o.live_judge = Some(rlharness::judge::FailFast::handed());
+        let executed = rlharness::run::runner::execute(plan, &o)
             .await
             .map_err(|e| e.to_string())?;
         if executed.end != RunEnd::Completed {

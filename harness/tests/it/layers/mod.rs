@@ -1,8 +1,9 @@
 //! The import direction of the three crates' sources, checked from their files:
-//! - at the top of `harness/src`, every module sits in a layer of `docs/architecture.md`'s
-//!   "Layers" table (read from the doc, so the doc and the check are one table), and uses only
-//!   its own layer and those below; the modules the harness re-exports from the Arctic crate
-//!   (`pub use rlharness_arctic::{..}` in `lib.rs`) count as modules of the lowest layer;
+//! - `harness/src` is one folder per floor, in the order the data flows: its top-level modules
+//!   are exactly the folders of `docs/architecture.md`'s "Layers" table, in the table's order
+//!   (read from the doc, so the doc and the check are one table); a floor uses only itself and
+//!   the floors before it; inside a floor whose row names modules, each module sits in the
+//!   row's layer and uses only its own layer and those below;
 //! - at the top of `harness/arctic/src`, the same against the "Arctic layers" table;
 //! - inside every folder module of the three crates, siblings never use each other in a ring,
 //!   of any length (`graph.rs` says what counts as a use);
@@ -14,14 +15,14 @@ mod graph;
 mod paths;
 mod source;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::common::repo;
-use graph::{Edge, Graph};
+use graph::{Edge, Graph, ModPath};
 
-/// The table of the section `title` of `docs/architecture.md` ("Layers", "Arctic layers"),
-/// lowest first: each row's module names.
-fn layers_of_doc(doc: &str, title: &str) -> Vec<Vec<String>> {
+/// The rows of the section `title`'s table of `docs/architecture.md` (those whose first cell
+/// starts with a layer number), lowest first: each cell's names written in backticks.
+fn rows_of_doc(doc: &str, title: &str) -> Vec<Vec<Vec<String>>> {
     let section = doc
         .split("\n## ")
         .find(|s| s.starts_with(title))
@@ -30,21 +31,91 @@ fn layers_of_doc(doc: &str, title: &str) -> Vec<Vec<String>> {
         .lines()
         .filter(|l| l.starts_with("| ") && l.as_bytes().get(2).is_some_and(u8::is_ascii_digit))
         .map(|row| {
-            let cell = row.split('|').nth(2).unwrap_or_default();
-            cell.split('`')
-                .skip(1)
-                .step_by(2)
-                .map(str::to_string)
+            row.split('|')
+                .skip(2)
+                .map(|cell| {
+                    cell.split('`')
+                        .skip(1)
+                        .step_by(2)
+                        .map(str::to_string)
+                        .collect()
+                })
                 .collect()
         })
         .collect()
 }
 
-fn doc_layers() -> Vec<Vec<String>> {
+/// A table of the old shape (`| layer | modules | what |`), lowest first: each row's modules.
+fn layers_of_doc(doc: &str, title: &str) -> Vec<Vec<String>> {
+    rows_of_doc(doc, title)
+        .into_iter()
+        .map(|mut cells| cells.swap_remove(0))
+        .collect()
+}
+
+/// One row of the harness's table: a layer, the floor folder it sits in, and the floor's
+/// modules of that layer (none: the folder is one module, the whole floor).
+#[derive(Debug, PartialEq)]
+struct Row {
+    folder: String,
+    modules: Vec<String>,
+}
+
+/// The harness's "Layers" table (`| layer | folder | modules | what |`), lowest first.
+fn floor_rows(doc: &str) -> Vec<Row> {
+    rows_of_doc(doc, "Layers")
+        .into_iter()
+        .map(|cells| {
+            let folder = cells.first().and_then(|c| c.first()).cloned();
+            let folder = folder.unwrap_or_default();
+            Row {
+                folder: folder.trim_end_matches('/').to_string(),
+                modules: cells.get(1).cloned().unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+fn doc_rows() -> Vec<Row> {
     let doc = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
-    let layers = layers_of_doc(&doc, "Layers");
-    assert!(layers.len() > 5, "the table was read: {layers:?}");
-    layers
+    let rows = floor_rows(&doc);
+    assert!(rows.len() > 5, "the table was read: {rows:?}");
+    rows
+}
+
+/// The floors in the table's order (each folder once, where it first appears) and what the
+/// table gets wrong about their order: a floor whose rows are not next to each other.
+fn floors_of(rows: &[Row]) -> (Vec<String>, Vec<String>) {
+    let mut floors: Vec<String> = Vec::new();
+    let mut wrong = Vec::new();
+    for r in rows {
+        match floors.iter().position(|f| *f == r.folder) {
+            Some(i) if i + 1 != floors.len() => wrong.push(format!(
+                "floor `{}` comes back after `{}`",
+                r.folder,
+                floors[i + 1]
+            )),
+            Some(_) => {}
+            None => floors.push(r.folder.clone()),
+        }
+    }
+    (floors, wrong)
+}
+
+/// The layers each folder's children must keep, by folder: the crate root's are the floors
+/// (each floor one layer, in data-flow order); a floor whose rows name modules has one layer
+/// per row.
+fn layering(rows: &[Row]) -> BTreeMap<ModPath, Vec<Vec<String>>> {
+    let (floors, _) = floors_of(rows);
+    let mut by_folder = BTreeMap::new();
+    by_folder.insert(Vec::new(), floors.iter().map(|f| vec![f.clone()]).collect());
+    for r in rows.iter().filter(|r| !r.modules.is_empty()) {
+        by_folder
+            .entry(vec![r.folder.clone()])
+            .or_insert_with(Vec::new)
+            .push(r.modules.clone());
+    }
+    by_folder
 }
 
 fn arctic_layers() -> Vec<Vec<String>> {
@@ -67,17 +138,18 @@ fn reexported_from_arctic() -> BTreeSet<String> {
         .collect()
 }
 
-/// The top-level modules of the crate under `src` (relative to the repository).
-fn top_modules(src: &str) -> BTreeSet<String> {
+/// The child modules of `folder` (a module path; `[]` the crate root) of the crate under
+/// `src` (relative to the repository).
+fn children(src: &str, folder: &[String]) -> BTreeSet<String> {
     graph::read(&repo().join(src), &[])
         .modules
         .iter()
-        .filter(|m| m.len() == 1)
-        .map(|m| m[0].clone())
+        .filter(|m| m.len() == folder.len() + 1 && m.starts_with(folder))
+        .map(|m| m[folder.len()].clone())
         .collect()
 }
 
-/// What a table gets wrong against a crate's top-level modules `top`: modules it leaves out,
+/// What a table gets wrong against a folder's child modules `top`: modules it leaves out,
 /// names that are no module, names given twice (empty when right).
 fn table_against(layers: &[Vec<String>], top: &BTreeSet<String>) -> String {
     let named: Vec<&String> = layers.iter().flatten().collect();
@@ -101,18 +173,24 @@ fn layer_of(layers: &[Vec<String>], module: &str) -> Option<usize> {
     layers.iter().position(|l| l.iter().any(|m| m == module))
 }
 
-/// What breaks the layering at the crate's top, one line per edge.
-fn violations(layers: &[Vec<String>], graph: &Graph) -> Vec<String> {
+/// What breaks the layering, one line per edge: `layering` says, for each folder it names,
+/// the layers of that folder's children (edges inside other folders only count for rings).
+fn violations(layering: &BTreeMap<ModPath, Vec<Vec<String>>>, graph: &Graph) -> Vec<String> {
     let mut bad = Vec::new();
     for (Edge { folder, from, to }, file) in graph.edges.iter().chain(&graph.test_edges) {
-        if !folder.is_empty() {
+        let Some(layers) = layering.get(folder) else {
             continue;
-        }
+        };
+        let at = if folder.is_empty() {
+            String::new()
+        } else {
+            format!(" in `{}`", folder.join("::"))
+        };
         match (layer_of(layers, from), layer_of(layers, to)) {
-            (None, _) => bad.push(format!("{file}: module `{from}` has no layer")),
-            (_, None) => bad.push(format!("{file}: uses `{to}`, which has no layer")),
+            (None, _) => bad.push(format!("{file}: module `{from}`{at} has no layer")),
+            (_, None) => bad.push(format!("{file}: uses `{to}`{at}, which has no layer")),
             (Some(a), Some(b)) if b > a => bad.push(format!(
-                "{file}: `{from}` (layer {a}) uses `{to}` (layer {b}), above it"
+                "{file}: `{from}` (layer {a}) uses `{to}` (layer {b}){at}, above it"
             )),
             _ => {}
         }
@@ -120,22 +198,63 @@ fn violations(layers: &[Vec<String>], graph: &Graph) -> Vec<String> {
     bad
 }
 
+/// The root's layers only (the Arctic crate's table, the fixture's).
+fn at_root(layers: Vec<Vec<String>>) -> BTreeMap<ModPath, Vec<Vec<String>>> {
+    BTreeMap::from([(Vec::new(), layers)])
+}
+
 #[test]
 fn no_module_uses_one_above_it() {
     let graph = graph::read(&repo().join("harness/src"), &[]);
     assert!(graph.edges.len() > 40, "the walk found the tree");
-    let bad = violations(&doc_layers(), &graph);
+    let bad = violations(&layering(&doc_rows()), &graph);
     assert!(bad.is_empty(), "upward imports:\n{}", bad.join("\n"));
 }
 
+/// `harness/src` holds `lib.rs`, `main.rs` and one folder per floor, the table's floors in
+/// its order; a floor's rows name each of its modules once.
 #[test]
-fn the_docs_table_names_every_top_level_module_once() {
-    let layers = doc_layers();
-    let wrong = table_against(&layers, &top_modules("harness/src"));
+fn the_floors_are_the_folders_of_the_docs_table() {
+    let rows = doc_rows();
+    let (floors, wrong) = floors_of(&rows);
     assert!(
         wrong.is_empty(),
-        "docs/architecture.md's Layers table against harness/src: {wrong}"
+        "docs/architecture.md's Layers table: {wrong:?}"
     );
+    let src = repo().join("harness/src");
+    let mut entries: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    entries.sort();
+    let mut expected: Vec<String> = floors.clone();
+    expected.extend(["lib.rs".to_string(), "main.rs".to_string()]);
+    expected.sort();
+    assert_eq!(
+        entries, expected,
+        "harness/src against the table's floors {floors:?}"
+    );
+    for f in &floors {
+        assert!(
+            src.join(f).join("mod.rs").is_file(),
+            "harness/src/{f}/mod.rs"
+        );
+    }
+    let top = children("harness/src", &[]);
+    assert_eq!(
+        top,
+        floors.iter().cloned().collect::<BTreeSet<_>>(),
+        "lib.rs declares the floors"
+    );
+    for (folder, layers) in layering(&rows).iter().filter(|(f, _)| !f.is_empty()) {
+        let wrong = table_against(layers, &children("harness/src", folder));
+        assert!(
+            wrong.is_empty(),
+            "docs/architecture.md's Layers table against harness/src/{}: {wrong}",
+            folder.join("/")
+        );
+    }
     // The Arctic crate is used by its own name: no module of it is a second path of the harness.
     let reexported = reexported_from_arctic();
     assert!(
@@ -149,14 +268,14 @@ fn the_docs_table_names_every_top_level_module_once() {
 #[test]
 fn the_arctic_crate_uses_no_module_above_it_and_its_table_is_whole() {
     let layers = arctic_layers();
-    let wrong = table_against(&layers, &top_modules("harness/arctic/src"));
+    let wrong = table_against(&layers, &children("harness/arctic/src", &[]));
     assert!(
         wrong.is_empty(),
         "docs/architecture.md's Arctic layers table against harness/arctic/src: {wrong}"
     );
     let graph = graph::read(&repo().join("harness/arctic/src"), &["rlharness"]);
     assert!(graph.edges.len() > 10, "the walk found the tree");
-    let bad = violations(&layers, &graph);
+    let bad = violations(&at_root(layers), &graph);
     assert!(bad.is_empty(), "upward imports:\n{}", bad.join("\n"));
     assert!(graph.external.is_empty(), "{:?}", graph.external);
 }
@@ -239,7 +358,10 @@ fn the_checks_see_an_upward_use_a_ring_of_three_and_an_unknown_module() {
             "mod ring;\nmod ringt;\npub struct Hub;\nuse crate::high::H;\n",
         ),
         // A ring closed below a test module declared at the top: the code after it ships.
-        ("low/ringt/mod.rs", "mod a;\nmod b;\n"),
+        (
+            "low/ringt/mod.rs",
+            "mod a;\nmod b;\npub fn up() { crate::low::ring::f(); }\n",
+        ),
         (
             "low/ringt/a.rs",
             "#[cfg(test)]\nmod tests;\npub struct A;\npub fn f() { super::b::g(); }\n",
@@ -287,12 +409,42 @@ fn the_checks_see_an_upward_use_a_ring_of_three_and_an_unknown_module() {
         .filter(|e| e.folder == ["low", "ringt"]);
     assert_eq!(test_only.count(), 2, "{:?}", graph.test_edges);
     let layers = vec![vec!["low".to_string()], vec!["high".to_string()]];
-    let bad = violations(&layers, &graph);
+    let bad = violations(&at_root(layers.clone()), &graph);
     assert_eq!(bad.len(), 2, "{bad:?}");
     assert!(bad
         .iter()
         .any(|b| b.contains("`low` (layer 0) uses `high` (layer 1)")));
     assert!(bad.iter().any(|b| b.contains("module `odd` has no layer")));
+    // Inside a floor, its rows' layers: `ringt` below `ring` uses it.
+    let mut floors = at_root(layers);
+    floors.insert(
+        vec!["low".to_string()],
+        vec![vec!["ringt".to_string()], vec!["ring".to_string()]],
+    );
+    let bad = violations(&floors, &graph);
+    assert_eq!(bad.len(), 3, "{bad:?}");
+    assert!(bad.iter().any(|b| b
+        .contains("low/ringt/mod.rs: `ringt` (layer 0) uses `ring` (layer 1) in `low`, above it")));
+    // The floors' table: a folder per row, its modules, and a floor that comes back is wrong.
+    let doc = "# x\n## Layers\n| layer | folder | modules | what |\n|---|---|---|---|\n\
+               | 0 a | `base/` | `x`, `y` | a |\n| 1 b | `base/` | `z` | b |\n\
+               | 2 c | `top/` | the folder | c |\n| 3 d | `base/` | `w` | d |\n";
+    let rows = floor_rows(doc);
+    assert_eq!(rows.len(), 4);
+    assert_eq!(
+        rows[0],
+        Row {
+            folder: "base".to_string(),
+            modules: vec!["x".to_string(), "y".to_string()]
+        }
+    );
+    assert!(rows[2].modules.is_empty(), "{rows:?}");
+    let (floors, wrong) = floors_of(&rows);
+    assert_eq!(floors, ["base", "top"]);
+    assert_eq!(wrong, ["floor `base` comes back after `top`"]);
+    let by_folder = layering(&rows[..3]);
+    assert_eq!(by_folder[&Vec::<String>::new()], [["base"], ["top"]]);
+    assert_eq!(by_folder[&vec!["base".to_string()]].len(), 2);
     let doc = "# x\n## Layers\n| layer | modules |\n|---|---|\n| 0 low | `low`, `x` | a |\n\
                | 1 high | `high` | b |\n## Next\n| 2 no | `no` |\n";
     assert_eq!(

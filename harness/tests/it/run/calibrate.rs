@@ -468,18 +468,18 @@ fn a_widening_recalibration_fails_until_accepted_with_widen() {
         .unwrap();
     assert!(copied.success());
     let scenario =
-        rlharness::spec::load_scenario(&repo().join("scenarios/tiny-gsm8k-grpo.yaml"), &[])
+        rlharness::scenario::load_scenario(&repo().join("scenarios/tiny-gsm8k-grpo.yaml"), &[])
             .unwrap();
     let loosened = || {
-        let g = rlharness::golden::GoldenStore::new(&golden)
+        let g = rlharness::model::golden::GoldenStore::new(&golden)
             .load("tiny-gsm8k-grpo", "cpu")
             .unwrap()
             .unwrap();
-        let record = rlharness::compare::RunRecord::completed(&g.table, &scenario.checks, 1);
-        let v = rlharness::compare::judge_run(&record, Some(&g)).unwrap();
+        let record = rlharness::judge::RunRecord::completed(&g.table, &scenario.checks, 1);
+        let v = rlharness::judge::judge_run(&record, Some(&g)).unwrap();
         v.rules
             .iter()
-            .filter(|r| r.status != rlharness::compare::RuleStatus::Pass)
+            .filter(|r| r.status != rlharness::judge::RuleStatus::Pass)
             .map(|r| r.rule.clone())
             .collect::<Vec<_>>()
     };

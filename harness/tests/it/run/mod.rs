@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rlharness::app::run_one;
-use rlharness::error::ExitStatus;
-use rlharness::metrics::MetricTable;
+use rlharness::model::error::ExitStatus;
+use rlharness::model::metrics::MetricTable;
 use serde_json::{json, Value};
 
 mod audit;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rlharness::error::ExitStatus;
+use rlharness::model::error::ExitStatus;
 use serde_json::Value;
 
 use super::smoke;
@@ -59,7 +59,7 @@ async fn a_selftest_judges_its_planted_run_against_a_reference_made_here() {
         report.summary()
     );
     let v = report.verdict.as_ref().unwrap();
-    assert_eq!(v.outcome, rlharness::compare::Outcome::Regressed);
+    assert_eq!(v.outcome, rlharness::judge::Outcome::Regressed);
     let mfu = v.rule("golden:perf/mfu/actor").unwrap();
     assert!(
         mfu.evidence.message.contains("regressed"),
@@ -67,13 +67,13 @@ async fn a_selftest_judges_its_planted_run_against_a_reference_made_here() {
         mfu.evidence.message
     );
     assert_eq!(report.reference.as_ref().unwrap().label, "reference run");
-    let manifest = rlharness::rundir::RunManifest::read(&run.dir).unwrap();
+    let manifest = rlharness::model::rundir::RunManifest::read(&run.dir).unwrap();
     let reference = manifest
         .reference_run
         .expect("the planted run names its reference");
     assert!(reference.ends_with("reference"), "{reference}");
     // The reference ran as written: the planted run's MFU is the reference's times 0.95.
-    let ref_table = rlharness::metrics::MetricTable::read_csv(
+    let ref_table = rlharness::model::metrics::MetricTable::read_csv(
         &std::path::Path::new(&reference).join("metrics.csv"),
     )
     .unwrap();
@@ -175,7 +175,7 @@ async fn an_mfu_expectation_fails_on_an_mfu_above_one() {
     assert_eq!(kept.len(), 18, "{kept:?}");
     assert!(kept.iter().all(|(_, x)| *x <= 1.0));
     let e = v.rule("expect:max(perf/mfu/actor) <= 1").unwrap();
-    assert_eq!(e.status, rlharness::compare::RuleStatus::Regressed, "{e:?}");
+    assert_eq!(e.status, rlharness::judge::RuleStatus::Regressed, "{e:?}");
     assert!(e.evidence.value.unwrap() > 1.0, "{e:?}");
     let sanity: Vec<u64> = v
         .rules

@@ -1,7 +1,7 @@
 //! Multi-seed runs (`run --seeds`): the seeds' distribution judged against the calibration,
 //! and the arguments checked.
 
-use rlharness::error::ExitStatus;
+use rlharness::model::error::ExitStatus;
 
 use super::smoke;
 use crate::common::repo;
@@ -96,7 +96,7 @@ fn multi_seed_runs_judge_the_seeds_distribution_against_the_calibration() {
     assert_eq!(seeds["seeds"], serde_json::json!([11, 12, 13, 14, 15, 16]));
     for s in 11..=16 {
         let seed_dir = dir.join(format!("seed-{s}"));
-        let m = rlharness::rundir::RunManifest::read(&seed_dir).unwrap();
+        let m = rlharness::model::rundir::RunManifest::read(&seed_dir).unwrap();
         assert_eq!(m.seed, s);
         assert!(seed_dir.join("verdict.json").is_file());
     }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::{load, only_error, shipped, Root};
-use rlharness::spec::Origin;
+use rlharness::scenario::Origin;
 
 /// A scenario alone in a fresh folder (no `scenarios/`, no defaults, no backend files).
 fn alone(dir: &Path, remote_backend: &str) -> PathBuf {

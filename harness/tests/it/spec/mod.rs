@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 
 use rlharness::app::check;
 use rlharness::app::list;
-use rlharness::plan::RunPlan;
-use rlharness::spec::check::{render_check, render_list, Diagnostic};
-use rlharness::spec::lint::lint_file;
-use rlharness::spec::{discover, load_scenario, Origin, Scenario, SpecError, SpecErrors};
+use rlharness::run::plan::RunPlan;
+use rlharness::scenario::check::{render_check, render_list, Diagnostic};
+use rlharness::scenario::lint::lint_file;
+use rlharness::scenario::{discover, load_scenario, Origin, Scenario, SpecError, SpecErrors};
 use serde_json::json;
 
 mod builtin;
@@ -411,7 +411,7 @@ fn set_overrides_apply_with_provenance() {
     );
     assert_eq!(
         s.backend,
-        rlharness::backend::BackendSpec::Remote {
+        rlharness::run::backend::BackendSpec::Remote {
             url: "http://127.0.0.1:7000".into()
         }
     );

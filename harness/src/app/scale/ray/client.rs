@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::app::errors::Failure;
 pub use crate::app::errors::RayError;
 use crate::app::scale::ray_auth::RayToken;
-use crate::error::CommandError;
+use crate::model::error::CommandError;
 
 impl RayError {
     fn auth(url: &str, status: u16, token: Option<&RayToken>) -> RayError {

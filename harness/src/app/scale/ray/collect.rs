@@ -7,7 +7,7 @@ use super::job_plan::Planned;
 use super::watch::{last_error, last_step, tail, Watched};
 use crate::app::scale::bundle;
 use crate::app::scale::index::{read_seeds, read_verdict, Entry};
-use crate::error::ExitStatus;
+use crate::model::error::ExitStatus;
 
 /// Why a job's run directories could not be put under OUT/.
 #[derive(Debug, thiserror::Error)]

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{GOLDEN_DIR, SOURCES_DIR};
+use crate::app::cli::RunArgs;
 use crate::app::errors::Failure;
 use crate::app::scale::bundle::{self, Files};
 use crate::app::scale::index::Entry;
 use crate::app::scale::local;
-use crate::cli::RunArgs;
-use crate::error::CommandError;
-use crate::runner::StopAt;
+use crate::model::error::CommandError;
+use crate::run::runner::StopAt;
 
 /// One run submitted as one Ray job: a scenario file, and what this run sets on top of the
 /// invocation's own options (`RunArgs`).
@@ -136,7 +136,7 @@ pub(super) fn plan(
         let file = &run.file;
         let mut set = args.common.set.clone();
         set.extend(run.set.iter().cloned());
-        let scenario = match crate::plan::load_checked(file, &set) {
+        let scenario = match crate::run::plan::load_checked(file, &set) {
             Ok(s) => s,
             Err(e) => {
                 let err = CommandError::from(e);
@@ -144,8 +144,8 @@ pub(super) fn plan(
                 continue;
             }
         };
-        torch |= matches!(scenario.backend, crate::backend::BackendSpec::Torch(_));
-        let root = crate::spec::config::scenarios_root(file);
+        torch |= matches!(scenario.backend, crate::run::backend::BackendSpec::Torch(_));
+        let root = crate::scenario::config::scenarios_root(file);
         let n = roots.len();
         let in_root = roots
             .entry(root.clone())
@@ -166,7 +166,7 @@ pub(super) fn plan(
             queue: scenario
                 .timeouts
                 .queue
-                .unwrap_or(crate::spec::DEFAULT_QUEUE_TIMEOUT),
+                .unwrap_or(crate::scenario::DEFAULT_QUEUE_TIMEOUT),
         });
     }
     let pack = Failure::Package;
@@ -176,7 +176,7 @@ pub(super) fn plan(
         if torch {
             files_out.push((
                 rlharness_arctic::child::EXE_NAME.into(),
-                crate::backend::child::locate()?,
+                crate::run::backend::child::locate()?,
             ));
         }
     }
@@ -184,7 +184,7 @@ pub(super) fn plan(
         files_out.extend(bundle::files_under(root, name).map_err(pack)?);
     }
     for g in goldens {
-        let dir = crate::cli::golden_store(
+        let dir = crate::app::cli::golden_store(
             args.common.golden.as_deref(),
             args.scenarios.first().map(std::path::PathBuf::as_path),
         )
@@ -207,7 +207,7 @@ pub(super) fn plan(
                     rel != ".git" && !rel.starts_with(".git/")
                 }),
         );
-        let described = crate::runner::env::describe_checkout(dir);
+        let described = crate::run::runner::env::describe_checkout(dir);
         sources.push((var.clone(), in_package, described));
     }
     let executables = executables(&files_out);

@@ -11,12 +11,12 @@ use super::collect::entry_of;
 use super::job_plan::{plan, JobBatch, JobRun};
 use super::submit::{job_body, job_env_vars, upload_package};
 use super::watch::{watch, Shown};
+use crate::app::cli::RunArgs;
 use crate::app::errors::Failure;
 use crate::app::scale::index::Entry;
 use crate::app::scale::local;
 use crate::app::scale::ray_auth::RayToken;
-use crate::cli::RunArgs;
-use crate::error::CommandError;
+use crate::model::error::CommandError;
 
 /// Submit every scenario as a Ray job, watch them, collect their run directories under OUT/
 /// and return one entry per file in the order given.

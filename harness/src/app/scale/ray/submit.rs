@@ -6,10 +6,10 @@ use serde_json::{json, Value};
 use super::client::RayClient;
 use super::job_plan::{Package, Planned};
 use super::{GOLDEN_DIR, OUT_DIR};
+use crate::app::cli::RunArgs;
 use crate::app::errors::Failure;
 use crate::app::scale::bundle::{self, Files};
-use crate::cli::RunArgs;
-use crate::error::CommandError;
+use crate::model::error::CommandError;
 
 /// Quote for `sh`.
 fn sh_quote(s: &str) -> String {
@@ -81,7 +81,7 @@ pub(super) fn entrypoint(args: &RunArgs, p: &Planned, package: &Package) -> Stri
     for (var, _, described) in &package.sources {
         // The copy has no repository: `run.json` records the commit it was copied from.
         if let Some(d) = described {
-            let name = crate::runner::env::described_var(var);
+            let name = crate::run::runner::env::described_var(var);
             line.push_str(&format!("export {name}={}; ", sh_quote(d)));
         }
     }
@@ -157,7 +157,7 @@ fn package_key(files: &Files) -> String {
             meta.map_or(0, |m| m.len())
         ));
     }
-    crate::util::hex(&h.finalize())
+    crate::model::util::hex(&h.finalize())
 }
 
 /// Pack the jobs' package (unless this process packed the same files already) and put it on
@@ -167,7 +167,7 @@ pub(super) async fn upload_package(
     package_files: Files,
 ) -> Result<String, CommandError> {
     let key = package_key(&package_files);
-    let known = crate::util::lock(&PACKED)
+    let known = crate::model::util::lock(&PACKED)
         .as_ref()
         .and_then(|m| m.get(&key).cloned());
     let fresh = known.is_none();
@@ -180,7 +180,7 @@ pub(super) async fn upload_package(
                 .map_err(Failure::Package)?;
             let name = format!("_ray_pkg_{}.zip", &bundle::sha256_hex(&zip)[..32]);
             let packed = (name, std::sync::Arc::new(zip));
-            crate::util::lock(&PACKED)
+            crate::model::util::lock(&PACKED)
                 .get_or_insert_with(Default::default)
                 .insert(key, packed.clone());
             packed

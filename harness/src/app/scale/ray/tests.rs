@@ -10,16 +10,16 @@ use super::client::RayClient;
 use super::job_plan::{package_root, JobRun, Package, Planned};
 use super::submit::{entrypoint, job_env_vars, resources};
 use super::watch::{last_step, StepLine};
+use crate::app::cli::RunArgs;
 use crate::app::errors::Status;
 use crate::app::scale::ray_auth::RayToken;
-use crate::cli::RunArgs;
-use crate::error::ExitStatus;
+use crate::model::error::ExitStatus;
 
 fn run_args(extra: &[&str]) -> RunArgs {
     let mut argv = vec!["rlharness", "run", "scenarios/smoke/x.yaml"];
     argv.extend(extra);
-    match crate::cli::Cli::parse_from(argv).command {
-        crate::cli::Command::Run(a) => a,
+    match crate::app::cli::Cli::parse_from(argv).command {
+        crate::app::cli::Command::Run(a) => a,
         _ => unreachable!(),
     }
 }
@@ -111,7 +111,7 @@ fn a_trial_job_runs_what_a_local_trial_runs() {
 /// `run --stop-at` reads what it writes, and nothing else.
 #[test]
 fn the_stop_point_round_trips() {
-    use crate::runner::StopAt;
+    use crate::run::runner::StopAt;
     for s in [StopAt::Initialized, StopAt::Steps(3)] {
         assert_eq!(s.to_string().parse::<StopAt>(), Ok(s));
     }

@@ -9,11 +9,13 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use super::job_plan::{JobBatch, JobRun, OnDone};
+use crate::app::cli::{RayArgs, RunArgs};
 use crate::app::scale::index::Entry;
-use crate::cli::{RayArgs, RunArgs};
-use crate::error::CommandError;
-use crate::propagate::command::{RemoteEnd, RemoteError, RemoteTrial, TrialDone, TrialExecutor};
-use crate::propagate::PropagateError;
+use crate::model::error::CommandError;
+use crate::tools::propagate::command::{
+    RemoteEnd, RemoteError, RemoteTrial, TrialDone, TrialExecutor,
+};
+use crate::tools::propagate::PropagateError;
 
 /// A command's Ray jobs: the cluster's options, and whether Ctrl-C came (then no later call
 /// submits anything; the calls under way stop their jobs themselves).
