@@ -1,5 +1,5 @@
 //! Sampling: `/generate` requests parsed and answered, the generate queues that batch
-//! concurrent calls (identical one-row calls on the CPU, batched calls on CUDA), and a batch
+//! concurrent calls (one-row calls of one prompt length on the CPU, batched calls on CUDA), and a batch
 //! sampled now.
 
 use std::sync::Mutex;
@@ -26,7 +26,7 @@ struct PendingGen {
     reply: tokio::sync::oneshot::Sender<Result<Vec<Sampled>, EngineError>>,
 }
 
-/// The generate queues ([`TorchEngine::enqueue`]): the CPU's identical one-row calls, and the
+/// The generate queues ([`TorchEngine::enqueue`]): the CPU's one-row calls, and the
 /// batched calls of `batch_generate`.
 const CPU_QUEUE: usize = 0;
 const GEN_QUEUE: usize = 1;
@@ -180,11 +180,13 @@ impl TorchEngine {
     }
 
     /// Serve the queue of the adapter's one-row calls on the CPU: the first caller serves every
-    /// call queued meanwhile, identical calls (same job, prompt and sampling) as one batch whose
-    /// rows each draw from their own call's seed ([`Job::request_seed`], taken in queue order).
-    /// A row of a batch is computed exactly as it would be alone (identical prompts need no
-    /// padding, and no kernel mixes rows; `batched_cpu_rows_equal_single_calls` checks it), so
-    /// the bits do not depend on how the calls happened to batch.
+    /// call queued meanwhile, calls of the same job, sampling and prompt length as one batch
+    /// whose rows each draw from their own call's seed ([`Job::request_seed`], taken in queue
+    /// order). Prompts of one length need no padding and no kernel mixes rows, so a row samples
+    /// the tokens it samples alone (`batched_cpu_rows_equal_single_calls` checks it) and the
+    /// run does not depend on how the calls happened to batch. Only the last bits of a row's
+    /// log-probabilities may differ with the batch's size (MKL's strict mode does not pin
+    /// them): the sampler-vs-trainer rounding gap, which the exact lane leaves to its bands.
     fn serve_cpu_batches(&self) {
         loop {
             let pending = {
@@ -195,12 +197,12 @@ impl TorchEngine {
                 }
                 std::mem::take(&mut q.pending)
             };
-            // Identical calls together, in queue order.
+            // Calls that batch without padding together, in queue order.
             let mut groups: Vec<Vec<PendingGen>> = Vec::new();
             for call in pending {
                 match groups.iter_mut().find(|g| {
                     g[0].job_id == call.job_id
-                        && g[0].prompts == call.prompts
+                        && g[0].prompts[0].len() == call.prompts[0].len()
                         && g[0].params == call.params
                 }) {
                     Some(g) => g.push(call),
@@ -220,7 +222,7 @@ impl TorchEngine {
                             .collect();
                         (job.model.share(), seeds)
                     };
-                    let rows: Vec<Vec<i64>> = vec![first.prompts[0].clone(); group.len()];
+                    let rows: Vec<Vec<i64>> = group.iter().map(|g| g.prompts[0].clone()).collect();
                     self.cpu_batch_max
                         .fetch_max(rows.len() as u64, std::sync::atomic::Ordering::Relaxed);
                     guard("generate", || {

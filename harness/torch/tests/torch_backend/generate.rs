@@ -275,14 +275,21 @@ fn seedless_requests_give_each_prompt_the_same_samples_whatever_the_order() {
     );
 }
 
-/// On the CPU, identical one-row calls in flight together (the adapter's: one prompt, one
-/// sample, no seed) ride in one batch, each row drawing from its own call's stream: they give
+/// On the CPU, one-row calls of one prompt length in flight together (the adapter's: one
+/// prompt, one sample, no seed) ride in one batch, each row drawing from its own call's
+/// stream, whatever its prompt: they give
 /// exactly the samples the same calls give one at a time, so the bits never depend on how the
 /// calls happened to batch (the flagship's exact lane relies on it).
 #[test]
 fn batched_cpu_rows_equal_single_calls() {
     let params = sampling(1, 1.0, 8, None, false);
-    let prompts = [vec![3i64, 4, 5, 6], vec![7i64, 8, 9, 10, 11, 12]];
+    // Three prompts of one length (they batch together) and one longer (it batches apart).
+    let prompts = [
+        vec![3i64, 4, 5, 6],
+        vec![7i64, 8, 9, 10],
+        vec![11i64, 12, 13, 3],
+        vec![7i64, 8, 9, 10, 11, 12],
+    ];
     let sorted = |mut v: Vec<(Vec<i64>, Vec<i64>)>| {
         v.sort();
         v
@@ -290,7 +297,7 @@ fn batched_cpu_rows_equal_single_calls() {
     // One at a time: every batch holds one row.
     let alone = engine_with_job(TorchDType::F32, 5, JobType::Sampling);
     let mut one_by_one = Vec::new();
-    for _ in 0..12 {
+    for _ in 0..6 {
         for p in &prompts {
             let got = alone
                 .generate_ids(1, std::slice::from_ref(p), &params)
@@ -310,7 +317,7 @@ fn batched_cpu_rows_equal_single_calls() {
                 let (e, g, p, params) = (
                     engine.clone(),
                     gate.clone(),
-                    prompts[i % 2].clone(),
+                    prompts[i % prompts.len()].clone(),
                     params.clone(),
                 );
                 std::thread::spawn(move || {
