@@ -37,7 +37,7 @@ pub(crate) use crate::checks::{ExpectedVerdict, GoldenRule};
 pub(crate) use calibrated::{band_widths, judged_against, live_checks};
 pub use combined::CombinedError;
 pub(crate) use combined::{judge_combined, Combined};
-pub(crate) use headline::{Headline, Judged};
+pub(crate) use headline::{Decision, Headline, Judged};
 pub(crate) use judge::{first_settled_failure, ExpectedMismatch};
 pub use live::FailFast;
 pub use run::{judge_run, RunRecord, REPLAY_RULE};
