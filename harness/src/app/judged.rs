@@ -1,15 +1,37 @@
 //! A stored run, or a multi-seed run's directory, judged again from what it stores, and its
 //! report: the judge's calls (`judge::StoredRun::judge`, `judge::judge_combined`, the
-//! false-alarm budget, what changed in the golden since run time) are made here, for `run`,
-//! `compare`, `calibrate` and `bisect` alike, and `report::multi_seed` turns what they decided into
-//! a `Report`.
+//! false-alarm budget, the decision, what changed in the golden since run time) are made here,
+//! for `run`, `compare`, `calibrate` and `bisect` alike, and `report::multi_seed` turns what they
+//! decided into a `Report`. A freshly judged run's report is made here too (`run_report`).
 
 use std::path::Path;
 
 use crate::judge::budget::BudgetStatement;
-use crate::judge::{judge_combined, Combined, CombinedError, StoredError, StoredRun};
-use crate::report::multi_seed::{self, golden_changed_note, CombinedRun, GOLDEN_CHANGED};
-use crate::report::Report;
+use crate::judge::{
+    judge_combined, Combined, CombinedError, Judged, StoredError, StoredRun, Verdict,
+};
+use crate::model::metrics::MetricTable;
+use crate::model::rundir::RunManifest;
+use crate::report::multi_seed::{self, golden_changed_note};
+use crate::report::{Reference, Report};
+
+/// The report of a run judged from its manifest (`run.json`, with the pending golden it wrote)
+/// and series: the judge decides its headline from them, and the report gets that decision.
+pub(crate) fn run_report(
+    dir: &Path,
+    manifest: &RunManifest,
+    metrics: MetricTable,
+    reference: Option<Reference>,
+    verdict: Option<Verdict>,
+) -> Report {
+    let decision = Judged::of_run(manifest, verdict.as_ref()).decide();
+    Report::from_run(dir, manifest, metrics, reference, verdict, decision)
+}
+
+/// The report of a scenario skipped for `reason` (its requirements are not met here).
+pub(crate) fn skipped_report(scenario: &str, reason: &str) -> Report {
+    Report::skipped(scenario, reason, Judged::skipped(reason).decide())
+}
 
 /// A stored single run re-judged as `compare RUN` judges it: its report, in memory.
 pub(crate) fn judge_stored(dir: &Path, golden_root: &Path) -> Result<Report, StoredError> {
@@ -26,7 +48,8 @@ fn report_of_stored(stored: StoredRun) -> Report {
         _ => None,
     };
     let dir = stored.dir.clone();
-    let mut report = multi_seed::stored_report(stored, pending, budget);
+    let decision = stored.judged().decide();
+    let mut report = multi_seed::stored_report(stored, pending, budget, decision);
     if let Some(what) = changed {
         let then = verdict_at_run_time(&dir);
         let note = golden_changed_note(&what, "", &then, &report.summary());
@@ -47,7 +70,7 @@ fn verdict_at_run_time(dir: &Path) -> String {
 /// against the golden, then the seeds' distribution against the golden's calibration.
 pub(crate) fn combined_report(dir: &Path, golden_root: &Path) -> Result<Report, CombinedError> {
     let c = judge_combined(dir, golden_root)?;
-    Ok(report_of_combined(dir, c))
+    Ok(report_of_combined(c))
 }
 
 /// The combined report at the end of a multi-seed run: as `combined_report`, and `seeds.json`
@@ -60,10 +83,10 @@ pub(crate) fn final_combined_report(
     let mut c = judge_combined(dir, golden_root)?;
     c.manifest.judged_against = c.judged_against.clone();
     c.manifest.write(dir)?;
-    Ok(report_of_combined(dir, c))
+    Ok(report_of_combined(c))
 }
 
-fn report_of_combined(dir: &Path, c: Combined) -> Report {
+fn report_of_combined(c: Combined) -> Report {
     let budget = match (c.seeds.first(), &c.golden) {
         (Some((_, first)), Some(g)) => Some(BudgetStatement::of(
             &first.manifest.checks,
@@ -72,40 +95,18 @@ fn report_of_combined(dir: &Path, c: Combined) -> Report {
         )),
         _ => None,
     };
-    let seeds: Vec<(u64, Report)> = c
-        .seeds
-        .into_iter()
-        .map(|(s, r)| (s, report_of_stored(r)))
-        .collect();
     // Judged against another golden or calibration than at run time: the combined verdict may
     // have changed, so it says so with both verdicts. `seeds.json` records what the combined
     // verdict was judged against; a run made before it did falls back on its seeds' run.json.
     let changed = match (&c.manifest.judged_against, &c.judged_against) {
         (Some(then), now) => then.changes_to(now.as_ref()),
-        (None, _) => seeds
-            .iter()
-            .flat_map(|(_, r)| r.notes.iter())
-            .find_map(|n| n.strip_prefix(&format!("{GOLDEN_CHANGED}: ")))
-            .and_then(|n| n.split(" changed since.").next())
-            .map(str::to_string),
+        (None, _) => c.seeds.iter().find_map(|(_, r)| r.changed_since()),
     };
-    let spread = (c.golden.as_ref())
-        .and_then(|g| g.calibration.as_ref())
-        .map(|cal| cal.spread(2.0))
-        .unwrap_or_default();
-    let mut report = multi_seed::combined_report(CombinedRun {
-        dir: dir.to_path_buf(),
-        manifest: c.manifest,
-        seeds,
-        golden: c.golden,
-        verdict: c.verdict,
-        status: c.status,
-        reason: c.reason,
-        budget,
-        spread,
-    });
+    let dir = c.dir.clone();
+    let decision = c.judged().decide();
+    let mut report = multi_seed::combined_report(c, budget, decision);
     if let Some(what) = changed {
-        let then = verdict_at_run_time(dir);
+        let then = verdict_at_run_time(&dir);
         let note = golden_changed_note(&what, " the seeds ran", &then, &report.summary());
         report.notes.push(note);
     }

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::judged::{run_report, skipped_report};
 use crate::judge::budget::BudgetStatement;
 use crate::judge::{self, RunRecord};
 use crate::model::error::{CommandError, ExitStatus};
@@ -17,7 +18,6 @@ use rlharness_arctic::fsx;
 
 /// Plan, execute, judge and report one scenario.
 pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandError> {
-    use crate::report::Report;
     let scenario = scenario::load_scenario(file, &opts.set)?;
     // The plan's errors (a config value the translation cannot use) are the scenario's, first.
     let plan = RunPlan::new(scenario.clone(), opts.seed, opts.steps)?;
@@ -39,7 +39,7 @@ pub async fn run_one(file: &Path, opts: &RunOptions) -> Result<Report, CommandEr
     );
     let unmet = plan.scenario.requires.unmet();
     if !unmet.is_empty() {
-        return Ok(Report::skipped(&plan.scenario.name, &unmet.join("; ")));
+        return Ok(skipped_report(&plan.scenario.name, &unmet.join("; ")));
     }
     // A self-test runs the scenario as written first, on this host: that run is the golden of
     // the planted one. A multi-seed self-test runs the planted scenario once per seed and is
@@ -80,7 +80,7 @@ async fn judge_plan(
     reference: Option<(PathBuf, Golden)>,
     opts: &RunOptions,
 ) -> Result<Report, CommandError> {
-    use crate::report::{Reference, Report};
+    use crate::report::Reference;
     let executed = runner::execute(plan, &judged_live(opts)).await?;
     let Executed {
         mut manifest,
@@ -147,7 +147,9 @@ async fn judge_plan(
         Some((_, g)) => Some(Reference::from_reference_run(&g)),
         None => golden.as_ref().map(Reference::from_golden),
     };
-    let mut report = Report::from_run(&run_dir, &manifest, metrics, reference, verdict);
+    // The judge decides the report's headline from the manifest as it now stands (with the
+    // pending golden it wrote).
+    let mut report = run_report(&run_dir, &manifest, metrics, reference, verdict);
     report.trainer_tail = trainer_tail;
     report.budget = budget;
     // The golden and the bands beside the run's series in its TensorBoard event files; a
@@ -202,7 +204,7 @@ pub(crate) async fn run_seeds(
     let plan = RunPlan::new(scenario.clone(), None, opts.steps)?;
     let unmet = scenario.requires.unmet();
     if !unmet.is_empty() {
-        return Ok(Report::skipped(&name, &unmet.join("; ")));
+        return Ok(skipped_report(&name, &unmet.join("; ")));
     }
     let mut manifest = SeedsManifest {
         format: "rlharness-seeds/1".into(),

@@ -4,13 +4,13 @@
 //! calibration (`seeds:<metric>`, see `seeds`). `run` and `compare DIR` both call
 //! [`judge_combined`], so both write the same verdict.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::budget::gates_in_a_seed;
 use super::headline::{Headline, Judged};
-use super::seeds::{judge_seeds, seed_rule_id, SeedRun};
+use super::seeds::{judge_seeds, SeedRun};
 use super::stored::{StoredError, StoredRun};
-use super::verdict::{Evidence, Outcome, RuleStatus, RuleVerdict, Verdict};
+use super::verdict::{seed_rule_id, Evidence, Outcome, RuleStatus, RuleVerdict, Verdict};
 use crate::model::golden::{Golden, GoldenError, GoldenStore, JudgedAgainst};
 use crate::model::rundir::{RunStatus, SeedsFileError, SeedsManifest, MANIFEST_FILE};
 
@@ -24,8 +24,9 @@ pub enum CombinedError {
     Golden(#[from] GoldenError),
 }
 
-/// A multi-seed run judged: its seeds, their golden and the combined verdict.
+/// A multi-seed run judged: its directory, its seeds, their golden and the combined verdict.
 pub(crate) struct Combined {
+    pub(crate) dir: PathBuf,
     pub(crate) manifest: SeedsManifest,
     /// The seeds that ran, each re-judged against the golden alone, in seed order.
     pub(crate) seeds: Vec<(u64, StoredRun)>,
@@ -112,6 +113,7 @@ pub(crate) fn judge_combined(dir: &Path, golden_root: &Path) -> Result<Combined,
     let (status, reason) = combined_status(&broken, &absent);
     let judged_against = golden.as_ref().map(|g| super::judged_against(&checks, g));
     Ok(Combined {
+        dir: dir.to_path_buf(),
         manifest,
         seeds,
         golden,

@@ -1,12 +1,13 @@
 //! A scenario's verdict in one line: its headline, exit status and summary, from its verdict,
-//! how its run ended and what it declared (`expected_verdict`). Every report and the combined
-//! judge of a multi-seed run read the same headline.
+//! how its run ended and what it declared (`expected_verdict`). The judge decides it once
+//! (`Judged::decide`) and hands the `Decision` to the scenario's report, which renders it; the
+//! combined judge of a multi-seed run reads its seeds' headlines the same way.
 
 use super::tables::{match_expected, ExpectedMismatch};
 use super::verdict::{Outcome, RunOutcome, Verdict};
 use crate::model::checks::{ExpectedOutcome, ExpectedVerdict};
 use crate::model::error::ExitStatus;
-use crate::model::rundir::RunStatus;
+use crate::model::rundir::{RunManifest, RunStatus};
 
 /// The verdict in one line, shared by every renderer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +35,55 @@ pub(crate) struct Judged<'a> {
     pub(crate) skipped: Option<&'a str>,
 }
 
+/// What the judge decided of a scenario: its headline, exit status, one-line summary and the
+/// strict match against its declared verdict. Made once from what decides it
+/// (`Judged::decide`) and handed to the scenario's report as data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decision {
+    pub(crate) headline: Headline,
+    pub(crate) exit_status: ExitStatus,
+    pub(crate) summary: String,
+    /// `None` when the scenario declares no verdict.
+    pub(crate) expected_match: Option<Result<(), ExpectedMismatch>>,
+}
+
+impl<'a> Judged<'a> {
+    /// What decides a run's headline from its manifest (`run.json`) and its verdict: how it
+    /// ended, what it declared and the pending golden it wrote.
+    pub(crate) fn of_run(manifest: &'a RunManifest, verdict: Option<&'a Verdict>) -> Judged<'a> {
+        Judged {
+            verdict,
+            status: Some(manifest.status),
+            reason: manifest.reason.as_deref(),
+            failed_step: manifest.failed_step,
+            expected: manifest.expected_verdict.as_ref(),
+            pending_golden: manifest.pending_golden.as_deref(),
+            skipped: None,
+        }
+    }
+
+    /// A scenario skipped for `reason` (its requirements are not met here).
+    pub(crate) fn skipped(reason: &'a str) -> Judged<'a> {
+        Judged {
+            status: Some(RunStatus::Skipped),
+            reason: Some(reason),
+            skipped: Some(reason),
+            ..Judged::default()
+        }
+    }
+}
+
 impl Judged<'_> {
+    /// The decision, for the scenario's report.
+    pub(crate) fn decide(&self) -> Decision {
+        Decision {
+            headline: self.headline(),
+            exit_status: self.exit_status(),
+            summary: self.summary(),
+            expected_match: self.expected_match(),
+        }
+    }
+
     fn run_outcome(&self) -> RunOutcome {
         RunOutcome {
             status: self.status.unwrap_or(RunStatus::Completed),
@@ -162,5 +211,64 @@ impl Judged<'_> {
         } else {
             outcome.to_string()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdict(outcome: Outcome) -> Verdict {
+        Verdict {
+            outcome,
+            rules: Vec::new(),
+            grid_mismatch: None,
+            exact_lane: None,
+            not_judged: None,
+        }
+    }
+
+    /// A broken run first (unless the scenario expects the failure), then a pending golden,
+    /// then the verdict; an aborted run is at least a failed check.
+    #[test]
+    fn exit_status_precedence() {
+        let regressed = verdict(Outcome::Regressed);
+        let failed = Judged {
+            verdict: Some(&regressed),
+            status: Some(RunStatus::Failed),
+            reason: Some("backend exited with status 1"),
+            ..Judged::default()
+        };
+        let d = failed.decide();
+        assert_eq!(d.exit_status, ExitStatus::RunFailed);
+        assert_eq!(d.headline, Headline::RunFailed);
+        assert!(d.summary.contains("backend exited"), "{}", d.summary);
+        assert_eq!(d.expected_match, None);
+        let expected: ExpectedVerdict =
+            serde_json::from_str(r#"{"outcome": "failed", "reason": "exited"}"#).unwrap();
+        let declared = Judged {
+            expected: Some(&expected),
+            ..failed
+        }
+        .decide();
+        assert_eq!(declared.exit_status, ExitStatus::Passed);
+        assert_eq!(declared.expected_match, Some(Ok(())));
+        let pending = Judged {
+            verdict: Some(&regressed),
+            status: Some(RunStatus::Completed),
+            pending_golden: Some("golden/x/cpu/metrics.csv.new"),
+            ..Judged::default()
+        };
+        assert_eq!(pending.decide().exit_status, ExitStatus::NoGolden);
+        let passed = verdict(Outcome::Passed);
+        let aborted = Judged {
+            verdict: Some(&passed),
+            status: Some(RunStatus::Aborted),
+            ..Judged::default()
+        };
+        assert_eq!(aborted.decide().exit_status, ExitStatus::CheckFailed);
+        let skipped = Judged::skipped("needs a CUDA device").decide();
+        assert_eq!(skipped.exit_status, ExitStatus::Passed);
+        assert_eq!(skipped.summary, "skipped: needs a CUDA device");
     }
 }

@@ -71,20 +71,49 @@ pub(crate) fn lint_golden_files(file: &Path, name: &str, golden_root: &Path) -> 
         .collect()
 }
 
-/// A finding of `file` against the golden `name/hardware`, at a line and key.
-fn against<'a>(
+/// One of a scenario's goldens that reads, where a lint's findings against it go: the scenario
+/// file (its text, to find a rule's line) and the golden's name and hardware.
+struct AgainstGolden<'a> {
     file: &'a Path,
+    /// The scenario file's text.
+    text: &'a str,
     name: &'a str,
-    hardware: &'a str,
-) -> impl Fn(usize, String, String) -> SpecError + 'a {
-    move |line, key, message| {
+    hardware: String,
+    golden: Golden,
+}
+
+impl AgainstGolden<'_> {
+    /// A finding at `line` and `key` of the scenario file, naming the golden.
+    fn error(&self, line: usize, key: String, message: String) -> SpecError {
         error_at(
-            file,
+            self.file,
             line,
             key,
-            format!("{message} (golden {name}/{hardware})"),
+            format!("{message} (golden {}/{})", self.name, self.hardware),
         )
     }
+}
+
+/// Each of the goldens of the scenario `name` (written in `file`, whose text is `text`) that
+/// reads, with where a finding against it goes; one that does not read is
+/// `lint_golden_files`'s error.
+fn readable_goldens<'a>(
+    file: &'a Path,
+    text: &'a str,
+    name: &'a str,
+    golden_root: &Path,
+) -> impl Iterator<Item = AgainstGolden<'a>> {
+    goldens(golden_root, name)
+        .into_iter()
+        .filter_map(move |(hardware, golden)| {
+            Some(AgainstGolden {
+                file,
+                text,
+                name,
+                hardware,
+                golden: golden.ok()?,
+            })
+        })
 }
 
 /// Every golden rule's metric the golden does not hold, and every expectation's metric one of
@@ -98,20 +127,18 @@ pub(crate) fn lint_metric_names(
 ) -> Vec<SpecError> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     let mut errors = Vec::new();
-    for (hardware, golden) in goldens(golden_root, name) {
-        let Ok(golden) = golden else { continue };
-        let at = against(file, name, &hardware);
+    for at in readable_goldens(file, &text, name, golden_root) {
         // A rule on a metric the golden does not hold is a typo until proven otherwise: it
         // would only ever say `missing`.
-        let columns = golden.table.columns();
+        let columns = at.golden.table.columns();
         for (metric, _) in checks.golden.iter() {
             if !columns.iter().any(|c| c == metric) {
                 let hint =
                     crate::scenario::error::closest(metric, columns.iter().map(String::as_str))
                         .map(|c| format!("; did you mean `{c}`?"))
                         .unwrap_or_default();
-                errors.push(at(
-                    line_of(&text, Some("golden:"), metric),
+                errors.push(at.error(
+                    line_of(at.text, Some("golden:"), metric),
                     format!("checks.golden.{metric}"),
                     format!("no metric `{metric}` in the golden{hint}"),
                 ));
@@ -127,8 +154,8 @@ pub(crate) fn lint_metric_names(
             if let Some(c) =
                 crate::scenario::error::closest(metric, columns.iter().map(String::as_str))
             {
-                errors.push(at(
-                    line_of(&text, Some("expect:"), metric),
+                errors.push(at.error(
+                    line_of(at.text, Some("expect:"), metric),
                     "checks.expect".into(),
                     format!("no metric `{metric}` in the golden; did you mean `{c}`?"),
                 ));
@@ -147,16 +174,14 @@ pub(crate) fn lint_rules(
 ) -> Vec<SpecError> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     let mut errors = Vec::new();
-    for (hardware, golden) in goldens(golden_root, name) {
-        let Ok(golden) = golden else { continue };
-        let at = against(file, name, &hardware);
-        for (metric, key, message) in lint_against(checks, &golden) {
+    for at in readable_goldens(file, &text, name, golden_root) {
+        for (metric, key, message) in lint_against(checks, &at.golden) {
             let line = match key.as_str() {
-                k if k.starts_with("checks.golden.") => line_of(&text, Some("golden:"), &metric),
-                k if k.starts_with("checks.expect") => line_of(&text, Some("expect:"), &metric),
-                _ => line_of(&text, None, "checks:"),
+                k if k.starts_with("checks.golden.") => line_of(at.text, Some("golden:"), &metric),
+                k if k.starts_with("checks.expect") => line_of(at.text, Some("expect:"), &metric),
+                _ => line_of(at.text, None, "checks:"),
             };
-            errors.push(at(line, key, message));
+            errors.push(at.error(line, key, message));
         }
     }
     errors
@@ -175,27 +200,21 @@ pub(crate) fn lint_calibration(
     use crate::judge::budget::{in_budget, too_small, Budget};
     let text = std::fs::read_to_string(file).unwrap_or_default();
     let mut out = Vec::new();
-    for (hardware, golden) in goldens(golden_root, name) {
-        let Ok(golden) = golden else { continue };
-        let Some(cal) = &golden.calibration else {
+    for at in readable_goldens(file, &text, name, golden_root) {
+        let Some(cal) = &at.golden.calibration else {
             continue;
         };
-        let Some(why) = too_small(Budget::of(checks, Some(&golden)), cal.runs) else {
+        let Some(why) = too_small(Budget::of(checks, Some(&at.golden)), cal.runs) else {
             continue;
         };
         let (line, key) = match checks.golden.iter().find(|(_, r)| in_budget(r)) {
             Some((m, _)) => (
-                line_of(&text, Some("golden:"), m),
+                line_of(at.text, Some("golden:"), m),
                 format!("checks.golden.{m}"),
             ),
-            None => (line_of(&text, None, "checks:"), "checks.stability".into()),
+            None => (line_of(at.text, None, "checks:"), "checks.stability".into()),
         };
-        out.push(error_at(
-            file,
-            line,
-            key,
-            format!("{why} (golden {name}/{hardware})"),
-        ));
+        out.push(at.error(line, key, why));
     }
     out
 }

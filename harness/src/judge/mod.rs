@@ -1,7 +1,7 @@
 //! The judge: golden rules, convergence expressions, the exact lane, stability, the exact check
 //! of each weight sync, presence, multi-seed statistics, and the verdict they make.
 //!
-//! `judge` takes a finished (or stopped) run's `MetricTable`, the golden (if any) and the
+//! `tables` takes a finished (or stopped) run's `MetricTable`, the golden (if any) and the
 //! scenario's `ChecksSpec`, and returns a `Verdict`: one `RuleVerdict` per rule, each with the
 //! evidence that decided it (the step or window, the value, the golden, the band, the margin).
 //! `judge_run` judges a whole run from what its directory stores (`run::RunRecord`);
@@ -37,7 +37,7 @@ pub(crate) use crate::model::checks::{ExpectedVerdict, GoldenRule};
 pub(crate) use calibrated::{band_widths, judged_against, live_checks};
 pub use combined::CombinedError;
 pub(crate) use combined::{judge_combined, Combined};
-pub(crate) use headline::{Headline, Judged};
+pub(crate) use headline::{Decision, Headline, Judged};
 pub use live::FailFast;
 pub use run::{judge_run, RunRecord, REPLAY_RULE};
 pub use stored::StoredError;

@@ -66,15 +66,9 @@ impl StoredRun {
 
     /// What decides its headline.
     pub(crate) fn judged(&self) -> Judged<'_> {
-        let m = &self.manifest;
         Judged {
-            verdict: self.verdict.as_ref(),
-            status: Some(m.status),
-            reason: m.reason.as_deref(),
-            failed_step: m.failed_step,
-            expected: m.expected_verdict.as_ref(),
             pending_golden: self.pending_golden(),
-            skipped: None,
+            ..Judged::of_run(&self.manifest, self.verdict.as_ref())
         }
     }
 }

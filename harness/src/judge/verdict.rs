@@ -203,6 +203,39 @@ impl Verdict {
     pub fn failing(&self) -> impl Iterator<Item = &RuleVerdict> {
         self.rules.iter().filter(|r| r.status != RuleStatus::Pass)
     }
+
+    /// The golden rule of `metric` (`golden:<metric>`); in a multi-seed verdict, the
+    /// distribution test of the metric (`seeds:<metric>`) stands in for it.
+    pub(crate) fn golden_rule(&self, metric: &str) -> Option<&RuleVerdict> {
+        self.rule(&format!("golden:{metric}"))
+            .or_else(|| self.seeds_rule(metric))
+    }
+
+    /// A multi-seed verdict's distribution test of `metric` (`seeds:<metric>`).
+    pub(crate) fn seeds_rule(&self, metric: &str) -> Option<&RuleVerdict> {
+        self.rule(&seeds_rule_id(metric))
+    }
+
+    /// The default stability rule of `metric` (`stability:<metric>`).
+    pub(crate) fn stability_rule(&self, metric: &str) -> Option<&RuleVerdict> {
+        self.rule(&super::stability::rule_id(metric))
+    }
+
+    /// A multi-seed verdict's rules of each seed's own verdict (`seed:<S>`), in order; none in
+    /// a single run's verdict.
+    pub(crate) fn seed_rules(&self) -> impl Iterator<Item = &RuleVerdict> {
+        self.rules.iter().filter(|r| r.rule.starts_with("seed:"))
+    }
+}
+
+/// The rule id of one seed's own verdict in a multi-seed verdict.
+pub(crate) fn seed_rule_id(seed: u64) -> String {
+    format!("seed:{seed}")
+}
+
+/// The rule id of a metric's distribution test in a multi-seed verdict (see `seeds`).
+pub(crate) fn seeds_rule_id(metric: &str) -> String {
+    format!("seeds:{metric}")
 }
 
 /// Whether the exact lane (`exact.rs`) judged the run, and why (not).

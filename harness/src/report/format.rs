@@ -184,12 +184,7 @@ pub(crate) fn run_rows(r: &Report) -> Vec<(&'static str, Vec<Piece>)> {
 fn steps_text(r: &Report) -> String {
     let run = &r.run;
     if r.is_multi_seed() {
-        let seeds = r
-            .verdict
-            .iter()
-            .flat_map(|v| v.rules.iter())
-            .filter(|x| x.rule.starts_with("seed:"))
-            .count();
+        let seeds = r.verdict.iter().flat_map(|v| v.seed_rules()).count();
         format!(
             "{} a seed, {seeds} seeds (each in its own directory)",
             run.steps.unwrap_or_default()

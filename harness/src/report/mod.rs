@@ -6,11 +6,13 @@
 //!
 //! `format` holds the numbers, statuses and rows every renderer shows. Nothing here judges:
 //! what a verdict needs computed (a stored run re-judged, a multi-seed run's combined verdict,
-//! its budget) comes in as data (`seeds`).
+//! its budget) comes in as data (`multi_seed`), and so does what the judge decided of the
+//! scenario (`judge::Decision`: its headline, exit status, summary and expected-verdict
+//! match), which the renderers read off the report.
 
 use std::path::Path;
 
-use crate::judge::{ExpectedMismatch, ExpectedVerdict, Judged, RuleVerdict, Verdict};
+use crate::judge::{Decision, ExpectedMismatch, ExpectedVerdict, RuleVerdict, Verdict};
 use crate::model::error::ExitStatus;
 use crate::model::golden::{Golden, Provenance};
 use crate::model::metrics::MetricTable;
@@ -221,11 +223,15 @@ pub struct Report {
     /// The false-alarm budget the verdict was judged at, with its stored audit (a judged run
     /// with a golden).
     pub(crate) budget: Option<crate::judge::budget::BudgetStatement>,
+    /// What the judge decided of the scenario (from its verdict, how its run ended, what it
+    /// declared, the pending golden it wrote and whether it was skipped), handed in where the
+    /// report is made; the renderers read it and never decide again.
+    pub(crate) decision: Decision,
 }
 
 impl Report {
-    /// A skipped scenario: its requirements are not met here.
-    pub(crate) fn skipped(scenario: &str, reason: &str) -> Report {
+    /// A skipped scenario: its requirements are not met here (`decision`: the judge's of it).
+    pub(crate) fn skipped(scenario: &str, reason: &str, decision: Decision) -> Report {
         Report {
             scenario: scenario.into(),
             run: RunInfo {
@@ -244,16 +250,19 @@ impl Report {
             notes: Vec::new(),
             seed_series: None,
             budget: None,
+            decision,
         }
     }
 
-    /// A judged (or failed) run from its manifest.
+    /// A judged (or failed) run from its manifest and `verdict`, with what the judge decided of
+    /// them (`decision`).
     pub(crate) fn from_run(
         dir: &Path,
         manifest: &RunManifest,
         metrics: MetricTable,
         reference: Option<Reference>,
         verdict: Option<Verdict>,
+        decision: Decision,
     ) -> Report {
         let mut notes = manifest.notes.clone();
         if let Some(nj) = verdict.as_ref().and_then(|v| v.not_judged.as_ref()) {
@@ -282,39 +291,27 @@ impl Report {
             notes,
             seed_series: None,
             budget: None,
-        }
-    }
-
-    /// What decides the report's headline (see `judge::Judged`).
-    pub(crate) fn judged(&self) -> Judged<'_> {
-        Judged {
-            verdict: self.verdict.as_ref(),
-            status: self.run.status,
-            reason: self.run.reason.as_deref(),
-            failed_step: self.run.failed_step,
-            expected: self.expected.as_ref(),
-            pending_golden: self.pending_golden.as_deref(),
-            skipped: self.skipped.as_deref(),
+            decision,
         }
     }
 
     /// The strict match against `expected_verdict`, when the scenario declares one.
     pub(crate) fn expected_match(&self) -> Option<Result<(), ExpectedMismatch>> {
-        self.judged().expected_match()
+        self.decision.expected_match.clone()
     }
 
     pub(crate) fn headline(&self) -> Headline {
-        self.judged().headline()
+        self.decision.headline
     }
 
-    /// The scenario's exit status (see `judge::Judged::exit_status`).
+    /// The scenario's exit status, as the judge decided it.
     pub fn exit_status(&self) -> ExitStatus {
-        self.judged().exit_status()
+        self.decision.exit_status
     }
 
     /// "passed", "regressed", "run failed: ...": the one-line summary.
     pub fn summary(&self) -> String {
-        self.judged().summary()
+        self.decision.summary.clone()
     }
 
     /// What the reference series is called in table headers: `golden` or the other run's label.
@@ -327,25 +324,20 @@ impl Report {
     /// The golden rule of one metric, when the verdict has one (a multi-seed verdict's
     /// distribution test of the metric stands in for it).
     pub(crate) fn golden_rule(&self, metric: &str) -> Option<&RuleVerdict> {
-        self.verdict.as_ref().and_then(|v| {
-            v.rule(&format!("golden:{metric}"))
-                .or_else(|| v.rule(&multi_seed::seeds_rule_id_of(metric)))
-        })
+        self.verdict.as_ref().and_then(|v| v.golden_rule(metric))
     }
 
     /// The default stability rule of one metric (`stability:<metric>`), when the verdict has
     /// one.
     pub(crate) fn stability_rule(&self, metric: &str) -> Option<&RuleVerdict> {
-        self.verdict
-            .as_ref()
-            .and_then(|v| v.rule(&crate::judge::stability::rule_id(metric)))
+        self.verdict.as_ref().and_then(|v| v.stability_rule(metric))
     }
 
     /// Whether this is a multi-seed run's combined report (its series are the seeds').
     pub fn is_multi_seed(&self) -> bool {
         self.verdict
             .as_ref()
-            .is_some_and(|v| v.rules.iter().any(|r| r.rule.starts_with("seed:")))
+            .is_some_and(|v| v.seed_rules().next().is_some())
     }
 
     /// The two-run overlay's charts, when another run is the reference: (file name under

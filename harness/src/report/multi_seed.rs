@@ -8,37 +8,30 @@
 //!   verdict.json report.md report.html junit.xml plots/*.svg   the combined verdict
 //! ```
 //!
-//! The judge reads those directories and decides (`judge::StoredRun`,
-//! `judge::judge_combined`, called by `app::judged` with the false-alarm budget and what
-//! changed since run time); this file only turns what they decided into a `Report`.
+//! The judge reads those directories and decides (`judge::StoredRun` and `judge::Combined`,
+//! made by `app::judged` with the false-alarm budget, the decision and what changed since run
+//! time); this file only turns what they decided into a `Report`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use super::{Reference, Report, RunInfo};
 use crate::judge::budget::BudgetStatement;
-use crate::judge::seeds::seeds_rule_id;
-use crate::judge::{StoredRun, Verdict};
-use crate::model::golden::Golden;
+use crate::judge::{Combined, Decision, StoredRun};
 use crate::model::metrics::MetricTable;
-use crate::model::rundir::{KnobDiff, RunStatus, SeedsManifest};
-
-/// The id of a metric's distribution test (see `judge::seeds`).
-pub(crate) fn seeds_rule_id_of(metric: &str) -> String {
-    seeds_rule_id(metric)
-}
+use crate::model::rundir::KnobDiff;
 
 /// The report of a stored run the judge re-judged: `pending_golden` the pending golden it
 /// wrote (unless it was judged against a golden since), `budget` the false-alarm budget it was
-/// judged at.
+/// judged at, `decision` what the judge decided of it.
 pub(crate) fn stored_report(
     stored: StoredRun,
     pending_golden: Option<String>,
     budget: Option<BudgetStatement>,
+    decision: Decision,
 ) -> Report {
     let StoredRun {
         dir,
-        manifest,
+        mut manifest,
         metrics,
         golden,
         verdict,
@@ -47,14 +40,14 @@ pub(crate) fn stored_report(
         Some(_) => golden.as_ref().map(Reference::from_reference_run),
         None => golden.as_ref().map(Reference::from_golden),
     };
-    let mut report = Report::from_run(&dir, &manifest, metrics, reference, verdict);
-    report.pending_golden = pending_golden;
+    manifest.pending_golden = pending_golden;
+    let mut report = Report::from_run(&dir, &manifest, metrics, reference, verdict, decision);
     report.budget = budget;
     report
 }
 
 /// How the note of a re-judgement against a changed golden begins.
-pub(crate) const GOLDEN_CHANGED: &str = "judged against another golden than at run time";
+pub(super) const GOLDEN_CHANGED: &str = "judged against another golden than at run time";
 
 /// The note of a re-judgement against another golden or calibration than at run time: what
 /// changed since `when` (empty: since the run; ` the seeds ran`), the verdict then and now.
@@ -62,27 +55,15 @@ pub(crate) fn golden_changed_note(what: &str, when: &str, then: &str, now: &str)
     format!("{GOLDEN_CHANGED}: {what} changed since{when}. At run time: {then}; now: {now}")
 }
 
-/// What the judge made of a multi-seed run's directory, for its combined report.
-pub(crate) struct CombinedRun {
-    pub(crate) dir: PathBuf,
-    pub(crate) manifest: SeedsManifest,
-    /// Each seed's own report, in seed order.
-    pub(crate) seeds: Vec<(u64, Report)>,
-    /// The golden the seeds' distribution was judged against (with its calibration).
-    pub(crate) golden: Option<Golden>,
-    pub(crate) verdict: Verdict,
-    /// How the combined run ended, and why when it did not complete.
-    pub(crate) status: RunStatus,
-    pub(crate) reason: Option<String>,
-    pub(crate) budget: Option<BudgetStatement>,
-    /// Per metric, per step: the calibration's mean ± 2σ (empty without a calibration).
-    pub(crate) spread: BTreeMap<String, Vec<(u64, f64, f64)>>,
-}
-
-/// The combined report of a multi-seed run: its verdict, the seeds' series for its plots, and
-/// what ran.
-pub(crate) fn combined_report(c: CombinedRun) -> Report {
-    let CombinedRun {
+/// The combined report of a multi-seed run as the judge made it (`c`: the seeds as it judged
+/// them, their golden and the combined verdict; `budget` the false-alarm budget it was judged
+/// at, `decision` what it decided): its verdict, the seeds' series for its plots, and what ran.
+pub(crate) fn combined_report(
+    c: Combined,
+    budget: Option<BudgetStatement>,
+    decision: Decision,
+) -> Report {
+    let Combined {
         dir,
         manifest,
         seeds,
@@ -90,24 +71,24 @@ pub(crate) fn combined_report(c: CombinedRun) -> Report {
         verdict,
         status,
         reason,
-        budget,
-        spread,
+        judged_against: _,
     } = c;
-    let first = seeds.first().map(|(_, r)| r);
-    // The build and host facts (steps, versions, host, device, threads, numerics) are the
-    // first seed's; the rest is the combined run's own.
+    // The build and host facts (hardware, steps, versions, host, device, threads, numerics)
+    // are the first seed's; the rest is the combined run's own.
+    let first = (seeds.first())
+        .map(|(_, r)| RunInfo::from_manifest(&r.manifest, &r.dir))
+        .unwrap_or_default();
     let run = RunInfo {
         run_id: RunInfo::id_of(&dir),
         dir: dir.display().to_string(),
         scenario_path: manifest.scenario_path.clone(),
-        hardware: first.map(|r| r.run.hardware.clone()).unwrap_or_default(),
         status: Some(status),
         reason,
         failed_step: None,
         seed: None,
         started: Some(manifest.started.clone()),
         ended: manifest.ended.clone(),
-        ..first.map(|r| r.run.clone()).unwrap_or_default()
+        ..first
     };
     let mut notes = vec![format!(
         "multi-seed run: seeds {}, one run directory each (`seed-<S>/`); each seed is judged \
@@ -122,8 +103,13 @@ pub(crate) fn combined_report(c: CombinedRun) -> Report {
     }
     let (knobs, knob_note) = seeds_knobs(&seeds);
     notes.extend(knob_note);
+    // The seeds' series as the judge read them, the golden's, and the calibration's spread.
+    let spread = (golden.as_ref())
+        .and_then(|g| g.calibration.as_ref())
+        .map(|cal| cal.spread(2.0))
+        .unwrap_or_default();
     let seed_series = SeedSeries {
-        seeds: seeds.iter().map(|(s, r)| (*s, r.metrics.clone())).collect(),
+        seeds: seeds.into_iter().map(|(s, r)| (s, r.metrics)).collect(),
         golden: golden.map(|g| g.table),
         spread,
     };
@@ -148,18 +134,19 @@ pub(crate) fn combined_report(c: CombinedRun) -> Report {
         notes,
         seed_series: Some(seed_series),
         budget,
+        decision,
     }
 }
 
 /// The knobs that differ from their defaults, the same in every seed (only the seed differs
 /// between them): the first seed's, and a note naming any seed whose knobs differ from them.
-fn seeds_knobs(seeds: &[(u64, Report)]) -> (Vec<KnobDiff>, Option<String>) {
+fn seeds_knobs(seeds: &[(u64, StoredRun)]) -> (Vec<KnobDiff>, Option<String>) {
     let Some((first_seed, first)) = seeds.first() else {
         return (Vec::new(), None);
     };
     let differ: Vec<String> = seeds
         .iter()
-        .filter(|(_, r)| r.knobs != first.knobs)
+        .filter(|(_, r)| r.manifest.knobs != first.manifest.knobs)
         .map(|(s, _)| s.to_string())
         .collect();
     let note = (!differ.is_empty()).then(|| {
@@ -169,7 +156,7 @@ fn seeds_knobs(seeds: &[(u64, Report)]) -> (Vec<KnobDiff>, Option<String>) {
             differ.join(", ")
         )
     });
-    (first.knobs.clone(), note)
+    (first.manifest.knobs.clone(), note)
 }
 
 /// What a multi-seed report's plots draw besides its verdict: every seed's series, the
@@ -197,7 +184,7 @@ impl SeedSeries {
         let points = r
             .verdict
             .as_ref()
-            .and_then(|v| v.rule(&seeds_rule_id_of(metric)))
+            .and_then(|v| v.seeds_rule(metric))
             .map(|x| x.points.as_slice())
             .unwrap_or(&[]);
         super::plots::render_seeds(metric, &seeds, golden.as_deref(), spread, points)

@@ -1,6 +1,6 @@
 use super::*;
 use crate::judge::judge_tables;
-use crate::judge::{ChecksSpec, Outcome};
+use crate::judge::{ChecksSpec, Judged};
 use crate::model::util::html_escape;
 
 fn series(values: &[(&str, &[f64])]) -> MetricTable {
@@ -70,20 +70,49 @@ fn golden() -> Reference {
     }
 }
 
-/// A run whose reward regresses in the second window and whose grad norm goes NaN.
-fn regressed(dir: &Path) -> Report {
-    let run = series(&[
+/// The report of run `m` judged `verdict` against `g`, with the judge's decision of them (as
+/// the command layer makes one).
+fn report_of(
+    dir: &Path,
+    m: &RunManifest,
+    run: MetricTable,
+    g: Reference,
+    verdict: Verdict,
+) -> Report {
+    let decision = Judged::of_run(m, Some(&verdict)).decide();
+    Report::from_run(dir, m, run, Some(g), Some(verdict), decision)
+}
+
+/// The series of a run whose reward regresses in the second window and whose grad norm goes
+/// NaN.
+fn regressed_series() -> MetricTable {
+    series(&[
         ("critic/rewards/mean", &[0.1, 0.2, 0.3, 0.2, 0.25, 0.3]),
         ("perf/mfu/actor", &[0.25, 0.26, 0.25, 0.255, 0.25, 0.25]),
         ("actor/grad_norm", &[1.0, 0.9, f64::NAN, 0.8, 0.7, 0.7]),
-    ]);
-    let m = manifest(CHECKS, None);
+    ])
+}
+
+/// A run whose reward regresses in the second window and whose grad norm goes NaN.
+fn regressed(dir: &Path) -> Report {
+    regressed_declaring(dir, None)
+}
+
+/// As `regressed`, its scenario declaring `expected` (`expected_verdict`, JSON).
+fn regressed_declaring(dir: &Path, expected: Option<&str>) -> Report {
+    let run = regressed_series();
+    let m = manifest(CHECKS, expected);
     let g = golden();
     let verdict = judge_tables(&run, Some(&g.table), &m.checks);
-    let mut r = Report::from_run(dir, &m, run, Some(g), Some(verdict));
+    let mut r = report_of(dir, &m, run, g, verdict);
     r.trainer_tail = Some("(TaskRunner pid=1) step:6 - critic/rewards/mean:0.3\n".into());
     r
 }
+
+/// The verdict `regressed` declares in `expected_failure_and_skipped_reports`.
+const EXPECTED_REGRESSED: &str = r#"{"outcome": "regressed", "rules": ["golden:critic/rewards/mean",
+                    "expect:mean(critic/rewards/mean, last 3) >= mean(critic/rewards/mean, first 3) + 0.2",
+                    "expect:all(actor/grad_norm, finite)"]}"#;
 
 /// Paths, times, host and commit change from run to run: snapshots see placeholders.
 fn redact(text: &str, r: &Report) -> String {
@@ -139,18 +168,11 @@ fn regressed_run_reports() {
 #[test]
 fn expected_failure_and_skipped_reports() {
     let dir = tempfile::tempdir().unwrap();
-    let mut r = regressed(&dir.path().join("run-1"));
-    r.expected = Some(
-        serde_json::from_str(
-            r#"{"outcome": "regressed", "rules": ["golden:critic/rewards/mean",
-                    "expect:mean(critic/rewards/mean, last 3) >= mean(critic/rewards/mean, first 3) + 0.2",
-                    "expect:all(actor/grad_norm, finite)"]}"#,
-        )
-        .unwrap(),
-    );
+    let r = regressed_declaring(&dir.path().join("run-1"), Some(EXPECTED_REGRESSED));
     assert_eq!(r.expected_match(), Some(Ok(())));
     assert_eq!(r.exit_status(), ExitStatus::Passed);
-    let skipped = Report::skipped("gpu/torch-h200", "needs a CUDA device");
+    let why = "needs a CUDA device";
+    let skipped = Report::skipped("gpu/torch-h200", why, Judged::skipped(why).decide());
     assert_eq!(skipped.exit_status(), ExitStatus::Passed);
     let md = render_markdown(&r);
     assert!(
@@ -174,13 +196,11 @@ fn expected_failure_and_skipped_reports() {
     assert!(matches!(s1.cases[0].status, junit::CaseStatus::Skip { .. }));
 
     // An unexpected pass of a declared failure is a failure.
-    let mut passed = regressed(&dir.path().join("run-2"));
-    passed.verdict = Some(judge_tables(
-        &passed.reference.as_ref().unwrap().table.clone(),
-        Some(&passed.reference.as_ref().unwrap().table),
-        &ChecksSpec::default(),
-    ));
-    passed.expected = r.expected.clone();
+    let g = golden();
+    let verdict = judge_tables(&g.table, Some(&g.table), &ChecksSpec::default());
+    let m = manifest(CHECKS, Some(EXPECTED_REGRESSED));
+    let run_2 = dir.path().join("run-2");
+    let passed = report_of(&run_2, &m, regressed_series(), g, verdict);
     assert_eq!(passed.exit_status(), ExitStatus::CheckFailed);
     assert!(render_markdown(&passed).contains("not matched"));
 }
@@ -376,26 +396,6 @@ fn write_reports_writes_every_file() {
         serde_json::from_str(&fsx::read_to_string(&run_dir.join("verdict.json")).unwrap()).unwrap();
     assert_eq!(v["exit_code"], 1);
     assert_eq!(v["outcome"], "regressed");
-}
-
-#[test]
-fn exit_status_precedence() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut r = regressed(&dir.path().join("run-1"));
-    r.run.status = Some(RunStatus::Failed);
-    r.run.reason = Some("backend exited with status 1".into());
-    assert_eq!(r.exit_status(), ExitStatus::RunFailed);
-    assert!(r.summary().contains("backend exited"));
-    r.expected =
-        Some(serde_json::from_str(r#"{"outcome": "failed", "reason": "exited"}"#).unwrap());
-    assert_eq!(r.exit_status(), ExitStatus::Passed);
-    let mut r = regressed(&dir.path().join("run-2"));
-    r.pending_golden = Some("golden/x/cpu/metrics.csv.new".into());
-    assert_eq!(r.exit_status(), ExitStatus::NoGolden);
-    let mut r = regressed(&dir.path().join("run-3"));
-    r.run.status = Some(RunStatus::Aborted);
-    r.verdict.as_mut().unwrap().outcome = Outcome::Passed;
-    assert_eq!(r.exit_status(), ExitStatus::CheckFailed);
 }
 
 #[test]

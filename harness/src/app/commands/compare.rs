@@ -66,7 +66,7 @@ pub fn compare_command(
         write_reports(&out, &report)?;
         return Ok((report, out));
     }
-    let (manifest, table) = load_run(run)?;
+    let (mut manifest, table) = load_run(run)?;
     let (reference, verdict) = match run2 {
         Some(b) => {
             let (m2, t2) = load_run(b)?;
@@ -120,9 +120,9 @@ pub fn compare_command(
             return Ok((report, out));
         }
     };
-    let mut report = Report::from_run(run, &manifest, table, reference, verdict);
     // A re-judgement writes no golden.
-    report.pending_golden = None;
+    manifest.pending_golden = None;
+    let report = judged::run_report(run, &manifest, table, reference, verdict);
     write_reports(&out, &report)?;
     Ok((report, out))
 }

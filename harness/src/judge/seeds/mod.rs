@@ -38,7 +38,10 @@ mod power;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use super::budget::POWER;
-use super::verdict::{Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict, Verdict};
+use super::verdict::{
+    seed_rule_id, seeds_rule_id, Band, Evidence, Outcome, PointCheck, RuleStatus, RuleVerdict,
+    Verdict,
+};
 use crate::model::checks::expr::fmt_num;
 use crate::model::checks::{ChecksSpec, Direction};
 use crate::model::golden::calibration::PointStats;
@@ -62,16 +65,6 @@ pub(crate) fn tails(direction: Direction) -> usize {
         Direction::TwoSided => 1,
         _ => 2,
     }
-}
-
-/// The rule id of one seed's own verdict.
-pub(crate) fn seed_rule_id(seed: u64) -> String {
-    format!("seed:{seed}")
-}
-
-/// The rule id of a metric's distribution test.
-pub(crate) fn seeds_rule_id(metric: &str) -> String {
-    format!("seeds:{metric}")
 }
 
 /// One seed's run as the combined verdict reads it.

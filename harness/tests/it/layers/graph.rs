@@ -39,6 +39,8 @@ pub struct Graph {
     pub external: Vec<(String, Written)>,
     /// Files no `mod` declaration reaches.
     pub undeclared: Vec<String>,
+    /// The files of test modules (declared under a test attribute, or inside one).
+    pub test_files: BTreeSet<String>,
 }
 
 fn rs_files(dir: &Path, files: &mut Vec<PathBuf>) {
@@ -100,12 +102,16 @@ pub fn read(src: &Path, externs: &[&str]) -> Graph {
         test_edges: BTreeMap::new(),
         external: Vec::new(),
         undeclared: Vec::new(),
+        test_files: BTreeSet::new(),
     };
     for (rel, module, source) in &read {
         if !module.is_empty() && !declared.contains_key(module) {
             graph.undeclared.push(rel.clone());
         }
         let test_file = test_module(module);
+        if test_file {
+            graph.test_files.insert(rel.clone());
+        }
         for u in &source.uses {
             if externs.contains(&u.path[0].as_str()) {
                 graph.external.push((rel.clone(), u.path.clone()));

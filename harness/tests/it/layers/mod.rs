@@ -305,6 +305,80 @@ fn rs_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
+/// Whether `ident` names one of the judge's deciding or naming functions: what decides a
+/// verdict's headline (`Judged`, `decide`), a judge of a run (`judge_run`, `judge_combined`),
+/// a maker of a rule's id (`rule_id`, `seeds_rule_id`, ...).
+fn names_the_judge(ident: &str) -> bool {
+    matches!(ident, "Judged" | "decide" | "judge_run" | "judge_combined")
+        || ident.ends_with("rule_id")
+}
+
+/// The judge's names the code that ships under the folder `under` of the crate at `src` uses,
+/// one line per file (test modules left out: a fixture may call the judge to make its data).
+fn judge_names_under(src: &std::path::Path, under: &str) -> Vec<String> {
+    let tests = graph::read(src, &[]).test_files;
+    let mut files = Vec::new();
+    rs_files(&src.join(under), &mut files);
+    files.sort();
+    files
+        .iter()
+        .filter_map(|f| {
+            let rel = f.strip_prefix(src).unwrap().display().to_string();
+            if tests.contains(&rel) {
+                return None;
+            }
+            let text = std::fs::read_to_string(f).unwrap();
+            let names: Vec<String> = source::shipped_idents(&rel, &text)
+                .into_iter()
+                .filter(|i| names_the_judge(i))
+                .collect();
+            (!names.is_empty()).then(|| format!("{rel}: {}", names.join(", ")))
+        })
+        .collect()
+}
+
+/// The reports render what the judge decided and judge nothing: no code of
+/// `harness/src/report/` that ships calls the judge's deciding or naming functions (its
+/// headline, exit status, summary and expected-verdict match come in as the report's
+/// `decision`; a rule is looked up by the verdict's own accessors).
+#[test]
+fn the_reports_call_no_judge() {
+    let src = repo().join("harness/src");
+    let mut files = Vec::new();
+    rs_files(&src.join("report"), &mut files);
+    assert!(files.len() > 10, "the walk found the reports");
+    let bad = judge_names_under(&src, "report");
+    assert!(
+        bad.is_empty(),
+        "harness/src/report/ calls the judge:\n{}",
+        bad.join("\n")
+    );
+    // The scan sees a use in code that ships (inline or imported), and leaves comments, test
+    // items and test modules out.
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("lib.rs", "pub mod report;\n"),
+        (
+            "report/mod.rs",
+            "//! Not `judge_run`: words only.\n\
+             use crate::compare::{ExpectedMismatch, Judged, Verdict};\n\
+             #[cfg(test)]\nmod tests;\n\
+             fn f() { crate::compare::stability::rule_id(\"m\"); }\n\
+             #[cfg(test)]\nfn g() { judge_combined(); }\n",
+        ),
+        ("report/tests.rs", "use crate::compare::judge_run;\n"),
+    ];
+    for (name, text) in files {
+        let p = dir.path().join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    assert_eq!(
+        judge_names_under(dir.path(), "report"),
+        vec!["report/mod.rs: Judged, rule_id".to_string()]
+    );
+}
+
 /// The torch engine (the `rlharness-torch` library, executable, tests and examples) builds on
 /// the Arctic crate only: never on the harness (its spec loader, runner or commands).
 #[test]

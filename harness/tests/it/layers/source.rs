@@ -11,6 +11,8 @@
 //! attribute names (`#[serde(with = "crate::a::b")]`, and a doc comment's, since an intra-doc
 //! link is a dependency too).
 
+use std::collections::BTreeSet;
+
 use proc_macro2::{TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::visit::{self, Visit};
@@ -103,6 +105,31 @@ fn needs_test(tokens: TokenStream) -> bool {
             !parts.is_empty() && parts.into_iter().all(needs_test)
         }
         _ => false,
+    }
+}
+
+/// Every identifier of the code that ships in a file's text: its items under a test attribute
+/// are left out, and comments are never read (a doc comment is a string).
+pub fn shipped_idents(file: &str, text: &str) -> BTreeSet<String> {
+    let ast = syn::parse_file(text).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let mut out = BTreeSet::new();
+    for item in &ast.items {
+        if !item_attrs(item).iter().any(marks_test) {
+            idents(item.to_token_stream(), &mut out);
+        }
+    }
+    out
+}
+
+fn idents(tokens: TokenStream, out: &mut BTreeSet<String>) {
+    for t in tokens {
+        match t {
+            TokenTree::Ident(i) => {
+                out.insert(i.to_string());
+            }
+            TokenTree::Group(g) => idents(g.stream(), out),
+            _ => {}
+        }
     }
 }
 
