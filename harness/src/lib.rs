@@ -17,7 +17,7 @@
 //!   `init_tracing`) and `app::scale::ray` (the Ray client).
 //! - [`scenario`], `run::plan`: loading and checking scenario files (`load_scenario`,
 //!   `scenario::check`, `scenario::lint`, the stages' blocks `scenario::blocks`), planning a
-//!   run (`RunPlan`, `plan::load_checked`, `plan::launch`).
+//!   run (`RunPlan`, `plan::launch`).
 //! - `run::runner`, `model::events`: executing a plan (`execute`, `RunOptions`, `Executed`,
 //!   `RunEnd`, the `LiveJudge` a caller hands in) and its progress events.
 //! - `run::backend`: the scenario's `BackendSpec` (the scenario's, re-exported from

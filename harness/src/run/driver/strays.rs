@@ -20,7 +20,7 @@ pub const TOKEN_VAR: &str = "RLHARNESS_RUN_TOKEN";
 const CMDLINE_CHARS: usize = 160;
 
 /// A token unique to this run on this host: the harness's pid, the time, and the run's name.
-pub fn new_token(run_id: &str) -> String {
+pub(crate) fn new_token(run_id: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -52,7 +52,7 @@ pub fn marked(token: &str) -> Vec<Stray> {
 
 /// Stop every process marked with `token`: TERM, up to `grace` for them to go, then KILL.
 /// Returns what was found running (empty when the trainer left nothing behind).
-pub async fn stop_marked(token: &str, grace: Duration) -> Vec<Stray> {
+pub(crate) async fn stop_marked(token: &str, grace: Duration) -> Vec<Stray> {
     let found = marked(token);
     if found.is_empty() {
         return found;
@@ -173,7 +173,7 @@ fn cmdline(pid: i32) -> String {
 
 /// Who listens on TCP `port` (any local address, IPv4 or IPv6): `pid \`cmdline\``, or a
 /// description of what could be found (the socket's owner may be another user's process).
-pub fn port_holder(port: u16) -> Option<String> {
+pub(crate) fn port_holder(port: u16) -> Option<String> {
     let inodes: Vec<u64> = ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|f| std::fs::read_to_string(f).ok())

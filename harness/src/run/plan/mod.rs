@@ -77,7 +77,7 @@ pub fn check(s: &Scenario) -> Result<(), SpecErrors> {
 /// The scenario file `path` loaded (`--set` `overrides` applied) and checked as the plan will
 /// take it (`check`): the loader's errors, else the plan's. A run loads and plans instead, so
 /// it translates the config once.
-pub fn load_checked(path: &Path, overrides: &[String]) -> Result<Scenario, SpecErrors> {
+pub(crate) fn load_checked(path: &Path, overrides: &[String]) -> Result<Scenario, SpecErrors> {
     let s = crate::scenario::load_scenario(path, overrides)?;
     check(&s)?;
     Ok(s)

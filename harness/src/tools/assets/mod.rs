@@ -22,13 +22,13 @@ use rlharness_arctic::torch_spec::decoder::DecoderConfig;
 
 /// The text forms of the two special ids (the harness's tokenizer has none: it never prints
 /// them).
-pub const PAD_TOKEN: &str = "<pad>";
-pub const EOS_TOKEN: &str = "<eos>";
+pub(crate) const PAD_TOKEN: &str = "<pad>";
+pub(crate) const EOS_TOKEN: &str = "<eos>";
 /// A chat template that adds nothing: the prompt verl renders is the task's prompt, byte for
 /// byte, as the builtin driver sends it.
-pub const CHAT_TEMPLATE: &str = "{% for m in messages %}{{ m['content'] }}{% endfor %}";
+pub(crate) const CHAT_TEMPLATE: &str = "{% for m in messages %}{{ m['content'] }}{% endfor %}";
 /// verl's reward router sends this data source to its GSM8K scorer (`#### N`, strict mode).
-pub const DATA_SOURCE: &str = "openai/gsm8k";
+pub(crate) const DATA_SOURCE: &str = "openai/gsm8k";
 
 /// Why the assets were not written.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +55,7 @@ pub struct DataPlan {
 pub type AssetFile = (&'static str, Vec<u8>);
 
 /// Every file of the verl assets, in the order they are written.
-pub fn verl_files(
+pub(crate) fn verl_files(
     model: &DecoderConfig,
     task: &ArithTask,
     plan: DataPlan,
@@ -86,7 +86,7 @@ pub fn verl_files(
 
 /// Write `files` below `out`, each atomically (a temp file, then a rename). An `out` that
 /// holds anything is refused unless `force`.
-pub fn write_files(out: &Path, files: &[AssetFile], force: bool) -> Result<(), AssetsError> {
+pub(crate) fn write_files(out: &Path, files: &[AssetFile], force: bool) -> Result<(), AssetsError> {
     if out.exists() && !out.is_dir() {
         return Err(AssetsError::NotADirectory(out.to_path_buf()));
     }
@@ -114,7 +114,7 @@ fn pretty(v: &Value) -> Vec<u8> {
 
 /// The engine's decoder as a HuggingFace Qwen3 `config.json`. The architecture is Qwen3's
 /// (per-head q/k RMSNorm, SwiGLU, no attention bias, rotary positions); the sizes are `c`'s.
-pub fn hf_config(c: &DecoderConfig) -> Value {
+pub(crate) fn hf_config(c: &DecoderConfig) -> Value {
     json!({
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",
@@ -143,7 +143,7 @@ pub fn hf_config(c: &DecoderConfig) -> Value {
 
 /// Every token and its id: padding, end-of-sequence, then each character of the task's
 /// alphabet with the id the harness's tokenizer encodes it to.
-pub fn vocab() -> Vec<(String, i64)> {
+pub(crate) fn vocab() -> Vec<(String, i64)> {
     let mut out = vec![
         (PAD_TOKEN.to_string(), PAD_ID),
         (EOS_TOKEN.to_string(), EOS_ID),
@@ -175,7 +175,7 @@ fn special(id: i64, content: &str) -> Value {
 /// every character off on its own (`[\s\S]`, isolated: newlines and spaces too), and a `Fuse`
 /// decoder that joins them back without spaces. There is no unknown token, as the harness
 /// has none: a character outside the alphabet is an error, not a silent id.
-pub fn tokenizer_json() -> Value {
+pub(crate) fn tokenizer_json() -> Value {
     let vocab: serde_json::Map<String, Value> =
         vocab().into_iter().map(|(t, id)| (t, json!(id))).collect();
     json!({
@@ -198,7 +198,7 @@ pub fn tokenizer_json() -> Value {
 
 /// `tokenizer_config.json`: a fast tokenizer with the two special tokens and a chat template
 /// that only concatenates the messages' contents.
-pub fn tokenizer_config(c: &DecoderConfig) -> Value {
+pub(crate) fn tokenizer_config(c: &DecoderConfig) -> Value {
     json!({
         "tokenizer_class": "PreTrainedTokenizerFast",
         "added_tokens_decoder": {

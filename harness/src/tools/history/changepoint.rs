@@ -245,7 +245,7 @@ pub(crate) fn robust_sigma(x: &[f64]) -> Option<f64> {
 pub const ALPHA: f64 = 0.05;
 
 /// How many noise series set a penalty: at `ALPHA` 0.05, 100 of them fall past it.
-pub const NULL_REPS: usize = 2000;
+pub(crate) const NULL_REPS: usize = 2000;
 
 /// [`null_penalty`] for `n` runs at `alpha`, computed once per process.
 pub(crate) fn penalty_for(n: usize, alpha: f64) -> f64 {

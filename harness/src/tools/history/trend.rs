@@ -144,7 +144,7 @@ fn window_value(
 /// The windows of a scenario: its calibration's (each golden rule's windows, with their
 /// spread), else its golden's blessed bands, else the last ten steps of the reward, the MFU
 /// and the step time.
-pub fn windows_of(golden: Option<&Golden>, runs: &[RunPoint]) -> Vec<Window> {
+pub(crate) fn windows_of(golden: Option<&Golden>, runs: &[RunPoint]) -> Vec<Window> {
     let golden_value = |metric: &str, first, last, median| {
         golden.and_then(|g| window_value(&g.table, metric, first, last, median))
     };
@@ -271,7 +271,7 @@ fn blessed_between(blesses: &[String], before: &str, after: &str) -> bool {
 
 /// The trend of `runs` (already in order) against the golden in force, with the dates its
 /// goldens were blessed.
-pub fn analyse(
+pub(crate) fn analyse(
     scenario: &str,
     hardware: &str,
     runs: Vec<RunPoint>,
